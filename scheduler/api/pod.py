@@ -1,0 +1,230 @@
+"""A pod as the scheduler sees it: what it requests, where it may go, and where it is.
+
+:func:`parse_pod` turns a raw Kubernetes pod dict into a :class:`PodRequest`. The effective request is
+computed as kube-scheduler does: the larger of the sum of the app containers (plus restartable init
+containers, i.e. sidecars) and the largest init container (plus the sidecars started before it), plus the
+pod overhead. Whole GPUs come from ``nvidia.com/gpu`` in requests or limits; a shared GPU from the
+``gpusched.io/gpu-milli`` annotation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from scheduler.api import quantity, resources, selectors
+from scheduler.api.errors import InvalidObject
+from scheduler.api.resources import GpuRequest, ResourceList
+
+SCHEDULER_NAME = "gpusched"
+ANNOTATION_GPU_MILLI = "gpusched.io/gpu-milli"
+ANNOTATION_GPU_MEMORY = "gpusched.io/gpu-memory"
+ANNOTATION_GPU_MODEL = "gpusched.io/gpu-model"
+ANNOTATION_GPU_IDS = "gpusched.io/gpu-ids"
+LABEL_POD_GROUP = "gpusched.io/pod-group"
+LABEL_POD_GROUP_COMPAT = "scheduling.x-k8s.io/pod-group"
+LABEL_QUEUE = "gpusched.io/queue"
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """The scheduling-relevant view of one pod."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    #: Effective requests in scheduler units, ``pods`` included (1); GPUs are in ``gpu``.
+    resources: ResourceList = field(default_factory=dict)
+    gpu: GpuRequest = resources.NO_GPU
+    priority: int = 0
+    scheduler_name: str = SCHEDULER_NAME
+    node_name: str = ""
+    phase: str = "Pending"
+    deleting: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: tuple[selectors.NodeSelectorTerm, ...] = ()
+    tolerations: tuple[selectors.Toleration, ...] = ()
+    #: GPU indices on ``node_name`` recorded by the ``gpusched.io/gpu-ids`` annotation, if any.
+    gpu_ids: tuple[int, ...] = ()
+    created: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def pod_group(self) -> str:
+        return self.labels.get(LABEL_POD_GROUP) or self.labels.get(LABEL_POD_GROUP_COMPAT) or ""
+
+    @property
+    def queue(self) -> str:
+        return self.labels.get(LABEL_QUEUE, "")
+
+    @property
+    def terminal(self) -> bool:
+        """A pod that no longer holds resources."""
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def has_node_constraints(self) -> bool:
+        return bool(self.node_selector or self.affinity or self.tolerations)
+
+
+def _container_requests(container: Mapping[str, object], *, obj: str, where: str) -> ResourceList:
+    res = container.get("resources") or {}
+    if not isinstance(res, Mapping):
+        raise InvalidObject("expected a map", obj=obj, field=f"{where}.resources")
+    requests = resources.parse_resource_list(res.get("requests"), obj=obj, field=f"{where}.resources.requests")
+    limits = resources.parse_resource_list(res.get("limits"), obj=obj, field=f"{where}.resources.limits")
+    # Kubernetes defaults a missing request to the limit.
+    for name, amount in limits.items():
+        requests.setdefault(name, amount)
+    return requests
+
+
+def effective_requests(spec: Mapping[str, object], *, obj: str) -> ResourceList:
+    """The pod's effective requests, as kube-scheduler computes them (without the implicit ``pods``)."""
+    containers = spec.get("containers") or []
+    init_containers = spec.get("initContainers") or []
+    if not isinstance(containers, list) or not isinstance(init_containers, list):
+        raise InvalidObject("expected a list of containers", obj=obj, field="spec.containers")
+    total: ResourceList = {}
+    for i, c in enumerate(containers):
+        if not isinstance(c, Mapping):
+            raise InvalidObject("expected a container", obj=obj, field=f"spec.containers[{i}]")
+        resources.add(total, _container_requests(c, obj=obj, where=f"spec.containers[{i}]"))
+    sidecars: ResourceList = {}
+    init_peak: ResourceList = {}
+    for i, c in enumerate(init_containers):
+        if not isinstance(c, Mapping):
+            raise InvalidObject("expected a container", obj=obj, field=f"spec.initContainers[{i}]")
+        req = _container_requests(c, obj=obj, where=f"spec.initContainers[{i}]")
+        if c.get("restartPolicy") == "Always":
+            resources.add(sidecars, req)
+            resources.maximum(init_peak, sidecars)
+        else:
+            running = dict(sidecars)
+            resources.add(running, req)
+            resources.maximum(init_peak, running)
+    resources.add(total, sidecars)
+    resources.maximum(total, init_peak)
+    overhead = resources.parse_resource_list(spec.get("overhead"), obj=obj, field="spec.overhead")
+    resources.add(total, overhead)
+    return {name: amount for name, amount in total.items() if amount}
+
+
+def _gpu_request(requested: ResourceList, annotations: Mapping[str, str], *, obj: str) -> GpuRequest:
+    whole = requested.pop(resources.GPU, 0)
+    models: tuple[str, ...] = ()
+    raw_model = annotations.get(ANNOTATION_GPU_MODEL, "")
+    if raw_model:
+        models = tuple(m.strip() for m in raw_model.split("|"))
+        if not all(models):
+            raise InvalidObject(
+                f"{raw_model!r} is not a list of models like 'A100|H100'",
+                obj=obj,
+                field=f"metadata.annotations[{ANNOTATION_GPU_MODEL}]",
+            )
+    raw_milli = annotations.get(ANNOTATION_GPU_MILLI)
+    if raw_milli is None:
+        if ANNOTATION_GPU_MEMORY in annotations:
+            raise InvalidObject(
+                f"{ANNOTATION_GPU_MEMORY} needs {ANNOTATION_GPU_MILLI}",
+                obj=obj,
+                field=f"metadata.annotations[{ANNOTATION_GPU_MEMORY}]",
+            )
+        if whole == 0:
+            return resources.NO_GPU if not models else GpuRequest(models=models)
+        return GpuRequest(count=whole, milli=resources.MILLI_PER_GPU, models=models)
+    field_milli = f"metadata.annotations[{ANNOTATION_GPU_MILLI}]"
+    try:
+        milli = int(raw_milli)
+    except ValueError:
+        raise InvalidObject(f"{raw_milli!r} is not an integer 1..999", obj=obj, field=field_milli) from None
+    if not 1 <= milli <= 999:
+        raise InvalidObject(f"{milli} is outside 1..999 (use nvidia.com/gpu for whole GPUs)", obj=obj, field=field_milli)
+    if whole:
+        raise InvalidObject(
+            f"a shared GPU ({ANNOTATION_GPU_MILLI}) cannot be combined with {resources.GPU} requests",
+            obj=obj,
+            field=field_milli,
+        )
+    memory = 0
+    raw_memory = annotations.get(ANNOTATION_GPU_MEMORY)
+    if raw_memory is not None:
+        memory = quantity.to_units(
+            quantity.parse_quantity(raw_memory, obj=obj, field=f"metadata.annotations[{ANNOTATION_GPU_MEMORY}]")
+        )
+    return GpuRequest(count=1, milli=milli, memory=memory, models=models)
+
+
+def _gpu_ids(annotations: Mapping[str, str], *, obj: str) -> tuple[int, ...]:
+    raw = annotations.get(ANNOTATION_GPU_IDS, "").strip()
+    if not raw:
+        return ()
+    try:
+        ids = tuple(int(part) for part in raw.split(","))
+    except ValueError:
+        raise InvalidObject(
+            f"{raw!r} is not a comma-separated list of GPU indices",
+            obj=obj,
+            field=f"metadata.annotations[{ANNOTATION_GPU_IDS}]",
+        ) from None
+    if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise InvalidObject(
+            f"{raw!r} has negative or repeated GPU indices", obj=obj, field=f"metadata.annotations[{ANNOTATION_GPU_IDS}]"
+        )
+    return ids
+
+
+def _str_map(raw: object, *, obj: str, field: str) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InvalidObject("expected a map of strings", obj=obj, field=field)
+    return {str(k): str(v) for k, v in raw.items()}
+
+
+def parse_pod(raw: Mapping[str, object]) -> PodRequest:
+    """Parse a Kubernetes pod (a dict as the API server returns it).
+
+    Raises :class:`InvalidObject` naming the pod and the field for anything the scheduler cannot accept.
+    """
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    status = raw.get("status") or {}
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping) or not isinstance(status, Mapping):
+        raise InvalidObject("metadata, spec and status must be maps", obj="pod")
+    namespace = str(meta.get("namespace") or "default")
+    name = str(meta.get("name") or "")
+    obj = f"pod {namespace}/{name}"
+    if not name:
+        raise InvalidObject("a pod needs a name", obj=obj, field="metadata.name")
+    labels = _str_map(meta.get("labels"), obj=obj, field="metadata.labels")
+    annotations = _str_map(meta.get("annotations"), obj=obj, field="metadata.annotations")
+    requested = effective_requests(spec, obj=obj)
+    gpu = _gpu_request(requested, annotations, obj=obj)
+    requested[resources.PODS] = 1
+    priority = spec.get("priority") or 0
+    if not isinstance(priority, int):
+        raise InvalidObject(f"{priority!r} is not an integer", obj=obj, field="spec.priority")
+    return PodRequest(
+        namespace=namespace,
+        name=name,
+        uid=str(meta.get("uid") or ""),
+        resources=requested,
+        gpu=gpu,
+        priority=priority,
+        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+        node_name=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or "Pending"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        labels=labels,
+        annotations=annotations,
+        node_selector=_str_map(spec.get("nodeSelector"), obj=obj, field="spec.nodeSelector"),
+        affinity=selectors.parse_node_affinity(spec, obj=obj),
+        tolerations=selectors.parse_tolerations(spec.get("tolerations"), obj=obj),
+        gpu_ids=_gpu_ids(annotations, obj=obj),
+    )

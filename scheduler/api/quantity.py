@@ -1,0 +1,79 @@
+"""Kubernetes resource quantities, parsed exactly.
+
+A quantity is a decimal number with an optional binary suffix (Ki, Mi, Gi, Ti, Pi, Ei), decimal suffix
+(n, u, m, k, M, G, T, P, E) or exponent (``1e3``, ``2E-3``), as in k8s.io/apimachinery's resource.Quantity.
+Values are kept as :class:`fractions.Fraction` so that "0.1" + "0.2" is exactly "0.3"; conversions to the
+integer units the scheduler counts in (milli-CPU, bytes) round up, as Kubernetes' ``MilliValue`` and ``Value``
+do, so a request is never under-counted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+from scheduler.api.errors import InvalidObject
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+_QUANTITY = re.compile(
+    r"^(?P<sign>[+-])?(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<exp>[eE][+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"
+)
+
+
+def parse_quantity(value: object, *, field: str = "", obj: str = "") -> Fraction:
+    """Parse a quantity such as ``"500m"``, ``"1.5"``, ``"16Gi"``, ``"1e3"`` or a bare number.
+
+    Raises :class:`InvalidObject` naming ``field`` for anything else, including negative values: no request,
+    capacity or quota in a scheduler may be negative.
+    """
+    if isinstance(value, bool):
+        raise InvalidObject(f"quantity must be a string or number, not {value!r}", obj=obj, field=field)
+    if isinstance(value, int):
+        result = Fraction(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidObject(f"quantity {value!r} is not finite", obj=obj, field=field)
+        result = Fraction(str(value))
+    elif isinstance(value, str):
+        match = _QUANTITY.match(value.strip())
+        if match is None:
+            raise InvalidObject(f"{value!r} is not a Kubernetes quantity", obj=obj, field=field)
+        number = Fraction(match["num"] if not match["num"].endswith(".") else match["num"][:-1])
+        if match["exp"]:
+            exponent = int(match["exp"][1:])
+            if abs(exponent) > 30:
+                raise InvalidObject(f"quantity {value!r} is out of range", obj=obj, field=field)
+            number *= Fraction(10) ** exponent
+        else:
+            suffix = match["suffix"] or ""
+            number *= _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix]
+        result = -number if match["sign"] == "-" else number
+    else:
+        raise InvalidObject(f"quantity must be a string or number, not {value!r}", obj=obj, field=field)
+    if result < 0:
+        raise InvalidObject(f"quantity {value!r} is negative", obj=obj, field=field)
+    return result
+
+
+def to_milli(quantity: Fraction) -> int:
+    """The quantity in thousandths, rounded up (CPU is counted in milli-cores)."""
+    return math.ceil(quantity * 1000)
+
+
+def to_units(quantity: Fraction) -> int:
+    """The quantity in whole units, rounded up (memory in bytes, extended resources in units)."""
+    return math.ceil(quantity)

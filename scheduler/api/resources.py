@@ -1,0 +1,93 @@
+"""Resource names and resource lists in the units the scheduler counts in.
+
+CPU is counted in milli-cores, memory and storage in bytes, everything else in whole units. A GPU is not a
+plain counter here: whole GPUs (``nvidia.com/gpu``) and shared fractions (``gpusched.io/gpu-milli``) are
+placed on individual devices, so they are kept apart from the resource list, in :class:`GpuRequest`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scheduler.api import quantity
+from scheduler.api.errors import InvalidObject
+
+CPU = "cpu"
+MEMORY = "memory"
+PODS = "pods"
+GPU = "nvidia.com/gpu"
+#: Scoring dimensions derived from the GPU table: compute in milli-GPUs and device memory in bytes.
+GPU_MILLI = "gpusched.io/gpu-milli"
+GPU_MEMORY = "gpusched.io/gpu-memory"
+#: One whole GPU in milli-GPUs.
+MILLI_PER_GPU = 1000
+
+ResourceList = dict[str, int]
+
+
+def parse_resource_list(raw: object, *, obj: str = "", field: str = "") -> ResourceList:
+    """Parse a Kubernetes resource list (``{"cpu": "500m", "memory": "1Gi"}``) into scheduler units."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InvalidObject(f"expected a map of resource names to quantities, got {raw!r}", obj=obj, field=field)
+    parsed: ResourceList = {}
+    for name, value in raw.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidObject(f"bad resource name {name!r}", obj=obj, field=field)
+        amount = quantity.parse_quantity(value, obj=obj, field=f"{field}.{name}" if field else name)
+        parsed[name] = quantity.to_milli(amount) if name == CPU else quantity.to_units(amount)
+    return parsed
+
+
+def add(into: ResourceList, other: Mapping[str, int]) -> None:
+    """Add ``other`` into ``into`` in place."""
+    for name, amount in other.items():
+        into[name] = into.get(name, 0) + amount
+
+
+def maximum(into: ResourceList, other: Mapping[str, int]) -> None:
+    """Raise each entry of ``into`` to at least ``other``'s, in place."""
+    for name, amount in other.items():
+        into[name] = max(into.get(name, 0), amount)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """What a pod needs of GPUs: ``count`` devices with ``milli`` of each (1000 for whole GPUs).
+
+    ``memory`` is device memory in bytes needed on each shared GPU (0: no constraint); a whole GPU takes all
+    of its device's memory. ``models`` lists the allowed GPU models (empty: any).
+    """
+
+    count: int = 0
+    milli: int = 0
+    memory: int = 0
+    models: tuple[str, ...] = ()
+
+    @property
+    def whole(self) -> bool:
+        return self.count > 0 and self.milli >= MILLI_PER_GPU
+
+    @property
+    def shared(self) -> bool:
+        return self.count == 1 and 0 < self.milli < MILLI_PER_GPU
+
+    @property
+    def total_milli(self) -> int:
+        return self.count * self.milli
+
+
+NO_GPU = GpuRequest()
+
+
+def model_matches(allowed: str, product: str) -> bool:
+    """Whether an allowed model name matches a node's GPU product label.
+
+    Exact match, or the name is a run of whole dash-separated parts of the product
+    (``A100`` and ``A100-SXM4`` match ``NVIDIA-A100-SXM4-80GB``; ``A10`` does not).
+    """
+    if allowed == product:
+        return True
+    return f"-{allowed}-" in f"-{product}-"

@@ -1,0 +1,181 @@
+"""Node selection rules a pod carries: node selectors, required node affinity, taints and tolerations.
+
+Pure functions over plain dicts, evaluated as kube-scheduler's NodeAffinity and TaintToleration filters do,
+for the scheduling-relevant subset (requiredDuringScheduling terms, NoSchedule and NoExecute taints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from scheduler.api.errors import InvalidObject
+
+_OPERATORS = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"}
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        if self.operator == "In":
+            return present and labels[self.key] in self.values
+        if self.operator == "NotIn":
+            return not present or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return present
+        if self.operator == "DoesNotExist":
+            return not present
+        if not present:
+            return False
+        try:
+            value, bound = int(labels[self.key]), int(self.values[0])
+        except ValueError:
+            return False
+        return value > bound if self.operator == "Gt" else value < bound
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """All requirements must hold (label expressions, and ``metadata.name`` field expressions)."""
+
+    labels: tuple[Requirement, ...] = ()
+    fields: tuple[Requirement, ...] = ()
+
+    def matches(self, node_name: str, labels: Mapping[str, str]) -> bool:
+        if not self.labels and not self.fields:
+            return False  # an empty term matches no node, as in Kubernetes
+        names = {"metadata.name": node_name}
+        return all(r.matches(labels) for r in self.labels) and all(r.matches(names) for r in self.fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if not self.key and self.operator != "Exists":
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+def _requirements(raw: object, *, obj: str, field: str) -> tuple[Requirement, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidObject("expected a list of requirements", obj=obj, field=field)
+    parsed = []
+    for i, item in enumerate(raw):
+        where = f"{field}[{i}]"
+        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
+            raise InvalidObject("a requirement needs a string key", obj=obj, field=where)
+        operator = item.get("operator")
+        if operator not in _OPERATORS:
+            raise InvalidObject(f"unknown operator {operator!r}", obj=obj, field=f"{where}.operator")
+        values = item.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise InvalidObject("values must be a list of strings", obj=obj, field=f"{where}.values")
+        if operator in ("In", "NotIn") and not values:
+            raise InvalidObject(f"operator {operator} needs values", obj=obj, field=f"{where}.values")
+        if operator in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+            raise InvalidObject(f"operator {operator} needs one integer value", obj=obj, field=f"{where}.values")
+        parsed.append(Requirement(item["key"], operator, tuple(values)))
+    return tuple(parsed)
+
+
+def parse_node_affinity(spec: Mapping[str, object], *, obj: str) -> tuple[NodeSelectorTerm, ...]:
+    """The required node affinity terms of a pod spec (any one term must match)."""
+    affinity = spec.get("affinity") or {}
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    if not isinstance(node_affinity, Mapping):
+        return ()
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(required, Mapping):
+        return ()
+    field = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    terms = required.get("nodeSelectorTerms") or []
+    if not isinstance(terms, list):
+        raise InvalidObject("expected a list of terms", obj=obj, field=field)
+    parsed = []
+    for i, term in enumerate(terms):
+        if not isinstance(term, Mapping):
+            raise InvalidObject("expected a term", obj=obj, field=f"{field}[{i}]")
+        parsed.append(
+            NodeSelectorTerm(
+                labels=_requirements(term.get("matchExpressions"), obj=obj, field=f"{field}[{i}].matchExpressions"),
+                fields=_requirements(term.get("matchFields"), obj=obj, field=f"{field}[{i}].matchFields"),
+            )
+        )
+    return tuple(parsed)
+
+
+def parse_tolerations(raw: object, *, obj: str) -> tuple[Toleration, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidObject("expected a list", obj=obj, field="spec.tolerations")
+    parsed = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            raise InvalidObject("expected a toleration", obj=obj, field=f"spec.tolerations[{i}]")
+        operator = item.get("operator") or "Equal"
+        if operator not in ("Equal", "Exists"):
+            raise InvalidObject(f"unknown operator {operator!r}", obj=obj, field=f"spec.tolerations[{i}].operator")
+        parsed.append(
+            Toleration(
+                key=str(item.get("key") or ""),
+                operator=str(operator),
+                value=str(item.get("value") or ""),
+                effect=str(item.get("effect") or ""),
+            )
+        )
+    return tuple(parsed)
+
+
+def parse_taints(raw: object, *, obj: str) -> tuple[Taint, ...]:
+    if not isinstance(raw, list):
+        return ()
+    taints = []
+    for item in raw:
+        if isinstance(item, Mapping) and isinstance(item.get("key"), str):
+            taints.append(Taint(item["key"], str(item.get("value") or ""), str(item.get("effect") or "")))
+    return tuple(taints)
+
+
+def tolerated(taints: Sequence[Taint], tolerations: Sequence[Toleration]) -> bool:
+    """Whether every NoSchedule / NoExecute taint is tolerated (PreferNoSchedule does not filter)."""
+    return all(
+        any(t.tolerates(taint) for t in tolerations)
+        for taint in taints
+        if taint.effect in ("NoSchedule", "NoExecute")
+    )
+
+
+def node_matches(
+    node_name: str,
+    labels: Mapping[str, str],
+    node_selector: Mapping[str, str],
+    affinity: Sequence[NodeSelectorTerm],
+) -> bool:
+    """Whether a node satisfies a pod's nodeSelector and required node affinity."""
+    if any(labels.get(k) != v for k, v in node_selector.items()):
+        return False
+    return not affinity or any(term.matches(node_name, labels) for term in affinity)

@@ -1,0 +1,209 @@
+"""NumPy twins of the kernels: the same names, arguments and results, written for clarity over speed.
+
+The tests compare every kernel with its twin on random clusters; the benchmark times both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.kernels import layout
+from scheduler.kernels.fgd import FragCache, TypicalPods
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+I8 = npt.NDArray[np.int8]
+B = npt.NDArray[np.bool_]
+
+
+def _requests(nodes: I64, req: F64, whole_k: int, gpu_mem_each: F64) -> F64:
+    rq = np.broadcast_to(req, (nodes.shape[0], req.shape[0])).copy()
+    if whole_k > 0:
+        rq[:, layout.GPU_MEMORY] += whole_k * gpu_mem_each[nodes]
+    return rq
+
+
+def fit(cap: F64, used: F64, req: F64, gpu_free: F64, gpu_mem_free: F64, gpu_count: I64, node_model: I64,
+        model_ok: B, any_model: bool, k: int, m: float, gmem: float, node_reason: I8, out: I8) -> I8:  # fmt: skip
+    n_nodes, n_res = cap.shape
+    reason = node_reason.astype(np.int64)
+    plain = np.ones(n_res, dtype=bool)
+    plain[[layout.GPU_MILLI, layout.GPU_MEMORY]] = False
+    short = (req > 0) & (used + req > cap) & plain
+    first = np.where(short.any(axis=1), short.argmax(axis=1) + layout.RESOURCE, layout.FIT)
+    reason = np.where(reason == layout.FIT, first, reason)
+    if k > 0:
+        slots = np.arange(gpu_free.shape[1]) < gpu_count[:, None]
+        model_bad = np.zeros(n_nodes, dtype=bool)
+        if not any_model:
+            known = node_model >= 0
+            model_bad = ~known.copy()
+            model_bad[known] = ~model_ok[node_model[known]]
+        if m >= layout.WHOLE:
+            enough = ((gpu_free >= layout.WHOLE) & slots).sum(axis=1) >= k
+            gpu_reason = np.where(enough, layout.FIT, layout.GPU_COUNT)
+        else:
+            share = (gpu_free >= m) & slots
+            found = (share & ((gpu_mem_free >= gmem) if gmem > 0 else True)).any(axis=1)
+            gpu_reason = np.where(found, layout.FIT, np.where(share.any(axis=1), layout.GPU_MEMORY_SHORT, layout.GPU_SHARE))
+        gpu_reason = np.where(model_bad, layout.GPU_MODEL, gpu_reason)
+        gpu_reason = np.where(gpu_count < k, layout.GPU_COUNT, gpu_reason)
+        reason = np.where(reason == layout.FIT, gpu_reason, reason)
+    out[:] = reason
+    return out
+
+
+def _weighted_mean(values: F64, weights: F64) -> F64:
+    total = weights.sum(axis=1)
+    safe = np.where(total > 0, total, 1.0)
+    result: F64 = np.where(total > 0, 100.0 * (values * weights).sum(axis=1) / safe, 0.0)
+    return result
+
+
+def spread(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
+    c, u = cap[nodes], used[nodes]
+    rq = _requests(nodes, req, whole_k, gpu_mem_each)
+    w = np.where(c > 0, weights, 0.0)
+    free = np.where(c > 0, (c - u - rq) / np.where(c > 0, c, 1.0), 0.0)
+    out[:] = _weighted_mean(free, w)
+    return out
+
+
+def binpack(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
+    c, u = cap[nodes], used[nodes]
+    rq = _requests(nodes, req, whole_k, gpu_mem_each)
+    w = np.where((c > 0) & (rq > 0), weights, 0.0)
+    after = np.where(c > 0, (u + rq) / np.where(c > 0, c, 1.0), 0.0)
+    out[:] = _weighted_mean(after, w)
+    return out
+
+
+def resource_strategy(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64,
+                      most: B, out: F64) -> F64:  # fmt: skip
+    c, u = cap[nodes], used[nodes]
+    rq = _requests(nodes, req, whole_k, gpu_mem_each)
+    w = np.where((c > 0) & (rq > 0), weights, 0.0)
+    after = np.where(c > 0, (u + rq) / np.where(c > 0, c, 1.0), 0.0)
+    out[:] = _weighted_mean(np.where(most, after, 1.0 - after), w)
+    return out
+
+
+def scarce_avoidance(nodes: I64, cap: F64, req: F64, scarce: B, out: F64) -> F64:
+    has = cap[nodes] > 0
+    wasted = has & scarce & (req <= 0)
+    n_has = has.sum(axis=1)
+    out[:] = np.where(n_has > 0, 100.0 * (n_has - wasted.sum(axis=1)) / np.maximum(n_has, 1), 100.0)
+    return out
+
+
+def balance(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, coef: F64,
+            high: float, low: float, out: F64) -> F64:  # fmt: skip
+    c, u = cap[nodes], used[nodes]
+    rq = _requests(nodes, req, whole_k, gpu_mem_each)
+    on = (c > 0) & (weights > 0)
+    w = np.where(on, weights, 0.0)
+    safe = np.where(c > 0, c, 1.0)
+    ub = np.where(on, u / safe, 0.0)
+    ua = np.where(on, (u + rq) / safe, 0.0)
+    rn = ua - ub
+    fb = np.where(on, 1.0 - ub, 0.0)
+    w_sum = w.sum(axis=1)
+    dims = on.sum(axis=1)
+    ws = np.where(w_sum > 0, w_sum, 1.0)
+    req_sq = (w * rn * rn).sum(axis=1)
+    free_sq = (w * fb * fb).sum(axis=1)
+    dot = (w * rn * fb).sum(axis=1)
+    align = np.where(req_sq == 0, 1.0, np.where(free_sq == 0, 0.0, dot / np.sqrt(np.maximum(req_sq * free_sq, 1e-300))))
+    mean_b = (w * ub).sum(axis=1) / ws
+    mean_a = (w * ua).sum(axis=1) / ws
+    var_b = (w * (ub - mean_b[:, None]) ** 2).sum(axis=1) / ws
+    var_a = (w * (ua - mean_a[:, None]) ** 2).sum(axis=1) / ws
+    evenness = np.clip(0.5 + 2.0 * (var_b - var_a), 0.0, 1.0)
+    max_after = np.where(on, ua, 0.0).max(axis=1)
+    stranded = (on & (ua <= low) & (max_after >= high)[:, None]).sum(axis=1)
+    unstranded = np.where(dims > 1, 1.0 - stranded / np.maximum(dims - 1, 1), 1.0)
+    headroom = np.maximum(0.0, np.minimum(1.0, np.where(on, 1.0 - ua, np.inf).min(axis=1)))
+    score = 100.0 * (coef[0] * align + coef[1] * evenness + coef[2] * unstranded + coef[3] * headroom) / coef.sum()
+    out[:] = np.where(dims > 0, score, 0.0)
+    return out
+
+
+def bestfit(nodes: I64, cap: F64, used: F64, req: F64, max_cpu: float, max_gpu: float, out: F64) -> F64:
+    cpu_left = cap[nodes, layout.CPU] - used[nodes, layout.CPU] - req[layout.CPU]
+    gpu_left = cap[nodes, layout.GPU_MILLI] - used[nodes, layout.GPU_MILLI] - req[layout.GPU_MILLI]
+    out[:] = np.trunc((1.0 - (0.5 * cpu_left / max_cpu + 0.5 * gpu_left / max_gpu)) * 100.0)
+    return out
+
+
+def dotprod(nodes: I64, cap: F64, used: F64, req: F64, max_cpu: float, max_gpu: float, out: F64) -> F64:
+    cpu_free = (cap[nodes, layout.CPU] - used[nodes, layout.CPU]) / max_cpu
+    gpu_free = (cap[nodes, layout.GPU_MILLI] - used[nodes, layout.GPU_MILLI]) / max_gpu
+    dot = cpu_free * req[layout.CPU] / max_cpu + gpu_free * req[layout.GPU_MILLI] / max_gpu
+    out[:] = np.trunc((1.0 - dot / 2.0) * 100.0)
+    return out
+
+
+def _frag(cpu_free: F64, free: F64, slots: B, model: I64, typical: TypicalPods) -> F64:
+    """Fragmentation of each row: cpu_free (K,), free (K, G) milli per device, slots (K, G) devices present."""
+    free = np.where(slots, free, 0.0)
+    idle = free.sum(axis=-1)
+    tm = typical.milli[:, None]
+    ge = (free[..., None, :] >= tm) & slots[..., None, :]
+    count_ge = ge.sum(axis=-1)
+    sum_lt = np.where(ge, 0.0, free[..., None, :]).sum(axis=-1)
+    known = model >= 0
+    allowed = np.zeros(model.shape + typical.cpu.shape, dtype=bool)
+    allowed[known] = typical.model_ok[:, model[known]].T
+    allowed |= typical.any_model
+    fits = (typical.count > 0) & allowed & (count_ge >= typical.count) & (cpu_free[..., None] >= typical.cpu)
+    unusable = np.where(fits, sum_lt, idle[..., None])
+    result: F64 = (unusable * typical.weight).sum(axis=-1)
+    return result
+
+
+def fragmentation(cap: F64, used: F64, gpu_free: F64, gpu_count: I64, node_model: I64, typical: TypicalPods,
+                  out: F64) -> F64:  # fmt: skip
+    slots = np.arange(gpu_free.shape[1]) < gpu_count[:, None]
+    out[:] = _frag(cap[:, layout.CPU] - used[:, layout.CPU], gpu_free, slots, node_model, typical)
+    return out
+
+
+def fgd(nodes: I64, cap: F64, used: F64, gpu_free: F64, gpu_mem_free: F64, gpu_count: I64, node_model: I64,
+        gen: I64, typical: TypicalPods, cache: FragCache, cpu_req: float, k: int, m: float, gmem: float,
+        out_score: F64, out_delta: F64, out_gpu: I64) -> F64:  # fmt: skip
+    del gen, cache  # the twin recomputes everything
+    free = gpu_free[nodes]
+    n_slots = free.shape[1]
+    slots = np.arange(n_slots) < gpu_count[nodes][:, None]
+    model = node_model[nodes]
+    cpu_free = cap[nodes, layout.CPU] - used[nodes, layout.CPU]
+    before = _frag(cpu_free, free, slots, model, typical)
+    if k == 0 or m >= layout.WHOLE:
+        taken = free.copy()
+        if k > 0:
+            whole = (free >= layout.WHOLE) & slots
+            rank = np.cumsum(whole, axis=1)
+            taken = np.where(whole & (rank <= k), 0.0, free)
+        delta = before - _frag(cpu_free - cpu_req, taken, slots, model, typical)
+        out_delta[:] = delta
+        out_score[:] = np.trunc(100.0 / (1.0 + np.exp(-delta / 1000.0)))
+        out_gpu[:] = -1
+        return out_score
+    # One candidate per device: (K, G candidates, G devices).
+    cand = np.repeat(free[:, None, :], n_slots, axis=1)
+    eye = np.eye(n_slots, dtype=bool)
+    cand = np.where(eye[None], cand - m, cand)
+    ok = slots & (free >= m)
+    if gmem > 0:
+        ok &= gpu_mem_free[nodes] >= gmem
+    after = _frag((cpu_free - cpu_req)[:, None], cand, np.repeat(slots[:, None, :], n_slots, axis=1),
+                  np.repeat(model[:, None], n_slots, axis=1), typical)  # fmt: skip
+    delta = before[:, None] - after
+    score = np.where(ok, np.trunc(100.0 / (1.0 + np.exp(-delta / 1000.0))), -1.0)
+    best = score.argmax(axis=1)
+    rows = np.arange(nodes.shape[0])
+    out_score[:] = score[rows, best]
+    out_delta[:] = np.where(ok[rows, best], delta[rows, best], 0.0)
+    out_gpu[:] = np.where(ok[rows, best], best, -1)
+    return out_score

@@ -1,0 +1,279 @@
+"""Node scores for one pod over many nodes at once: spread, binpack, per-resource strategy, scarce-resource
+avoidance, cross-dimensional balance, and the FGD paper's BestFit and DotProd baselines.
+
+Every kernel scores the nodes listed in ``nodes`` (indices into the cluster arrays) and writes one float per
+listed node into ``out``, in 0..100 (higher is better). A request for column ``r`` on node ``n`` is
+``req[r]``, plus, for the GPU-memory column, ``whole_k`` devices' worth of that node's device memory: a
+whole-GPU pod takes all of its devices' memory, whatever their size. The formulas and their reasons are in
+docs/scoring.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.kernels import layout
+from scheduler.kernels._jit import jit
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+
+@jit
+def _request(req, r, n, whole_k, gpu_mem_each):
+    if r == layout.GPU_MEMORY and whole_k > 0:
+        return req[r] + whole_k * gpu_mem_each[n]
+    return req[r]
+
+
+def _check(nodes: I64, cap: F64, used: F64, req: F64, out: F64, per_resource: F64 | None = None) -> None:
+    if used.shape != cap.shape or req.shape != (cap.shape[1],) or out.shape != nodes.shape:
+        raise ValueError("score: cap, used, req, nodes and out disagree in shape")
+    if per_resource is not None and per_resource.shape != req.shape:
+        raise ValueError("score: one weight per resource column is needed")
+
+
+# --- spread: kube-scheduler's LeastAllocated -----------------------------------------------------------------
+
+
+@jit
+def _spread(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
+    n_res = cap.shape[1]
+    for i in range(nodes.shape[0]):
+        n = nodes[i]
+        total = 0.0
+        weight_sum = 0.0
+        for r in range(n_res):
+            w = weights[r]
+            c = cap[n, r]
+            if w == 0.0 or c <= 0.0:
+                continue
+            total += w * (c - used[n, r] - _request(req, r, n, whole_k, gpu_mem_each)) / c
+            weight_sum += w
+        out[i] = 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
+
+
+def spread(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
+    """Weighted mean free share after placement, over the resources the node has (LeastAllocated)."""
+    _check(nodes, cap, used, req, out, weights)
+    _spread(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out)
+    return out
+
+
+# --- binpack: Volcano's binpack ------------------------------------------------------------------------------
+
+
+@jit
+def _binpack(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
+    n_res = cap.shape[1]
+    for i in range(nodes.shape[0]):
+        n = nodes[i]
+        total = 0.0
+        weight_sum = 0.0
+        for r in range(n_res):
+            w = weights[r]
+            c = cap[n, r]
+            rq = _request(req, r, n, whole_k, gpu_mem_each)
+            if w == 0.0 or c <= 0.0 or rq <= 0.0:
+                continue
+            total += w * (used[n, r] + rq) / c
+            weight_sum += w
+        out[i] = 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
+
+
+def binpack(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
+    """Weighted mean used share after placement, over the resources the pod requests (Volcano binpack)."""
+    _check(nodes, cap, used, req, out, weights)
+    _binpack(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out)
+    return out
+
+
+# --- per-resource strategy: Koordinator's NodeResourcesFitPlus -----------------------------------------------
+
+
+@jit
+def _resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out):
+    n_res = cap.shape[1]
+    for i in range(nodes.shape[0]):
+        n = nodes[i]
+        total = 0.0
+        weight_sum = 0.0
+        for r in range(n_res):
+            w = weights[r]
+            c = cap[n, r]
+            rq = _request(req, r, n, whole_k, gpu_mem_each)
+            if w == 0.0 or c <= 0.0 or rq <= 0.0:
+                continue
+            after = (used[n, r] + rq) / c
+            total += w * (after if most[r] else 1.0 - after)
+            weight_sum += w
+        out[i] = 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
+
+
+def resource_strategy(
+    nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, most: B, out: F64
+) -> F64:
+    """Each requested resource scored Most (``most[r]``) or Least allocated, weighted per resource."""
+    _check(nodes, cap, used, req, out, weights)
+    _resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out)
+    return out
+
+
+# --- scarce-resource avoidance: Koordinator's ScarceResourceAvoidance ----------------------------------------
+
+
+@jit
+def _scarce_avoidance(nodes, cap, req, scarce, out):
+    n_res = cap.shape[1]
+    for i in range(nodes.shape[0]):
+        n = nodes[i]
+        has = 0
+        wasted = 0
+        for r in range(n_res):
+            if cap[n, r] <= 0.0:
+                continue
+            has += 1
+            if scarce[r] and req[r] <= 0.0:
+                wasted += 1
+        out[i] = 100.0 * (has - wasted) / has if has > 0 else 100.0
+
+
+def scarce_avoidance(nodes: I64, cap: F64, req: F64, scarce: B, out: F64) -> F64:
+    """Lower for nodes holding scarce resources (GPUs) the pod does not ask for."""
+    if req.shape != (cap.shape[1],) or scarce.shape != req.shape or out.shape != nodes.shape:
+        raise ValueError("scarce_avoidance: shapes disagree")
+    _scarce_avoidance(nodes, cap, req, scarce, out)
+    return out
+
+
+# --- balance: cross-dimensional, against stranded resources --------------------------------------------------
+
+
+@jit
+def _balance(nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, high, low, out):
+    n_res = cap.shape[1]
+    coef_sum = coef[0] + coef[1] + coef[2] + coef[3]
+    for i in range(nodes.shape[0]):
+        n = nodes[i]
+        w_sum = 0.0
+        dot = 0.0
+        req_sq = 0.0
+        free_sq = 0.0
+        mean_b = 0.0
+        mean_a = 0.0
+        dims = 0
+        max_after = 0.0
+        headroom = 1.0
+        for r in range(n_res):
+            w = weights[r]
+            c = cap[n, r]
+            if w == 0.0 or c <= 0.0:
+                continue
+            ub = used[n, r] / c
+            ua = (used[n, r] + _request(req, r, n, whole_k, gpu_mem_each)) / c
+            rn = ua - ub
+            fb = 1.0 - ub
+            dot += w * rn * fb
+            req_sq += w * rn * rn
+            free_sq += w * fb * fb
+            mean_b += w * ub
+            mean_a += w * ua
+            w_sum += w
+            dims += 1
+            if ua > max_after:
+                max_after = ua
+            if 1.0 - ua < headroom:
+                headroom = 1.0 - ua
+        if dims == 0:
+            out[i] = 0.0
+            continue
+        mean_b /= w_sum
+        mean_a /= w_sum
+        var_b = 0.0
+        var_a = 0.0
+        stranded = 0
+        for r in range(n_res):
+            w = weights[r]
+            c = cap[n, r]
+            if w == 0.0 or c <= 0.0:
+                continue
+            ub = used[n, r] / c
+            ua = (used[n, r] + _request(req, r, n, whole_k, gpu_mem_each)) / c
+            var_b += w * (ub - mean_b) * (ub - mean_b)
+            var_a += w * (ua - mean_a) * (ua - mean_a)
+            if max_after >= high and ua <= low:
+                stranded += 1
+        var_b /= w_sum
+        var_a /= w_sum
+        if req_sq == 0.0:
+            align = 1.0
+        elif free_sq == 0.0:
+            align = 0.0
+        else:
+            align = dot / math.sqrt(req_sq * free_sq)
+        evenness = min(1.0, max(0.0, 0.5 + 2.0 * (var_b - var_a)))
+        unstranded = 1.0 - stranded / (dims - 1) if dims > 1 else 1.0
+        headroom = max(0.0, headroom)
+        out[i] = 100.0 * (coef[0] * align + coef[1] * evenness + coef[2] * unstranded + coef[3] * headroom) / coef_sum
+
+
+def balance(
+    nodes: I64,
+    cap: F64,
+    used: F64,
+    req: F64,
+    whole_k: int,
+    gpu_mem_each: F64,
+    weights: F64,
+    coef: F64,
+    high: float,
+    low: float,
+    out: F64,
+) -> F64:
+    """Cross-dimensional balance: alignment, evenness gained, no stranded dimension, headroom (coef weights)."""
+    _check(nodes, cap, used, req, out, weights)
+    if coef.shape != (4,) or coef.sum() <= 0.0:
+        raise ValueError("balance: coef needs four non-negative weights with a positive sum")
+    _balance(nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, float(high), float(low), out)
+    return out
+
+
+# --- the FGD paper's baselines -------------------------------------------------------------------------------
+
+
+@jit
+def _bestfit(nodes, cap, used, req, max_cpu, max_gpu, out):
+    for i in range(nodes.shape[0]):
+        n = nodes[i]
+        cpu_left = cap[n, layout.CPU] - used[n, layout.CPU] - req[layout.CPU]
+        gpu_left = cap[n, layout.GPU_MILLI] - used[n, layout.GPU_MILLI] - req[layout.GPU_MILLI]
+        out[i] = float(int((1.0 - (0.5 * cpu_left / max_cpu + 0.5 * gpu_left / max_gpu)) * 100.0))
+
+
+def bestfit(nodes: I64, cap: F64, used: F64, req: F64, max_cpu: float, max_gpu: float, out: F64) -> F64:
+    """The FGD paper's BestFit: less CPU and GPU left over after placement is better (integer, unnormalised)."""
+    _check(nodes, cap, used, req, out)
+    _bestfit(nodes, cap, used, req, float(max_cpu), float(max_gpu), out)
+    return out
+
+
+@jit
+def _dotprod(nodes, cap, used, req, max_cpu, max_gpu, out):
+    for i in range(nodes.shape[0]):
+        n = nodes[i]
+        cpu_free = (cap[n, layout.CPU] - used[n, layout.CPU]) / max_cpu
+        gpu_free = (cap[n, layout.GPU_MILLI] - used[n, layout.GPU_MILLI]) / max_gpu
+        dot = cpu_free * req[layout.CPU] / max_cpu + gpu_free * req[layout.GPU_MILLI] / max_gpu
+        out[i] = float(int((1.0 - dot / 2.0) * 100.0))
+
+
+def dotprod(nodes: I64, cap: F64, used: F64, req: F64, max_cpu: float, max_gpu: float, out: F64) -> F64:
+    """The FGD paper's DotProd ("merge" GPU dimension, max-normalised): a smaller dot product of the node's free
+    vector with the request scores higher (integer)."""
+    _check(nodes, cap, used, req, out)
+    _dotprod(nodes, cap, used, req, float(max_cpu), float(max_gpu), out)
+    return out
