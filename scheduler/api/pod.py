@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from scheduler.api import quantity, resources, selectors
 from scheduler.api.errors import InvalidObject
-from scheduler.api.resources import GpuRequest, ResourceList
+from scheduler.api.resources import NO_GPU, GpuRequest, ResourceList
 
 SCHEDULER_NAME = "gpusched"
 ANNOTATION_GPU_MILLI = "gpusched.io/gpu-milli"
@@ -35,7 +35,7 @@ class PodRequest:
     uid: str = ""
     #: Effective requests in scheduler units, ``pods`` included (1); GPUs are in ``gpu``.
     resources: ResourceList = field(default_factory=dict)
-    gpu: GpuRequest = resources.NO_GPU
+    gpu: GpuRequest = NO_GPU
     priority: int = 0
     scheduler_name: str = SCHEDULER_NAME
     node_name: str = ""
@@ -144,7 +144,9 @@ def _gpu_request(requested: ResourceList, annotations: Mapping[str, str], *, obj
     except ValueError:
         raise InvalidObject(f"{raw_milli!r} is not an integer 1..999", obj=obj, field=field_milli) from None
     if not 1 <= milli <= 999:
-        raise InvalidObject(f"{milli} is outside 1..999 (use nvidia.com/gpu for whole GPUs)", obj=obj, field=field_milli)
+        raise InvalidObject(
+            f"{milli} is outside 1..999 (use nvidia.com/gpu for whole GPUs)", obj=obj, field=field_milli
+        )
     if whole:
         raise InvalidObject(
             f"a shared GPU ({ANNOTATION_GPU_MILLI}) cannot be combined with {resources.GPU} requests",
@@ -174,7 +176,9 @@ def _gpu_ids(annotations: Mapping[str, str], *, obj: str) -> tuple[int, ...]:
         ) from None
     if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
         raise InvalidObject(
-            f"{raw!r} has negative or repeated GPU indices", obj=obj, field=f"metadata.annotations[{ANNOTATION_GPU_IDS}]"
+            f"{raw!r} has negative or repeated GPU indices",
+            obj=obj,
+            field=f"metadata.annotations[{ANNOTATION_GPU_IDS}]",
         )
     return ids
 

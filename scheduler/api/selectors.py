@@ -163,9 +163,7 @@ def parse_taints(raw: object, *, obj: str) -> tuple[Taint, ...]:
 def tolerated(taints: Sequence[Taint], tolerations: Sequence[Toleration]) -> bool:
     """Whether every NoSchedule / NoExecute taint is tolerated (PreferNoSchedule does not filter)."""
     return all(
-        any(t.tolerates(taint) for t in tolerations)
-        for taint in taints
-        if taint.effect in ("NoSchedule", "NoExecute")
+        any(t.tolerates(taint) for t in tolerations) for taint in taints if taint.effect in ("NoSchedule", "NoExecute")
     )
 
 

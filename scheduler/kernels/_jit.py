@@ -9,7 +9,7 @@ Set ``NUMBA_DISABLE_JIT=1`` to run the kernels as plain Python (coverage, debugg
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numba
 
@@ -18,5 +18,4 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def jit(func: F) -> F:
     """Compile ``func`` in nopython mode with the project's flags."""
-    compiled: F = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")(func)
-    return compiled
+    return cast(F, numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")(func))

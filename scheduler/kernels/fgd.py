@@ -41,8 +41,28 @@ def _unusable(t, count_ge, sum_lt, idle, cpu_free, model, t_cpu, t_k, t_any, t_m
 
 
 @jit
-def _refresh(n, cap, used, gpu_free, gpu_count, node_model, t_cpu, t_milli, t_k, t_any, t_model_ok, t_weight,
-             count_ge, sum_lt, idle, frag):  # fmt: skip
+def _refresh(
+    n,
+    cap,
+    used,
+    gpu_free,
+    gpu_count,
+    node_model,
+    t_cpu,
+    t_milli,
+    t_k,
+    t_any,
+    t_model_ok,
+    t_weight,
+    count_ge,
+    sum_lt,
+    idle,
+    frag,
+    usable,
+    n_usable,
+    w_idle,
+    unusable,
+):
     devices = gpu_count[n]
     total = 0.0
     for g in range(devices):
@@ -51,7 +71,15 @@ def _refresh(n, cap, used, gpu_free, gpu_count, node_model, t_cpu, t_milli, t_k,
     cpu_free = cap[n, layout.CPU] - used[n, layout.CPU]
     model = node_model[n]
     f = 0.0
+    w_all_idle = 0.0
+    listed = 0
     for t in range(t_cpu.shape[0]):
+        if t_k[t] == 0 or (not t_any[t] and (model < 0 or not t_model_ok[t, model])):
+            # This typical pod can never use the node's GPUs: all idle milli is fragment for it.
+            w_all_idle += t_weight[t]
+            continue
+        usable[n, listed] = t
+        listed += 1
         c = 0
         s = 0.0
         for g in range(devices):
@@ -62,16 +90,39 @@ def _refresh(n, cap, used, gpu_free, gpu_count, node_model, t_cpu, t_milli, t_k,
                 s += a
         count_ge[n, t] = c
         sum_lt[n, t] = s
-        f += t_weight[t] * _unusable(t, c, s, total, cpu_free, model, t_cpu, t_k, t_any, t_model_ok)
-    frag[n] = f
+        u = _unusable(t, c, s, total, cpu_free, model, t_cpu, t_k, t_any, t_model_ok)
+        unusable[n, t] = u
+        f += t_weight[t] * u
+    n_usable[n] = listed
+    w_idle[n] = w_all_idle
+    frag[n] = f + w_all_idle * total
 
 
 @jit
-def _after(n, t_cpu, t_milli, t_k, t_any, t_model_ok, t_weight, count_ge, sum_lt, idle_after, cpu_after, model,
-           old, new, times):  # fmt: skip
-    # Fragmentation once ``times`` devices went from ``old`` to ``new`` free milli.
-    f = 0.0
-    for t in range(t_cpu.shape[0]):
+def _drop(
+    n,
+    t_cpu,
+    t_milli,
+    t_k,
+    t_weight,
+    count_ge,
+    sum_lt,
+    usable,
+    n_usable,
+    w_idle,
+    unusable,
+    idle,
+    idle_after,
+    cpu_after,
+    old,
+    new,
+    times,
+):
+    # How much fragmentation drops once ``times`` devices went from ``old`` to ``new`` free milli. Summed term by
+    # term, so that a placement that changes nothing gives exactly 0 (score 50), whatever the rounding.
+    f = w_idle[n] * (idle - idle_after)
+    for i in range(n_usable[n]):
+        t = usable[n, i]
         tm = t_milli[t]
         c = count_ge[n, t]
         s = sum_lt[n, t]
@@ -83,7 +134,8 @@ def _after(n, t_cpu, t_milli, t_k, t_any, t_model_ok, t_weight, count_ge, sum_lt
             c += times
         else:
             s += times * new
-        f += t_weight[t] * _unusable(t, c, s, idle_after, cpu_after, model, t_cpu, t_k, t_any, t_model_ok)
+        u = idle_after if (c < t_k[t] or cpu_after < t_cpu[t]) else s
+        f += t_weight[t] * (unusable[n, t] - u)
     return f
 
 
@@ -93,22 +145,86 @@ def _score(delta):
 
 
 @jit
-def _fgd(nodes, cap, used, gpu_free, gpu_mem_free, gpu_count, node_model, gen, t_cpu, t_milli, t_k, t_any,
-         t_model_ok, t_weight, seen, count_ge, sum_lt, idle, frag, cpu_req, k, m, gmem,
-         out_score, out_delta, out_gpu):  # fmt: skip
+def _fgd(
+    nodes,
+    cap,
+    used,
+    gpu_free,
+    gpu_mem_free,
+    gpu_count,
+    node_model,
+    gen,
+    t_cpu,
+    t_milli,
+    t_k,
+    t_any,
+    t_model_ok,
+    t_weight,
+    seen,
+    count_ge,
+    sum_lt,
+    idle,
+    frag,
+    usable,
+    n_usable,
+    w_idle,
+    unusable,
+    cpu_req,
+    k,
+    m,
+    gmem,
+    out_score,
+    out_delta,
+    out_gpu,
+):
     for i in range(nodes.shape[0]):
         n = nodes[i]
         if seen[n] != gen[n]:
-            _refresh(n, cap, used, gpu_free, gpu_count, node_model, t_cpu, t_milli, t_k, t_any, t_model_ok,
-                     t_weight, count_ge, sum_lt, idle, frag)  # fmt: skip
+            _refresh(
+                n,
+                cap,
+                used,
+                gpu_free,
+                gpu_count,
+                node_model,
+                t_cpu,
+                t_milli,
+                t_k,
+                t_any,
+                t_model_ok,
+                t_weight,
+                count_ge,
+                sum_lt,
+                idle,
+                frag,
+                usable,
+                n_usable,
+                w_idle,
+                unusable,
+            )
             seen[n] = gen[n]
         cpu_after = cap[n, layout.CPU] - used[n, layout.CPU] - cpu_req
-        model = node_model[n]
         best_gpu = -1
         if k == 0 or m >= layout.WHOLE:
-            after = _after(n, t_cpu, t_milli, t_k, t_any, t_model_ok, t_weight, count_ge, sum_lt,
-                           idle[n] - k * layout.WHOLE, cpu_after, model, layout.WHOLE, 0.0, k)  # fmt: skip
-            best_delta = frag[n] - after
+            best_delta = _drop(
+                n,
+                t_cpu,
+                t_milli,
+                t_k,
+                t_weight,
+                count_ge,
+                sum_lt,
+                usable,
+                n_usable,
+                w_idle,
+                unusable,
+                idle[n],
+                idle[n] - k * layout.WHOLE,
+                cpu_after,
+                layout.WHOLE,
+                0.0,
+                k,
+            )
             best_score = _score(best_delta)
         else:
             best_delta = 0.0
@@ -124,9 +240,25 @@ def _fgd(nodes, cap, used, gpu_free, gpu_mem_free, gpu_count, node_model, gen, t
                         break
                 if repeat:
                     continue
-                after = _after(n, t_cpu, t_milli, t_k, t_any, t_model_ok, t_weight, count_ge, sum_lt,
-                               idle[n] - m, cpu_after, model, a, a - m, 1)  # fmt: skip
-                delta = frag[n] - after
+                delta = _drop(
+                    n,
+                    t_cpu,
+                    t_milli,
+                    t_k,
+                    t_weight,
+                    count_ge,
+                    sum_lt,
+                    usable,
+                    n_usable,
+                    w_idle,
+                    unusable,
+                    idle[n],
+                    idle[n] - m,
+                    cpu_after,
+                    a,
+                    a - m,
+                    1,
+                )
                 score = _score(delta)
                 if score > best_score:
                     best_score = score
@@ -143,7 +275,7 @@ class TypicalPods:
     ``model_ok[t, model_id]`` tells which GPU models shape t may use unless ``any_model[t]``.
     """
 
-    __slots__ = ("any_model", "cpu", "count", "milli", "model_ok", "weight")
+    __slots__ = ("any_model", "count", "cpu", "milli", "model_ok", "weight")
 
     def __init__(self, cpu: F64, milli: F64, count: I64, any_model: B, model_ok: B, weight: F64) -> None:
         t = cpu.shape[0]
@@ -158,7 +290,7 @@ class TypicalPods:
 class FragCache:
     """Per-node statistics the FGD kernel keeps between calls (owned by the caller, one per cluster view)."""
 
-    __slots__ = ("count_ge", "frag", "idle", "seen", "sum_lt")
+    __slots__ = ("count_ge", "frag", "idle", "n_usable", "seen", "sum_lt", "unusable", "usable", "w_idle")
 
     def __init__(self, nodes: int, typical: int) -> None:
         self.seen = np.full(nodes, -1, dtype=np.int64)
@@ -166,6 +298,13 @@ class FragCache:
         self.sum_lt = np.zeros((nodes, typical), dtype=np.float64)
         self.idle = np.zeros(nodes, dtype=np.float64)
         self.frag = np.zeros(nodes, dtype=np.float64)
+        #: Per node, the typical pods that may use its GPUs (first ``n_usable`` entries), and the summed weight
+        #: of the others, for which every idle milli is a fragment.
+        self.usable = np.zeros((nodes, typical), dtype=np.int64)
+        self.n_usable = np.zeros(nodes, dtype=np.int64)
+        self.w_idle = np.zeros(nodes, dtype=np.float64)
+        #: Per node and typical pod, the idle milli that pod could not use.
+        self.unusable = np.zeros((nodes, typical), dtype=np.float64)
 
 
 def fgd(
@@ -197,16 +336,43 @@ def fgd(
         raise ValueError("fgd: the FragCache was made for another cluster size or typical-pod set")
     if out_score.shape != nodes.shape or out_delta.shape != nodes.shape or out_gpu.shape != nodes.shape:
         raise ValueError("fgd: outputs need one entry per listed node")
-    _fgd(nodes, cap, used, gpu_free, gpu_mem_free, gpu_count, node_model, gen, typical.cpu, typical.milli,
-         typical.count, typical.any_model, typical.model_ok, typical.weight, cache.seen, cache.count_ge,
-         cache.sum_lt, cache.idle, cache.frag, float(cpu_req), int(k), float(m), float(gmem),
-         out_score, out_delta, out_gpu)  # fmt: skip
+    _fgd(
+        nodes,
+        cap,
+        used,
+        gpu_free,
+        gpu_mem_free,
+        gpu_count,
+        node_model,
+        gen,
+        typical.cpu,
+        typical.milli,
+        typical.count,
+        typical.any_model,
+        typical.model_ok,
+        typical.weight,
+        cache.seen,
+        cache.count_ge,
+        cache.sum_lt,
+        cache.idle,
+        cache.frag,
+        cache.usable,
+        cache.n_usable,
+        cache.w_idle,
+        cache.unusable,
+        float(cpu_req),
+        int(k),
+        float(m),
+        float(gmem),
+        out_score,
+        out_delta,
+        out_gpu,
+    )
     return out_score
 
 
 @jit
-def _fragmentation(cap, used, gpu_free, gpu_count, node_model, t_cpu, t_milli, t_k, t_any, t_model_ok, t_weight,
-                   out):  # fmt: skip
+def _fragmentation(cap, used, gpu_free, gpu_count, node_model, t_cpu, t_milli, t_k, t_any, t_model_ok, t_weight, out):
     typical = t_cpu.shape[0]
     for n in range(cap.shape[0]):
         devices = gpu_count[n]
@@ -234,6 +400,18 @@ def fragmentation(
     """Each node's expected fragmentation in GPU-milli (the FGD paper's measure), into ``out``."""
     if out.shape != (cap.shape[0],):
         raise ValueError("fragmentation: one output per node is needed")
-    _fragmentation(cap, used, gpu_free, gpu_count, node_model, typical.cpu, typical.milli, typical.count,
-                   typical.any_model, typical.model_ok, typical.weight, out)  # fmt: skip
+    _fragmentation(
+        cap,
+        used,
+        gpu_free,
+        gpu_count,
+        node_model,
+        typical.cpu,
+        typical.milli,
+        typical.count,
+        typical.any_model,
+        typical.model_ok,
+        typical.weight,
+        out,
+    )
     return out

@@ -20,8 +20,22 @@ B = npt.NDArray[np.bool_]
 
 
 @jit
-def _fit(cap, used, req, gpu_free, gpu_mem_free, gpu_count, node_model, model_ok, any_model, k, m, gmem,
-         node_reason, out):  # fmt: skip
+def _fit(
+    cap,
+    used,
+    req,
+    gpu_free,
+    gpu_mem_free,
+    gpu_count,
+    node_model,
+    model_ok,
+    any_model,
+    k,
+    m,
+    gmem,
+    node_reason,
+    out,
+):
     n_nodes, n_res = cap.shape
     for n in range(n_nodes):
         reason = node_reason[n]
@@ -86,6 +100,20 @@ def fit(
         raise ValueError("fit: cap, used, req and out disagree in shape")
     if gpu_free.shape[0] != n_nodes or gpu_mem_free.shape != gpu_free.shape or node_reason.shape != (n_nodes,):
         raise ValueError("fit: GPU table or node_reason disagree with cap in shape")
-    _fit(cap, used, req, gpu_free, gpu_mem_free, gpu_count, node_model, model_ok, any_model, k, float(m),
-         float(gmem), node_reason, out)  # fmt: skip
+    _fit(
+        cap,
+        used,
+        req,
+        gpu_free,
+        gpu_mem_free,
+        gpu_count,
+        node_model,
+        model_ok,
+        any_model,
+        k,
+        float(m),
+        float(gmem),
+        node_reason,
+        out,
+    )
     return out

@@ -24,8 +24,22 @@ def _requests(nodes: I64, req: F64, whole_k: int, gpu_mem_each: F64) -> F64:
     return rq
 
 
-def fit(cap: F64, used: F64, req: F64, gpu_free: F64, gpu_mem_free: F64, gpu_count: I64, node_model: I64,
-        model_ok: B, any_model: bool, k: int, m: float, gmem: float, node_reason: I8, out: I8) -> I8:  # fmt: skip
+def fit(
+    cap: F64,
+    used: F64,
+    req: F64,
+    gpu_free: F64,
+    gpu_mem_free: F64,
+    gpu_count: I64,
+    node_model: I64,
+    model_ok: B,
+    any_model: bool,
+    k: int,
+    m: float,
+    gmem: float,
+    node_reason: I8,
+    out: I8,
+) -> I8:
     n_nodes, n_res = cap.shape
     reason = node_reason.astype(np.int64)
     plain = np.ones(n_res, dtype=bool)
@@ -46,7 +60,9 @@ def fit(cap: F64, used: F64, req: F64, gpu_free: F64, gpu_mem_free: F64, gpu_cou
         else:
             share = (gpu_free >= m) & slots
             found = (share & ((gpu_mem_free >= gmem) if gmem > 0 else True)).any(axis=1)
-            gpu_reason = np.where(found, layout.FIT, np.where(share.any(axis=1), layout.GPU_MEMORY_SHORT, layout.GPU_SHARE))
+            gpu_reason = np.where(
+                found, layout.FIT, np.where(share.any(axis=1), layout.GPU_MEMORY_SHORT, layout.GPU_SHARE)
+            )
         gpu_reason = np.where(model_bad, layout.GPU_MODEL, gpu_reason)
         gpu_reason = np.where(gpu_count < k, layout.GPU_COUNT, gpu_reason)
         reason = np.where(reason == layout.FIT, gpu_reason, reason)
@@ -79,8 +95,17 @@ def binpack(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_eac
     return out
 
 
-def resource_strategy(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64,
-                      most: B, out: F64) -> F64:  # fmt: skip
+def resource_strategy(
+    nodes: I64,
+    cap: F64,
+    used: F64,
+    req: F64,
+    whole_k: int,
+    gpu_mem_each: F64,
+    weights: F64,
+    most: B,
+    out: F64,
+) -> F64:
     c, u = cap[nodes], used[nodes]
     rq = _requests(nodes, req, whole_k, gpu_mem_each)
     w = np.where((c > 0) & (rq > 0), weights, 0.0)
@@ -97,8 +122,19 @@ def scarce_avoidance(nodes: I64, cap: F64, req: F64, scarce: B, out: F64) -> F64
     return out
 
 
-def balance(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, coef: F64,
-            high: float, low: float, out: F64) -> F64:  # fmt: skip
+def balance(
+    nodes: I64,
+    cap: F64,
+    used: F64,
+    req: F64,
+    whole_k: int,
+    gpu_mem_each: F64,
+    weights: F64,
+    coef: F64,
+    high: float,
+    low: float,
+    out: F64,
+) -> F64:
     c, u = cap[nodes], used[nodes]
     rq = _requests(nodes, req, whole_k, gpu_mem_each)
     on = (c > 0) & (weights > 0)
@@ -144,8 +180,8 @@ def dotprod(nodes: I64, cap: F64, used: F64, req: F64, max_cpu: float, max_gpu: 
     return out
 
 
-def _frag(cpu_free: F64, free: F64, slots: B, model: I64, typical: TypicalPods) -> F64:
-    """Fragmentation of each row: cpu_free (K,), free (K, G) milli per device, slots (K, G) devices present."""
+def _unusable(cpu_free: F64, free: F64, slots: B, model: I64, typical: TypicalPods) -> F64:
+    """Idle milli each typical pod could not use, per row: cpu_free (K,), free (K, G), slots (K, G) -> (K, T)."""
     free = np.where(slots, free, 0.0)
     idle = free.sum(axis=-1)
     tm = typical.milli[:, None]
@@ -157,35 +193,62 @@ def _frag(cpu_free: F64, free: F64, slots: B, model: I64, typical: TypicalPods) 
     allowed[known] = typical.model_ok[:, model[known]].T
     allowed |= typical.any_model
     fits = (typical.count > 0) & allowed & (count_ge >= typical.count) & (cpu_free[..., None] >= typical.cpu)
-    unusable = np.where(fits, sum_lt, idle[..., None])
-    result: F64 = (unusable * typical.weight).sum(axis=-1)
+    result: F64 = np.where(fits, sum_lt, idle[..., None])
     return result
 
 
-def fragmentation(cap: F64, used: F64, gpu_free: F64, gpu_count: I64, node_model: I64, typical: TypicalPods,
-                  out: F64) -> F64:  # fmt: skip
+def _frag(cpu_free: F64, free: F64, slots: B, model: I64, typical: TypicalPods) -> F64:
+    result: F64 = (_unusable(cpu_free, free, slots, model, typical) * typical.weight).sum(axis=-1)
+    return result
+
+
+def _drop(before: F64, after: F64, typical: TypicalPods) -> F64:
+    """Fragmentation drop summed term by term (exactly 0 where nothing changes)."""
+    result: F64 = ((before - after) * typical.weight).sum(axis=-1)
+    return result
+
+
+def fragmentation(
+    cap: F64, used: F64, gpu_free: F64, gpu_count: I64, node_model: I64, typical: TypicalPods, out: F64
+) -> F64:
     slots = np.arange(gpu_free.shape[1]) < gpu_count[:, None]
     out[:] = _frag(cap[:, layout.CPU] - used[:, layout.CPU], gpu_free, slots, node_model, typical)
     return out
 
 
-def fgd(nodes: I64, cap: F64, used: F64, gpu_free: F64, gpu_mem_free: F64, gpu_count: I64, node_model: I64,
-        gen: I64, typical: TypicalPods, cache: FragCache, cpu_req: float, k: int, m: float, gmem: float,
-        out_score: F64, out_delta: F64, out_gpu: I64) -> F64:  # fmt: skip
+def fgd(
+    nodes: I64,
+    cap: F64,
+    used: F64,
+    gpu_free: F64,
+    gpu_mem_free: F64,
+    gpu_count: I64,
+    node_model: I64,
+    gen: I64,
+    typical: TypicalPods,
+    cache: FragCache,
+    cpu_req: float,
+    k: int,
+    m: float,
+    gmem: float,
+    out_score: F64,
+    out_delta: F64,
+    out_gpu: I64,
+) -> F64:
     del gen, cache  # the twin recomputes everything
     free = gpu_free[nodes]
     n_slots = free.shape[1]
     slots = np.arange(n_slots) < gpu_count[nodes][:, None]
     model = node_model[nodes]
     cpu_free = cap[nodes, layout.CPU] - used[nodes, layout.CPU]
-    before = _frag(cpu_free, free, slots, model, typical)
+    before = _unusable(cpu_free, free, slots, model, typical)
     if k == 0 or m >= layout.WHOLE:
         taken = free.copy()
         if k > 0:
             whole = (free >= layout.WHOLE) & slots
             rank = np.cumsum(whole, axis=1)
             taken = np.where(whole & (rank <= k), 0.0, free)
-        delta = before - _frag(cpu_free - cpu_req, taken, slots, model, typical)
+        delta = _drop(before, _unusable(cpu_free - cpu_req, taken, slots, model, typical), typical)
         out_delta[:] = delta
         out_score[:] = np.trunc(100.0 / (1.0 + np.exp(-delta / 1000.0)))
         out_gpu[:] = -1
@@ -197,9 +260,14 @@ def fgd(nodes: I64, cap: F64, used: F64, gpu_free: F64, gpu_mem_free: F64, gpu_c
     ok = slots & (free >= m)
     if gmem > 0:
         ok &= gpu_mem_free[nodes] >= gmem
-    after = _frag((cpu_free - cpu_req)[:, None], cand, np.repeat(slots[:, None, :], n_slots, axis=1),
-                  np.repeat(model[:, None], n_slots, axis=1), typical)  # fmt: skip
-    delta = before[:, None] - after
+    after = _unusable(
+        (cpu_free - cpu_req)[:, None],
+        cand,
+        np.repeat(slots[:, None, :], n_slots, axis=1),
+        np.repeat(model[:, None], n_slots, axis=1),
+        typical,
+    )
+    delta = _drop(before[:, None, :], after, typical)
     score = np.where(ok, np.trunc(100.0 / (1.0 + np.exp(-delta / 1000.0))), -1.0)
     best = score.argmax(axis=1)
     rows = np.arange(nodes.shape[0])

@@ -115,7 +115,15 @@ def _resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, mo
 
 
 def resource_strategy(
-    nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, most: B, out: F64
+    nodes: I64,
+    cap: F64,
+    used: F64,
+    req: F64,
+    whole_k: int,
+    gpu_mem_each: F64,
+    weights: F64,
+    most: B,
+    out: F64,
 ) -> F64:
     """Each requested resource scored Most (``most[r]``) or Least allocated, weighted per resource."""
     _check(nodes, cap, used, req, out, weights)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scheduler.kernels import fgd as fgd_kernel
 from scheduler.kernels import fit as fit_kernel
 from scheduler.kernels import layout, reference, scores
-from tests.kernels.clusters import random_cluster, random_request, random_typical
+from scheduler.kernels.synthetic import random_cluster, random_request, random_typical
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
 SIZES = st.integers(min_value=1, max_value=60)
@@ -30,8 +30,21 @@ def test_fit_matches_reference(seed: int, nodes: int) -> None:
     model_ok = rng.random(3) < 0.5
     any_model = bool(rng.random() < 0.5)
     node_reason = np.where(rng.random(nodes) < 0.1, layout.TAINT, layout.FIT).astype(np.int8)
-    args = (c.cap, c.used, req, c.gpu_free, c.gpu_mem_free, c.gpu_count, c.node_model, model_ok, any_model, k, m, gmem,
-            node_reason)  # fmt: skip
+    args = (
+        c.cap,
+        c.used,
+        req,
+        c.gpu_free,
+        c.gpu_mem_free,
+        c.gpu_count,
+        c.node_model,
+        model_ok,
+        any_model,
+        k,
+        m,
+        gmem,
+        node_reason,
+    )
     got = fit_kernel.fit(*args, np.empty(nodes, np.int8))
     want = reference.fit(*args, np.empty(nodes, np.int8))
     np.testing.assert_array_equal(got, want)
@@ -73,18 +86,52 @@ def test_fgd_matches_reference(seed: int, nodes: int) -> None:
     rng, c, req, k, m, gmem, listed = _setup(seed, nodes)
     typical = random_typical(rng)
     cache = fgd_kernel.FragCache(nodes, typical.cpu.shape[0])
-    outs = [(np.empty(listed.shape[0]), np.empty(listed.shape[0]), np.empty(listed.shape[0], np.int64)) for _ in range(2)]
-    args = (listed, c.cap, c.used, c.gpu_free, c.gpu_mem_free, c.gpu_count, c.node_model, c.gen, typical, cache,
-            float(req[layout.CPU]), k, m, gmem)  # fmt: skip
+    outs = [
+        (np.empty(listed.shape[0]), np.empty(listed.shape[0]), np.empty(listed.shape[0], np.int64)) for _ in range(2)
+    ]
+    args = (
+        listed,
+        c.cap,
+        c.used,
+        c.gpu_free,
+        c.gpu_mem_free,
+        c.gpu_count,
+        c.node_model,
+        c.gen,
+        typical,
+        cache,
+        float(req[layout.CPU]),
+        k,
+        m,
+        gmem,
+    )
     fgd_kernel.fgd(*args, *outs[0])
     reference.fgd(*args, *outs[1])
     # Only nodes the pod fits on are scored in practice; compare those.
-    reasons = fit_kernel.fit(c.cap, c.used, req, c.gpu_free, c.gpu_mem_free, c.gpu_count, c.node_model,
-                             np.ones(3, bool), True, k, m, gmem, np.zeros(nodes, np.int8), np.empty(nodes, np.int8))  # fmt: skip
+    reasons = fit_kernel.fit(
+        c.cap,
+        c.used,
+        req,
+        c.gpu_free,
+        c.gpu_mem_free,
+        c.gpu_count,
+        c.node_model,
+        np.ones(3, bool),
+        True,
+        k,
+        m,
+        gmem,
+        np.zeros(nodes, np.int8),
+        np.empty(nodes, np.int8),
+    )
     fits = reasons[listed] == layout.FIT
     for got, want in zip(outs[0], outs[1], strict=True):
         np.testing.assert_allclose(got[fits], want[fits], rtol=0, atol=1e-9)
     frag = fgd_kernel.fragmentation(c.cap, c.used, c.gpu_free, c.gpu_count, c.node_model, typical, np.empty(nodes))
-    np.testing.assert_allclose(frag, reference.fragmentation(c.cap, c.used, c.gpu_free, c.gpu_count, c.node_model,
-                                                             typical, np.empty(nodes)), rtol=0, atol=1e-9)  # fmt: skip
+    np.testing.assert_allclose(
+        frag,
+        reference.fragmentation(c.cap, c.used, c.gpu_free, c.gpu_count, c.node_model, typical, np.empty(nodes)),
+        rtol=0,
+        atol=1e-9,
+    )
     np.testing.assert_allclose(cache.frag[listed], frag[listed], rtol=0, atol=1e-9)

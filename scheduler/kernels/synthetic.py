@@ -1,4 +1,4 @@
-"""Random clusters as the kernels see them, for comparing kernels with their NumPy twins."""
+"""Random clusters as the kernels see them: for the kernel benchmark and for comparing kernels with their twins."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ class Cluster:
     gen: I64
 
 
-def random_cluster(rng: np.random.Generator, nodes: int, resources: int = 6, max_gpus: int = 8, models: int = 3) -> Cluster:
+def random_cluster(
+    rng: np.random.Generator, nodes: int, resources: int = 6, max_gpus: int = 8, models: int = 3
+) -> Cluster:
     """Nodes with 0..max_gpus devices, partly used, with consistent GPU totals and per-device tables."""
     gpu_count = rng.choice([0, 1, 2, 4, max_gpus], size=nodes).astype(np.int64)
     gpu_mem_each = rng.choice([16.0, 32.0, 80.0], size=nodes) * 2**30

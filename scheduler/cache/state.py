@@ -1,0 +1,414 @@
+"""The scheduler's view of the cluster: nodes and the pods that hold resources on them.
+
+Every input enters through a handful of methods: :meth:`Cache.upsert_node`, :meth:`Cache.remove_node`,
+:meth:`Cache.upsert_pod`, :meth:`Cache.remove_pod` for what the API server (or the simulator) says, and
+:meth:`Cache.assume` / :meth:`Cache.confirm` / :meth:`Cache.forget` for the scheduler's own decisions before
+the API server has seen them. A pod that is bound counts on its node whatever scheduler bound it.
+
+Invariants: a node's usage is the sum of what its bound and assumed pods take; a pod is counted on at most
+one node, once; a pod bound to a node the cache has not seen yet waits and is counted when the node arrives.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.api import node as api_node
+from scheduler.api import resources
+from scheduler.api.pod import PodRequest
+from scheduler.api.selectors import Taint
+from scheduler.cache.arrays import ClusterArrays, Placement
+from scheduler.cache.labels import LabelIndex
+from scheduler.kernels import layout
+
+F64 = npt.NDArray[np.float64]
+
+_FIXED_COLUMNS = {
+    resources.CPU: layout.CPU,
+    resources.MEMORY: layout.MEMORY,
+    resources.PODS: layout.PODS,
+    resources.GPU_MILLI: layout.GPU_MILLI,
+    resources.GPU_MEMORY: layout.GPU_MEMORY,
+}
+
+
+@dataclass(slots=True)
+class PodEntry:
+    pod: PodRequest
+    placement: Placement
+    assumed: bool
+
+
+@dataclass(slots=True)
+class NodeEntry:
+    info: api_node.NodeInfo
+    pods: dict[str, PodEntry] = field(default_factory=dict)
+
+
+class UnknownNode(KeyError):
+    """A decision named a node the cache does not hold."""
+
+
+class Cache:
+    """Nodes and pods as arrays (see :class:`ClusterArrays`), plus the bookkeeping to keep them right."""
+
+    def __init__(self) -> None:
+        self.counter = itertools.count(1)
+        self.arrays = ClusterArrays(self.counter)
+        self.columns: list[str] = [
+            resources.CPU,
+            resources.MEMORY,
+            resources.PODS,
+            resources.GPU_MILLI,
+            resources.GPU_MEMORY,
+        ]
+        self._column: dict[str, int] = dict(_FIXED_COLUMNS)
+        self.models: list[str] = []
+        self._model: dict[str, int] = {}
+        self.names: list[str | None] = []
+        self._slot: dict[str, int] = {}
+        self._free_slots: list[int] = []
+        self.nodes: dict[int, NodeEntry] = {}
+        self.labels = LabelIndex()
+        self.taints: dict[int, tuple[Taint, ...]] = {}
+        self._pods: dict[str, PodEntry] = {}
+        self._waiting: dict[str, dict[str, PodRequest]] = {}
+        self._snapshot: Snapshot | None = None
+
+    # --- columns and models ------------------------------------------------------------------------------------
+
+    def column(self, name: str) -> int:
+        """The column of a resource, added (empty on every node) the first time it is seen."""
+        index = self._column.get(name)
+        if index is None:
+            index = len(self.columns)
+            self.columns.append(name)
+            self._column[name] = index
+            self.arrays.grow(resources=index + 1)
+        return index
+
+    def model_id(self, model: str) -> int:
+        if not model:
+            return -1
+        index = self._model.get(model)
+        if index is None:
+            index = self._model[model] = len(self.models)
+            self.models.append(model)
+        return index
+
+    def request_vector(self, pod: PodRequest) -> F64:
+        """What the pod asks for, per column (a whole GPU's device memory is added per node, see kernels)."""
+        for name in pod.resources:
+            self.column(name)
+        vector = np.zeros(len(self.columns))
+        for name, amount in pod.resources.items():
+            vector[self._column[name]] = amount
+        vector[layout.GPU_MILLI] = pod.gpu.total_milli
+        vector[layout.GPU_MEMORY] = pod.gpu.memory if pod.gpu.shared else 0.0
+        return vector
+
+    # --- nodes -------------------------------------------------------------------------------------------------
+
+    def slot_of(self, name: str) -> int | None:
+        return self._slot.get(name)
+
+    @property
+    def node_count(self) -> int:
+        return len(self.nodes)
+
+    def upsert_node(self, info: api_node.NodeInfo) -> int:
+        """Add a node or take its new state; its pods stay counted. Returns its slot."""
+        slot = self._slot.get(info.name)
+        if slot is None:
+            slot = self._free_slots.pop() if self._free_slots else len(self.names)
+            if slot == len(self.names):
+                self.names.append(None)
+            self.arrays.grow(nodes=slot + 1)
+            self.names[slot] = info.name
+            self._slot[info.name] = slot
+            self.nodes[slot] = NodeEntry(info)
+        else:
+            entry = self.nodes[slot]
+            if _same_for_scheduling(entry.info, info):
+                entry.info = info
+                return slot
+            entry.info = info
+        for name in info.allocatable:
+            self.column(name)
+        self.arrays.grow(gpus=info.gpus)
+        self.labels.assign(slot, info.labels)
+        self.taints[slot] = tuple(t for t in info.taints if t.effect in ("NoSchedule", "NoExecute"))
+        self._rebuild(slot)
+        for pod in self._waiting.pop(info.name, {}).values():
+            self.upsert_pod(pod)
+        return slot
+
+    def _rebuild(self, slot: int) -> None:
+        """Recompute a node's row from its info and the pods on it."""
+        a = self.arrays
+        entry = self.nodes[slot]
+        info = entry.info
+        a.touch(slot)
+        a.cap[slot] = 0.0
+        for name, amount in info.allocatable.items():
+            a.cap[slot, self._column[name]] = amount
+        a.cap[slot, layout.GPU_MILLI] = layout.WHOLE * info.gpus
+        a.cap[slot, layout.GPU_MEMORY] = float(info.gpu_memory) * info.gpus
+        a.used[slot] = 0.0
+        a.gpu_count[slot] = info.gpus
+        a.gpu_mem_each[slot] = float(info.gpu_memory)
+        a.gpu_free[slot] = 0.0
+        a.gpu_free[slot, : info.gpus] = layout.WHOLE
+        a.gpu_mem_free[slot] = 0.0
+        a.gpu_mem_free[slot, : info.gpus] = float(info.gpu_memory)
+        a.node_model[slot] = self.model_id(info.gpu_model)
+        a.base_reason[slot] = layout.UNSCHEDULABLE if info.unschedulable else layout.FIT
+        for key, pod_entry in list(entry.pods.items()):
+            pod_entry.placement = self._placement(pod_entry.pod, slot, pod_entry.placement.gpu_ids)
+            a.apply(pod_entry.placement)
+            entry.pods[key] = pod_entry
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node. Its pods are kept waiting: if the node comes back they count again."""
+        slot = self._slot.pop(name, None)
+        if slot is None:
+            return
+        entry = self.nodes.pop(slot)
+        for key, pod_entry in entry.pods.items():
+            self._pods.pop(key, None)
+            if not pod_entry.assumed:
+                self._waiting.setdefault(name, {})[key] = pod_entry.pod
+        self.names[slot] = None
+        self.labels.clear(slot)
+        self.taints.pop(slot, None)
+        a = self.arrays
+        a.touch(slot)
+        for arr in (a.cap, a.used, a.gpu_free, a.gpu_mem_free, a.gpu_mem_each):
+            arr[slot] = 0.0
+        a.gpu_count[slot] = 0
+        a.node_model[slot] = -1
+        a.base_reason[slot] = layout.ABSENT
+        self._free_slots.append(slot)
+
+    # --- pods --------------------------------------------------------------------------------------------------
+
+    def _placement(self, pod: PodRequest, slot: int, gpu_ids: Sequence[int]) -> Placement:
+        request = self.request_vector(pod)
+        gpu = pod.gpu
+        a = self.arrays
+        if gpu.count:
+            ids = [g for g in gpu_ids if g < a.gpu_count[slot]]
+            if len(ids) != gpu.count:
+                ids = self._devices_for(slot, pod)
+            if gpu.whole:
+                request[layout.GPU_MEMORY] = a.gpu_mem_each[slot] * len(ids)
+            memory = a.device_memory(slot, ids, gpu.whole, float(gpu.memory))
+            return Placement(slot, request, tuple(ids), float(gpu.milli), memory)
+        return Placement(slot, request)
+
+    def _devices_for(self, slot: int, pod: PodRequest) -> list[int]:
+        """Devices for a pod whose devices are not recorded: what a device plugin would most likely give.
+
+        Whole GPUs: the lowest-index fully free devices. A shared GPU: the fitting device with the least free.
+        If the pod does not fit (another scheduler over-committed the node), the devices with most free: the
+        node's usage stays right and it simply shows no room.
+        """
+        a = self.arrays
+        count = int(a.gpu_count[slot])
+        free = a.gpu_free[slot, :count]
+        gpu = pod.gpu
+        if gpu.whole:
+            ids = a.free_devices(slot, gpu.count, layout.WHOLE)
+        else:
+            fitting = [g for g in range(count) if free[g] >= gpu.milli]
+            ids = [min(fitting, key=lambda g: (free[g], g))] if fitting else []
+        if len(ids) < gpu.count:
+            ids = sorted(np.argsort(-free, kind="stable")[: gpu.count].tolist())
+        return ids
+
+    def upsert_pod(self, pod: PodRequest) -> None:
+        """Take what the API server says of a pod: bound pods count on their node, others are not held here."""
+        key = pod.key
+        old = self._pods.get(key)
+        if pod.terminal:
+            self.remove_pod(key)
+            return
+        if not pod.node_name:
+            # Not bound yet: a pod we assumed keeps its place while its binding is in flight.
+            for waiting in self._waiting.values():
+                waiting.pop(key, None)
+            if old is not None and old.assumed:
+                old.pod = pod
+            elif old is not None:
+                self.remove_pod(key)
+            return
+        slot = self._slot.get(pod.node_name)
+        gpu_ids: Sequence[int] = pod.gpu_ids
+        if old is not None:
+            same_node = old.placement.slot == slot
+            if (
+                same_node
+                and old.pod.resources == pod.resources
+                and old.pod.gpu == pod.gpu
+                and (not pod.gpu_ids or tuple(pod.gpu_ids) == old.placement.gpu_ids)
+            ):
+                old.pod = pod
+                old.assumed = False
+                return
+            if same_node and not gpu_ids:
+                gpu_ids = old.placement.gpu_ids
+            self.remove_pod(key)
+        if slot is None:
+            self._waiting.setdefault(pod.node_name, {})[key] = pod
+            return
+        self._add(pod, slot, gpu_ids, assumed=False)
+
+    def _add(self, pod: PodRequest, slot: int, gpu_ids: Sequence[int], *, assumed: bool) -> PodEntry:
+        placement = self._placement(pod, slot, gpu_ids)
+        self.arrays.apply(placement)
+        entry = PodEntry(pod, placement, assumed)
+        self._pods[pod.key] = entry
+        self.nodes[slot].pods[pod.key] = entry
+        return entry
+
+    def remove_pod(self, key: str) -> None:
+        for waiting in self._waiting.values():
+            waiting.pop(key, None)
+        entry = self._pods.pop(key, None)
+        if entry is None:
+            return
+        self.arrays.apply(entry.placement, sign=-1.0)
+        node = self.nodes.get(entry.placement.slot)
+        if node is not None:
+            node.pods.pop(key, None)
+
+    def assume(self, pod: PodRequest, node_name: str, gpu_ids: Sequence[int] = ()) -> Placement:
+        """Count a pod on a node before the binding is confirmed."""
+        slot = self._slot.get(node_name)
+        if slot is None:
+            raise UnknownNode(node_name)
+        if pod.key in self._pods:
+            self.remove_pod(pod.key)
+        return self._add(pod, slot, gpu_ids, assumed=True).placement
+
+    def confirm(self, key: str) -> None:
+        """The binding went through."""
+        entry = self._pods.get(key)
+        if entry is not None:
+            entry.assumed = False
+
+    def forget(self, key: str) -> None:
+        """The binding failed: release what the pod was assumed to take."""
+        entry = self._pods.get(key)
+        if entry is not None and entry.assumed:
+            self.remove_pod(key)
+
+    def is_assumed(self, key: str) -> bool:
+        entry = self._pods.get(key)
+        return entry is not None and entry.assumed
+
+    def pod(self, key: str) -> PodEntry | None:
+        return self._pods.get(key)
+
+    def pods(self) -> Iterator[PodEntry]:
+        return iter(self._pods.values())
+
+    def pods_on(self, slot: int) -> Mapping[str, PodEntry]:
+        node = self.nodes.get(slot)
+        return node.pods if node is not None else {}
+
+    # --- snapshots ---------------------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The cluster for one scheduling cycle, refreshed from the cache where rows changed since the last one."""
+        snap = self._snapshot
+        if snap is None or not snap.arrays.same_shape(self.arrays):
+            snap = self._snapshot = Snapshot(self, self.arrays.clone())
+        else:
+            if snap.arrays._open:
+                raise RuntimeError("a what-if on the previous snapshot is still open")
+            rows = np.flatnonzero(snap.arrays.gen != self.arrays.gen)
+            if rows.size:
+                snap.arrays.copy_rows(self.arrays, rows)
+        snap.columns = list(self.columns)
+        return snap
+
+
+def _same_for_scheduling(a: api_node.NodeInfo, b: api_node.NodeInfo) -> bool:
+    return (
+        a.allocatable == b.allocatable
+        and a.gpus == b.gpus
+        and a.gpu_memory == b.gpu_memory
+        and a.gpu_model == b.gpu_model
+        and a.labels == b.labels
+        and a.taints == b.taints
+        and a.unschedulable == b.unschedulable
+    )
+
+
+class Snapshot:
+    """The cluster as one scheduling cycle sees it: array copies, and the cache's node metadata by reference.
+
+    The arrays change only through :meth:`place` and :meth:`unplace` inside a checkpoint (what-ifs); the
+    metadata is valid until the caller next yields to the event loop.
+    """
+
+    def __init__(self, cache: Cache, arrays: ClusterArrays) -> None:
+        self.cache = cache
+        self.arrays = arrays
+        self.columns = list(cache.columns)
+
+    @property
+    def slots(self) -> int:
+        return self.arrays.slots
+
+    @property
+    def names(self) -> list[str | None]:
+        return self.cache.names
+
+    @property
+    def models(self) -> list[str]:
+        return self.cache.models
+
+    def request_vector(self, pod: PodRequest) -> F64:
+        vector = self.cache.request_vector(pod)
+        if vector.shape[0] > self.arrays.cap.shape[1]:
+            # The pod asks for a resource no node has: it fits nowhere, but the vector must match the arrays.
+            extra = vector[self.arrays.cap.shape[1] :]
+            if extra.any():
+                self.arrays.grow(resources=vector.shape[0])
+            else:
+                vector = vector[: self.arrays.cap.shape[1]]
+        return vector
+
+    def placement(self, pod: PodRequest, slot: int, gpu_ids: Sequence[int]) -> Placement:
+        request = self.request_vector(pod)
+        a = self.arrays
+        if pod.gpu.whole:
+            request[layout.GPU_MEMORY] = a.gpu_mem_each[slot] * pod.gpu.count
+        memory = a.device_memory(slot, gpu_ids, pod.gpu.whole, float(pod.gpu.memory))
+        return Placement(slot, request, tuple(gpu_ids), float(pod.gpu.milli), memory)
+
+    def checkpoint(self) -> int:
+        return self.arrays.checkpoint()
+
+    def rollback(self, token: int) -> None:
+        self.arrays.rollback(token)
+
+    def keep(self, token: int) -> None:
+        self.arrays.keep(token)
+
+    def place(self, placement: Placement) -> None:
+        if not self.arrays._open:
+            raise RuntimeError("a snapshot changes only inside a checkpoint")
+        self.arrays.apply(placement)
+
+    def unplace(self, placement: Placement) -> None:
+        if not self.arrays._open:
+            raise RuntimeError("a snapshot changes only inside a checkpoint")
+        self.arrays.apply(placement, sign=-1.0)

@@ -1,0 +1,60 @@
+"""The ``gpusched`` command: ``simulate``, ``bench kernels``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from scheduler.api.errors import InvalidObject
+
+
+def _bench_kernels(args: argparse.Namespace) -> int:
+    from scheduler.kernels import bench
+
+    results = bench.run(nodes=args.nodes, pods=args.pods, repeat=args.repeat)
+    if args.json:
+        print(json.dumps({"nodes": args.nodes, "kernels": results}, indent=2))
+        return 0
+    print(f"kernels on {args.nodes} nodes (8 GPUs, 6 resource columns), ns per node per pod, best of {args.repeat}")
+    print(f"{'kernel':<20}{'numba':>12}{'numpy':>12}{'speedup':>10}")
+    for name, r in results.items():
+        print(f"{name:<20}{r['numba_ns_per_node']:>12.2f}{r['numpy_ns_per_node']:>12.2f}{r['speedup']:>9.1f}x")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpusched", description="A Kubernetes scheduler for GPU clusters.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="what", required=True)
+    kernels = bench_sub.add_parser("kernels", help="time every scoring kernel against its NumPy twin")
+    kernels.add_argument("--nodes", type=int, default=10_000, help="nodes in the synthetic cluster (default 10000)")
+    kernels.add_argument("--pods", type=int, default=20, help="pods scored per timing run (default 20)")
+    kernels.add_argument("--repeat", type=int, default=3, help="timing runs; the best is kept (default 3)")
+    kernels.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    kernels.set_defaults(func=_bench_kernels)
+    try:
+        from scheduler.sim import command as sim_command
+    except ImportError:  # pragma: no cover - the simulator is part of the package; this guards partial installs
+        pass
+    else:
+        simulate = sub.add_parser("simulate", help="run policies on a cluster and workload, side by side")
+        sim_command.add_arguments(simulate)
+        simulate.set_defaults(func=sim_command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except InvalidObject as exc:
+        print(f"gpusched: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The scheduling cycle for one pod: snapshot, filter, score, pick, reserve, assume, hand to the binder.
+
+Orchestration only: what fits and what scores well is decided by plugins (through kernels). A cycle that
+finds no node keeps why, as counts of nodes per reason, for the pod's event and for ``gpusched explain``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scheduler.api.pod import PodRequest
+from scheduler.cache.state import Cache, Snapshot
+from scheduler.core.framework import Framework
+from scheduler.framework import interface
+from scheduler.framework.interface import Code, CycleState, Decision, Status
+from scheduler.kernels import layout
+
+_REASONS = {
+    layout.UNSCHEDULABLE: "node(s) were unschedulable",
+    layout.TAINT: "node(s) had untolerated taint",
+    layout.SELECTOR: "node(s) didn't match Pod's node affinity/selector",
+    layout.GPU_MODEL: "GPU model not allowed",
+    layout.GPU_COUNT: "Insufficient nvidia.com/gpu",
+    layout.GPU_SHARE: "no GPU with enough free share",
+    layout.GPU_MEMORY_SHORT: "Insufficient GPU memory",
+}
+
+
+def reason_text(code: int, columns: list[str]) -> str:
+    if code >= layout.RESOURCE:
+        column = code - layout.RESOURCE
+        return f"Insufficient {columns[column] if column < len(columns) else 'resource'}"
+    return _REASONS.get(code, f"reason {code}")
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """Why a pod fits nowhere: how many nodes failed for each reason (first reason per node)."""
+
+    nodes: int
+    counts: tuple[tuple[str, int], ...] = ()
+
+    def message(self) -> str:
+        parts = ", ".join(f"{n} {text}" for text, n in self.counts)
+        return f"0/{self.nodes} nodes are available: {parts}." if parts else f"0/{self.nodes} nodes are available."
+
+
+def diagnose(reasons: np.ndarray, columns: list[str]) -> Diagnosis:
+    present = reasons[reasons != layout.ABSENT]
+    counts = Counter(reason_text(int(c), columns) for c in present if c != layout.FIT)
+    ordered = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return Diagnosis(int(present.shape[0]), ordered)
+
+
+@dataclass(slots=True)
+class Result:
+    status: Status
+    decision: Decision | None = None
+    diagnosis: Diagnosis | None = None
+    state: CycleState | None = field(default=None, repr=False)
+
+
+class Scheduler:
+    """Schedules pods one cycle at a time against a cache, with one profile, handing decisions to a binder."""
+
+    def __init__(self, cache: Cache, framework: Framework, binder: interface.Binder) -> None:
+        self.cache = cache
+        self.framework = framework
+        self.binder = binder
+        self._rng = np.random.default_rng(framework.config.seed)
+        self._random_ties = framework.config.tie_break == "random"
+
+    def schedule(self, pod: PodRequest) -> Result:
+        """Run one cycle for ``pod``; on success the pod is assumed in the cache and handed to the binder."""
+        snapshot = self.cache.snapshot()
+        result = self.place(pod, snapshot)
+        if result.decision is None or result.state is None:
+            return result
+        slot = int(snapshot.cache.slot_of(result.decision.node) or 0)
+        self.cache.assume(pod, result.decision.node, result.decision.gpu_ids)
+        for plugin in self.framework.permits:
+            status = plugin.permit(result.state, slot)
+            if status.code == Code.WAIT:
+                return Result(status, result.decision, state=result.state)
+            if not status.ok:
+                self.cache.forget(pod.key)
+                return Result(status, state=result.state)
+        self.binder.bind(result.decision)
+        return result
+
+    def place(self, pod: PodRequest, snapshot: Snapshot) -> Result:
+        """Filter, score, pick and reserve on ``snapshot`` without touching the cache (what-ifs use this)."""
+        state = CycleState(pod=pod, snapshot=snapshot, request=snapshot.request_vector(pod))
+        fw = self.framework
+        for pre in fw.pre_filters:
+            status = pre.pre_filter(state)
+            if not status.ok:
+                return Result(status, state=state)
+        reasons = snapshot.arrays.base_reason.copy()
+        for filter_plugin in fw.filters:
+            filter_plugin.filter(state, reasons)
+        feasible = np.flatnonzero(reasons == layout.FIT).astype(np.int64)
+        state.feasible = feasible
+        if feasible.shape[0] == 0:
+            diagnosis = diagnose(reasons, snapshot.columns)
+            for post in fw.post_filters:
+                post.post_filter(state, reasons)
+            return Result(Status(Code.UNSCHEDULABLE, diagnosis.message(), "filter"), diagnosis=diagnosis, state=state)
+        total = np.zeros(feasible.shape[0])
+        if fw.scorers:
+            out = np.empty(feasible.shape[0])
+            for scorer, weight in fw.scorers:
+                scorer.score(state, feasible, out)
+                if isinstance(scorer, interface.NormalizePlugin):
+                    scorer.normalize(state, out)
+                total += weight * out
+        best = total.max()
+        ties = np.flatnonzero(total == best)
+        pick = int(ties[0] if not self._random_ties or ties.shape[0] == 1 else self._rng.choice(ties))
+        slot = int(feasible[pick])
+        for i, reserver in enumerate(fw.reservers):
+            status = reserver.reserve(state, slot)
+            if not status.ok:
+                for undo in reversed(fw.reservers[:i]):
+                    undo.unreserve(state, slot)
+                return Result(status, state=state)
+        node = snapshot.names[slot]
+        assert node is not None, "a feasible slot always holds a node"
+        gpu_ids = tuple(state.data.get(interface.GPU_IDS, ()))
+        return Result(Status.success(), Decision(pod, node, gpu_ids), state=state)
+
+    def bound(self, key: str) -> None:
+        """The binder reports success."""
+        self.cache.confirm(key)
+
+    def bind_failed(self, key: str) -> None:
+        """The binder reports failure: release the pod's reservation."""
+        self.cache.forget(key)

@@ -1,0 +1,55 @@
+"""A profile made real: plugin instances sorted by extension point, with their score weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduler.api.errors import InvalidObject
+from scheduler.core import registry
+from scheduler.framework import interface
+from scheduler.framework.profile import ProfileConfig
+
+
+@dataclass
+class Framework:
+    config: ProfileConfig
+    pre_filters: list[interface.PreFilterPlugin] = field(default_factory=list)
+    filters: list[interface.FilterPlugin] = field(default_factory=list)
+    post_filters: list[interface.PostFilterPlugin] = field(default_factory=list)
+    scorers: list[tuple[interface.ScorePlugin, float]] = field(default_factory=list)
+    reservers: list[interface.ReservePlugin] = field(default_factory=list)
+    permits: list[interface.PermitPlugin] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, config: ProfileConfig) -> Framework:
+        """Instantiate the profile's plugins; unknown names and bad arguments are errors naming the field."""
+        fw = cls(config)
+        for i, pc in enumerate(config.plugins):
+            factory = registry.PLUGINS.get(pc.name)
+            if factory is None:
+                raise InvalidObject(
+                    f"unknown plugin {pc.name!r} (known: {', '.join(sorted(registry.PLUGINS))})",
+                    obj=f"profile {config.name}",
+                    field=f"plugins[{i}].name",
+                )
+            try:
+                plugin = factory(pc.args)
+            except InvalidObject as exc:
+                raise exc.located(obj=f"profile {config.name}", prefix=f"plugins[{i}]") from None
+            if isinstance(plugin, interface.PreFilterPlugin):
+                fw.pre_filters.append(plugin)
+            if isinstance(plugin, interface.FilterPlugin):
+                fw.filters.append(plugin)
+            if isinstance(plugin, interface.PostFilterPlugin):
+                fw.post_filters.append(plugin)
+            if isinstance(plugin, interface.ScorePlugin) and pc.weight > 0:
+                fw.scorers.append((plugin, pc.weight))
+            if isinstance(plugin, interface.ReservePlugin):
+                fw.reservers.append(plugin)
+            if isinstance(plugin, interface.PermitPlugin):
+                fw.permits.append(plugin)
+        if not fw.filters:
+            raise InvalidObject(
+                "a profile needs a filter plugin such as 'fit'", obj=f"profile {config.name}", field="plugins"
+            )
+        return fw

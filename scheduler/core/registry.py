@@ -1,0 +1,35 @@
+"""Plugin names as profiles spell them, and the classes behind them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from scheduler.framework.interface import Plugin
+from scheduler.plugins import (
+    balance,
+    bestfit,
+    binpack,
+    dotprod,
+    fgd,
+    fit,
+    gpu,
+    resource_strategy,
+    scarce_avoidance,
+    spread,
+)
+
+Factory = Callable[[Mapping[str, Any]], Plugin]
+
+PLUGINS: dict[str, Factory] = {
+    "fit": fit.Fit,
+    "gpu": gpu.Gpu,
+    "spread": spread.Spread,
+    "binpack": binpack.Binpack,
+    "balance": balance.Balance,
+    "resource_strategy": resource_strategy.ResourceStrategy,
+    "scarce_avoidance": scarce_avoidance.ScarceAvoidance,
+    "bestfit": bestfit.BestFit,
+    "dotprod": dotprod.DotProd,
+    "fgd": fgd.Fgd,
+}

@@ -1,0 +1,1 @@
+"""The extension points (as Protocols), the Status type, the per-cycle state and profiles."""

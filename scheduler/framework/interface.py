@@ -1,0 +1,141 @@
+"""The extension points, one Status type, and the per-cycle state.
+
+Plugins are vectorised: a filter marks every node at once in an int8 reason array (``scheduler.kernels.layout``
+codes), a score plugin scores every feasible node at once. The Status code of a failed cycle decides what
+happens to the pod next, as in kube-scheduler:
+
+- ``ERROR``: something broke (not the pod's fault) -> retry after backoff;
+- ``UNSCHEDULABLE``: no node fits now -> wait for a cluster event; preemption may help;
+- ``UNRESOLVABLE``: no node can ever fit as things are (bad request, unknown queue) -> wait; preemption
+  cannot help;
+- ``WAIT``: permit holds the pod (a gang waiting for its members).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.api.pod import PodRequest
+from scheduler.cache.state import Snapshot
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+I8 = npt.NDArray[np.int8]
+
+
+class Code(enum.IntEnum):
+    SUCCESS = 0
+    ERROR = 1
+    UNSCHEDULABLE = 2
+    UNRESOLVABLE = 3
+    WAIT = 4
+    SKIP = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    code: Code = Code.SUCCESS
+    message: str = ""
+    plugin: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code in (Code.SUCCESS, Code.SKIP)
+
+    @classmethod
+    def success(cls) -> Status:
+        return _SUCCESS
+
+
+_SUCCESS = Status()
+
+
+@dataclass(slots=True)
+class CycleState:
+    """What one scheduling cycle knows about one pod; plugins keep their own data under their name."""
+
+    pod: PodRequest
+    snapshot: Snapshot
+    request: F64
+    #: Slots of the nodes that passed every filter, in slot order.
+    feasible: I64 = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    #: Device suggestions per feasible node (aligned with ``feasible``), by the plugin that made them.
+    device_hints: dict[str, I64] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def whole_k(self) -> int:
+        return self.pod.gpu.count if self.pod.gpu.whole else 0
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    name: str
+
+
+@runtime_checkable
+class PreFilterPlugin(Plugin, Protocol):
+    def pre_filter(self, state: CycleState) -> Status: ...
+
+
+@runtime_checkable
+class FilterPlugin(Plugin, Protocol):
+    def filter(self, state: CycleState, reasons: I8) -> None:
+        """Set a reason for every node (still ``FIT``) that cannot hold the pod."""
+
+
+@runtime_checkable
+class PostFilterPlugin(Plugin, Protocol):
+    def post_filter(self, state: CycleState, reasons: I8) -> Status:
+        """Called when no node fits (preemption); SUCCESS means the pod may fit in a later cycle."""
+
+
+@runtime_checkable
+class ScorePlugin(Plugin, Protocol):
+    def score(self, state: CycleState, nodes: I64, out: F64) -> None:
+        """Score the listed nodes into ``out``, 0..100, higher is better."""
+
+
+@runtime_checkable
+class NormalizePlugin(Plugin, Protocol):
+    def normalize(self, state: CycleState, scores: F64) -> None: ...
+
+
+@runtime_checkable
+class ReservePlugin(Plugin, Protocol):
+    def reserve(self, state: CycleState, slot: int) -> Status: ...
+
+    def unreserve(self, state: CycleState, slot: int) -> None: ...
+
+
+@runtime_checkable
+class PermitPlugin(Plugin, Protocol):
+    def permit(self, state: CycleState, slot: int) -> Status: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Where a pod goes: the node and the GPU devices on it."""
+
+    pod: PodRequest
+    node: str
+    gpu_ids: tuple[int, ...] = ()
+
+
+class Binder(Protocol):
+    """Hands decisions to whatever makes them real (the API server, or the simulator)."""
+
+    def bind(self, decision: Decision) -> None:
+        """Start binding; the outcome comes back through the scheduler's ``bound`` / ``bind_failed``."""
+
+
+PluginArgs = Mapping[str, Any]
+
+#: A GPU device chosen in reserve is kept in the state under this key.
+GPU_IDS = "gpu_ids"

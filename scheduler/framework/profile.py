@@ -1,0 +1,119 @@
+"""Profiles: which plugins run, with which weights and arguments, loaded from YAML with defaults.
+
+A profile file looks like::
+
+    name: gpusched
+    tieBreak: first          # first (lowest node slot) or random (seeded)
+    seed: 0
+    plugins:
+      - name: fit
+      - name: gpu
+        args: {device: hint}
+      - name: fgd
+        weight: 3
+      - name: balance
+        weight: 1
+
+Anything left out takes the packaged default (``default-profile.yaml``). Errors name the file and field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources as importlib_resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scheduler.api.errors import InvalidObject
+
+TIE_BREAKS = ("first", "random")
+
+
+@dataclass(frozen=True, slots=True)
+class PluginConfig:
+    name: str
+    weight: float = 1.0
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileConfig:
+    """A validated profile: plugin names are checked against the registry when the profile is built."""
+
+    name: str = "gpusched"
+    tie_break: str = "first"
+    seed: int = 0
+    plugins: tuple[PluginConfig, ...] = ()
+
+
+def default_text() -> str:
+    return (importlib_resources.files("scheduler.framework") / "default-profile.yaml").read_text()
+
+
+def parse(raw: object, *, source: str = "profile") -> ProfileConfig:
+    """Validate a profile dict (from YAML); unknown keys and bad values are errors naming the field."""
+    if not isinstance(raw, Mapping):
+        raise InvalidObject("a profile must be a map", obj=source)
+    known = {"name", "tieBreak", "seed", "plugins"}
+    for key in raw:
+        if key not in known:
+            raise InvalidObject(f"unknown key (expected one of {sorted(known)})", obj=source, field=str(key))
+    name = raw.get("name", "gpusched")
+    if not isinstance(name, str) or not name:
+        raise InvalidObject("must be a non-empty string", obj=source, field="name")
+    tie_break = raw.get("tieBreak", "first")
+    if tie_break not in TIE_BREAKS:
+        raise InvalidObject(f"{tie_break!r} is not one of {TIE_BREAKS}", obj=source, field="tieBreak")
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise InvalidObject(f"{seed!r} is not an integer", obj=source, field="seed")
+    plugins_raw = raw.get("plugins")
+    if not isinstance(plugins_raw, list) or not plugins_raw:
+        raise InvalidObject("must be a non-empty list of plugins", obj=source, field="plugins")
+    plugins = []
+    seen = set()
+    for i, item in enumerate(plugins_raw):
+        where = f"plugins[{i}]"
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, Mapping):
+            raise InvalidObject("must be a plugin name or a map with name, weight, args", obj=source, field=where)
+        for key in item:
+            if key not in ("name", "weight", "args"):
+                raise InvalidObject("unknown key (expected name, weight, args)", obj=source, field=f"{where}.{key}")
+        plugin_name = item.get("name")
+        if not isinstance(plugin_name, str) or not plugin_name:
+            raise InvalidObject("must be a plugin name", obj=source, field=f"{where}.name")
+        if plugin_name in seen:
+            raise InvalidObject(f"plugin {plugin_name!r} is listed twice", obj=source, field=f"{where}.name")
+        seen.add(plugin_name)
+        weight = item.get("weight", 1)
+        if not isinstance(weight, int | float) or isinstance(weight, bool) or weight < 0:
+            raise InvalidObject(f"{weight!r} is not a non-negative number", obj=source, field=f"{where}.weight")
+        args = item.get("args") or {}
+        if not isinstance(args, Mapping):
+            raise InvalidObject("must be a map", obj=source, field=f"{where}.args")
+        plugins.append(PluginConfig(plugin_name, float(weight), dict(args)))
+    return ProfileConfig(name=name, tie_break=tie_break, seed=seed, plugins=tuple(plugins))
+
+
+def load(path: str | Path | None = None) -> ProfileConfig:
+    """Load a profile file over the packaged default (keys missing from the file keep the default's value)."""
+    default = yaml.safe_load(default_text())
+    if path is None:
+        return parse(default, source="default profile")
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise InvalidObject(f"cannot read: {exc.strerror}", obj=f"profile {path}") from None
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise InvalidObject(f"not valid YAML: {exc}", obj=f"profile {path}") from None
+    if not isinstance(raw, Mapping):
+        raise InvalidObject("a profile must be a map", obj=f"profile {path}")
+    merged = {**default, **raw}
+    return parse(merged, source=f"profile {path}")

@@ -1,0 +1,164 @@
+"""Kernel benchmark: nanoseconds per node per pod for every kernel and its NumPy twin.
+
+The cluster is synthetic (8-GPU nodes, six resource columns, partly used); each kernel scores every node for
+each of a list of random pods. ``fgd`` is timed in steady state (per-node statistics cached, as in a run where
+each placement changes one node) and ``fgd_cold`` with every node's statistics recomputed on each call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from scheduler.kernels import fgd, fit, layout, reference, scores, synthetic
+
+
+def _time(call: Callable[[int], object], pods: int, repeat: int) -> float:
+    """Best of ``repeat`` runs of ``call(i)`` for every pod i, in seconds per pod."""
+    call(0)  # compile / warm up
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for i in range(pods):
+            call(i)
+        best = min(best, time.perf_counter() - start)
+    return best / pods
+
+
+def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> dict[str, dict[str, float]]:
+    rng = np.random.default_rng(seed)
+    c = synthetic.random_cluster(rng, nodes, resources=6, max_gpus=8)
+    c.gpu_count[:] = 8
+    c.cap[:, layout.GPU_MILLI] = 8000.0
+    c.cap[:, layout.GPU_MEMORY] = 8 * c.gpu_mem_each
+    c.used[:, layout.GPU_MILLI] = 8000.0 - c.gpu_free.sum(axis=1)
+    c.used[:, layout.GPU_MEMORY] = c.cap[:, layout.GPU_MEMORY] - c.gpu_mem_free.sum(axis=1)
+    c.node_model[:] = rng.integers(0, 3, size=nodes)
+    typical = synthetic.random_typical(rng, count=35)
+    requests = [synthetic.random_request(rng) for _ in range(pods)]
+    listed = np.arange(nodes, dtype=np.int64)
+    out = np.empty(nodes)
+    out2 = np.empty(nodes)
+    out_gpu = np.empty(nodes, dtype=np.int64)
+    reasons_in = np.zeros(nodes, dtype=np.int8)
+    reasons = np.empty(nodes, dtype=np.int8)
+    model_ok = np.array([True, False, True])
+    weights = np.ones(6)
+    most = np.array([False, False, False, True, True, False])
+    scarce = np.array([False, False, False, True, True, False])
+    coef = np.array([0.4, 0.3, 0.2, 0.1])
+    frag_cache = fgd.FragCache(nodes, typical.cpu.shape[0])
+
+    def whole(i: int) -> int:
+        _, k, m, _ = requests[i]
+        return k if m >= 1000 else 0
+
+    def cases(lib: Any) -> dict[str, Callable[[int], object]]:
+        return {
+            "fit": lambda i: lib.fit(
+                c.cap,
+                c.used,
+                requests[i][0],
+                c.gpu_free,
+                c.gpu_mem_free,
+                c.gpu_count,
+                c.node_model,
+                model_ok,
+                False,
+                requests[i][1],
+                requests[i][2],
+                requests[i][3],
+                reasons_in,
+                reasons,
+            ),
+            "spread": lambda i: lib.spread(
+                listed, c.cap, c.used, requests[i][0], whole(i), c.gpu_mem_each, weights, out
+            ),
+            "binpack": lambda i: lib.binpack(
+                listed, c.cap, c.used, requests[i][0], whole(i), c.gpu_mem_each, weights, out
+            ),
+            "resource_strategy": lambda i: lib.resource_strategy(
+                listed,
+                c.cap,
+                c.used,
+                requests[i][0],
+                whole(i),
+                c.gpu_mem_each,
+                weights,
+                most,
+                out,
+            ),
+            "scarce_avoidance": lambda i: lib.scarce_avoidance(listed, c.cap, requests[i][0], scarce, out),
+            "balance": lambda i: lib.balance(
+                listed,
+                c.cap,
+                c.used,
+                requests[i][0],
+                whole(i),
+                c.gpu_mem_each,
+                weights,
+                coef,
+                0.9,
+                0.2,
+                out,
+            ),
+            "bestfit": lambda i: lib.bestfit(listed, c.cap, c.used, requests[i][0], 128000.0, 8000.0, out),
+            "dotprod": lambda i: lib.dotprod(listed, c.cap, c.used, requests[i][0], 128000.0, 8000.0, out),
+            "fgd": lambda i: lib.fgd(
+                listed,
+                c.cap,
+                c.used,
+                c.gpu_free,
+                c.gpu_mem_free,
+                c.gpu_count,
+                c.node_model,
+                c.gen,
+                typical,
+                frag_cache,
+                requests[i][0][layout.CPU],
+                requests[i][1],
+                requests[i][2],
+                requests[i][3],
+                out,
+                out2,
+                out_gpu,
+            ),
+        }
+
+    numba_cases = {**cases(_Kernels), "fgd_cold": _cold(cases(_Kernels)["fgd"], frag_cache)}
+    numpy_cases = {**cases(reference), "fgd_cold": cases(reference)["fgd"]}
+    results: dict[str, dict[str, float]] = {}
+    for name, call in numba_cases.items():
+        jit_s = _time(call, pods, repeat)
+        ref_s = _time(numpy_cases[name], pods, 1 if name.startswith("fgd") else repeat)
+        results[name] = {
+            "numba_ns_per_node": jit_s / nodes * 1e9,
+            "numpy_ns_per_node": ref_s / nodes * 1e9,
+            "speedup": ref_s / jit_s,
+        }
+    return results
+
+
+def _cold(call: Callable[[int], object], cache: fgd.FragCache) -> Callable[[int], object]:
+    def run_cold(i: int) -> object:
+        cache.seen[:] = -1
+        return call(i)
+
+    return run_cold
+
+
+class _Kernels:
+    """The numba kernels under the same names as the twins in ``reference``."""
+
+    fit = staticmethod(fit.fit)
+    spread = staticmethod(scores.spread)
+    binpack = staticmethod(scores.binpack)
+    resource_strategy = staticmethod(scores.resource_strategy)
+    scarce_avoidance = staticmethod(scores.scarce_avoidance)
+    balance = staticmethod(scores.balance)
+    bestfit = staticmethod(scores.bestfit)
+    dotprod = staticmethod(scores.dotprod)
+    fgd = staticmethod(fgd.fgd)

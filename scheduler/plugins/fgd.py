@@ -1,0 +1,109 @@
+"""Score: Fragmentation Gradient Descent: prefer the node (and, for a shared pod, the device) whose expected
+fragmentation over the typical pods drops most. Also suggests the device to the ``gpu`` plugin.
+
+Typical pods come from the ``typical`` argument (the simulator passes the trace's), or are learnt from the
+pods in the cluster every ``refreshCycles`` cycles (a generic set until there are ``minPods`` to learn from).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from scheduler.api import resources, typical
+from scheduler.framework import args as plugin_args
+from scheduler.framework.interface import F64, I64, CycleState
+from scheduler.kernels import fgd as fgd_kernel
+from scheduler.kernels import layout
+
+
+def _arrays(shapes: Sequence[typical.Shape], models: Sequence[str]) -> fgd_kernel.TypicalPods:
+    model_ok = np.array(
+        [[any(resources.model_matches(a, m) for a in s.models) for m in models] or [False] for s in shapes],
+        dtype=bool,
+    ).reshape(len(shapes), max(1, len(models)))
+    return fgd_kernel.TypicalPods(
+        cpu=np.array([s.cpu for s in shapes], dtype=np.float64),
+        milli=np.array([s.milli for s in shapes], dtype=np.float64),
+        count=np.array([s.gpus for s in shapes], dtype=np.int64),
+        any_model=np.array([not s.models for s in shapes], dtype=bool),
+        model_ok=model_ok,
+        weight=np.array([s.weight for s in shapes], dtype=np.float64),
+    )
+
+
+class Fgd:
+    name = "fgd"
+
+    def __init__(self, args: Mapping[str, Any]) -> None:
+        plugin_args.check_keys(self.name, args, ("typical", "coverage", "refreshCycles", "minPods"))
+        self.coverage = plugin_args.number(self.name, args, "coverage", 0.95, low=0.01, high=1.0)
+        self.refresh = int(plugin_args.number(self.name, args, "refreshCycles", 1000, low=1))
+        self.min_pods = int(plugin_args.number(self.name, args, "minPods", 50, low=1))
+        self.fixed = "typical" in args
+        self.shapes: list[typical.Shape] = (
+            typical.parse_shapes(args["typical"], obj=f"plugin {self.name}", field="args.typical")
+            if self.fixed
+            else list(typical.GENERIC)
+        )
+        self._typical: fgd_kernel.TypicalPods | None = None
+        self._models = -1
+        self._cache: fgd_kernel.FragCache | None = None
+        self._cycles = 0
+
+    def _learn(self, state: CycleState) -> None:
+        pods = [
+            (
+                float(e.pod.resources.get(resources.CPU, 0)),
+                float(e.pod.gpu.milli),
+                e.pod.gpu.count,
+                e.pod.gpu.models,
+            )
+            for e in state.snapshot.cache.pods()
+        ]
+        if len(pods) >= self.min_pods:
+            self.shapes = typical.typical_shapes(pods, self.coverage)
+            self._typical = None
+
+    def _prepare(self, state: CycleState) -> tuple[fgd_kernel.TypicalPods, fgd_kernel.FragCache]:
+        if not self.fixed and self._cycles % self.refresh == 0:
+            self._learn(state)
+        self._cycles += 1
+        snap = state.snapshot
+        if self._typical is None or self._models != len(snap.models):
+            self._typical = _arrays(self.shapes, snap.models)
+            self._models = len(snap.models)
+            self._cache = None
+        if self._cache is None or self._cache.seen.shape[0] != snap.slots:
+            self._cache = fgd_kernel.FragCache(snap.slots, len(self.shapes))
+        return self._typical, self._cache
+
+    def score(self, state: CycleState, nodes: I64, out: F64) -> None:
+        typical_pods, cache = self._prepare(state)
+        a = state.snapshot.arrays
+        gpu = state.pod.gpu
+        delta = np.empty(nodes.shape[0])
+        hints = np.empty(nodes.shape[0], dtype=np.int64)
+        fgd_kernel.fgd(
+            nodes,
+            a.cap,
+            a.used,
+            a.gpu_free,
+            a.gpu_mem_free,
+            a.gpu_count,
+            a.node_model,
+            a.gen,
+            typical_pods,
+            cache,
+            float(state.request[layout.CPU]),
+            gpu.count,
+            float(gpu.milli),
+            float(gpu.memory),
+            out,
+            delta,
+            hints,
+        )
+        state.device_hints[self.name] = hints
+        state.data[f"{self.name}.delta"] = delta

@@ -1,0 +1,64 @@
+"""Filter: resources, GPUs (count, share, memory, model), node selectors, required affinity, taints."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from scheduler.api import resources, selectors
+from scheduler.framework import args as plugin_args
+from scheduler.framework.interface import I8, CycleState
+from scheduler.kernels import fit as fit_kernel
+from scheduler.kernels import layout
+
+
+class Fit:
+    name = "fit"
+
+    def __init__(self, args: Mapping[str, Any]) -> None:
+        plugin_args.check_keys(self.name, args, ())
+        self._models_seen = -1
+        self._model_cache: dict[tuple[str, ...], np.ndarray] = {}
+
+    def _model_ok(self, allowed: tuple[str, ...], models: list[str]) -> np.ndarray:
+        if self._models_seen != len(models):
+            self._model_cache.clear()
+            self._models_seen = len(models)
+        mask = self._model_cache.get(allowed)
+        if mask is None:
+            mask = np.array([any(resources.model_matches(a, m) for a in allowed) for m in models] or [False])
+            self._model_cache[allowed] = mask
+        return mask
+
+    def filter(self, state: CycleState, reasons: I8) -> None:
+        pod, snap = state.pod, state.snapshot
+        cache = snap.cache
+        for slot, taints in cache.taints.items():
+            if taints and reasons[slot] == layout.FIT and not selectors.tolerated(taints, pod.tolerations):
+                reasons[slot] = layout.TAINT
+        if pod.node_selector or pod.affinity:
+            names = snap.names + [None] * (snap.slots - len(snap.names))
+            match = cache.labels.select(snap.slots, pod.node_selector, pod.affinity, names)
+            reasons[(reasons == layout.FIT) & ~match] = layout.SELECTOR
+        a = snap.arrays
+        gpu = pod.gpu
+        any_model = not gpu.models
+        model_ok = self._model_ok(gpu.models, snap.models) if not any_model else np.zeros(1, dtype=bool)
+        fit_kernel.fit(
+            a.cap,
+            a.used,
+            state.request,
+            a.gpu_free,
+            a.gpu_mem_free,
+            a.gpu_count,
+            a.node_model,
+            model_ok,
+            any_model,
+            gpu.count,
+            float(gpu.milli),
+            float(gpu.memory),
+            reasons.copy(),
+            reasons,
+        )
