@@ -142,7 +142,12 @@ class Cache:
             self.column(name)
         self.arrays.grow(gpus=info.gpus)
         self.labels.assign(slot, info.labels)
-        self.taints[slot] = tuple(t for t in info.taints if t.effect in ("NoSchedule", "NoExecute"))
+        # Only nodes with taints that filter are listed, so the filter loops over them alone.
+        taints = tuple(t for t in info.taints if t.effect in ("NoSchedule", "NoExecute"))
+        if taints:
+            self.taints[slot] = taints
+        else:
+            self.taints.pop(slot, None)
         self._rebuild(slot)
         for pod in self._waiting.pop(info.name, {}).values():
             self.upsert_pod(pod)
