@@ -123,9 +123,11 @@ class ClusterArrays:
         """Undo every change since the checkpoint ``token`` and close it."""
         while len(self._undo) > token:
             slot, used, gpu_free, gpu_mem_free, gen = self._undo.pop()
-            self.used[slot] = used
-            self.gpu_free[slot] = gpu_free
-            self.gpu_mem_free[slot] = gpu_mem_free
+            # A row saved before the arrays grew (a pod asked for a resource never seen) is shorter: the columns
+            # added since were empty then.
+            for array, saved in ((self.used, used), (self.gpu_free, gpu_free), (self.gpu_mem_free, gpu_mem_free)):
+                array[slot] = 0.0
+                array[slot, : saved.shape[0]] = saved
             # Safe to restore: generation numbers are never reused, so a consumer that saw the what-if state
             # holds a number that no longer matches and refreshes.
             self.gen[slot] = gen

@@ -174,7 +174,10 @@ class Cache:
         a.node_model[slot] = self.model_id(info.gpu_model)
         a.base_reason[slot] = layout.UNSCHEDULABLE if info.unschedulable else layout.FIT
         for key, pod_entry in list(entry.pods.items()):
-            pod_entry.placement = self._placement(pod_entry.pod, slot, pod_entry.placement.gpu_ids)
+            # The annotation is the truth when there is one: the recorded devices may be a guess made while the
+            # node reported fewer GPUs (a device plugin restart), and must not outlive it.
+            gpu_ids = pod_entry.pod.gpu_ids or pod_entry.placement.gpu_ids
+            pod_entry.placement = self._placement(pod_entry.pod, slot, gpu_ids)
             a.apply(pod_entry.placement)
             entry.pods[key] = pod_entry
 
@@ -387,6 +390,8 @@ class Snapshot:
             extra = vector[self.arrays.cap.shape[1] :]
             if extra.any():
                 self.arrays.grow(resources=vector.shape[0])
+                # Name the new columns too, so that "Insufficient example.com/foo" says which resource.
+                self.columns = list(self.cache.columns)
             else:
                 vector = vector[: self.arrays.cap.shape[1]]
         return vector
