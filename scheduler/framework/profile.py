@@ -19,6 +19,7 @@ Anything left out takes the packaged default (``default-profile.yaml``). Errors 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources as importlib_resources
@@ -68,8 +69,8 @@ def parse(raw: object, *, source: str = "profile") -> ProfileConfig:
     if tie_break not in TIE_BREAKS:
         raise InvalidObject(f"{tie_break!r} is not one of {TIE_BREAKS}", obj=source, field="tieBreak")
     seed = raw.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise InvalidObject(f"{seed!r} is not an integer", obj=source, field="seed")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise InvalidObject(f"{seed!r} is not a non-negative integer", obj=source, field="seed")
     plugins_raw = raw.get("plugins")
     if not isinstance(plugins_raw, list) or not plugins_raw:
         raise InvalidObject("must be a non-empty list of plugins", obj=source, field="plugins")
@@ -91,8 +92,9 @@ def parse(raw: object, *, source: str = "profile") -> ProfileConfig:
             raise InvalidObject(f"plugin {plugin_name!r} is listed twice", obj=source, field=f"{where}.name")
         seen.add(plugin_name)
         weight = item.get("weight", 1)
-        if not isinstance(weight, int | float) or isinstance(weight, bool) or weight < 0:
-            raise InvalidObject(f"{weight!r} is not a non-negative number", obj=source, field=f"{where}.weight")
+        # NaN would pass "< 0" and silently turn the plugin off; infinity makes every score inf or NaN.
+        if not isinstance(weight, int | float) or isinstance(weight, bool) or not 0 <= weight < math.inf:
+            raise InvalidObject(f"{weight!r} is not a finite non-negative number", obj=source, field=f"{where}.weight")
         args = item.get("args") or {}
         if not isinstance(args, Mapping):
             raise InvalidObject("must be a map", obj=source, field=f"{where}.args")

@@ -35,7 +35,11 @@ class ResourceStrategy:
             where = f"args.resources.{res}"
             if not isinstance(spec, Mapping) or spec.get("type") not in TYPES:
                 raise InvalidObject(f"needs type one of {TYPES}", obj=f"plugin {self.name}", field=f"{where}.type")
-            weights[res] = plugin_args.number(self.name, spec, "weight", 1.0)
+            try:
+                weights[res] = plugin_args.number(self.name, spec, "weight", 1.0)
+            except InvalidObject as exc:
+                # Name the weight where the user wrote it, not as a top-level argument.
+                raise InvalidObject(exc.reason, obj=exc.obj, field=f"{where}.weight") from None
             self._most[res] = spec["type"] == "MostAllocated"
         self.weights = plugin_args.ColumnWeights(self.name, weights)
         self._most_vector = np.zeros(0, dtype=bool)
