@@ -1,0 +1,165 @@
+"""Pods are read as kube-scheduler reads them: effective requests, whole and shared GPUs, and where they may go."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler.api import pod as api_pod
+from scheduler.api import resources
+from scheduler.api.errors import InvalidObject
+from tests.api import objects
+
+GIB = 2**30
+
+
+def _with_containers(containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"containers": containers, **spec}}
+
+
+def _container(requests: dict[str, str] | None = None, limits: dict[str, str] | None = None, **extra: Any) -> Any:
+    return {"name": "c", "resources": {"requests": requests or {}, "limits": limits or {}}, **extra}
+
+
+def test_requests_are_summed_over_containers_and_pods_counts_one() -> None:
+    pod = api_pod.parse_pod(
+        _with_containers([_container({"cpu": "500m", "memory": "1Gi"}), _container({"cpu": "1.5", "memory": "512Mi"})])
+    )
+    assert pod.key == "ns/p"
+    assert pod.resources == {"cpu": 2000, "memory": GIB + 512 * 2**20, "pods": 1}
+    assert pod.gpu == resources.NO_GPU
+
+
+def test_a_limit_stands_in_for_a_missing_request_but_not_for_a_given_one() -> None:
+    pod = api_pod.parse_pod(
+        _with_containers([_container({"cpu": "250m"}, {"cpu": "2", "memory": "4Gi", "example.com/foo": "3"})])
+    )
+    assert pod.resources == {"cpu": 250, "memory": 4 * GIB, "example.com/foo": 3, "pods": 1}
+
+
+def test_whole_gpus_come_from_limits_and_are_not_a_plain_counter() -> None:
+    pod = api_pod.parse_pod(objects.pod("train", gpus=2))
+    assert pod.gpu.whole and not pod.gpu.shared
+    assert (pod.gpu.count, pod.gpu.milli, pod.gpu.total_milli) == (2, 1000, 2000)
+    assert resources.GPU not in pod.resources
+
+
+def test_init_containers_and_sidecars_are_counted_as_kube_scheduler_does() -> None:
+    # App containers: 1 CPU. Sidecar (restartPolicy Always) started first: 500m, runs alongside everything after it.
+    # Plain init containers run one at a time, each alongside the sidecars started before it:
+    #   init-a (before the sidecar): 3 CPU; init-b (after it): 2 CPU + 500m = 2.5 CPU.
+    # Peak of init phase = max(3, 0.5, 2.5) = 3; steady state = 1 + 0.5 = 1.5; overhead 100m on top: 3.1 CPU.
+    # Memory: steady 1Gi + 1Gi = 2Gi; init peak max(0, 1Gi, 4Gi + 1Gi) = 5Gi; plus overhead 0.
+    spec = {
+        "initContainers": [
+            _container({"cpu": "3"}),
+            _container({"cpu": "500m", "memory": "1Gi"}, restartPolicy="Always"),
+            _container({"cpu": "2", "memory": "4Gi"}),
+        ],
+        "overhead": {"cpu": "100m"},
+    }
+    pod = api_pod.parse_pod(_with_containers([_container({"cpu": "1", "memory": "1Gi"})], **spec))
+    assert pod.resources == {"cpu": 3100, "memory": 5 * GIB, "pods": 1}
+
+
+def test_sidecars_add_to_the_app_containers_when_they_dominate() -> None:
+    spec = {"initContainers": [_container({"cpu": "1"}, restartPolicy="Always"), _container({"cpu": "1500m"})]}
+    pod = api_pod.parse_pod(_with_containers([_container({"cpu": "2"})], **spec))
+    # Steady: 2 + 1 = 3; init peak: max(1, 1 + 1.5) = 2.5 -> 3 CPU.
+    assert pod.resources["cpu"] == 3000
+
+
+def test_a_shared_gpu_with_memory_and_models() -> None:
+    pod = api_pod.parse_pod(objects.pod("infer", milli=250, gpu_memory="10Gi", models="A100|H100"))
+    assert pod.gpu.shared and not pod.gpu.whole
+    assert pod.gpu == resources.GpuRequest(count=1, milli=250, memory=10 * GIB, models=("A100", "H100"))
+
+
+@pytest.mark.parametrize("milli", [1, 999])
+def test_gpu_milli_accepts_1_to_999(milli: int) -> None:
+    assert api_pod.parse_pod(objects.pod("p", milli=milli)).gpu.milli == milli
+
+
+def test_models_alone_restrict_a_whole_gpu_pod() -> None:
+    pod = api_pod.parse_pod(objects.pod("p", gpus=1, models="H100"))
+    assert pod.gpu == resources.GpuRequest(count=1, milli=1000, models=("H100",))
+
+
+MILLI_FIELD = "metadata.annotations[gpusched.io/gpu-milli]"
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (objects.pod("p", milli=0), MILLI_FIELD),
+        (objects.pod("p", milli=1000), MILLI_FIELD),
+        (objects.pod("p", annotations={"gpusched.io/gpu-milli": "abc"}), MILLI_FIELD),
+        (objects.pod("p", annotations={"gpusched.io/gpu-milli": "0.5"}), MILLI_FIELD),
+        (objects.pod("p", gpus=1, milli=500), MILLI_FIELD),
+        (objects.pod("p", gpu_memory="1Gi"), "metadata.annotations[gpusched.io/gpu-memory]"),
+        (objects.pod("p", milli=100, gpu_memory="much"), "metadata.annotations[gpusched.io/gpu-memory]"),
+        (objects.pod("p", gpus=1, models="A100||H100"), "metadata.annotations[gpusched.io/gpu-model]"),
+        (objects.pod("p", annotations={"gpusched.io/gpu-ids": "0,x"}), "metadata.annotations[gpusched.io/gpu-ids]"),
+        (objects.pod("p", annotations={"gpusched.io/gpu-ids": "1,1"}), "metadata.annotations[gpusched.io/gpu-ids]"),
+        (objects.pod("p", annotations={"gpusched.io/gpu-ids": "-1"}), "metadata.annotations[gpusched.io/gpu-ids]"),
+        (objects.pod("p", cpu="lots"), "spec.containers[0].resources.requests.cpu"),
+        (
+            objects.pod("p", affinity=[{"matchExpressions": [{"key": "zone", "operator": "Near", "values": ["a"]}]}]),
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[0].operator",
+        ),
+        (
+            objects.pod("p", affinity=[{"matchExpressions": [{"key": "zone", "operator": "In"}]}]),
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[0].values",
+        ),
+        (objects.pod("p", tolerations=[{"key": "k", "operator": "Matches"}]), "spec.tolerations[0].operator"),
+    ],
+)
+def test_bad_pods_raise_naming_the_pod_and_the_field(raw: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidObject) as err:
+        api_pod.parse_pod(raw)
+    assert err.value.field == field
+    assert err.value.obj == "pod default/p"
+    assert field in str(err.value)
+
+
+def test_a_pod_without_a_name_is_refused() -> None:
+    with pytest.raises(InvalidObject) as err:
+        api_pod.parse_pod({"metadata": {}, "spec": {"containers": []}})
+    assert err.value.field == "metadata.name"
+
+
+def test_where_a_pod_is_and_what_constrains_it() -> None:
+    raw = objects.pod(
+        "p",
+        node_name="n1",
+        annotations={"gpusched.io/gpu-ids": "2, 0"},
+        labels={"gpusched.io/queue": "research", "gpusched.io/pod-group": "job-1"},
+        node_selector={"pool": "gpu"},
+        tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        affinity=[{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}],
+        gpus=2,
+        phase="Running",
+    )
+    pod = api_pod.parse_pod(raw)
+    assert pod.node_name == "n1"
+    assert pod.gpu_ids == (2, 0)
+    assert (pod.queue, pod.pod_group) == ("research", "job-1")
+    assert pod.node_selector == {"pool": "gpu"}
+    assert pod.tolerations[0].key == "dedicated" and pod.tolerations[0].operator == "Exists"
+    assert pod.affinity[0].labels[0].values == ("a", "b")
+    assert pod.phase == "Running" and not pod.terminal
+    assert pod.has_node_constraints
+    assert pod.scheduler_name == "gpusched"
+
+
+def test_finished_pods_hold_nothing() -> None:
+    assert api_pod.parse_pod(objects.pod("p", phase="Succeeded")).terminal
+    assert api_pod.parse_pod(objects.pod("p", phase="Failed")).terminal
+
+
+def test_the_compat_pod_group_label_is_read_too() -> None:
+    pod = api_pod.parse_pod(objects.pod("p", labels={"scheduling.x-k8s.io/pod-group": "g"}))
+    assert pod.pod_group == "g"

@@ -1,0 +1,115 @@
+"""Node selectors, required node affinity, taints and tolerations mean what they mean in Kubernetes."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.api import selectors
+from scheduler.api.selectors import NodeSelectorTerm, Requirement, Taint, Toleration
+
+LABELS = {"zone": "a", "gpus": "8", "pool": "train"}
+
+
+@pytest.mark.parametrize(
+    ("requirement", "matches"),
+    [
+        (Requirement("zone", "In", ("a", "b")), True),
+        (Requirement("zone", "In", ("b",)), False),
+        (Requirement("missing", "In", ("a",)), False),
+        (Requirement("zone", "NotIn", ("b",)), True),
+        (Requirement("zone", "NotIn", ("a",)), False),
+        (Requirement("missing", "NotIn", ("a",)), True),  # NotIn holds where the label is absent
+        (Requirement("zone", "Exists"), True),
+        (Requirement("missing", "Exists"), False),
+        (Requirement("zone", "DoesNotExist"), False),
+        (Requirement("missing", "DoesNotExist"), True),
+        (Requirement("gpus", "Gt", ("4",)), True),
+        (Requirement("gpus", "Gt", ("8",)), False),
+        (Requirement("gpus", "Lt", ("10",)), True),
+        (Requirement("zone", "Gt", ("1",)), False),  # not a number: no match
+        (Requirement("missing", "Lt", ("1",)), False),
+    ],
+)
+def test_requirements(requirement: Requirement, matches: bool) -> None:
+    assert requirement.matches(LABELS) is matches
+
+
+def test_terms_are_ored_and_requirements_within_a_term_anded() -> None:
+    zone_b = NodeSelectorTerm(labels=(Requirement("zone", "In", ("b",)),))
+    zone_a_train = NodeSelectorTerm(labels=(Requirement("zone", "In", ("a",)), Requirement("pool", "In", ("train",))))
+    zone_a_infer = NodeSelectorTerm(labels=(Requirement("zone", "In", ("a",)), Requirement("pool", "In", ("infer",))))
+    assert selectors.node_matches("n1", LABELS, {}, (zone_b, zone_a_train))
+    assert not selectors.node_matches("n1", LABELS, {}, (zone_b, zone_a_infer))
+
+
+def test_an_empty_term_matches_no_node_and_no_terms_match_every_node() -> None:
+    assert not selectors.node_matches("n1", LABELS, {}, (NodeSelectorTerm(),))
+    assert selectors.node_matches("n1", LABELS, {}, ())
+
+
+def test_match_fields_select_by_node_name() -> None:
+    term = NodeSelectorTerm(fields=(Requirement("metadata.name", "In", ("n1",)),))
+    assert selectors.node_matches("n1", LABELS, {}, (term,))
+    assert not selectors.node_matches("n2", LABELS, {}, (term,))
+
+
+def test_node_selector_needs_every_label() -> None:
+    assert selectors.node_matches("n1", LABELS, {"zone": "a", "pool": "train"}, ())
+    assert not selectors.node_matches("n1", LABELS, {"zone": "a", "pool": "infer"}, ())
+    assert not selectors.node_matches("n1", LABELS, {"rack": "1"}, ())
+
+
+NO_SCHEDULE = Taint("dedicated", "ml", "NoSchedule")
+
+
+@pytest.mark.parametrize(
+    ("toleration", "tolerates"),
+    [
+        (Toleration("dedicated", "Equal", "ml", "NoSchedule"), True),
+        (Toleration("dedicated", "Equal", "ml"), True),  # no effect: every effect
+        (Toleration("dedicated", "Equal", "other", "NoSchedule"), False),
+        (Toleration("dedicated", "Exists"), True),
+        (Toleration("dedicated", "Exists", effect="NoExecute"), False),
+        (Toleration("", "Exists"), True),  # empty key with Exists tolerates everything
+        (Toleration("", "Equal", "ml"), False),
+        (Toleration("other", "Exists"), False),
+    ],
+)
+def test_tolerations(toleration: Toleration, tolerates: bool) -> None:
+    assert toleration.tolerates(NO_SCHEDULE) is tolerates
+
+
+def test_only_filtering_taints_must_be_tolerated() -> None:
+    prefer = Taint("spot", "", "PreferNoSchedule")
+    execute = Taint("maintenance", "", "NoExecute")
+    assert selectors.tolerated((prefer,), ())
+    assert not selectors.tolerated((prefer, execute), ())
+    assert selectors.tolerated((prefer, execute), (Toleration("maintenance", "Exists"),))
+    assert not selectors.tolerated((NO_SCHEDULE, execute), (Toleration("maintenance", "Exists"),))
+
+
+def test_tolerations_are_parsed_with_equal_as_default_operator() -> None:
+    (toleration,) = selectors.parse_tolerations([{"key": "k", "value": "v"}], obj="pod p")
+    assert toleration == Toleration("k", "Equal", "v", "")
+
+
+def test_affinity_parsing_keeps_labels_and_fields_apart() -> None:
+    spec = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [{"key": "gpus", "operator": "Gt", "values": ["4"]}],
+                            "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}],
+                        }
+                    ]
+                },
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {}}],
+            }
+        }
+    }
+    (term,) = selectors.parse_node_affinity(spec, obj="pod p")
+    assert term.labels == (Requirement("gpus", "Gt", ("4",)),)
+    assert term.fields == (Requirement("metadata.name", "NotIn", ("n9",)),)
+    assert term.matches("n1", LABELS) and not term.matches("n9", LABELS)

@@ -1,0 +1,62 @@
+"""A small hand-made cluster and a scheduler over it, with a binder that only records what it is handed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from scheduler.api import node as api_node
+from scheduler.api import pod as api_pod
+from scheduler.cache.state import Cache
+from scheduler.core.cycle import Result, Scheduler
+from scheduler.core.framework import Framework
+from scheduler.framework import profile
+from scheduler.framework.interface import Decision
+
+
+class RecordingBinder:
+    def __init__(self) -> None:
+        self.decisions: list[Decision] = []
+
+    def bind(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+
+
+class Cluster:
+    """A cache fed with raw nodes and bound pods, and one scheduler over it."""
+
+    def __init__(
+        self,
+        nodes: Sequence[dict[str, Any]],
+        plugins: Sequence[Any] = ("fit", "gpu"),
+        *,
+        bound: Sequence[dict[str, Any]] = (),
+        tie_break: str = "first",
+        seed: int = 0,
+        config: profile.ProfileConfig | None = None,
+    ) -> None:
+        self.cache = Cache()
+        for raw in nodes:
+            self.cache.upsert_node(api_node.parse_node(raw))
+        for raw in bound:
+            self.cache.upsert_pod(api_pod.parse_pod(raw))
+        if config is None:
+            config = profile.parse({"plugins": list(plugins), "tieBreak": tie_break, "seed": seed})
+        self.framework = Framework.build(config)
+        self.binder = RecordingBinder()
+        self.scheduler = Scheduler(self.cache, self.framework, self.binder)
+
+    def schedule(self, raw: dict[str, Any]) -> Result:
+        return self.scheduler.schedule(api_pod.parse_pod(raw))
+
+    def place(self, raw: dict[str, Any]) -> tuple[str, tuple[int, ...]]:
+        """Schedule a pod that must fit; where it went and on which devices."""
+        result = self.schedule(raw)
+        assert result.decision is not None, result.status.message
+        return result.decision.node, result.decision.gpu_ids
+
+    def free_devices(self, node: str) -> list[float]:
+        slot = self.cache.slot_of(node)
+        assert slot is not None
+        a = self.cache.arrays
+        return a.gpu_free[slot, : a.gpu_count[slot]].tolist()

@@ -1,0 +1,152 @@
+"""Profiles: the packaged default, a file over it, and errors that name the field at fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.api.errors import InvalidObject
+from scheduler.core.framework import Framework
+from scheduler.framework import profile
+from scheduler.framework.profile import PluginConfig
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "profile.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_default_profile_loads_and_builds() -> None:
+    config = profile.load()
+    assert config.name == "gpusched"
+    assert config.tie_break == "first"
+    assert config.seed == 0
+    assert [p.name for p in config.plugins] == ["fit", "gpu", "fgd"]
+    assert config.plugins[1] == PluginConfig("gpu", 1.0, {"device": "hint"})
+    fw = Framework.build(config)
+    assert [p.name for p in fw.filters] == ["fit"]
+    assert [(s[0].name, s[1]) for s in fw.scorers] == [("fgd", 1.0)]
+    assert [p.name for p in fw.reservers] == ["gpu"]
+
+
+def test_a_file_overrides_only_what_it_says(tmp_path: Path) -> None:
+    config = profile.load(_write(tmp_path, "tieBreak: random\nseed: 42\n"))
+    assert (config.tie_break, config.seed) == ("random", 42)
+    assert [p.name for p in config.plugins] == ["fit", "gpu", "fgd"]
+
+
+def test_a_file_can_replace_the_plugins(tmp_path: Path) -> None:
+    text = """
+name: packer
+plugins:
+  - fit
+  - name: gpu
+    args: {device: bestfit}
+  - name: binpack
+    weight: 2
+    args:
+      weights: {cpu: 1, nvidia.com/gpu: 3}
+  - name: spread
+    weight: 0
+"""
+    config = profile.load(_write(tmp_path, text))
+    assert config.name == "packer"
+    assert [(p.name, p.weight) for p in config.plugins] == [("fit", 1), ("gpu", 1), ("binpack", 2), ("spread", 0)]
+    fw = Framework.build(config)
+    assert [(s[0].name, s[1]) for s in fw.scorers] == [("binpack", 2.0)]  # weight 0 turns a scorer off
+
+
+def test_an_empty_file_is_the_default(tmp_path: Path) -> None:
+    assert profile.load(_write(tmp_path, "")) == profile.load()
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("tiebreak: first\n", "tiebreak"),
+        ("tieBreak: last\n", "tieBreak"),
+        ("seed: one\n", "seed"),
+        ("seed: -1\n", "seed"),
+        ("name: ''\n", "name"),
+        ("plugins: []\n", "plugins"),
+        ("plugins: [fit, {name: spread, weight: -1}]\n", "plugins[1].weight"),
+        ("plugins: [fit, {name: spread, weight: .nan}]\n", "plugins[1].weight"),
+        ("plugins: [fit, {name: spread, weight: .inf}]\n", "plugins[1].weight"),
+        ("plugins: [fit, {name: spread, weight: true}]\n", "plugins[1].weight"),
+        ("plugins: [fit, {name: spread, wieght: 2}]\n", "plugins[1].wieght"),
+        ("plugins: [fit, fit]\n", "plugins[1].name"),
+        ("plugins: [fit, {name: spread, args: [1]}]\n", "plugins[1].args"),
+        ("plugins: [fit, 3]\n", "plugins[1]"),
+    ],
+)
+def test_bad_profiles_name_the_file_and_field(tmp_path: Path, text: str, field: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(InvalidObject) as err:
+        profile.load(path)
+    assert err.value.field == field
+    assert err.value.obj == f"profile {path}"
+    assert field in str(err.value)
+
+
+def test_files_that_are_not_profiles(tmp_path: Path) -> None:
+    with pytest.raises(InvalidObject, match="cannot read"):
+        profile.load(tmp_path / "missing.yaml")
+    with pytest.raises(InvalidObject, match="not valid YAML"):
+        profile.load(_write(tmp_path, "plugins: [fit\n"))
+    with pytest.raises(InvalidObject, match="must be a map"):
+        profile.load(_write(tmp_path, "- fit\n"))
+
+
+def _build(plugins: list[Any]) -> Framework:
+    return Framework.build(profile.parse({"name": "p", "plugins": plugins}))
+
+
+@pytest.mark.parametrize(
+    ("plugins", "field", "words"),
+    [
+        (["fit", "fragmentation"], "plugins[1].name", "unknown plugin 'fragmentation'"),
+        (["fit", {"name": "balance", "args": {"low": 0.9, "high": 0.5}}], "plugins[1].args.low", "low"),
+        (["fit", {"name": "balance", "args": {"high": 1.5}}], "plugins[1].args.high", "1.5"),
+        (["fit", {"name": "balance", "args": {"weights": {"cpu": -1}}}], "plugins[1].args.weights.cpu", "-1"),
+        (["fit", {"name": "binpack", "args": {"weigths": {}}}], "plugins[1].args.weigths", "unknown argument"),
+        (["fit", {"name": "gpu", "args": {"device": "best"}}], "plugins[1].args.device", "'best'"),
+        (["fit", {"name": "fgd", "args": {"coverage": 0}}], "plugins[1].args.coverage", "0"),
+        (
+            ["fit", {"name": "fgd", "args": {"typical": [{"gpus": 2, "milli": 5}]}}],
+            "plugins[1].args.typical[0].milli",
+            "",
+        ),
+        (
+            ["fit", {"name": "resource_strategy", "args": {"resources": {"cpu": {"type": "Most"}}}}],
+            "plugins[1].args.resources.cpu.type",
+            "type",
+        ),
+        (
+            [
+                "fit",
+                {"name": "resource_strategy", "args": {"resources": {"cpu": {"type": "MostAllocated", "weight": -2}}}},
+            ],
+            "plugins[1].args.resources.cpu.weight",
+            "-2",
+        ),
+        (["fit", {"name": "scarce_avoidance", "args": {"resources": "gpu"}}], "plugins[1].args.resources", "list"),
+        (["spread"], "plugins", "filter"),
+    ],
+)
+def test_plugin_errors_name_the_profile_and_field(plugins: list[Any], field: str, words: str) -> None:
+    with pytest.raises(InvalidObject) as err:
+        _build(plugins)
+    assert err.value.field == field
+    assert err.value.obj == "profile p"
+    assert field in str(err.value) and words in str(err.value)
+
+
+def test_every_registered_plugin_builds_with_its_defaults() -> None:
+    from scheduler.core import registry
+
+    for name in registry.PLUGINS:
+        fw = _build(["fit"] if name == "fit" else ["fit", name])
+        assert fw.filters

@@ -1,0 +1,191 @@
+"""The fit filter: a pod goes only where its resources, GPUs, selectors and tolerations allow, and when it fits
+nowhere the message says why, node by node, as kube-scheduler's does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler.framework.interface import Code
+from tests.api import objects
+from tests.core.harness import Cluster
+
+
+def _message(cluster: Cluster, raw: dict[str, Any]) -> str:
+    result = cluster.schedule(raw)
+    assert result.decision is None
+    assert result.status.code == Code.UNSCHEDULABLE
+    return result.status.message
+
+
+def test_resources_must_fit() -> None:
+    cluster = Cluster([objects.node("small", cpu="2", memory="4Gi"), objects.node("big", cpu="16", memory="64Gi")])
+    assert cluster.place(objects.pod("p", cpu="4", memory="8Gi"))[0] == "big"
+    assert cluster.place(objects.pod("q", cpu="12"))[0] == "big"
+    assert _message(cluster, objects.pod("r", cpu="3")) == "0/2 nodes are available: 2 Insufficient cpu."
+    assert _message(cluster, objects.pod("s", cpu=None, memory="100Gi")) == (
+        "0/2 nodes are available: 2 Insufficient memory."
+    )
+
+
+def test_the_pods_allocatable_counts() -> None:
+    cluster = Cluster([objects.node("a", pods="2")])
+    cluster.place(objects.pod("p1"))
+    cluster.place(objects.pod("p2"))
+    assert _message(cluster, objects.pod("p3")) == "0/1 nodes are available: 1 Insufficient pods."
+
+
+def test_an_unknown_extended_resource_fits_nowhere_and_is_named() -> None:
+    cluster = Cluster([objects.node("a"), objects.node("b"), objects.node("c", extra={"rdma/hca": "1"})])
+    assert _message(cluster, objects.pod("p", extra={"example.com/foo": "1"})) == (
+        "0/3 nodes are available: 3 Insufficient example.com/foo."
+    )
+    assert _message(cluster, objects.pod("q", extra={"example.com/foo": "1"})) == (
+        "0/3 nodes are available: 3 Insufficient example.com/foo."
+    )
+    # Nothing else broke: the next pods schedule, known extended resources included.
+    assert cluster.place(objects.pod("r", extra={"rdma/hca": "1"}))[0] == "c"
+    assert cluster.place(objects.pod("s"))[0] == "a"
+
+
+def test_the_diagnosis_counts_nodes_per_reason() -> None:
+    cluster = Cluster(
+        [
+            objects.node("a100x1", gpus=1, product="NVIDIA-A100-SXM4-80GB"),
+            objects.node("h100x8", gpus=8, product="NVIDIA-H100-80GB-HBM3"),
+            objects.node("cpu"),
+        ]
+    )
+    assert _message(cluster, objects.pod("p", gpus=2, models="A100")) == (
+        "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 GPU model not allowed."
+    )
+
+
+def test_the_gpu_model_filter() -> None:
+    cluster = Cluster(
+        [
+            objects.node("a10", gpus=4, product="NVIDIA-A10"),
+            objects.node("unlabelled", gpus=4),
+            objects.node("a100", gpus=4, product="NVIDIA-A100-SXM4-80GB"),
+            objects.node("h100", gpus=4, product="NVIDIA-H100-80GB-HBM3"),
+        ]
+    )
+    assert cluster.place(objects.pod("p", gpus=1, models="A100"))[0] == "a100"
+    assert cluster.place(objects.pod("q", milli=500, models="H100|A100"))[0] in {"a100", "h100"}
+    assert cluster.place(objects.pod("r", gpus=1))[0] == "a10"  # no models: any GPU
+    assert _message(cluster, objects.pod("s", gpus=1, models="V100")) == (
+        "0/4 nodes are available: 4 GPU model not allowed."
+    )
+
+
+def test_whole_gpus_need_fully_free_devices() -> None:
+    cluster = Cluster(
+        [objects.node("a", gpus=2)],
+        bound=[objects.pod("busy", node_name="a", milli=100, annotations={"gpusched.io/gpu-ids": "0"})],
+    )
+    assert _message(cluster, objects.pod("p", gpus=2)) == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    assert cluster.place(objects.pod("q", gpus=1)) == ("a", (1,))
+
+
+def test_a_shared_gpu_needs_one_device_with_the_share_and_the_memory() -> None:
+    cluster = Cluster(
+        [objects.node("a", gpus=2, gpu_memory_mib="16384")],
+        bound=[
+            objects.pod("x", node_name="a", milli=600, gpu_memory="4Gi", annotations={"gpusched.io/gpu-ids": "0"}),
+            objects.pod("y", node_name="a", milli=200, gpu_memory="14Gi", annotations={"gpusched.io/gpu-ids": "1"}),
+        ],
+    )
+    # Device 0: 400 milli and 12Gi free; device 1: 800 milli and 2Gi free.
+    assert _message(cluster, objects.pod("p", milli=900)) == "0/1 nodes are available: 1 no GPU with enough free share."
+    assert _message(cluster, objects.pod("q", milli=500, gpu_memory="8Gi")) == (
+        "0/1 nodes are available: 1 Insufficient GPU memory."
+    )
+    assert cluster.place(objects.pod("r", milli=300, gpu_memory="8Gi")) == ("a", (0,))
+
+
+def test_taints_keep_out_pods_that_do_not_tolerate_them() -> None:
+    taint = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    cluster = Cluster(
+        [
+            objects.node("tainted", taints=[taint]),
+            objects.node("soft", taints=[{"key": "spot", "effect": "PreferNoSchedule"}], cpu="4"),
+        ]
+    )
+    assert cluster.place(objects.pod("p"))[0] == "soft"  # PreferNoSchedule does not filter
+    tolerant = [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
+    assert cluster.place(objects.pod("q", tolerations=tolerant))[0] == "tainted"
+    assert _message(cluster, objects.pod("r", cpu="8")) == (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint."
+    )
+    assert cluster.place(objects.pod("s", cpu="8", tolerations=[{"operator": "Exists"}]))[0] == "tainted"
+
+
+def test_a_taint_removed_by_a_node_update_no_longer_filters() -> None:
+    from scheduler.api import node as api_node
+
+    cluster = Cluster([objects.node("a", taints=[{"key": "k", "effect": "NoExecute"}])])
+    assert "untolerated taint" in _message(cluster, objects.pod("p"))
+    cluster.cache.upsert_node(api_node.parse_node(objects.node("a")))
+    assert cluster.place(objects.pod("p"))[0] == "a"
+
+
+def test_node_selector() -> None:
+    cluster = Cluster([objects.node("a"), objects.node("b", labels={"pool": "gpu"}), objects.node("c")])
+    assert cluster.place(objects.pod("p", node_selector={"pool": "gpu"}))[0] == "b"
+    assert _message(cluster, objects.pod("q", node_selector={"pool": "cpu"})) == (
+        "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    )
+
+
+@pytest.mark.parametrize(
+    ("terms", "where"),
+    [
+        ([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}], {"b1"}),
+        ([{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a", "b"]}]}], {"none"}),
+        ([{"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"}]}], {"none"}),
+        ([{"matchExpressions": [{"key": "zone", "operator": "Exists"}]}], {"a1", "b1"}),
+        ([{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["b1"]}]}], {"a1", "none"}),
+        ([{"matchExpressions": [{"key": "gpus", "operator": "Gt", "values": ["4"]}]}], {"b1"}),
+        ([{"matchExpressions": [{"key": "gpus", "operator": "Lt", "values": ["8"]}]}], {"a1"}),
+        ([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["none"]}]}], {"none"}),
+        (
+            [
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["x"]}]},
+                {
+                    "matchExpressions": [
+                        {"key": "zone", "operator": "Exists"},
+                        {"key": "gpus", "operator": "Lt", "values": ["5"]},
+                    ]
+                },
+            ],
+            {"a1"},
+        ),
+    ],
+)
+def test_required_node_affinity(terms: list[dict[str, Any]], where: set[str]) -> None:
+    nodes = [
+        objects.node("a1", labels={"zone": "a", "gpus": "4"}),
+        objects.node("b1", labels={"zone": "b", "gpus": "8"}),
+        objects.node("none"),
+    ]
+    cluster = Cluster(nodes, ["fit", "spread"])  # spread: the pods visit every node they may use
+    placed = {cluster.place(objects.pod(f"p{i}", affinity=terms))[0] for i in range(4)}
+    assert placed == where
+
+
+def test_cordoned_nodes_take_nothing() -> None:
+    cluster = Cluster([objects.node("a", unschedulable=True), objects.node("b", cpu="1")])
+    assert _message(cluster, objects.pod("p", cpu="2")) == (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) were unschedulable."
+    )
+
+
+def test_an_empty_cluster() -> None:
+    assert _message(Cluster([]), objects.pod("p")) == "0/0 nodes are available."
+
+
+def test_a_removed_node_is_not_counted() -> None:
+    cluster = Cluster([objects.node("a", cpu="1"), objects.node("b", cpu="1")])
+    cluster.cache.remove_node("a")
+    assert _message(cluster, objects.pod("p", cpu="2")) == "0/1 nodes are available: 1 Insufficient cpu."
