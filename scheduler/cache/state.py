@@ -170,7 +170,9 @@ class Cache:
         a.gpu_free[slot] = 0.0
         a.gpu_free[slot, : info.gpus] = layout.WHOLE
         a.gpu_mem_free[slot] = 0.0
-        a.gpu_mem_free[slot, : info.gpus] = float(info.gpu_memory)
+        # Unknown device memory is no constraint: the per-device table says "unlimited", while the node's GPU-memory
+        # column stays 0 so that scores leave that dimension out.
+        a.gpu_mem_free[slot, : info.gpus] = float(info.gpu_memory) if info.gpu_memory else np.inf
         a.node_model[slot] = self.model_id(info.gpu_model)
         a.base_reason[slot] = layout.UNSCHEDULABLE if info.unschedulable else layout.FIT
         for key, pod_entry in list(entry.pods.items()):
@@ -213,8 +215,7 @@ class Cache:
             ids = [g for g in gpu_ids if g < a.gpu_count[slot]]
             if len(ids) != gpu.count:
                 ids = self._devices_for(slot, pod)
-            if gpu.whole:
-                request[layout.GPU_MEMORY] = a.gpu_mem_each[slot] * len(ids)
+            _device_memory_column(request, a, slot, pod, len(ids))
             memory = a.device_memory(slot, ids, gpu.whole, float(gpu.memory))
             return Placement(slot, request, tuple(ids), float(gpu.milli), memory)
         return Placement(slot, request)
@@ -347,6 +348,15 @@ class Cache:
         return snap
 
 
+def _device_memory_column(request: F64, a: ClusterArrays, slot: int, pod: PodRequest, devices: int) -> None:
+    """What a GPU pod adds to the node's GPU-memory column: whole devices take all their memory; on a node whose
+    device memory is unknown nothing is counted there (the column has no capacity)."""
+    if pod.gpu.whole:
+        request[layout.GPU_MEMORY] = a.gpu_mem_each[slot] * devices
+    elif a.gpu_mem_each[slot] <= 0:
+        request[layout.GPU_MEMORY] = 0.0
+
+
 def _same_for_scheduling(a: api_node.NodeInfo, b: api_node.NodeInfo) -> bool:
     return (
         a.allocatable == b.allocatable
@@ -399,8 +409,8 @@ class Snapshot:
     def placement(self, pod: PodRequest, slot: int, gpu_ids: Sequence[int]) -> Placement:
         request = self.request_vector(pod)
         a = self.arrays
-        if pod.gpu.whole:
-            request[layout.GPU_MEMORY] = a.gpu_mem_each[slot] * pod.gpu.count
+        if pod.gpu.count:
+            _device_memory_column(request, a, slot, pod, len(gpu_ids))
         memory = a.device_memory(slot, gpu_ids, pod.gpu.whole, float(pod.gpu.memory))
         return Placement(slot, request, tuple(gpu_ids), float(pod.gpu.milli), memory)
 

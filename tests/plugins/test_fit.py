@@ -104,6 +104,12 @@ def test_a_shared_gpu_needs_one_device_with_the_share_and_the_memory() -> None:
     assert cluster.place(objects.pod("r", milli=300, gpu_memory="8Gi")) == ("a", (0,))
 
 
+def test_gpu_memory_is_no_constraint_on_a_node_whose_device_memory_is_unknown() -> None:
+    cluster = Cluster([objects.node("a", gpus=1)])
+    assert cluster.place(objects.pod("p", milli=300, gpu_memory="40Gi")) == ("a", (0,))
+    assert cluster.place(objects.pod("q", milli=300, gpu_memory="40Gi")) == ("a", (0,))
+
+
 def test_taints_keep_out_pods_that_do_not_tolerate_them() -> None:
     taint = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
     cluster = Cluster(
