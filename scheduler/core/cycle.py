@@ -50,8 +50,11 @@ class Diagnosis:
 
 def diagnose(reasons: np.ndarray, columns: list[str]) -> Diagnosis:
     present = reasons[reasons != layout.ABSENT]
-    counts = Counter(reason_text(int(c), columns) for c in present if c != layout.FIT)
-    ordered = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    codes, counts = np.unique(present[present != layout.FIT], return_counts=True)
+    by_text: Counter[str] = Counter()
+    for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
+        by_text[reason_text(code, columns)] += count
+    ordered = tuple(sorted(by_text.items(), key=lambda kv: (-kv[1], kv[0])))
     return Diagnosis(int(present.shape[0]), ordered)
 
 
@@ -112,10 +115,10 @@ class Scheduler:
         total = np.zeros(feasible.shape[0])
         if fw.scorers:
             out = np.empty(feasible.shape[0])
-            for scorer, weight in fw.scorers:
+            for scorer, weight, normalize in fw.scorers:
                 scorer.score(state, feasible, out)
-                if isinstance(scorer, interface.NormalizePlugin):
-                    scorer.normalize(state, out)
+                if normalize is not None:
+                    normalize(state, out)
                 total += weight * out
         best = total.max()
         ties = np.flatnonzero(total == best)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scheduler.api.errors import InvalidObject
@@ -16,7 +17,11 @@ class Framework:
     pre_filters: list[interface.PreFilterPlugin] = field(default_factory=list)
     filters: list[interface.FilterPlugin] = field(default_factory=list)
     post_filters: list[interface.PostFilterPlugin] = field(default_factory=list)
-    scorers: list[tuple[interface.ScorePlugin, float]] = field(default_factory=list)
+    #: Score plugins with their weight and, where they have one, their normalize step (resolved once here:
+    #: checking a runtime Protocol on every cycle is slow).
+    scorers: list[tuple[interface.ScorePlugin, float, Callable[[interface.CycleState, interface.F64], None] | None]] = (
+        field(default_factory=list)
+    )
     reservers: list[interface.ReservePlugin] = field(default_factory=list)
     permits: list[interface.PermitPlugin] = field(default_factory=list)
 
@@ -43,7 +48,8 @@ class Framework:
             if isinstance(plugin, interface.PostFilterPlugin):
                 fw.post_filters.append(plugin)
             if isinstance(plugin, interface.ScorePlugin) and pc.weight > 0:
-                fw.scorers.append((plugin, pc.weight))
+                normalize = plugin.normalize if isinstance(plugin, interface.NormalizePlugin) else None
+                fw.scorers.append((plugin, pc.weight, normalize))
             if isinstance(plugin, interface.ReservePlugin):
                 fw.reservers.append(plugin)
             if isinstance(plugin, interface.PermitPlugin):

@@ -14,6 +14,8 @@ from scheduler.plugins import (
     fgd,
     fit,
     gpu,
+    gpu_clustering,
+    gpu_packing,
     resource_strategy,
     scarce_avoidance,
     spread,
@@ -32,4 +34,6 @@ PLUGINS: dict[str, Factory] = {
     "bestfit": bestfit.BestFit,
     "dotprod": dotprod.DotProd,
     "fgd": fgd.Fgd,
+    "gpu_packing": gpu_packing.GpuPacking,
+    "gpu_clustering": gpu_clustering.GpuClustering,
 }

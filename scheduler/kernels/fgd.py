@@ -140,8 +140,9 @@ def _drop(
 
 
 @jit
-def _score(delta):
-    return float(int(100.0 / (1.0 + math.exp(-delta / 1000.0))))
+def _score(delta, exact, scale):
+    value = 100.0 / (1.0 + math.exp(-delta / scale))
+    return value if exact else float(int(value))
 
 
 @jit
@@ -173,6 +174,8 @@ def _fgd(
     k,
     m,
     gmem,
+    exact,
+    scale,
     out_score,
     out_delta,
     out_gpu,
@@ -225,7 +228,7 @@ def _fgd(
                 0.0,
                 k,
             )
-            best_score = _score(best_delta)
+            best_score = _score(best_delta, exact, scale)
         else:
             best_delta = 0.0
             best_score = -1.0
@@ -259,8 +262,8 @@ def _fgd(
                     a - m,
                     1,
                 )
-                score = _score(delta)
-                if score > best_score:
+                score = _score(delta, exact, scale)
+                if score > best_score or (exact and score == best_score and delta > best_delta):
                     best_score = score
                     best_delta = delta
                     best_gpu = g
@@ -325,10 +328,14 @@ def fgd(
     out_score: F64,
     out_delta: F64,
     out_gpu: I64,
+    *,
+    exact: bool = False,
+    scale: float = 1000.0,
 ) -> F64:
     """Score the listed nodes for a pod of ``cpu_req`` milli-CPU and ``k`` GPUs of ``m`` milli.
 
-    Writes the integer score (0..100), the drop in fragmentation (GPU-milli, larger is better) and, for a shared
+    Writes the score ``100 * sigmoid(drop / scale)`` (0..100; truncated to an integer as in the paper unless
+    ``exact``), the drop in fragmentation (GPU-milli, larger is better) and, for a shared
     pod, the device to use (-1 otherwise) for each listed node. Nodes must already fit the pod.
     """
     n_nodes = cap.shape[0]
@@ -364,6 +371,8 @@ def fgd(
         int(k),
         float(m),
         float(gmem),
+        bool(exact),
+        float(scale),
         out_score,
         out_delta,
         out_gpu,

@@ -216,6 +216,11 @@ def fragmentation(
     return out
 
 
+def _fgd_score(delta: F64, exact: bool, scale: float) -> F64:
+    value: F64 = 100.0 / (1.0 + np.exp(-delta / scale))
+    return value if exact else np.trunc(value)
+
+
 def fgd(
     nodes: I64,
     cap: F64,
@@ -234,6 +239,9 @@ def fgd(
     out_score: F64,
     out_delta: F64,
     out_gpu: I64,
+    *,
+    exact: bool = False,
+    scale: float = 1000.0,
 ) -> F64:
     del gen, cache  # the twin recomputes everything
     free = gpu_free[nodes]
@@ -250,7 +258,7 @@ def fgd(
             taken = np.where(whole & (rank <= k), 0.0, free)
         delta = _drop(before, _unusable(cpu_free - cpu_req, taken, slots, model, typical), typical)
         out_delta[:] = delta
-        out_score[:] = np.trunc(100.0 / (1.0 + np.exp(-delta / 1000.0)))
+        out_score[:] = _fgd_score(delta, exact, scale)
         out_gpu[:] = -1
         return out_score
     # One candidate per device: (K, G candidates, G devices).
@@ -268,10 +276,42 @@ def fgd(
         typical,
     )
     delta = _drop(before[:, None, :], after, typical)
-    score = np.where(ok, np.trunc(100.0 / (1.0 + np.exp(-delta / 1000.0))), -1.0)
-    best = score.argmax(axis=1)
+    score = np.where(ok, _fgd_score(delta, exact, scale), -1.0)
+    best = np.where(ok, delta, -np.inf).argmax(axis=1) if exact else score.argmax(axis=1)
     rows = np.arange(nodes.shape[0])
     out_score[:] = score[rows, best]
     out_delta[:] = np.where(ok[rows, best], delta[rows, best], 0.0)
     out_gpu[:] = np.where(ok[rows, best], best, -1)
     return out_score
+
+
+def gpu_packing(nodes: I64, gpu_free: F64, gpu_count: I64, k: int, m: float, out: F64) -> F64:
+    for i, n in enumerate(nodes):
+        if k == 0 or m <= 0:
+            out[i] = 0.0
+            continue
+        free = gpu_free[n, : gpu_count[n]]
+        whole_free = int((free >= layout.WHOLE).sum())
+        if whole_free == free.shape[0]:
+            out[i] = max(33 - whole_free, whole_free)
+            continue
+        order = np.argsort(free, kind="stable")
+        taken = [g for g in order if free[g] >= m][:k]
+        taken_whole = sum(1 for g in taken if free[g] >= layout.WHOLE)
+        if taken_whole:
+            out[i] = max(50 - taken_whole, 33)
+        else:
+            out[i] = max(100 - sum(int(free[g]) * 100 // 1000 for g in taken) // 10, 50)
+    return out
+
+
+def gpu_clustering(nodes: I64, cap: F64, used: F64, classes: I64, pod_class: int, max_gpu: float, out: F64) -> F64:
+    if pod_class < 0:
+        out[:] = 0.0
+        return out
+    free = (cap[nodes, layout.GPU_MILLI] - used[nodes, layout.GPU_MILLI]).astype(np.int64)
+    base = 25 * (int(max_gpu) - free) // int(max_gpu)
+    present = (classes[nodes] > 0).sum(axis=1)
+    mine = classes[nodes, pod_class] > 0
+    out[:] = base + np.where(mine, np.where(present == 1, 75, 50), np.where(present == 0, 25, 0))
+    return out

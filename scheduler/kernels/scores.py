@@ -285,3 +285,76 @@ def dotprod(nodes: I64, cap: F64, used: F64, req: F64, max_cpu: float, max_gpu: 
     _check(nodes, cap, used, req, out)
     _dotprod(nodes, cap, used, req, float(max_cpu), float(max_gpu), out)
     return out
+
+
+@jit
+def _gpu_packing(nodes, gpu_free, gpu_count, k, m, out):
+    for i in range(nodes.shape[0]):
+        n = nodes[i]
+        if k == 0 or m <= 0.0:
+            out[i] = 0.0
+            continue
+        devices = gpu_count[n]
+        whole_free = 0
+        for g in range(devices):
+            if gpu_free[n, g] >= layout.WHOLE:
+                whole_free += 1
+        if whole_free == devices:
+            out[i] = float(max(33 - whole_free, whole_free))
+            continue
+        # Take devices in increasing free milli (ties by index) that fit, until the pod has k of them.
+        order = np.argsort(gpu_free[n, :devices], kind="mergesort")
+        taken = 0
+        taken_whole = 0
+        free_sum = 0
+        for j in range(devices):
+            g = order[j]
+            if gpu_free[n, g] >= m:
+                taken += 1
+                if gpu_free[n, g] >= layout.WHOLE:
+                    taken_whole += 1
+                free_sum += int(gpu_free[n, g]) * 100 // 1000
+                if taken == k:
+                    break
+        if taken_whole > 0:
+            out[i] = float(max(50 - taken_whole, 33))
+        else:
+            out[i] = float(max(100 - free_sum // 10, 50))
+
+
+def gpu_packing(nodes: I64, gpu_free: F64, gpu_count: I64, k: int, m: float, out: F64) -> F64:
+    """The FGD paper's GpuPacking: prefer partly used devices, then partly used nodes, then empty nodes (integer)."""
+    if out.shape != nodes.shape or gpu_count.shape[0] != gpu_free.shape[0]:
+        raise ValueError("gpu_packing: shapes disagree")
+    _gpu_packing(nodes, gpu_free, gpu_count, int(k), float(m), out)
+    return out
+
+
+@jit
+def _gpu_clustering(nodes, cap, used, classes, pod_class, max_gpu, out):
+    n_classes = classes.shape[1]
+    for i in range(nodes.shape[0]):
+        n = nodes[i]
+        if pod_class < 0:
+            out[i] = 0.0
+            continue
+        free = int(cap[n, layout.GPU_MILLI] - used[n, layout.GPU_MILLI])
+        base = 25 * (int(max_gpu) - free) // int(max_gpu)
+        present = 0
+        for c in range(n_classes):
+            if classes[n, c] > 0:
+                present += 1
+        if classes[n, pod_class] > 0:
+            base += 75 if present == 1 else 50
+        elif present == 0:
+            base += 25
+        out[i] = float(base)
+
+
+def gpu_clustering(nodes: I64, cap: F64, used: F64, classes: I64, pod_class: int, max_gpu: float, out: F64) -> F64:
+    """The FGD paper's GpuClustering: prefer nodes whose GPU pods are all of the pod's class (shared, 1-GPU,
+    2-GPU, ...). ``classes[n, c]`` counts the GPU pods of class c on node n; ``pod_class`` < 0 for CPU pods."""
+    if out.shape != nodes.shape or classes.shape[0] != cap.shape[0]:
+        raise ValueError("gpu_clustering: shapes disagree")
+    _gpu_clustering(nodes, cap, used, classes, int(pod_class), float(max_gpu), out)
+    return out

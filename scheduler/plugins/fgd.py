@@ -7,38 +7,30 @@ pods in the cluster every ``refreshCycles`` cycles (a generic set until there ar
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from scheduler.api import resources, typical
+from scheduler.api.errors import InvalidObject
 from scheduler.framework import args as plugin_args
+from scheduler.framework import fragmentation
 from scheduler.framework.interface import F64, I64, CycleState
 from scheduler.kernels import fgd as fgd_kernel
 from scheduler.kernels import layout
-
-
-def _arrays(shapes: Sequence[typical.Shape], models: Sequence[str]) -> fgd_kernel.TypicalPods:
-    model_ok = np.array(
-        [[any(resources.model_matches(a, m) for a in s.models) for m in models] or [False] for s in shapes],
-        dtype=bool,
-    ).reshape(len(shapes), max(1, len(models)))
-    return fgd_kernel.TypicalPods(
-        cpu=np.array([s.cpu for s in shapes], dtype=np.float64),
-        milli=np.array([s.milli for s in shapes], dtype=np.float64),
-        count=np.array([s.gpus for s in shapes], dtype=np.int64),
-        any_model=np.array([not s.models for s in shapes], dtype=bool),
-        model_ok=model_ok,
-        weight=np.array([s.weight for s in shapes], dtype=np.float64),
-    )
 
 
 class Fgd:
     name = "fgd"
 
     def __init__(self, args: Mapping[str, Any]) -> None:
-        plugin_args.check_keys(self.name, args, ("typical", "coverage", "refreshCycles", "minPods"))
+        plugin_args.check_keys(self.name, args, ("typical", "coverage", "refreshCycles", "minPods", "exact", "scale"))
+        self.scale = plugin_args.number(self.name, args, "scale", 1000.0, low=1.0)
+        exact = args.get("exact", False)
+        if not isinstance(exact, bool):
+            raise InvalidObject(f"{exact!r} is not true or false", obj=f"plugin {self.name}", field="args.exact")
+        self.exact = exact
         self.coverage = plugin_args.number(self.name, args, "coverage", 0.95, low=0.01, high=1.0)
         self.refresh = int(plugin_args.number(self.name, args, "refreshCycles", 1000, low=1))
         self.min_pods = int(plugin_args.number(self.name, args, "minPods", 50, low=1))
@@ -73,7 +65,7 @@ class Fgd:
         self._cycles += 1
         snap = state.snapshot
         if self._typical is None or self._models != len(snap.models):
-            self._typical = _arrays(self.shapes, snap.models)
+            self._typical = fragmentation.typical_arrays(self.shapes, snap.models)
             self._models = len(snap.models)
             self._cache = None
         if self._cache is None or self._cache.seen.shape[0] != snap.slots:
@@ -104,6 +96,8 @@ class Fgd:
             out,
             delta,
             hints,
+            exact=self.exact,
+            scale=self.scale,
         )
         state.device_hints[self.name] = hints
         state.data[f"{self.name}.delta"] = delta

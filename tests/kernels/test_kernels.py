@@ -105,8 +105,10 @@ def test_fgd_matches_reference(seed: int, nodes: int) -> None:
         m,
         gmem,
     )
-    fgd_kernel.fgd(*args, *outs[0])
-    reference.fgd(*args, *outs[1])
+    exact = bool(rng.random() < 0.5)
+    scale = float(rng.choice([1000.0, 250.0, 4000.0]))
+    fgd_kernel.fgd(*args, *outs[0], exact=exact, scale=scale)
+    reference.fgd(*args, *outs[1], exact=exact, scale=scale)
     # Only nodes the pod fits on are scored in practice; compare those.
     reasons = fit_kernel.fit(
         c.cap,
@@ -135,3 +137,45 @@ def test_fgd_matches_reference(seed: int, nodes: int) -> None:
         atol=1e-9,
     )
     np.testing.assert_allclose(cache.frag[listed], frag[listed], rtol=0, atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=SEEDS, nodes=SIZES)
+def test_fgd_baselines_match_reference(seed: int, nodes: int) -> None:
+    rng, c, _, k, m, _, listed = _setup(seed, nodes)
+    reasons = fit_kernel.fit(
+        c.cap,
+        c.used,
+        np.zeros(c.cap.shape[1]),
+        c.gpu_free,
+        c.gpu_mem_free,
+        c.gpu_count,
+        c.node_model,
+        np.ones(3, bool),
+        True,
+        k,
+        m,
+        0.0,
+        np.zeros(nodes, np.int8),
+        np.empty(nodes, np.int8),
+    )
+    fits = listed[reasons[listed] == layout.FIT]
+    got = scores.gpu_packing(fits, c.gpu_free, c.gpu_count, k, m, np.empty(fits.shape[0]))
+    want = reference.gpu_packing(fits, c.gpu_free, c.gpu_count, k, m, np.empty(fits.shape[0]))
+    np.testing.assert_array_equal(got, want)
+    classes = rng.integers(0, 3, size=(nodes, 17)) * (rng.random((nodes, 17)) < 0.2)
+    pod_class = -1 if k == 0 else (0 if m < 1000 else k)
+    got = scores.gpu_clustering(fits, c.cap, c.used, classes, pod_class, 8000.0, np.empty(fits.shape[0]))
+    want = reference.gpu_clustering(fits, c.cap, c.used, classes, pod_class, 8000.0, np.empty(fits.shape[0]))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_gpu_packing_prefers_partly_used_devices() -> None:
+    # Node 0: all free (8 devices) -> max(33-8, 8) = 25. Node 1: one device at 300 free -> 100 - 30//10 = 97.
+    # Node 2: devices used but only fully free ones fit a 500-milli pod -> max(50-1, 33) = 49.
+    gpu_free = np.array([[1000.0] * 8, [300.0, 1000.0] + [0.0] * 6, [200.0, 1000.0] + [0.0] * 6])
+    counts = np.array([8, 8, 8], dtype=np.int64)
+    out = scores.gpu_packing(np.arange(3, dtype=np.int64), gpu_free, counts, 1, 250.0, np.empty(3))
+    assert out.tolist() == [25.0, 97.0, 49.0]
+    out = scores.gpu_packing(np.arange(3, dtype=np.int64), gpu_free, counts, 1, 500.0, np.empty(3))
+    assert out.tolist() == [25.0, 49.0, 49.0]
