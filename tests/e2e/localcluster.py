@@ -77,6 +77,10 @@ class ClusterError(RuntimeError):
     """The local control plane failed to start, or a helper call failed."""
 
 
+class ProcessExited(ClusterError):
+    """A control-plane process died; waiting longer will not help."""
+
+
 class APIError(ClusterError):
     """Non-2xx answer from the API server; ``status`` and ``body`` are set."""
 
@@ -148,6 +152,8 @@ def wait_for(
             value = predicate()
             if value:
                 return value
+        except ProcessExited:
+            raise
         except Exception as exc:
             last_exc = exc
         if time.monotonic() >= deadline:
@@ -169,15 +175,81 @@ def _tail(path: Path, lines: int) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec
+# A separate watchdog process cleans up if the Python process dies without
+# running stop() (SIGKILL, OOM, a hard CI timeout).  It reads commands on its
+# stdin; EOF means the parent is gone: it then kills every process group it
+# was told about and removes the registered directories.  (prctl's
+# PR_SET_PDEATHSIG is not used: it is per-thread and not honoured everywhere.)
+_WATCHDOG_CODE = r"""
+import os, shutil, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+groups, dirs = set(), set()
+for line in sys.stdin:
+    cmd, _, arg = line.rstrip("\n").partition(" ")
+    if cmd == "add":
+        groups.add(int(arg))
+    elif cmd == "del":
+        groups.discard(int(arg))
+    elif cmd == "dir":
+        dirs.add(arg)
+    elif cmd == "exit":
+        sys.exit(0)
+def alive(g):
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except Exception:
+        os.killpg(g, 0)
+        return True
+    except OSError:
+        return False
+for g in groups:
+    try:
+        os.killpg(g, signal.SIGTERM)
+    except OSError:
         pass
+deadline = time.time() + 3
+while time.time() < deadline and any(alive(g) for g in groups):
+    time.sleep(0.1)
+for g in groups:
+    try:
+        os.killpg(g, signal.SIGKILL)
+    except OSError:
+        pass
+deadline = time.time() + 10
+while time.time() < deadline and any(alive(g) for g in groups):
+    time.sleep(0.1)
+for attempt in range(3):
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    if not any(os.path.exists(d) for d in dirs):
+        break
+    time.sleep(0.5)
+"""
+
+
+class _Watchdog:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.popen = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG_CODE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            text=True,
+        )
+
+    def send(self, cmd: str) -> None:
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            assert self.popen.stdin is not None
+            self.popen.stdin.write(cmd + "\n")
+            self.popen.stdin.flush()
+
+    def close(self) -> None:
+        self.send("exit")
+        with contextlib.suppress(Exception):
+            assert self.popen.stdin is not None
+            self.popen.stdin.close()
+        with contextlib.suppress(Exception):
+            self.popen.wait(timeout=5)
 
 
 # --------------------------------------------------------------------------
@@ -322,11 +394,19 @@ class _PKI:
 class _Proc:
     """One child process with its own log file and process group."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        watchdog: _Watchdog | None = None,
+    ):
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.env = dict(env) if env is not None else None
+        self.watchdog = watchdog
         self.popen: subprocess.Popen | None = None
         self.starts = 0
 
@@ -337,18 +417,16 @@ class _Proc:
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start #{self.starts} at {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
             log.flush()
-            # PDEATHSIG fires when the *thread* that forked dies, so only use
-            # it from the main thread (restarts may come from worker threads).
-            use_pdeathsig = threading.current_thread() is threading.main_thread()
             self.popen = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.env,
-                start_new_session=True,
-                preexec_fn=_set_pdeathsig if use_pdeathsig else None,
+                start_new_session=True,  # own process group: killpg gets all of it
             )
+        if self.watchdog is not None:
+            self.watchdog.send(f"add {self.popen.pid}")
 
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
@@ -374,10 +452,12 @@ class _Proc:
         # anything left in its process group
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(p.pid, signal.SIGKILL)
+        if self.watchdog is not None:
+            self.watchdog.send(f"del {p.pid}")
 
     def check_running(self) -> None:
         if self.popen is not None and self.popen.poll() is not None:
-            raise ClusterError(
+            raise ProcessExited(
                 f"{self.name} exited with code {self.popen.returncode}; log {self.log_path}:\n"
                 + _tail(self.log_path, 40)
             )
@@ -460,6 +540,7 @@ class LocalCluster:
         self.procs: dict[str, _Proc] = {}
         self.timings: dict[str, float] = {}
         self._ssl_ctx: ssl.SSLContext | None = None
+        self._watchdog: _Watchdog | None = None
         self._owns_workdir = False
         self._started = False
         self._stopped = False
@@ -484,6 +565,7 @@ class LocalCluster:
             raise ClusterError("LocalCluster.start() called twice")
         self._started = True
         _LIVE_CLUSTERS.add(self)
+        self._watchdog = _Watchdog()
         t0 = time.monotonic()
         try:
             self.bin_dir = ensure_binaries(self._bin_dir_arg)
@@ -493,6 +575,8 @@ class LocalCluster:
             else:
                 self.workdir = Path(tempfile.mkdtemp(prefix="gpusched-e2e-"))
                 self._owns_workdir = True
+                if not self.keep:
+                    self._watchdog.send(f"dir {self.workdir}")
             (self.workdir / "logs").mkdir(exist_ok=True)
             self._log(f"workdir {self.workdir}")
 
@@ -560,8 +644,10 @@ class LocalCluster:
             proc = self.procs.get(name)
             if proc is not None:
                 with contextlib.suppress(Exception):
-                    proc.stop()
+                    proc.stop(timeout=5.0)
         _LIVE_CLUSTERS.discard(self)
+        if self._watchdog is not None:
+            self._watchdog.close()
         if self.workdir is not None and self._owns_workdir:
             if self.keep:
                 self._log(f"keeping {self.workdir}")
@@ -590,9 +676,14 @@ class LocalCluster:
 
     # ---- API server restarts -------------------------------------------
 
-    def stop_apiserver(self, kill: bool = False) -> None:
-        """Stop kube-apiserver (SIGTERM, or SIGKILL with ``kill=True``)."""
-        self.procs["kube-apiserver"].stop(kill=kill)
+    def stop_apiserver(self, kill: bool = False, grace: float = 5.0) -> None:
+        """Stop kube-apiserver: SIGTERM (or SIGKILL with ``kill=True``).
+
+        It stops listening at once on SIGTERM, but with clients holding
+        watches its graceful shutdown runs up to --request-timeout (60s), so
+        after ``grace`` seconds it is SIGKILLed.
+        """
+        self.procs["kube-apiserver"].stop(timeout=grace, kill=kill)
 
     def start_apiserver(self, timeout: float | None = None) -> float:
         """Start kube-apiserver again on the same port; wait for /readyz.
@@ -604,7 +695,13 @@ class LocalCluster:
         self._wait_apiserver_ready(timeout or self.startup_timeout)
         return time.monotonic() - t
 
-    def restart_apiserver(self, kill: bool = False, downtime: float = 0.0, timeout: float | None = None) -> float:
+    def restart_apiserver(
+        self,
+        kill: bool = False,
+        downtime: float = 0.0,
+        timeout: float | None = None,
+        grace: float = 5.0,
+    ) -> float:
         """Stop kube-apiserver, stay down ``downtime`` seconds, start it again.
 
         etcd and the clients (controller manager, kwok, schedulers) keep
@@ -613,7 +710,7 @@ class LocalCluster:
         """
         t = time.monotonic()
         self._log(f"restarting kube-apiserver ({'SIGKILL' if kill else 'SIGTERM'})")
-        self.stop_apiserver(kill=kill)
+        self.stop_apiserver(kill=kill, grace=grace)
         if downtime:
             time.sleep(downtime)
         self.start_apiserver(timeout)
@@ -844,7 +941,7 @@ class LocalCluster:
         logs = w / "logs"
 
         def add(name: str, argv: list[str], env: Mapping[str, str] | None = None) -> None:
-            self.procs[name] = _Proc(name, argv, logs / f"{name}.log", env)
+            self.procs[name] = _Proc(name, argv, logs / f"{name}.log", env, self._watchdog)
 
         etcd_url = f"http://127.0.0.1:{p['etcd']}"
         peer_url = f"http://127.0.0.1:{p['etcd_peer']}"
@@ -999,6 +1096,7 @@ __all__ = [
     "APIError",
     "ClusterError",
     "LocalCluster",
+    "ProcessExited",
     "ensure_binaries",
     "free_port",
     "wait_for",
