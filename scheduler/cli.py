@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from scheduler.api.errors import InvalidObject
+from scheduler.sim import command as sim_command
 
 
 def _bench_kernels(args: argparse.Namespace) -> int:
@@ -35,14 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     kernels.add_argument("--repeat", type=int, default=3, help="timing runs; the best is kept (default 3)")
     kernels.add_argument("--json", action="store_true", help="print JSON instead of a table")
     kernels.set_defaults(func=_bench_kernels)
-    try:
-        from scheduler.sim import command as sim_command
-    except ImportError:  # pragma: no cover - the simulator is part of the package; this guards partial installs
-        pass
-    else:
-        simulate = sub.add_parser("simulate", help="run policies on a cluster and workload, side by side")
-        sim_command.add_arguments(simulate)
-        simulate.set_defaults(func=sim_command.run)
+    simulate = sub.add_parser("simulate", help="run policies on a cluster and workload, side by side")
+    sim_command.add_arguments(simulate)
+    simulate.set_defaults(func=sim_command.run)
     return parser
 
 

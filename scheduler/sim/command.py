@@ -1,0 +1,222 @@
+"""``gpusched simulate``: compare policies on a cluster and a workload, side by side.
+
+With no arguments it runs the built-in synthetic cluster and workload; ``--nodes``/``--pods`` read the Alibaba
+GPU trace format. ``--tune RATIO --seeds A-B`` follows the FGD paper's protocol; ``--replay`` uses the trace's
+creation and deletion times instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from scheduler.api import typical
+from scheduler.api.errors import InvalidObject
+from scheduler.sim import engine, metrics, policies, protocol, replay, report, synthetic, trace
+from scheduler.sim.trace import NodeSpec, PodSpec
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", metavar="FILE", help="nodes CSV (sn,cpu_milli,memory_mib,gpu,model)")
+    parser.add_argument("--pods", metavar="FILE", help="pods CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,...)")
+    parser.add_argument(
+        "--policy",
+        default=",".join(policies.POLICIES),
+        help=f"comma-separated policies (default: all of {', '.join(policies.POLICIES)})",
+    )
+    parser.add_argument(
+        "--tune",
+        type=float,
+        default=1.3,
+        metavar="RATIO",
+        help="inflate the workload to RATIO x GPU capacity (default 1.3)",
+    )
+    parser.add_argument("--seeds", default="42-44", metavar="A-B", help="seeds to average over (default 42-44)")
+    parser.add_argument("--replay", action="store_true", help="replay creation/deletion times instead of --tune")
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw allocation and fragmentation charts")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def parse_seeds(raw: str) -> list[int]:
+    try:
+        if "-" in raw:
+            low, high = (int(x) for x in raw.split("-", 1))
+        else:
+            low = high = int(raw)
+    except ValueError:
+        raise InvalidObject(
+            f"{raw!r} is not a seed or a range like 42-51", obj="gpusched simulate", field="--seeds"
+        ) from None
+    if high < low:
+        raise InvalidObject(f"{raw!r} is an empty range", obj="gpusched simulate", field="--seeds")
+    return list(range(low, high + 1))
+
+
+class Progress:
+    """A one-line progress bar on a terminal; a line per run otherwise."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+
+    def runner(self, label: str, total: int) -> Callable[[int], None]:
+        def show(done: int) -> None:
+            if self.quiet or not self.tty:
+                return
+            width = 30
+            filled = int(width * done / max(total, 1))
+            sys.stderr.write(
+                f"\r{label:<28} [{'#' * filled}{'.' * (width - filled)}] {100 * done / max(total, 1):5.1f}%"
+            )
+            sys.stderr.flush()
+
+        return show
+
+    def done(self, label: str, seconds: float) -> None:
+        if self.quiet:
+            return
+        if self.tty:
+            sys.stderr.write("\r" + " " * 80 + "\r")
+        sys.stderr.write(f"{label:<28} done in {seconds:.2f}s\n")
+        sys.stderr.flush()
+
+
+def _inputs(args: argparse.Namespace) -> tuple[list[NodeSpec], list[PodSpec], str]:
+    if bool(args.nodes) != bool(args.pods):
+        raise InvalidObject("--nodes and --pods go together", obj="gpusched simulate", field="--nodes")
+    if args.nodes:
+        return trace.load_nodes(args.nodes), trace.load_pods(args.pods), f"{args.nodes} + {args.pods}"
+    if args.replay:
+        raise InvalidObject("--replay needs a trace (--nodes and --pods)", obj="gpusched simulate", field="--replay")
+    nodes = synthetic.cluster()
+    return nodes, synthetic.workload(), f"built-in synthetic cluster ({len(nodes)} nodes) and workload"
+
+
+def _warm_up(
+    nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], names: Sequence[str], shapes: list[typical.Shape]
+) -> None:
+    """Compile the kernels before timing (numba caches them on disk, so this is quick after the first run)."""
+    for name in names:
+        engine.run_arrivals(nodes[:4], pods[:8], policies.build(name, shapes=shapes, seed=0), shapes=shapes)
+
+
+def compare_tune(
+    nodes: Sequence[NodeSpec],
+    pods: Sequence[PodSpec],
+    names: Sequence[str],
+    ratio: float,
+    seeds: Sequence[int],
+    progress: Progress,
+) -> dict[str, dict[str, Any]]:
+    shapes = typical.typical_shapes([p.shape for p in pods])
+    capacity = float(sum(n.gpus for n in nodes)) * 1000.0
+    if capacity <= 0:
+        raise InvalidObject("the cluster has no GPUs", obj="gpusched simulate", field="--nodes")
+    top = round(ratio * 100)
+    percents = list(range(0, top + 1))
+    key = str(top)
+    _warm_up(nodes, pods, names, shapes)
+    results: dict[str, dict[str, Any]] = {}
+    for name in names:
+        per_seed: list[dict[str, Any]] = []
+        curves = []
+        for seed in seeds:
+            workload = protocol.inflate(pods, capacity, ratio, seed)
+            label = f"{name} seed {seed}"
+            run = engine.run_arrivals(
+                nodes,
+                workload,
+                policies.build(name, shapes=shapes, seed=seed),
+                shapes=shapes,
+                progress=progress.runner(label, len(workload)),
+            )
+            progress.done(label, run.wall_s)
+            curve = protocol.alloc_curve(run.arrived, run.allocated, capacity, percents)
+            curves.append(curve)
+            assert run.cache is not None
+            per_seed.append(
+                {
+                    "frag90": run.frag_at.get(90, math.nan),
+                    "failed": int((~run.placed).sum()),
+                    "free": metrics.fully_free_gpu_nodes(run.cache),
+                    "stranded": metrics.stranded_nodes(run.cache),
+                    "decisions": len(workload) / run.wall_s,
+                    "wall": run.wall_s,
+                }
+            )
+        mean_curve = {str(x): float(np.mean([c.get(x, math.nan) for c in curves])) for x in percents}
+        std_curve = {str(x): float(np.std([c.get(x, math.nan) for c in curves])) for x in percents}
+        results[name] = {
+            "alloc_at": {"100": mean_curve["100"], key: mean_curve[key]},
+            "alloc_std_at": {"100": std_curve["100"], key: std_curve[key]},
+            "frag_at": {"90": float(np.mean([s["frag90"] for s in per_seed]))},
+            "failed_pods": float(np.mean([s["failed"] for s in per_seed])),
+            "fully_free_gpu_nodes": float(np.mean([s["free"] for s in per_seed])),
+            "stranded_nodes": float(np.mean([s["stranded"] for s in per_seed])),
+            "decisions_per_s": float(np.mean([s["decisions"] for s in per_seed])),
+            "wall_s": float(np.mean([s["wall"] for s in per_seed])),
+            "per_seed_alloc_at": {key: [c.get(top, math.nan) for c in curves]},
+            "curve": mean_curve,
+        }
+    return results
+
+
+def compare_replay(
+    nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], names: Sequence[str], progress: Progress
+) -> dict[str, dict[str, Any]]:
+    shapes = typical.typical_shapes([p.shape for p in pods])
+    _warm_up(nodes, pods, names, shapes)
+    t0 = min(float(p.creation or 0.0) for p in pods)
+    results: dict[str, dict[str, Any]] = {}
+    for name in names:
+        run = replay.run_replay(
+            nodes,
+            pods,
+            policies.build(name, shapes=shapes, seed=0),
+            progress=progress.runner(f"{name} replay", len(pods)),
+        )
+        progress.done(f"{name} replay", run.wall_s)
+        results[name] = {
+            "time_weighted_alloc": run.time_weighted_alloc,
+            "pending_mean_s": run.pending_mean_s,
+            "pending_p99_s": run.pending_p99_s,
+            "failed_pods": run.failed_pods,
+            "decisions_per_s": run.decisions / run.wall_s if run.wall_s else math.nan,
+            "wall_s": run.wall_s,
+            "curve": {f"{(t - t0) / 86400:.3f}": float(a) for t, a in zip(run.times, run.alloc_pct, strict=True)},
+        }
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    names = policies.parse_names(args.policy)
+    seeds = parse_seeds(args.seeds)
+    if not args.replay and not 0 < args.tune <= 10:
+        raise InvalidObject(f"{args.tune} is not a ratio in (0, 10]", obj="gpusched simulate", field="--tune")
+    nodes, pods, source = _inputs(args)
+    progress = Progress(args.quiet)
+    started = time.perf_counter()
+    if args.replay:
+        results = compare_replay(nodes, pods, names, progress)
+        print(f"replay of {source}: {len(pods)} pods")
+        print(report.replay_table(results))
+        payload: dict[str, Any] = {"mode": "replay", "results": results}
+    else:
+        results = compare_tune(nodes, pods, names, args.tune, seeds, progress)
+        key = str(round(args.tune * 100))
+        print(f"{source}: {len(pods)} pods inflated to {args.tune:g} x GPU capacity, seeds {seeds[0]}-{seeds[-1]}")
+        print(report.table(results, key))
+        payload = {"mode": "tune", "ratio": args.tune, "seeds": seeds, "results": results}
+    print(f"total {time.perf_counter() - started:.1f}s")
+    if args.json:
+        report.write_json(args.json, payload)
+    if args.plot:
+        report.plot(args.plot, results, replay=args.replay)
+    return 0
