@@ -163,6 +163,7 @@ def scarce_avoidance(nodes: I64, cap: F64, req: F64, scarce: B, out: F64) -> F64
 
 @jit
 def _balance(nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, high, low, out):
+    # One pass per node: weighted sums give the cosine, both variances (E[x^2] - mean^2) and the stranding count.
     n_res = cap.shape[1]
     coef_sum = coef[0] + coef[1] + coef[2] + coef[3]
     for i in range(nodes.shape[0]):
@@ -173,7 +174,10 @@ def _balance(nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, high, 
         free_sq = 0.0
         mean_b = 0.0
         mean_a = 0.0
+        sq_b = 0.0
+        sq_a = 0.0
         dims = 0
+        lows = 0
         max_after = 0.0
         headroom = 1.0
         for r in range(n_res):
@@ -181,8 +185,9 @@ def _balance(nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, high, 
             c = cap[n, r]
             if w == 0.0 or c <= 0.0:
                 continue
-            ub = used[n, r] / c
-            ua = (used[n, r] + _request(req, r, n, whole_k, gpu_mem_each)) / c
+            u = used[n, r]
+            ub = u / c
+            ua = (u + _request(req, r, n, whole_k, gpu_mem_each)) / c
             rn = ua - ub
             fb = 1.0 - ub
             dot += w * rn * fb
@@ -190,8 +195,12 @@ def _balance(nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, high, 
             free_sq += w * fb * fb
             mean_b += w * ub
             mean_a += w * ua
+            sq_b += w * ub * ub
+            sq_a += w * ua * ua
             w_sum += w
             dims += 1
+            if ua <= low:
+                lows += 1
             if ua > max_after:
                 max_after = ua
             if 1.0 - ua < headroom:
@@ -201,22 +210,9 @@ def _balance(nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, high, 
             continue
         mean_b /= w_sum
         mean_a /= w_sum
-        var_b = 0.0
-        var_a = 0.0
-        stranded = 0
-        for r in range(n_res):
-            w = weights[r]
-            c = cap[n, r]
-            if w == 0.0 or c <= 0.0:
-                continue
-            ub = used[n, r] / c
-            ua = (used[n, r] + _request(req, r, n, whole_k, gpu_mem_each)) / c
-            var_b += w * (ub - mean_b) * (ub - mean_b)
-            var_a += w * (ua - mean_a) * (ua - mean_a)
-            if max_after >= high and ua <= low:
-                stranded += 1
-        var_b /= w_sum
-        var_a /= w_sum
+        var_b = sq_b / w_sum - mean_b * mean_b
+        var_a = sq_a / w_sum - mean_a * mean_a
+        stranded = lows if max_after >= high else 0
         if req_sq == 0.0:
             align = 1.0
         elif free_sq == 0.0:
