@@ -20,7 +20,9 @@ def inflate(pods: Sequence[PodSpec], capacity_milli: float, ratio: float, seed: 
     workload = list(pods)
     target = ratio * capacity_milli
     total = float(sum(p.gpu_total for p in workload))
-    while True:
+    # Without a GPU pod to draw, no sample brings the demand nearer the target: sampling would never end.
+    grows = any(p.gpu_total for p in pods)
+    while grows:
         pick = pods[int(rng.integers(len(pods)))]
         if total + pick.gpu_total > target:
             break

@@ -87,14 +87,20 @@ def _rows(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, 
         raise InvalidObject(f"cannot read: {exc.strerror}", obj=f"file {path}") from None
     with handle:
         reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise InvalidObject(f"missing columns {missing} (found {header})", obj=f"file {path} line 1")
-        for row in reader:
-            if None in row:
-                raise InvalidObject("more fields than the header names", obj=f"file {path} line {reader.line_num}")
-            yield reader.line_num, row
+        try:
+            header = reader.fieldnames or []
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise InvalidObject(f"missing columns {missing} (found {header})", obj=f"file {path} line 1")
+            for row in reader:
+                if None in row:
+                    raise InvalidObject("more fields than the header names", obj=f"file {path} line {reader.line_num}")
+                yield reader.line_num, row
+        except UnicodeDecodeError:
+            # Decoding runs ahead of the rows, so the line is not known.
+            raise InvalidObject("not UTF-8 text", obj=f"file {path}") from None
+        except csv.Error as exc:
+            raise InvalidObject(f"not CSV: {exc}", obj=f"file {path} line {reader.line_num + 1}") from None
 
 
 def _int(row: dict[str, str], column: str, where: str, *, low: int = 0, high: int | None = None) -> int:

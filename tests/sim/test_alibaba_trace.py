@@ -1,0 +1,31 @@
+"""The published Alibaba GPU trace (cluster-trace-gpu-v2023), where the workspace has it: the cluster and the
+workload the FGD paper's figures come from."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from scheduler.api import typical
+from scheduler.sim import trace
+
+TRACE = Path(__file__).parents[2].parent / "shared" / "traces" / "alibaba-gpu-v2023"
+
+
+@pytest.mark.trace
+def test_the_default_trace_has_the_papers_cluster_and_35_typical_shapes() -> None:
+    if not TRACE.is_dir():
+        pytest.skip(f"the Alibaba GPU trace is not in {TRACE}")
+    nodes = trace.load_nodes(TRACE / "openb_node_list_gpu_node.csv")
+    pods = trace.load_pods(TRACE / "openb_pod_list_default.csv")
+    assert (len(nodes), sum(n.gpus for n in nodes), len(pods)) == (1213, 6212, 8152)
+    assert [n.name for n in nodes] == sorted(n.name for n in nodes)  # file order is name order
+    assert {n.model for n in nodes} == {"G2", "T4", "P100", "V100M16", "V100M32", "G3", "A10"}
+    shapes = typical.typical_shapes([p.shape for p in pods])
+    assert len({p.shape for p in pods}) == 91
+    assert len(shapes) == 35
+    assert sum(s.weight for s in shapes) == pytest.approx(1.0)
+    counts = Counter(p.shape for p in pods)
+    assert sum(counts[(s.cpu, s.milli, s.gpus, s.models)] for s in shapes) >= 0.95 * len(pods)
