@@ -7,7 +7,9 @@ finds no node keeps why, as counts of nodes per reason, for the pod's event and 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -76,10 +78,10 @@ class Scheduler:
         self._rng = np.random.default_rng(framework.config.seed)
         self._random_ties = framework.config.tie_break == "random"
 
-    def schedule(self, pod: PodRequest) -> Result:
+    def schedule(self, pod: PodRequest, context: Mapping[str, Any] | None = None) -> Result:
         """Run one cycle for ``pod``; on success the pod is assumed in the cache and handed to the binder."""
         snapshot = self.cache.snapshot()
-        result = self.place(pod, snapshot)
+        result = self.place(pod, snapshot, context)
         if result.decision is None or result.state is None:
             return result
         slot = int(snapshot.cache.slot_of(result.decision.node) or 0)
@@ -94,9 +96,14 @@ class Scheduler:
         self.binder.bind(result.decision)
         return result
 
-    def place(self, pod: PodRequest, snapshot: Snapshot) -> Result:
-        """Filter, score, pick and reserve on ``snapshot`` without touching the cache (what-ifs use this)."""
+    def place(self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None = None) -> Result:
+        """Filter, score, pick and reserve on ``snapshot`` without touching the cache (what-ifs use this).
+
+        ``context`` is copied into the cycle state's data (a gang's cycle passes the nodes it already uses).
+        """
         state = CycleState(pod=pod, snapshot=snapshot, request=snapshot.request_vector(pod))
+        if context:
+            state.data.update(context)
         fw = self.framework
         for pre in fw.pre_filters:
             status = pre.pre_filter(state)

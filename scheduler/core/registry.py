@@ -13,6 +13,7 @@ from scheduler.plugins import (
     dotprod,
     fgd,
     fit,
+    gang,
     gpu,
     gpu_clustering,
     gpu_packing,
@@ -36,4 +37,5 @@ PLUGINS: dict[str, Factory] = {
     "fgd": fgd.Fgd,
     "gpu_packing": gpu_packing.GpuPacking,
     "gpu_clustering": gpu_clustering.GpuClustering,
+    "gang": gang.Gang,
 }

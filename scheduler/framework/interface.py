@@ -139,3 +139,5 @@ PluginArgs = Mapping[str, Any]
 
 #: A GPU device chosen in reserve is kept in the state under this key.
 GPU_IDS = "gpu_ids"
+#: During a gang's cycle: {slot: members already placed there in this cycle}.
+GANG_SLOTS = "gang.slots"

@@ -1,0 +1,100 @@
+"""PodGroup: a gang of pods placed all or nothing (``scheduling.gpusched.io/v1alpha1``, namespaced).
+
+A pod joins a group with the label ``gpusched.io/pod-group: NAME`` (or scheduler-plugins'
+``scheduling.x-k8s.io/pod-group``) in the group's namespace. :func:`parse_podgroup` validates what the CRD's
+schema cannot: it raises :class:`InvalidObject` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from scheduler.api import resources
+from scheduler.api.errors import InvalidObject
+from scheduler.api.resources import ResourceList
+
+GROUP = "scheduling.gpusched.io"
+VERSION = "v1alpha1"
+PLURAL = "podgroups"
+DEFAULT_TIMEOUT_S = 600
+
+PHASES = ("Pending", "Scheduling", "Scheduled", "Running", "Unschedulable", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    """Where the gang's members must (``required``) or should (``preferred``) share a domain: each a level name
+    from the Topology (e.g. ``nvidia.com/gpu.clique``), empty for none."""
+
+    required: str = ""
+    preferred: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroup:
+    namespace: str
+    name: str
+    min_member: int = 1
+    #: What the whole gang needs at least, checked against the cluster's free room before trying.
+    min_resources: ResourceList = field(default_factory=dict)
+    queue: str = ""
+    priority_class_name: str = ""
+    #: The value of ``priority_class_name``, resolved by whoever feeds the core (PriorityClass objects).
+    priority: int = 0
+    schedule_timeout_s: float = DEFAULT_TIMEOUT_S
+    topology: TopologyConstraint = TopologyConstraint()
+    created: float = 0.0
+    uid: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_podgroup(raw: Mapping[str, object], *, created: float = 0.0, priority: int = 0) -> PodGroup:
+    """Parse a PodGroup object (a dict as the API server returns it)."""
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        raise InvalidObject("metadata and spec must be maps", obj="podgroup")
+    namespace = str(meta.get("namespace") or "default")
+    name = str(meta.get("name") or "")
+    obj = f"podgroup {namespace}/{name}"
+    if not name:
+        raise InvalidObject("a PodGroup needs a name", obj=obj, field="metadata.name")
+    min_member = spec.get("minMember", 1)
+    if isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 1:
+        raise InvalidObject(f"{min_member!r} is not an integer >= 1", obj=obj, field="spec.minMember")
+    timeout = spec.get("scheduleTimeoutSeconds", DEFAULT_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise InvalidObject(
+            f"{timeout!r} is not a positive number of seconds", obj=obj, field="spec.scheduleTimeoutSeconds"
+        )
+    min_resources = resources.parse_resource_list(spec.get("minResources"), obj=obj, field="spec.minResources")
+    queue = spec.get("queue") or ""
+    if not isinstance(queue, str):
+        raise InvalidObject(f"{queue!r} is not a queue name", obj=obj, field="spec.queue")
+    priority_class = spec.get("priorityClassName") or ""
+    if not isinstance(priority_class, str):
+        raise InvalidObject(f"{priority_class!r} is not a name", obj=obj, field="spec.priorityClassName")
+    topology_raw = spec.get("topology") or {}
+    if not isinstance(topology_raw, Mapping):
+        raise InvalidObject("must be a map with required and/or preferred", obj=obj, field="spec.topology")
+    for key in ("required", "preferred"):
+        value = topology_raw.get(key, "")
+        if not isinstance(value, str):
+            raise InvalidObject(f"{value!r} is not a topology level name", obj=obj, field=f"spec.topology.{key}")
+    return PodGroup(
+        namespace=namespace,
+        name=name,
+        min_member=min_member,
+        min_resources=min_resources,
+        queue=queue,
+        priority_class_name=priority_class,
+        priority=priority,
+        schedule_timeout_s=float(timeout),
+        topology=TopologyConstraint(str(topology_raw.get("required", "")), str(topology_raw.get("preferred", ""))),
+        created=created,
+        uid=str(meta.get("uid") or ""),
+    )

@@ -1,0 +1,361 @@
+"""The scheduling loop: pending pods and gangs in, cycles run, results out as events and group status.
+
+Everything that wants a decision enters here (the operator's handlers and the simulator call the same
+methods): :meth:`SchedulingLoop.pod_pending` for a pod of ours without a node, :meth:`pod_placed` and
+:meth:`pod_gone` for what the API server (or the simulator) says, :meth:`group_upsert` / :meth:`group_removed`
+for PodGroups, :meth:`cluster_event` when the cluster changed so that waiting work may now fit.
+
+Gang rules kept here:
+- a group is not tried until ``minMember`` of its members exist; then one cycle places ``minMember`` of them
+  all or nothing (``scheduler.core.gang``), and the others are placed afterwards one by one, near the gang;
+- a member of a group that does not exist waits (with an Event) and joins when the group appears;
+- a group that cannot be placed gets condition Scheduled=False with the per-reason node counts, an Event,
+  and backoff; after ``scheduleTimeoutSeconds`` it turns Unschedulable and is still retried;
+- a bind failure of one member keeps the other members' reservations and retries that member alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scheduler.api.pod import PodRequest
+from scheduler.api.podgroup import PodGroup
+from scheduler.core import gang
+from scheduler.core.cycle import Scheduler
+from scheduler.framework.interface import GANG_SLOTS, Code
+from scheduler.queue.scheduling import QueueItem, SchedulingQueue
+
+GANG_PREFIX = "gang:"
+
+
+class Events(Protocol):
+    """Where the loop reports what users should see (Kubernetes Events in a cluster, a list in the simulator)."""
+
+    def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None: ...
+
+
+@dataclass(slots=True)
+class Condition:
+    type: str
+    status: str
+    reason: str
+    message: str
+    since: float
+
+
+@dataclass
+class GroupState:
+    """What the loop knows of one PodGroup: its members and the status users read."""
+
+    group: PodGroup
+    pending: dict[str, PodRequest] = field(default_factory=dict)
+    placed: set[str] = field(default_factory=set)
+    running: set[str] = field(default_factory=set)
+    phase: str = "Pending"
+    first_attempt: float | None = None
+    last_schedule: float | None = None
+    conditions: dict[str, Condition] = field(default_factory=dict)
+
+    @property
+    def satisfied(self) -> bool:
+        return len(self.placed) >= self.group.min_member
+
+    def set_condition(self, type_: str, status: str, reason: str, message: str, now: float) -> None:
+        old = self.conditions.get(type_)
+        since = old.since if old is not None and old.status == status else now
+        self.conditions[type_] = Condition(type_, status, reason, message, since)
+
+
+class SchedulingLoop:
+    """Takes work from the queue and runs pod and gang cycles on the scheduler."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        queue: SchedulingQueue,
+        *,
+        clock: Callable[[], float],
+        events: Events,
+    ) -> None:
+        self.scheduler = scheduler
+        self.queue = queue
+        self.clock = clock
+        self.events = events
+        self.groups: dict[str, GroupState] = {}
+        #: Members whose group does not exist (yet), by group key.
+        self.orphans: dict[str, dict[str, PodRequest]] = {}
+        #: Pod key -> group key, for members the loop knows.
+        self.member_of: dict[str, str] = {}
+
+    # --- inputs ------------------------------------------------------------------------------------------------
+
+    def pod_pending(self, pod: PodRequest) -> None:
+        """A pod of ours that has no node yet (new or updated)."""
+        name = pod.pod_group
+        if not name:
+            self.queue.update(QueueItem(pod.key, pod.priority, pod.created, pod.queue, pod))
+            return
+        key = f"{pod.namespace}/{name}"
+        state = self.groups.get(key)
+        if state is None:
+            first = pod.key not in self.orphans.get(key, {})
+            self.orphans.setdefault(key, {})[pod.key] = pod
+            if first:
+                self.events.emit(
+                    obj=f"pod {pod.key}",
+                    kind="Warning",
+                    reason="PodGroupNotFound",
+                    message=f"PodGroup {key} does not exist; the pod waits for it",
+                )
+            return
+        self.member_of[pod.key] = key
+        if pod.key in state.placed:
+            return
+        state.pending[pod.key] = pod
+        self._enqueue(state)
+
+    def pod_placed(self, pod: PodRequest) -> None:
+        """The API server shows the pod bound (by us or anyone); a member counts as placed, Running as running."""
+        self.queue.done(pod.key)
+        key = self.member_of.get(pod.key)
+        if key is None or key not in self.groups:
+            return
+        state = self.groups[key]
+        state.pending.pop(pod.key, None)
+        state.placed.add(pod.key)
+        if pod.phase == "Running":
+            state.running.add(pod.key)
+        self._refresh_phase(state)
+
+    def pod_gone(self, key: str) -> None:
+        """The pod was deleted or finished."""
+        self.queue.remove(key)
+        group_key = self.member_of.pop(key, None)
+        for orphans in self.orphans.values():
+            orphans.pop(key, None)
+        if group_key is None or group_key not in self.groups:
+            return
+        state = self.groups[group_key]
+        state.pending.pop(key, None)
+        state.placed.discard(key)
+        state.running.discard(key)
+        if not state.pending:
+            self.queue.remove(GANG_PREFIX + group_key)
+        self._refresh_phase(state)
+
+    def group_upsert(self, group: PodGroup) -> None:
+        state = self.groups.get(group.key)
+        if state is None:
+            state = self.groups[group.key] = GroupState(group)
+        else:
+            state.group = group
+        for key, pod in self.orphans.pop(group.key, {}).items():
+            self.member_of[key] = group.key
+            state.pending[key] = pod
+        self._enqueue(state)
+        self._refresh_phase(state)
+
+    def group_removed(self, key: str) -> None:
+        """The PodGroup was deleted: its waiting members wait again for a group of that name."""
+        state = self.groups.pop(key, None)
+        self.queue.remove(GANG_PREFIX + key)
+        if state is None:
+            return
+        for pod_key, pod in state.pending.items():
+            self.queue.remove(pod_key)
+            self.member_of.pop(pod_key, None)
+            self.orphans.setdefault(key, {})[pod_key] = pod
+
+    def cluster_event(self, event: str) -> None:
+        """Something changed that may let waiting work fit (a pod left, a node came, a queue changed)."""
+        self.queue.move_all_to_active(event)
+
+    def bind_failed(self, pod: PodRequest, reason: str) -> None:
+        """A binding failed: release the pod's reservation and retry it alone (a gang keeps the others)."""
+        self.scheduler.bind_failed(pod.key)
+        key = self.member_of.get(pod.key)
+        state = self.groups.get(key) if key is not None else None
+        self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedBinding", message=reason)
+        if state is not None:
+            state.placed.discard(pod.key)
+            state.pending[pod.key] = pod
+            now = self.clock()
+            state.set_condition(
+                "Scheduled",
+                "False",
+                "MemberBindFailed",
+                f"member {pod.name} failed to bind ({reason}); retrying it",
+                now,
+            )
+            self._refresh_phase(state)
+        item = QueueItem(pod.key, pod.priority, pod.created, pod.queue, pod)
+        self.queue.update(item)
+
+    # --- the cycle ---------------------------------------------------------------------------------------------
+
+    def run_once(self) -> bool:
+        """Run one cycle if anything is ready; False when nothing was."""
+        item = self.queue.pop()
+        if item is None:
+            return False
+        if item.key.startswith(GANG_PREFIX):
+            self._gang_cycle(item)
+        else:
+            self._pod_cycle(item)
+        return True
+
+    def run_until_idle(self, limit: int = 1_000_000) -> int:
+        """Run cycles until nothing is ready (or ``limit`` cycles). Returns how many ran."""
+        cycles = 0
+        while cycles < limit and self.run_once():
+            cycles += 1
+        return cycles
+
+    def _enqueue(self, state: GroupState) -> None:
+        group = state.group
+        if state.satisfied:
+            # The gang is placed: the rest join one by one.
+            for pod in state.pending.values():
+                self.queue.update(QueueItem(pod.key, max(pod.priority, group.priority), pod.created, group.queue, pod))
+            return
+        if len(state.pending) + len(state.placed) >= group.min_member:
+            self.queue.update(QueueItem(GANG_PREFIX + group.key, group.priority, group.created, group.queue, group.key))
+
+    def _gang_cycle(self, item: QueueItem) -> None:
+        key = item.key.removeprefix(GANG_PREFIX)
+        state = self.groups.get(key)
+        if state is None:
+            self.queue.done(item.key)
+            return
+        group = state.group
+        now = self.clock()
+        if state.first_attempt is None:
+            state.first_attempt = now
+        need = group.min_member - len(state.placed)
+        if need <= 0 or len(state.pending) < need:
+            self.queue.done(item.key)
+            self._enqueue(state)
+            return
+        members = gang.order_members(list(state.pending.values()))[:need]
+        result = gang.place_gang(self.scheduler, group, members)
+        if result.status.ok:
+            self.queue.done(item.key)
+            for decision in result.decisions:
+                state.pending.pop(decision.pod.key, None)
+                state.placed.add(decision.pod.key)
+                self.events.emit(
+                    obj=f"pod {decision.pod.key}",
+                    kind="Normal",
+                    reason="Scheduled",
+                    message=_scheduled(decision.node, decision.gpu_ids),
+                )
+            state.last_schedule = now
+            state.set_condition(
+                "Scheduled", "True", "Scheduled", f"{len(result.decisions)} members placed together", now
+            )
+            self.events.emit(
+                obj=f"podgroup {key}",
+                kind="Normal",
+                reason="Scheduled",
+                message=f"{len(result.decisions)} of {group.min_member} members placed together",
+            )
+            self._refresh_phase(state)
+            self._enqueue(state)
+            return
+        message = result.status.message
+        timed_out = now - state.first_attempt >= group.schedule_timeout_s
+        reason = "Unschedulable" if timed_out else "NotAllMembersFit"
+        state.set_condition("Scheduled", "False", reason, message, now)
+        self.events.emit(obj=f"podgroup {key}", kind="Warning", reason="FailedScheduling", message=message)
+        self._refresh_phase(state)
+        if result.status.code == Code.ERROR:
+            self.queue.requeue_error(item, message)
+        else:
+            self.queue.requeue_unschedulable(item, message)
+
+    def _pod_cycle(self, item: QueueItem) -> None:
+        pod = item.payload
+        assert isinstance(pod, PodRequest)
+        key = self.member_of.get(pod.key)
+        state = self.groups.get(key) if key is not None else None
+        context = None
+        if state is not None:
+            # A member beyond minMember, or one whose binding failed: place it near the others.
+            slots: dict[int, int] = {}
+            for member in state.placed:
+                entry = self.scheduler.cache.pod(member)
+                if entry is not None:
+                    slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
+            context = {GANG_SLOTS: slots}
+        result = self.scheduler.schedule(pod, context)
+        if result.decision is not None and result.status.ok:
+            self.queue.done(item.key)
+            self.events.emit(
+                obj=f"pod {pod.key}",
+                kind="Normal",
+                reason="Scheduled",
+                message=_scheduled(result.decision.node, result.decision.gpu_ids),
+            )
+            if state is not None:
+                state.pending.pop(pod.key, None)
+                state.placed.add(pod.key)
+                self._refresh_phase(state)
+            return
+        message = result.status.message
+        self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedScheduling", message=message)
+        if result.status.code == Code.ERROR:
+            self.queue.requeue_error(item, message)
+        else:
+            self.queue.requeue_unschedulable(item, message)
+
+    def _refresh_phase(self, state: GroupState) -> None:
+        group = state.group
+        now = self.clock()
+        if len(state.running) >= group.min_member:
+            state.phase = "Running"
+        elif state.satisfied:
+            state.phase = "Scheduled"
+        elif len(state.pending) + len(state.placed) < group.min_member:
+            state.phase = "Pending"
+            state.set_condition(
+                "Scheduled",
+                "False",
+                "WaitingForMembers",
+                f"{len(state.pending) + len(state.placed)} of {group.min_member} members exist",
+                now,
+            )
+        elif state.first_attempt is not None and now - state.first_attempt >= group.schedule_timeout_s:
+            state.phase = "Unschedulable"
+        elif state.first_attempt is not None:
+            state.phase = "Scheduling"
+
+    # --- status ------------------------------------------------------------------------------------------------
+
+    def group_status(self, key: str) -> dict[str, object] | None:
+        """The PodGroup status as users read it (the operator writes this to ``status``)."""
+        state = self.groups.get(key)
+        if state is None:
+            return None
+        return {
+            "phase": state.phase,
+            "scheduled": len(state.placed),
+            "running": len(state.running),
+            "lastScheduleTime": state.last_schedule,
+            "conditions": [
+                {
+                    "type": c.type,
+                    "status": c.status,
+                    "reason": c.reason,
+                    "message": c.message,
+                    "lastTransitionTime": c.since,
+                }
+                for c in state.conditions.values()
+            ],
+        }
+
+
+def _scheduled(node: str, gpu_ids: tuple[int, ...]) -> str:
+    gpus = f" (GPUs {','.join(str(g) for g in gpu_ids)})" if gpu_ids else ""
+    return f"assigned to {node}{gpus}"

@@ -1,0 +1,28 @@
+"""Score: keep a gang on few nodes. During a gang's cycle the core passes the slots its members already took
+(``GANG_SLOTS`` in the cycle state); a node there scores 100 (more with more members on it), others 0."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from scheduler.framework import args as plugin_args
+from scheduler.framework.interface import F64, GANG_SLOTS, I64, CycleState
+
+
+class Gang:
+    name = "gang"
+
+    def __init__(self, args: Mapping[str, Any]) -> None:
+        plugin_args.check_keys(self.name, args, ())
+
+    def score(self, state: CycleState, nodes: I64, out: F64) -> None:
+        taken: Mapping[int, int] | None = state.data.get(GANG_SLOTS)
+        if not taken:
+            out[:] = 0.0
+            return
+        most = max(taken.values())
+        counts = np.fromiter((taken.get(int(n), 0) for n in nodes), dtype=np.float64, count=nodes.shape[0])
+        out[:] = np.where(counts > 0, 50.0 + 50.0 * counts / most, 0.0)

@@ -1,0 +1,244 @@
+"""Gangs: placed all or nothing, never deadlocked, backed off and timed out, and robust to bad PodGroups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from scheduler.api import node as api_node
+from scheduler.api import pod as api_pod
+from scheduler.api.errors import InvalidObject
+from scheduler.api.podgroup import PodGroup, parse_podgroup
+from scheduler.core import gang
+from scheduler.core.loop import SchedulingLoop
+from scheduler.framework import profile
+from scheduler.queue.scheduling import SchedulingQueue
+from tests.api import objects
+from tests.core.harness import Cluster
+
+GANG_PROFILE = ("fit", "gpu", {"name": "gang", "weight": 50}, "binpack")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str, str]] = []
+
+    def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None:
+        self.seen.append((obj, kind, reason, message))
+
+    def reasons(self, obj: str) -> list[str]:
+        return [reason for o, _, reason, _ in self.seen if o == obj]
+
+
+def _loop(nodes: int = 2, gpus: int = 8) -> tuple[Cluster, SchedulingLoop, Clock, Events]:
+    cluster = Cluster([objects.node(f"n{i}", cpu="64", gpus=gpus) for i in range(nodes)], GANG_PROFILE)
+    clock = Clock()
+    events = Events()
+    queue = SchedulingQueue(clock=clock, initial_backoff_s=1.0, max_backoff_s=10.0, unschedulable_timeout_s=60.0)
+    return cluster, SchedulingLoop(cluster.scheduler, queue, clock=clock, events=events), clock, events
+
+
+def _member(group: str, i: int, gpus: int, namespace: str = "default") -> api_pod.PodRequest:
+    raw = objects.pod(f"{group}-{i}", gpus=gpus, labels={"gpusched.io/pod-group": group}, namespace=namespace)
+    return api_pod.parse_pod(raw)
+
+
+def _used_gpus(cluster: Cluster) -> float:
+    a = cluster.cache.arrays
+    return float(a.used[:, 3].sum())
+
+
+def test_a_gang_that_fits_is_placed_whole_on_few_nodes() -> None:
+    cluster, loop, _, events = _loop()
+    loop.group_upsert(PodGroup("default", "train", min_member=4))
+    for i in range(4):
+        loop.pod_pending(_member("train", i, gpus=4))
+    loop.run_until_idle()
+    nodes = {d.node for d in cluster.binder.decisions}
+    assert len(cluster.binder.decisions) == 4
+    assert nodes == {"n0", "n1"}  # 4 x 4 GPUs on two 8-GPU nodes: no third node is touched
+    status = loop.group_status("default/train")
+    assert status is not None and status["phase"] == "Scheduled" and status["scheduled"] == 4
+    assert "Scheduled" in events.reasons("podgroup default/train")
+
+
+def test_a_gang_that_does_not_fit_holds_nothing() -> None:
+    cluster, loop, _, events = _loop()
+    before = cluster.cache.arrays.used.copy()
+    gen_before = cluster.cache.arrays.gen.copy()
+    loop.group_upsert(PodGroup("default", "big", min_member=3))
+    for i in range(3):
+        loop.pod_pending(_member("big", i, gpus=8))
+    loop.run_until_idle()
+    assert cluster.binder.decisions == []
+    np.testing.assert_array_equal(cluster.cache.arrays.used, before)
+    np.testing.assert_array_equal(cluster.cache.arrays.gen, gen_before)  # the cache was never touched
+    status = loop.group_status("default/big")
+    assert status is not None
+    condition = status["conditions"][0]  # type: ignore[index]
+    assert (condition["type"], condition["status"]) == ("Scheduled", "False")
+    assert "24 whole GPUs" in condition["message"]
+    assert "FailedScheduling" in events.reasons("podgroup default/big")
+
+
+def test_the_what_if_rolls_back_when_the_last_member_fails() -> None:
+    # Three members of 5 GPUs: 15 of the 16 free GPUs pass the cluster-wide count, but each 8-GPU node takes
+    # only one of them, so the third member fits nowhere after two were placed on the snapshot.
+    cluster, loop, _, _ = _loop()
+    group = PodGroup("default", "odd", min_member=3)
+    members = [_member("odd", i, gpus=5) for i in range(3)]
+    result = gang.place_gang(cluster.scheduler, group, members)
+    assert not result.status.ok
+    assert result.blocked.startswith("default/odd-")
+    assert "Insufficient nvidia.com/gpu" in result.status.message
+    assert _used_gpus(cluster) == 0.0
+    assert cluster.cache.snapshot().arrays._open == 0
+    del loop
+
+
+def test_two_large_gangs_arriving_interleaved_do_not_deadlock() -> None:
+    cluster, loop, clock, _ = _loop(nodes=2, gpus=8)
+    loop.group_upsert(PodGroup("default", "a", min_member=3, created=1.0))
+    loop.group_upsert(PodGroup("default", "b", min_member=3, created=2.0))
+    for i in range(3):  # each gang needs 12 of the 16 GPUs; members arrive interleaved
+        loop.pod_pending(_member("a", i, gpus=4))
+        loop.pod_pending(_member("b", i, gpus=4))
+    loop.run_until_idle()
+    placed = {d.pod.pod_group for d in cluster.binder.decisions}
+    assert len(placed) == 1 and len(cluster.binder.decisions) == 3
+    winner = placed.pop()
+    loser = "b" if winner == "a" else "a"
+    # The winner finishes; the loser runs.
+    for d in list(cluster.binder.decisions):
+        cluster.cache.remove_pod(d.pod.key)
+        loop.pod_gone(d.pod.key)
+    clock.now = 5.0  # past the loser's first backoff
+    loop.cluster_event("pod deleted")
+    cluster.binder.decisions.clear()
+    loop.run_until_idle()
+    assert {d.pod.pod_group for d in cluster.binder.decisions} == {loser}
+    assert len(cluster.binder.decisions) == 3
+
+
+def test_a_gang_is_not_tried_before_min_member_pods_exist() -> None:
+    cluster, loop, _, _ = _loop()
+    loop.group_upsert(PodGroup("default", "g", min_member=3))
+    loop.pod_pending(_member("g", 0, gpus=1))
+    loop.pod_pending(_member("g", 1, gpus=1))
+    loop.run_until_idle()
+    assert cluster.binder.decisions == []
+    status = loop.group_status("default/g")
+    assert status is not None and status["phase"] == "Pending"
+    loop.pod_pending(_member("g", 2, gpus=1))
+    loop.run_until_idle()
+    assert len(cluster.binder.decisions) == 3
+
+
+def test_members_beyond_min_member_are_placed_afterwards_near_the_gang() -> None:
+    cluster, loop, _, _ = _loop(nodes=3)
+    loop.group_upsert(PodGroup("default", "g", min_member=2))
+    for i in range(4):
+        loop.pod_pending(_member("g", i, gpus=2))
+    loop.run_until_idle()
+    assert len(cluster.binder.decisions) == 4
+    assert {d.node for d in cluster.binder.decisions} == {"n0"}
+
+
+def test_backoff_then_unschedulable_after_the_timeout_and_still_retried() -> None:
+    cluster, loop, clock, _ = _loop(nodes=1)
+    loop.group_upsert(PodGroup("default", "g", min_member=2, schedule_timeout_s=30.0))
+    loop.pod_pending(_member("g", 0, gpus=8))
+    loop.pod_pending(_member("g", 1, gpus=8))
+    assert loop.run_until_idle() == 1
+    status = loop.group_status("default/g")
+    assert status is not None and status["phase"] == "Scheduling"
+    clock.now = 0.5
+    loop.cluster_event("node added")
+    assert loop.run_until_idle() == 0  # still backing off
+    clock.now = 31.0
+    loop.cluster_event("node added")
+    assert loop.run_until_idle() == 1
+    status = loop.group_status("default/g")
+    assert status is not None and status["phase"] == "Unschedulable"
+    assert status["conditions"][0]["reason"] == "Unschedulable"  # type: ignore[index]
+    # Room appears (a second node): the group is retried and runs.
+    cluster.cache.upsert_node(api_node.parse_node(objects.node("n9", cpu="64", gpus=8)))
+    clock.now = 200.0
+    loop.cluster_event("node added")
+    loop.run_until_idle()
+    assert len(cluster.binder.decisions) == 2
+    status = loop.group_status("default/g")
+    assert status is not None and status["phase"] == "Scheduled"
+
+
+def test_members_of_a_missing_group_wait_with_an_event_and_join_when_it_appears() -> None:
+    cluster, loop, _, events = _loop()
+    for i in range(2):
+        loop.pod_pending(_member("late", i, gpus=1))
+    loop.run_until_idle()
+    assert cluster.binder.decisions == []
+    assert events.reasons("pod default/late-0") == ["PodGroupNotFound"]
+    loop.pod_pending(_member("late", 0, gpus=1))  # an update: no second event
+    assert events.reasons("pod default/late-0") == ["PodGroupNotFound"]
+    loop.group_upsert(PodGroup("default", "late", min_member=2))
+    loop.run_until_idle()
+    assert len(cluster.binder.decisions) == 2
+
+
+def test_a_bind_failure_keeps_the_other_members_and_retries_that_one() -> None:
+    cluster, loop, _, events = _loop()
+    loop.group_upsert(PodGroup("default", "g", min_member=3))
+    members = [_member("g", i, gpus=2) for i in range(3)]
+    for m in members:
+        loop.pod_pending(m)
+    loop.run_until_idle()
+    assert len(cluster.binder.decisions) == 3
+    failed = cluster.binder.decisions[0].pod
+    loop.bind_failed(failed, "admission webhook denied")
+    assert not cluster.cache.is_assumed(failed.key)
+    assert all(cluster.cache.is_assumed(m.key) for m in members if m.key != failed.key)
+    status = loop.group_status("default/g")
+    assert status is not None and status["conditions"][0]["reason"] == "MemberBindFailed"  # type: ignore[index]
+    loop.run_until_idle()
+    assert cluster.binder.decisions[-1].pod.key == failed.key
+    assert "FailedBinding" in events.reasons(f"pod {failed.key}")
+
+
+def test_min_resources_are_checked_before_trying() -> None:
+    cluster, _, _, _ = _loop(nodes=1)
+    group = PodGroup("default", "g", min_member=1, min_resources={"cpu": 100_000})
+    result = gang.place_gang(cluster.scheduler, group, [_member("g", 0, gpus=1)])
+    assert not result.status.ok and "minResources" in result.status.message and "cpu" in result.status.message
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"minMember": 0}, "spec.minMember"),
+        ({"minMember": "two"}, "spec.minMember"),
+        ({"minMember": 2, "scheduleTimeoutSeconds": 0}, "spec.scheduleTimeoutSeconds"),
+        ({"minMember": 2, "minResources": {"cpu": "lots"}}, "spec.minResources.cpu"),
+        ({"minMember": 2, "queue": 3}, "spec.queue"),
+        ({"minMember": 2, "topology": {"required": 1}}, "spec.topology.required"),
+    ],
+)
+def test_bad_podgroups_name_the_field(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidObject) as info:
+        parse_podgroup({"metadata": {"name": "g", "namespace": "ml"}, "spec": spec})
+    assert info.value.field == field
+    assert "podgroup ml/g" in str(info.value)
+
+
+def test_the_default_profile_keeps_gangs_together() -> None:
+    config = profile.load()
+    assert "gang" in [p.name for p in config.plugins]
