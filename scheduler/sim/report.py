@@ -41,8 +41,34 @@ def replay_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def gang_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    head = (
+        f"{'policy':<16}{'partial gangs':>14}{'deadlocks':>11}{'wait mean s':>13}{'wait p99 s':>12}"
+        f"{'GPU alloc':>11}{'placed':>8}{'waiting':>9}{'wall s':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for name, r in results.items():
+        lines.append(
+            f"{name:<16}{r['partial_gangs']:>14}{r['deadlocks']:>11}{r['gang_wait_mean_s']:>13.0f}"
+            f"{r['gang_wait_p99_s']:>12.0f}{r['gpu_allocation']:>10.2f}%{r['placed_gangs']:>8.0f}"
+            f"{r['waiting_gangs_at_end']:>9.0f}{r['wall_s']:>9.2f}"
+        )
+    return "\n".join(lines)
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities become null: JSON has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def write_json(path: str | Path, payload: Mapping[str, Any]) -> None:
-    Path(path).write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    Path(path).write_text(json.dumps(_finite(payload), indent=2, allow_nan=False) + "\n")
 
 
 def plot(path: str | Path, results: Mapping[str, Mapping[str, Any]], *, replay: bool = False) -> None:
