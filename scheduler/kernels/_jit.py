@@ -4,10 +4,14 @@
 read-only container); ``nogil`` lets the operator score on a thread; ``fastmath`` stays off so that kernels
 agree with their NumPy references to 1e-9 and results do not depend on the CPU's vector width.
 Set ``NUMBA_DISABLE_JIT=1`` to run the kernels as plain Python (coverage, debugging).
+
+Kernels over many nodes also get a parallel twin (``prange`` over nodes, one thread per core); the public
+wrappers use it from :data:`PARALLEL_MIN_NODES` nodes up, where the threads' start-up is paid back.
 """
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -15,7 +19,30 @@ import numba
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_FLAGS: dict[str, Any] = {"cache": True, "nogil": True, "fastmath": False, "error_model": "numpy"}
+
+#: Node count from which a kernel runs on every core.
+PARALLEL_MIN_NODES = 2048
+
 
 def jit(func: F) -> F:
     """Compile ``func`` in nopython mode with the project's flags."""
-    return cast(F, numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")(func))
+    return cast(F, numba.njit(**_FLAGS)(func))
+
+
+def jit_pair(func: F) -> tuple[F, F]:
+    """Compile ``func`` twice: serial, and parallel over its ``prange`` loop (a distinct name, so the two have
+    distinct on-disk caches)."""
+    twin = types.FunctionType(
+        func.__code__, func.__globals__, f"{func.__name__}_parallel", func.__defaults__, func.__closure__
+    )
+    twin.__qualname__ = f"{func.__qualname__}_parallel"
+    twin.__module__ = func.__module__
+    serial = cast(F, numba.njit(**_FLAGS)(func))
+    parallel = cast(F, numba.njit(parallel=True, **_FLAGS)(twin))
+    return serial, parallel
+
+
+def pick(pair: tuple[F, F], nodes: int) -> F:
+    """The serial or the parallel twin for a call over ``nodes`` nodes."""
+    return pair[1] if nodes >= PARALLEL_MIN_NODES else pair[0]

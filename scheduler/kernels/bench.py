@@ -1,31 +1,44 @@
 """Kernel benchmark: nanoseconds per node per pod for every kernel and its NumPy twin.
 
 The cluster is synthetic (8-GPU nodes, six resource columns, partly used); each kernel scores every node for
-each of a list of random pods. ``fgd`` is timed in steady state (per-node statistics cached, as in a run where
+each of a list of random pods, with the kernels' serial and parallel (all cores) twins. ``numba`` is the one the
+kernels use at that node count (parallel from ``PARALLEL_MIN_NODES``). ``fgd`` is timed in steady state (per-node statistics cached, as in a run where
 each placement changes one node) and ``fgd_cold`` with every node's statistics recomputed on each call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from scheduler.kernels import fgd, fit, layout, reference, scores, synthetic
+from scheduler.kernels import _jit, fgd, fit, layout, reference, scores, synthetic
 
 
 def _time(call: Callable[[int], object], pods: int, repeat: int) -> float:
-    """Best of ``repeat`` runs of ``call(i)`` for every pod i, in seconds per pod."""
+    """Median seconds of one call, over ``repeat`` rounds of ``call(i)`` for every pod i, each call timed alone
+    (a median, so that a call that lost its core to another process does not count)."""
     call(0)  # compile / warm up
-    best = float("inf")
+    times = []
     for _ in range(repeat):
-        start = time.perf_counter()
         for i in range(pods):
+            start = time.perf_counter()
             call(i)
-        best = min(best, time.perf_counter() - start)
-    return best / pods
+            times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+@contextlib.contextmanager
+def _threads(parallel: bool) -> Iterator[None]:
+    saved = _jit.PARALLEL_MIN_NODES
+    _jit.PARALLEL_MIN_NODES = 1 if parallel else 1 << 62
+    try:
+        yield
+    finally:
+        _jit.PARALLEL_MIN_NODES = saved
 
 
 def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> dict[str, dict[str, float]]:
@@ -131,13 +144,20 @@ def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> 
     numba_cases = {**cases(_Kernels), "fgd_cold": _cold(cases(_Kernels)["fgd"], frag_cache)}
     numpy_cases = {**cases(reference), "fgd_cold": cases(reference)["fgd"]}
     results: dict[str, dict[str, float]] = {}
+    default_parallel = nodes >= _jit.PARALLEL_MIN_NODES
     for name, call in numba_cases.items():
-        jit_s = _time(call, pods, repeat)
+        with _threads(False):
+            serial_s = _time(call, pods, repeat)
+        with _threads(True):
+            parallel_s = _time(call, pods, repeat)
         ref_s = _time(numpy_cases[name], pods, 1 if name.startswith("fgd") else repeat)
+        jit_s = parallel_s if default_parallel else serial_s
         results[name] = {
             "numba_ns_per_node": jit_s / nodes * 1e9,
             "numpy_ns_per_node": ref_s / nodes * 1e9,
             "speedup": ref_s / jit_s,
+            "numba_serial_ns_per_node": serial_s / nodes * 1e9,
+            "numba_parallel_ns_per_node": parallel_s / nodes * 1e9,
         }
     return results
 

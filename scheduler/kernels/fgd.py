@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
 from scheduler.kernels import layout
-from scheduler.kernels._jit import jit
+from scheduler.kernels._jit import jit, jit_pair, pick
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -145,7 +146,6 @@ def _score(delta, exact, scale):
     return value if exact else float(int(value))
 
 
-@jit
 def _fgd(
     nodes,
     cap,
@@ -180,7 +180,7 @@ def _fgd(
     out_delta,
     out_gpu,
 ):
-    for i in range(nodes.shape[0]):
+    for i in numba.prange(nodes.shape[0]):
         n = nodes[i]
         if seen[n] != gen[n]:
             _refresh(
@@ -272,6 +272,9 @@ def _fgd(
         out_gpu[i] = best_gpu
 
 
+_FGD = jit_pair(_fgd)
+
+
 class TypicalPods:
     """The typical pods FGD measures fragmentation against, as arrays (one entry per pod shape).
 
@@ -343,7 +346,7 @@ def fgd(
         raise ValueError("fgd: the FragCache was made for another cluster size or typical-pod set")
     if out_score.shape != nodes.shape or out_delta.shape != nodes.shape or out_gpu.shape != nodes.shape:
         raise ValueError("fgd: outputs need one entry per listed node")
-    _fgd(
+    pick(_FGD, nodes.shape[0])(
         nodes,
         cap,
         used,

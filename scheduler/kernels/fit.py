@@ -7,11 +7,12 @@ each node fails, or ``FIT``.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
 from scheduler.kernels import layout
-from scheduler.kernels._jit import jit
+from scheduler.kernels._jit import jit_pair, pick
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -19,7 +20,6 @@ I8 = npt.NDArray[np.int8]
 B = npt.NDArray[np.bool_]
 
 
-@jit
 def _fit(
     cap,
     used,
@@ -37,7 +37,7 @@ def _fit(
     out,
 ):
     n_nodes, n_res = cap.shape
-    for n in range(n_nodes):
+    for n in numba.prange(n_nodes):
         reason = node_reason[n]
         if reason == layout.FIT:
             for r in range(n_res):
@@ -73,6 +73,9 @@ def _fit(
         out[n] = reason
 
 
+_FIT = jit_pair(_fit)
+
+
 def fit(
     cap: F64,
     used: F64,
@@ -100,7 +103,7 @@ def fit(
         raise ValueError("fit: cap, used, req and out disagree in shape")
     if gpu_free.shape[0] != n_nodes or gpu_mem_free.shape != gpu_free.shape or node_reason.shape != (n_nodes,):
         raise ValueError("fit: GPU table or node_reason disagree with cap in shape")
-    _fit(
+    pick(_FIT, n_nodes)(
         cap,
         used,
         req,

@@ -139,9 +139,9 @@ def balance(
     rq = _requests(nodes, req, whole_k, gpu_mem_each)
     on = (c > 0) & (weights > 0)
     w = np.where(on, weights, 0.0)
-    safe = np.where(c > 0, c, 1.0)
-    ub = np.where(on, u / safe, 0.0)
-    ua = np.where(on, (u + rq) / safe, 0.0)
+    inv = 1.0 / np.where(c > 0, c, 1.0)
+    ub = np.where(on, u * inv, 0.0)
+    ua = np.where(on, (u + rq) * inv, 0.0)
     rn = ua - ub
     fb = np.where(on, 1.0 - ub, 0.0)
     w_sum = w.sum(axis=1)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
 from scheduler.kernels import layout
-from scheduler.kernels._jit import jit
+from scheduler.kernels._jit import jit, jit_pair, pick
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -40,78 +41,86 @@ def _check(nodes: I64, cap: F64, used: F64, req: F64, out: F64, per_resource: F6
 # --- spread: kube-scheduler's LeastAllocated -----------------------------------------------------------------
 
 
-@jit
 def _spread(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
+    # Branch-free over columns: a column the node lacks gets weight 0 (a select, not a jump), because which
+    # columns a node has varies from node to node and mispredicted branches cost more than the arithmetic.
     n_res = cap.shape[1]
-    for i in range(nodes.shape[0]):
+    for i in numba.prange(nodes.shape[0]):
         n = nodes[i]
         total = 0.0
         weight_sum = 0.0
         for r in range(n_res):
-            w = weights[r]
             c = cap[n, r]
-            if w == 0.0 or c <= 0.0:
-                continue
+            on = c > 0.0
+            w = weights[r] if on else 0.0
+            c = c if on else 1.0
             total += w * (c - used[n, r] - _request(req, r, n, whole_k, gpu_mem_each)) / c
             weight_sum += w
         out[i] = 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
 
 
+_SPREAD = jit_pair(_spread)
+
+
 def spread(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
     """Weighted mean free share after placement, over the resources the node has (LeastAllocated)."""
     _check(nodes, cap, used, req, out, weights)
-    _spread(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out)
+    pick(_SPREAD, nodes.shape[0])(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out)
     return out
 
 
 # --- binpack: Volcano's binpack ------------------------------------------------------------------------------
 
 
-@jit
 def _binpack(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
     n_res = cap.shape[1]
-    for i in range(nodes.shape[0]):
+    for i in numba.prange(nodes.shape[0]):
         n = nodes[i]
         total = 0.0
         weight_sum = 0.0
         for r in range(n_res):
-            w = weights[r]
             c = cap[n, r]
             rq = _request(req, r, n, whole_k, gpu_mem_each)
-            if w == 0.0 or c <= 0.0 or rq <= 0.0:
-                continue
+            on = (c > 0.0) & (rq > 0.0)
+            w = weights[r] if on else 0.0
+            c = c if on else 1.0
             total += w * (used[n, r] + rq) / c
             weight_sum += w
         out[i] = 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
 
 
+_BINPACK = jit_pair(_binpack)
+
+
 def binpack(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
     """Weighted mean used share after placement, over the resources the pod requests (Volcano binpack)."""
     _check(nodes, cap, used, req, out, weights)
-    _binpack(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out)
+    pick(_BINPACK, nodes.shape[0])(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out)
     return out
 
 
 # --- per-resource strategy: Koordinator's NodeResourcesFitPlus -----------------------------------------------
 
 
-@jit
 def _resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out):
     n_res = cap.shape[1]
-    for i in range(nodes.shape[0]):
+    for i in numba.prange(nodes.shape[0]):
         n = nodes[i]
         total = 0.0
         weight_sum = 0.0
         for r in range(n_res):
-            w = weights[r]
             c = cap[n, r]
             rq = _request(req, r, n, whole_k, gpu_mem_each)
-            if w == 0.0 or c <= 0.0 or rq <= 0.0:
-                continue
+            on = (c > 0.0) & (rq > 0.0)
+            w = weights[r] if on else 0.0
+            c = c if on else 1.0
             after = (used[n, r] + rq) / c
             total += w * (after if most[r] else 1.0 - after)
             weight_sum += w
         out[i] = 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
+
+
+_RESOURCE_STRATEGY = jit_pair(_resource_strategy)
 
 
 def resource_strategy(
@@ -127,46 +136,46 @@ def resource_strategy(
 ) -> F64:
     """Each requested resource scored Most (``most[r]``) or Least allocated, weighted per resource."""
     _check(nodes, cap, used, req, out, weights)
-    _resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out)
+    pick(_RESOURCE_STRATEGY, nodes.shape[0])(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out)
     return out
 
 
 # --- scarce-resource avoidance: Koordinator's ScarceResourceAvoidance ----------------------------------------
 
 
-@jit
 def _scarce_avoidance(nodes, cap, req, scarce, out):
     n_res = cap.shape[1]
-    for i in range(nodes.shape[0]):
+    for i in numba.prange(nodes.shape[0]):
         n = nodes[i]
         has = 0
         wasted = 0
         for r in range(n_res):
-            if cap[n, r] <= 0.0:
-                continue
-            has += 1
-            if scarce[r] and req[r] <= 0.0:
-                wasted += 1
+            on = cap[n, r] > 0.0
+            has += on
+            wasted += on & scarce[r] & (req[r] <= 0.0)
         out[i] = 100.0 * (has - wasted) / has if has > 0 else 100.0
+
+
+_SCARCE_AVOIDANCE = jit_pair(_scarce_avoidance)
 
 
 def scarce_avoidance(nodes: I64, cap: F64, req: F64, scarce: B, out: F64) -> F64:
     """Lower for nodes holding scarce resources (GPUs) the pod does not ask for."""
     if req.shape != (cap.shape[1],) or scarce.shape != req.shape or out.shape != nodes.shape:
         raise ValueError("scarce_avoidance: shapes disagree")
-    _scarce_avoidance(nodes, cap, req, scarce, out)
+    pick(_SCARCE_AVOIDANCE, nodes.shape[0])(nodes, cap, req, scarce, out)
     return out
 
 
 # --- balance: cross-dimensional, against stranded resources --------------------------------------------------
 
 
-@jit
 def _balance(nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, high, low, out):
-    # One pass per node: weighted sums give the cosine, both variances (E[x^2] - mean^2) and the stranding count.
+    # One pass per node and one division per dimension (a reciprocal): weighted sums give the cosine, both
+    # variances (E[x^2] - mean^2) and the stranding count.
     n_res = cap.shape[1]
-    coef_sum = coef[0] + coef[1] + coef[2] + coef[3]
-    for i in range(nodes.shape[0]):
+    scale = 100.0 / (coef[0] + coef[1] + coef[2] + coef[3])
+    for i in numba.prange(nodes.shape[0]):
         n = nodes[i]
         w_sum = 0.0
         dot = 0.0
@@ -181,37 +190,38 @@ def _balance(nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, high, 
         max_after = 0.0
         headroom = 1.0
         for r in range(n_res):
-            w = weights[r]
             c = cap[n, r]
-            if w == 0.0 or c <= 0.0:
-                continue
+            on = (c > 0.0) & (weights[r] != 0.0)
+            w = weights[r] if on else 0.0
+            inv = 1.0 / c if on else 0.0
             u = used[n, r]
-            ub = u / c
-            ua = (u + _request(req, r, n, whole_k, gpu_mem_each)) / c
+            ub = u * inv
+            ua = (u + _request(req, r, n, whole_k, gpu_mem_each)) * inv
             rn = ua - ub
             fb = 1.0 - ub
+            wub = w * ub
+            wua = w * ua
             dot += w * rn * fb
             req_sq += w * rn * rn
             free_sq += w * fb * fb
-            mean_b += w * ub
-            mean_a += w * ua
-            sq_b += w * ub * ub
-            sq_a += w * ua * ua
+            mean_b += wub
+            mean_a += wua
+            sq_b += wub * ub
+            sq_a += wua * ua
             w_sum += w
-            dims += 1
-            if ua <= low:
-                lows += 1
-            if ua > max_after:
-                max_after = ua
-            if 1.0 - ua < headroom:
-                headroom = 1.0 - ua
+            dims += on
+            # Branch-free: utilisations are unpredictable, and mispredicted branches cost more than the arithmetic.
+            lows += on & (ua <= low)
+            max_after = max(max_after, ua)
+            headroom = min(headroom, 1.0 - ua if on else 1.0)
         if dims == 0:
             out[i] = 0.0
             continue
-        mean_b /= w_sum
-        mean_a /= w_sum
-        var_b = sq_b / w_sum - mean_b * mean_b
-        var_a = sq_a / w_sum - mean_a * mean_a
+        inv_w = 1.0 / w_sum
+        mean_b *= inv_w
+        mean_a *= inv_w
+        var_b = sq_b * inv_w - mean_b * mean_b
+        var_a = sq_a * inv_w - mean_a * mean_a
         stranded = lows if max_after >= high else 0
         if req_sq == 0.0:
             align = 1.0
@@ -222,7 +232,10 @@ def _balance(nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, high, 
         evenness = min(1.0, max(0.0, 0.5 + 2.0 * (var_b - var_a)))
         unstranded = 1.0 - stranded / (dims - 1) if dims > 1 else 1.0
         headroom = max(0.0, headroom)
-        out[i] = 100.0 * (coef[0] * align + coef[1] * evenness + coef[2] * unstranded + coef[3] * headroom) / coef_sum
+        out[i] = scale * (coef[0] * align + coef[1] * evenness + coef[2] * unstranded + coef[3] * headroom)
+
+
+_BALANCE = jit_pair(_balance)
 
 
 def balance(
@@ -242,32 +255,35 @@ def balance(
     _check(nodes, cap, used, req, out, weights)
     if coef.shape != (4,) or coef.sum() <= 0.0:
         raise ValueError("balance: coef needs four non-negative weights with a positive sum")
-    _balance(nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, float(high), float(low), out)
+    pick(_BALANCE, nodes.shape[0])(
+        nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, float(high), float(low), out
+    )
     return out
 
 
 # --- the FGD paper's baselines -------------------------------------------------------------------------------
 
 
-@jit
 def _bestfit(nodes, cap, used, req, max_cpu, max_gpu, out):
-    for i in range(nodes.shape[0]):
+    for i in numba.prange(nodes.shape[0]):
         n = nodes[i]
         cpu_left = cap[n, layout.CPU] - used[n, layout.CPU] - req[layout.CPU]
         gpu_left = cap[n, layout.GPU_MILLI] - used[n, layout.GPU_MILLI] - req[layout.GPU_MILLI]
         out[i] = float(int((1.0 - (0.5 * cpu_left / max_cpu + 0.5 * gpu_left / max_gpu)) * 100.0))
 
 
+_BESTFIT = jit_pair(_bestfit)
+
+
 def bestfit(nodes: I64, cap: F64, used: F64, req: F64, max_cpu: float, max_gpu: float, out: F64) -> F64:
     """The FGD paper's BestFit: less CPU and GPU left over after placement is better (integer, unnormalised)."""
     _check(nodes, cap, used, req, out)
-    _bestfit(nodes, cap, used, req, float(max_cpu), float(max_gpu), out)
+    pick(_BESTFIT, nodes.shape[0])(nodes, cap, used, req, float(max_cpu), float(max_gpu), out)
     return out
 
 
-@jit
 def _dotprod(nodes, cap, used, req, max_cpu, max_gpu, out):
-    for i in range(nodes.shape[0]):
+    for i in numba.prange(nodes.shape[0]):
         n = nodes[i]
         cpu_free = (cap[n, layout.CPU] - used[n, layout.CPU]) / max_cpu
         gpu_free = (cap[n, layout.GPU_MILLI] - used[n, layout.GPU_MILLI]) / max_gpu
@@ -275,11 +291,14 @@ def _dotprod(nodes, cap, used, req, max_cpu, max_gpu, out):
         out[i] = float(int((1.0 - dot / 2.0) * 100.0))
 
 
+_DOTPROD = jit_pair(_dotprod)
+
+
 def dotprod(nodes: I64, cap: F64, used: F64, req: F64, max_cpu: float, max_gpu: float, out: F64) -> F64:
     """The FGD paper's DotProd ("merge" GPU dimension, max-normalised): a smaller dot product of the node's free
     vector with the request scores higher (integer)."""
     _check(nodes, cap, used, req, out)
-    _dotprod(nodes, cap, used, req, float(max_cpu), float(max_gpu), out)
+    pick(_DOTPROD, nodes.shape[0])(nodes, cap, used, req, float(max_cpu), float(max_gpu), out)
     return out
 
 

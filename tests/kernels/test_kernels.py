@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.kernels import _jit, layout, reference, scores
 from scheduler.kernels import fgd as fgd_kernel
 from scheduler.kernels import fit as fit_kernel
-from scheduler.kernels import layout, reference, scores
 from scheduler.kernels.synthetic import random_cluster, random_request, random_typical
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
+#: Whether the kernels run their parallel twins (forced for any node count) or their serial ones.
+PARALLEL = st.booleans()
+
+
+@contextlib.contextmanager
+def _twins(parallel: bool) -> Iterator[None]:
+    saved = _jit.PARALLEL_MIN_NODES
+    _jit.PARALLEL_MIN_NODES = 1 if parallel else 10**9
+    try:
+        yield
+    finally:
+        _jit.PARALLEL_MIN_NODES = saved
+
+
 SIZES = st.integers(min_value=1, max_value=60)
 
 
@@ -24,8 +41,13 @@ def _setup(seed: int, nodes: int):
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=SEEDS, nodes=SIZES)
-def test_fit_matches_reference(seed: int, nodes: int) -> None:
+@given(seed=SEEDS, nodes=SIZES, parallel=PARALLEL)
+def test_fit_matches_reference(seed: int, nodes: int, parallel: bool) -> None:
+    with _twins(parallel):
+        _test_fit_matches_reference(seed, nodes)
+
+
+def _test_fit_matches_reference(seed: int, nodes: int) -> None:
     rng, c, req, k, m, gmem, _ = _setup(seed, nodes)
     model_ok = rng.random(3) < 0.5
     any_model = bool(rng.random() < 0.5)
@@ -51,8 +73,13 @@ def test_fit_matches_reference(seed: int, nodes: int) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=SEEDS, nodes=SIZES)
-def test_resource_scores_match_reference(seed: int, nodes: int) -> None:
+@given(seed=SEEDS, nodes=SIZES, parallel=PARALLEL)
+def test_resource_scores_match_reference(seed: int, nodes: int, parallel: bool) -> None:
+    with _twins(parallel):
+        _test_resource_scores_match_reference(seed, nodes)
+
+
+def _test_resource_scores_match_reference(seed: int, nodes: int) -> None:
     rng, c, req, k, m, _, listed = _setup(seed, nodes)
     whole_k = k if m >= 1000 else 0
     weights = rng.choice([0.0, 1.0, 2.0, 0.5], size=req.shape[0])
@@ -81,8 +108,13 @@ def test_resource_scores_match_reference(seed: int, nodes: int) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=SEEDS, nodes=SIZES)
-def test_fgd_matches_reference(seed: int, nodes: int) -> None:
+@given(seed=SEEDS, nodes=SIZES, parallel=PARALLEL)
+def test_fgd_matches_reference(seed: int, nodes: int, parallel: bool) -> None:
+    with _twins(parallel):
+        _test_fgd_matches_reference(seed, nodes)
+
+
+def _test_fgd_matches_reference(seed: int, nodes: int) -> None:
     rng, c, req, k, m, gmem, listed = _setup(seed, nodes)
     typical = random_typical(rng)
     cache = fgd_kernel.FragCache(nodes, typical.cpu.shape[0])
@@ -140,8 +172,13 @@ def test_fgd_matches_reference(seed: int, nodes: int) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=SEEDS, nodes=SIZES)
-def test_fgd_baselines_match_reference(seed: int, nodes: int) -> None:
+@given(seed=SEEDS, nodes=SIZES, parallel=PARALLEL)
+def test_fgd_baselines_match_reference(seed: int, nodes: int, parallel: bool) -> None:
+    with _twins(parallel):
+        _test_fgd_baselines_match_reference(seed, nodes)
+
+
+def _test_fgd_baselines_match_reference(seed: int, nodes: int) -> None:
     rng, c, _, k, m, _, listed = _setup(seed, nodes)
     reasons = fit_kernel.fit(
         c.cap,
