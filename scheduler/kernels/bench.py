@@ -2,8 +2,9 @@
 
 The cluster is synthetic (8-GPU nodes, six resource columns, partly used); each kernel scores every node for
 each of a list of random pods, with the kernels' serial and parallel (all cores) twins. ``numba`` is the one the
-kernels use at that node count (parallel from ``PARALLEL_MIN_NODES``). ``fgd`` is timed in steady state (per-node statistics cached, as in a run where
-each placement changes one node) and ``fgd_cold`` with every node's statistics recomputed on each call.
+kernels use at that node count (parallel from ``PARALLEL_MIN_NODES``). ``fgd`` is timed in steady state (per-node
+statistics cached, as in a run where each placement changes one node) and ``fgd_cold`` with every node's
+statistics recomputed on each call.
 """
 
 from __future__ import annotations
