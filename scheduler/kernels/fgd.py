@@ -383,36 +383,18 @@ def fgd(
     return out_score
 
 
-@jit
-def _fragmentation(cap, used, gpu_free, gpu_count, node_model, t_cpu, t_milli, t_k, t_any, t_model_ok, t_weight, out):
-    typical = t_cpu.shape[0]
-    for n in range(cap.shape[0]):
-        devices = gpu_count[n]
-        total = 0.0
-        for g in range(devices):
-            total += gpu_free[n, g]
-        cpu_free = cap[n, layout.CPU] - used[n, layout.CPU]
-        f = 0.0
-        for t in range(typical):
-            c = 0
-            s = 0.0
-            for g in range(devices):
-                a = gpu_free[n, g]
-                if a >= t_milli[t]:
-                    c += 1
-                else:
-                    s += a
-            f += t_weight[t] * _unusable(t, c, s, total, cpu_free, node_model[n], t_cpu, t_k, t_any, t_model_ok)
-        out[n] = f
-
-
 def fragmentation(
     cap: F64, used: F64, gpu_free: F64, gpu_count: I64, node_model: I64, typical: TypicalPods, out: F64
 ) -> F64:
-    """Each node's expected fragmentation in GPU-milli (the FGD paper's measure), into ``out``."""
-    if out.shape != (cap.shape[0],):
+    """Each node's expected fragmentation in GPU-milli (the FGD paper's measure), into ``out``.
+
+    Computed by the same per-node refresh the scoring kernel uses, into a scratch cache.
+    """
+    n_nodes = cap.shape[0]
+    if out.shape != (n_nodes,):
         raise ValueError("fragmentation: one output per node is needed")
-    _fragmentation(
+    scratch = FragCache(n_nodes, typical.cpu.shape[0])
+    _refresh_all(
         cap,
         used,
         gpu_free,
@@ -424,6 +406,60 @@ def fragmentation(
         typical.any_model,
         typical.model_ok,
         typical.weight,
+        scratch.count_ge,
+        scratch.sum_lt,
+        scratch.idle,
         out,
+        scratch.usable,
+        scratch.n_usable,
+        scratch.w_idle,
+        scratch.unusable,
     )
     return out
+
+
+@jit
+def _refresh_all(
+    cap,
+    used,
+    gpu_free,
+    gpu_count,
+    node_model,
+    t_cpu,
+    t_milli,
+    t_k,
+    t_any,
+    t_model_ok,
+    t_weight,
+    count_ge,
+    sum_lt,
+    idle,
+    frag,
+    usable,
+    n_usable,
+    w_idle,
+    unusable,
+):
+    for n in range(cap.shape[0]):
+        _refresh(
+            n,
+            cap,
+            used,
+            gpu_free,
+            gpu_count,
+            node_model,
+            t_cpu,
+            t_milli,
+            t_k,
+            t_any,
+            t_model_ok,
+            t_weight,
+            count_ge,
+            sum_lt,
+            idle,
+            frag,
+            usable,
+            n_usable,
+            w_idle,
+            unusable,
+        )
