@@ -6,11 +6,12 @@ agree with their NumPy references to 1e-9 and results do not depend on the CPU's
 Set ``NUMBA_DISABLE_JIT=1`` to run the kernels as plain Python (coverage, debugging).
 
 Kernels over many nodes also get a parallel twin (``prange`` over nodes, one thread per core); the public
-wrappers use it from :data:`PARALLEL_MIN_NODES` nodes up, where the threads' start-up is paid back.
+wrappers use it from :data:`PARALLEL_MIN_NODES` nodes up.
 """
 
 from __future__ import annotations
 
+import os
 import types
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -21,8 +22,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _FLAGS: dict[str, Any] = {"cache": True, "nogil": True, "fastmath": False, "error_model": "numpy"}
 
-#: Node count from which a kernel runs on every core.
-PARALLEL_MIN_NODES = 2048
+#: Node count from which a kernel runs on every core (``GPUSCHED_PARALLEL_MIN_NODES`` overrides). High on
+#: purpose: a parallel call waits for its slowest thread, and on a busy machine (the operator's event loop, other
+#: processes) a thread that lost its core costs a whole time slice, far more than a serial pass over a few
+#: thousand nodes.
+PARALLEL_MIN_NODES = int(os.environ.get("GPUSCHED_PARALLEL_MIN_NODES", "8192"))
 
 
 def jit(func: F) -> F:
