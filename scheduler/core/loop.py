@@ -12,6 +12,14 @@ Gang rules kept here:
 - a group that cannot be placed gets condition Scheduled=False with the per-reason node counts, an Event,
   and backoff; after ``scheduleTimeoutSeconds`` it turns Unschedulable and is still retried;
 - a bind failure of one member keeps the other members' reservations and retries that member alone.
+
+Queue rules kept here (``scheduler.core.tenancy`` holds the numbers):
+- work goes to the leaf queue named by the pod's ``gpusched.io/queue`` label or its PodGroup's ``spec.queue``,
+  ``default`` without one; work for a queue that does not exist (or is not a leaf) waits with an Event and is
+  queued as soon as the queue appears;
+- a job runs only if its queue and every ancestor stay within their limits and borrowing ceilings;
+- pending work is ordered by its queue's rank (below guarantee first, then weighted dominant share), then by
+  priority, then by age.
 """
 
 from __future__ import annotations
@@ -22,8 +30,10 @@ from typing import Protocol
 
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
+from scheduler.api.queue import QueueSpec
 from scheduler.core import gang
 from scheduler.core.cycle import Scheduler
+from scheduler.core.tenancy import Tenancy, add, request_of
 from scheduler.framework.interface import GANG_SLOTS, Code
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
@@ -78,11 +88,16 @@ class SchedulingLoop:
         *,
         clock: Callable[[], float],
         events: Events,
+        tenancy: Tenancy | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.queue = queue
         self.clock = clock
         self.events = events
+        self.tenancy = tenancy if tenancy is not None else Tenancy(scheduler.cache, clock=clock)
+        self.queue.set_less(self._less)
+        #: Pods and groups whose queue does not exist (yet), by queue name.
+        self.queue_orphans: dict[str, dict[str, PodRequest | PodGroup]] = {}
         self.groups: dict[str, GroupState] = {}
         #: Members whose group does not exist (yet), by group key.
         self.orphans: dict[str, dict[str, PodRequest]] = {}
@@ -95,7 +110,10 @@ class SchedulingLoop:
         """A pod of ours that has no node yet (new or updated)."""
         name = pod.pod_group
         if not name:
-            self.queue.update(QueueItem(pod.key, pod.priority, pod.created, pod.queue, pod))
+            leaf = self.tenancy.leaf_of(pod.queue)
+            if self._held_for_queue(leaf, f"pod {pod.key}", pod.key, pod):
+                return
+            self.queue.update(QueueItem(pod.key, pod.priority, pod.created, leaf, pod))
             return
         key = f"{pod.namespace}/{name}"
         state = self.groups.get(key)
@@ -132,6 +150,9 @@ class SchedulingLoop:
     def pod_gone(self, key: str) -> None:
         """The pod was deleted or finished."""
         self.queue.remove(key)
+        self._release(key)
+        for held in self.queue_orphans.values():
+            held.pop(key, None)
         group_key = self.member_of.pop(key, None)
         for orphans in self.orphans.values():
             orphans.pop(key, None)
@@ -168,6 +189,28 @@ class SchedulingLoop:
             self.member_of.pop(pod_key, None)
             self.orphans.setdefault(key, {})[pod_key] = pod
 
+    def queues_changed(self, specs: list[QueueSpec]) -> None:
+        """The cluster's Queues changed: rebuild the tree, report bad queues, queue what was waiting for them."""
+        for problem in self.tenancy.set_queues(specs):
+            self.events.emit(obj=problem.obj, kind="Warning", reason="InvalidQueue", message=str(problem))
+        self.queue.set_less(self._less)
+        for leaf in list(self.queue_orphans):
+            if self.tenancy.problem(leaf):
+                continue
+            for held in self.queue_orphans.pop(leaf).values():
+                if isinstance(held, PodGroup):
+                    state = self.groups.get(held.key)
+                    if state is not None:
+                        self._enqueue(state)
+                else:
+                    self.pod_pending(held)
+        self.cluster_event("queue changed")
+
+    def record_usage(self, dt_s: float) -> None:
+        """Add ``dt_s`` seconds of current allocation to every queue's usage history (call it periodically)."""
+        self.tenancy.record_usage(dt_s)
+        self.queue.set_less(self._less)
+
     def cluster_event(self, event: str) -> None:
         """Something changed that may let waiting work fit (a pod left, a node came, a queue changed)."""
         self.queue.move_all_to_active(event)
@@ -175,6 +218,7 @@ class SchedulingLoop:
     def bind_failed(self, pod: PodRequest, reason: str) -> None:
         """A binding failed: release the pod's reservation and retry it alone (a gang keeps the others)."""
         self.scheduler.bind_failed(pod.key)
+        self._release(pod.key)
         key = self.member_of.get(pod.key)
         state = self.groups.get(key) if key is not None else None
         self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedBinding", message=reason)
@@ -190,8 +234,8 @@ class SchedulingLoop:
                 now,
             )
             self._refresh_phase(state)
-        item = QueueItem(pod.key, pod.priority, pod.created, pod.queue, pod)
-        self.queue.update(item)
+        leaf = self.tenancy.leaf_of(state.group.queue if state is not None else pod.queue)
+        self.queue.update(QueueItem(pod.key, pod.priority, pod.created, leaf, pod))
 
     # --- the cycle ---------------------------------------------------------------------------------------------
 
@@ -215,13 +259,50 @@ class SchedulingLoop:
 
     def _enqueue(self, state: GroupState) -> None:
         group = state.group
+        leaf = self.tenancy.leaf_of(group.queue)
+        if self._held_for_queue(leaf, f"podgroup {group.key}", GANG_PREFIX + group.key, group):
+            return
         if state.satisfied:
             # The gang is placed: the rest join one by one.
             for pod in state.pending.values():
-                self.queue.update(QueueItem(pod.key, max(pod.priority, group.priority), pod.created, group.queue, pod))
+                self.queue.update(QueueItem(pod.key, max(pod.priority, group.priority), pod.created, leaf, pod))
             return
         if len(state.pending) + len(state.placed) >= group.min_member:
-            self.queue.update(QueueItem(GANG_PREFIX + group.key, group.priority, group.created, group.queue, group.key))
+            self.queue.update(QueueItem(GANG_PREFIX + group.key, group.priority, group.created, leaf, group.key))
+
+    def _held_for_queue(self, leaf: str, obj: str, key: str, held: PodRequest | PodGroup) -> bool:
+        """Hold work whose queue cannot take it (with an Event the first time); True if held."""
+        problem = self.tenancy.problem(leaf)
+        if not problem:
+            return False
+        waiting = self.queue_orphans.setdefault(leaf, {})
+        if key not in waiting:
+            self.events.emit(obj=obj, kind="Warning", reason="QueueNotFound", message=f"{problem}; waiting for it")
+        waiting[key] = held
+        return True
+
+    def _less(self, a: QueueItem, b: QueueItem) -> bool:
+        return (self.tenancy.rank(a.queue), -a.priority, a.created, a.key) < (
+            self.tenancy.rank(b.queue),
+            -b.priority,
+            b.created,
+            b.key,
+        )
+
+    def _charge(self, pods: list[PodRequest], leaf: str) -> None:
+        for pod in pods:
+            self.tenancy.charge(pod.key, leaf, request_of(pod))
+        self.queue.set_less(self._less)
+
+    def _release(self, key: str) -> None:
+        self.tenancy.release(key)
+        self.queue.set_less(self._less)
+
+    def _over_ceiling(self, leaf: str, pods: list[PodRequest]) -> str:
+        total: dict[str, float] = {}
+        for pod in pods:
+            add(total, request_of(pod))
+        return self.tenancy.over_ceiling(leaf, total)
 
     def _gang_cycle(self, item: QueueItem) -> None:
         key = item.key.removeprefix(GANG_PREFIX)
@@ -239,9 +320,17 @@ class SchedulingLoop:
             self._enqueue(state)
             return
         members = gang.order_members(list(state.pending.values()))[:need]
+        over = self._over_ceiling(item.queue, members)
+        if over:
+            state.set_condition("Scheduled", "False", "QueueLimit", over, now)
+            self.events.emit(obj=f"podgroup {key}", kind="Warning", reason="FailedScheduling", message=over)
+            self._refresh_phase(state)
+            self.queue.requeue_unschedulable(item, over)
+            return
         result = gang.place_gang(self.scheduler, group, members)
         if result.status.ok:
             self.queue.done(item.key)
+            self._charge([d.pod for d in result.decisions], item.queue)
             for decision in result.decisions:
                 state.pending.pop(decision.pod.key, None)
                 state.placed.add(decision.pod.key)
@@ -289,9 +378,15 @@ class SchedulingLoop:
                 if entry is not None:
                     slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
             context = {GANG_SLOTS: slots}
+        over = self._over_ceiling(item.queue, [pod])
+        if over:
+            self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedScheduling", message=over)
+            self.queue.requeue_unschedulable(item, over)
+            return
         result = self.scheduler.schedule(pod, context)
         if result.decision is not None and result.status.ok:
             self.queue.done(item.key)
+            self._charge([pod], item.queue)
             self.events.emit(
                 obj=f"pod {pod.key}",
                 kind="Normal",

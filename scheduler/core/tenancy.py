@@ -1,0 +1,146 @@
+"""Tenancy: which queue a job belongs to, what each queue holds, and in which order queues get the next job.
+
+The loop asks three things of it: may this job run in its queue at all (the leaf and every ancestor stay within
+their limit and borrowing ceiling), how to order pending work (leaves below their guarantee first, then by
+weighted dominant share of decayed usage plus current allocation, see ``scheduler.api.fairshare``), and what to
+charge and release as jobs are placed and leave.
+
+Invariant: ``allocated[leaf]`` is the sum of the requests of the placed jobs charged to ``leaf``; a job is
+charged once and released once (keyed by pod).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from scheduler.api import fairshare, resources
+from scheduler.api.errors import InvalidObject
+from scheduler.api.pod import PodRequest
+from scheduler.api.queue import DEFAULT_QUEUE, QueueSpec, QueueTree
+from scheduler.cache.state import Cache
+from scheduler.kernels import layout
+
+Vector = dict[str, float]
+
+
+def request_of(pod: PodRequest) -> Vector:
+    """What a pod counts against its queue: its requests, GPUs in GPUs (a shared GPU as a fraction)."""
+    vector = {name: float(amount) for name, amount in pod.resources.items() if name != resources.PODS}
+    if pod.gpu.count:
+        vector[resources.GPU] = pod.gpu.total_milli / 1000.0
+    return vector
+
+
+def add(into: Vector, other: Mapping[str, float], sign: float = 1.0) -> None:
+    for name, amount in other.items():
+        into[name] = into.get(name, 0.0) + sign * amount
+
+
+class Tenancy:
+    def __init__(self, cache: Cache, *, clock: Callable[[], float]) -> None:
+        self.cache = cache
+        self.clock = clock
+        self.tree, _ = QueueTree.build([])
+        self.history = fairshare.UsageHistory(clock=clock)
+        self.history.configure(self.tree)
+        self.allocated: dict[str, Vector] = {}
+        self._charged: dict[str, tuple[str, Vector]] = {}
+        self._rank: dict[str, tuple[int, float, str]] = {}
+        self._stale = True
+
+    # --- queues ------------------------------------------------------------------------------------------------
+
+    def set_queues(self, specs: Iterable[QueueSpec]) -> list[InvalidObject]:
+        """Take the cluster's Queues; returns the ones that could not be used (cycles, unknown parents, ...)."""
+        self.tree, problems = QueueTree.build(specs)
+        self.history.configure(self.tree)
+        self._stale = True
+        return problems
+
+    def leaf_of(self, pod_queue: str) -> str:
+        return pod_queue or DEFAULT_QUEUE
+
+    def problem(self, leaf: str) -> str:
+        """Why work cannot be queued in ``leaf`` (empty if it can)."""
+        if leaf not in self.tree:
+            return f"queue {leaf!r} does not exist"
+        if not self.tree.is_leaf(leaf):
+            return f"queue {leaf!r} has child queues; only leaf queues hold work"
+        return ""
+
+    # --- limits ------------------------------------------------------------------------------------------------
+
+    def over_ceiling(self, leaf: str, request: Mapping[str, float]) -> str:
+        """Why ``request`` may not run in ``leaf`` now (a limit or borrowing ceiling would be crossed), or ""."""
+        if fairshare.within_ceilings(self.tree, leaf, request, allocated=self.allocated):
+            return ""
+        totals = fairshare.subtree_totals(self.tree, self.allocated)
+        for queue in [leaf, *self.tree.ancestors(leaf)]:
+            for name, bound in self.tree.spec(queue).ceiling().items():
+                held = totals[queue].get(name, 0.0)
+                wanted = held + request.get(name, 0.0)
+                if wanted > bound:
+                    return f"queue {queue!r} would hold {wanted:g} {name}, above its ceiling {bound:g}"
+        return "a queue ceiling would be crossed"
+
+    # --- accounting ----------------------------------------------------------------------------------------------
+
+    def charge(self, key: str, leaf: str, request: Mapping[str, float]) -> None:
+        if key in self._charged:
+            return
+        self._charged[key] = (leaf, dict(request))
+        add(self.allocated.setdefault(leaf, {}), request)
+        self._stale = True
+
+    def release(self, key: str) -> None:
+        charged = self._charged.pop(key, None)
+        if charged is None:
+            return
+        leaf, request = charged
+        add(self.allocated.setdefault(leaf, {}), request, -1.0)
+        self._stale = True
+
+    def record_usage(self, dt_s: float) -> None:
+        """Add ``dt_s`` seconds of every queue's current allocation to its decayed history."""
+        if dt_s <= 0:
+            return
+        for leaf, vector in self.allocated.items():
+            if leaf in self.tree:
+                self.history.record(leaf, vector, dt_s)
+        self._stale = True
+
+    def capacity(self) -> Vector:
+        a = self.cache.arrays
+        present = a.base_reason != layout.ABSENT
+        capacity = {resources.GPU: float(a.gpu_count[present].sum())}
+        for column, name in enumerate(self.cache.columns):
+            if column in (layout.GPU_MILLI, layout.GPU_MEMORY, layout.PODS):
+                continue
+            capacity[name] = float(a.cap[present, column].sum())
+        return capacity
+
+    # --- order -------------------------------------------------------------------------------------------------
+
+    def rank(self, leaf: str) -> tuple[int, float, str]:
+        """Sort key of a leaf: below its guarantee first, then lower weighted dominant share, then name."""
+        if self._stale:
+            self._rank = {}
+            self._stale = False
+        cached = self._rank.get(leaf)
+        if cached is not None:
+            return cached
+        if leaf not in self.tree:
+            key = (2, 0.0, leaf)
+        else:
+            spec = self.tree.spec(leaf)
+            held = self.allocated.get(leaf, {})
+            below = any(held.get(name, 0.0) < amount for name, amount in spec.guaranteed.items())
+            share = fairshare.dominant_share(
+                allocated=held,
+                decayed_usage=self.history.average(leaf),
+                capacity=self.capacity(),
+                weight=spec.weight,
+            )
+            key = (0 if below else 1, share, leaf)
+        self._rank[leaf] = key
+        return key

@@ -1,0 +1,177 @@
+"""Queues in the loop: missing queues wait, limits hold, and the next job comes from the fairest queue."""
+
+from __future__ import annotations
+
+from scheduler.api import pod as api_pod
+from scheduler.api.podgroup import PodGroup
+from scheduler.api.queue import QueueSpec
+from scheduler.core.loop import SchedulingLoop
+from scheduler.queue.scheduling import SchedulingQueue
+from tests.api import objects
+from tests.core.harness import Cluster
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None:
+        self.seen.append((obj, reason, message))
+
+    def reasons(self, obj: str) -> list[str]:
+        return [reason for o, reason, _ in self.seen if o == obj]
+
+
+def _loop(gpus: int = 8, nodes: int = 1) -> tuple[Cluster, SchedulingLoop, Clock, Events]:
+    cluster = Cluster([objects.node(f"n{i}", cpu="64", gpus=gpus) for i in range(nodes)], ("fit", "gpu", "binpack"))
+    clock = Clock()
+    events = Events()
+    queue = SchedulingQueue(clock=clock)
+    return cluster, SchedulingLoop(cluster.scheduler, queue, clock=clock, events=events), clock, events
+
+
+def _pod(name: str, gpus: int, queue: str = "", group: str = "") -> api_pod.PodRequest:
+    labels = {}
+    if queue:
+        labels["gpusched.io/queue"] = queue
+    if group:
+        labels["gpusched.io/pod-group"] = group
+    return api_pod.parse_pod(objects.pod(name, gpus=gpus, labels=labels))
+
+
+def _placed(cluster: Cluster) -> list[str]:
+    return [d.pod.name for d in cluster.binder.decisions]
+
+
+def test_pods_without_a_queue_go_to_the_implied_default_queue() -> None:
+    cluster, loop, _, _ = _loop()
+    loop.pod_pending(_pod("p", 1))
+    loop.run_until_idle()
+    assert _placed(cluster) == ["p"]
+    assert loop.tenancy.allocated["default"]["nvidia.com/gpu"] == 1.0
+
+
+def test_a_pod_in_an_unknown_queue_waits_with_an_event_and_runs_once_the_queue_exists() -> None:
+    cluster, loop, _, events = _loop()
+    loop.pod_pending(_pod("p", 1, queue="research"))
+    loop.pod_pending(_pod("p", 1, queue="research"))  # an update: one event only
+    loop.run_until_idle()
+    assert _placed(cluster) == []
+    assert events.reasons("pod default/p") == ["QueueNotFound"]
+    loop.queues_changed([QueueSpec(name="research")])
+    loop.run_until_idle()
+    assert _placed(cluster) == ["p"]
+
+
+def test_a_gang_in_an_unknown_queue_waits_too() -> None:
+    cluster, loop, _, events = _loop()
+    loop.group_upsert(PodGroup("default", "g", min_member=2, queue="batch"))
+    loop.pod_pending(_pod("g-0", 1, group="g"))
+    loop.pod_pending(_pod("g-1", 1, group="g"))
+    loop.run_until_idle()
+    assert _placed(cluster) == []
+    assert "QueueNotFound" in events.reasons("podgroup default/g")
+    loop.queues_changed([QueueSpec(name="batch")])
+    loop.run_until_idle()
+    assert sorted(_placed(cluster)) == ["g-0", "g-1"]
+
+
+def test_a_queue_never_exceeds_its_limit() -> None:
+    cluster, loop, clock, events = _loop()
+    loop.queues_changed([QueueSpec(name="team", limit={"nvidia.com/gpu": 4})])
+    for i in range(3):
+        loop.pod_pending(_pod(f"p{i}", 2, queue="team"))
+    loop.run_until_idle()
+    assert _placed(cluster) == ["p0", "p1"]
+    message = next(m for o, r, m in events.seen if o == "pod default/p2" and r == "FailedScheduling")
+    assert "queue 'team' would hold 6 nvidia.com/gpu, above its ceiling 4" in message
+    # p0 leaves: p2 runs.
+    cluster.cache.remove_pod("default/p0")
+    loop.pod_gone("default/p0")
+    clock.now = 5.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()
+    assert _placed(cluster)[-1] == "p2"
+
+
+def test_a_parent_limit_holds_for_its_children_together() -> None:
+    cluster, loop, _, _ = _loop()
+    loop.queues_changed(
+        [
+            QueueSpec(name="org", limit={"nvidia.com/gpu": 3}),
+            QueueSpec(name="a", parent="org"),
+            QueueSpec(name="b", parent="org"),
+        ]
+    )
+    loop.pod_pending(_pod("a0", 2, queue="a"))
+    loop.pod_pending(_pod("b0", 2, queue="b"))
+    loop.run_until_idle()
+    assert len(_placed(cluster)) == 1
+
+
+def test_the_next_job_comes_from_the_queue_with_the_lowest_dominant_share() -> None:
+    cluster, loop, _, _ = _loop(gpus=8)
+    loop.queues_changed([QueueSpec(name="a"), QueueSpec(name="b")])
+    for i in range(6):
+        loop.pod_pending(_pod(f"a{i}", 1, queue="a"))
+    loop.run_until_idle()
+    # a holds 6 of 8 GPUs. Now a (older, created first) and b both want 2 GPUs; only 2 are free.
+    loop.pod_pending(_pod("a-late", 2, queue="a"))
+    loop.pod_pending(_pod("b0", 2, queue="b"))
+    loop.run_until_idle()
+    assert _placed(cluster)[-1] == "b0"
+
+
+def test_weights_scale_the_share() -> None:
+    cluster, loop, _, _ = _loop(gpus=8, nodes=2)
+    loop.queues_changed([QueueSpec(name="big", weight=3.0), QueueSpec(name="small", weight=1.0)])
+    loop.pod_pending(_pod("big0", 4, queue="big"))
+    loop.pod_pending(_pod("small0", 4, queue="small"))
+    loop.run_until_idle()
+    # Both hold 4 of 16 GPUs: big's weighted share is 4/16/3, small's 4/16/1, so big goes next.
+    loop.pod_pending(_pod("small1", 8, queue="small"))
+    loop.pod_pending(_pod("big1", 8, queue="big"))
+    loop.run_until_idle()
+    assert _placed(cluster)[2] == "big1"
+
+
+def test_work_within_its_guarantee_goes_before_borrowing() -> None:
+    cluster, loop, _, _ = _loop(gpus=8)
+    loop.queues_changed([QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 4}), QueueSpec(name="batch")])
+    loop.pod_pending(_pod("prod0", 3, queue="prod"))
+    loop.run_until_idle()
+    # prod holds 3, its guarantee is 4, so it still ranks first though its share (3/8) is above batch's (0).
+    loop.pod_pending(_pod("batch0", 5, queue="batch"))
+    loop.pod_pending(_pod("prod1", 5, queue="prod"))
+    loop.run_until_idle()
+    assert _placed(cluster)[1] == "prod1"
+
+
+def test_bad_queues_are_reported_and_the_rest_still_works() -> None:
+    cluster, loop, _, events = _loop()
+    loop.queues_changed([QueueSpec(name="x", parent="y"), QueueSpec(name="y", parent="x"), QueueSpec(name="ok")])
+    assert any(reason == "InvalidQueue" for _, reason, _ in events.seen)
+    loop.pod_pending(_pod("p", 1, queue="ok"))
+    loop.pod_pending(_pod("q", 1, queue="x"))
+    loop.run_until_idle()
+    assert _placed(cluster) == ["p"]
+    assert events.reasons("pod default/q") == ["QueueNotFound"]
+
+
+def test_releases_free_the_queue() -> None:
+    cluster, loop, _, _ = _loop()
+    loop.pod_pending(_pod("p", 2))
+    loop.run_until_idle()
+    assert loop.tenancy.allocated["default"]["nvidia.com/gpu"] == 2.0
+    cluster.cache.remove_pod("default/p")
+    loop.pod_gone("default/p")
+    loop.pod_gone("default/p")  # a repeated deletion does not release twice
+    assert loop.tenancy.allocated["default"]["nvidia.com/gpu"] == 0.0
