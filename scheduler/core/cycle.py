@@ -28,6 +28,7 @@ _REASONS = {
     layout.GPU_COUNT: "Insufficient nvidia.com/gpu",
     layout.GPU_SHARE: "no GPU with enough free share",
     layout.GPU_MEMORY_SHORT: "Insufficient GPU memory",
+    layout.RESERVED: "node(s) reserved for a waiting job",
 }
 
 

@@ -9,8 +9,9 @@ each need more than half the cluster cannot deadlock: whichever is tried first w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -78,7 +79,9 @@ def gpus_short(scheduler: Scheduler, members: Sequence[PodRequest]) -> str:
     return ""
 
 
-def place_gang(scheduler: Scheduler, group: PodGroup, members: Sequence[PodRequest]) -> GangResult:
+def place_gang(
+    scheduler: Scheduler, group: PodGroup, members: Sequence[PodRequest], context: Mapping[str, Any] | None = None
+) -> GangResult:
     """Place ``members`` all together or not at all; on success they are assumed and handed to the binder."""
     short = gpus_short(scheduler, members)
     if short:
@@ -94,7 +97,7 @@ def place_gang(scheduler: Scheduler, group: PodGroup, members: Sequence[PodReque
     decisions: list[Decision] = []
     try:
         for pod in order_members(members):
-            result = scheduler.place(pod, snapshot, {GANG_SLOTS: taken})
+            result = scheduler.place(pod, snapshot, {**(context or {}), GANG_SLOTS: taken})
             if result.decision is None:
                 message = f"member {pod.name} of {len(members)} fits nowhere: {result.status.message}"
                 return GangResult(

@@ -19,14 +19,19 @@ Queue rules kept here (``scheduler.core.tenancy`` holds the numbers):
   queued as soon as the queue appears;
 - a job runs only if its queue and every ancestor stay within their limits and borrowing ceilings;
 - pending work is ordered by its queue's rank (below guarantee first, then weighted dominant share), then by
-  priority, then by age.
+  priority, then by age;
+- against starvation, the best-ranked job of 2+ GPUs that does not fit for lack of room reserves the nodes with the most
+  free GPUs until their GPUs cover it; other jobs backfill only elsewhere (the ``reservation`` filter plugin)
+  until it is placed or gone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy as np
 
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
@@ -34,7 +39,8 @@ from scheduler.api.queue import QueueSpec
 from scheduler.core import gang
 from scheduler.core.cycle import Scheduler
 from scheduler.core.tenancy import Tenancy, add, request_of
-from scheduler.framework.interface import GANG_SLOTS, Code
+from scheduler.framework.interface import GANG_SLOTS, RESERVED_SLOTS, Code
+from scheduler.kernels import layout
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
 GANG_PREFIX = "gang:"
@@ -98,6 +104,8 @@ class SchedulingLoop:
         self.queue.set_less(self._less)
         #: Pods and groups whose queue does not exist (yet), by queue name.
         self.queue_orphans: dict[str, dict[str, PodRequest | PodGroup]] = {}
+        #: (queue item key, its leaf queue, reserved node slots) for the job held against starvation.
+        self.reservation: tuple[str, str, np.ndarray] | None = None
         self.groups: dict[str, GroupState] = {}
         #: Members whose group does not exist (yet), by group key.
         self.orphans: dict[str, dict[str, PodRequest]] = {}
@@ -151,6 +159,7 @@ class SchedulingLoop:
         """The pod was deleted or finished."""
         self.queue.remove(key)
         self._release(key)
+        self._unreserve(key)
         for held in self.queue_orphans.values():
             held.pop(key, None)
         group_key = self.member_of.pop(key, None)
@@ -182,6 +191,7 @@ class SchedulingLoop:
         """The PodGroup was deleted: its waiting members wait again for a group of that name."""
         state = self.groups.pop(key, None)
         self.queue.remove(GANG_PREFIX + key)
+        self._unreserve(GANG_PREFIX + key)
         if state is None:
             return
         for pod_key, pod in state.pending.items():
@@ -298,6 +308,42 @@ class SchedulingLoop:
         self.tenancy.release(key)
         self.queue.set_less(self._less)
 
+    def _context(self, key: str) -> dict[str, Any]:
+        """What other jobs' cycles must respect: the reservation, unless it is this job's own."""
+        if self.reservation is not None and self.reservation[0] != key:
+            return {RESERVED_SLOTS: self.reservation[2]}
+        return {}
+
+    def _reserve(self, item: QueueItem, pods: list[PodRequest]) -> None:
+        """Reserve nodes for ``item`` if it is the best-ranked job left without room.
+
+        Only jobs of two or more whole GPUs reserve: any GPU that frees fits a one-GPU job, so backfill cannot
+        starve it, and the fair order gives it the next one.
+        """
+        gpus = sum(p.gpu.count for p in pods if p.gpu.whole)
+        if gpus < 2:
+            return
+        current = self.reservation
+        if current is not None:
+            if current[0] == item.key:
+                return  # keep the nodes it has: they are draining for it
+            if self.tenancy.rank(current[1]) <= self.tenancy.rank(item.queue):
+                return
+        a = self.scheduler.cache.arrays
+        usable = (a.base_reason == layout.FIT) & (a.gpu_count > 0)
+        slots = np.flatnonzero(usable)
+        free = (a.gpu_free[slots] >= layout.WHOLE).sum(axis=1)
+        order = slots[np.lexsort((slots, -free))]
+        covered = np.cumsum(a.gpu_count[order])
+        take = order[: int(np.searchsorted(covered, gpus)) + 1]
+        mask = np.zeros(a.slots, dtype=bool)
+        mask[take] = True
+        self.reservation = (item.key, item.queue, mask)
+
+    def _unreserve(self, key: str) -> None:
+        if self.reservation is not None and self.reservation[0] == key:
+            self.reservation = None
+
     def _over_ceiling(self, leaf: str, pods: list[PodRequest]) -> str:
         total: dict[str, float] = {}
         for pod in pods:
@@ -327,9 +373,10 @@ class SchedulingLoop:
             self._refresh_phase(state)
             self.queue.requeue_unschedulable(item, over)
             return
-        result = gang.place_gang(self.scheduler, group, members)
+        result = gang.place_gang(self.scheduler, group, members, self._context(item.key))
         if result.status.ok:
             self.queue.done(item.key)
+            self._unreserve(item.key)
             self._charge([d.pod for d in result.decisions], item.queue)
             for decision in result.decisions:
                 state.pending.pop(decision.pod.key, None)
@@ -362,6 +409,7 @@ class SchedulingLoop:
         if result.status.code == Code.ERROR:
             self.queue.requeue_error(item, message)
         else:
+            self._reserve(item, members)
             self.queue.requeue_unschedulable(item, message)
 
     def _pod_cycle(self, item: QueueItem) -> None:
@@ -378,6 +426,7 @@ class SchedulingLoop:
                 if entry is not None:
                     slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
             context = {GANG_SLOTS: slots}
+        context = {**self._context(item.key), **(context or {})}
         over = self._over_ceiling(item.queue, [pod])
         if over:
             self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedScheduling", message=over)
@@ -386,6 +435,7 @@ class SchedulingLoop:
         result = self.scheduler.schedule(pod, context)
         if result.decision is not None and result.status.ok:
             self.queue.done(item.key)
+            self._unreserve(item.key)
             self._charge([pod], item.queue)
             self.events.emit(
                 obj=f"pod {pod.key}",
@@ -403,6 +453,7 @@ class SchedulingLoop:
         if result.status.code == Code.ERROR:
             self.queue.requeue_error(item, message)
         else:
+            self._reserve(item, [pod])
             self.queue.requeue_unschedulable(item, message)
 
     def _refresh_phase(self, state: GroupState) -> None:

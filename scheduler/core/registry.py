@@ -17,6 +17,7 @@ from scheduler.plugins import (
     gpu,
     gpu_clustering,
     gpu_packing,
+    reservation,
     resource_strategy,
     scarce_avoidance,
     spread,
@@ -38,4 +39,5 @@ PLUGINS: dict[str, Factory] = {
     "gpu_packing": gpu_packing.GpuPacking,
     "gpu_clustering": gpu_clustering.GpuClustering,
     "gang": gang.Gang,
+    "reservation": reservation.Reservation,
 }

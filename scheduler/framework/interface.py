@@ -141,3 +141,5 @@ PluginArgs = Mapping[str, Any]
 GPU_IDS = "gpu_ids"
 #: During a gang's cycle: {slot: members already placed there in this cycle}.
 GANG_SLOTS = "gang.slots"
+#: Node slots held for a waiting job (a boolean mask); other jobs may not use them.
+RESERVED_SLOTS = "reserved.slots"

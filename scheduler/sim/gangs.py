@@ -28,6 +28,7 @@ from scheduler.api.errors import InvalidObject
 from scheduler.api.node import MIB
 from scheduler.api.pod import LABEL_POD_GROUP, PodRequest
 from scheduler.api.podgroup import PodGroup
+from scheduler.api.queue import QueueSpec
 from scheduler.api.resources import GpuRequest
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import Scheduler
@@ -50,6 +51,8 @@ class Job:
     memory_mib: int
     arrival: float
     duration: float
+    #: The leaf queue the job is submitted to ("" for the default queue).
+    queue: str = ""
 
     @property
     def gpus(self) -> int:
@@ -177,9 +180,19 @@ class GangRun:
     cycles: int
     wall_s: float
     events: dict[str, int]
+    #: GPUs held by each queue's running jobs after every change: (time, {queue: GPUs}).
+    timeline: list[tuple[float, dict[str, float]]] = dataclasses.field(default_factory=list)
+    #: Arrival and start time of every job that started.
+    starts: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
 
-def run(nodes: Sequence[NodeSpec], jobs: Sequence[Job], config: ProfileConfig) -> GangRun:
+def run(
+    nodes: Sequence[NodeSpec],
+    jobs: Sequence[Job],
+    config: ProfileConfig,
+    *,
+    queues: Sequence[QueueSpec] = (),
+) -> GangRun:
     now = 0.0
     cache = Cache()
     for node in nodes:
@@ -190,7 +203,12 @@ def run(nodes: Sequence[NodeSpec], jobs: Sequence[Job], config: ProfileConfig) -
     queue = SchedulingQueue(clock=lambda: now)
     log = _EventLog()
     loop = SchedulingLoop(scheduler, queue, clock=lambda: now, events=log)
+    if queues:
+        loop.queues_changed(list(queues))
     by_name = {j.name: j for j in jobs}
+    held: dict[str, float] = {}
+    timeline: list[tuple[float, dict[str, float]]] = []
+    recorded = jobs[0].arrival if jobs else 0.0
     pods = {j.name: _pods(j) for j in jobs}
     events: list[tuple[float, int, str]] = [(j.arrival, 1, j.name) for j in jobs]
     heapq.heapify(events)
@@ -218,8 +236,12 @@ def run(nodes: Sequence[NodeSpec], jobs: Sequence[Job], config: ProfileConfig) -
             job_name = name.split("/", 1)[1]
             if state.satisfied and job_name not in started:
                 started[job_name] = now
-                running_gpus += by_name[job_name].gpus
-                heapq.heappush(events, (now + by_name[job_name].duration, 0, job_name))
+                job = by_name[job_name]
+                running_gpus += job.gpus
+                held[job.queue] = held.get(job.queue, 0.0) + job.gpus
+                heapq.heappush(events, (now + job.duration, 0, job_name))
+        if not timeline or timeline[-1][1] != held:
+            timeline.append((now, dict(held)))
         waiting = [s for s in loop.groups.values() if not s.satisfied]
         if waiting and running_gpus == 0 and len(binder.bound) == placed_before:
             deadlocks += 1
@@ -236,9 +258,13 @@ def run(nodes: Sequence[NodeSpec], jobs: Sequence[Job], config: ProfileConfig) -
             area += running_gpus * (t - last)
             last = t
         now = max(now, t)
+        loop.record_usage(now - recorded)
+        recorded = now
         job = by_name.get(name)
         if kind == 1 and job is not None:
-            loop.group_upsert(PodGroup(NAMESPACE, job.name, min_member=job.workers, created=job.arrival))
+            loop.group_upsert(
+                PodGroup(NAMESPACE, job.name, min_member=job.workers, queue=job.queue, created=job.arrival)
+            )
             for pod in pods[name]:
                 loop.pod_pending(pod)
         elif kind == 0 and job is not None:
@@ -247,6 +273,7 @@ def run(nodes: Sequence[NodeSpec], jobs: Sequence[Job], config: ProfileConfig) -
                 loop.pod_gone(pod.key)
             loop.group_removed(f"{NAMESPACE}/{name}")
             running_gpus -= job.gpus
+            held[job.queue] -= job.gpus
             loop.cluster_event("pod deleted")
         step()
         if not events and all(s.satisfied for s in loop.groups.values()):
@@ -264,4 +291,6 @@ def run(nodes: Sequence[NodeSpec], jobs: Sequence[Job], config: ProfileConfig) -
         cycles=cycles,
         wall_s=time.perf_counter() - clock_start,
         events=log.count,
+        timeline=timeline,
+        starts={name: (by_name[name].arrival, t) for name, t in started.items()},
     )

@@ -67,6 +67,22 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def tenant_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    lines = []
+    for name, r in results.items():
+        lines.append(
+            f"{name}: Jain index {r['jain_index']:.3f}, GPU allocation {r['gpu_allocation']:.2f}%, "
+            f"reclaim latency {r['reclaim_latency_s']:.0f}s, partial gangs {r['partial_gangs']}"
+        )
+        lines.append(f"  {'queue':<10}{'weight':>8}{'GPUs held':>11}{'fair share':>12}{'held/fair':>11}")
+        for queue, q in r["queues"].items():
+            lines.append(
+                f"  {queue:<10}{q['weight']:>8g}{q['gpus_held']:>11.1f}{q['fair_share_gpus']:>12.1f}"
+                f"{q['share_over_fair']:>11.2f}"
+            )
+    return "\n".join(lines)
+
+
 def write_json(path: str | Path, payload: Mapping[str, Any]) -> None:
     Path(path).write_text(json.dumps(_finite(payload), indent=2, allow_nan=False) + "\n")
 

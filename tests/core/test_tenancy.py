@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from scheduler.api import pod as api_pod
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
@@ -31,7 +33,9 @@ class Events:
 
 
 def _loop(gpus: int = 8, nodes: int = 1) -> tuple[Cluster, SchedulingLoop, Clock, Events]:
-    cluster = Cluster([objects.node(f"n{i}", cpu="64", gpus=gpus) for i in range(nodes)], ("fit", "gpu", "binpack"))
+    cluster = Cluster(
+        [objects.node(f"n{i}", cpu="64", gpus=gpus) for i in range(nodes)], ("fit", "reservation", "gpu", "binpack")
+    )
     clock = Clock()
     events = Events()
     queue = SchedulingQueue(clock=clock)
@@ -175,3 +179,45 @@ def test_releases_free_the_queue() -> None:
     loop.pod_gone("default/p")
     loop.pod_gone("default/p")  # a repeated deletion does not release twice
     assert loop.tenancy.allocated["default"]["nvidia.com/gpu"] == 0.0
+
+
+def test_a_large_job_reserves_nodes_so_small_jobs_cannot_starve_it() -> None:
+    cluster, loop, clock, _ = _loop(gpus=8, nodes=2)
+    loop.queues_changed([QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}), QueueSpec(name="batch")])
+    for i in range(16):
+        loop.pod_pending(_pod(f"small{i}", 1, queue="batch"))
+    loop.run_until_idle()
+    assert len(_placed(cluster)) == 16
+    loop.pod_pending(_pod("big", 8, queue="prod"))
+    loop.run_until_idle()
+    assert loop.reservation is not None and loop.reservation[0] == "default/big"
+    reserved = {cluster.cache.names[s] for s in np.flatnonzero(loop.reservation[2])}
+    assert len(reserved) == 1
+    (node,) = reserved
+
+    def finish(name: str) -> None:
+        cluster.cache.remove_pod(f"default/{name}")
+        loop.pod_gone(f"default/{name}")
+
+    # One GPU frees on each node; new small jobs may only take the one outside the reservation.
+    on_reserved = [d.pod.name for d in cluster.binder.decisions if d.node == node]
+    elsewhere = [d.pod.name for d in cluster.binder.decisions if d.node != node]
+    finish(on_reserved[0])
+    finish(elsewhere[0])
+    loop.pod_pending(_pod("late0", 1, queue="batch"))
+    loop.pod_pending(_pod("late1", 1, queue="batch"))
+    clock.now = 10.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()
+    late = {d.pod.name: d.node for d in cluster.binder.decisions if d.pod.name.startswith("late")}
+    assert list(late.values()) == [n for n in late.values() if n != node]
+    assert len(late) == 1
+    # The reserved node drains: the big job runs there.
+    for name in on_reserved[1:]:
+        finish(name)
+    clock.now = 100.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()
+    big = [d for d in cluster.binder.decisions if d.pod.name == "big"]
+    assert len(big) == 1 and big[0].node == node
+    assert loop.reservation is None

@@ -1,0 +1,214 @@
+"""The one door to the API server for gpusched's writers: an ApiClient, a shared QPS limiter, plain answers.
+
+The binder, the Events recorder and the status writers all write through one :class:`Client`, so one token
+bucket (client-go's ``--kube-api-qps`` / ``--kube-api-burst``) bounds what the scheduler as a whole sends.
+
+Every call asks the generated client for the raw response (``_preload_content=False``) and returns an
+:class:`Answer` (HTTP status and JSON body) instead of raising. Two reasons: the generated client cannot be
+trusted to deserialise every success (``pods/binding`` answers a ``Status`` where it expects a ``Binding``,
+kubernetes-client/python #825), and callers decide by status code anyway. A request that got no answer (timeout,
+connection refused, reset) is status 0: the caller cannot know whether the server applied it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import structlog
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+log = structlog.get_logger(__name__)
+
+#: The Status reasons of the API server we look at (metav1.StatusReason).
+REASON_ALREADY_EXISTS = "AlreadyExists"
+REASON_CONFLICT = "Conflict"
+REASON_NOT_FOUND = "NotFound"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """How to reach the API server and how hard to push it."""
+
+    #: A kubeconfig file; None: in-cluster config when running in a pod, else ``$KUBECONFIG`` or ~/.kube/config.
+    kubeconfig: str | None = None
+    #: A context of the kubeconfig; None: its current context.
+    context: str | None = None
+    #: Requests per second, sustained, over all writers (0 or less: no limit).
+    qps: float = 50.0
+    #: Requests allowed at once above ``qps`` after a quiet spell.
+    burst: int = 100
+    #: Seconds one request may take, answer included; after that it counts as unanswered (status 0).
+    timeout: float = 10.0
+    #: HTTP connections kept to the API server; at least the in-flight binds plus the other writers.
+    connections: int = 100
+
+
+class RateLimiter:
+    """A token bucket shared by coroutines: ``await acquire()`` before each request.
+
+    Waiters are served in arrival order: each one reserves the next token, going into debt, and sleeps until
+    the debt would have been refilled (as golang.org/x/time/rate's reservations do).
+    """
+
+    def __init__(self, qps: float, burst: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self._clock = clock
+        self._tokens = float(self.burst)
+        self._stamp = clock()
+        #: How many acquisitions had to wait, and for how long in all (seconds).
+        self.waited = 0
+        self.waited_seconds = 0.0
+
+    def reserve(self) -> float:
+        """Take a token now; return how many seconds to wait before using it."""
+        if self.qps <= 0:
+            return 0.0
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.qps)
+        self._stamp = now
+        self._tokens -= 1.0
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    def cancel(self) -> None:
+        """Give back a token reserved but not used."""
+        if self.qps > 0:
+            self._tokens = min(float(self.burst), self._tokens + 1.0)
+
+    async def acquire(self) -> None:
+        delay = self.reserve()
+        if delay <= 0:
+            return
+        self.waited += 1
+        self.waited_seconds += delay
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the API server said (or that it said nothing: ``status == 0``)."""
+
+    status: int
+    body: Mapping[str, Any] = field(default_factory=dict)
+    #: Why there is no answer (status 0), e.g. "TimeoutError".
+    error: str = ""
+    #: Seconds from a ``Retry-After`` header (429, 503), else 0.
+    retry_after: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def answered(self) -> bool:
+        return self.status != 0
+
+    @property
+    def reason(self) -> str:
+        """The Status ``reason`` (``AlreadyExists``, ``Conflict``, ``NotFound``...) when the body is a Status."""
+        value = self.body.get("reason", "")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def message(self) -> str:
+        """A human-readable account: the Status message, else the transport error, else the status line."""
+        value = self.body.get("message")
+        if isinstance(value, str) and value:
+            return value
+        if self.error:
+            return self.error
+        return f"HTTP {self.status}"
+
+
+class Client:
+    """An ApiClient plus the limiter and timeout every writer shares; see :meth:`call`."""
+
+    def __init__(self, api: Any, *, limiter: RateLimiter | None = None, timeout: float = 10.0) -> None:
+        self.api = api
+        self.limiter = limiter if limiter is not None else RateLimiter(0, 1)
+        self.timeout = timeout
+        self.core = k8s_client.CoreV1Api(api)
+        self.custom = k8s_client.CustomObjectsApi(api)
+
+    async def call(self, method: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Answer:
+        """Call a generated API method after a token; never raises for an HTTP status or a lost connection.
+
+        ``method`` is a bound method of :attr:`core` or :attr:`custom`; the raw response is read here, so that
+        no success is ever lost to the generated client's deserialisation.
+        """
+        await self.limiter.acquire()
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await method(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
+                async with response:
+                    raw = await response.read()
+                    status = int(response.status)
+                    retry_after = _seconds(response.headers.get("Retry-After"))
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            return Answer(status=0, error=f"{type(exc).__name__}: {exc}".rstrip(": "))
+        return Answer(status=status, body=_json(raw), retry_after=retry_after)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+
+async def configuration(settings: ClientSettings) -> Any:
+    """A kubernetes_asyncio Configuration from in-cluster files or a kubeconfig (see :class:`ClientSettings`)."""
+    conf = k8s_client.Configuration()
+    in_cluster = settings.kubeconfig is None and settings.context is None and "KUBERNETES_SERVICE_HOST" in os.environ
+    if in_cluster:
+        k8s_config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
+    else:
+        await k8s_config.load_kube_config(
+            config_file=settings.kubeconfig, context=settings.context, client_configuration=conf
+        )
+    conf.connection_pool_maxsize = settings.connections
+    return conf
+
+
+async def connect(settings: ClientSettings | None = None) -> Client:
+    """Open a :class:`Client` (close it with :meth:`Client.close`)."""
+    settings = settings or ClientSettings()
+    conf = await configuration(settings)
+    api = k8s_client.ApiClient(configuration=conf)
+    api.user_agent = "gpusched"
+    limiter = RateLimiter(settings.qps, settings.burst)
+    log.info("api client ready", server=conf.host, qps=settings.qps, burst=settings.burst)
+    return Client(api, limiter=limiter, timeout=settings.timeout)
+
+
+def for_host(host: str, *, limiter: RateLimiter | None = None, timeout: float = 10.0) -> Client:
+    """A :class:`Client` for a server that needs no credentials (``kubectl proxy``, a fake API server in tests)."""
+    conf = k8s_client.Configuration(host=host)
+    return Client(k8s_client.ApiClient(configuration=conf), limiter=limiter, timeout=timeout)
+
+
+def _json(raw: bytes) -> Mapping[str, Any]:
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"message": raw[:500].decode("utf-8", "replace")}
+    return value if isinstance(value, dict) else {"items": value}
+
+
+def _seconds(header: str | None) -> float:
+    if not header:
+        return 0.0
+    try:
+        return max(0.0, float(header))
+    except ValueError:
+        return 0.0

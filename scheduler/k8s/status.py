@@ -1,0 +1,365 @@
+"""Status writers: the pod condition ``PodScheduled=False/Unschedulable``, and PodGroup (or Queue) status.
+
+The condition is what the cluster autoscaler looks for to add nodes, and what ``kubectl get pod`` shows; the
+PodGroup status is what ``kubectl get pg`` prints. Both change far more often than anyone reads them (a
+pending pod fails every cycle), so every object is written at most once per ``interval`` seconds: a value
+submitted meanwhile replaces the one waiting (the last value wins), and a value equal to the last one written is
+not written at all. Writes run in the background, a few at a time, through the client's shared QPS limiter.
+
+What a write's answer means: 2xx written; 404 the object is gone (drop it); 5xx, 429 or no answer (retry after
+the interval, unless a newer value came); any other 4xx refused for good (drop that value, log it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from scheduler.api.pod import PodRequest
+from scheduler.k8s.client import Answer, Client
+from scheduler.k8s.events import rfc3339
+
+log = structlog.get_logger(__name__)
+
+Body = dict[str, Any]
+#: Writes ``body`` for the object ``key``; None: nothing to write after all (the object moved on).
+WriteFn = Callable[[str, Body], Awaitable[Answer | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class StatusSettings:
+    #: Seconds between two writes of the same object.
+    interval: float = 5.0
+    #: Writes in flight at once.
+    writers: int = 4
+    #: Objects whose last write is remembered (to skip unchanged values); the oldest are forgotten beyond this.
+    remembered: int = 10_000
+
+
+class Coalescer:
+    """At most one write per key per interval, last value wins, unchanged values skipped."""
+
+    def __init__(
+        self,
+        name: str,
+        write: WriteFn,
+        *,
+        settings: StatusSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.settings = settings or StatusSettings()
+        self._write = write
+        self._clock = clock
+        self._pending: dict[str, Body] = {}
+        #: key -> when its write is due (a heap entry is stale unless it matches).
+        self._scheduled: dict[str, float] = {}
+        self._heap: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+        self._writing: set[str] = set()
+        #: key -> (when last written, the value the API server has, or None if unknown).
+        self._last: OrderedDict[str, tuple[float, Body | None]] = OrderedDict()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+        self._force = False
+        self.stats = {"submitted": 0, "written": 0, "coalesced": 0, "unchanged": 0, "retried": 0, "dropped": 0}
+
+    def submit(self, key: str, value: Body) -> None:
+        self.stats["submitted"] += 1
+        last = self._last.get(key)
+        if key not in self._pending and key not in self._writing and last is not None and last[1] == value:
+            self.stats["unchanged"] += 1
+            return
+        if key in self._pending:
+            self.stats["coalesced"] += 1
+        self._pending[key] = value
+        self._schedule(key)
+
+    def forget(self, key: str) -> None:
+        """Drop what waits for ``key`` and what is remembered of it (the object was deleted or moved on)."""
+        self._pending.pop(key, None)
+        self._scheduled.pop(key, None)
+        self._last.pop(key, None)
+
+    def start(self) -> None:
+        if self._worker is None:
+            self._worker = asyncio.get_running_loop().create_task(self._run(), name=f"gpusched {self.name} status")
+
+    async def flush(self, timeout: float = 10.0) -> bool:
+        """Write everything waiting now, ignoring the interval; False if not done in time."""
+        self._force = True
+        self._wake.set()
+        try:
+            deadline = time.monotonic() + timeout
+            while self._pending or self._writing:
+                if time.monotonic() > deadline:
+                    return False
+                await asyncio.sleep(0.005)
+            return True
+        finally:
+            self._force = False
+
+    async def close(self, timeout: float = 5.0) -> None:
+        await self.flush(timeout)
+        tasks = [t for t in (self._worker, *self._tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._worker = None
+
+    # --- the work ----------------------------------------------------------------------------------------------
+
+    def _schedule(self, key: str) -> None:
+        if key in self._scheduled or key in self._writing:
+            return  # already due, or rescheduled when its write ends
+        last = self._last.get(key)
+        due = self._clock() if last is None else max(self._clock(), last[0] + self.settings.interval)
+        self._scheduled[key] = due
+        heapq.heappush(self._heap, (due, next(self._seq), key))
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            now = self._clock()
+            while self._heap and len(self._tasks) < self.settings.writers:
+                due, _, key = self._heap[0]
+                if due > now and not self._force:
+                    break
+                heapq.heappop(self._heap)
+                if self._scheduled.get(key) != due:
+                    continue  # stale entry
+                del self._scheduled[key]
+                value = self._pending.pop(key, None)
+                if value is None:
+                    continue
+                last = self._last.get(key)
+                if last is not None and last[1] == value:
+                    self.stats["unchanged"] += 1
+                    continue
+                self._writing.add(key)
+                task = asyncio.get_running_loop().create_task(self._write_one(key, value))
+                self._tasks.add(task)
+                task.add_done_callback(self._done)
+            delay = None
+            if self._heap and len(self._tasks) < self.settings.writers:
+                delay = max(0.0, self._heap[0][0] - now)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._wake.set()
+
+    async def _write_one(self, key: str, value: Body) -> None:
+        started = self._clock()
+        try:
+            answer = await self._write(key, value)
+        except Exception:
+            log.exception("status write raised", writer=self.name, object=key)
+            answer = Answer(status=0, error="exception")
+        finally:
+            self._writing.discard(key)
+        previous = self._last.pop(key, (started, None))[1]
+        if answer is None:
+            self.stats["dropped"] += 1
+            self._pending.pop(key, None)
+            return
+        if answer.ok:
+            self.stats["written"] += 1
+            self._remember(key, started, value)
+        elif answer.status == 404:
+            self.stats["dropped"] += 1
+            self._pending.pop(key, None)
+            log.info("status not written: object gone", writer=self.name, object=key)
+            return
+        elif not answer.answered or answer.status >= 500 or answer.status == 429:
+            self.stats["retried"] += 1
+            self._remember(key, started, previous)
+            self._pending.setdefault(key, value)
+            log.info("status write failed; retrying", writer=self.name, object=key, error=answer.message)
+        else:
+            self.stats["dropped"] += 1
+            self._remember(key, started, previous)
+            log.warning(
+                "status write refused", writer=self.name, object=key, status=answer.status, error=answer.message
+            )
+        if key in self._pending:
+            self._schedule(key)
+
+    def _remember(self, key: str, at: float, value: Body | None) -> None:
+        self._last[key] = (at, value)
+        while len(self._last) > self.settings.remembered:
+            self._last.popitem(last=False)
+
+
+# --- the pod condition ---------------------------------------------------------------------------------------
+
+
+class PodConditionWriter:
+    """Writes ``PodScheduled=False`` reason ``Unschedulable`` with the scheduler's message to ``pods/status``.
+
+    A write waiting for its turn must not land after the pod was bound (it would mark a running pod
+    unschedulable): call :meth:`forget` when a pod is bound or deleted, and pass ``still_pending(pod_key)``,
+    asked right before each write, so a pod bound meanwhile is skipped. The patch carries the pod's UID, so a
+    pod created again under the same name is not written to.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        settings: StatusSettings | None = None,
+        still_pending: Callable[[str], bool] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self._still_pending = still_pending
+        self._clock = clock
+        #: Pod key -> when it turned unschedulable (the condition's lastTransitionTime).
+        self._since: OrderedDict[str, float] = OrderedDict()
+        self.coalescer = Coalescer("pod-condition", self._write, settings=settings)
+
+    def unschedulable(self, pod: PodRequest, message: str) -> None:
+        since = self._since.setdefault(pod.key, self._clock())
+        while len(self._since) > self.coalescer.settings.remembered:
+            self._since.popitem(last=False)
+        self.coalescer.submit(pod.key, condition_patch(pod.uid, message, since))
+
+    def forget(self, pod_key: str) -> None:
+        self._since.pop(pod_key, None)
+        self.coalescer.forget(pod_key)
+
+    def start(self) -> None:
+        self.coalescer.start()
+
+    async def flush(self, timeout: float = 10.0) -> bool:
+        return await self.coalescer.flush(timeout)
+
+    async def close(self) -> None:
+        await self.coalescer.close()
+
+    async def _write(self, key: str, body: Body) -> Answer | None:
+        if self._still_pending is not None and not self._still_pending(key):
+            return None
+        namespace, _, name = key.partition("/")
+        return await self.client.call(
+            self.client.core.patch_namespaced_pod_status,
+            name=name,
+            namespace=namespace,
+            body=body,
+            _content_type="application/strategic-merge-patch+json",
+        )
+
+
+def condition_patch(uid: str, message: str, since: float) -> Body:
+    """A strategic merge patch setting the pod's PodScheduled condition (conditions merge by ``type``)."""
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+        "lastTransitionTime": rfc3339(since),
+    }
+    body: Body = {"status": {"conditions": [condition]}}
+    if uid:
+        body["metadata"] = {"uid": uid}
+    return body
+
+
+# --- custom resources -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CustomResource:
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+
+PODGROUPS = CustomResource("scheduling.gpusched.io", "v1alpha1", "podgroups", namespaced=True)
+QUEUES = CustomResource("scheduling.gpusched.io", "v1alpha1", "queues", namespaced=False)
+
+
+class CustomStatusWriter:
+    """Writes the ``status`` subresource of a custom resource (PodGroups by default) with a merge patch.
+
+    ``update(key, status)`` takes the dict ``SchedulingLoop.group_status`` returns: numbers under keys ending in
+    ``Time`` are Unix seconds and become RFC 3339; None removes a field. ``key`` is ``ns/name`` (or ``name`` for
+    a cluster-scoped resource).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        resource: CustomResource = PODGROUPS,
+        *,
+        settings: StatusSettings | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.coalescer = Coalescer(resource.plural, self._write, settings=settings)
+
+    def update(self, key: str, status: Mapping[str, object]) -> None:
+        self.coalescer.submit(key, {"status": to_json(status)})
+
+    def forget(self, key: str) -> None:
+        self.coalescer.forget(key)
+
+    def start(self) -> None:
+        self.coalescer.start()
+
+    async def flush(self, timeout: float = 10.0) -> bool:
+        return await self.coalescer.flush(timeout)
+
+    async def close(self) -> None:
+        await self.coalescer.close()
+
+    async def _write(self, key: str, body: Body) -> Answer:
+        r = self.resource
+        custom = self.client.custom
+        if r.namespaced:
+            namespace, _, name = key.partition("/")
+            return await self.client.call(
+                custom.patch_namespaced_custom_object_status,
+                r.group,
+                r.version,
+                namespace,
+                r.plural,
+                name,
+                body,
+                _content_type="application/merge-patch+json",
+            )
+        return await self.client.call(
+            custom.patch_cluster_custom_object_status,
+            r.group,
+            r.version,
+            r.plural,
+            key,
+            body,
+            _content_type="application/merge-patch+json",
+        )
+
+
+def to_json(value: object, key: str = "") -> Any:
+    """A status dict as the API server takes it: times (Unix seconds under ``...Time`` keys) as RFC 3339."""
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v, key) for v in value]
+    if key.endswith("Time") and isinstance(value, int | float) and not isinstance(value, bool):
+        return rfc3339(float(value))
+    return value

@@ -1,0 +1,159 @@
+"""A fake API server for the writers' tests: the few endpoints they call, with canned answers, on aiohttp.
+
+It records every request (method, path, JSON body, content type), answers bindings by pod name from
+``bind_answers`` (201 with a Status by default, as the real one does), serves pods from ``pods`` for the
+binder's read-back, keeps Events it was sent (so a PATCH of a count is visible), and counts bindings in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    body: Any
+    content_type: str
+
+
+@dataclass
+class Canned:
+    status: int
+    body: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    #: Never answer (until the test ends): the client must time out.
+    hang: bool = False
+
+
+def status(code: int, reason: str = "", message: str = "") -> dict[str, Any]:
+    """A metav1.Status body, as the API server sends for errors and for a successful binding."""
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "code": code}
+    body["status"] = "Success" if code < 300 else "Failure"
+    if reason:
+        body["reason"] = reason
+    if message:
+        body["message"] = message
+    return body
+
+
+BOUND = Canned(201, status(201))
+
+
+class FakeApiServer:
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        #: Pod name -> the answer to its binding (default: 201 with a Status).
+        self.bind_answers: dict[str, Canned] = {}
+        #: Seconds each binding takes.
+        self.bind_delay = 0.0
+        #: "ns/name" -> the pod a GET returns (404 when absent).
+        self.pods: dict[str, dict[str, Any]] = {}
+        #: (namespace, name) -> the Event as last written.
+        self.events: dict[tuple[str, str], dict[str, Any]] = {}
+        #: Answers for PATCHes of pods/status and custom status, in order (then 200).
+        self.status_answers: list[Canned] = []
+        self.event_patch_answers: list[Canned] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._release = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self._binding)
+        app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self._get_pod)
+        app.router.add_patch("/api/v1/namespaces/{ns}/pods/{name}/status", self._patch_status)
+        app.router.add_post("/api/v1/namespaces/{ns}/events", self._create_event)
+        app.router.add_patch("/api/v1/namespaces/{ns}/events/{name}", self._patch_event)
+        app.router.add_patch("/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}/status", self._patch_status)
+        app.router.add_patch("/apis/{group}/{version}/{plural}/{name}/status", self._patch_status)
+        self._server = TestServer(app)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._server.host}:{self._server.port}"
+
+    async def start(self) -> None:
+        await self._server.start_server()
+
+    async def close(self) -> None:
+        self._release.set()
+        await self._server.close()
+
+    def requests(self, method: str, suffix: str = "") -> list[Seen]:
+        return [s for s in self.seen if s.method == method and s.path.endswith(suffix)]
+
+    # --- handlers ----------------------------------------------------------------------------------------------
+
+    async def _record(self, request: web.Request) -> Any:
+        raw = await request.read()
+        body = json.loads(raw) if raw else None
+        self.seen.append(Seen(request.method, request.path, body, request.content_type))
+        return body
+
+    async def _answer(self, canned: Canned) -> web.Response:
+        if canned.hang:
+            await self._release.wait()
+        return web.json_response(canned.body, status=canned.status, headers=canned.headers)
+
+    async def _binding(self, request: web.Request) -> web.Response:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await self._record(request)
+            if self.bind_delay:
+                await asyncio.sleep(self.bind_delay)
+            return await self._answer(self.bind_answers.get(request.match_info["name"], BOUND))
+        finally:
+            self.in_flight -= 1
+
+    async def _get_pod(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        pod = self.pods.get(f"{request.match_info['ns']}/{request.match_info['name']}")
+        if pod is None:
+            return web.json_response(status(404, "NotFound", "pods not found"), status=404)
+        return web.json_response(pod)
+
+    async def _patch_status(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        if self.status_answers:
+            return await self._answer(self.status_answers.pop(0))
+        return web.json_response(body)
+
+    async def _create_event(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        key = (request.match_info["ns"], body["metadata"]["name"])
+        if key in self.events:
+            return web.json_response(status(409, "AlreadyExists", "events already exists"), status=409)
+        self.events[key] = body
+        return web.json_response(body, status=201)
+
+    async def _patch_event(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        if self.event_patch_answers:
+            return await self._answer(self.event_patch_answers.pop(0))
+        key = (request.match_info["ns"], request.match_info["name"])
+        if key not in self.events:
+            return web.json_response(status(404, "NotFound", "events not found"), status=404)
+        self.events[key].update(body)
+        return web.json_response(self.events[key])
+
+
+async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 5.0) -> None:
+    """Wait until ``check()`` holds (the writers work in the background)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        result = check()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)

@@ -1,0 +1,68 @@
+"""The client: configuration from a kubeconfig, the shared token bucket, answers instead of exceptions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from scheduler.k8s import client as k8s
+
+
+def test_rate_limiter_reserves_in_order() -> None:
+    now = [0.0]
+    limiter = k8s.RateLimiter(qps=10, burst=3, clock=lambda: now[0])
+    waits = [limiter.reserve() for _ in range(5)]
+    assert waits == pytest.approx([0, 0, 0, 0.1, 0.2])
+    now[0] = 1.0  # a second later the debt is paid and the bucket refilled up to the burst
+    assert [limiter.reserve() for _ in range(4)] == pytest.approx([0, 0, 0, 0.1])
+    limiter.cancel()  # a waiter that gave up returns its token
+    assert limiter.reserve() == pytest.approx(0.1)
+    assert k8s.RateLimiter(qps=0, burst=1).reserve() == 0
+
+
+async def test_configuration_from_a_kubeconfig_context(tmp_path: Path) -> None:
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "a", "cluster": {"server": "https://a.example:6443"}},
+            {"name": "b", "cluster": {"server": "https://b.example:6443"}},
+        ],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [
+            {"name": "ctx-a", "context": {"cluster": "a", "user": "u"}},
+            {"name": "ctx-b", "context": {"cluster": "b", "user": "u"}},
+        ],
+        "current-context": "ctx-a",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(kubeconfig))
+    default = await k8s.configuration(k8s.ClientSettings(kubeconfig=str(path)))
+    chosen = await k8s.configuration(k8s.ClientSettings(kubeconfig=str(path), context="ctx-b", connections=7))
+    assert default.host == "https://a.example:6443"
+    assert chosen.host == "https://b.example:6443"
+    assert chosen.connection_pool_maxsize == 7
+
+
+async def test_answers_not_exceptions() -> None:
+    async def text(request: web.Request) -> web.Response:
+        return web.Response(status=502, text="<html>bad gateway</html>", headers={"Retry-After": "3"})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/ns/pods/p", text)
+    server = TestServer(app)
+    await server.start_server()
+    c = k8s.for_host(f"http://{server.host}:{server.port}", timeout=2.0)
+    try:
+        answer = await c.call(c.core.read_namespaced_pod, name="p", namespace="ns")
+        missing = await c.call(c.core.read_namespaced_pod, name="q", namespace="ns")
+    finally:
+        await c.close()
+        await server.close()
+    assert (answer.status, answer.ok, answer.answered, answer.retry_after) == (502, False, True, 3.0)
+    assert answer.message == "<html>bad gateway</html>"
+    assert missing.status == 404 and not missing.ok

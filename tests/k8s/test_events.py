@@ -1,0 +1,230 @@
+"""Events: what users see in ``kubectl describe``, counted up instead of repeated, never blocking the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from scheduler.k8s import client as k8s
+from scheduler.k8s.events import EventRecorder, EventSettings, parse_object, rfc3339
+from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
+
+FAILED = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+
+
+class Clock:
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def recorder_factory(client: k8s.Client, clock: Clock) -> AsyncIterator[Callable[..., EventRecorder]]:
+    made: list[EventRecorder] = []
+
+    def make(**settings: object) -> EventRecorder:
+        recorder = EventRecorder(
+            client,
+            settings=EventSettings(instance="gpusched-0", **settings),  # type: ignore[arg-type]
+            uid_of=lambda word, key: f"uid-{word}-{key}",
+            clock=clock,
+        )
+        recorder.start()
+        made.append(recorder)
+        return recorder
+
+    yield make
+    for recorder in made:
+        await recorder.close()
+
+
+async def test_an_event_names_the_pod_and_the_scheduler(
+    fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder], clock: Clock
+) -> None:
+    recorder = recorder_factory()
+    recorder.emit(obj="pod ns/p", kind="Normal", reason="Scheduled", message="assigned to gpu-0 (GPUs 0,3)")
+    assert await recorder.flush()
+    ((namespace, name), event) = next(iter(fake.events.items()))
+    assert namespace == "ns" and name.startswith("p.")
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "ns",
+        "name": "p",
+        "uid": "uid-pod-ns/p",
+    }
+    assert event["type"] == "Normal"
+    assert event["reason"] == "Scheduled"
+    assert event["message"] == "assigned to gpu-0 (GPUs 0,3)"
+    assert event["count"] == 1
+    assert event["firstTimestamp"] == event["lastTimestamp"] == rfc3339(clock.now) == "2023-11-14T22:13:20Z"
+    assert event["source"] == {"component": "gpusched"}
+    assert event["reportingComponent"] == "gpusched"
+    assert event["reportingInstance"] == "gpusched-0"
+    assert event["action"] == "Scheduling"
+
+
+async def test_the_same_event_counts_up_with_few_writes(
+    fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder], clock: Clock
+) -> None:
+    recorder = recorder_factory(patch_interval=0.2)
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message=FAILED)
+    await eventually(lambda: len(fake.events) == 1)
+    started = time.monotonic()
+    for _ in range(49):
+        clock.now += 1
+        recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message=FAILED)
+        await asyncio.sleep(0.005)
+    await eventually(lambda: next(iter(fake.events.values()))["count"] == 50)
+    elapsed = time.monotonic() - started
+    (event,) = fake.events.values()
+    assert event["lastTimestamp"] == rfc3339(clock.now)
+    assert event["firstTimestamp"] == rfc3339(clock.now - 49)
+    assert len(fake.requests("POST", "/events")) == 1
+    # 49 sightings over ~0.3 s with a write at most every 0.2 s: a couple of PATCHes, not 49.
+    patches = fake.requests("PATCH")
+    assert 1 <= len(patches) <= min(10, elapsed / 0.2 + 1)
+    assert patches[-1].content_type == "application/merge-patch+json"
+    assert recorder.stats["aggregated"] == 49
+
+
+async def test_a_different_message_or_reason_is_another_event(
+    fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder]
+) -> None:
+    recorder = recorder_factory()
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message=FAILED)
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message="0/3 nodes: 3 gang")
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedBinding", message=FAILED)
+    recorder.emit(obj="pod ns/q", kind="Warning", reason="FailedScheduling", message=FAILED)
+    assert await recorder.flush()
+    assert len(fake.events) == 4
+    assert all(e["count"] == 1 for e in fake.events.values())
+
+
+async def test_after_the_window_the_same_event_starts_anew(
+    fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder], clock: Clock
+) -> None:
+    recorder = recorder_factory(window=60.0)
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message=FAILED)
+    assert await recorder.flush()
+    clock.now += 61
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message=FAILED)
+    assert await recorder.flush()
+    assert len(fake.events) == 2
+    assert sorted(e["firstTimestamp"] for e in fake.events.values()) == [
+        rfc3339(clock.now - 61),
+        rfc3339(clock.now),
+    ]
+
+
+async def test_each_object_may_start_only_so_many_events(
+    fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder], clock: Clock
+) -> None:
+    recorder = recorder_factory(object_burst=3, object_refill=60.0)
+    for i in range(5):
+        recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message=f"attempt {i}")
+    recorder.emit(obj="pod ns/other", kind="Warning", reason="FailedScheduling", message="attempt 0")
+    assert await recorder.flush()
+    assert sorted(e["message"] for e in fake.events.values() if e["involvedObject"]["name"] == "p") == [
+        "attempt 0",
+        "attempt 1",
+        "attempt 2",
+    ]
+    assert recorder.stats["rate_limited"] == 2
+    assert len(fake.events) == 4  # another object has its own budget
+    # Counting up an existing Event is not limited; a minute later there is room for one more new Event.
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message="attempt 0")
+    clock.now += 60
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message="attempt 5")
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message="attempt 6")
+    assert await recorder.flush()
+    assert len(fake.events) == 5
+    assert recorder.stats["rate_limited"] == 3
+
+
+async def test_emit_never_blocks_and_drops_when_full(
+    fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder]
+) -> None:
+    recorder = recorder_factory(queue_size=5)
+    # No await in between: the writer task cannot run, so the in-box fills up.
+    for i in range(20):
+        recorder.emit(obj=f"pod ns/p{i}", kind="Normal", reason="Scheduled", message="assigned")
+    assert recorder.stats["dropped"] == 15
+    assert await recorder.flush()
+    assert len(fake.events) == 5
+
+
+async def test_podgroup_and_queue_events(fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder]) -> None:
+    recorder = recorder_factory()
+    recorder.emit(obj="podgroup ns/g", kind="Warning", reason="FailedScheduling", message="2 of 4 fit")
+    recorder.emit(obj="queue team-a", kind="Normal", reason="Reclaimed", message="1 GPU")
+    recorder.emit(obj="node n", kind="Normal", reason="Nope", message="unknown kind")
+    assert await recorder.flush()
+    refs = {(ns, e["involvedObject"]["kind"]): e["involvedObject"] for (ns, _), e in fake.events.items()}
+    assert refs[("ns", "PodGroup")] == {
+        "apiVersion": "scheduling.gpusched.io/v1alpha1",
+        "kind": "PodGroup",
+        "namespace": "ns",
+        "name": "g",
+        "uid": "uid-podgroup-ns/g",
+    }
+    # Events about a cluster-scoped object live in "default".
+    assert refs[("default", "Queue")]["name"] == "team-a"
+    assert "namespace" not in refs[("default", "Queue")]
+    assert recorder.stats["invalid"] == 1
+    assert len(fake.events) == 2
+
+
+async def test_an_expired_event_is_created_again(
+    fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder]
+) -> None:
+    recorder = recorder_factory()
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message=FAILED)
+    assert await recorder.flush()
+    fake.events.clear()  # the API server let it expire
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message=FAILED)
+    assert await recorder.flush()
+    (event,) = fake.events.values()
+    assert event["count"] == 2
+
+
+async def test_a_failed_count_write_is_retried(
+    fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder]
+) -> None:
+    recorder = recorder_factory(patch_interval=0.05)
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message=FAILED)
+    assert await recorder.flush()
+    fake.event_patch_answers.append(Canned(503, status(503, "ServiceUnavailable", "busy")))
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message=FAILED)
+    await eventually(lambda: next(iter(fake.events.values()))["count"] == 2)
+    assert recorder.stats["errors"] == 1
+    assert len(fake.requests("PATCH")) == 2
+
+
+async def test_emit_from_another_thread(fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder]) -> None:
+    recorder = recorder_factory()
+    thread = threading.Thread(
+        target=lambda: recorder.emit(obj="pod ns/p", kind="Normal", reason="Scheduled", message="assigned")
+    )
+    thread.start()
+    await asyncio.to_thread(thread.join)
+    await eventually(lambda: len(fake.events) == 1)
+
+
+def test_parse_object() -> None:
+    assert parse_object("pod ns/p").kind == "Pod"
+    assert parse_object("queue root").event_namespace == "default"
+    for bad in ("pod p", "queue ns/q", "thing ns/x", "pod", ""):
+        with pytest.raises(ValueError):
+            parse_object(bad)

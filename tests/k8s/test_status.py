@@ -1,0 +1,196 @@
+"""Status writers: the Unschedulable pod condition and PodGroup status, coalesced per object."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from scheduler.api.pod import PodRequest
+from scheduler.k8s import client as k8s
+from scheduler.k8s.status import QUEUES, CustomStatusWriter, PodConditionWriter, StatusSettings, to_json
+from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
+
+POD = PodRequest("ns", "p", uid="uid-p")
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture
+async def conditions(client: k8s.Client) -> AsyncIterator[PodConditionWriter]:
+    writer = PodConditionWriter(client, settings=StatusSettings(interval=0.3), clock=lambda: T0)
+    writer.start()
+    yield writer
+    await writer.close()
+
+
+@pytest.fixture
+async def groups(client: k8s.Client) -> AsyncIterator[CustomStatusWriter]:
+    writer = CustomStatusWriter(client, settings=StatusSettings(interval=0.3))
+    writer.start()
+    yield writer
+    await writer.close()
+
+
+async def test_unschedulable_condition_patch(fake: FakeApiServer, conditions: PodConditionWriter) -> None:
+    conditions.unschedulable(POD, "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    await eventually(lambda: len(fake.seen) == 1)
+    (seen,) = fake.seen
+    assert (seen.method, seen.path) == ("PATCH", "/api/v1/namespaces/ns/pods/p/status")
+    assert seen.content_type == "application/strategic-merge-patch+json"
+    assert seen.body == {
+        "metadata": {"uid": "uid-p"},
+        "status": {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                    "lastTransitionTime": "2023-11-14T22:13:20Z",
+                }
+            ]
+        },
+    }
+
+
+async def test_writes_coalesce_and_the_last_value_wins(fake: FakeApiServer, conditions: PodConditionWriter) -> None:
+    conditions.unschedulable(POD, "attempt 0")
+    await eventually(lambda: len(fake.seen) == 1)
+    for i in range(1, 20):
+        conditions.unschedulable(POD, f"attempt {i}")
+    await eventually(lambda: len(fake.seen) == 2)
+    await asyncio.sleep(0.4)  # nothing else comes
+    assert [s.body["status"]["conditions"][0]["message"] for s in fake.seen] == ["attempt 0", "attempt 19"]
+    assert conditions.coalescer.stats["coalesced"] == 18
+
+
+async def test_an_unchanged_value_is_not_written_again(fake: FakeApiServer, conditions: PodConditionWriter) -> None:
+    conditions.unschedulable(POD, "same")
+    assert await conditions.flush()
+    conditions.unschedulable(POD, "same")
+    assert await conditions.flush()
+    assert len(fake.seen) == 1
+    assert conditions.coalescer.stats["unchanged"] == 1
+
+
+async def test_objects_do_not_wait_for_each_other(fake: FakeApiServer, client: k8s.Client) -> None:
+    writer = PodConditionWriter(client, settings=StatusSettings(interval=60.0))
+    writer.start()
+    try:
+        for i in range(10):
+            writer.unschedulable(PodRequest("ns", f"p{i}"), "no room")
+        await eventually(lambda: len(fake.seen) == 10)  # long before a minute
+    finally:
+        await writer.close()
+
+
+async def test_a_bound_pod_is_not_marked_unschedulable(fake: FakeApiServer, client: k8s.Client) -> None:
+    bound = {"ns/q"}
+    writer = PodConditionWriter(
+        client, settings=StatusSettings(interval=0.3), still_pending=lambda key: key not in bound
+    )
+    writer.start()
+    try:
+        writer.unschedulable(POD, "first")
+        await eventually(lambda: len(fake.seen) == 1)
+        writer.unschedulable(POD, "second")  # waits for the interval...
+        writer.forget(POD.key)  # ...but the pod was bound meanwhile
+        writer.unschedulable(PodRequest("ns", "q"), "raced")  # bound before its write came up
+        assert await writer.flush()
+        await asyncio.sleep(0.4)
+    finally:
+        await writer.close()
+    assert [s.path for s in fake.seen] == ["/api/v1/namespaces/ns/pods/p/status"]
+
+
+async def test_podgroup_status_from_the_loop(fake: FakeApiServer, groups: CustomStatusWriter) -> None:
+    status_dict = {
+        "phase": "Scheduling",
+        "scheduled": 2,
+        "running": 0,
+        "lastScheduleTime": None,
+        "conditions": [
+            {
+                "type": "Scheduled",
+                "status": "False",
+                "reason": "NotAllMembersFit",
+                "message": "2 of 4 members fit",
+                "lastTransitionTime": T0 + 0.75,
+            }
+        ],
+    }
+    groups.update("ns/g", status_dict)
+    await eventually(lambda: len(fake.seen) == 1)
+    (seen,) = fake.seen
+    assert seen.path == "/apis/scheduling.gpusched.io/v1alpha1/namespaces/ns/podgroups/g/status"
+    assert seen.content_type == "application/merge-patch+json"
+    assert seen.body == {
+        "status": {
+            "phase": "Scheduling",
+            "scheduled": 2,
+            "running": 0,
+            "lastScheduleTime": None,
+            "conditions": [
+                {
+                    "type": "Scheduled",
+                    "status": "False",
+                    "reason": "NotAllMembersFit",
+                    "message": "2 of 4 members fit",
+                    "lastTransitionTime": "2023-11-14T22:13:20Z",
+                }
+            ],
+        }
+    }
+
+
+async def test_podgroup_writes_coalesce(fake: FakeApiServer, groups: CustomStatusWriter) -> None:
+    groups.update("ns/g", {"phase": "Pending", "scheduled": 0})
+    await eventually(lambda: len(fake.seen) == 1)
+    for n in range(1, 5):
+        groups.update("ns/g", {"phase": "Scheduling", "scheduled": n})
+    groups.update("ns/h", {"phase": "Pending", "scheduled": 0})
+    await eventually(lambda: len(fake.seen) == 3)
+    await asyncio.sleep(0.4)
+    by_path = [(s.path.split("/")[-2], s.body["status"]) for s in fake.seen]
+    assert by_path == [
+        ("g", {"phase": "Pending", "scheduled": 0}),
+        ("h", {"phase": "Pending", "scheduled": 0}),
+        ("g", {"phase": "Scheduling", "scheduled": 4}),
+    ]
+
+
+async def test_server_errors_are_retried_and_404_dropped(fake: FakeApiServer, groups: CustomStatusWriter) -> None:
+    fake.status_answers.append(Canned(500, status(500, "InternalError", "etcd")))
+    groups.update("ns/g", {"phase": "Scheduled"})
+    await eventually(lambda: groups.coalescer.stats["written"] == 1, timeout=2.0)
+    assert len(fake.seen) == 2 and fake.seen[0].body == fake.seen[1].body
+    assert groups.coalescer.stats["retried"] == 1 and groups.coalescer.stats["written"] == 1
+
+    fake.status_answers.append(Canned(404, status(404, "NotFound", "podgroups not found")))
+    groups.update("ns/gone", {"phase": "Pending"})
+    assert await groups.flush()
+    await asyncio.sleep(0.4)
+    assert len(fake.requests("PATCH", "/gone/status")) == 1
+    assert groups.coalescer.stats["dropped"] == 1
+
+
+async def test_cluster_scoped_resource(fake: FakeApiServer, client: k8s.Client) -> None:
+    writer = CustomStatusWriter(client, QUEUES)
+    writer.start()
+    try:
+        writer.update("team-a", {"allocated": {"nvidia.com/gpu": 3}})
+        assert await writer.flush()
+    finally:
+        await writer.close()
+    (seen,) = fake.seen
+    assert seen.path == "/apis/scheduling.gpusched.io/v1alpha1/queues/team-a/status"
+
+
+def test_to_json_converts_times_only() -> None:
+    assert to_json({"lastScheduleTime": T0, "scheduled": 3, "ok": True, "x": [{"sinceTime": 0}]}) == {
+        "lastScheduleTime": "2023-11-14T22:13:20Z",
+        "scheduled": 3,
+        "ok": True,
+        "x": [{"sinceTime": "1970-01-01T00:00:00Z"}],
+    }
