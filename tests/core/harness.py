@@ -60,3 +60,26 @@ class Cluster:
         assert slot is not None
         a = self.cache.arrays
         return a.gpu_free[slot, : a.gpu_count[slot]].tolist()
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Events:
+    """Records what the loop reports, as (object, reason, message)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None:
+        self.seen.append((obj, reason, message))
+
+    def reasons(self, obj: str) -> list[str]:
+        return [reason for o, reason, _ in self.seen if o == obj]

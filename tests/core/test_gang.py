@@ -16,28 +16,9 @@ from scheduler.core.loop import SchedulingLoop
 from scheduler.framework import profile
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
-from tests.core.harness import Cluster
+from tests.core.harness import Clock, Cluster, Events
 
 GANG_PROFILE = ("fit", "gpu", {"name": "gang", "weight": 50}, "binpack")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Events:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str, str, str]] = []
-
-    def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None:
-        self.seen.append((obj, kind, reason, message))
-
-    def reasons(self, obj: str) -> list[str]:
-        return [reason for o, _, reason, _ in self.seen if o == obj]
 
 
 def _loop(nodes: int = 2, gpus: int = 8) -> tuple[Cluster, SchedulingLoop, Clock, Events]:

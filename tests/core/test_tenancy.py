@@ -10,26 +10,7 @@ from scheduler.api.queue import QueueSpec
 from scheduler.core.loop import SchedulingLoop
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
-from tests.core.harness import Cluster
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Events:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str, str]] = []
-
-    def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None:
-        self.seen.append((obj, reason, message))
-
-    def reasons(self, obj: str) -> list[str]:
-        return [reason for o, reason, _ in self.seen if o == obj]
+from tests.core.harness import Clock, Cluster, Events
 
 
 def _loop(gpus: int = 8, nodes: int = 1) -> tuple[Cluster, SchedulingLoop, Clock, Events]:
