@@ -18,6 +18,7 @@ import numpy as np
 from scheduler.api import resources
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
+from scheduler.cache.state import Snapshot
 from scheduler.core.cycle import Diagnosis, Scheduler
 from scheduler.framework.interface import GANG_SLOTS, Code, Decision, Status
 from scheduler.kernels import layout
@@ -93,25 +94,34 @@ def place_gang(
         )
     snapshot = scheduler.cache.snapshot()
     token = snapshot.checkpoint()
-    taken: dict[int, int] = {}
-    decisions: list[Decision] = []
     try:
-        for pod in order_members(members):
-            result = scheduler.place(pod, snapshot, {**(context or {}), GANG_SLOTS: taken})
-            if result.decision is None:
-                message = f"member {pod.name} of {len(members)} fits nowhere: {result.status.message}"
-                return GangResult(
-                    Status(result.status.code, message, "gang"), blocked=pod.key, diagnosis=result.diagnosis
-                )
-            slot = scheduler.cache.slot_of(result.decision.node)
-            assert slot is not None
-            snapshot.place(snapshot.placement(pod, slot, result.decision.gpu_ids))
-            taken[slot] = taken.get(slot, 0) + 1
-            decisions.append(result.decision)
+        result = what_if(scheduler, snapshot, members, context)
     finally:
         snapshot.rollback(token)
-    for decision in decisions:
+    if not result.status.ok:
+        return result
+    for decision in result.decisions:
         scheduler.cache.assume(decision.pod, decision.node, decision.gpu_ids)
-    for decision in decisions:
+    for decision in result.decisions:
         scheduler.binder.bind(decision)
+    return result
+
+
+def what_if(
+    scheduler: Scheduler, snapshot: Snapshot, members: Sequence[PodRequest], context: Mapping[str, Any] | None = None
+) -> GangResult:
+    """Place ``members`` one after another on ``snapshot`` (inside a checkpoint the caller opened and will roll
+    back), largest first; the decisions if all fit, else why the first that did not."""
+    taken: dict[int, int] = {}
+    decisions: list[Decision] = []
+    for pod in order_members(members):
+        result = scheduler.place(pod, snapshot, {**(context or {}), GANG_SLOTS: taken})
+        if result.decision is None:
+            message = f"member {pod.name} of {len(members)} fits nowhere: {result.status.message}"
+            return GangResult(Status(result.status.code, message, "gang"), blocked=pod.key, diagnosis=result.diagnosis)
+        slot = scheduler.cache.slot_of(result.decision.node)
+        assert slot is not None
+        snapshot.place(snapshot.placement(pod, slot, result.decision.gpu_ids))
+        taken[slot] = taken.get(slot, 0) + 1
+        decisions.append(result.decision)
     return GangResult(Status.success(), decisions)

@@ -36,7 +36,7 @@ import numpy as np
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
-from scheduler.core import gang
+from scheduler.core import gang, reclaim
 from scheduler.core.cycle import Scheduler
 from scheduler.core.tenancy import Tenancy, add, request_of
 from scheduler.framework.interface import GANG_SLOTS, RESERVED_SLOTS, Code
@@ -44,6 +44,12 @@ from scheduler.kernels import layout
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
 GANG_PREFIX = "gang:"
+
+
+class Evictor(Protocol):
+    """Deletes preempted pods (the API server's eviction in a cluster; the simulator removes them)."""
+
+    def evict(self, pods: list[PodRequest], reason: str) -> None: ...
 
 
 class Events(Protocol):
@@ -95,12 +101,16 @@ class SchedulingLoop:
         clock: Callable[[], float],
         events: Events,
         tenancy: Tenancy | None = None,
+        evictor: Evictor | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.queue = queue
         self.clock = clock
         self.events = events
         self.tenancy = tenancy if tenancy is not None else Tenancy(scheduler.cache, clock=clock)
+        self.evictor = evictor
+        #: When each running job started (gang key or pod key), for choosing the youngest victims.
+        self.started: dict[str, float] = {}
         self.queue.set_less(self._less)
         #: Pods and groups whose queue does not exist (yet), by queue name.
         self.queue_orphans: dict[str, dict[str, PodRequest | PodGroup]] = {}
@@ -160,6 +170,7 @@ class SchedulingLoop:
         self.queue.remove(key)
         self._release(key)
         self._unreserve(key)
+        self.started.pop(key, None)
         for held in self.queue_orphans.values():
             held.pop(key, None)
         group_key = self.member_of.pop(key, None)
@@ -192,6 +203,7 @@ class SchedulingLoop:
         state = self.groups.pop(key, None)
         self.queue.remove(GANG_PREFIX + key)
         self._unreserve(GANG_PREFIX + key)
+        self.started.pop(GANG_PREFIX + key, None)
         if state is None:
             return
         for pod_key, pod in state.pending.items():
@@ -308,6 +320,57 @@ class SchedulingLoop:
         self.tenancy.release(key)
         self.queue.set_less(self._less)
 
+    def _candidates(self, leaf: str) -> list[reclaim.Candidate]:
+        """Running jobs of other queues that hold more than their guarantee."""
+        candidates = []
+        for key, started in self.started.items():
+            if key.startswith(GANG_PREFIX):
+                state = self.groups.get(key.removeprefix(GANG_PREFIX))
+                if state is None:
+                    continue
+                queue = self.tenancy.leaf_of(state.group.queue)
+                pods = [e.pod for k in state.placed if (e := self.scheduler.cache.pod(k)) is not None]
+                priority = state.group.priority
+            else:
+                entry = self.scheduler.cache.pod(key)
+                if entry is None:
+                    continue
+                queue, pods, priority = self.tenancy.leaf_of(entry.pod.queue), [entry.pod], entry.pod.priority
+            if queue != leaf and pods and self.tenancy.borrowing(queue):
+                candidates.append(reclaim.Candidate(key, queue, priority, started, pods))
+        return candidates
+
+    def _reclaim(self, item: QueueItem, pods: list[PodRequest], priority: int, obj: str) -> bool:
+        """Preempt borrowed work of other queues if that lets this job (within its queue's guarantee) fit."""
+        if self.evictor is None:
+            return False
+        total: dict[str, float] = {}
+        for pod in pods:
+            add(total, request_of(pod))
+        if not self.tenancy.within_guarantee(item.queue, total):
+            return False
+        victims = reclaim.find_victims(
+            self.scheduler,
+            pods,
+            priority=priority,
+            policy=self.tenancy.reclaim_policy(item.queue),
+            candidates=self._candidates(item.queue),
+        )
+        if not victims:
+            return False
+        for victim in victims:
+            reason = f"preempted to give queue {item.queue!r} its guarantee back ({obj})"
+            for pod in victim.pods:
+                self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="Preempted", message=reason)
+            self.evictor.evict(victim.pods, reason)
+        self.events.emit(
+            obj=obj,
+            kind="Normal",
+            reason="Reclaiming",
+            message=f"preempting {len(victims)} job(s) of queues above their guarantee",
+        )
+        return True
+
     def _context(self, key: str) -> dict[str, Any]:
         """What other jobs' cycles must respect: the reservation, unless it is this job's own."""
         if self.reservation is not None and self.reservation[0] != key:
@@ -378,6 +441,7 @@ class SchedulingLoop:
             self.queue.done(item.key)
             self._unreserve(item.key)
             self._charge([d.pod for d in result.decisions], item.queue)
+            self.started[item.key] = now
             for decision in result.decisions:
                 state.pending.pop(decision.pod.key, None)
                 state.placed.add(decision.pod.key)
@@ -409,7 +473,8 @@ class SchedulingLoop:
         if result.status.code == Code.ERROR:
             self.queue.requeue_error(item, message)
         else:
-            self._reserve(item, members)
+            if not self._reclaim(item, members, group.priority, f"podgroup {key}"):
+                self._reserve(item, members)
             self.queue.requeue_unschedulable(item, message)
 
     def _pod_cycle(self, item: QueueItem) -> None:
@@ -437,6 +502,8 @@ class SchedulingLoop:
             self.queue.done(item.key)
             self._unreserve(item.key)
             self._charge([pod], item.queue)
+            if state is None:
+                self.started[item.key] = self.clock()
             self.events.emit(
                 obj=f"pod {pod.key}",
                 kind="Normal",
@@ -453,7 +520,8 @@ class SchedulingLoop:
         if result.status.code == Code.ERROR:
             self.queue.requeue_error(item, message)
         else:
-            self._reserve(item, [pod])
+            if not self._reclaim(item, [pod], pod.priority, f"pod {pod.key}"):
+                self._reserve(item, [pod])
             self.queue.requeue_unschedulable(item, message)
 
     def _refresh_phase(self, state: GroupState) -> None:

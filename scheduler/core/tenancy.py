@@ -83,6 +83,22 @@ class Tenancy:
                     return f"queue {queue!r} would hold {wanted:g} {name}, above its ceiling {bound:g}"
         return "a queue ceiling would be crossed"
 
+    def within_guarantee(self, leaf: str, request: Mapping[str, float]) -> bool:
+        """Whether ``request`` on top of what ``leaf`` holds stays within its guarantee (reclaim may help it)."""
+        if leaf not in self.tree or not self.tree.guaranteed(leaf):
+            return False
+        return fairshare.within_guarantee(self.tree, leaf, request, allocated=self.allocated)
+
+    def borrowing(self, leaf: str) -> bool:
+        """Whether ``leaf`` holds more of some resource than its guarantee (its surplus may be reclaimed)."""
+        if leaf not in self.tree:
+            return True
+        guaranteed = self.tree.guaranteed(leaf)
+        return any(amount > guaranteed.get(name, 0.0) + 1e-9 for name, amount in self.allocated.get(leaf, {}).items())
+
+    def reclaim_policy(self, leaf: str) -> str:
+        return self.tree.spec(leaf).reclaim if leaf in self.tree else "Never"
+
     # --- accounting ----------------------------------------------------------------------------------------------
 
     def charge(self, key: str, leaf: str, request: Mapping[str, float]) -> None:

@@ -158,6 +158,16 @@ class _EventLog:
         self.count[reason] = self.count.get(reason, 0) + 1
 
 
+class _Evictor:
+    """Collects the pods the loop preempts; the run removes them and resubmits their jobs."""
+
+    def __init__(self) -> None:
+        self.pods: list[PodRequest] = []
+
+    def evict(self, pods: list[PodRequest], reason: str) -> None:
+        self.pods.extend(pods)
+
+
 class _Binder:
     """Binds at once; the run confirms the bindings and tells the loop the pods run."""
 
@@ -184,6 +194,9 @@ class GangRun:
     timeline: list[tuple[float, dict[str, float]]] = dataclasses.field(default_factory=list)
     #: Arrival and start time of every job that started.
     starts: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    #: GPU-hours of work lost to preemption (preempted jobs start again from the beginning).
+    preempted_gpu_hours: float = 0.0
+    preemptions: int = 0
 
 
 def run(
@@ -202,7 +215,8 @@ def run(
     scheduler = Scheduler(cache, Framework.build(config), binder)
     queue = SchedulingQueue(clock=lambda: now)
     log = _EventLog()
-    loop = SchedulingLoop(scheduler, queue, clock=lambda: now, events=log)
+    evictor = _Evictor()
+    loop = SchedulingLoop(scheduler, queue, clock=lambda: now, events=log, evictor=evictor)
     if queues:
         loop.queues_changed(list(queues))
     by_name = {j.name: j for j in jobs}
@@ -210,7 +224,11 @@ def run(
     timeline: list[tuple[float, dict[str, float]]] = []
     recorded = jobs[0].arrival if jobs else 0.0
     pods = {j.name: _pods(j) for j in jobs}
-    events: list[tuple[float, int, str]] = [(j.arrival, 1, j.name) for j in jobs]
+    events: list[tuple[float, int, str, int]] = [(j.arrival, 1, j.name, 0) for j in jobs]
+    run_of: dict[str, int] = {}
+    first_start: dict[str, tuple[float, float]] = {}
+    preempted_gpu_s = 0.0
+    preemptions = 0
     heapq.heapify(events)
     started: dict[str, float] = {}
     running_gpus = 0.0
@@ -222,10 +240,35 @@ def run(
     cycles = 0
     clock_start = time.perf_counter()
 
+    def preempt() -> bool:
+        """Remove what the loop preempted and resubmit those jobs; True if anything was."""
+        nonlocal running_gpus, preempted_gpu_s, preemptions
+        if not evictor.pods:
+            return False
+        victims = {pod.pod_group for pod in evictor.pods}
+        evictor.pods.clear()
+        for job_name in sorted(victims):
+            job = by_name[job_name]
+            if job_name in started:
+                preempted_gpu_s += job.gpus * (now - started.pop(job_name))
+                running_gpus -= job.gpus
+                held[job.queue] -= job.gpus
+            for pod in pods[job_name]:
+                cache.remove_pod(pod.key)
+                loop.pod_gone(pod.key)
+            loop.group_removed(f"{NAMESPACE}/{job_name}")
+            run_of[job_name] = run_of.get(job_name, 0) + 1
+            heapq.heappush(events, (now, 1, job_name, run_of[job_name]))
+            preemptions += 1
+        loop.cluster_event("pod deleted")
+        return True
+
     def step() -> None:
         nonlocal cycles, running_gpus, partial, deadlocks
         placed_before = len(binder.bound)
         cycles += loop.run_until_idle()
+        while preempt():
+            cycles += loop.run_until_idle()
         for decision in binder.bound[placed_before:]:
             cache.confirm(decision.pod.key)
             loop.pod_placed(dataclasses.replace(decision.pod, node_name=decision.node, phase="Running"))
@@ -236,10 +279,11 @@ def run(
             job_name = name.split("/", 1)[1]
             if state.satisfied and job_name not in started:
                 started[job_name] = now
+                first_start.setdefault(job_name, (by_name[job_name].arrival, now))
                 job = by_name[job_name]
                 running_gpus += job.gpus
                 held[job.queue] = held.get(job.queue, 0.0) + job.gpus
-                heapq.heappush(events, (now + job.duration, 0, job_name))
+                heapq.heappush(events, (now + job.duration, 0, job_name, run_of.get(job_name, 0)))
         if not timeline or timeline[-1][1] != held:
             timeline.append((now, dict(held)))
         waiting = [s for s in loop.groups.values() if not s.satisfied]
@@ -249,9 +293,11 @@ def run(
     while events or queue.next_wakeup() is not None:
         wake = queue.next_wakeup()
         if events and (wake is None or events[0][0] <= wake):
-            t, kind, name = heapq.heappop(events)
+            t, kind, name, run_number = heapq.heappop(events)
+            if kind == 0 and run_number != run_of.get(name, 0):
+                continue  # the departure of a run that was preempted
         elif wake is not None:
-            t, kind, name = wake, 2, ""
+            t, kind, name, run_number = wake, 2, "", 0
         else:
             break
         if t <= end:
@@ -278,7 +324,7 @@ def run(
         step()
         if not events and all(s.satisfied for s in loop.groups.values()):
             break
-    waits = np.array([started[j.name] - j.arrival for j in jobs if j.name in started])
+    waits = np.array([first_start[j.name][1] - j.arrival for j in jobs if j.name in first_start])
     span = max(end - (jobs[0].arrival if jobs else 0.0), 1e-9)
     return GangRun(
         partial_gangs=partial,
@@ -286,11 +332,13 @@ def run(
         gang_wait_mean_s=float(waits.mean()) if waits.size else math.nan,
         gang_wait_p99_s=float(np.percentile(waits, 99)) if waits.size else math.nan,
         gpu_allocation=100.0 * area / (span * capacity),
-        placed_gangs=len(started),
-        waiting_gangs=len(jobs) - len(started),
+        placed_gangs=len(first_start),
+        waiting_gangs=len(jobs) - len(first_start),
         cycles=cycles,
         wall_s=time.perf_counter() - clock_start,
         events=log.count,
         timeline=timeline,
-        starts={name: (by_name[name].arrival, t) for name, t in started.items()},
+        starts=first_start,
+        preempted_gpu_hours=preempted_gpu_s / 3600.0,
+        preemptions=preemptions,
     )

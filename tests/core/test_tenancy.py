@@ -202,3 +202,91 @@ def test_a_large_job_reserves_nodes_so_small_jobs_cannot_starve_it() -> None:
     big = [d for d in cluster.binder.decisions if d.pod.name == "big"]
     assert len(big) == 1 and big[0].node == node
     assert loop.reservation is None
+
+
+class Evictions:
+    def __init__(self) -> None:
+        self.pods: list[api_pod.PodRequest] = []
+
+    def evict(self, pods: list[api_pod.PodRequest], reason: str) -> None:
+        self.pods.extend(pods)
+
+
+def _reclaim_loop(
+    prod: QueueSpec, batch: QueueSpec | None = None
+) -> tuple[Cluster, SchedulingLoop, Clock, Events, Evictions]:
+    cluster, loop, clock, events = _loop(gpus=8, nodes=2)
+    evictions = Evictions()
+    loop.evictor = evictions
+    loop.queues_changed([prod, batch or QueueSpec(name="batch")])
+    return cluster, loop, clock, events, evictions
+
+
+def _fill_with_batch(loop: SchedulingLoop, clock: Clock, count: int = 8, gpus: int = 2) -> None:
+    for i in range(count):
+        clock.now = float(i)  # p0 is the oldest, p7 the youngest
+        loop.pod_pending(_pod(f"b{i}", gpus, queue="batch"))
+        loop.run_until_idle()
+
+
+def test_reclaim_preempts_the_fewest_youngest_borrowers_and_the_job_then_runs() -> None:
+    cluster, loop, clock, events, evictions = _reclaim_loop(QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}))
+    _fill_with_batch(loop, clock)
+    nodes = {d.pod.name: d.node for d in cluster.binder.decisions}
+    clock.now = 20.0
+    loop.pod_pending(_pod("prod0", 4, queue="prod"))
+    loop.run_until_idle()
+    victims = sorted(p.name for p in evictions.pods)
+    # Two 2-GPU victims on one node free the four GPUs the job needs; the youngest such pair is b6 and b7.
+    assert victims == ["b6", "b7"]
+    assert nodes["b6"] == nodes["b7"]
+    assert events.reasons("pod default/b7") == ["Scheduled", "Preempted"]
+    for pod in evictions.pods:
+        cluster.cache.remove_pod(pod.key)
+        loop.pod_gone(pod.key)
+    clock.now = 30.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()
+    assert cluster.binder.decisions[-1].pod.name == "prod0"
+    assert cluster.binder.decisions[-1].node == nodes["b7"]
+
+
+def test_no_reclaim_when_the_policy_says_never() -> None:
+    _, loop, clock, _, evictions = _reclaim_loop(
+        QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}, reclaim="Never")
+    )
+    _fill_with_batch(loop, clock)
+    loop.pod_pending(_pod("prod0", 4, queue="prod"))
+    loop.run_until_idle()
+    assert evictions.pods == []
+
+
+def test_lower_priority_reclaim_spares_work_of_equal_priority() -> None:
+    _, loop, clock, _, evictions = _reclaim_loop(
+        QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}, reclaim="LowerPriority")
+    )
+    _fill_with_batch(loop, clock)
+    loop.pod_pending(_pod("prod0", 4, queue="prod"))
+    loop.run_until_idle()
+    assert evictions.pods == []
+
+
+def test_no_reclaim_beyond_the_guarantee() -> None:
+    _, loop, clock, _, evictions = _reclaim_loop(QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 2}))
+    _fill_with_batch(loop, clock)
+    loop.pod_pending(_pod("prod0", 4, queue="prod"))  # 4 GPUs is above prod's guarantee of 2: it must wait
+    loop.run_until_idle()
+    assert evictions.pods == []
+
+
+def test_a_gang_is_preempted_whole() -> None:
+    cluster, loop, clock, _, evictions = _reclaim_loop(QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}))
+    loop.group_upsert(PodGroup("default", "train", min_member=4, queue="batch"))
+    for i in range(4):
+        loop.pod_pending(_pod(f"train-{i}", 4, queue="batch", group="train"))
+    loop.run_until_idle()
+    assert len(cluster.binder.decisions) == 4
+    clock.now = 10.0
+    loop.pod_pending(_pod("prod0", 2, queue="prod"))
+    loop.run_until_idle()
+    assert sorted(p.name for p in evictions.pods) == [f"train-{i}" for i in range(4)]
