@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from scheduler.api.pod import PodRequest
 from scheduler.core import gang
 from scheduler.core.cycle import Scheduler
+from scheduler.kernels import layout
 
 NEVER = "Never"
 LOWER_PRIORITY = "LowerPriority"
@@ -67,15 +68,27 @@ def find_victims(
         finally:
             snapshot.rollback(inner)
 
+    whole = sum(p.gpu.count for p in job if p.gpu.whole)
+
+    def enough_gpus() -> bool:
+        # A cheap necessary condition before a what-if: enough whole free GPUs in the cluster.
+        a = snapshot.arrays
+        return whole == 0 or int((a.gpu_free[a.base_reason == layout.FIT] >= layout.WHOLE).sum()) >= whole
+
     try:
+        # With every candidate gone, would the job fit at all? If not, nothing is preempted (one what-if).
+        for victim in ordered:
+            remove(victim)
+        if not (enough_gpus() and fits()):
+            return []
+        for victim in reversed(ordered):
+            restore(victim)
         chosen: list[Candidate] = []
         for victim in ordered:
             remove(victim)
             chosen.append(victim)
-            if fits():
+            if enough_gpus() and fits():
                 break
-        else:
-            return []
         # Put back every victim the job can do without, the most expensive first.
         for victim in sorted(chosen, key=lambda c: (-c.priority, c.started, c.key)):
             restore(victim)
