@@ -30,6 +30,7 @@ from typing import Any
 
 import structlog
 
+from scheduler.k8s import worker
 from scheduler.k8s.client import REASON_ALREADY_EXISTS, Answer, Client
 
 log = structlog.get_logger(__name__)
@@ -122,7 +123,7 @@ _Key = tuple[str, str, str, str]
 _Item = tuple[str, str, str, str, float]
 
 
-class EventRecorder:
+class EventRecorder(worker.BackgroundWriter):
     """Writes Events in the background; see the module notes. ``start()`` it on the event loop."""
 
     def __init__(
@@ -145,7 +146,7 @@ class EventRecorder:
         self._dirty: set[_Key] = set()
         #: Per object: (tokens, when counted) of its new-Event budget.
         self._budget: OrderedDict[str, tuple[float, float]] = OrderedDict()
-        self._writes: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._force = False
@@ -179,30 +180,6 @@ class EventRecorder:
             self._loop = asyncio.get_running_loop()
             self._worker = self._loop.create_task(self._run(), name="gpusched events")
 
-    async def flush(self, timeout: float = 10.0) -> bool:
-        """Write everything queued or counted now, ignoring ``patch_interval``; False if not done in time."""
-        self._force = True
-        self._wake.set()
-        try:
-            deadline = time.monotonic() + timeout
-            while not self._idle():
-                if time.monotonic() > deadline:
-                    return False
-                await asyncio.sleep(0.005)
-            return True
-        finally:
-            self._force = False
-
-    async def close(self, timeout: float = 5.0) -> None:
-        await self.flush(timeout)
-        tasks = [t for t in (self._worker, *self._writes) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._worker = None
-
     # --- the work ----------------------------------------------------------------------------------------------
 
     def _offer(self, item: _Item) -> None:
@@ -214,7 +191,7 @@ class EventRecorder:
         self._wake.set()
 
     def _idle(self) -> bool:
-        return not self._inbox and not self._dirty and not self._writes
+        return not self._inbox and not self._dirty and not self._tasks
 
     async def _run(self) -> None:
         while True:
@@ -277,16 +254,16 @@ class EventRecorder:
             if due > now:
                 next_due = due if next_due is None else min(next_due, due)
                 continue
-            if len(self._writes) >= self.settings.writers:
+            if len(self._tasks) >= self.settings.writers:
                 break  # a finishing write wakes the worker
             series.writing = True
             task = asyncio.get_running_loop().create_task(self._write(key, series))
-            self._writes.add(task)
+            self._tasks.add(task)
             task.add_done_callback(self._written)
         return None if next_due is None else max(0.0, next_due - now)
 
     def _written(self, task: asyncio.Task[None]) -> None:
-        self._writes.discard(task)
+        self._tasks.discard(task)
         self._wake.set()
 
     async def _write(self, key: _Key, series: _Series) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 
 from scheduler.api.pod import PodRequest
+from scheduler.k8s import worker
 from scheduler.k8s.client import Answer, Client
 from scheduler.k8s.events import rfc3339
 
@@ -45,7 +46,7 @@ class StatusSettings:
     remembered: int = 10_000
 
 
-class Coalescer:
+class Coalescer(worker.BackgroundWriter):
     """At most one write per key per interval, last value wins, unchanged values skipped."""
 
     def __init__(
@@ -95,29 +96,8 @@ class Coalescer:
         if self._worker is None:
             self._worker = asyncio.get_running_loop().create_task(self._run(), name=f"gpusched {self.name} status")
 
-    async def flush(self, timeout: float = 10.0) -> bool:
-        """Write everything waiting now, ignoring the interval; False if not done in time."""
-        self._force = True
-        self._wake.set()
-        try:
-            deadline = time.monotonic() + timeout
-            while self._pending or self._writing:
-                if time.monotonic() > deadline:
-                    return False
-                await asyncio.sleep(0.005)
-            return True
-        finally:
-            self._force = False
-
-    async def close(self, timeout: float = 5.0) -> None:
-        await self.flush(timeout)
-        tasks = [t for t in (self._worker, *self._tasks) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._worker = None
+    def _idle(self) -> bool:
+        return not (self._pending or self._writing)
 
     # --- the work ----------------------------------------------------------------------------------------------
 
