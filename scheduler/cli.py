@@ -28,6 +28,19 @@ def _bench_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
+def _node_topology(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from scheduler.api import gputopo
+
+    try:
+        text = Path(args.from_nvidia_smi).read_text()
+    except OSError as exc:
+        raise InvalidObject(f"cannot read: {exc.strerror}", obj=f"file {args.from_nvidia_smi}") from None
+    print(gputopo.to_annotation(gputopo.from_nvidia_smi(text, source=args.from_nvidia_smi)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpusched", description="A Kubernetes scheduler for GPU clusters.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -39,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     kernels.add_argument("--repeat", type=int, default=3, help="rounds of timed calls (default 3)")
     kernels.add_argument("--json", action="store_true", help="print JSON instead of a table")
     kernels.set_defaults(func=_bench_kernels)
+    topology = sub.add_parser("node-topology", help="print a node's gpusched.io/gpu-topology annotation")
+    topology.add_argument("--from-nvidia-smi", required=True, metavar="FILE", help="the output of `nvidia-smi topo -m`")
+    topology.set_defaults(func=_node_topology)
     simulate = sub.add_parser("simulate", help="run policies on a cluster and workload, side by side")
     sim_command.add_arguments(simulate)
     simulate.set_defaults(func=sim_command.run)
