@@ -71,9 +71,14 @@ def gpus_short(scheduler: Scheduler, members: Sequence[PodRequest]) -> str:
     present = a.base_reason == layout.FIT
     whole = sum(p.gpu.count for p in members if p.gpu.whole)
     shared = sum(p.gpu.milli for p in members if p.gpu.shared)
-    free_whole = int((a.gpu_free[present] >= layout.WHOLE).sum())
+    free_per_node = (a.gpu_free[present] >= layout.WHOLE).sum(axis=1)
+    free_whole = int(free_per_node.sum())
     if whole > free_whole:
         return f"the gang needs {whole} whole GPUs and the cluster has {free_whole} free"
+    largest = max((p.gpu.count for p in members if p.gpu.whole), default=0)
+    most = int(free_per_node.max()) if free_per_node.size else 0
+    if largest > most:
+        return f"a member needs {largest} whole GPUs on one node and no node has more than {most} free"
     free_milli = float(a.gpu_free[present].clip(min=0.0).sum())
     if whole * layout.WHOLE + shared > free_milli:
         return f"the gang needs {whole * 1000 + shared} GPU-milli and the cluster has {free_milli:g} free"
