@@ -111,6 +111,9 @@ class SchedulingLoop:
         self.evictor = evictor
         #: When each running job started (gang key or pod key), for choosing the youngest victims.
         self.started: dict[str, float] = {}
+        #: Whole GPUs each waiting job needed when it last failed for lack of room (a queueing hint: a pod
+        #: deletion that leaves fewer free GPUs in the cluster cannot help it).
+        self.needs: dict[str, int] = {}
         self.queue.set_less(self._less)
         #: Pods and groups whose queue does not exist (yet), by queue name.
         self.queue_orphans: dict[str, dict[str, PodRequest | PodGroup]] = {}
@@ -171,6 +174,7 @@ class SchedulingLoop:
         self._release(key)
         self._unreserve(key)
         self.started.pop(key, None)
+        self.needs.pop(key, None)
         for held in self.queue_orphans.values():
             held.pop(key, None)
         group_key = self.member_of.pop(key, None)
@@ -204,6 +208,7 @@ class SchedulingLoop:
         self.queue.remove(GANG_PREFIX + key)
         self._unreserve(GANG_PREFIX + key)
         self.started.pop(GANG_PREFIX + key, None)
+        self.needs.pop(GANG_PREFIX + key, None)
         if state is None:
             return
         for pod_key, pod in state.pending.items():
@@ -234,8 +239,17 @@ class SchedulingLoop:
         self.queue.set_less(self._less)
 
     def cluster_event(self, event: str) -> None:
-        """Something changed that may let waiting work fit (a pod left, a node came, a queue changed)."""
-        self.queue.move_all_to_active(event)
+        """Something changed that may let waiting work fit (a pod left, a node came, a queue changed).
+
+        After a pod deletion only the jobs that could now find their GPUs free in the cluster are woken; the
+        others stay put (and are still retried at the queue's unschedulable timeout).
+        """
+        if event != "pod deleted" or not self.needs:
+            self.queue.move_all_to_active(event)
+            return
+        a = self.scheduler.cache.arrays
+        free = int((a.gpu_free[a.base_reason == layout.FIT] >= layout.WHOLE).sum())
+        self.queue.move_all_to_active(event, lambda item: self.needs.get(item.key, 0) <= free)
 
     def bind_failed(self, pod: PodRequest, reason: str) -> None:
         """A binding failed: release the pod's reservation and retry it alone (a gang keeps the others)."""
@@ -440,6 +454,7 @@ class SchedulingLoop:
         if result.status.ok:
             self.queue.done(item.key)
             self._unreserve(item.key)
+            self.needs.pop(item.key, None)
             self._charge([d.pod for d in result.decisions], item.queue)
             self.started[item.key] = now
             for decision in result.decisions:
@@ -475,6 +490,7 @@ class SchedulingLoop:
         else:
             if not self._reclaim(item, members, group.priority, f"podgroup {key}"):
                 self._reserve(item, members)
+            self.needs[item.key] = sum(p.gpu.count for p in members if p.gpu.whole)
             self.queue.requeue_unschedulable(item, message)
 
     def _pod_cycle(self, item: QueueItem) -> None:
@@ -501,6 +517,7 @@ class SchedulingLoop:
         if result.decision is not None and result.status.ok:
             self.queue.done(item.key)
             self._unreserve(item.key)
+            self.needs.pop(item.key, None)
             self._charge([pod], item.queue)
             if state is None:
                 self.started[item.key] = self.clock()
@@ -522,6 +539,7 @@ class SchedulingLoop:
         else:
             if not self._reclaim(item, [pod], pod.priority, f"pod {pod.key}"):
                 self._reserve(item, [pod])
+            self.needs[item.key] = pod.gpu.count if pod.gpu.whole else 0
             self.queue.requeue_unschedulable(item, message)
 
     def _refresh_phase(self, state: GroupState) -> None:

@@ -187,17 +187,19 @@ class SchedulingQueue:
         # Last: the heaps' orderings read the entries.
         del self._entries[key]
 
-    def move_all_to_active(self, event: str) -> int:
+    def move_all_to_active(self, event: str, may_help: Callable[[QueueItem], bool] | None = None) -> int:
         """A cluster event (``event`` names it: node added, pod deleted, queue changed...) that may let waiting
         items fit: every unschedulable item goes to active, or to backoff if its backoff has not run yet.
 
-        Items in flight see the event when they are requeued. Returns how many items left the pool.
+        ``may_help`` (a queueing hint) keeps in the pool the items the event cannot help; they still leave it at
+        the unschedulable timeout. Items in flight see the event when they are requeued. Returns how many items
+        left the pool.
         """
         self._events += 1
         now = self._clock()
-        keys = list(self._unschedulable)
-        self._unschedulable.clear()
+        keys = [k for k in self._unschedulable if may_help is None or may_help(self._entries[k].item)]
         for key in keys:
+            del self._unschedulable[key]
             self._wake(self._entries[key], now)
         return len(keys)
 

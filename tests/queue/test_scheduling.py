@@ -140,6 +140,22 @@ def test_unschedulable_waits_for_a_cluster_event() -> None:
     assert (item.key, item.attempts, item.last_reason) == ("ns/big", 2, "0/3 nodes have 8 free GPUs")
 
 
+def test_a_queueing_hint_keeps_items_the_event_cannot_help() -> None:
+    clock = FakeClock()
+    q = _queue(clock)
+    q.add(_item("ns/big"))
+    q.add(_item("ns/small"))
+    q.requeue_unschedulable(_pop(q), "needs 8 GPUs")
+    q.requeue_unschedulable(_pop(q), "needs 1 GPU")
+    clock.advance(30.0)
+    needs = {"ns/big": 8, "ns/small": 1}
+    assert q.move_all_to_active("pod-deleted", lambda item: needs[item.key] <= 2) == 1
+    assert _pop(q).key == "ns/small"
+    assert q.pending() == [("ns/big", "unschedulable"), ("ns/small", "in-flight")]
+    clock.advance(31.0)  # the timeout still frees what the hint held back
+    assert _pop(q).key == "ns/big"
+
+
 def test_an_event_during_backoff_does_not_cut_it_short() -> None:
     clock = FakeClock()
     q = _queue(clock, initial_backoff_s=4.0)
