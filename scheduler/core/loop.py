@@ -38,7 +38,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.core import gang, reclaim
 from scheduler.core.cycle import Scheduler
-from scheduler.core.tenancy import Tenancy, add, request_of
+from scheduler.core.tenancy import Tenancy, request_of, requests_of
 from scheduler.framework.interface import GANG_SLOTS, RESERVED_SLOTS, Code
 from scheduler.kernels import layout
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
@@ -331,8 +331,8 @@ class SchedulingLoop:
         self.queue.set_less(self._less)
 
     def _release(self, key: str) -> None:
-        self.tenancy.release(key)
-        self.queue.set_less(self._less)
+        if self.tenancy.release(key):
+            self.queue.set_less(self._less)
 
     def _candidates(self, leaf: str) -> list[reclaim.Candidate]:
         """Running jobs of other queues that hold more than their guarantee."""
@@ -358,10 +358,7 @@ class SchedulingLoop:
         """Preempt borrowed work of other queues if that lets this job (within its queue's guarantee) fit."""
         if self.evictor is None:
             return False
-        total: dict[str, float] = {}
-        for pod in pods:
-            add(total, request_of(pod))
-        if not self.tenancy.within_guarantee(item.queue, total):
+        if not self.tenancy.within_guarantee(item.queue, requests_of(pods)):
             return False
         victims = reclaim.find_victims(
             self.scheduler,
@@ -422,10 +419,7 @@ class SchedulingLoop:
             self.reservation = None
 
     def _over_ceiling(self, leaf: str, pods: list[PodRequest]) -> str:
-        total: dict[str, float] = {}
-        for pod in pods:
-            add(total, request_of(pod))
-        return self.tenancy.over_ceiling(leaf, total)
+        return self.tenancy.over_ceiling(leaf, requests_of(pods))
 
     def _gang_cycle(self, item: QueueItem) -> None:
         key = item.key.removeprefix(GANG_PREFIX)

@@ -36,6 +36,14 @@ def add(into: Vector, other: Mapping[str, float], sign: float = 1.0) -> None:
         into[name] = into.get(name, 0.0) + sign * amount
 
 
+def requests_of(pods: Iterable[PodRequest]) -> Vector:
+    """What a job (one pod, or a gang's members) counts against its queue."""
+    total: Vector = {}
+    for pod in pods:
+        add(total, request_of(pod))
+    return total
+
+
 class Tenancy:
     def __init__(self, cache: Cache, *, clock: Callable[[], float]) -> None:
         self.cache = cache
@@ -46,6 +54,7 @@ class Tenancy:
         self.allocated: dict[str, Vector] = {}
         self._charged: dict[str, tuple[str, Vector]] = {}
         self._rank: dict[str, tuple[int, float, str]] = {}
+        self._capacity: Vector = {}
         self._stale = True
 
     # --- queues ------------------------------------------------------------------------------------------------
@@ -71,17 +80,15 @@ class Tenancy:
     # --- limits ------------------------------------------------------------------------------------------------
 
     def over_ceiling(self, leaf: str, request: Mapping[str, float]) -> str:
-        """Why ``request`` may not run in ``leaf`` now (a limit or borrowing ceiling would be crossed), or ""."""
-        if fairshare.within_ceilings(self.tree, leaf, request, allocated=self.allocated):
-            return ""
+        """Why ``request`` may not run in ``leaf`` now (a limit or borrowing ceiling of the leaf or an ancestor
+        would be crossed: hierarchical limits hold at every level), or ""."""
         totals = fairshare.subtree_totals(self.tree, self.allocated)
         for queue in [leaf, *self.tree.ancestors(leaf)]:
             for name, bound in self.tree.spec(queue).ceiling().items():
-                held = totals[queue].get(name, 0.0)
-                wanted = held + request.get(name, 0.0)
+                wanted = totals[queue].get(name, 0.0) + request.get(name, 0.0)
                 if wanted > bound:
                     return f"queue {queue!r} would hold {wanted:g} {name}, above its ceiling {bound:g}"
-        return "a queue ceiling would be crossed"
+        return ""
 
     def within_guarantee(self, leaf: str, request: Mapping[str, float]) -> bool:
         """Whether ``request`` on top of what ``leaf`` holds stays within its guarantee (reclaim may help it)."""
@@ -108,13 +115,15 @@ class Tenancy:
         add(self.allocated.setdefault(leaf, {}), request)
         self._stale = True
 
-    def release(self, key: str) -> None:
+    def release(self, key: str) -> bool:
+        """Release what ``key`` was charged; False if it was not charged (nothing changed)."""
         charged = self._charged.pop(key, None)
         if charged is None:
-            return
+            return False
         leaf, request = charged
         add(self.allocated.setdefault(leaf, {}), request, -1.0)
         self._stale = True
+        return True
 
     def record_usage(self, dt_s: float) -> None:
         """Add ``dt_s`` seconds of every queue's current allocation to its decayed history."""
@@ -141,6 +150,7 @@ class Tenancy:
         """Sort key of a leaf: below its guarantee first, then lower weighted dominant share, then name."""
         if self._stale:
             self._rank = {}
+            self._capacity = self.capacity()
             self._stale = False
         cached = self._rank.get(leaf)
         if cached is not None:
@@ -154,7 +164,7 @@ class Tenancy:
             share = fairshare.dominant_share(
                 allocated=held,
                 decayed_usage=self.history.average(leaf),
-                capacity=self.capacity(),
+                capacity=self._capacity,
                 weight=spec.weight,
             )
             key = (0 if below else 1, share, leaf)
