@@ -205,6 +205,7 @@ def run(
     config: ProfileConfig,
     *,
     queues: Sequence[QueueSpec] = (),
+    reserve_after_s: float | None = None,
 ) -> GangRun:
     now = 0.0
     cache = Cache()
@@ -216,7 +217,9 @@ def run(
     queue = SchedulingQueue(clock=lambda: now)
     log = _EventLog()
     evictor = _Evictor()
-    loop = SchedulingLoop(scheduler, queue, clock=lambda: now, events=log, evictor=evictor)
+    loop = SchedulingLoop(
+        scheduler, queue, clock=lambda: now, events=log, evictor=evictor, reserve_after_s=reserve_after_s
+    )
     if queues:
         loop.queues_changed(list(queues))
     by_name = {j.name: j for j in jobs}

@@ -114,7 +114,8 @@ def run(
     jobs = generate(
         queues=queues, cluster_gpus=int(capacity), horizon_s=horizon_s, prod_start_s=prod_start_s, seed=seed
     )
-    result = gangs.run(nodes, jobs, config, queues=queues)
+    # Fairness first: reservations on, so that the late queue's large jobs are not starved by backfill.
+    result = gangs.run(nodes, jobs, config, queues=queues, reserve_after_s=0.0)
     names = [q.name for q in queues]
     # All four saturated: from an hour after prod starts to the last arrival.
     window = (prod_start_s + 3600.0, horizon_s)

@@ -164,6 +164,7 @@ def test_releases_free_the_queue() -> None:
 
 def test_a_large_job_reserves_nodes_so_small_jobs_cannot_starve_it() -> None:
     cluster, loop, clock, _ = _loop(gpus=8, nodes=2)
+    loop.reserve_after_s = 0.0
     loop.queues_changed([QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}), QueueSpec(name="batch")])
     for i in range(16):
         loop.pod_pending(_pod(f"small{i}", 1, queue="batch"))
@@ -227,6 +228,16 @@ def _fill_with_batch(loop: SchedulingLoop, clock: Clock, count: int = 8, gpus: i
         clock.now = float(i)  # p0 is the oldest, p7 the youngest
         loop.pod_pending(_pod(f"b{i}", gpus, queue="batch"))
         loop.run_until_idle()
+
+
+def test_reservations_are_off_unless_asked_for() -> None:
+    _, loop, _, _ = _loop(gpus=8, nodes=2)
+    loop.queues_changed([QueueSpec(name="batch")])
+    for i in range(16):
+        loop.pod_pending(_pod(f"small{i}", 1, queue="batch"))
+    loop.pod_pending(_pod("big", 8, queue="batch"))
+    loop.run_until_idle()
+    assert loop.reservation is None
 
 
 def test_reclaim_preempts_the_fewest_youngest_borrowers_and_the_job_then_runs() -> None:
