@@ -19,13 +19,29 @@ Shares compare ``U`` as an average allocation, ``Ubar = U / tau`` (resource unit
 ``Ubar = a``: this is the continuous form of Kueue's Admission Fair Sharing, which samples every interval ``i``
 and keeps ``usage = (1 - alpha) * usage + alpha * current`` with ``alpha = 1 - 0.5^(i / h)``.
 
-Dominant share (DRF, Ghodsi et al., NSDI 2011, with weights)::
+Dominant share (DRF, Ghodsi et al., NSDI 2011, with weights), what ``status.dominantShare`` shows::
 
     share(q) = max over r with C[r] > 0 of (Ubar[q][r] + A[q][r]) / C[r], divided by weight(q)
 
 ``A`` is what the queue holds now, ``C`` the cluster's capacity; for a parent, ``Ubar`` and ``A`` are the sums over
-its subtree. History and present both count: a queue that has held ``a`` for a long time scores about ``2a/C``,
-one that just got ``a`` scores ``a/C``, one that held ``a`` until a half-life ago and nothing since ``a/(2C)``.
+its subtree.
+
+Order. Queues are ordered by their *borrowed* dominant share, as Kueue's fair sharing does (what a queue holds
+beyond its guarantee, over weight), so that under saturation every queue converges to its fair share below
+(guarantee, then the rest by weight), and by usage that blends history and present::
+
+    u[q][r]        = (Ubar[q][r] + A[q][r]) / 2      (A[q][r] when the queue keeps no history: half-life 0)
+    borrowed(q)    = max over r with C[r] > 0 of (u[q][r] - G[q][r]) / C[r]
+    rank_share(q)  = borrowed(q) / weight(q)          when borrowed(q) >= 0
+                   = borrowed(q)                      when below its guarantee (the largest deficit goes first)
+
+``G`` is the queue's guarantee (:meth:`QueueTree.guaranteed`). A queue whose guarantee or limit names some
+resources is ranked on those only (Kueue counts only the resources a ClusterQueue covers): a queue guaranteed
+GPUs does not borrow the CPU its GPU jobs come with. A queue that names none is ranked on all.
+
+Held steadily, ``u = A``; a queue that held ``a`` for a long time and holds nothing now counts ``a/2``, one that
+just got ``a`` counts ``a/2`` too, so history moves a queue back only as far as it has used more than others
+lately.
 
 Fair share (:func:`fair_shares`), for each resource on its own, top-down from the cluster's capacity, the way
 KAI-Scheduler's proportion plugin divides each resource. At every level, with ``x`` to divide among children::
@@ -45,9 +61,10 @@ Resources are divided independently because guarantees, limits and lending are p
 needs of several resources at once is what the dominant-share ordering of :func:`order_leaves` is about. The
 scalar fair share is ``max over r of share[r] / C[r]`` (not divided by weight).
 
-Order (:func:`order_leaves`): leaves whose next job stays within a guarantee come first, then the ones that would
-borrow; within each group, hierarchically by ``(share(q), -priority(q), name)``: compare the top-level queues the
-two leaves are under, then the next level down where they differ, and so on.
+Order (:func:`order_leaves`, and the loop through :func:`leaf_keys`): leaves below their guarantee first (for
+``order_leaves``: whose next job stays within a guarantee), then the others; within each group, hierarchically by
+``(rank_share(q), -priority(q), name)``: compare the top-level queues the two leaves are under, then the next
+level down where they differ, and so on.
 """
 
 from __future__ import annotations
@@ -350,38 +367,95 @@ def within_ceilings(tree: QueueTree, leaf: str, request: Mapping[str, float], *,
     return True
 
 
+def blended_usage(allocated: Mapping[str, float], decayed_usage: Mapping[str, float] | None) -> Vector:
+    """``u = (Ubar + A) / 2``, or ``A`` without history (``decayed_usage`` None: a half-life of 0)."""
+    if decayed_usage is None:
+        return dict(allocated)
+    names = allocated.keys() | decayed_usage.keys()
+    return {name: (allocated.get(name, 0.0) + decayed_usage.get(name, 0.0)) / 2.0 for name in names}
+
+
+def borrowed_share(
+    *, usage: Mapping[str, float], guaranteed: Mapping[str, float], capacity: Mapping[str, float], weight: float
+) -> float:
+    """``rank_share``: the largest fraction of the cluster used beyond the guarantee, over weight (see the note)."""
+    if not weight > 0:
+        raise ValueError(f"weight {weight!r} is not > 0")
+    borrowed = max(
+        ((usage.get(name, 0.0) - guaranteed.get(name, 0.0)) / total for name, total in capacity.items() if total > 0),
+        default=0.0,
+    )
+    return borrowed / weight if borrowed >= 0 else borrowed
+
+
+def below_guarantee(tree: QueueTree, leaf: str, totals: ResourceVectors) -> bool:
+    """Whether the nearest queue from ``leaf`` up that has a guarantee holds less than it of some resource."""
+    for queue in [leaf, *tree.ancestors(leaf)]:
+        guaranteed = tree.guaranteed(queue)
+        if guaranteed:
+            held = totals.get(queue, {})
+            return any(held.get(name, 0.0) < amount for name, amount in guaranteed.items())
+    return False
+
+
+LeafKey = tuple[int, list[tuple[float, int, str]]]
+
+
+def leaf_keys(
+    tree: QueueTree,
+    *,
+    allocated: ResourceVectors,
+    capacity: Mapping[str, float],
+    decayed_usage: Mapping[str, Mapping[str, float] | None] | None = None,
+) -> dict[str, LeafKey]:
+    """Every leaf's sort key: (0 below its guarantee else 1, the path of ``(rank_share, -priority, name)`` from
+    its top-level queue down to it). ``decayed_usage`` per leaf (a leaf not in it has used nothing; None for a
+    leaf that keeps no history); without ``decayed_usage`` no leaf has history."""
+    if decayed_usage is None:
+        usage = {leaf: dict(allocated.get(leaf, {})) for leaf in tree.leaves()}
+    else:
+        usage = {leaf: blended_usage(allocated.get(leaf, {}), decayed_usage.get(leaf, {})) for leaf in tree.leaves()}
+    allocated_totals = subtree_totals(tree, allocated)
+    usage_totals = subtree_totals(tree, usage)
+    shares = {}
+    for name in tree:
+        guaranteed = tree.guaranteed(name)
+        # Like Kueue's covered resources: a queue that bounds some resources is ranked on those (a queue
+        # guaranteed GPUs is not "borrowing" the CPU its GPU jobs come with); one that bounds none, on all.
+        named = guaranteed.keys() | tree.spec(name).limit.keys()
+        counted = {r: total for r, total in capacity.items() if r in named} if named else capacity
+        shares[name] = borrowed_share(
+            usage=usage_totals[name], guaranteed=guaranteed, capacity=counted, weight=tree.spec(name).weight
+        )
+    keys: dict[str, LeafKey] = {}
+    for leaf in tree.leaves():
+        path = [*reversed(tree.ancestors(leaf)), leaf]
+        tier = 0 if below_guarantee(tree, leaf, allocated_totals) else 1
+        keys[leaf] = (tier, [(shares[q], -tree.spec(q).priority, q) for q in path])
+    return keys
+
+
 def order_leaves(
     tree: QueueTree,
     *,
     heads: ResourceVectors,
     allocated: ResourceVectors,
     capacity: Mapping[str, float],
-    decayed_usage: ResourceVectors | None = None,
+    decayed_usage: Mapping[str, Mapping[str, float] | None] | None = None,
 ) -> list[str]:
     """The leaves with pending work, in the order they get the next job.
 
     ``heads`` is what the next job of each leaf asks for (leaves without pending work are not in it; names
     that are not leaves of the tree are left out, their work waits), ``allocated`` and ``decayed_usage``
     (:meth:`UsageHistory.average`) are per leaf. First the leaves whose next job stays within a guarantee
-    (:func:`within_guarantee`), then the rest; within each group by hierarchical weighted dominant share, lower
-    first, then higher queue priority, then name (see the module's note).
+    (:func:`within_guarantee`), then the rest; within each group by hierarchical borrowed share, lower first, then
+    higher queue priority, then name (see the module's note).
     """
-    leaves = set(tree.leaves())
+    keys = leaf_keys(tree, allocated=allocated, capacity=capacity, decayed_usage=decayed_usage)
     allocated_totals = subtree_totals(tree, allocated)
-    usage_totals = subtree_totals(tree, decayed_usage or {})
-    shares = {
-        name: dominant_share(
-            allocated=allocated_totals[name],
-            decayed_usage=usage_totals[name],
-            capacity=capacity,
-            weight=tree.spec(name).weight,
-        )
-        for name in tree
-    }
 
-    def key(leaf: str) -> tuple[int, list[tuple[float, int, str]]]:
+    def key(leaf: str) -> LeafKey:
         tier = 0 if _within_guarantee(tree, leaf, heads[leaf], allocated_totals) else 1
-        path = [*reversed(tree.ancestors(leaf)), leaf]
-        return tier, [(shares[q], -tree.spec(q).priority, q) for q in path]
+        return tier, keys[leaf][1]
 
-    return sorted((leaf for leaf in heads if leaf in leaves), key=key)
+    return sorted((leaf for leaf in heads if leaf in keys), key=key)

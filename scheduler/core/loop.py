@@ -18,12 +18,14 @@ Queue rules kept here (``scheduler.core.tenancy`` holds the numbers):
   ``default`` without one; work for a queue that does not exist (or is not a leaf) waits with an Event and is
   queued as soon as the queue appears;
 - a job runs only if its queue and every ancestor stay within their limits and borrowing ceilings;
-- pending work is ordered by its queue's rank (below guarantee first, then weighted dominant share), then by
-  priority, then by age;
+- pending work is ordered by its queue's rank (below guarantee first, then the hierarchical borrowed share over
+  weight, see ``scheduler.api.fairshare``), then by priority, then by age;
+- a job that does not fit preempts, least disruptive first: borrowed work of other queues when the job stays
+  within its queue's guarantee (the queue's ``reclaim`` policy), else lower-priority work of its own queue
+  (``withinQueue``); whole gangs, lowest priority and youngest first, only if a what-if shows the job then fits;
 - against starvation (when ``reserve_after_s`` is set), the best-ranked job of 2+ GPUs that does not fit for lack
-  of room reserves the nodes with the most
-  free GPUs until their GPUs cover it; other jobs backfill only elsewhere (the ``reservation`` filter plugin)
-  until it is placed or gone.
+  of room reserves the nodes with the most free GPUs until their GPUs cover it; other jobs backfill only
+  elsewhere (the ``reservation`` filter plugin) until it is placed or gone.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.core import gang, reclaim
 from scheduler.core.cycle import Scheduler
-from scheduler.core.tenancy import Tenancy, request_of, requests_of
+from scheduler.core.tenancy import Tenancy, add_into, request_of, requests_of
 from scheduler.framework.interface import GANG_SLOTS, RESERVED_SLOTS, Code
 from scheduler.kernels import layout
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
@@ -120,6 +122,8 @@ class SchedulingLoop:
         #: Whole GPUs each waiting job needed when it last failed for lack of room (a queueing hint: a pod
         #: deletion that leaves fewer free GPUs in the cluster cannot help it).
         self.needs: dict[str, int] = {}
+        #: Jobs preempted so far, by the victim's queue (for metrics).
+        self.preemptions: dict[str, int] = {}
         self.queue.set_less(self._less)
         #: Pods and groups whose queue does not exist (yet), by queue name.
         self.queue_orphans: dict[str, dict[str, PodRequest | PodGroup]] = {}
@@ -340,9 +344,9 @@ class SchedulingLoop:
         if self.tenancy.release(key):
             self.queue.set_less(self._less)
 
-    def _candidates(self, leaf: str) -> list[reclaim.Candidate]:
-        """Running jobs of other queues that hold more than their guarantee."""
-        candidates = []
+    def _running_jobs(self) -> list[reclaim.Candidate]:
+        """Every running job (a placed gang as a whole, or a pod outside any gang) with its leaf queue."""
+        jobs = []
         for key, started in self.started.items():
             if key.startswith(GANG_PREFIX):
                 state = self.groups.get(key.removeprefix(GANG_PREFIX))
@@ -356,37 +360,63 @@ class SchedulingLoop:
                 if entry is None:
                     continue
                 queue, pods, priority = self.tenancy.leaf_of(entry.pod.queue), [entry.pod], entry.pod.priority
-            if queue != leaf and pods and self.tenancy.borrowing(queue):
-                candidates.append(reclaim.Candidate(key, queue, priority, started, pods))
-        return candidates
+            if pods:
+                jobs.append(reclaim.Candidate(key, queue, priority, started, pods))
+        return jobs
 
-    def _reclaim(self, item: QueueItem, pods: list[PodRequest], priority: int, obj: str) -> bool:
-        """Preempt borrowed work of other queues if that lets this job (within its queue's guarantee) fit."""
+    def _preempt(self, item: QueueItem, pods: list[PodRequest], priority: int, obj: str) -> bool:
+        """Make room for a job that does not fit, least disruptive first: reclaim borrowed work of other queues
+        (if the job stays within its queue's guarantee, per the queue's ``reclaim``), else preempt lower-priority
+        work of its own queue (per ``withinQueue``). True if victims were evicted."""
         if self.evictor is None:
             return False
-        if not self.tenancy.within_guarantee(item.queue, requests_of(pods)):
+        jobs = self._running_jobs()
+        if self.tenancy.within_guarantee(item.queue, requests_of(pods)):
+            borrowers = [c for c in jobs if c.queue != item.queue and self.tenancy.borrowing(c.queue)]
+            victims = reclaim.find_victims(
+                self.scheduler,
+                pods,
+                priority=priority,
+                policy=self.tenancy.reclaim_policy(item.queue),
+                candidates=borrowers,
+            )
+            if victims:
+                self._evict(victims, f"preempted to give queue {item.queue!r} its guarantee back ({obj})")
+                self.events.emit(
+                    obj=obj,
+                    kind="Normal",
+                    reason="Reclaiming",
+                    message=f"preempting {len(victims)} job(s) of queues above their guarantee",
+                )
+                return True
+        own = [c for c in jobs if c.queue == item.queue and c.priority < priority]
+        if not own:
             return False
         victims = reclaim.find_victims(
             self.scheduler,
             pods,
             priority=priority,
-            policy=self.tenancy.reclaim_policy(item.queue),
-            candidates=self._candidates(item.queue),
+            policy=self.tenancy.within_queue_policy(item.queue),
+            candidates=own,
         )
         if not victims:
             return False
-        for victim in victims:
-            reason = f"preempted to give queue {item.queue!r} its guarantee back ({obj})"
-            for pod in victim.pods:
-                self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="Preempted", message=reason)
-            self.evictor.evict(victim.pods, reason)
+        self._evict(victims, f"preempted by higher-priority work of queue {item.queue!r} ({obj})")
         self.events.emit(
             obj=obj,
             kind="Normal",
-            reason="Reclaiming",
-            message=f"preempting {len(victims)} job(s) of queues above their guarantee",
+            reason="Preempting",
+            message=f"preempting {len(victims)} lower-priority job(s) of queue {item.queue!r}",
         )
         return True
+
+    def _evict(self, victims: list[reclaim.Candidate], reason: str) -> None:
+        assert self.evictor is not None
+        for victim in victims:
+            for pod in victim.pods:
+                self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="Preempted", message=reason)
+            self.evictor.evict(victim.pods, reason)
+            self.preemptions[victim.queue] = self.preemptions.get(victim.queue, 0) + 1
 
     def _context(self, key: str) -> dict[str, Any]:
         """What other jobs' cycles must respect: the reservation, unless it is this job's own."""
@@ -492,7 +522,7 @@ class SchedulingLoop:
         if result.status.code == Code.ERROR:
             self.queue.requeue_error(item, message)
         else:
-            if not self._reclaim(item, members, group.priority, f"podgroup {key}"):
+            if not self._preempt(item, members, group.priority, f"podgroup {key}"):
                 self._reserve(item, members)
             self.needs[item.key] = sum(p.gpu.count for p in members if p.gpu.whole)
             self.queue.requeue_unschedulable(item, message)
@@ -541,7 +571,7 @@ class SchedulingLoop:
         if result.status.code == Code.ERROR:
             self.queue.requeue_error(item, message)
         else:
-            if not self._reclaim(item, [pod], pod.priority, f"pod {pod.key}"):
+            if not self._preempt(item, [pod], pod.priority, f"pod {pod.key}"):
                 self._reserve(item, [pod])
             self.needs[item.key] = pod.gpu.count if pod.gpu.whole else 0
             self.queue.requeue_unschedulable(item, message)
@@ -590,6 +620,27 @@ class SchedulingLoop:
                 for c in state.conditions.values()
             ],
         }
+
+    def queue_statuses(self) -> dict[str, dict[str, object]]:
+        """Every Queue's status as users read it: allocation, guarantee in use, borrowed, decayed usage, pending
+        pods and gangs, shares (the operator writes these to ``status``)."""
+        pending: dict[str, dict[str, float]] = {}
+        pods: dict[str, int] = {}
+        gangs: dict[str, int] = {}
+        for item in self.queue.items():
+            if item.key.startswith(GANG_PREFIX):
+                state = self.groups.get(item.key.removeprefix(GANG_PREFIX))
+                if state is None:
+                    continue
+                members = list(state.pending.values())
+                gangs[item.queue] = gangs.get(item.queue, 0) + 1
+            elif isinstance(item.payload, PodRequest):
+                members = [item.payload]
+            else:
+                continue
+            pods[item.queue] = pods.get(item.queue, 0) + len(members)
+            add_into(pending.setdefault(item.queue, {}), requests_of(members))
+        return self.tenancy.statuses(pending=pending, pending_pods=pods, pending_gangs=gangs)
 
 
 def _scheduled(node: str, gpu_ids: tuple[int, ...]) -> str:

@@ -31,7 +31,7 @@ def request_of(pod: PodRequest) -> Vector:
     return vector
 
 
-def add(into: Vector, other: Mapping[str, float], sign: float = 1.0) -> None:
+def add_into(into: Vector, other: Mapping[str, float], sign: float = 1.0) -> None:
     for name, amount in other.items():
         into[name] = into.get(name, 0.0) + sign * amount
 
@@ -40,7 +40,7 @@ def requests_of(pods: Iterable[PodRequest]) -> Vector:
     """What a job (one pod, or a gang's members) counts against its queue."""
     total: Vector = {}
     for pod in pods:
-        add(total, request_of(pod))
+        add_into(total, request_of(pod))
     return total
 
 
@@ -53,7 +53,7 @@ class Tenancy:
         self.history.configure(self.tree)
         self.allocated: dict[str, Vector] = {}
         self._charged: dict[str, tuple[str, Vector]] = {}
-        self._rank: dict[str, tuple[int, float, str]] = {}
+        self._rank: dict[str, fairshare.LeafKey] = {}
         self._capacity: Vector = {}
         self._stale = True
 
@@ -106,13 +106,16 @@ class Tenancy:
     def reclaim_policy(self, leaf: str) -> str:
         return self.tree.spec(leaf).reclaim if leaf in self.tree else "Never"
 
+    def within_queue_policy(self, leaf: str) -> str:
+        return self.tree.spec(leaf).within_queue if leaf in self.tree else "Never"
+
     # --- accounting ----------------------------------------------------------------------------------------------
 
     def charge(self, key: str, leaf: str, request: Mapping[str, float]) -> None:
         if key in self._charged:
             return
         self._charged[key] = (leaf, dict(request))
-        add(self.allocated.setdefault(leaf, {}), request)
+        add_into(self.allocated.setdefault(leaf, {}), request)
         self._stale = True
 
     def release(self, key: str) -> bool:
@@ -121,7 +124,7 @@ class Tenancy:
         if charged is None:
             return False
         leaf, request = charged
-        add(self.allocated.setdefault(leaf, {}), request, -1.0)
+        add_into(self.allocated.setdefault(leaf, {}), request, -1.0)
         self._stale = True
         return True
 
@@ -144,29 +147,85 @@ class Tenancy:
             capacity[name] = float(a.cap[present, column].sum())
         return capacity
 
+    # --- status ------------------------------------------------------------------------------------------------
+
+    def statuses(
+        self, *, pending: Mapping[str, Vector], pending_pods: Mapping[str, int], pending_gangs: Mapping[str, int]
+    ) -> dict[str, dict[str, object]]:
+        """Every queue's ``status`` as users read it (the operator writes it to the Queue object).
+
+        ``pending`` is what each leaf's waiting work asks for (it and what the leaf holds are its demand for the
+        fair share); the counts are per leaf, summed up the tree.
+        """
+        capacity = self.capacity()
+        totals = fairshare.subtree_totals(self.tree, self.allocated)
+        history = fairshare.subtree_totals(self.tree, {leaf: self.history.average(leaf) for leaf in self.tree.leaves()})
+        demand: dict[str, Vector] = {}
+        for leaf in self.tree.leaves():
+            demand[leaf] = dict(self.allocated.get(leaf, {}))
+            add_into(demand[leaf], pending.get(leaf, {}))
+        fair = fairshare.fair_shares(self.tree, capacity=capacity, demand=demand)
+        pods = fairshare.subtree_totals(self.tree, {q: {"n": float(n)} for q, n in pending_pods.items()})
+        gangs = fairshare.subtree_totals(self.tree, {q: {"n": float(n)} for q, n in pending_gangs.items()})
+        keys = {leaf: key for leaf in self.tree.leaves() if (key := self.rank(leaf))}
+        out: dict[str, dict[str, object]] = {}
+        for name in self.tree:
+            spec = self.tree.spec(name)
+            held = totals[name]
+            guaranteed = self.tree.guaranteed(name)
+            status: dict[str, object] = {
+                "allocated": _quantities(held),
+                "guaranteedInUse": _quantities({r: min(held.get(r, 0.0), amount) for r, amount in guaranteed.items()}),
+                "borrowed": _quantities(
+                    {r: held[r] - guaranteed.get(r, 0.0) for r in held if held[r] > guaranteed.get(r, 0.0)}
+                ),
+                "decayedUsage": _quantities(history[name]),
+                "pendingPods": int(pods[name].get("n", 0.0)),
+                "pendingGangs": int(gangs[name].get("n", 0.0)),
+                "dominantShare": _share(
+                    fairshare.dominant_share(
+                        allocated=held, decayed_usage=history[name], capacity=capacity, weight=spec.weight
+                    )
+                ),
+                "fairShare": _share(fair[name].dominant),
+            }
+            if name in keys:
+                status["rankShare"] = _share(keys[name][1][-1][0])
+            out[name] = status
+        return out
+
     # --- order -------------------------------------------------------------------------------------------------
 
-    def rank(self, leaf: str) -> tuple[int, float, str]:
-        """Sort key of a leaf: below its guarantee first, then lower weighted dominant share, then name."""
+    def rank(self, leaf: str) -> fairshare.LeafKey:
+        """Sort key of a leaf: below its guarantee first, then the hierarchical path of borrowed shares over weight
+        (``scheduler.api.fairshare.leaf_keys``); a name that is not a leaf goes last."""
         if self._stale:
-            self._rank = {}
             self._capacity = self.capacity()
-            self._stale = False
-        cached = self._rank.get(leaf)
-        if cached is not None:
-            return cached
-        if leaf not in self.tree:
-            key = (2, 0.0, leaf)
-        else:
-            spec = self.tree.spec(leaf)
-            held = self.allocated.get(leaf, {})
-            below = any(held.get(name, 0.0) < amount for name, amount in spec.guaranteed.items())
-            share = fairshare.dominant_share(
-                allocated=held,
-                decayed_usage=self.history.average(leaf),
-                capacity=self._capacity,
-                weight=spec.weight,
+            history = {
+                leaf: (self.history.average(leaf) if self.history.half_life(leaf) > 0 else None)
+                for leaf in self.tree.leaves()
+            }
+            self._rank = fairshare.leaf_keys(
+                self.tree, allocated=self.allocated, capacity=self._capacity, decayed_usage=history
             )
-            key = (0 if below else 1, share, leaf)
-        self._rank[leaf] = key
-        return key
+            self._stale = False
+        return self._rank.get(leaf, (2, [(0.0, 0, leaf)]))
+
+
+def _quantities(vector: Mapping[str, float]) -> dict[str, str]:
+    """A resource vector in Kubernetes quantity strings (CPU from milli-cores, the rest as plain numbers)."""
+    out: dict[str, str] = {}
+    for name, amount in sorted(vector.items()):
+        if abs(amount) < 1e-9:
+            continue
+        if name == resources.CPU:
+            out[name] = f"{round(amount)}m"
+        elif abs(amount - round(amount)) < 1e-9:
+            out[name] = str(round(amount))
+        else:
+            out[name] = f"{amount:.3f}".rstrip("0")
+    return out
+
+
+def _share(value: float) -> str:
+    return f"{value:.4f}"

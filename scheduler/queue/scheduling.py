@@ -299,6 +299,10 @@ class SchedulingQueue:
         out += [(key, "in-flight") for key in self._in_flight]
         return out
 
+    def items(self) -> list[QueueItem]:
+        """Every item the queue holds (newest version), in no particular order."""
+        return [entry.update if entry.update is not None else entry.item for entry in self._entries.values()]
+
     def position(self, key: str) -> int | None:
         """The place of ``key`` in active (0 is next), or None if it is not in active."""
         if key not in self._active:

@@ -453,9 +453,24 @@ def test_work_within_a_guarantee_goes_before_borrowing() -> None:
     allocated = {"owner": {GPU: 4}, "borrower": {GPU: 1}}
     heads = {"owner": {GPU: 2}, "borrower": {GPU: 1}}
     assert fairshare.order_leaves(tree, heads=heads, allocated=allocated, capacity=capacity) == ["owner", "borrower"]
-    # A job that would take it past 6 borrows, and competes on share.
+    # A job that would take it past 6 borrows, and competes on share: the owner still uses 2 GPUs less than its
+    # guarantee (share -2/8), the borrower 1 more than its guarantee of 0 (1/8).
     heads["owner"] = {GPU: 3}
+    assert fairshare.order_leaves(tree, heads=heads, allocated=allocated, capacity=capacity) == ["owner", "borrower"]
+    # Once the owner holds more than its guarantee, what counts is what each holds beyond it: 1/8 against 0.5/8.
+    allocated = {"owner": {GPU: 7}, "borrower": {GPU: 0.5}}
     assert fairshare.order_leaves(tree, heads=heads, allocated=allocated, capacity=capacity) == ["borrower", "owner"]
+
+
+def test_borrowed_share_ranks_toward_the_water_filled_fair_share() -> None:
+    # 16 GPUs; a guaranteed 8 with weight 1, b nothing with weight 1. Fair: a 8 + 4, b 4. At a=11, b=5 the next
+    # GPU goes to a (3/16 beyond its guarantee, against 5/16), although a holds more.
+    tree = tree_of(QueueSpec("a", guaranteed={GPU: 8}), QueueSpec("b"))
+    heads = {"a": {GPU: 1}, "b": {GPU: 1}}
+    allocated = {"a": {GPU: 11}, "b": {GPU: 5}}
+    assert fairshare.order_leaves(tree, heads=heads, allocated=allocated, capacity={GPU: 16}) == ["a", "b"]
+    allocated = {"a": {GPU: 12}, "b": {GPU: 3}}
+    assert fairshare.order_leaves(tree, heads=heads, allocated=allocated, capacity={GPU: 16}) == ["b", "a"]
 
 
 def test_ordering_is_hierarchical() -> None:

@@ -83,3 +83,6 @@ class Events:
 
     def reasons(self, obj: str) -> list[str]:
         return [reason for o, reason, _ in self.seen if o == obj]
+
+    def messages(self, obj: str) -> list[str]:
+        return [message for o, _, message in self.seen if o == obj]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from scheduler.api import pod as api_pod
@@ -301,3 +303,74 @@ def test_a_gang_is_preempted_whole() -> None:
     loop.pod_pending(_pod("prod0", 2, queue="prod"))
     loop.run_until_idle()
     assert sorted(p.name for p in evictions.pods) == [f"train-{i}" for i in range(4)]
+
+
+def _with_priority(pod: api_pod.PodRequest, priority: int) -> api_pod.PodRequest:
+    return dataclasses.replace(pod, priority=priority)
+
+
+def test_within_a_queue_higher_priority_work_preempts_lower_priority_work() -> None:
+    _cluster, loop, clock, events, evictions = _reclaim_loop(QueueSpec(name="prod"))
+    for i in range(4):
+        clock.now = float(i)
+        loop.pod_pending(_with_priority(_pod(f"low{i}", 4, queue="batch"), 0))
+        loop.run_until_idle()
+    clock.now = 10.0
+    loop.pod_pending(_with_priority(_pod("urgent", 4, queue="batch"), 100))
+    loop.run_until_idle()
+    # One 4-GPU victim is enough; the youngest goes.
+    assert [p.name for p in evictions.pods] == ["low3"]
+    assert events.reasons("pod default/urgent") == ["FailedScheduling", "Preempting"]
+    assert "higher-priority work of queue 'batch'" in events.messages("pod default/low3")[-1]
+    assert loop.preemptions == {"batch": 1}
+
+
+def test_within_queue_never_and_equal_priority_preempt_nothing() -> None:
+    _, loop, _, _, evictions = _reclaim_loop(QueueSpec(name="prod"), QueueSpec(name="batch", within_queue="Never"))
+    for i in range(4):
+        loop.pod_pending(_with_priority(_pod(f"low{i}", 4, queue="batch"), 0))
+    loop.run_until_idle()
+    loop.pod_pending(_with_priority(_pod("urgent", 4, queue="batch"), 100))
+    loop.run_until_idle()
+    assert evictions.pods == []
+    _, loop, _clock, _, evictions = _reclaim_loop(QueueSpec(name="prod"))
+    for i in range(4):
+        loop.pod_pending(_pod(f"peer{i}", 4, queue="batch"))
+    loop.run_until_idle()
+    loop.pod_pending(_pod("late", 4, queue="batch"))
+    loop.run_until_idle()
+    assert evictions.pods == []
+
+
+def test_work_of_other_queues_is_never_preempted_for_priority_alone() -> None:
+    # prod has no guarantee: its urgent job may not take batch's GPUs, whatever its priority.
+    _, loop, clock, _, evictions = _reclaim_loop(QueueSpec(name="prod"))
+    _fill_with_batch(loop, clock)
+    loop.pod_pending(_with_priority(_pod("urgent", 2, queue="prod"), 1000))
+    loop.run_until_idle()
+    assert evictions.pods == []
+
+
+def test_queue_status_reports_allocation_guarantee_borrowing_and_pending_work() -> None:
+    _cluster, loop, clock, _, _ = _reclaim_loop(QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 4}))
+    loop.evictor = None
+    _fill_with_batch(loop, clock, count=7)  # batch: 14 of 16 GPUs, all borrowed
+    loop.pod_pending(_pod("prod0", 2, queue="prod"))
+    loop.pod_pending(_pod("prod1", 2, queue="prod"))  # does not fit: pending
+    loop.group_upsert(PodGroup("default", "g", min_member=2, queue="prod"))
+    for i in range(2):
+        loop.pod_pending(_pod(f"g{i}", 1, queue="prod", group="g"))
+    loop.run_until_idle()
+    status = loop.queue_statuses()
+    assert status["batch"]["allocated"] == {"cpu": "7000m", "nvidia.com/gpu": "14"}
+    assert status["batch"]["borrowed"] == status["batch"]["allocated"]
+    assert status["batch"]["pendingPods"] == 0
+    assert status["prod"]["allocated"]["nvidia.com/gpu"] == "2"
+    assert status["prod"]["guaranteedInUse"] == {"nvidia.com/gpu": "2"}
+    assert status["prod"]["borrowed"] == {"cpu": "1000m"}
+    # prod1 and the gang of two wait.
+    assert (status["prod"]["pendingPods"], status["prod"]["pendingGangs"]) == (3, 1)
+    # Fair share of GPUs, water-filled: prod asks for 2 + 4, gets its guarantee of 4 and half the rest: 6 of 16.
+    assert status["prod"]["fairShare"] == "0.3750"
+    assert float(str(status["prod"]["rankShare"])) < 0 < float(str(status["batch"]["rankShare"]))
+    assert "default" in status
