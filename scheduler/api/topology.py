@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -66,9 +66,75 @@ class TopologySpec:
                 return i
         return None
 
+    def level_label(self, level: int) -> str:
+        """How messages name a level: its short name if it has one, else its node label."""
+        if level < len(self.level_names) and self.level_names[level]:
+            return self.level_names[level]
+        return self.levels[level]
+
 
 #: What the scheduler uses when the cluster has no Topology.
 DEFAULT_TOPOLOGY = TopologySpec(name=NAME, levels=DEFAULT_LEVELS, level_names=("block", "rack", "clique", "host"))
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    """Where a job's pods must (``required``) or should (``preferred``) share a domain: each a level of the
+    Topology, by its ``name`` (``rack``) or its ``nodeLabel``; empty for none. The level is resolved against the
+    cluster's Topology when the job is scheduled (:func:`resolve`), since the Topology can change meanwhile."""
+
+    required: str = ""
+    preferred: str = ""
+    #: Where the two values came from, for error messages (a PodGroup's spec or a pod's annotations).
+    required_field: str = field(default="spec.topology.required", compare=False)
+    preferred_field: str = field(default="spec.topology.preferred", compare=False)
+
+    def __bool__(self) -> bool:
+        return bool(self.required or self.preferred)
+
+
+#: No constraint.
+NO_CONSTRAINT = TopologyConstraint()
+
+
+def parse_constraint(
+    required: object, preferred: object, *, obj: str, required_field: str, preferred_field: str
+) -> TopologyConstraint:
+    """Check the two level references' syntax (a label key or a level name); whether such a level exists is
+    checked against the Topology by :func:`resolve`."""
+    values = []
+    for value, where in ((required, required_field), (preferred, preferred_field)):
+        if value is None:
+            value = ""
+        if not isinstance(value, str) or (value and not is_label_key(value)):
+            raise InvalidObject(f"{value!r} is not a topology level name or node label", obj=obj, field=where)
+        values.append(value)
+    if values[0] and values[0] == values[1]:
+        raise InvalidObject(f"required and preferred both name {values[0]!r}", obj=obj, field=preferred_field)
+    return TopologyConstraint(values[0], values[1], required_field, preferred_field)
+
+
+def resolve(spec: TopologySpec, constraint: TopologyConstraint, *, obj: str) -> tuple[int | None, int | None]:
+    """The indices of the required and preferred levels in ``spec`` (None where the constraint names none).
+
+    A name that is no level of the Topology raises :class:`InvalidObject` naming the job and the field.
+    """
+    found: list[int | None] = []
+    for ref, where in (
+        (constraint.required, constraint.required_field),
+        (constraint.preferred, constraint.preferred_field),
+    ):
+        if not ref:
+            found.append(None)
+            continue
+        level = spec.find_level(ref)
+        if level is None:
+            known = ", ".join(spec.level_label(i) for i in range(len(spec.levels)))
+            raise InvalidObject(
+                f"{ref!r} is not a level of topology {spec.name} (levels: {known})", obj=obj, field=where
+            )
+        found.append(level)
+    return found[0], found[1]
 
 
 def is_label_key(key: str) -> bool:
