@@ -19,6 +19,7 @@ node's domain id, as a numpy array a kernel can use. Invariants of a :class:`Dom
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -358,3 +359,29 @@ def _wider_name(wider: str, parent: int, wider_values: tuple[str, ...]) -> str:
 def _some(names: Sequence[str], shown: int = 3) -> str:
     text = ", ".join(names[:shown])
     return f"{text} and {len(names) - shown} more" if len(names) > shown else text
+
+
+# --- capacity of domains --------------------------------------------------------------------------------------
+
+
+def holds(free: Sequence[int], needs: Sequence[int]) -> bool:
+    """Whether pods needing ``needs`` whole GPUs each fit on nodes with ``free`` whole GPUs free, placed largest
+    first, each on the node it fits most tightly (best fit decreasing). A cheap test of a domain before a what-if:
+    when it says no, no placement exists; when it says yes, one does (for GPUs; CPU and memory are not checked)."""
+    left = sorted(int(f) for f in free if f > 0)
+    for need in sorted((int(n) for n in needs if n > 0), reverse=True):
+        at = bisect.bisect_left(left, need)
+        if at == len(left):
+            return False
+        rest = left.pop(at) - need
+        if rest:
+            bisect.insort(left, rest)
+    return True
+
+
+def domain_free(column: I64, free: I64) -> I64:
+    """The free whole GPUs of each domain of a level: ``column`` gives each node's domain (-1 outside), ``free``
+    each node's free whole GPUs (0 on nodes that cannot be used)."""
+    inside = column >= 0
+    size = int(column.max()) + 1 if inside.any() else 0
+    return np.bincount(column[inside], weights=free[inside], minlength=size).astype(np.int64)

@@ -262,6 +262,11 @@ class Cache:
         self._domains = index
         self._domain_ids = ids
 
+    @property
+    def gpu_topologies(self) -> Mapping[int, GpuTopology]:
+        """The known GPU topologies by node slot (nodes without an accepted annotation are not listed)."""
+        return self._gpu_topology
+
     def gpu_topology(self, slot: int) -> GpuTopology | None:
         """The node's GPU topology from its annotation; None without one (or with a refused one)."""
         return self._gpu_topology.get(slot)

@@ -360,19 +360,24 @@ class SchedulingLoop:
                 candidates.append(reclaim.Candidate(key, queue, priority, started, pods))
         return candidates
 
-    def _reclaim(self, item: QueueItem, pods: list[PodRequest], priority: int, obj: str) -> bool:
-        """Preempt borrowed work of other queues if that lets this job (within its queue's guarantee) fit."""
+    def _reclaim(
+        self, item: QueueItem, pods: list[PodRequest], priority: int, obj: str, required_level: int | None = None
+    ) -> bool:
+        """Preempt borrowed work of other queues if that lets this job (within its queue's guarantee) fit; a job
+        that requires one domain of ``required_level`` gets victims from one domain only."""
         if self.evictor is None:
             return False
         if not self.tenancy.within_guarantee(item.queue, requests_of(pods)):
             return False
-        victims = reclaim.find_victims(
-            self.scheduler,
-            pods,
-            priority=priority,
-            policy=self.tenancy.reclaim_policy(item.queue),
-            candidates=self._candidates(item.queue),
-        )
+        policy, candidates = self.tenancy.reclaim_policy(item.queue), self._candidates(item.queue)
+        if required_level is not None:
+            victims = reclaim.find_victims_in_domain(
+                self.scheduler, pods, level=required_level, priority=priority, policy=policy, candidates=candidates
+            )
+        else:
+            victims = reclaim.find_victims(
+                self.scheduler, pods, priority=priority, policy=policy, candidates=candidates
+            )
         if not victims:
             return False
         for victim in victims:
@@ -486,13 +491,16 @@ class SchedulingLoop:
         message = result.status.message
         timed_out = now - state.first_attempt >= group.schedule_timeout_s
         reason = "Unschedulable" if timed_out else "NotAllMembersFit"
+        if result.status.code == Code.UNRESOLVABLE and result.status.plugin == "topology":
+            reason = "InvalidTopology"
         state.set_condition("Scheduled", "False", reason, message, now)
         self.events.emit(obj=f"podgroup {key}", kind="Warning", reason="FailedScheduling", message=message)
         self._refresh_phase(state)
         if result.status.code == Code.ERROR:
             self.queue.requeue_error(item, message)
         else:
-            if not self._reclaim(item, members, group.priority, f"podgroup {key}"):
+            (required, _), problem = gang.resolve_levels(self.scheduler, group.topology, obj=f"podgroup {key}")
+            if problem is None and not self._reclaim(item, members, group.priority, f"podgroup {key}", required):
                 self._reserve(item, members)
             self.needs[item.key] = sum(p.gpu.count for p in members if p.gpu.whole)
             self.queue.requeue_unschedulable(item, message)
