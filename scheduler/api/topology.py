@@ -366,8 +366,9 @@ def _some(names: Sequence[str], shown: int = 3) -> str:
 
 def holds(free: Sequence[int], needs: Sequence[int]) -> bool:
     """Whether pods needing ``needs`` whole GPUs each fit on nodes with ``free`` whole GPUs free, placed largest
-    first, each on the node it fits most tightly (best fit decreasing). A cheap test of a domain before a what-if:
-    when it says no, no placement exists; when it says yes, one does (for GPUs; CPU and memory are not checked)."""
+    first, each on the node it fits most tightly (best fit decreasing). A cheap test of a domain before a what-if,
+    for GPUs only (CPU and memory are left to the what-if): a yes is always right; a no is exact when the sizes
+    divide one another (1, 2, 4, 8 GPUs), and otherwise may miss a packing, as any fast bin-packing test can."""
     left = sorted(int(f) for f in free if f > 0)
     for need in sorted((int(n) for n in needs if n > 0), reverse=True):
         at = bisect.bisect_left(left, need)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.api import topology
 from scheduler.api.errors import InvalidObject
@@ -91,3 +94,28 @@ def test_a_malformed_pod_annotation_is_refused() -> None:
     with pytest.raises(InvalidObject) as info:
         parse_pod(objects.pod("p", gpus=1, annotations={"gpusched.io/topology-preferred": "a b"}))
     assert info.value.field == "metadata.annotations[gpusched.io/topology-preferred]"
+
+
+def _brute_holds(free: list[int], needs: list[int]) -> bool:
+    if not needs:
+        return True
+    first, rest = needs[0], needs[1:]
+    for i, room in enumerate(free):
+        if room >= first and _brute_holds([*free[:i], room - first, *free[i + 1 :]], rest):
+            return True
+    return False
+
+
+@given(
+    st.lists(st.sampled_from([0, 1, 2, 3, 4, 5, 6, 7, 8]), max_size=5),
+    st.lists(st.sampled_from([1, 2, 4, 8]), max_size=6),
+)
+@settings(max_examples=300, deadline=None)
+def test_holds_is_exact_for_power_of_two_members(free: list[int], needs: list[int]) -> None:
+    assert topology.holds(free, needs) == _brute_holds(free, needs)
+
+
+def test_domain_free_sums_each_domains_free_gpus_and_skips_outside_nodes() -> None:
+    column = np.array([0, 0, 1, -1, 2], dtype=np.int64)
+    free = np.array([8, 3, 4, 8, 0], dtype=np.int64)
+    assert topology.domain_free(column, free).tolist() == [11, 4, 0]
