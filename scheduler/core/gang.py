@@ -182,6 +182,17 @@ def resolve_levels(
     return levels, None
 
 
+def member_context(scheduler: Scheduler, group: PodGroup, slots: Mapping[int, int]) -> dict[str, Any]:
+    """For a member placed after its gang (beyond ``minMember``, or after a bind failure): the domain of the
+    required level its placed members are in, so it joins them there. Empty without a required level."""
+    (required, _), problem = resolve_levels(scheduler, group.topology, obj=f"podgroup {group.key}")
+    if problem is not None or required is None or not slots:
+        return {}
+    column = _column(scheduler, required, scheduler.cache.arrays.slots)
+    domain = int(column[next(iter(slots))])
+    return {TOPOLOGY_SLOTS: column == domain} if domain >= 0 else {}
+
+
 def free_gpus(arrays: ClusterArrays, context: Mapping[str, Any] | None = None) -> tuple[Mask, npt.NDArray[np.int64]]:
     """The usable node slots (present, schedulable, not reserved for another job) and their free whole GPUs."""
     a = arrays

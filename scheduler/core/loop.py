@@ -518,7 +518,7 @@ class SchedulingLoop:
                 entry = self.scheduler.cache.pod(member)
                 if entry is not None:
                     slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
-            context = {GANG_SLOTS: slots}
+            context = {GANG_SLOTS: slots, **gang.member_context(self.scheduler, state.group, slots)}
         context = {**self._context(item.key), **(context or {})}
         over = self._over_ceiling(item.queue, [pod])
         if over:

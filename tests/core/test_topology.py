@@ -197,3 +197,27 @@ def test_no_preemption_when_no_single_rack_can_be_freed_enough() -> None:
         cluster.scheduler, _members("g", 2, 8), level=level, priority=10, policy="Any", candidates=candidates
     )
     assert victims == []
+
+
+def test_a_member_beyond_min_member_joins_its_gang_in_the_required_rack() -> None:
+    cluster = _cluster(
+        {"a1": ("b1", "ra"), "a2": ("b1", "ra"), "b1": ("b1", "rb"), "b2": ("b1", "rb")},
+        plugins=("fit", "gpu", {"name": "spread", "weight": 60}, "topology"),
+    )
+    clock, events = Clock(), Events()
+    queue = SchedulingQueue(clock=clock, initial_backoff_s=1.0, max_backoff_s=10.0, unschedulable_timeout_s=60.0)
+    loop = SchedulingLoop(cluster.scheduler, queue, clock=clock, events=events)
+    # Rack ra is half full, so the gang of two goes there (the tighter rack); its third member follows it, although
+    # the spread score alone sends it to an empty node of rack rb.
+    cluster.cache.upsert_pod(api_pod.parse_pod(objects.pod("busy", gpus=8, node_name="a1")))
+    loop.group_upsert(PodGroup("default", "g", min_member=2, topology=TopologyConstraint(required="rack")))
+    members = _members("g", 3, 2)
+    for pod in members[:2]:
+        loop.pod_pending(pod)
+    loop.run_until_idle()
+    first = {d.node for d in cluster.binder.decisions}
+    assert first == {"a2"}
+    loop.pod_pending(members[2])
+    loop.run_until_idle()
+    racks = _racks(cluster, [d.node for d in cluster.binder.decisions])
+    assert len(cluster.binder.decisions) == 3 and set(racks) == {"ra"}
