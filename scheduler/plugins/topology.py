@@ -44,8 +44,9 @@ class Topology:
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
-        #: (GPU topology, free GPUs as a bit mask, k) -> score: nodes of one hardware model share topologies.
-        self._memo: dict[tuple[int, int, int], float] = {}
+        #: (id of a GPU topology, free GPUs as a bit mask, k) -> (the topology, score): nodes of one hardware model
+        #: share scores. The topology is held so that its id cannot be reused by another while the entry lives.
+        self._memo: dict[tuple[int, int, int], tuple[GpuTopology, float]] = {}
 
     # --- pre-filter and filter ---------------------------------------------------------------------------------
 
@@ -102,8 +103,8 @@ class Topology:
         mask = int(np.dot(free.astype(np.int64), 1 << np.arange(free.shape[0], dtype=np.int64)))
         key = (id(topo), mask, k)
         found = self._memo.get(key)
-        if found is not None:
-            return found
+        if found is not None and found[0] is topo:
+            return found[1]
         pool = np.flatnonzero(free).tolist()
         if len(pool) < k:
             value = 0.0
@@ -119,7 +120,7 @@ class Topology:
                 value = 100.0 * (1.0 - (cost[0] / len(topo) if cost else 0.0))
         if len(self._memo) >= _MEMO_LIMIT:
             self._memo.clear()
-        self._memo[key] = value
+        self._memo[key] = (topo, value)
         return value
 
     def _domain_score(self, state: CycleState, nodes: I64, level: int) -> F64:
