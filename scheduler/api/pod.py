@@ -13,14 +13,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from scheduler.api import quantity, resources, selectors
+from scheduler.api import topology as api_topology
 from scheduler.api.errors import InvalidObject
 from scheduler.api.resources import NO_GPU, GpuRequest, ResourceList
+from scheduler.api.topology import NO_CONSTRAINT, TopologyConstraint
 
 SCHEDULER_NAME = "gpusched"
 ANNOTATION_GPU_MILLI = "gpusched.io/gpu-milli"
 ANNOTATION_GPU_MEMORY = "gpusched.io/gpu-memory"
 ANNOTATION_GPU_MODEL = "gpusched.io/gpu-model"
 ANNOTATION_GPU_IDS = "gpusched.io/gpu-ids"
+#: A plain pod's own topology constraint: a level of the Topology (its name or node label), as in a PodGroup's
+#: ``spec.topology``.
+ANNOTATION_TOPOLOGY_REQUIRED = "gpusched.io/topology-required"
+ANNOTATION_TOPOLOGY_PREFERRED = "gpusched.io/topology-preferred"
 LABEL_POD_GROUP = "gpusched.io/pod-group"
 LABEL_POD_GROUP_COMPAT = "scheduling.x-k8s.io/pod-group"
 LABEL_QUEUE = "gpusched.io/queue"
@@ -48,6 +54,8 @@ class PodRequest:
     tolerations: tuple[selectors.Toleration, ...] = ()
     #: GPU indices on ``node_name`` recorded by the ``gpusched.io/gpu-ids`` annotation, if any.
     gpu_ids: tuple[int, ...] = ()
+    #: The pod's own topology constraint, from the ``gpusched.io/topology-*`` annotations.
+    topology: TopologyConstraint = NO_CONSTRAINT
     created: float = 0.0
 
     @property
@@ -231,4 +239,11 @@ def parse_pod(raw: Mapping[str, object]) -> PodRequest:
         affinity=selectors.parse_node_affinity(spec, obj=obj),
         tolerations=selectors.parse_tolerations(spec.get("tolerations"), obj=obj),
         gpu_ids=_gpu_ids(annotations, obj=obj),
+        topology=api_topology.parse_constraint(
+            annotations.get(ANNOTATION_TOPOLOGY_REQUIRED),
+            annotations.get(ANNOTATION_TOPOLOGY_PREFERRED),
+            obj=obj,
+            required_field=f"metadata.annotations[{ANNOTATION_TOPOLOGY_REQUIRED}]",
+            preferred_field=f"metadata.annotations[{ANNOTATION_TOPOLOGY_PREFERRED}]",
+        ),
     )

@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from scheduler.api import resources
+from scheduler.api import resources, topology
 from scheduler.api.errors import InvalidObject
 from scheduler.api.resources import ResourceList
+from scheduler.api.topology import TopologyConstraint
+
+__all__ = ["PodGroup", "TopologyConstraint", "parse_podgroup"]
 
 GROUP = "scheduling.gpusched.io"
 VERSION = "v1alpha1"
@@ -20,15 +23,6 @@ PLURAL = "podgroups"
 DEFAULT_TIMEOUT_S = 600
 
 PHASES = ("Pending", "Scheduling", "Scheduled", "Running", "Unschedulable", "Failed")
-
-
-@dataclass(frozen=True, slots=True)
-class TopologyConstraint:
-    """Where the gang's members must (``required``) or should (``preferred``) share a domain: each a level name
-    from the Topology (e.g. ``nvidia.com/gpu.clique``), empty for none."""
-
-    required: str = ""
-    preferred: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +37,7 @@ class PodGroup:
     #: The value of ``priority_class_name``, resolved by whoever feeds the core (PriorityClass objects).
     priority: int = 0
     schedule_timeout_s: float = DEFAULT_TIMEOUT_S
-    topology: TopologyConstraint = TopologyConstraint()
+    topology: TopologyConstraint = topology.NO_CONSTRAINT
     created: float = 0.0
     uid: str = ""
 
@@ -81,10 +75,16 @@ def parse_podgroup(raw: Mapping[str, object], *, created: float = 0.0, priority:
     topology_raw = spec.get("topology") or {}
     if not isinstance(topology_raw, Mapping):
         raise InvalidObject("must be a map with required and/or preferred", obj=obj, field="spec.topology")
-    for key in ("required", "preferred"):
-        value = topology_raw.get(key, "")
-        if not isinstance(value, str):
-            raise InvalidObject(f"{value!r} is not a topology level name", obj=obj, field=f"spec.topology.{key}")
+    for key in topology_raw:
+        if key not in ("required", "preferred"):
+            raise InvalidObject("unknown key (expected required, preferred)", obj=obj, field=f"spec.topology.{key}")
+    constraint = topology.parse_constraint(
+        topology_raw.get("required"),
+        topology_raw.get("preferred"),
+        obj=obj,
+        required_field="spec.topology.required",
+        preferred_field="spec.topology.preferred",
+    )
     return PodGroup(
         namespace=namespace,
         name=name,
@@ -94,7 +94,7 @@ def parse_podgroup(raw: Mapping[str, object], *, created: float = 0.0, priority:
         priority_class_name=priority_class,
         priority=priority,
         schedule_timeout_s=float(timeout),
-        topology=TopologyConstraint(str(topology_raw.get("required", "")), str(topology_raw.get("preferred", ""))),
+        topology=constraint,
         created=created,
         uid=str(meta.get("uid") or ""),
     )

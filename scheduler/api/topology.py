@@ -19,9 +19,10 @@ node's domain id, as a numpy array a kernel can use. Invariants of a :class:`Dom
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -66,9 +67,75 @@ class TopologySpec:
                 return i
         return None
 
+    def level_label(self, level: int) -> str:
+        """How messages name a level: its short name if it has one, else its node label."""
+        if level < len(self.level_names) and self.level_names[level]:
+            return self.level_names[level]
+        return self.levels[level]
+
 
 #: What the scheduler uses when the cluster has no Topology.
 DEFAULT_TOPOLOGY = TopologySpec(name=NAME, levels=DEFAULT_LEVELS, level_names=("block", "rack", "clique", "host"))
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    """Where a job's pods must (``required``) or should (``preferred``) share a domain: each a level of the
+    Topology, by its ``name`` (``rack``) or its ``nodeLabel``; empty for none. The level is resolved against the
+    cluster's Topology when the job is scheduled (:func:`resolve`), since the Topology can change meanwhile."""
+
+    required: str = ""
+    preferred: str = ""
+    #: Where the two values came from, for error messages (a PodGroup's spec or a pod's annotations).
+    required_field: str = field(default="spec.topology.required", compare=False)
+    preferred_field: str = field(default="spec.topology.preferred", compare=False)
+
+    def __bool__(self) -> bool:
+        return bool(self.required or self.preferred)
+
+
+#: No constraint.
+NO_CONSTRAINT = TopologyConstraint()
+
+
+def parse_constraint(
+    required: object, preferred: object, *, obj: str, required_field: str, preferred_field: str
+) -> TopologyConstraint:
+    """Check the two level references' syntax (a label key or a level name); whether such a level exists is
+    checked against the Topology by :func:`resolve`."""
+    values = []
+    for value, where in ((required, required_field), (preferred, preferred_field)):
+        if value is None:
+            value = ""
+        if not isinstance(value, str) or (value and not is_label_key(value)):
+            raise InvalidObject(f"{value!r} is not a topology level name or node label", obj=obj, field=where)
+        values.append(value)
+    if values[0] and values[0] == values[1]:
+        raise InvalidObject(f"required and preferred both name {values[0]!r}", obj=obj, field=preferred_field)
+    return TopologyConstraint(values[0], values[1], required_field, preferred_field)
+
+
+def resolve(spec: TopologySpec, constraint: TopologyConstraint, *, obj: str) -> tuple[int | None, int | None]:
+    """The indices of the required and preferred levels in ``spec`` (None where the constraint names none).
+
+    A name that is no level of the Topology raises :class:`InvalidObject` naming the job and the field.
+    """
+    found: list[int | None] = []
+    for ref, where in (
+        (constraint.required, constraint.required_field),
+        (constraint.preferred, constraint.preferred_field),
+    ):
+        if not ref:
+            found.append(None)
+            continue
+        level = spec.find_level(ref)
+        if level is None:
+            known = ", ".join(spec.level_label(i) for i in range(len(spec.levels)))
+            raise InvalidObject(
+                f"{ref!r} is not a level of topology {spec.name} (levels: {known})", obj=obj, field=where
+            )
+        found.append(level)
+    return found[0], found[1]
 
 
 def is_label_key(key: str) -> bool:
@@ -292,3 +359,30 @@ def _wider_name(wider: str, parent: int, wider_values: tuple[str, ...]) -> str:
 def _some(names: Sequence[str], shown: int = 3) -> str:
     text = ", ".join(names[:shown])
     return f"{text} and {len(names) - shown} more" if len(names) > shown else text
+
+
+# --- capacity of domains --------------------------------------------------------------------------------------
+
+
+def holds(free: Sequence[int], needs: Sequence[int]) -> bool:
+    """Whether pods needing ``needs`` whole GPUs each fit on nodes with ``free`` whole GPUs free, placed largest
+    first, each on the node it fits most tightly (best fit decreasing). A cheap test of a domain before a what-if,
+    for GPUs only (CPU and memory are left to the what-if): a yes is always right; a no is exact when the sizes
+    divide one another (1, 2, 4, 8 GPUs), and otherwise may miss a packing, as any fast bin-packing test can."""
+    left = sorted(int(f) for f in free if f > 0)
+    for need in sorted((int(n) for n in needs if n > 0), reverse=True):
+        at = bisect.bisect_left(left, need)
+        if at == len(left):
+            return False
+        rest = left.pop(at) - need
+        if rest:
+            bisect.insort(left, rest)
+    return True
+
+
+def domain_free(column: I64, free: I64) -> I64:
+    """The free whole GPUs of each domain of a level: ``column`` gives each node's domain (-1 outside), ``free``
+    each node's free whole GPUs (0 on nodes that cannot be used)."""
+    inside = column >= 0
+    size = int(column.max()) + 1 if inside.any() else 0
+    return np.bincount(column[inside], weights=free[inside], minlength=size).astype(np.int64)

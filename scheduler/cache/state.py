@@ -7,6 +7,11 @@ the API server has seen them. A pod that is bound counts on its node whatever sc
 
 Invariants: a node's usage is the sum of what its bound and assumed pods take; a pod is counted on at most
 one node, once; a pod bound to a node the cache has not seen yet waits and is counted when the node arrives.
+
+Topology: :meth:`Cache.domain_ids` gives each node slot's domain id at each level of the cluster's Topology (-1:
+outside every domain of that level, or an empty slot), rebuilt when a node's labels or the Topology change;
+:meth:`Cache.gpu_topology` gives a node's GPU topology from its ``gpusched.io/gpu-topology`` annotation. A bad
+annotation is reported in :attr:`Cache.gpu_topology_problems` and the node's GPUs are treated as unknown.
 """
 
 from __future__ import annotations
@@ -18,8 +23,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.api import gputopo, resources
 from scheduler.api import node as api_node
-from scheduler.api import resources
+from scheduler.api import topology as api_topology
+from scheduler.api.errors import InvalidObject
+from scheduler.api.gputopo import GpuTopology
 from scheduler.api.pod import PodRequest
 from scheduler.api.selectors import Taint
 from scheduler.cache.arrays import ClusterArrays, Placement
@@ -27,6 +35,7 @@ from scheduler.cache.labels import LabelIndex
 from scheduler.kernels import layout
 
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
 
 _FIXED_COLUMNS = {
     resources.CPU: layout.CPU,
@@ -79,6 +88,13 @@ class Cache:
         self._pods: dict[str, PodEntry] = {}
         self._waiting: dict[str, dict[str, PodRequest]] = {}
         self._snapshot: Snapshot | None = None
+        self.topology: api_topology.TopologySpec = api_topology.DEFAULT_TOPOLOGY
+        self._domains: api_topology.DomainIndex | None = None
+        self._domain_ids: I64 = np.full((0, len(self.topology.levels)), -1, dtype=np.int64)
+        self._gpu_topology: dict[int, GpuTopology] = {}
+        #: Nodes whose ``gpusched.io/gpu-topology`` annotation was refused, by node name (their GPUs are treated
+        #: as unknown until it is fixed).
+        self.gpu_topology_problems: dict[str, InvalidObject] = {}
 
     # --- columns and models ------------------------------------------------------------------------------------
 
@@ -132,12 +148,16 @@ class Cache:
             self.names[slot] = info.name
             self._slot[info.name] = slot
             self.nodes[slot] = NodeEntry(info)
+            self._domains = None
         else:
             entry = self.nodes[slot]
             if _same_for_scheduling(entry.info, info):
                 entry.info = info
                 return slot
+            if entry.info.labels != info.labels:
+                self._domains = None
             entry.info = info
+        self._set_gpu_topology(slot, info)
         for name in info.allocatable:
             self.column(name)
         self.arrays.grow(gpus=info.gpus)
@@ -194,6 +214,9 @@ class Cache:
             if not pod_entry.assumed:
                 self._waiting.setdefault(name, {})[key] = pod_entry.pod
         self.names[slot] = None
+        self._domains = None
+        self._gpu_topology.pop(slot, None)
+        self.gpu_topology_problems.pop(name, None)
         self.labels.clear(slot)
         self.taints.pop(slot, None)
         a = self.arrays
@@ -204,6 +227,69 @@ class Cache:
         a.node_model[slot] = -1
         a.base_reason[slot] = layout.ABSENT
         self._free_slots.append(slot)
+
+    # --- topology ----------------------------------------------------------------------------------------------
+
+    def set_topology(self, spec: api_topology.TopologySpec) -> None:
+        """Take the cluster's Topology (``DEFAULT_TOPOLOGY`` when it has none); domain ids follow its levels."""
+        if spec != self.topology:
+            self.topology = spec
+            self._domains = None
+
+    def domains(self) -> api_topology.DomainIndex:
+        """The domain index of the present nodes, in slot order: its unlabelled nodes and problems are what to
+        report (the per-slot ids are :meth:`domain_ids`)."""
+        self._refresh_domains()
+        assert self._domains is not None
+        return self._domains
+
+    def domain_ids(self) -> I64:
+        """Node slots x Topology levels: each node's domain id at each level; -1 outside (no label) or no node."""
+        self._refresh_domains()
+        return self._domain_ids
+
+    def _refresh_domains(self) -> None:
+        if self._domains is not None and self._domain_ids.shape[0] == self.arrays.slots:
+            return
+        slots = sorted(self.nodes)
+        index = api_topology.domains(
+            self.topology.levels, [(self.nodes[slot].info.name, self.nodes[slot].info.labels) for slot in slots]
+        )
+        ids = np.full((self.arrays.slots, len(self.topology.levels)), -1, dtype=np.int64)
+        if slots:
+            ids[np.array(slots, dtype=np.int64)] = index.ids
+        ids.setflags(write=False)
+        self._domains = index
+        self._domain_ids = ids
+
+    @property
+    def gpu_topologies(self) -> Mapping[int, GpuTopology]:
+        """The known GPU topologies by node slot (nodes without an accepted annotation are not listed)."""
+        return self._gpu_topology
+
+    def gpu_topology(self, slot: int) -> GpuTopology | None:
+        """The node's GPU topology from its annotation; None without one (or with a refused one)."""
+        return self._gpu_topology.get(slot)
+
+    def _set_gpu_topology(self, slot: int, info: api_node.NodeInfo) -> None:
+        self._gpu_topology.pop(slot, None)
+        self.gpu_topology_problems.pop(info.name, None)
+        raw = info.annotations.get(gputopo.ANNOTATION)
+        if raw is None:
+            return
+        try:
+            topo = gputopo.parse_gpu_topology(raw, node=info.name)
+        except InvalidObject as problem:
+            self.gpu_topology_problems[info.name] = problem
+            return
+        if len(topo) != info.gpus:
+            self.gpu_topology_problems[info.name] = InvalidObject(
+                f"describes {len(topo)} GPUs but the node has {info.gpus}; its GPUs are treated as unknown",
+                obj=f"node {info.name}",
+                field=f"metadata.annotations[{gputopo.ANNOTATION}]",
+            )
+            return
+        self._gpu_topology[slot] = topo
 
     # --- pods --------------------------------------------------------------------------------------------------
 
@@ -364,6 +450,7 @@ def _same_for_scheduling(a: api_node.NodeInfo, b: api_node.NodeInfo) -> bool:
         and a.gpu_memory == b.gpu_memory
         and a.gpu_model == b.gpu_model
         and a.labels == b.labels
+        and a.annotations.get(gputopo.ANNOTATION) == b.annotations.get(gputopo.ANNOTATION)
         and a.taints == b.taints
         and a.unschedulable == b.unschedulable
     )

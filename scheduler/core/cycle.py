@@ -29,6 +29,7 @@ _REASONS = {
     layout.GPU_SHARE: "no GPU with enough free share",
     layout.GPU_MEMORY_SHORT: "Insufficient GPU memory",
     layout.RESERVED: "node(s) reserved for a waiting job",
+    layout.TOPOLOGY: "node(s) outside the job's topology domain",
 }
 
 

@@ -5,6 +5,18 @@ placements before it (and preferring the nodes the gang already uses, through th
 every one of them fits, all are assumed in the cache and handed to the binder; if any does not, the snapshot
 is rolled back and nothing is held. A gang never holds part of the cluster while it waits, so two gangs that
 each need more than half the cluster cannot deadlock: whichever is tried first with room runs.
+
+Topology (``PodGroup.spec.topology``, levels of the cluster's Topology): :func:`topology_plan` lists the node masks
+to try, in order, and the what-if runs inside each (the ``topology`` filter plugin keeps members in the mask)
+until one holds the whole gang:
+
+- ``required``: the domains of that level whose free GPUs can hold every member (best fit, largest member first),
+  the tightest first (fewest free GPUs left after the gang), to keep large domains for large jobs; inside each,
+  first as few sub-domains as possible (of the ``preferred`` level when it is narrower, else of the next level),
+  then the whole domain. No domain that can hold it: unschedulable, with the largest free domain and the nodes
+  outside every domain named. Never outside one domain.
+- ``preferred``: one domain of that level (the tightest first), then as few domains as possible (the ones with
+  most free GPUs first, the last one the tightest that completes the gang), then anywhere.
 """
 
 from __future__ import annotations
@@ -14,14 +26,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from scheduler.api import resources
+from scheduler.api import topology as api_topology
+from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
+from scheduler.api.topology import TopologyConstraint
+from scheduler.cache.arrays import ClusterArrays
 from scheduler.cache.state import Snapshot
 from scheduler.core.cycle import Diagnosis, Scheduler
-from scheduler.framework.interface import GANG_SLOTS, Code, Decision, Status
+from scheduler.framework.interface import GANG_SLOTS, RESERVED_SLOTS, TOPOLOGY_SLOTS, Code, Decision, Status
 from scheduler.kernels import layout
+
+Mask = npt.NDArray[np.bool_]
+#: Domains tried in full for one level, tightest first: beyond this the gang waits for the next cycle rather than
+#: spending a what-if on every domain of a large cluster.
+MAX_DOMAINS = 6
 
 
 @dataclass(slots=True)
@@ -98,11 +120,19 @@ def place_gang(
             Status(Code.UNSCHEDULABLE, f"not enough free in the cluster for minResources: {short}", "gang")
         )
     snapshot = scheduler.cache.snapshot()
-    token = snapshot.checkpoint()
-    try:
-        result = what_if(scheduler, snapshot, members, context)
-    finally:
-        snapshot.rollback(token)
+    masks, problem = topology_plan(scheduler, group.topology, members, context, obj=f"podgroup {group.key}")
+    if problem is not None:
+        return GangResult(problem)
+    result = GangResult(Status(Code.UNSCHEDULABLE, "no placement tried", "gang"))
+    for mask in masks:
+        token = snapshot.checkpoint()
+        try:
+            inside = {**(context or {}), TOPOLOGY_SLOTS: mask} if mask is not None else context
+            result = what_if(scheduler, snapshot, members, inside)
+        finally:
+            snapshot.rollback(token)
+        if result.status.ok:
+            break
     if not result.status.ok:
         return result
     for decision in result.decisions:
@@ -130,3 +160,155 @@ def what_if(
         taken[slot] = taken.get(slot, 0) + 1
         decisions.append(result.decision)
     return GangResult(Status.success(), decisions)
+
+
+# --- topology -------------------------------------------------------------------------------------------------
+
+
+def resolve_levels(
+    scheduler: Scheduler, constraint: TopologyConstraint, *, obj: str
+) -> tuple[tuple[int | None, int | None], Status | None]:
+    """The (required, preferred) levels of ``constraint`` in the cluster's Topology, or why they cannot be used:
+    a level the Topology lacks, or a profile without the ``topology`` plugin to keep pods in their domain."""
+    if not constraint:
+        return (None, None), None
+    try:
+        levels = api_topology.resolve(scheduler.cache.topology, constraint, obj=obj)
+    except InvalidObject as problem:
+        return (None, None), Status(Code.UNRESOLVABLE, str(problem), "topology")
+    if not any(getattr(f, "name", "") == "topology" for f in scheduler.framework.filters):
+        message = f"{obj}: the scheduler's profile has no topology plugin, so its topology constraint cannot be kept"
+        return (None, None), Status(Code.UNRESOLVABLE, message, "topology")
+    return levels, None
+
+
+def member_context(scheduler: Scheduler, group: PodGroup, slots: Mapping[int, int]) -> dict[str, Any]:
+    """For a member placed after its gang (beyond ``minMember``, or after a bind failure): the domain of the
+    required level its placed members are in, so it joins them there. Empty without a required level."""
+    (required, _), problem = resolve_levels(scheduler, group.topology, obj=f"podgroup {group.key}")
+    if problem is not None or required is None or not slots:
+        return {}
+    column = _column(scheduler, required, scheduler.cache.arrays.slots)
+    domain = int(column[next(iter(slots))])
+    return {TOPOLOGY_SLOTS: column == domain} if domain >= 0 else {}
+
+
+def free_gpus(arrays: ClusterArrays, context: Mapping[str, Any] | None = None) -> tuple[Mask, npt.NDArray[np.int64]]:
+    """The usable node slots (present, schedulable, not reserved for another job) and their free whole GPUs."""
+    a = arrays
+    usable = a.base_reason == layout.FIT
+    reserved = (context or {}).get(RESERVED_SLOTS)
+    if reserved is not None:
+        size = min(reserved.shape[0], usable.shape[0])
+        usable[:size] &= ~reserved[:size]
+    free = np.where(usable, (a.gpu_free >= layout.WHOLE).sum(axis=1), 0).astype(np.int64)
+    return usable, free
+
+
+def _column(scheduler: Scheduler, level: int, slots: int) -> npt.NDArray[np.int64]:
+    ids = scheduler.cache.domain_ids()
+    column = np.full(slots, -1, dtype=np.int64)
+    size = min(ids.shape[0], slots)
+    column[:size] = ids[:size, level]
+    return column
+
+
+def _holding(column: npt.NDArray[np.int64], within: Mask, free: npt.NDArray[np.int64], needs: list[int]) -> list[int]:
+    """The domains (inside ``within``) that can hold ``needs``, tightest first (fewest free GPUs left)."""
+    inside = np.where(within, column, -1)
+    totals = api_topology.domain_free(inside, free)
+    total = sum(needs)
+    found = []
+    for domain in np.flatnonzero(totals >= total).tolist():
+        if api_topology.holds(free[inside == domain].tolist(), needs):
+            found.append((int(totals[domain]) - total, domain))
+    return [domain for _, domain in sorted(found)]
+
+
+def _fewest(column: npt.NDArray[np.int64], within: Mask, free: npt.NDArray[np.int64], needs: list[int]) -> Mask | None:
+    """The nodes of as few domains as possible that together hold ``needs``: the domains with most free GPUs
+    first, then the last one swapped for the tightest that still completes the set. None if all of them cannot."""
+    inside = np.where(within, column, -1)
+    totals = api_topology.domain_free(inside, free)
+    order = [int(d) for d in np.argsort(-totals, kind="stable") if totals[d] > 0]
+    chosen: list[int] = []
+    for domain in order:
+        chosen.append(domain)
+        if api_topology.holds(free[np.isin(inside, chosen)].tolist(), needs):
+            break
+    else:
+        return None
+    if len(chosen) < 2:
+        return np.asarray(inside == chosen[0], dtype=bool)
+    rest = chosen[:-1]
+    for domain in sorted(order[len(rest) :], key=lambda d: (int(totals[d]), d)):
+        if api_topology.holds(free[np.isin(inside, [*rest, domain])].tolist(), needs):
+            return np.isin(inside, [*rest, domain])
+    return np.isin(inside, chosen)
+
+
+def _pack(column: npt.NDArray[np.int64], within: Mask, free: npt.NDArray[np.int64], needs: list[int]) -> list[Mask]:
+    """Masks that keep the job in one domain of a level (tightest first), then in as few as possible."""
+    masks = [(column == domain) & within for domain in _holding(column, within, free, needs)[:MAX_DOMAINS]]
+    if not masks:
+        few = _fewest(column, within, free, needs)
+        if few is not None:
+            masks.append(few & within)
+    return masks
+
+
+def topology_plan(
+    scheduler: Scheduler,
+    constraint: TopologyConstraint,
+    members: Sequence[PodRequest],
+    context: Mapping[str, Any] | None = None,
+    *,
+    obj: str,
+    arrays: ClusterArrays | None = None,
+) -> tuple[list[Mask | None], Status | None]:
+    """The node masks to place a job in, in the order to try them (None: anywhere), or why there are none.
+
+    Free GPUs are read from ``arrays`` (a what-if's snapshot), by default the cache's."""
+    (required, preferred), problem = resolve_levels(scheduler, constraint, obj=obj)
+    if problem is not None:
+        return [], problem
+    if required is None and preferred is None:
+        return [None], None
+    usable, free = free_gpus(arrays if arrays is not None else scheduler.cache.arrays, context)
+    needs = [p.gpu.count for p in members if p.gpu.whole]
+    levels = len(scheduler.cache.topology.levels)
+    if required is None:
+        assert preferred is not None
+        return [*_pack(_column(scheduler, preferred, usable.shape[0]), usable, free, needs), None], None
+    column = _column(scheduler, required, usable.shape[0])
+    domains = _holding(column, usable, free, needs)
+    if not domains:
+        return [], Status(Code.UNSCHEDULABLE, _none_holds(scheduler, required, column, free, needs), "topology")
+    inner = preferred if preferred is not None and preferred > required else required + 1
+    masks: list[Mask | None] = []
+    for domain in domains[:MAX_DOMAINS]:
+        whole = (column == domain) & usable
+        if inner < levels:
+            masks.extend(_pack(_column(scheduler, inner, usable.shape[0]), whole, free, needs))
+        masks.append(whole)
+    return masks, None
+
+
+def _none_holds(
+    scheduler: Scheduler, level: int, column: npt.NDArray[np.int64], free: npt.NDArray[np.int64], needs: list[int]
+) -> str:
+    name = scheduler.cache.topology.level_label(level)
+    totals = api_topology.domain_free(column, free)
+    largest = int(totals.max()) if totals.size else 0
+    present = scheduler.cache.arrays.base_reason != layout.ABSENT
+    outside = int((present & (column < 0)).sum())
+    message = f"no {name} can hold {sum(needs)} GPUs" if sum(needs) else f"no {name} can hold the gang"
+    if not totals.size:
+        message += f": no node is in any {name}"
+    else:
+        message += f": largest free {largest}"
+        if needs and largest >= sum(needs):
+            message += f", but not as {len(needs)} members of {'/'.join(str(n) for n in sorted(set(needs)))} GPUs"
+    if outside and totals.size:
+        message += f"; {outside} node{'s' if outside > 1 else ''} outside every {name}"
+    return message

@@ -364,22 +364,19 @@ class SchedulingLoop:
                 jobs.append(reclaim.Candidate(key, queue, priority, started, pods))
         return jobs
 
-    def _preempt(self, item: QueueItem, pods: list[PodRequest], priority: int, obj: str) -> bool:
+    def _preempt(
+        self, item: QueueItem, pods: list[PodRequest], priority: int, obj: str, required_level: int | None = None
+    ) -> bool:
         """Make room for a job that does not fit, least disruptive first: reclaim borrowed work of other queues
         (if the job stays within its queue's guarantee, per the queue's ``reclaim``), else preempt lower-priority
-        work of its own queue (per ``withinQueue``). True if victims were evicted."""
+        work of its own queue (per ``withinQueue``). A job that requires one domain of ``required_level`` gets
+        victims from one domain only, so the freed capacity is contiguous there. True if victims were evicted."""
         if self.evictor is None:
             return False
         jobs = self._running_jobs()
         if self.tenancy.within_guarantee(item.queue, requests_of(pods)):
             borrowers = [c for c in jobs if c.queue != item.queue and self.tenancy.borrowing(c.queue)]
-            victims = reclaim.find_victims(
-                self.scheduler,
-                pods,
-                priority=priority,
-                policy=self.tenancy.reclaim_policy(item.queue),
-                candidates=borrowers,
-            )
+            victims = self._victims(pods, priority, self.tenancy.reclaim_policy(item.queue), borrowers, required_level)
             if victims:
                 self._evict(victims, f"preempted to give queue {item.queue!r} its guarantee back ({obj})")
                 self.events.emit(
@@ -392,13 +389,7 @@ class SchedulingLoop:
         own = [c for c in jobs if c.queue == item.queue and c.priority < priority]
         if not own:
             return False
-        victims = reclaim.find_victims(
-            self.scheduler,
-            pods,
-            priority=priority,
-            policy=self.tenancy.within_queue_policy(item.queue),
-            candidates=own,
-        )
+        victims = self._victims(pods, priority, self.tenancy.within_queue_policy(item.queue), own, required_level)
         if not victims:
             return False
         self._evict(victims, f"preempted by higher-priority work of queue {item.queue!r} ({obj})")
@@ -409,6 +400,20 @@ class SchedulingLoop:
             message=f"preempting {len(victims)} lower-priority job(s) of queue {item.queue!r}",
         )
         return True
+
+    def _victims(
+        self,
+        pods: list[PodRequest],
+        priority: int,
+        policy: str,
+        candidates: list[reclaim.Candidate],
+        required_level: int | None,
+    ) -> list[reclaim.Candidate]:
+        if required_level is not None:
+            return reclaim.find_victims_in_domain(
+                self.scheduler, pods, level=required_level, priority=priority, policy=policy, candidates=candidates
+            )
+        return reclaim.find_victims(self.scheduler, pods, priority=priority, policy=policy, candidates=candidates)
 
     def _evict(self, victims: list[reclaim.Candidate], reason: str) -> None:
         assert self.evictor is not None
@@ -516,13 +521,16 @@ class SchedulingLoop:
         message = result.status.message
         timed_out = now - state.first_attempt >= group.schedule_timeout_s
         reason = "Unschedulable" if timed_out else "NotAllMembersFit"
+        if result.status.code == Code.UNRESOLVABLE and result.status.plugin == "topology":
+            reason = "InvalidTopology"
         state.set_condition("Scheduled", "False", reason, message, now)
         self.events.emit(obj=f"podgroup {key}", kind="Warning", reason="FailedScheduling", message=message)
         self._refresh_phase(state)
         if result.status.code == Code.ERROR:
             self.queue.requeue_error(item, message)
         else:
-            if not self._preempt(item, members, group.priority, f"podgroup {key}"):
+            (required, _), problem = gang.resolve_levels(self.scheduler, group.topology, obj=f"podgroup {key}")
+            if problem is None and not self._preempt(item, members, group.priority, f"podgroup {key}", required):
                 self._reserve(item, members)
             self.needs[item.key] = sum(p.gpu.count for p in members if p.gpu.whole)
             self.queue.requeue_unschedulable(item, message)
@@ -540,7 +548,7 @@ class SchedulingLoop:
                 entry = self.scheduler.cache.pod(member)
                 if entry is not None:
                     slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
-            context = {GANG_SLOTS: slots}
+            context = {GANG_SLOTS: slots, **gang.member_context(self.scheduler, state.group, slots)}
         context = {**self._context(item.key), **(context or {})}
         over = self._over_ceiling(item.queue, [pod])
         if over:

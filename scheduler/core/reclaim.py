@@ -5,16 +5,24 @@ jobs of queues above their guarantee. Victims are tried lowest priority first, y
 from a what-if of the snapshot until the waiting job fits there. Then every victim that turns out not to be
 needed is put back (so the set is small and cheap). If the job cannot fit even with every candidate gone,
 nothing is preempted. A gang is a victim as a whole: all its members, or none.
+
+A job whose topology requires one domain of a level (``find_victims_in_domain``) gets victims from one domain
+only, and the what-ifs place it inside that domain, so the capacity freed is contiguous where it will run; the
+domain needing the cheapest victims wins, and if no single domain can be freed enough, nothing is preempted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from scheduler.api.pod import PodRequest
 from scheduler.core import gang
 from scheduler.core.cycle import Scheduler
+from scheduler.framework.interface import TOPOLOGY_SLOTS
 from scheduler.kernels import layout
 
 NEVER = "Never"
@@ -39,8 +47,11 @@ def find_victims(
     priority: int,
     policy: str,
     candidates: Sequence[Candidate],
+    context: Mapping[str, Any] | None = None,
 ) -> list[Candidate]:
-    """The victims whose eviction lets ``job`` fit, or [] if there are none (or it would not help)."""
+    """The victims whose eviction lets ``job`` fit, or [] if there are none (or it would not help).
+
+    ``context`` is passed to the job's what-ifs (a domain mask keeps it inside one domain)."""
     if policy == NEVER:
         return []
     allowed = [c for c in candidates if policy != LOWER_PRIORITY or c.priority < priority]
@@ -64,7 +75,7 @@ def find_victims(
     def fits() -> bool:
         inner = snapshot.checkpoint()
         try:
-            return gang.what_if(scheduler, snapshot, job).status.ok
+            return gang.what_if(scheduler, snapshot, job, context).status.ok
         finally:
             snapshot.rollback(inner)
 
@@ -99,3 +110,56 @@ def find_victims(
         return chosen
     finally:
         snapshot.rollback(token)
+
+
+def find_victims_in_domain(
+    scheduler: Scheduler,
+    job: Sequence[PodRequest],
+    *,
+    level: int,
+    priority: int,
+    policy: str,
+    candidates: Sequence[Candidate],
+) -> list[Candidate]:
+    """Victims all inside one domain of ``level`` whose eviction lets ``job`` fit inside that domain, or [].
+
+    Every domain whose free GPUs plus its candidates' GPUs could hold the job is tried; the one whose victims
+    cost least (lowest top priority, then fewest GPUs, then fewest jobs) wins. A candidate with pods in two
+    domains is never a victim: evicting it would free capacity the job cannot use as a whole.
+    """
+    if policy == NEVER:
+        return []
+    cache = scheduler.cache
+    ids = cache.domain_ids()
+    column = np.full(cache.arrays.slots, -1, dtype=np.int64)
+    size = min(ids.shape[0], column.shape[0])
+    column[:size] = ids[:size, level]
+    usable, free = gang.free_gpus(cache.arrays)
+    needs = [p.gpu.count for p in job if p.gpu.whole]
+    by_domain: dict[int, list[Candidate]] = {}
+    for candidate in candidates:
+        domains = set()
+        for pod in candidate.pods:
+            entry = cache.pod(pod.key)
+            domains.add(int(column[entry.placement.slot]) if entry is not None else -1)
+        if len(domains) == 1 and (domain := domains.pop()) >= 0:
+            by_domain.setdefault(domain, []).append(candidate)
+    best: tuple[tuple[int, int, int], list[Candidate]] | None = None
+    for domain, local in sorted(by_domain.items()):
+        inside = (column == domain) & usable
+        freeable = sum(p.gpu.count for c in local for p in c.pods if p.gpu.whole)
+        if int(free[inside].sum()) + freeable < sum(needs):
+            continue
+        victims = find_victims(
+            scheduler, job, priority=priority, policy=policy, candidates=local, context={TOPOLOGY_SLOTS: inside}
+        )
+        if not victims:
+            continue
+        cost = (
+            max(v.priority for v in victims),
+            sum(p.gpu.count for v in victims for p in v.pods if p.gpu.whole),
+            len(victims),
+        )
+        if best is None or cost < best[0]:
+            best = (cost, victims)
+    return best[1] if best is not None else []

@@ -21,6 +21,7 @@ from scheduler.plugins import (
     resource_strategy,
     scarce_avoidance,
     spread,
+    topology,
 )
 
 Factory = Callable[[Mapping[str, Any]], Plugin]
@@ -40,4 +41,5 @@ PLUGINS: dict[str, Factory] = {
     "gpu_clustering": gpu_clustering.GpuClustering,
     "gang": gang.Gang,
     "reservation": reservation.Reservation,
+    "topology": topology.Topology,
 }

@@ -141,5 +141,8 @@ PluginArgs = Mapping[str, Any]
 GPU_IDS = "gpu_ids"
 #: During a gang's cycle: {slot: members already placed there in this cycle}.
 GANG_SLOTS = "gang.slots"
+#: During a cycle constrained by topology: the node slots (a boolean mask) of the domain(s) chosen for the job;
+#: the ``topology`` filter plugin keeps the pod inside them.
+TOPOLOGY_SLOTS = "topology.slots"
 #: Node slots held for a waiting job (a boolean mask); other jobs may not use them.
 RESERVED_SLOTS = "reserved.slots"

@@ -1,8 +1,11 @@
 """Reserve: choose the GPU devices on the chosen node.
 
-Whole GPUs go to the lowest-index fully free devices. A shared GPU goes to the device suggested by a score
-plugin (``device: hint``, e.g. FGD's least-fragmenting device), else the fitting device with the least free
-milli (``bestfit``: keeps emptier devices whole), the first fitting one (``first``) or a seeded random one.
+Whole GPUs go to the tightest set of fully free devices when the node's GPU topology is known (the
+``gpusched.io/gpu-topology`` annotation: all NVLink, then one PCIe switch, then one NUMA node, breaking as few
+fully free tight groups as possible; ``gputopo.tightest_set``), else to the lowest-index fully free devices.
+A shared GPU goes to the device suggested by a score plugin (``device: hint``, e.g. FGD's least-fragmenting
+device), else the fitting device with the least free milli (``bestfit``: keeps emptier devices whole), the first
+fitting one (``first``) or a seeded random one.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.api import gputopo
 from scheduler.framework import args as plugin_args
 from scheduler.framework.interface import GPU_IDS, Code, CycleState, Status
 
@@ -33,7 +37,12 @@ class Gpu:
             return Status.success()
         a = state.snapshot.arrays
         if gpu.whole:
-            ids = a.free_devices(slot, gpu.count, 1000.0)
+            topo = state.snapshot.cache.gpu_topology(slot)
+            if topo is None:
+                ids = a.free_devices(slot, gpu.count, 1000.0)
+            else:
+                free = a.free_devices(slot, len(topo), 1000.0)
+                ids = list(gputopo.tightest_set(topo, free, gpu.count)) if len(free) >= gpu.count else free
         else:
             ids = self._shared(state, slot)
         if len(ids) < gpu.count:

@@ -18,10 +18,12 @@ import numpy as np
 
 from scheduler.api import typical
 from scheduler.api.errors import InvalidObject
+from scheduler.api.node import NodeInfo
 from scheduler.sim import engine, gangs, metrics, policies, protocol, replay, report, synthetic, tenants, trace
+from scheduler.sim import topology as sim_topology
 from scheduler.sim.trace import NodeSpec, PodSpec
 
-SCENARIOS = ("gangs", "tenants")
+SCENARIOS = ("gangs", "tenants", "topology")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scenario",
         choices=SCENARIOS,
-        help="a built-in scenario instead of a placement comparison: gangs (distributed jobs), tenants (queues)",
+        help=(
+            "a built-in scenario instead of a placement comparison: gangs (distributed jobs), tenants (queues), "
+            "topology (gangs with required and preferred levels, with topology and with it ignored)"
+        ),
     )
     parser.add_argument(
         "--jobs",
@@ -256,7 +261,39 @@ def run_tenants(names: Sequence[str], seeds: Sequence[int], quiet: bool) -> dict
     return results
 
 
+def run_topology(
+    seeds: Sequence[int], quiet: bool, *, nodes: Sequence[NodeInfo] | None = None, jobs_per_seed: int = 400
+) -> dict[str, dict[str, Any]]:
+    """The same workloads with topology and with every constraint dropped, on a labelled cluster (by default
+    the built-in one)."""
+    nodes = nodes if nodes is not None else sim_topology.cluster()
+    config = policies.build("default", shapes=[], seed=0)
+    capacity = sum(n.gpus for n in nodes)
+    runs: dict[str, list[sim_topology.TopologyRun]] = {"topology": [], "ignored": []}
+    for seed in seeds:
+        jobs = sim_topology.generate(jobs_per_seed, cluster_gpus=capacity, seed=seed)
+        for name in runs:
+            runs[name].append(sim_topology.run(nodes, jobs, config, ignore=name == "ignored"))
+            if not quiet:
+                sys.stderr.write(f"{name} seed {seed:<8} done in {runs[name][-1].wall_s:.2f}s\n")
+    return {name: sim_topology.summary(r) for name, r in runs.items()}
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.scenario == "topology":
+        seeds = parse_seeds(args.seeds if args.seeds != "42-44" else "42")
+        started = time.perf_counter()
+        results = run_topology(seeds, args.quiet)
+        labelled = sim_topology.cluster()
+        print(
+            f"topology scenario: {len(labelled)} nodes (4 blocks x 4 racks x 2 cliques x 4 nodes x 8 GPUs), "
+            f"{len(sim_topology.generate(seed=seeds[0]))} jobs per seed, seeds {seeds[0]}-{seeds[-1]}"
+        )
+        print(sim_topology.table(results))
+        print(f"total {time.perf_counter() - started:.1f}s")
+        if args.json:
+            report.write_json(args.json, {"mode": "topology", "seeds": seeds, "results": results})
+        return 0
     if args.scenario == "tenants":
         names = policies.parse_names(args.policy if args.policy != ",".join(policies.POLICIES) else "default")
         seeds = parse_seeds(args.seeds)

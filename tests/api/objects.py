@@ -79,6 +79,7 @@ def node(
     labels: Mapping[str, str] | None = None,
     taints: list[dict[str, str]] | None = None,
     unschedulable: bool = False,
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A node with ``gpus`` devices; GPU memory (MiB) and model as NVIDIA's GPU feature discovery labels them."""
     all_labels = {"kubernetes.io/hostname": name, **(labels or {})}
@@ -93,7 +94,7 @@ def node(
     if unschedulable:
         spec["unschedulable"] = True
     return {
-        "metadata": {"name": name, "labels": all_labels},
+        "metadata": {"name": name, "labels": all_labels, "annotations": dict(annotations or {})},
         "spec": spec,
         "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
     }

@@ -1,0 +1,144 @@
+"""Topology: keep a job inside the domains chosen for it, and prefer nodes whose free GPUs form a tight set.
+
+Filter:
+
+- during a gang's cycle the core passes the slots of the domain it chose (``TOPOLOGY_SLOTS``); every other node
+  is marked ``layout.TOPOLOGY``;
+- a plain pod with the annotation ``gpusched.io/topology-required`` goes only to nodes inside some domain of that
+  level (a node without the level's label is outside every domain of it).
+
+Score (0..100, higher is better), summed over what applies, then halved when both apply:
+
+- a pod of whole GPUs on a node whose ``gpusched.io/gpu-topology`` is known: for 2+ GPUs, the tightness of the
+  best set the node offers (NVLink 100, one PCIe switch 67, one NUMA node 33, across NUMA nodes 0); for one GPU,
+  how little of the fully free tight groups it breaks (100 when it fits a group already broken). Nodes whose GPU
+  topology is unknown score 0;
+- a plain pod with a required or preferred level: nodes of the domain that it fits most tightly (fewest free GPUs
+  left after it) score highest, so that large domains stay free for large jobs; nodes outside score 0.
+
+Pre-filter: a plain pod naming a level the Topology does not have is unresolvable, with the annotation named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from scheduler.api import gputopo
+from scheduler.api import topology as api_topology
+from scheduler.api.errors import InvalidObject
+from scheduler.api.gputopo import GpuTopology
+from scheduler.framework import args as plugin_args
+from scheduler.framework.interface import F64, I8, I64, TOPOLOGY_SLOTS, Code, CycleState, Status
+from scheduler.kernels import layout
+
+#: The resolved (required, preferred) levels of a plain pod, kept in the cycle state by the pre-filter.
+LEVELS = "topology.levels"
+_MEMO_LIMIT = 100_000
+
+
+class Topology:
+    name = "topology"
+
+    def __init__(self, args: Mapping[str, Any]) -> None:
+        plugin_args.check_keys(self.name, args, ())
+        #: (id of a GPU topology, free GPUs as a bit mask, k) -> (the topology, score): nodes of one hardware model
+        #: share scores. The topology is held so that its id cannot be reused by another while the entry lives.
+        self._memo: dict[tuple[int, int, int], tuple[GpuTopology, float]] = {}
+
+    # --- pre-filter and filter ---------------------------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState) -> Status:
+        pod = state.pod
+        if not pod.topology or pod.pod_group:
+            return Status.success()
+        try:
+            levels = api_topology.resolve(state.snapshot.cache.topology, pod.topology, obj=f"pod {pod.key}")
+        except InvalidObject as problem:
+            return Status(Code.UNRESOLVABLE, str(problem), self.name)
+        state.data[LEVELS] = levels
+        return Status.success()
+
+    def filter(self, state: CycleState, reasons: I8) -> None:
+        chosen: np.ndarray | None = state.data.get(TOPOLOGY_SLOTS)
+        if chosen is not None:
+            size = min(chosen.shape[0], reasons.shape[0])
+            outside = np.ones(reasons.shape[0], dtype=bool)
+            outside[:size] = ~chosen[:size]
+            reasons[outside & (reasons == layout.FIT)] = layout.TOPOLOGY
+        levels: tuple[int | None, int | None] | None = state.data.get(LEVELS)
+        if levels is not None and levels[0] is not None:
+            ids = state.snapshot.cache.domain_ids()[:, levels[0]]
+            size = min(ids.shape[0], reasons.shape[0])
+            outside = np.ones(reasons.shape[0], dtype=bool)
+            outside[:size] = ids[:size] < 0
+            reasons[outside & (reasons == layout.FIT)] = layout.TOPOLOGY
+
+    # --- score -------------------------------------------------------------------------------------------------
+
+    def score(self, state: CycleState, nodes: I64, out: F64) -> None:
+        out[:] = 0.0
+        parts = 0
+        k = state.whole_k
+        known = state.snapshot.cache.gpu_topologies
+        if k and known:
+            a = state.snapshot.arrays
+            for i, slot in enumerate(nodes.tolist()):
+                topo = known.get(slot)
+                if topo is not None:
+                    out[i] = self._device_score(topo, a.gpu_free[slot, : len(topo)] >= layout.WHOLE, k)
+            parts += 1
+        levels: tuple[int | None, int | None] | None = state.data.get(LEVELS)
+        if levels is not None:
+            level = levels[0] if levels[0] is not None else levels[1]
+            if level is not None:
+                out += self._domain_score(state, nodes, level)
+                parts += 1
+        if parts > 1:
+            out /= parts
+
+    def _device_score(self, topo: GpuTopology, free: np.ndarray, k: int) -> float:
+        mask = int(np.dot(free.astype(np.int64), 1 << np.arange(free.shape[0], dtype=np.int64)))
+        key = (id(topo), mask, k)
+        found = self._memo.get(key)
+        if found is not None and found[0] is topo:
+            return found[1]
+        pool = np.flatnonzero(free).tolist()
+        if len(pool) < k:
+            value = 0.0
+        else:
+            chosen = gputopo.tightest_set(topo, pool, k)
+            if k > 1:
+                link = gputopo.set_tightness(topo, chosen).min_link
+                value = (
+                    100.0 * (link - int(gputopo.Link.SYSTEM)) / (int(gputopo.Link.NVLINK) - int(gputopo.Link.SYSTEM))
+                )
+            else:
+                cost = gputopo.fragmentation_cost(topo, pool, chosen)
+                value = 100.0 * (1.0 - (cost[0] / len(topo) if cost else 0.0))
+        if len(self._memo) >= _MEMO_LIMIT:
+            self._memo.clear()
+        self._memo[key] = (topo, value)
+        return value
+
+    def _domain_score(self, state: CycleState, nodes: I64, level: int) -> F64:
+        """Best fit over domains: the fewer free GPUs a domain keeps after the pod, the higher its nodes score."""
+        a = state.snapshot.arrays
+        ids = state.snapshot.cache.domain_ids()[:, level]
+        size = min(ids.shape[0], a.slots)
+        column = np.full(a.slots, -1, dtype=np.int64)
+        column[:size] = ids[:size]
+        usable = a.base_reason == layout.FIT
+        free = np.where(usable, (a.gpu_free >= layout.WHOLE).sum(axis=1), 0).astype(np.int64)
+        totals = api_topology.domain_free(column, free)
+        domain = column[nodes]
+        inside = domain >= 0
+        scores = np.zeros(nodes.shape[0])
+        if not inside.any():
+            return scores
+        left = totals[domain[inside]] - state.whole_k
+        most = max(int(totals.max()), 1)
+        scores[inside] = 100.0 * (1.0 - np.clip(left, 0, None) / most)
+        return scores

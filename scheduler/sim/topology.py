@@ -1,0 +1,341 @@
+"""The topology scenario: gangs with required and preferred levels on a labelled cluster, with and without topology.
+
+The cluster is built in blocks, racks and NVLink cliques (by default 4 blocks x 4 racks x 2 cliques x 4 nodes of
+8 GPUs, 1,024 GPUs), every node labelled as docs/topology.md says and annotated with an 8-GPU NVSwitch topology.
+The workload mixes gangs that require one clique, gangs that require one rack (and prefer one clique inside it),
+gangs that prefer one block, and plain pods of 1 to 8 GPUs, with Poisson arrivals and log-normal run times. The
+same workload runs twice through the same loop and profile: once as written, once with every topology constraint
+removed ("ignored"), so that the difference is what topology awareness does.
+
+Measured for each run: the share of gangs with a preferred level placed in one domain of it, the gangs whose
+members do not share one domain of their required level (must be 0 with topology), the mean number of fully free
+cliques over time (room for the next large job), and the GPU allocation over the arrival span.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler.api import gputopo, resources
+from scheduler.api import topology as api_topology
+from scheduler.api.node import MIB, NodeInfo
+from scheduler.api.pod import ANNOTATION_TOPOLOGY_PREFERRED, LABEL_POD_GROUP, PodRequest
+from scheduler.api.podgroup import PodGroup
+from scheduler.api.resources import GpuRequest
+from scheduler.api.topology import NO_CONSTRAINT, TopologyConstraint
+from scheduler.cache.state import Cache
+from scheduler.core.cycle import Scheduler
+from scheduler.core.framework import Framework
+from scheduler.core.loop import SchedulingLoop
+from scheduler.framework.interface import Decision
+from scheduler.framework.profile import ProfileConfig
+from scheduler.kernels import layout
+from scheduler.queue.scheduling import SchedulingQueue
+
+NAMESPACE = "topo"
+GPUS_PER_NODE = 8
+#: The levels of the built-in cluster, as the default Topology names them.
+BLOCK, RACK, CLIQUE = (api_topology.DEFAULT_TOPOLOGY.find_level(n) for n in ("block", "rack", "clique"))
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    name: str
+    workers: int
+    gpus_per_worker: int
+    arrival: float
+    duration: float
+    #: The job's constraint; a plain pod (``workers`` 1, ``gang`` False) carries it as annotations.
+    topology: TopologyConstraint = NO_CONSTRAINT
+    gang: bool = True
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+def nvswitch_annotation(gpus: int = GPUS_PER_NODE) -> str:
+    """An NVSwitch node: every GPU joined to every other by 18 NVLinks, half the GPUs on each NUMA node."""
+    half = gpus // 2
+    return gputopo.to_annotation(
+        gputopo.GpuTopology.of(
+            gputopo.Gpu(i, numa=i // half, nvlink=tuple((j, 18) for j in range(gpus) if j != i)) for i in range(gpus)
+        )
+    )
+
+
+def cluster(blocks: int = 4, racks: int = 4, cliques: int = 2, nodes: int = 4) -> list[NodeInfo]:
+    """Labelled nodes: ``blocks`` x ``racks`` per block x ``cliques`` per rack x ``nodes`` per clique."""
+    annotation = nvswitch_annotation()
+    out = []
+    for b, r, c, n in np.ndindex(blocks, racks, cliques, nodes):
+        name = f"b{b}-r{r}-c{c}-n{n}"
+        labels = {
+            api_topology.LABEL_BLOCK: f"b{b}",
+            api_topology.LABEL_RACK: f"b{b}-r{r}",
+            api_topology.LABEL_CLIQUE: f"b{b}-r{r}-c{c}",
+            api_topology.LABEL_HOSTNAME: name,
+        }
+        out.append(
+            NodeInfo(
+                name=name,
+                allocatable={resources.CPU: 128_000, resources.MEMORY: 1_048_576 * MIB, resources.PODS: 110},
+                gpus=GPUS_PER_NODE,
+                gpu_model="H100",
+                labels=labels,
+                annotations={gputopo.ANNOTATION: annotation},
+            )
+        )
+    return out
+
+
+#: (share of jobs, kind): the workload's mix.
+_KINDS = (
+    (0.30, "clique"),  # required clique: 2-4 workers of 8 GPUs, or 2-8 of 4
+    (0.20, "rack"),  # required rack, preferred clique: 4-8 workers of 8 GPUs
+    (0.15, "block"),  # preferred block: 8-24 workers of 8 GPUs
+    (0.35, "pod"),  # plain pods of 1, 2, 4 or 8 GPUs, preferring a clique (the fullest one that fits)
+)
+
+
+def generate(
+    jobs: int = 400, *, cluster_gpus: int = 1024, load: float = 1.2, mean_duration_s: float = 3600.0, seed: int = 0
+) -> list[Job]:
+    """Jobs whose GPU demand, at the arrival rate chosen, is ``load`` times what the cluster can run."""
+    rng = np.random.default_rng(seed)
+    kinds = rng.choice([k for _, k in _KINDS], size=jobs, p=[p for p, _ in _KINDS])
+    drafts: list[tuple[str, int, int, TopologyConstraint, bool]] = []
+    for kind in kinds.tolist():
+        if kind == "clique":
+            if rng.random() < 0.5:
+                drafts.append((kind, int(rng.integers(2, 5)), 8, TopologyConstraint(required="clique"), True))
+            else:
+                drafts.append((kind, int(rng.integers(2, 9)), 4, TopologyConstraint(required="clique"), True))
+        elif kind == "rack":
+            constraint = TopologyConstraint(required="rack", preferred="clique")
+            drafts.append((kind, int(rng.integers(4, 9)), 8, constraint, True))
+        elif kind == "block":
+            drafts.append((kind, int(rng.integers(8, 25)), 8, TopologyConstraint(preferred="block"), True))
+        else:
+            gpus = int(rng.choice([1, 2, 4, 8], p=[0.4, 0.3, 0.2, 0.1]))
+            drafts.append((kind, 1, gpus, TopologyConstraint(preferred="clique"), False))
+    sigma = 0.8
+    durations = rng.lognormal(math.log(mean_duration_s) - sigma**2 / 2, sigma, size=jobs)
+    gpu_seconds = float(sum(w * g * d for (_, w, g, _, _), d in zip(drafts, durations, strict=True)))
+    span = gpu_seconds / (load * cluster_gpus)
+    arrivals = np.sort(rng.uniform(0.0, span, size=jobs))
+    return [
+        Job(f"{kind}-{i:04d}", workers, gpus, float(a), float(d), constraint, is_gang)
+        for i, ((kind, workers, gpus, constraint, is_gang), a, d) in enumerate(
+            zip(drafts, arrivals, durations, strict=True)
+        )
+    ]
+
+
+def _pods(job: Job, *, constrained: bool) -> list[PodRequest]:
+    annotations: dict[str, str] = {}
+    if not job.gang and constrained and job.topology.preferred:
+        annotations = {ANNOTATION_TOPOLOGY_PREFERRED: job.topology.preferred}
+    return [
+        PodRequest(
+            namespace=NAMESPACE,
+            name=f"{job.name}-{w}" if job.gang else job.name,
+            resources={resources.CPU: 8_000 * job.gpus_per_worker, resources.MEMORY: 65_536 * MIB, resources.PODS: 1},
+            gpu=GpuRequest(count=job.gpus_per_worker, milli=1000),
+            labels={LABEL_POD_GROUP: job.name} if job.gang else {},
+            annotations=annotations,
+            topology=job.topology if constrained and not job.gang else NO_CONSTRAINT,
+            created=job.arrival,
+        )
+        for w in range(job.workers)
+    ]
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.count: dict[str, int] = {}
+
+    def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None:
+        self.count[reason] = self.count.get(reason, 0) + 1
+
+
+class _Binder:
+    def __init__(self) -> None:
+        self.bound: list[Decision] = []
+
+    def bind(self, decision: Decision) -> None:
+        self.bound.append(decision)
+
+
+@dataclass
+class TopologyRun:
+    #: Gangs with a preferred level placed in one domain of it, over those placed.
+    one_domain_share: float
+    #: Placed gangs whose members are not all in one domain of their required level.
+    required_violations: int
+    #: Cliques with every GPU free, averaged over the arrival span (time-weighted).
+    free_cliques_mean: float
+    #: GPUs allocated over the arrival span, percent of the cluster (time-weighted).
+    gpu_allocation: float
+    placed_jobs: int
+    waiting_jobs: int
+    wait_mean_s: float
+    cycles: int
+    wall_s: float
+    events: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def run(nodes: Sequence[NodeInfo], jobs: Sequence[Job], config: ProfileConfig, *, ignore: bool = False) -> TopologyRun:
+    """Run ``jobs`` on ``nodes``; with ``ignore`` every topology constraint is dropped (the metrics still judge
+    placements by the constraints as written)."""
+    clock_start = time.perf_counter()
+    now = 0.0
+    cache = Cache()
+    for info in nodes:
+        cache.upsert_node(info)
+    binder = _Binder()
+    scheduler = Scheduler(cache, Framework.build(config), binder)
+    queue = SchedulingQueue(clock=lambda: now)
+    log = _Events()
+    loop = SchedulingLoop(scheduler, queue, clock=lambda: now, events=log)
+    ids = cache.domain_ids()
+    clique_of = ids[:, CLIQUE] if CLIQUE is not None else np.full(cache.arrays.slots, -1, dtype=np.int64)
+    clique_gpus = np.bincount(clique_of[clique_of >= 0], weights=cache.arrays.gpu_count[clique_of >= 0])
+    capacity = float(sum(n.gpus for n in nodes))
+    by_name = {j.name: j for j in jobs}
+    pods = {j.name: _pods(j, constrained=not ignore) for j in jobs}
+    events: list[tuple[float, int, str]] = [(j.arrival, 1, j.name) for j in jobs]
+    heapq.heapify(events)
+    nodes_of: dict[str, list[int]] = {}
+    started: dict[str, float] = {}
+    running_gpus = 0.0
+    start = jobs[0].arrival if jobs else 0.0
+    end = max((j.arrival for j in jobs), default=0.0)
+    last = start
+    alloc_area = 0.0
+    free_clique_area = 0.0
+    cycles = 0
+
+    def free_cliques() -> int:
+        a = cache.arrays
+        whole = (a.gpu_free >= layout.WHOLE).sum(axis=1)
+        inside = clique_of >= 0
+        free = np.bincount(clique_of[inside], weights=whole[inside], minlength=clique_gpus.shape[0])
+        return int((free >= clique_gpus).sum())
+
+    def step() -> None:
+        nonlocal cycles, running_gpus
+        before = len(binder.bound)
+        cycles += loop.run_until_idle()
+        for decision in binder.bound[before:]:
+            cache.confirm(decision.pod.key)
+            loop.pod_placed(dataclasses.replace(decision.pod, node_name=decision.node, phase="Running"))
+            job_name = decision.pod.pod_group or decision.pod.name
+            slot = cache.slot_of(decision.node)
+            assert slot is not None
+            nodes_of.setdefault(job_name, []).append(slot)
+        for job_name, slots in nodes_of.items():
+            job = by_name[job_name]
+            if job_name not in started and len(slots) >= job.workers:
+                started[job_name] = now
+                running_gpus += job.gpus
+                heapq.heappush(events, (now + job.duration, 0, job_name))
+
+    while events or queue.next_wakeup() is not None:
+        wake = queue.next_wakeup()
+        if events and (wake is None or events[0][0] <= wake):
+            t, kind, name = heapq.heappop(events)
+        elif wake is not None:
+            t, kind, name = wake, 2, ""
+        else:
+            break
+        if t <= end:
+            alloc_area += running_gpus * (t - last)
+            free_clique_area += free_cliques() * (t - last)
+            last = t
+        now = max(now, t)
+        job = by_name.get(name)
+        if kind == 1 and job is not None:
+            if job.gang:
+                constraint = NO_CONSTRAINT if ignore else job.topology
+                group = PodGroup(NAMESPACE, job.name, min_member=job.workers, topology=constraint, created=job.arrival)
+                loop.group_upsert(group)
+            for pod in pods[name]:
+                loop.pod_pending(pod)
+        elif kind == 0 and job is not None:
+            for pod in pods[name]:
+                cache.remove_pod(pod.key)
+                loop.pod_gone(pod.key)
+            if job.gang:
+                loop.group_removed(f"{NAMESPACE}/{name}")
+            running_gpus -= job.gpus
+            loop.cluster_event("pod deleted")
+        step()
+        if not events and (len(started) == len(jobs) or running_gpus == 0):
+            # Everything ran, or what waits cannot fit even in the empty cluster: nothing will change.
+            break
+    preferred = [j for j in jobs if j.gang and j.topology.preferred and j.name in started]
+    in_one = sum(_domains(ids, nodes_of[j.name], j.topology.preferred) == 1 for j in preferred)
+    violations = sum(
+        _domains(ids, nodes_of[j.name], j.topology.required) != 1
+        for j in jobs
+        if j.gang and j.topology.required and j.name in started
+    )
+    waits = [started[j.name] - j.arrival for j in jobs if j.name in started]
+    span = max(end - start, 1e-9)
+    return TopologyRun(
+        one_domain_share=in_one / len(preferred) if preferred else math.nan,
+        required_violations=int(violations),
+        free_cliques_mean=free_clique_area / span,
+        gpu_allocation=100.0 * alloc_area / (span * capacity),
+        placed_jobs=len(started),
+        waiting_jobs=len(jobs) - len(started),
+        wait_mean_s=float(np.mean(waits)) if waits else math.nan,
+        cycles=cycles,
+        wall_s=time.perf_counter() - clock_start,
+        events=log.count,
+    )
+
+
+def _domains(ids: np.ndarray, slots: Sequence[int], level_name: str) -> int:
+    """How many domains of the level the slots span; a node outside every domain counts as a domain of its own."""
+    level = api_topology.DEFAULT_TOPOLOGY.find_level(level_name)
+    assert level is not None
+    column = ids[list(slots), level]
+    return len(set(column[column >= 0].tolist())) + int((column < 0).sum())
+
+
+def summary(runs: Sequence[TopologyRun]) -> dict[str, float]:
+    """The mean of each figure over the runs (violations are summed: any is one too many)."""
+    return {
+        "one_domain_share": float(np.mean([r.one_domain_share for r in runs])),
+        "required_violations": float(sum(r.required_violations for r in runs)),
+        "free_cliques_mean": float(np.mean([r.free_cliques_mean for r in runs])),
+        "gpu_allocation": float(np.mean([r.gpu_allocation for r in runs])),
+        "placed_jobs": float(np.mean([r.placed_jobs for r in runs])),
+        "waiting_jobs_at_end": float(np.mean([r.waiting_jobs for r in runs])),
+        "wait_mean_s": float(np.mean([r.wait_mean_s for r in runs])),
+        "wall_s": float(np.mean([r.wall_s for r in runs])),
+    }
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    head = (
+        f"{'run':<10}{'one-domain share':>18}{'required violations':>21}{'free cliques':>14}{'GPU alloc':>11}"
+        f"{'placed':>8}{'waiting':>9}{'wait mean s':>13}{'wall s':>8}"
+    )
+    lines = [head, "-" * len(head)]
+    for name, r in results.items():
+        lines.append(
+            f"{name:<10}{100 * r['one_domain_share']:>17.1f}%{r['required_violations']:>21.0f}"
+            f"{r['free_cliques_mean']:>14.2f}{r['gpu_allocation']:>10.2f}%{r['placed_jobs']:>8.0f}"
+            f"{r['waiting_jobs_at_end']:>9.0f}{r['wait_mean_s']:>13.0f}{r['wall_s']:>8.2f}"
+        )
+    return "\n".join(lines)

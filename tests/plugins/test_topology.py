@@ -1,0 +1,92 @@
+"""Device choice and node scoring on real GPU topologies (the nvidia-smi samples): a multi-GPU pod gets the
+tightest set on its node, a single GPU avoids breaking whole tight groups, and nodes where the request fits a
+tight set win; nodes without the annotation keep the lowest-index devices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from scheduler.api import gputopo
+from tests.api import objects
+from tests.core.harness import Cluster
+
+DATA = Path(__file__).resolve().parents[1] / "api" / "data" / "nvidia-smi"
+PROFILE = ("fit", "gpu", "topology")
+
+
+def _annotation(sample: str) -> str:
+    return gputopo.to_annotation(gputopo.from_nvidia_smi((DATA / sample).read_text()))
+
+
+def _node(name: str, sample: str | None, gpus: int) -> dict[str, Any]:
+    annotations = {gputopo.ANNOTATION: _annotation(sample)} if sample else {}
+    return objects.node(name, cpu="64", gpus=gpus, annotations=annotations)
+
+
+def _bound(name: str, node: str, ids: str) -> dict[str, Any]:
+    count = len(ids.split(","))
+    return objects.pod(name, gpus=count, node_name=node, annotations={"gpusched.io/gpu-ids": ids})
+
+
+def test_two_gpus_on_the_nvlink_pairs_node_take_a_pair() -> None:
+    topo = gputopo.from_nvidia_smi((DATA / "nvlink-pairs-4gpu.txt").read_text())
+    # Two 2-GPU pods: each gets a whole NVLink pair, never one GPU of each.
+    cluster = Cluster([_node("n", "nvlink-pairs-4gpu.txt", 4)], PROFILE)
+    _, ids = cluster.place(objects.pod("p", gpus=2))
+    assert topo.link[ids[0], ids[1]] == gputopo.Link.NVLINK
+    _, ids = cluster.place(objects.pod("q", gpus=2))
+    assert topo.link[ids[0], ids[1]] == gputopo.Link.NVLINK
+
+
+def test_a_single_gpu_leaves_the_free_nvlink_pair_whole() -> None:
+    topo = gputopo.from_nvidia_smi((DATA / "nvlink-pairs-4gpu.txt").read_text())
+    pair = next(g.gpus for g in topo.groups if g.link == gputopo.Link.NVLINK)
+    other = sorted(set(range(4)) - set(pair))
+    # One GPU of the other pair is busy: a one-GPU pod takes its partner, not half of the free pair.
+    cluster = Cluster([_node("n", "nvlink-pairs-4gpu.txt", 4)], PROFILE, bound=[_bound("busy", "n", str(other[0]))])
+    _, ids = cluster.place(objects.pod("p", gpus=1))
+    assert ids == (other[1],)
+
+
+def test_four_gpus_on_the_pcie_node_stay_on_one_numa_node() -> None:
+    topo = gputopo.from_nvidia_smi((DATA / "pcie-l40s-2numa.txt").read_text())
+    numa = [g.numa for g in topo.gpus]
+    cluster = Cluster([_node("n", "pcie-l40s-2numa.txt", 8)], PROFILE, bound=[_bound("busy", "n", "0")])
+    _, ids = cluster.place(objects.pod("p", gpus=4))
+    assert len({numa[i] for i in ids}) == 1 and numa[ids[0]] != numa[0]
+
+
+def test_single_gpus_on_the_nvswitch_node_fill_one_numa_node_first() -> None:
+    topo = gputopo.from_nvidia_smi((DATA / "hgx-h100-nvswitch.txt").read_text())
+    numa = [g.numa for g in topo.gpus]
+    cluster = Cluster([_node("n", "hgx-h100-nvswitch.txt", 8)], PROFILE)
+    taken = [cluster.place(objects.pod(f"p{i}", gpus=1))[1][0] for i in range(4)]
+    assert len({numa[i] for i in taken}) == 1
+
+
+def test_without_the_annotation_devices_are_the_lowest_free_ones() -> None:
+    cluster = Cluster([_node("n", None, 4)], PROFILE, bound=[_bound("busy", "n", "1")])
+    assert cluster.place(objects.pod("p", gpus=2))[1] == (0, 2)
+
+
+def test_a_multi_gpu_pod_prefers_the_node_where_it_fits_an_nvlink_pair() -> None:
+    # Node "a" (first by slot) has one GPU of each pair busy: 2 free GPUs joined only across sockets.
+    # Node "b" has a whole pair free. The pod goes to "b" and lands on NVLink.
+    topo = gputopo.from_nvidia_smi((DATA / "nvlink-pairs-4gpu.txt").read_text())
+    pairs = [g.gpus for g in topo.groups if g.link == gputopo.Link.NVLINK]
+    halves = f"{pairs[0][0]},{pairs[1][0]}"
+    cluster = Cluster(
+        [_node("a", "nvlink-pairs-4gpu.txt", 4), _node("b", "nvlink-pairs-4gpu.txt", 4)],
+        PROFILE,
+        bound=[_bound("x", "a", halves), _bound("y", "b", ",".join(str(g) for g in pairs[0]))],
+    )
+    node, ids = cluster.place(objects.pod("p", gpus=2))
+    assert node == "b" and topo.link[ids[0], ids[1]] == gputopo.Link.NVLINK
+    # Without the topology plugin the first node is taken, and its GPUs are loosely joined.
+    plain = Cluster(
+        [_node("a", "nvlink-pairs-4gpu.txt", 4), _node("b", "nvlink-pairs-4gpu.txt", 4)],
+        ("fit", "gpu"),
+        bound=[_bound("x", "a", halves), _bound("y", "b", ",".join(str(g) for g in pairs[0]))],
+    )
+    assert plain.place(objects.pod("p", gpus=2))[0] == "a"
