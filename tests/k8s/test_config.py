@@ -61,3 +61,8 @@ def test_errors_name_the_file_and_key(tmp_path: Path, text: str, field: str | No
         config.load(path)
     assert info.value.obj == f"config {path}"
     assert info.value.field == field
+
+
+def test_the_shipped_config_map_parses() -> None:
+    shipped = Path(__file__).resolve().parents[2] / "manifests" / "gpusched.yaml"
+    assert config.load(shipped) == config.load(None)
