@@ -392,6 +392,10 @@ class Operator:
         word, _, key = obj.partition(" ")
         if reason == "Scheduled" and word == "pod":
             self.metrics.schedule_attempts.labels("scheduled").inc()
+        elif reason == "Scheduled" and word == "podgroup" and key in self.loop.groups:
+            first = self.loop.groups[key].first_attempt
+            if first is not None:
+                self.metrics.gang_wait.observe(max(0.0, self.clock() - first))
         elif reason == "FailedScheduling":
             self.metrics.schedule_attempts.labels("unschedulable").inc()
         if not self.leading:

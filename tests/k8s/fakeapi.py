@@ -64,6 +64,9 @@ class FakeApiServer:
         #: Answers for PATCHes of pods/status and custom status, in order (then 200).
         self.status_answers: list[Canned] = []
         self.event_patch_answers: list[Canned] = []
+        #: Listed by GET /api/v1/nodes; custom objects by plural (served by the list and get endpoints).
+        self.nodes: list[dict[str, Any]] = []
+        self.custom: dict[str, list[dict[str, Any]]] = {}
         #: (namespace, name) -> the Lease as last written; ``lease_rv`` numbers its versions.
         self.leases: dict[tuple[str, str], dict[str, Any]] = {}
         self.lease_rv = 0
@@ -76,6 +79,10 @@ class FakeApiServer:
         app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self._binding)
         app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self._get_pod)
         app.router.add_delete("/api/v1/namespaces/{ns}/pods/{name}", self._delete_pod)
+        app.router.add_get("/api/v1/nodes", self._list_nodes)
+        app.router.add_get("/api/v1/pods", self._list_pods)
+        app.router.add_get("/apis/{group}/{version}/{plural}", self._list_custom)
+        app.router.add_get("/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}", self._get_custom)
         leases = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
         app.router.add_get(leases + "/{name}", self._get_lease)
         app.router.add_post(leases, self._create_lease)
@@ -131,6 +138,22 @@ class FakeApiServer:
         if pod is None:
             return web.json_response(status(404, "NotFound", "pods not found"), status=404)
         return web.json_response(pod)
+
+    async def _list_nodes(self, request: web.Request) -> web.Response:
+        return web.json_response({"items": self.nodes, "metadata": {}})
+
+    async def _list_pods(self, request: web.Request) -> web.Response:
+        return web.json_response({"items": list(self.pods.values()), "metadata": {}})
+
+    async def _list_custom(self, request: web.Request) -> web.Response:
+        return web.json_response({"items": self.custom.get(request.match_info["plural"], []), "metadata": {}})
+
+    async def _get_custom(self, request: web.Request) -> web.Response:
+        for item in self.custom.get(request.match_info["plural"], []):
+            meta = item["metadata"]
+            if (meta.get("namespace"), meta["name"]) == (request.match_info["ns"], request.match_info["name"]):
+                return web.json_response(item)
+        return web.json_response(status(404, "NotFound", "not found"), status=404)
 
     async def _delete_pod(self, request: web.Request) -> web.Response:
         await self._record(request)

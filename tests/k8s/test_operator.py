@@ -249,6 +249,7 @@ async def test_a_gang_is_bound_whole_and_its_status_written(fake: FakeApiServer,
     written = fake.requests("PATCH", "/podgroups/job/status")[-1].body["status"]
     assert written["phase"] == "Running"
     assert written["running"] == 3
+    assert "gpusched_gang_wait_seconds_count 1.0" in operator.metrics.exposition().decode()
 
 
 async def test_preemption_deletes_the_victim_with_its_uid(fake: FakeApiServer, operator: Operator) -> None:
