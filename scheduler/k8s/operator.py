@@ -167,6 +167,9 @@ class Operator:
         self.loop.queues_changed(list(self.queues.values()))
         for group in self.podgroups.values():
             self.loop.group_upsert(group)
+        for entry in list(self.cache.pods()):
+            if not entry.assumed:
+                self._placed(entry.pod)
         for pod in self.pending.values():
             self.loop.pod_pending(pod)
         self.ready = True
@@ -211,7 +214,7 @@ class Operator:
             if pod.scheduler_name == api_pod.SCHEDULER_NAME:
                 self._charge_running(pod)
             if self.ready:
-                self.loop.pod_placed(pod)
+                self._placed(pod)
             return
         if pod.scheduler_name != api_pod.SCHEDULER_NAME:
             self.cache.upsert_pod(pod)
@@ -499,6 +502,17 @@ class Operator:
                 self._wake.set()
         elif self.loop.tenancy.release(key):
             self._resort = True
+
+    def _placed(self, pod: PodRequest) -> None:
+        """Tell the loop a pod is on a node; a gang member the loop never saw pending (it was placed before a
+        restart) is first made known as a member, so its group counts it instead of waiting for it."""
+        if pod.scheduler_name != api_pod.SCHEDULER_NAME:
+            return
+        if pod.pod_group and pod.key not in self.loop.member_of:
+            group = f"{pod.namespace}/{pod.pod_group}"
+            if group in self.loop.groups:
+                self.loop.member_of[pod.key] = group
+        self.loop.pod_placed(pod)
 
     def _charge_running(self, pod: PodRequest) -> None:
         """Count a running pod of ours against its queue (after a restart the loop did not place it)."""

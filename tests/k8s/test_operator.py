@@ -259,3 +259,17 @@ async def test_preemption_deletes_the_victim_with_its_uid(fake: FakeApiServer, o
     await eventually(lambda: bool(fake.requests("DELETE", "/pods/victim")))
     assert fake.requests("DELETE", "/pods/victim")[0].body == {"preconditions": {"uid": "uid-victim"}}
     assert "gpusched_preemptions_total 1.0" in operator.metrics.exposition().decode()
+
+
+async def test_after_a_restart_a_running_gang_stays_running(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0", gpus=8))
+    for i in range(2):
+        operator.pod_event(pod(f"job-{i}", 2, node_name="gpu-0", labels={"gpusched.io/pod-group": "job"}))
+    operator.podgroup_event(podgroup("job", 2))
+    operator.listed()
+    operator.publish_status()
+    await flushed(operator)
+    written = fake.requests("PATCH", "/podgroups/job/status")[-1].body["status"]
+    assert (written["phase"], written["scheduled"], written["running"]) == ("Running", 2, 2)
+    assert bound(fake) == {}
