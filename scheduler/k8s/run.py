@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import socket
+import time
 from typing import Any
 
 import kopf
@@ -22,7 +23,7 @@ from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import handlers, health, logs
 from scheduler.k8s.leader import LeaderElector
-from scheduler.k8s.operator import Operator
+from scheduler.k8s.operator import Operator, warm_kernels
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +58,9 @@ async def serve(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> 
         timeout=config.binding.timeout_s,
         connections=config.binding.concurrency + 16,
     )
+    started = time.monotonic()
+    placed = await asyncio.to_thread(warm_kernels, config)
+    log.info("kernels ready", seconds=round(time.monotonic() - started, 2), placed=placed)
     client = await k8s_client.connect(client_settings)
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
     operator = Operator(client, config, identity=identity)

@@ -16,6 +16,7 @@ import pytest
 from scheduler.api import pod as api_pod
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
+from scheduler.k8s import operator as operator_module
 from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
 
@@ -273,3 +274,8 @@ async def test_after_a_restart_a_running_gang_stays_running(fake: FakeApiServer,
     written = fake.requests("PATCH", "/podgroups/job/status")[-1].body["status"]
     assert (written["phase"], written["scheduled"], written["running"]) == ("Running", 2, 2)
     assert bound(fake) == {}
+
+
+def test_kernels_are_warmed_on_a_private_cluster() -> None:
+    # Both a whole-GPU and a shared-GPU pod are placed: every kernel of the profile has run once.
+    assert operator_module.warm_kernels(k8s_config.parse({})) == 2
