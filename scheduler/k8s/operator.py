@@ -54,6 +54,9 @@ from scheduler.queue.scheduling import SchedulingQueue
 
 log = structlog.get_logger(__name__)
 
+#: The listings readiness waits for: the informers' (nodes, pods) and kopf's (PodGroups and Queues, see
+#: ``scheduler.k8s.handlers``).
+LISTINGS = frozenset({"nodes", "pods", "custom resources"})
 #: Seconds between writes of PodGroup and Queue status (per object; unchanged values are not written).
 STATUS_INTERVAL_S = 2.0
 #: Seconds between additions to the queues' usage history.
@@ -101,8 +104,9 @@ class Operator:
         self.group_status = k8s_status.CustomStatusWriter(client, k8s_status.PODGROUPS, settings=status_settings)
         self.queue_status = k8s_status.CustomStatusWriter(client, k8s_status.QUEUES, settings=status_settings)
         self.binder: Binder | None = None
-        #: Whether the first full listing is in (readiness).
+        #: Whether the first full listing is in (readiness), and which of :data:`LISTINGS` are.
         self.ready = False
+        self._listed: set[str] = set()
         #: Whether this replica holds the lease (only then it decides and writes).
         self.leading = False
         #: Pods of ours waiting for a node, by key.
@@ -159,6 +163,16 @@ class Operator:
         self._wake.set()
 
     # --- inputs: the watches -----------------------------------------------------------------------------------
+
+    def part_listed(self, part: str) -> None:
+        """One of :data:`LISTINGS` has delivered its first full listing; the last one makes the cache ready."""
+        self._listed.add(part)
+        if self._listed >= LISTINGS:
+            self.listed()
+
+    def held_pods(self) -> set[str]:
+        """Keys of the pods the operator holds (pending, or counted on a node): what a relist reconciles."""
+        return set(self.pending) | {entry.pod.key for entry in self.cache.pods()}
 
     def listed(self) -> None:
         """The first full listing of nodes, pods, PodGroups and Queues has been delivered: let the loop in."""

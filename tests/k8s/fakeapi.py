@@ -67,6 +67,9 @@ class FakeApiServer:
         #: Listed by GET /api/v1/nodes; custom objects by plural (served by the list and get endpoints).
         self.nodes: list[dict[str, Any]] = []
         self.custom: dict[str, list[dict[str, Any]]] = {}
+        #: What a pod watch streams, in order: (type, object); ("ERROR", 410) ends it with 410 Gone.
+        self.pod_watch: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.list_rv = 100
         #: (namespace, name) -> the Lease as last written; ``lease_rv`` numbers its versions.
         self.leases: dict[tuple[str, str], dict[str, Any]] = {}
         self.lease_rv = 0
@@ -142,8 +145,30 @@ class FakeApiServer:
     async def _list_nodes(self, request: web.Request) -> web.Response:
         return web.json_response({"items": self.nodes, "metadata": {}})
 
-    async def _list_pods(self, request: web.Request) -> web.Response:
-        return web.json_response({"items": list(self.pods.values()), "metadata": {}})
+    async def _list_pods(self, request: web.Request) -> web.StreamResponse:
+        """Pages by ``limit``/``continue`` (the token is an offset); ``watch=true`` streams :attr:`pod_watch`."""
+        await self._record(request)
+        if request.query.get("watch") in ("true", "1", "True"):
+            return await self._watch_pods(request)
+        items = list(self.pods.values())
+        start = int(request.query.get("continue") or 0)
+        limit = int(request.query.get("limit") or len(items) or 1)
+        page = items[start : start + limit]
+        meta: dict[str, Any] = {"resourceVersion": str(self.list_rv)}
+        if start + limit < len(items):
+            meta["continue"] = str(start + limit)
+        return web.json_response({"items": page, "metadata": meta})
+
+    async def _watch_pods(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        while True:
+            kind, obj = await self.pod_watch.get()
+            if kind == "ERROR":
+                obj = {"kind": "Status", "code": obj, "message": "too old resource version"}
+            await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+            if kind == "ERROR":
+                return response
 
     async def _list_custom(self, request: web.Request) -> web.Response:
         return web.json_response({"items": self.custom.get(request.match_info["plural"], []), "metadata": {}})
