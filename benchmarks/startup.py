@@ -145,7 +145,11 @@ def main() -> int:
             left = cluster.request("GET", "/api/v1/pods?fieldSelector=status.phase!=Running&limit=1")
             waiting = len(left["items"]) + int(left["metadata"].get("remainingItemCount") or 0)
             print(f"{waiting} pods not Running yet after {time.monotonic() - started:.1f}s")
-        cluster.request("POST", "/api/v1/namespaces/default/pods", _pod("first", gpus=2, scheduler="gpusched"))
+        first = _pod("first", gpus=2, scheduler="gpusched")
+        if not args.kwok:
+            # The API server taints new nodes not-ready; without kwok nothing makes them Ready.
+            first["spec"]["tolerations"] = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]
+        cluster.request("POST", "/api/v1/namespaces/default/pods", first)
 
         health = free_port()
         log = open(args.log, "w") if args.log else tempfile.TemporaryFile("w")  # noqa: SIM115
