@@ -9,8 +9,9 @@ hundreds of objects) stay with kopf (``scheduler.k8s.handlers``).
 
 :class:`Informer` does what client-go's reflector does, on the shared :class:`Client`:
 
-- list in pages (``limit``/``continue``), feed every object, then report as deleted every key the operator
-  holds that the listing no longer has (after a relist), and set :attr:`listed`;
+- list in pages (``limit``/``continue``; the first listing from the watch cache), feed every object, then
+  report as deleted every key the operator holds that the listing no longer has (after a relist), and set
+  :attr:`listed`;
 - watch from the listing's ``resourceVersion`` with bookmarks, feeding ADDED/MODIFIED/DELETED; on a closed
   stream or a lost connection watch again from the last version seen; on ``410 Gone`` list again.
 
@@ -94,6 +95,10 @@ class Informer:
             kwargs: dict[str, Any] = {"limit": self.page}
             if token:
                 kwargs["_continue"] = token
+            elif not self.stats["lists"]:
+                # The first listing may come from the API server's watch cache, as client-go's reflectors
+                # ask: no etcd read, far faster with 10,000 pods; the watch then catches up from its version.
+                kwargs["resource_version"] = "0"
             answer = await self.client.call(self._list, **kwargs)
             if answer.status == 410:
                 token = ""  # the continue token expired: start over
