@@ -215,7 +215,6 @@ class Operator:
                 self.pending.pop(key, None)
                 self.queue.remove(key)
             return
-        pod = replace(pod, created=_timestamp(meta.get("creationTimestamp")))
         self.uids[f"pod {key}"] = pod.uid
         if pod.terminal:
             self._pod_gone(key)
@@ -238,6 +237,8 @@ class Operator:
         self.cache.upsert_pod(pod)
         if self.cache.pod(key) is not None:
             return  # handed to the binder: the watch will show it on its node
+        # Only a pending pod's age matters (queue order); bound pods, by the thousand at start-up, skip this copy.
+        pod = replace(pod, created=_timestamp(meta.get("creationTimestamp")))
         if self.pending.get(key) == pod:
             return  # a status-only change (our own condition, for one): nothing to reconsider
         self.pending[key] = pod
