@@ -60,8 +60,11 @@ async def serve(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> 
         timeout=config.binding.timeout_s,
         connections=config.binding.concurrency + 16,
     )
-    # The kernels compile (or load) in a thread while the listings come in; no cycle runs before they are ready.
-    kernels = asyncio.create_task(_warm(config))
+    # Before anything else: in a thread, so that the process answers signals meanwhile. Not overlapped with the
+    # listings: both hold the GIL, and overlapping made the start slower (docs/operator.md).
+    started = time.monotonic()
+    placed = await asyncio.to_thread(warm_kernels, config)
+    log.info("kernels ready", seconds=round(time.monotonic() - started, 2), placed=placed)
     client = await k8s_client.connect(client_settings)
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
     operator = Operator(client, config, identity=identity)
@@ -76,7 +79,7 @@ async def serve(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> 
 
     kopf_stop = asyncio.Event()
     tasks: dict[str, asyncio.Task[Any]] = {
-        "scheduling": asyncio.create_task(_schedule(kernels, operator), name="gpusched scheduling"),
+        "scheduling": asyncio.create_task(operator.run(), name="gpusched scheduling"),
         "watches": asyncio.create_task(
             kopf.operator(
                 registry=handlers.registry(operator, client_settings),
@@ -140,14 +143,3 @@ async def serve(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> 
     await operator.close()
     await servers.close()
     await client.close()
-
-
-async def _warm(config: k8s_config.OperatorConfig) -> None:
-    started = time.monotonic()
-    placed = await asyncio.to_thread(warm_kernels, config)
-    log.info("kernels ready", seconds=round(time.monotonic() - started, 2), placed=placed)
-
-
-async def _schedule(kernels: asyncio.Task[None], operator: Operator) -> None:
-    await kernels
-    await operator.run()
