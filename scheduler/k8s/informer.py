@@ -9,7 +9,8 @@ hundreds of objects) stay with kopf (``scheduler.k8s.handlers``).
 
 :class:`Informer` does what client-go's reflector does, on the shared :class:`Client`:
 
-- list in pages (``limit``/``continue``; the first listing from the watch cache), feed every object, then
+- list in pages (``limit``/``continue``), feed every object (yielding to the event loop every
+  :data:`FEED_CHUNK` objects, so the lease is renewed and probes answered while 10,000 pods are read), then
   report as deleted every key the operator holds that the listing no longer has (after a relist), and set
   :attr:`listed`;
 - watch from the listing's ``resourceVersion`` with bookmarks, feeding ADDED/MODIFIED/DELETED; on a closed
@@ -33,6 +34,8 @@ from scheduler.k8s.client import Client
 
 log = structlog.get_logger(__name__)
 
+#: Objects fed between two yields to the event loop while listing.
+FEED_CHUNK = 100
 #: ``on_event(body, deleted)``: the Operator's ``pod_event``/``node_event`` shape.
 OnEvent = Callable[..., None]
 
@@ -95,10 +98,6 @@ class Informer:
             kwargs: dict[str, Any] = {"limit": self.page}
             if token:
                 kwargs["_continue"] = token
-            elif not self.stats["lists"]:
-                # The first listing may come from the API server's watch cache, as client-go's reflectors
-                # ask: no etcd read, far faster with 10,000 pods; the watch then catches up from its version.
-                kwargs["resource_version"] = "0"
             answer = await self.client.call(self._list, **kwargs)
             if answer.status == 410:
                 token = ""  # the continue token expired: start over
@@ -106,10 +105,12 @@ class Informer:
                 continue
             if not answer.ok:
                 raise aiohttp.ClientError(f"listing {self.kind} failed: HTTP {answer.status} {answer.message}")
-            for item in answer.body.get("items") or []:
+            for i, item in enumerate(answer.body.get("items") or []):
                 if isinstance(item, Mapping):
                     seen.add(_key(item))
                     self._on_event(item)
+                if i % FEED_CHUNK == FEED_CHUNK - 1:
+                    await asyncio.sleep(0)
             meta = answer.body.get("metadata") or {}
             token = str(meta.get("continue") or "")
             await asyncio.sleep(0)
