@@ -87,20 +87,41 @@ def min_resources_short(scheduler: Scheduler, group: PodGroup) -> str:
     return ", ".join(short)
 
 
+def whole_gpus_short(free_per_node: npt.NDArray[np.int64], needs: Sequence[int]) -> str:
+    """Why members needing ``needs`` whole GPUs each cannot fit on nodes with ``free_per_node`` free, or "".
+
+    A necessary condition, exact when all members are the same size: for every size ``c`` asked for, the members
+    needing ``c`` or more fit only if the nodes hold that many disjoint groups of ``c`` free GPUs, i.e.
+    ``sum over nodes of floor(free / c)`` (each such member takes at least one group on its node).
+    """
+    if not needs:
+        return ""
+    total = sum(needs)
+    free_whole = int(free_per_node.sum())
+    if total > free_whole:
+        return f"the job needs {total} whole GPUs and the cluster has {free_whole} free"
+    wanted = sorted(needs, reverse=True)
+    for size in sorted(set(wanted), reverse=True):
+        members = sum(1 for n in wanted if n >= size)
+        groups = int((free_per_node // size).sum())
+        if groups < members:
+            return (
+                f"{members} member(s) need {size}+ whole GPUs on one node and the nodes have room for {groups} "
+                f"such group(s)"
+            )
+    return ""
+
+
 def gpus_short(scheduler: Scheduler, members: Sequence[PodRequest]) -> str:
-    """A necessary condition, cheap to check before a full what-if: enough free GPUs in the whole cluster."""
+    """A necessary condition, cheap to check before a full what-if: enough free GPUs, on enough nodes."""
     a = scheduler.cache.arrays
     present = a.base_reason == layout.FIT
     whole = sum(p.gpu.count for p in members if p.gpu.whole)
     shared = sum(p.gpu.milli for p in members if p.gpu.shared)
     free_per_node = (a.gpu_free[present] >= layout.WHOLE).sum(axis=1)
-    free_whole = int(free_per_node.sum())
-    if whole > free_whole:
-        return f"the gang needs {whole} whole GPUs and the cluster has {free_whole} free"
-    largest = max((p.gpu.count for p in members if p.gpu.whole), default=0)
-    most = int(free_per_node.max()) if free_per_node.size else 0
-    if largest > most:
-        return f"a member needs {largest} whole GPUs on one node and no node has more than {most} free"
+    short = whole_gpus_short(free_per_node, [p.gpu.count for p in members if p.gpu.whole])
+    if short:
+        return short
     free_milli = float(a.gpu_free[present].clip(min=0.0).sum())
     if whole * layout.WHOLE + shared > free_milli:
         return f"the gang needs {whole * 1000 + shared} GPU-milli and the cluster has {free_milli:g} free"

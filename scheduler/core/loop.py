@@ -106,6 +106,7 @@ class SchedulingLoop:
         tenancy: Tenancy | None = None,
         evictor: Evictor | None = None,
         reserve_after_s: float | None = None,
+        fair_share_gate: bool = True,
     ) -> None:
         self.scheduler = scheduler
         self.queue = queue
@@ -122,6 +123,15 @@ class SchedulingLoop:
         #: Whole GPUs each waiting job needed when it last failed for lack of room (a queueing hint: a pod
         #: deletion that leaves fewer free GPUs in the cluster cannot help it).
         self.needs: dict[str, int] = {}
+        #: Leaf queue -> job key -> what the job asks for, for the jobs that failed for lack of room (the demand
+        #: the fair-share gate weighs; see ``Tenancy.fair_share_gate``).
+        self.starving: dict[str, dict[str, dict[str, float]]] = {}
+        self._starving_totals: dict[str, dict[str, float]] | None = None
+        #: Whether a queue at its fair share must leave freed capacity to queues below theirs (the gate).
+        self.fair_share_gate = fair_share_gate
+        #: Job key -> the cluster's version when no victims could be found for it: not searched again until
+        #: the cluster changes (a search is a what-if per victim tried).
+        self.no_victims: dict[str, int] = {}
         #: Jobs preempted so far, by the victim's queue (for metrics).
         self.preemptions: dict[str, int] = {}
         self.queue.set_less(self._less)
@@ -129,6 +139,10 @@ class SchedulingLoop:
         self.queue_orphans: dict[str, dict[str, PodRequest | PodGroup]] = {}
         #: (queue item key, its leaf queue, reserved node slots) for the job held against starvation.
         self.reservation: tuple[str, str, np.ndarray] | None = None
+        #: Job key -> the node slots its preemption is freeing: other jobs may not take them meanwhile (else the
+        #: capacity goes to whoever comes first and the preemptor preempts again), like kube-scheduler's
+        #: nominated node. Kept until the job is placed or gone.
+        self.nominated: dict[str, np.ndarray] = {}
         self.groups: dict[str, GroupState] = {}
         #: Members whose group does not exist (yet), by group key.
         self.orphans: dict[str, dict[str, PodRequest]] = {}
@@ -185,6 +199,8 @@ class SchedulingLoop:
         self._unreserve(key)
         self.started.pop(key, None)
         self.needs.pop(key, None)
+        self._fed(key)
+        self.no_victims.pop(key, None)
         for held in self.queue_orphans.values():
             held.pop(key, None)
         group_key = self.member_of.pop(key, None)
@@ -219,6 +235,8 @@ class SchedulingLoop:
         self._unreserve(GANG_PREFIX + key)
         self.started.pop(GANG_PREFIX + key, None)
         self.needs.pop(GANG_PREFIX + key, None)
+        self._fed(GANG_PREFIX + key)
+        self.no_victims.pop(GANG_PREFIX + key, None)
         if state is None:
             return
         for pod_key, pod in state.pending.items():
@@ -228,6 +246,7 @@ class SchedulingLoop:
 
     def queues_changed(self, specs: list[QueueSpec]) -> None:
         """The cluster's Queues changed: rebuild the tree, report bad queues, queue what was waiting for them."""
+        self.no_victims.clear()  # guarantees and policies may have changed
         for problem in self.tenancy.set_queues(specs):
             self.events.emit(obj=problem.obj, kind="Warning", reason="InvalidQueue", message=str(problem))
         self.queue.set_less(self._less)
@@ -361,7 +380,8 @@ class SchedulingLoop:
                     continue
                 queue, pods, priority = self.tenancy.leaf_of(entry.pod.queue), [entry.pod], entry.pod.priority
             if pods:
-                jobs.append(reclaim.Candidate(key, queue, priority, started, pods))
+                ahead = self.tenancy.rank(queue)[1][-1][0]
+                jobs.append(reclaim.Candidate(key, queue, priority, started, pods, requests_of(pods), ahead))
         return jobs
 
     def _preempt(
@@ -373,12 +393,20 @@ class SchedulingLoop:
         victims from one domain only, so the freed capacity is contiguous there. True if victims were evicted."""
         if self.evictor is None:
             return False
+        a = self.scheduler.cache.arrays
+        version = int(a.gen.max()) if a.slots else 0
+        if self.no_victims.get(item.key) == version:
+            return False
+        self.no_victims[item.key] = version
         jobs = self._running_jobs()
         if self.tenancy.within_guarantee(item.queue, requests_of(pods)):
             borrowers = [c for c in jobs if c.queue != item.queue and self.tenancy.borrowing(c.queue)]
-            victims = self._victims(pods, priority, self.tenancy.reclaim_policy(item.queue), borrowers, required_level)
+            surplus = {q: bound for q in {c.queue for c in borrowers} if (bound := self.tenancy.surplus(q)) is not None}
+            policy = self.tenancy.reclaim_policy(item.queue)
+            victims = self._victims(pods, priority, policy, borrowers, required_level, surplus)
             if victims:
-                self._evict(victims, f"preempted to give queue {item.queue!r} its guarantee back ({obj})")
+                del self.no_victims[item.key]
+                self._evict(item.key, victims, f"preempted to give queue {item.queue!r} its guarantee back ({obj})")
                 self.events.emit(
                     obj=obj,
                     kind="Normal",
@@ -392,7 +420,8 @@ class SchedulingLoop:
         victims = self._victims(pods, priority, self.tenancy.within_queue_policy(item.queue), own, required_level)
         if not victims:
             return False
-        self._evict(victims, f"preempted by higher-priority work of queue {item.queue!r} ({obj})")
+        del self.no_victims[item.key]
+        self._evict(item.key, victims, f"preempted by higher-priority work of queue {item.queue!r} ({obj})")
         self.events.emit(
             obj=obj,
             kind="Normal",
@@ -408,15 +437,32 @@ class SchedulingLoop:
         policy: str,
         candidates: list[reclaim.Candidate],
         required_level: int | None,
+        surplus: dict[str, dict[str, float]] | None = None,
     ) -> list[reclaim.Candidate]:
         if required_level is not None:
             return reclaim.find_victims_in_domain(
-                self.scheduler, pods, level=required_level, priority=priority, policy=policy, candidates=candidates
+                self.scheduler,
+                pods,
+                level=required_level,
+                priority=priority,
+                policy=policy,
+                candidates=candidates,
+                surplus=surplus,
             )
-        return reclaim.find_victims(self.scheduler, pods, priority=priority, policy=policy, candidates=candidates)
+        return reclaim.find_victims(
+            self.scheduler, pods, priority=priority, policy=policy, candidates=candidates, surplus=surplus
+        )
 
-    def _evict(self, victims: list[reclaim.Candidate], reason: str) -> None:
+    def _evict(self, key: str, victims: list[reclaim.Candidate], reason: str) -> None:
         assert self.evictor is not None
+        a = self.scheduler.cache.arrays
+        freed = np.zeros(a.slots, dtype=bool)
+        for victim in victims:
+            for pod in victim.pods:
+                entry = self.scheduler.cache.pod(pod.key)
+                if entry is not None:
+                    freed[entry.placement.slot] = True
+        self.nominated[key] = freed
         for victim in victims:
             for pod in victim.pods:
                 self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="Preempted", message=reason)
@@ -424,9 +470,16 @@ class SchedulingLoop:
             self.preemptions[victim.queue] = self.preemptions.get(victim.queue, 0) + 1
 
     def _context(self, key: str) -> dict[str, Any]:
-        """What other jobs' cycles must respect: the reservation, unless it is this job's own."""
+        """What other jobs' cycles must respect: the reservation and the nominations, unless they are its own."""
+        masks = [mask for owner, mask in self.nominated.items() if owner != key]
         if self.reservation is not None and self.reservation[0] != key:
-            return {RESERVED_SLOTS: self.reservation[2]}
+            masks.append(self.reservation[2])
+        if masks:
+            slots = max(m.shape[0] for m in masks)
+            reserved = np.zeros(slots, dtype=bool)
+            for mask in masks:
+                reserved[: mask.shape[0]] |= mask
+            return {RESERVED_SLOTS: reserved}
         return {}
 
     def _reserve(self, item: QueueItem, pods: list[PodRequest]) -> None:
@@ -460,11 +513,42 @@ class SchedulingLoop:
         self.reservation = (item.key, item.queue, mask)
 
     def _unreserve(self, key: str) -> None:
+        self.nominated.pop(key, None)
         if self.reservation is not None and self.reservation[0] == key:
             self.reservation = None
 
-    def _over_ceiling(self, leaf: str, pods: list[PodRequest]) -> str:
-        return self.tenancy.over_ceiling(leaf, requests_of(pods))
+    def _held_back(self, leaf: str, pods: list[PodRequest], key: str = "") -> tuple[str, str]:
+        """(reason, message) if the queue may not start the job now (a limit, or the fair-share gate), else ("", "")."""
+        over = self.tenancy.over_ceiling(leaf, requests_of(pods))
+        if over:
+            return "QueueLimit", over
+        if not self.fair_share_gate or not self.starving:
+            return "", ""
+        if self._starving_totals is None:
+            self._starving_totals = {}
+            for queue, jobs in self.starving.items():
+                total: dict[str, float] = {}
+                for vector in jobs.values():
+                    add_into(total, vector)
+                self._starving_totals[queue] = total
+        counted = key in self.starving.get(leaf, {})
+        gated = self.tenancy.fair_share_gate(leaf, requests_of(pods), self._starving_totals, counted=counted)
+        return ("FairShare", gated) if gated else ("", "")
+
+    def _starve(self, item: QueueItem, pods: list[PodRequest]) -> None:
+        self.starving.setdefault(item.queue, {})[item.key] = requests_of(pods)
+        self._starving_totals = None
+        self.tenancy.demand_changed()
+
+    def _fed(self, key: str) -> None:
+        """The job is placed or gone: it no longer waits for room."""
+        for queue, jobs in list(self.starving.items()):
+            if jobs.pop(key, None) is not None:
+                if not jobs:
+                    del self.starving[queue]
+                self._starving_totals = None
+                self.tenancy.demand_changed()
+                return
 
     def _gang_cycle(self, item: QueueItem) -> None:
         key = item.key.removeprefix(GANG_PREFIX)
@@ -482,9 +566,9 @@ class SchedulingLoop:
             self._enqueue(state)
             return
         members = gang.order_members(list(state.pending.values()))[:need]
-        over = self._over_ceiling(item.queue, members)
+        held_reason, over = self._held_back(item.queue, members, item.key)
         if over:
-            state.set_condition("Scheduled", "False", "QueueLimit", over, now)
+            state.set_condition("Scheduled", "False", held_reason, over, now)
             self.events.emit(obj=f"podgroup {key}", kind="Warning", reason="FailedScheduling", message=over)
             self._refresh_phase(state)
             self.queue.requeue_unschedulable(item, over)
@@ -494,6 +578,8 @@ class SchedulingLoop:
             self.queue.done(item.key)
             self._unreserve(item.key)
             self.needs.pop(item.key, None)
+            self._fed(item.key)
+            self.no_victims.pop(item.key, None)
             self._charge([d.pod for d in result.decisions], item.queue)
             self.started[item.key] = now
             for decision in result.decisions:
@@ -533,6 +619,7 @@ class SchedulingLoop:
             if problem is None and not self._preempt(item, members, group.priority, f"podgroup {key}", required):
                 self._reserve(item, members)
             self.needs[item.key] = sum(p.gpu.count for p in members if p.gpu.whole)
+            self._starve(item, members)
             self.queue.requeue_unschedulable(item, message)
 
     def _pod_cycle(self, item: QueueItem) -> None:
@@ -550,7 +637,7 @@ class SchedulingLoop:
                     slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
             context = {GANG_SLOTS: slots, **gang.member_context(self.scheduler, state.group, slots)}
         context = {**self._context(item.key), **(context or {})}
-        over = self._over_ceiling(item.queue, [pod])
+        _, over = self._held_back(item.queue, [pod], item.key)
         if over:
             self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedScheduling", message=over)
             self.queue.requeue_unschedulable(item, over)
@@ -560,6 +647,8 @@ class SchedulingLoop:
             self.queue.done(item.key)
             self._unreserve(item.key)
             self.needs.pop(item.key, None)
+            self._fed(item.key)
+            self.no_victims.pop(item.key, None)
             self._charge([pod], item.queue)
             if state is None:
                 self.started[item.key] = self.clock()
@@ -582,6 +671,7 @@ class SchedulingLoop:
             if not self._preempt(item, [pod], pod.priority, f"pod {pod.key}"):
                 self._reserve(item, [pod])
             self.needs[item.key] = pod.gpu.count if pod.gpu.whole else 0
+            self._starve(item, [pod])
             self.queue.requeue_unschedulable(item, message)
 
     def _refresh_phase(self, state: GroupState) -> None:

@@ -55,6 +55,9 @@ class Tenancy:
         self._charged: dict[str, tuple[str, Vector]] = {}
         self._rank: dict[str, fairshare.LeafKey] = {}
         self._capacity: Vector = {}
+        #: Fair shares for the gate (per demand variant, queue and resource); None when allocation or demand
+        #: changed since.
+        self._fair: dict[str, dict[str, Vector]] | None = None
         self._stale = True
 
     # --- queues ------------------------------------------------------------------------------------------------
@@ -64,6 +67,7 @@ class Tenancy:
         self.tree, problems = QueueTree.build(specs)
         self.history.configure(self.tree)
         self._stale = True
+        self._fair = None
         return problems
 
     def leaf_of(self, pod_queue: str) -> str:
@@ -103,6 +107,17 @@ class Tenancy:
         guaranteed = self.tree.guaranteed(leaf)
         return any(amount > guaranteed.get(name, 0.0) + 1e-9 for name, amount in self.allocated.get(leaf, {}).items())
 
+    def surplus(self, leaf: str) -> dict[str, float] | None:
+        """What ``leaf`` holds beyond its guarantee of each resource the guarantee names (None without one): the
+        most reclaim may take from it."""
+        if leaf not in self.tree:
+            return None
+        guaranteed = self.tree.guaranteed(leaf)
+        if not guaranteed:
+            return None
+        held = self.allocated.get(leaf, {})
+        return {name: held.get(name, 0.0) - amount for name, amount in guaranteed.items()}
+
     def reclaim_policy(self, leaf: str) -> str:
         return self.tree.spec(leaf).reclaim if leaf in self.tree else "Never"
 
@@ -117,6 +132,7 @@ class Tenancy:
         self._charged[key] = (leaf, dict(request))
         add_into(self.allocated.setdefault(leaf, {}), request)
         self._stale = True
+        self._fair = None
 
     def release(self, key: str) -> bool:
         """Release what ``key`` was charged; False if it was not charged (nothing changed)."""
@@ -126,6 +142,7 @@ class Tenancy:
         leaf, request = charged
         add_into(self.allocated.setdefault(leaf, {}), request, -1.0)
         self._stale = True
+        self._fair = None
         return True
 
     def record_usage(self, dt_s: float) -> None:
@@ -146,6 +163,60 @@ class Tenancy:
                 continue
             capacity[name] = float(a.cap[present, column].sum())
         return capacity
+
+    # --- fair-share gate ---------------------------------------------------------------------------------------
+
+    def fair_share_gate(
+        self,
+        leaf: str,
+        request: Mapping[str, float],
+        starving: Mapping[str, Mapping[str, float]],
+        *,
+        counted: bool = False,
+    ) -> str:
+        """Why ``leaf`` may not start ``request`` now, or "": it already holds its fair share of a resource the
+        request asks for while another leaf, below its fair share of that resource, has work waiting for room.
+
+        ``starving`` is what each leaf's jobs that failed for lack of room ask for; the fair shares are
+        water-filled (``fairshare.fair_shares``) over demand = what each leaf holds + that (+ ``request`` for
+        ``leaf``, unless ``counted``: the job is among the starving). Without it, a queue
+        that comes first on share but whose jobs are large loses every freed GPU to backfill by others. The gate
+        stays work-conserving: when no other queue waits for room below its fair share, anyone may take more.
+        """
+        if leaf not in self.tree or not starving:
+            return ""
+        if self._fair is None:
+            self._fair = {}
+        key = leaf if counted else f"{leaf}+{sorted(request.items())}"
+        fair = self._fair.get(key)
+        if fair is None:
+            demand: dict[str, Vector] = {}
+            for name in self.tree.leaves():
+                demand[name] = dict(self.allocated.get(name, {}))
+                add_into(demand[name], starving.get(name, {}))
+            if not counted:
+                add_into(demand[leaf], request)
+            shares = fairshare.fair_shares(self.tree, capacity=self.capacity(), demand=demand)
+            fair = self._fair[key] = {name: share.resources for name, share in shares.items()}
+        held = self.allocated.get(leaf, {})
+        asked = [r for r, amount in request.items() if amount > 0 and r in fair[leaf]]
+        full = [r for r in asked if held.get(r, 0.0) >= fair[leaf][r] - 1e-9]
+        for other in starving:
+            if other == leaf or other not in fair:
+                continue
+            below = [r for r in full if self.allocated.get(other, {}).get(r, 0.0) < fair[other].get(r, 0.0) - 1e-9]
+            if below:
+                r = below[0]
+                return (
+                    f"queue {leaf!r} holds its fair share of {r} ({held.get(r, 0.0):g} of {fair[leaf][r]:g}) while "
+                    f"queue {other!r}, below its share ({self.allocated.get(other, {}).get(r, 0.0):g} of "
+                    f"{fair[other][r]:g}), waits for room"
+                )
+        return ""
+
+    def demand_changed(self) -> None:
+        """What some leaf waits for changed: the fair shares of the gate are recomputed on next use."""
+        self._fair = None
 
     # --- status ------------------------------------------------------------------------------------------------
 

@@ -185,11 +185,14 @@ def _queue_lines(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
     key = pod.key if group is None else GANG_PREFIX + group
     position = loop.queue.position(key)
     waiting = sum(1 for _, where in loop.queue.pending() if where == "active")
-    share = loop.tenancy.rank(leaf)[1]
+    status = loop.queue_statuses().get(leaf, {})
     allocated = loop.tenancy.allocated.get(leaf, {})
     held = ", ".join(f"{v:g} {r}" for r, v in sorted(allocated.items()) if v) or "nothing"
     place = f"{position + 1} of {waiting}" if position is not None else "not in the active queue"
-    return [f"  queue {leaf}: position {place}; dominant share {share:.3f}; holds {held}"]
+    return [
+        f"  queue {leaf}: position {place}; holds {held}; share beyond guarantee over weight "
+        f"{status.get('rankShare', '-')} (lower goes first); fair share {status.get('fairShare', '-')}"
+    ]
 
 
 async def _explain_group(client: k8s_client.Client, operator: Operator, key: str) -> str:

@@ -62,7 +62,22 @@ class Metrics:
             registry=r,
         )
         self.queue_share = Gauge(
-            "gpusched_queue_dominant_share", "Weighted dominant share of each leaf queue.", ["queue"], registry=r
+            "gpusched_queue_dominant_share",
+            "Weighted dominant share of each queue, decayed usage included (status.dominantShare).",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_rank_share = Gauge(
+            "gpusched_queue_rank_share",
+            "What each leaf queue is ordered by: its share beyond its guarantee over weight (status.rankShare).",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_fair_share = Gauge(
+            "gpusched_queue_fair_share",
+            "Each queue's fair share of the cluster (dominant, water-filled over demand; status.fairShare).",
+            ["queue"],
+            registry=r,
         )
         self.cluster_gpus = Gauge(
             "gpusched_cluster_gpus",
@@ -95,7 +110,13 @@ class Metrics:
             (queue, name): amount for queue, vector in tenancy.allocated.items() for name, amount in vector.items()
         }
         self._set(self.queue_allocated, allocated)
-        self._set(self.queue_share, {(leaf,): tenancy.rank(leaf)[1] for leaf in tenancy.tree.leaves()})
+        statuses = loop.queue_statuses()
+        for gauge, field in (
+            (self.queue_share, "dominantShare"),
+            (self.queue_rank_share, "rankShare"),
+            (self.queue_fair_share, "fairShare"),
+        ):
+            self._set(gauge, {(q,): float(str(st[field])) for q, st in statuses.items() if field in st})
         a = loop.scheduler.cache.arrays
         usable = a.base_reason != layout.ABSENT
         counts = a.gpu_count[usable]

@@ -375,28 +375,11 @@ class Operator:
             status = self.loop.group_status(key)
             if status is not None and key in self.podgroups:
                 self.group_status.update(key, status)
-        pods: dict[str, int] = {}
-        for key, pod in self.pending.items():
-            group = self.loop.member_of.get(key)
-            queue = self.loop.groups[group].group.queue if group in self.loop.groups else pod.queue
-            leaf = self.loop.tenancy.leaf_of(queue)
-            pods[leaf] = pods.get(leaf, 0) + 1
-        gangs: dict[str, int] = {}
-        for state in self.loop.groups.values():
-            if not state.satisfied:
-                leaf = self.loop.tenancy.leaf_of(state.group.queue)
-                gangs[leaf] = gangs.get(leaf, 0) + 1
+        statuses = self.loop.queue_statuses()
         for name in self.queues:
-            allocated = self.loop.tenancy.allocated.get(name, {})
-            self.queue_status.update(
-                name,
-                {
-                    "allocated": {r: _quantity(r, v) for r, v in sorted(allocated.items()) if v > 0},
-                    "pendingPods": pods.get(name, 0),
-                    "pendingGangs": gangs.get(name, 0),
-                    "dominantShare": f"{self.loop.tenancy.rank(name)[1]:.4f}",
-                },
-            )
+            status = statuses.get(name)
+            if status is not None:
+                self.queue_status.update(name, status)
 
     # --- the core's ports: Binder, Events, Evictor ---------------------------------------------------------------
 

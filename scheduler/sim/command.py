@@ -249,8 +249,8 @@ def run_tenants(names: Sequence[str], seeds: Sequence[int], quiet: bool) -> dict
             "jain_index": float(np.mean([r.jain_index for r in runs])),
             "gpu_allocation": float(np.mean([r.gpu_allocation for r in runs])),
             "reclaim_latency_s": float(np.mean([r.reclaim_latency_s for r in runs])),
-            # Reclaim by preemption is not implemented yet: nothing is ever preempted.
-            "preempted_gpu_hours": 0.0,
+            "preempted_gpu_hours": float(np.mean([r.preempted_gpu_hours for r in runs])),
+            "preemptions": float(np.mean([r.preemptions for r in runs])),
             "partial_gangs": sum(r.partial_gangs for r in runs),
             "queues": {
                 q: {k: float(np.mean([r.queues[q][k] for r in runs])) for k in runs[0].queues[q]}

@@ -72,7 +72,8 @@ def tenant_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     for name, r in results.items():
         lines.append(
             f"{name}: Jain index {r['jain_index']:.3f}, GPU allocation {r['gpu_allocation']:.2f}%, "
-            f"reclaim latency {r['reclaim_latency_s']:.0f}s, partial gangs {r['partial_gangs']}"
+            f"reclaim latency {r['reclaim_latency_s']:.0f}s, preempted {r['preempted_gpu_hours']:.1f} GPU-hours "
+            f"({r['preemptions']:g} jobs), partial gangs {r['partial_gangs']}"
         )
         lines.append(f"  {'queue':<10}{'weight':>8}{'GPUs held':>11}{'fair share':>12}{'held/fair':>11}")
         for queue, q in r["queues"].items():

@@ -85,6 +85,9 @@ class TenantRun:
     queues: dict[str, dict[str, float]]
     partial_gangs: int
     wall_s: float
+    #: GPU-hours of work lost to preemption (a preempted job starts again from the beginning) and how many jobs.
+    preempted_gpu_hours: float = 0.0
+    preemptions: int = 0
 
 
 def _held_over(
@@ -143,4 +146,6 @@ def run(
         },
         partial_gangs=result.partial_gangs,
         wall_s=result.wall_s,
+        preempted_gpu_hours=result.preempted_gpu_hours,
+        preemptions=result.preemptions,
     )

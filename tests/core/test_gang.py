@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scheduler.api import node as api_node
 from scheduler.api import pod as api_pod
@@ -73,18 +76,50 @@ def test_a_gang_that_does_not_fit_holds_nothing() -> None:
 
 
 def test_the_what_if_rolls_back_when_the_last_member_fails() -> None:
-    # Three members of 5 GPUs: 15 of the 16 free GPUs pass the cluster-wide count, but each 8-GPU node takes
-    # only one of them, so the third member fits nowhere after two were placed on the snapshot.
+    # Three members of 4 GPUs and 40 CPUs: the GPUs pass the cheap check (room for four groups of 4), but each
+    # 64-CPU node takes only one of them, so the third member fits nowhere after two were placed on the snapshot.
     cluster, loop, _, _ = _loop()
     group = PodGroup("default", "odd", min_member=3)
-    members = [_member("odd", i, gpus=5) for i in range(3)]
+    members = [
+        api_pod.parse_pod(objects.pod(f"odd-{i}", cpu="40", gpus=4, labels={"gpusched.io/pod-group": "odd"}))
+        for i in range(3)
+    ]
     result = gang.place_gang(cluster.scheduler, group, members)
     assert not result.status.ok
     assert result.blocked.startswith("default/odd-")
-    assert "Insufficient nvidia.com/gpu" in result.status.message
+    assert "Insufficient cpu" in result.status.message
     assert _used_gpus(cluster) == 0.0
     assert cluster.cache.snapshot().arrays._open == 0
     del loop
+
+
+def test_the_cheap_check_refuses_members_that_cannot_share_nodes() -> None:
+    # Three members of 5 GPUs: 15 of the 16 free GPUs, but each 8-GPU node holds one group of 5.
+    cluster, _, _, _ = _loop()
+    members = [_member("odd", i, gpus=5) for i in range(3)]
+    result = gang.place_gang(cluster.scheduler, PodGroup("default", "odd", min_member=3), members)
+    assert result.status.message == (
+        "3 member(s) need 5+ whole GPUs on one node and the nodes have room for 2 such group(s)"
+    )
+    assert _used_gpus(cluster) == 0.0
+
+
+@given(
+    free=st.lists(st.integers(0, 8), min_size=1, max_size=6),
+    needs=st.lists(st.integers(1, 8), min_size=1, max_size=5),
+)
+def test_the_cheap_check_never_refuses_a_job_that_fits(free: list[int], needs: list[int]) -> None:
+    # Brute force: try every assignment of members to nodes.
+    fits = any(
+        all(sum(n for n, at in zip(needs, where, strict=True) if at == node) <= f for node, f in enumerate(free))
+        for where in itertools.product(range(len(free)), repeat=len(needs))
+    )
+    short = gang.whole_gpus_short(np.array(free, dtype=np.int64), needs)
+    if fits:
+        assert short == ""
+    if len(set(needs)) == 1:
+        # Members of one size: the check is exact.
+        assert (short == "") == fits
 
 
 def test_two_large_gangs_arriving_interleaved_do_not_deadlock() -> None:

@@ -167,6 +167,7 @@ def test_releases_free_the_queue() -> None:
 def test_a_large_job_reserves_nodes_so_small_jobs_cannot_starve_it() -> None:
     cluster, loop, clock, _ = _loop(gpus=8, nodes=2)
     loop.reserve_after_s = 0.0
+    loop.fair_share_gate = False  # the reservation alone (the gate would hold batch back altogether)
     loop.queues_changed([QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}), QueueSpec(name="batch")])
     for i in range(16):
         loop.pod_pending(_pod(f"small{i}", 1, queue="batch"))
@@ -205,6 +206,51 @@ def test_a_large_job_reserves_nodes_so_small_jobs_cannot_starve_it() -> None:
     big = [d for d in cluster.binder.decisions if d.pod.name == "big"]
     assert len(big) == 1 and big[0].node == node
     assert loop.reservation is None
+
+
+def test_a_queue_at_its_fair_share_leaves_freed_gpus_to_a_queue_below_its_own() -> None:
+    cluster, loop, clock, events = _loop(gpus=8, nodes=2)
+    loop.queues_changed([QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}), QueueSpec(name="batch")])
+    for i in range(16):
+        loop.pod_pending(_pod(f"small{i}", 1, queue="batch"))
+    loop.run_until_idle()
+    loop.pod_pending(_pod("big", 8, queue="prod"))
+    loop.run_until_idle()
+    assert loop.starving == {"prod": {"default/big": {"cpu": 1000.0, "nvidia.com/gpu": 8.0}}}
+    # Four GPUs free up on one node. batch holds 12 against a fair share of 8 (prod: its guarantee of 8):
+    # its new jobs wait, so the node drains for prod's job.
+    node = cluster.binder.decisions[0].node
+    mine = [d.pod.name for d in cluster.binder.decisions if d.node == node]
+    for name in mine[:4]:
+        cluster.cache.remove_pod(f"default/{name}")
+        loop.pod_gone(f"default/{name}")
+    loop.pod_pending(_pod("late", 1, queue="batch"))
+    clock.now = 10.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()
+    assert "late" not in _placed(cluster)
+    assert events.messages("pod default/late")[-1] == (
+        "queue 'batch' holds its fair share of nvidia.com/gpu (12 of 8) while queue 'prod', below its share (0 of 8), "
+        "waits for room"
+    )
+    for name in mine[4:]:
+        cluster.cache.remove_pod(f"default/{name}")
+        loop.pod_gone(f"default/{name}")
+    clock.now = 20.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()
+    assert _placed(cluster)[-1] == "big"
+    assert "prod" not in loop.starving
+    # Nobody waits for room below its share any more: batch may take what is left (work-conserving).
+    assert "late" not in _placed(cluster)
+    loop.pod_pending(_pod("later", 1, queue="batch"))
+    other = "default/" + next(d.pod.name for d in cluster.binder.decisions if d.node != node)
+    cluster.cache.remove_pod(other)
+    loop.pod_gone(other)
+    clock.now = 100.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()
+    assert {"late", "later"} & set(_placed(cluster))
 
 
 class Evictions:
