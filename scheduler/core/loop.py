@@ -143,6 +143,9 @@ class SchedulingLoop:
         #: capacity goes to whoever comes first and the preemptor preempts again), like kube-scheduler's
         #: nominated node. Kept until the job is placed or gone.
         self.nominated: dict[str, np.ndarray] = {}
+        #: Job key -> the pods its preemption evicted: while any is still there, the job waits for them instead
+        #: of preempting more; once all are gone and it still does not fit, its nomination is dropped.
+        self.evicting: dict[str, list[str]] = {}
         self.groups: dict[str, GroupState] = {}
         #: Members whose group does not exist (yet), by group key.
         self.orphans: dict[str, dict[str, PodRequest]] = {}
@@ -393,6 +396,11 @@ class SchedulingLoop:
         victims from one domain only, so the freed capacity is contiguous there. True if victims were evicted."""
         if self.evictor is None:
             return False
+        evicting = self.evicting.get(item.key)
+        if evicting is not None:
+            if any(self.scheduler.cache.pod(k) is not None for k in evicting):
+                return True  # its victims are still terminating
+            self._unreserve(item.key)
         a = self.scheduler.cache.arrays
         version = int(a.gen.max()) if a.slots else 0
         if self.no_victims.get(item.key) == version:
@@ -463,6 +471,7 @@ class SchedulingLoop:
                 if entry is not None:
                     freed[entry.placement.slot] = True
         self.nominated[key] = freed
+        self.evicting[key] = [pod.key for victim in victims for pod in victim.pods]
         for victim in victims:
             for pod in victim.pods:
                 self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="Preempted", message=reason)
@@ -514,6 +523,7 @@ class SchedulingLoop:
 
     def _unreserve(self, key: str) -> None:
         self.nominated.pop(key, None)
+        self.evicting.pop(key, None)
         if self.reservation is not None and self.reservation[0] == key:
             self.reservation = None
 
