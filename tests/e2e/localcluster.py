@@ -488,7 +488,10 @@ class LocalCluster:
         Where certs, data and logs go; default a fresh temp dir that is
         removed on stop (unless ``keep`` or ``$GPUSCHED_E2E_KEEP=1``).
     with_scheduler:
-        Also run the stock kube-scheduler (schedulerName ``default-scheduler``).
+        Also run the stock kube-scheduler (schedulerName ``default-scheduler``), in its default configuration.
+    scheduler_qps, scheduler_burst:
+        Run kube-scheduler from a KubeSchedulerConfiguration whose ``clientConnection`` raises the client's QPS
+        and burst (the defaults are 50 and 100), everything else default. Needs ``with_scheduler``.
     with_controller_manager, with_kwok:
         Turn those components off (both on by default).
     service_account_admission:
@@ -514,6 +517,8 @@ class LocalCluster:
         extra_controller_manager_args: Iterable[str] = (),
         extra_kwok_args: Iterable[str] = (),
         extra_scheduler_args: Iterable[str] = (),
+        scheduler_qps: float | None = None,
+        scheduler_burst: int | None = None,
         startup_timeout: float = 120.0,
         log_tail_lines: int = 60,
         verbose: bool = True,
@@ -529,6 +534,10 @@ class LocalCluster:
         self.extra_controller_manager_args = list(extra_controller_manager_args)
         self.extra_kwok_args = list(extra_kwok_args)
         self.extra_scheduler_args = list(extra_scheduler_args)
+        if (scheduler_qps is not None or scheduler_burst is not None) and not with_scheduler:
+            raise ClusterError("scheduler_qps/scheduler_burst need with_scheduler=True")
+        self.scheduler_qps = scheduler_qps
+        self.scheduler_burst = scheduler_burst
         self.startup_timeout = startup_timeout
         self.log_tail_lines = log_tail_lines
         self.verbose = verbose
@@ -668,6 +677,15 @@ class LocalCluster:
             )
             print(_tail(proc.log_path, lines), file=out)
         out.flush()
+
+    def track_process(self, pid: int) -> None:
+        """Have the watchdog kill the process group ``pid`` (a scheduler under test) if Python dies first."""
+        if self._watchdog is not None:
+            self._watchdog.send(f"add {pid}")
+
+    def untrack_process(self, pid: int) -> None:
+        if self._watchdog is not None:
+            self._watchdog.send(f"del {pid}")
 
     def check_processes(self) -> None:
         """Raise ClusterError if any component has died."""
@@ -1017,17 +1035,33 @@ class LocalCluster:
             )
 
         if self.with_scheduler:
+            if self.scheduler_qps is not None or self.scheduler_burst is not None:
+                # With --config the client settings come from the file, so the kubeconfig goes there too.
+                config = {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {
+                        "kubeconfig": str(self.kubeconfig),
+                        "qps": float(self.scheduler_qps if self.scheduler_qps is not None else 50),
+                        "burst": int(self.scheduler_burst if self.scheduler_burst is not None else 100),
+                    },
+                    "leaderElection": {"leaderElect": False},
+                }
+                config_path = w / "kube-scheduler-config.yaml"
+                config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+                client_args = [f"--config={config_path}"]
+            else:
+                client_args = [f"--kubeconfig={self.kubeconfig}", "--leader-elect=false"]
             add(
                 "kube-scheduler",
                 [
                     str(b / "kube-scheduler"),
-                    f"--kubeconfig={self.kubeconfig}",
+                    *client_args,
                     f"--authentication-kubeconfig={self.kubeconfig}",
                     f"--authorization-kubeconfig={self.kubeconfig}",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={p['scheduler']}",
                     f"--cert-dir={w / 'scheduler-certs'}",
-                    "--leader-elect=false",
                     "--profiling=false",
                     *self.extra_scheduler_args,
                 ],
