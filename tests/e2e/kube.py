@@ -709,7 +709,14 @@ class Scenario:
 
     def gpusched(self, identity: str = "gpusched-0", *, config: Mapping[str, Any] | None = None) -> Gpusched:
         """A replica of ``gpusched run`` (not started) that is stopped when the scenario ends."""
-        replica = Gpusched(self.kube, identity=f"{self.name}-{identity}", workdir=self.workdir, config=config)
+        # A Lease of its own: a replica killed by the previous scenario would otherwise hold it for a lease term.
+        replica = Gpusched(
+            self.kube,
+            identity=f"{self.name}-{identity}",
+            workdir=self.workdir,
+            config=config,
+            lease_name=f"gpusched-{self.name}"[:63].rstrip("-"),
+        )
         self.schedulers.append(replica)
         return replica
 
