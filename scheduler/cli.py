@@ -1,4 +1,4 @@
-"""The ``gpusched`` command: ``simulate``, ``bench kernels``."""
+"""The ``gpusched`` command: ``run`` (the operator), ``explain``, ``simulate``, ``bench kernels``, ``node-topology``."""
 
 from __future__ import annotations
 
@@ -41,9 +41,20 @@ def _node_topology(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from scheduler.k8s import run
+
+    return run.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from scheduler.k8s import run
+
     parser = argparse.ArgumentParser(prog="gpusched", description="A Kubernetes scheduler for GPU clusters.")
     sub = parser.add_subparsers(dest="command", required=True)
+    operator = sub.add_parser("run", help="run the scheduler in a cluster (the operator)")
+    run.add_arguments(operator)
+    operator.set_defaults(func=_run)
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="what", required=True)
     kernels = bench_sub.add_parser("kernels", help="time every scoring kernel against its NumPy twin")

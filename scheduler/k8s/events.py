@@ -45,6 +45,8 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "pod": ("v1", "Pod", True),
     "podgroup": ("scheduling.gpusched.io/v1alpha1", "PodGroup", True),
     "queue": ("scheduling.gpusched.io/v1alpha1", "Queue", False),
+    "topology": ("scheduling.gpusched.io/v1alpha1", "Topology", False),
+    "node": ("v1", "Node", False),
 }
 
 

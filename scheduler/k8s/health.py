@@ -1,0 +1,77 @@
+"""Health and metrics endpoints on aiohttp (already there for kubernetes_asyncio and kopf).
+
+Health port: ``/healthz`` answers 200 while the event loop runs (a blocked loop cannot answer: that is the
+point); ``/readyz`` 200 once the first full listing is in the cache, 503 before (standbys are ready too);
+``/leader`` 200 ``leader`` on the replica that schedules, 503 ``standby`` elsewhere. Metrics port: ``/metrics``
+in the Prometheus text format, with the state gauges recomputed for each scrape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from scheduler.k8s.operator import Operator
+
+
+@dataclass
+class Servers:
+    health: web.AppRunner
+    metrics: web.AppRunner
+    health_port: int
+    metrics_port: int
+
+    async def close(self) -> None:
+        await self.health.cleanup()
+        await self.metrics.cleanup()
+
+
+def health_app(operator: Operator) -> web.Application:
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if operator.ready:
+            return web.Response(text="ready")
+        return web.Response(status=503, text="warming up: the first listing is not in the cache yet")
+
+    async def leader(_: web.Request) -> web.Response:
+        if operator.leading:
+            return web.Response(text="leader")
+        return web.Response(status=503, text="standby")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/leader", leader)
+    return app
+
+
+def metrics_app(operator: Operator) -> web.Application:
+    async def metrics(_: web.Request) -> web.Response:
+        operator.metrics.refresh_state(operator.loop, operator.pending)
+        response = web.Response(body=operator.metrics.exposition())
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def serve(operator: Operator, *, health_port: int, metrics_port: int, host: str = "0.0.0.0") -> Servers:
+    """Start both servers; a port of 0 picks a free one (the chosen ports are in the result and the log)."""
+    runners = []
+    ports = []
+    for app, port in ((health_app(operator), health_port), (metrics_app(operator), metrics_port)):
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        ports.append(int(sockets[0].getsockname()[1]) if sockets else port)
+        runners.append(runner)
+    return Servers(runners[0], runners[1], ports[0], ports[1])

@@ -1,0 +1,181 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, so that one replica schedules and the others wait warm.
+
+The algorithm is client-go's leaderelection, written on the shared :class:`Client`:
+
+- every ``retry_period`` a replica reads the Lease; it takes it if there is none (create), if it is already the
+  holder, if the holder field is empty (released), or if the holder has not renewed it for ``lease_duration``
+  *as observed locally* (the holder's ``renewTime`` is never compared with our clock: clocks differ); taking or
+  renewing is an update with the Lease's ``resourceVersion``, so of two replicas racing only one wins (409);
+- a leader whose last successful renewal is ``renew_deadline`` old stops leading, before anyone else may take
+  the lease (``renew_deadline < lease_duration``), and a leader that sees another holder stops at once;
+- on a clean shutdown the leader empties ``holderIdentity`` so a standby takes over at its next retry instead
+  of waiting out the lease.
+
+``on_change(True|False)`` is called on the event loop whenever leadership starts or stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import enum
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import client as k8s_client
+
+from scheduler.k8s.client import Answer, Client
+from scheduler.k8s.config import LeaderElectionConfig
+
+log = structlog.get_logger(__name__)
+
+
+class _Attempt(enum.Enum):
+    HELD = "held"  # we hold the lease now
+    OTHER = "other"  # another replica holds it, validly
+    UNKNOWN = "unknown"  # no answer, a conflict, or a refusal: try again
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        config: LeaderElectionConfig,
+        on_change: Callable[[bool], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.api = k8s_client.CoordinationV1Api(client.api)
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.config = config
+        self._on_change = on_change
+        self._clock = clock
+        self.leading = False
+        self._renewed = -float("inf")
+        #: (holder, renewTime) last seen on the Lease, and when we saw it change (local clock).
+        self._observed: tuple[str, str] = ("", "")
+        self._observed_at = -float("inf")
+        self.transitions = 0
+
+    async def run(self) -> None:
+        """Take and keep the lease until cancelled; then release it if held."""
+        try:
+            while True:
+                outcome = await self._attempt()
+                now = self._clock()
+                if outcome is _Attempt.HELD:
+                    self._renewed = now
+                    self._set(True)
+                elif outcome is _Attempt.OTHER:
+                    self._set(False)
+                elif self.leading and now - self._renewed >= self.config.renew_deadline_s:
+                    log.warning("lease not renewed within the deadline; stopping", lease=self.name)
+                    self._set(False)
+                await asyncio.sleep(self.config.retry_period_s)
+        finally:
+            if self.leading:
+                self._set(False)
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._release())
+
+    def _set(self, leading: bool) -> None:
+        if leading == self.leading:
+            return
+        self.leading = leading
+        if leading:
+            self.transitions += 1
+        log.info("lease", holder=leading, identity=self.identity, lease=f"{self.namespace}/{self.name}")
+        self._on_change(leading)
+
+    async def _attempt(self) -> _Attempt:
+        timeout = self.config.retry_period_s
+        if self.leading:
+            timeout = max(0.05, self.config.renew_deadline_s - (self._clock() - self._renewed))
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._try()
+        except TimeoutError:
+            return _Attempt.UNKNOWN
+
+    async def _try(self) -> _Attempt:
+        got = await self.client.call(self.api.read_namespaced_lease, name=self.name, namespace=self.namespace)
+        now = _micro_time()
+        if got.status == 404:
+            body = self._body(now, acquire=now, transitions=0)
+            created = await self.client.call(self.api.create_namespaced_lease, namespace=self.namespace, body=body)
+            return _Attempt.HELD if created.ok else _Attempt.UNKNOWN
+        if not got.ok:
+            _log_refusal("read", got)
+            return _Attempt.UNKNOWN
+        meta = _map(got.body.get("metadata"))
+        spec = _map(got.body.get("spec"))
+        holder = str(spec.get("holderIdentity") or "")
+        observed = (holder, str(spec.get("renewTime") or ""))
+        if observed != self._observed:
+            self._observed = observed
+            self._observed_at = self._clock()
+        mine = holder == self.identity
+        expired = self._clock() - self._observed_at >= float(spec.get("leaseDurationSeconds") or 0)
+        if holder and not mine and not expired:
+            return _Attempt.OTHER
+        transitions = int(spec.get("leaseTransitions") or 0)
+        acquire = str(spec.get("acquireTime") or now) if mine else now
+        body = self._body(now, acquire=acquire, transitions=transitions if mine else transitions + 1)
+        body["metadata"]["resourceVersion"] = meta.get("resourceVersion")
+        updated = await self.client.call(
+            self.api.replace_namespaced_lease, name=self.name, namespace=self.namespace, body=body
+        )
+        if updated.ok:
+            self._observed = (self.identity, now)
+            self._observed_at = self._clock()
+            return _Attempt.HELD
+        if updated.status != 409:
+            _log_refusal("update", updated)
+        return _Attempt.UNKNOWN
+
+    async def _release(self) -> None:
+        got = await self.client.call(self.api.read_namespaced_lease, name=self.name, namespace=self.namespace)
+        spec = _map(got.body.get("spec"))
+        if not got.ok or spec.get("holderIdentity") != self.identity:
+            return
+        body = dict(got.body)
+        body["spec"] = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": _micro_time()}
+        answer = await self.client.call(
+            self.api.replace_namespaced_lease, name=self.name, namespace=self.namespace, body=body
+        )
+        log.info("lease released", ok=answer.ok, lease=f"{self.namespace}/{self.name}")
+
+    def _body(self, now: str, *, acquire: str, transitions: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": max(1, round(self.config.lease_duration_s)),
+                "acquireTime": acquire,
+                "renewTime": now,
+                "leaseTransitions": transitions,
+            },
+        }
+
+
+def _micro_time() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _log_refusal(what: str, answer: Answer) -> None:
+    log.warning("lease " + what + " failed", status=answer.status, error=answer.message)

@@ -1,0 +1,540 @@
+"""The operator's state and its scheduling task: raw Kubernetes objects in, bindings, Events and status out.
+
+:class:`Operator` wires the scheduling core to the cluster. Its ``*_event`` methods take raw objects as the
+watches deliver them (the kopf handlers in ``scheduler.k8s.handlers`` call them, and nothing else does), and keep
+the cache, the scheduling queue and the loop current. Invariants kept here:
+
+- No decision before the first full listing: until :meth:`Operator.listed` is called, pending pods, PodGroups
+  and Queues are only remembered (nodes and bound pods go to the cache at once); then the loop gets the queues,
+  the groups and the pending pods in that order, so no pod waits on a queue or group merely not listed yet.
+- Scoring never runs in a handler: :meth:`Operator.run` is its own asyncio task, runs at most ``batch`` cycles
+  (or ``batch_seconds``) and then yields to the event loop, so watches and binds progress between batches.
+- Only the leader decides and writes: cycles, Events, pod conditions and PodGroup/Queue status need
+  :attr:`Operator.leading`; a standby keeps the same warm cache and queue. Losing the lease clears ``leading``,
+  which every cycle checks, so scheduling stops at once (bindings already sent finish).
+- A pod handed to the binder stays assumed in the cache until the watch shows it on its node (a success answer
+  does not confirm it): an older watch event without ``spec.nodeName`` arriving after the answer must neither
+  release its GPUs nor queue it again.
+- Bound pods of every scheduler count on their nodes; pods of ours that are already bound (after a restart)
+  are charged to their queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import structlog
+
+from scheduler.api import node as api_node
+from scheduler.api import pod as api_pod
+from scheduler.api import podgroup as api_podgroup
+from scheduler.api import queue as api_queue
+from scheduler.api import topology as api_topology
+from scheduler.api.errors import InvalidObject
+from scheduler.api.pod import PodRequest
+from scheduler.cache.state import Cache
+from scheduler.core import tenancy
+from scheduler.core.cycle import Scheduler
+from scheduler.core.framework import Framework
+from scheduler.core.loop import SchedulingLoop
+from scheduler.framework.interface import Decision
+from scheduler.k8s import status as k8s_status
+from scheduler.k8s.binder import Binder, BinderSettings
+from scheduler.k8s.client import Client
+from scheduler.k8s.config import OperatorConfig
+from scheduler.k8s.events import EventRecorder, EventSettings
+from scheduler.k8s.metrics import Metrics
+from scheduler.queue.scheduling import SchedulingQueue
+
+log = structlog.get_logger(__name__)
+
+#: Seconds between writes of PodGroup and Queue status (per object; unchanged values are not written).
+STATUS_INTERVAL_S = 2.0
+#: Seconds between additions to the queues' usage history.
+USAGE_INTERVAL_S = 10.0
+#: Seconds after an unknown bind outcome before the pod is read back (if the watch has not told by then).
+RECHECK_S = 5.0
+
+
+class Operator:
+    """Cache, queue, loop and writers for one cluster; see the module notes."""
+
+    def __init__(
+        self,
+        client: Client,
+        config: OperatorConfig,
+        *,
+        identity: str,
+        batch: int = 64,
+        batch_seconds: float = 0.05,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.config = config
+        self.identity = identity
+        self.batch = batch
+        self.batch_seconds = batch_seconds
+        self.clock = clock
+        self.metrics = Metrics()
+        self.cache = Cache()
+        self.queue = SchedulingQueue(
+            clock=clock, initial_backoff_s=config.backoff.initial_s, max_backoff_s=config.backoff.max_s
+        )
+        self.scheduler = Scheduler(self.cache, Framework.build(config.profile), self)
+        self.loop = SchedulingLoop(
+            self.scheduler,
+            self.queue,
+            clock=clock,
+            events=self,
+            evictor=self,
+            reserve_after_s=config.reserve_after_s,
+        )
+        self.recorder = EventRecorder(client, settings=EventSettings(instance=identity), uid_of=self.uid_of)
+        self.conditions = k8s_status.PodConditionWriter(client, still_pending=self._still_pending)
+        status_settings = k8s_status.StatusSettings(interval=STATUS_INTERVAL_S)
+        self.group_status = k8s_status.CustomStatusWriter(client, k8s_status.PODGROUPS, settings=status_settings)
+        self.queue_status = k8s_status.CustomStatusWriter(client, k8s_status.QUEUES, settings=status_settings)
+        self.binder: Binder | None = None
+        #: Whether the first full listing is in (readiness).
+        self.ready = False
+        #: Whether this replica holds the lease (only then it decides and writes).
+        self.leading = False
+        #: Pods of ours waiting for a node, by key.
+        self.pending: dict[str, PodRequest] = {}
+        #: When each pending pod was first seen (time.monotonic()), for the end-to-end latency.
+        self.first_seen: dict[str, float] = {}
+        self.nodes: dict[str, api_node.NodeInfo] = {}
+        self.podgroups: dict[str, api_podgroup.PodGroup] = {}
+        self.queues: dict[str, api_queue.QueueSpec] = {}
+        #: The cluster's Topology (``default``); the core does not place by topology yet, explain shows it.
+        self.topology: api_topology.TopologySpec | None = None
+        #: "pod ns/name", "podgroup ns/name", "queue name", "node name" -> uid, for Events' involvedObject.
+        self.uids: dict[str, str] = {}
+        self._bind_started: dict[str, float] = {}
+        #: Bound pods of ours counted against their queue by the operator.
+        self._charged: set[str] = set()
+        self._wake = asyncio.Event()
+        self._resort = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._last_status = 0.0
+        self._last_usage = time.monotonic()
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the writers and the binder (on the running event loop)."""
+        binding = self.config.binding
+        self.binder = Binder(
+            self.client,
+            on_bound=self._on_bound,
+            on_failed=self._on_failed,
+            on_uncertain=self._on_uncertain,
+            settings=BinderSettings(max_in_flight=binding.concurrency),
+        )
+        self.recorder.start()
+        self.conditions.start()
+        self.group_status.start()
+        self.queue_status.start()
+
+    async def close(self) -> None:
+        if self.binder is not None:
+            await self.binder.drain()
+        for task in list(self._tasks):
+            task.cancel()
+        for writer in (self.recorder, self.conditions, self.group_status, self.queue_status):
+            await writer.close()
+
+    def set_leading(self, leading: bool) -> None:
+        """The lease was taken (True) or lost (False); losing it stops the cycles before the next one."""
+        if leading != self.leading:
+            log.info("leadership", leading=leading, identity=self.identity)
+        self.leading = leading
+        self.metrics.is_leader.set(1.0 if leading else 0.0)
+        self._wake.set()
+
+    # --- inputs: the watches -----------------------------------------------------------------------------------
+
+    def listed(self) -> None:
+        """The first full listing of nodes, pods, PodGroups and Queues has been delivered: let the loop in."""
+        if self.ready:
+            return
+        self.loop.queues_changed(list(self.queues.values()))
+        for group in self.podgroups.values():
+            self.loop.group_upsert(group)
+        for pod in self.pending.values():
+            self.loop.pod_pending(pod)
+        self.ready = True
+        self.metrics.ready.set(1.0)
+        log.info(
+            "cache warm",
+            nodes=self.cache.node_count,
+            pods=sum(1 for _ in self.cache.pods()),
+            pending=len(self.pending),
+            podgroups=len(self.podgroups),
+            queues=len(self.queues),
+        )
+        self._wake.set()
+
+    def pod_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        meta = _meta(body)
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        if deleted:
+            self._pod_gone(key)
+            return
+        spec = body.get("spec")
+        spec = spec if isinstance(spec, Mapping) else {}
+        try:
+            pod = api_pod.parse_pod(body)
+        except InvalidObject as exc:
+            ours = spec.get("schedulerName") == api_pod.SCHEDULER_NAME
+            self._invalid("pod", key, exc, report=ours or bool(spec.get("nodeName")))
+            if ours and key in self.pending:
+                self.pending.pop(key, None)
+                self.queue.remove(key)
+            return
+        pod = replace(pod, created=_timestamp(meta.get("creationTimestamp")))
+        self.uids[f"pod {key}"] = pod.uid
+        if pod.terminal:
+            self._pod_gone(key)
+            return
+        if pod.node_name:
+            self.pending.pop(key, None)
+            self.first_seen.pop(key, None)
+            self.conditions.forget(key)
+            self.cache.upsert_pod(pod)
+            if pod.scheduler_name == api_pod.SCHEDULER_NAME:
+                self._charge_running(pod)
+            if self.ready:
+                self.loop.pod_placed(pod)
+            return
+        if pod.scheduler_name != api_pod.SCHEDULER_NAME:
+            self.cache.upsert_pod(pod)
+            return
+        if pod.deleting:
+            return
+        self.cache.upsert_pod(pod)
+        if self.cache.pod(key) is not None:
+            return  # handed to the binder: the watch will show it on its node
+        if self.pending.get(key) == pod:
+            return  # a status-only change (our own condition, for one): nothing to reconsider
+        self.pending[key] = pod
+        self.first_seen.setdefault(key, time.monotonic())
+        if self.ready:
+            self.loop.pod_pending(pod)
+            self._wake.set()
+
+    def node_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        name = str(_meta(body).get("name") or "")
+        if deleted:
+            if self.nodes.pop(name, None) is not None:
+                self.cache.remove_node(name)
+            self.uids.pop(f"node {name}", None)
+            return
+        try:
+            info = api_node.parse_node(body)
+        except InvalidObject as exc:
+            self._invalid("node", name, exc)
+            return
+        self.uids[f"node {name}"] = str(_meta(body).get("uid") or "")
+        old = self.nodes.get(name)
+        if old is not None and replace(old, problems=()) == replace(info, problems=()):
+            return
+        self.nodes[name] = info
+        self.cache.upsert_node(info)
+        if old is None:
+            for problem in info.problems:
+                self._invalid("node", name, problem)
+        if self.ready:
+            self.loop.cluster_event("node added" if old is None else "node updated")
+            self._wake.set()
+
+    def podgroup_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        meta = _meta(body)
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        if deleted:
+            self.podgroups.pop(key, None)
+            self.uids.pop(f"podgroup {key}", None)
+            self.group_status.forget(key)
+            if self.ready:
+                self.loop.group_removed(key)
+            return
+        try:
+            group = api_podgroup.parse_podgroup(body, created=_timestamp(meta.get("creationTimestamp")))
+        except InvalidObject as exc:
+            self._invalid("podgroup", key, exc)
+            return
+        self.uids[f"podgroup {key}"] = group.uid
+        if self.podgroups.get(key) == group:
+            return
+        self.podgroups[key] = group
+        if self.ready:
+            self.loop.group_upsert(group)
+            self._wake.set()
+
+    def queue_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        meta = _meta(body)
+        name = str(meta.get("name") or "")
+        old = self.queues.get(name)
+        if deleted:
+            self.queues.pop(name, None)
+            self.uids.pop(f"queue {name}", None)
+            self.queue_status.forget(name)
+        else:
+            try:
+                spec = api_queue.parse_queue(body)
+            except InvalidObject as exc:
+                self._invalid("queue", name, exc)
+                # A queue that cannot be read holds no work: its pods wait (with an Event) until it is fixed.
+                self.queues.pop(name, None)
+            else:
+                self.uids[f"queue {name}"] = str(meta.get("uid") or "")
+                self.queues[name] = spec
+        if self.queues.get(name) == old:
+            return
+        if self.ready:
+            self.loop.queues_changed(list(self.queues.values()))
+            self._wake.set()
+
+    def topology_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        name = str(_meta(body).get("name") or "")
+        if deleted:
+            if name == api_topology.NAME:
+                self.topology = None
+            return
+        try:
+            self.topology = api_topology.parse_topology(body)
+        except InvalidObject as exc:
+            self._invalid("topology", name, exc)
+
+    # --- the scheduling task -----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run cycles in batches while ready and leading; sleep until work, an event, or a backoff ends."""
+        while True:
+            self._wake.clear()
+            ran = 0
+            if self.ready and self.leading:
+                started = time.monotonic()
+                while ran < self.batch and self.leading and time.monotonic() - started < self.batch_seconds:
+                    if self._resort:
+                        self._resort = False
+                        self.loop.record_usage(0.0)  # re-sorts the queue after charges made outside the loop
+                    if not self.loop.run_once():
+                        break
+                    ran += 1
+                self._housekeeping()
+            if ran:
+                await asyncio.sleep(0)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._idle_timeout())
+
+    def _idle_timeout(self) -> float:
+        wakeup = self.queue.next_wakeup()
+        timeout = 1.0 if wakeup is None else wakeup - self.clock()
+        return min(1.0, max(0.001, timeout))
+
+    def _housekeeping(self) -> None:
+        now = time.monotonic()
+        if now - self._last_usage >= USAGE_INTERVAL_S:
+            self.loop.record_usage(now - self._last_usage)
+            self._last_usage = now
+        if now - self._last_status >= STATUS_INTERVAL_S / 2:
+            self._last_status = now
+            self.publish_status()
+
+    def publish_status(self) -> None:
+        """Hand the PodGroup and Queue status to their writers (which skip unchanged values)."""
+        if not self.leading:
+            return
+        for key in list(self.loop.groups):
+            status = self.loop.group_status(key)
+            if status is not None and key in self.podgroups:
+                self.group_status.update(key, status)
+        pods: dict[str, int] = {}
+        for key, pod in self.pending.items():
+            group = self.loop.member_of.get(key)
+            queue = self.loop.groups[group].group.queue if group in self.loop.groups else pod.queue
+            leaf = self.loop.tenancy.leaf_of(queue)
+            pods[leaf] = pods.get(leaf, 0) + 1
+        gangs: dict[str, int] = {}
+        for state in self.loop.groups.values():
+            if not state.satisfied:
+                leaf = self.loop.tenancy.leaf_of(state.group.queue)
+                gangs[leaf] = gangs.get(leaf, 0) + 1
+        for name in self.queues:
+            allocated = self.loop.tenancy.allocated.get(name, {})
+            self.queue_status.update(
+                name,
+                {
+                    "allocated": {r: _quantity(r, v) for r, v in sorted(allocated.items()) if v > 0},
+                    "pendingPods": pods.get(name, 0),
+                    "pendingGangs": gangs.get(name, 0),
+                    "dominantShare": f"{self.loop.tenancy.rank(name)[1]:.4f}",
+                },
+            )
+
+    # --- the core's ports: Binder, Events, Evictor ---------------------------------------------------------------
+
+    def bind(self, decision: Decision) -> None:
+        assert self.binder is not None, "start() the operator before scheduling"
+        self._bind_started[decision.pod.key] = time.monotonic()
+        self.binder.bind(decision)
+
+    def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None:
+        """The loop's Events: written by the leader only; a failed attempt also sets the pod condition."""
+        word, _, key = obj.partition(" ")
+        if reason == "Scheduled" and word == "pod":
+            self.metrics.schedule_attempts.labels("scheduled").inc()
+        elif reason == "FailedScheduling":
+            self.metrics.schedule_attempts.labels("unschedulable").inc()
+        if not self.leading:
+            return
+        self.recorder.emit(obj=obj, kind=kind, reason=reason, message=message)
+        if reason != "FailedScheduling":
+            return
+        if word == "pod" and key in self.pending:
+            self.conditions.unschedulable(self.pending[key], message)
+        elif word == "podgroup" and key in self.loop.groups:
+            for member in self.loop.groups[key].pending.values():
+                self.conditions.unschedulable(member, f"gang {key}: {message}")
+
+    def evict(self, pods: list[PodRequest], reason: str) -> None:
+        for pod in pods:
+            self.metrics.preemptions.inc()
+            self._spawn(self._delete(pod, reason))
+
+    async def _delete(self, pod: PodRequest, reason: str) -> None:
+        body: dict[str, Any] = {"preconditions": {"uid": pod.uid}} if pod.uid else {}
+        answer = await self.client.call(
+            self.client.core.delete_namespaced_pod, name=pod.name, namespace=pod.namespace, body=body
+        )
+        if answer.ok or answer.status == 404:
+            log.info("preempted", pod=pod.key, reason=reason)
+        else:
+            log.warning("preemption failed", pod=pod.key, status=answer.status, error=answer.message)
+
+    # --- binding outcomes --------------------------------------------------------------------------------------
+
+    def _on_bound(self, key: str) -> None:
+        self._observe_bind(key, "bound")
+        first = self.first_seen.pop(key, None)
+        if first is not None:
+            self.metrics.e2e_duration.observe(time.monotonic() - first)
+        self.pending.pop(key, None)
+        self.conditions.forget(key)
+
+    def _on_failed(self, pod: PodRequest, reason: str, retry: bool, backoff: float) -> None:
+        self._observe_bind(pod.key, "refused" if retry else "failed")
+        self.scheduler.bind_failed(pod.key)
+        if retry:
+            # The reservation is released now; the pod comes back only after its backoff, so a refusal that
+            # does not go away (a webhook) does not win the same GPUs every cycle.
+            asyncio.get_running_loop().call_later(backoff, self._retry, pod, reason)
+        # Otherwise the pod is gone or placed by someone else: the watch says which.
+
+    def _retry(self, pod: PodRequest, reason: str) -> None:
+        if pod.key not in self.pending or self.cache.pod(pod.key) is not None:
+            return  # deleted, or placed meanwhile
+        self.loop.bind_failed(pod, reason)
+        self._wake.set()
+
+    def _on_uncertain(self, key: str) -> None:
+        self._observe_bind(key, "uncertain")
+        pod = self.cache.pod(key)
+        if pod is not None:
+            asyncio.get_running_loop().call_later(RECHECK_S, lambda: self._spawn(self._recheck(pod.pod)))
+
+    async def _recheck(self, pod: PodRequest) -> None:
+        """An unknown outcome the watch has not cleared up: read the pod; unbound means the binding failed."""
+        if not self.cache.is_assumed(pod.key):
+            return  # the watch showed the truth
+        answer = await self.client.call(self.client.core.read_namespaced_pod, name=pod.name, namespace=pod.namespace)
+        if not answer.ok or not self.cache.is_assumed(pod.key):
+            return  # gone (the watch will say), or unreadable: ask again after the next unknown outcome
+        spec = answer.body.get("spec")
+        if isinstance(spec, Mapping) and spec.get("nodeName"):
+            return  # bound: the watch will confirm it
+        self.scheduler.bind_failed(pod.key)
+        self._retry(pod, "the binding's outcome was unknown and the pod is still unbound")
+
+    def _observe_bind(self, key: str, result: str) -> None:
+        self.metrics.binds.labels(result).inc()
+        started = self._bind_started.pop(key, None)
+        if started is not None:
+            self.metrics.bind_duration.observe(time.monotonic() - started)
+
+    # --- helpers -----------------------------------------------------------------------------------------------
+
+    def uid_of(self, word: str, key: str) -> str:
+        return self.uids.get(f"{word} {key}", "")
+
+    def _still_pending(self, key: str) -> bool:
+        return key in self.pending and self.cache.pod(key) is None
+
+    def _pod_gone(self, key: str) -> None:
+        self.pending.pop(key, None)
+        self.first_seen.pop(key, None)
+        self.uids.pop(f"pod {key}", None)
+        held = self.cache.pod(key) is not None
+        self._charged.discard(key)
+        self.cache.remove_pod(key)
+        self.conditions.forget(key)
+        if self.binder is not None:
+            self.binder.forget(key)
+        if self.ready:
+            self.loop.pod_gone(key)
+            if held:
+                self.loop.cluster_event("pod deleted")
+                self._wake.set()
+        elif self.loop.tenancy.release(key):
+            self._resort = True
+
+    def _charge_running(self, pod: PodRequest) -> None:
+        """Count a running pod of ours against its queue (after a restart the loop did not place it)."""
+        group = self.podgroups.get(f"{pod.namespace}/{pod.pod_group}") if pod.pod_group else None
+        leaf = self.loop.tenancy.leaf_of(group.queue if group is not None else pod.queue)
+        if pod.key in self._charged:
+            return
+        self._charged.add(pod.key)
+        self.loop.tenancy.charge(pod.key, leaf, tenancy.request_of(pod))  # no-op if the loop charged it
+        self._resort = True
+
+    def _invalid(self, word: str, key: str, exc: InvalidObject, *, report: bool = True) -> None:
+        self.metrics.invalid_objects.labels(word).inc()
+        log.warning("invalid object", object=f"{word} {key}", error=str(exc))
+        if report and self.leading:
+            self.recorder.emit(obj=f"{word} {key}", kind="Warning", reason="InvalidObject", message=str(exc))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = body.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _timestamp(value: object) -> float:
+    """An RFC 3339 creationTimestamp as Unix seconds (0 when absent or unreadable)."""
+    if not isinstance(value, str) or not value:
+        return 0.0
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _quantity(resource: str, amount: float) -> int | str:
+    """A scheduler-unit amount as a Kubernetes quantity (CPU is held in millicores)."""
+    if resource == "cpu":
+        return f"{round(amount)}m"
+    return round(amount) if float(amount).is_integer() else f"{amount:g}"
