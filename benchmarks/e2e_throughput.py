@@ -212,8 +212,13 @@ async def run_burst(
     timeout: float,
     gangs: int = 0,
     gang_size: int = 0,
+    start_scheduler: Callable[[], None] | None = None,
 ) -> Result:
-    """Create the pods at once and time their binding; the cluster's nodes and scheduler are already up."""
+    """Create the pods at once and time their binding.
+
+    burst mode (``start_scheduler`` None): the scheduler is already running. backlog mode: every pod is created
+    first, then ``start_scheduler`` is called; the clock starts there.
+    """
     api = Api(cluster, connections=concurrency + 8)
     try:
         await api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
@@ -237,13 +242,20 @@ async def run_burst(
         started = time.monotonic()
         await bounded(concurrency, [lambda m=m: create(m) for m in manifests])
         created = time.monotonic()
+        note = f"created in {created - started:.1f} s"
+        if start_scheduler is not None:
+            if watch.bound_at:
+                raise RuntimeError(f"{len(watch.bound_at)} pods were bound before the scheduler started")
+            note = f"backlog created in {created - started:.1f} s, then the scheduler started"
+            started = time.monotonic()
+            await asyncio.to_thread(start_scheduler)
+            created_at = dict.fromkeys(created_at, started)
         await watch.wait_for(len(manifests), timeout=timeout)
         watch.stop()
         bound = watch.bound_at
         latencies = [bound[name] - created_at[name] for name in bound if name in created_at]
         last = max(bound.values()) if bound else created
         seconds = last - started
-        note = f"created in {created - started:.1f} s"
         if len(bound) < len(manifests):
             note += f"; only {len(bound)} of {len(manifests)} bound within {timeout:.0f} s"
         return Result(
@@ -272,6 +284,9 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
         options["with_scheduler"] = True
     if case == "kube-scheduler-qps":
         options.update(scheduler_qps=args.kube_qps, scheduler_burst=args.kube_burst)
+    backlog = args.mode == "backlog"
+    if backlog and not gpusched_case:
+        options["defer_scheduler"] = True
     with LocalCluster(verbose=False, **options) as cluster:
         k = kube.Kube.of_local(cluster)
         k.apply_crds()
@@ -280,10 +295,16 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
         print(f"[{case}] {args.nodes} nodes Ready in {node_seconds:.1f} s", file=sys.stderr, flush=True)
         replica = None
         workdir = kube.scenario_workdir()
+        start: Callable[[], None] | None = None
         if gpusched_case:
             config = {"binding": {"concurrency": 64, "qps": args.gpusched_qps, "burst": args.gpusched_burst}}
-            replica = kube.Gpusched(k, identity="bench", workdir=workdir, config=config).start()
-            replica.wait_ready(timeout=180).wait_leader()
+            replica = kube.Gpusched(k, identity="bench", workdir=workdir, config=config)
+            if backlog:
+                start = replica.start
+            else:
+                replica.start().wait_ready(timeout=180).wait_leader()
+        elif backlog:
+            start = cluster.start_scheduler
         try:
             pods = args.gangs * args.gang_size if case == "gangs" else args.pods
             return asyncio.run(
@@ -296,11 +317,14 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
                     timeout=args.timeout,
                     gangs=args.gangs if case == "gangs" else 0,
                     gang_size=args.gang_size,
+                    start_scheduler=(lambda: None if start is None else start()) if backlog else None,
                 )
             )
         finally:
             if replica is not None:
                 replica.stop()
+                if replica.log_path.exists():
+                    print(f"[{case}] gpusched log: {replica.log_path}", file=sys.stderr)
 
 
 async def create_nodes_now(cluster: LocalCluster, args: argparse.Namespace) -> float:
@@ -340,6 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpusched-qps", type=float, default=1000.0, help="binding.qps given to gpusched run")
     parser.add_argument("--gpusched-burst", type=int, default=2000, help="binding.burst given to gpusched run")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for every pod to bind")
+    parser.add_argument(
+        "--mode",
+        choices=("burst", "backlog"),
+        default="burst",
+        help="burst: pods are created while the scheduler runs (the clock starts at the first create); backlog: "
+        "all pods are created first, then the scheduler is started (the clock starts there)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -356,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         results[case] = run_case(case, args)
         r = results[case]
         print(f"[{case}] {r if isinstance(r, str) else r.as_json()}", file=sys.stderr, flush=True)
-    print(f"\n{args.nodes} kwok nodes of 8 GPUs; pods of 1 GPU, created {args.concurrency} at a time")
+    print(f"\n{args.mode} mode: {args.nodes} kwok nodes of 8 GPUs; pods of 1 GPU, created {args.concurrency} at a time")
     print(table(results))
     if args.json:
         out = {case: (r.as_json() if isinstance(r, Result) else {"not_run": r}) for case, r in results.items()}
@@ -366,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             "gangs": args.gangs,
             "gang_size": args.gang_size,
             "concurrency": args.concurrency,
+            "mode": args.mode,
             "kube_scheduler_qps": [args.kube_qps, args.kube_burst],
         }
         args.json.write_text(json.dumps(out, indent=2) + "\n")

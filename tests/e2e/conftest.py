@@ -26,33 +26,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import kube as kube_mod  # noqa: E402
-from localcluster import BINARIES, LocalCluster  # noqa: E402
+from localcluster import LocalCluster, cached_binaries  # noqa: E402
 
 
 def required() -> bool:
     """CI says the suite must run: nothing may skip for want of binaries or of ``gpusched run``."""
     return os.environ.get("GPUSCHED_E2E_REQUIRED", "") not in ("", "0")
-
-
-def cached_binaries() -> str | None:
-    """A complete binary directory for the pinned versions, without building anything."""
-    if os.environ.get("GPUSCHED_E2E_BIN"):
-        return os.environ["GPUSCHED_E2E_BIN"]
-    versions: dict[str, str] = {}
-    for line in (HERE / "controlplane" / "go.mod").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[1].startswith("v"):
-            versions.setdefault(parts[0], parts[1])
-    prefix = "bin-k8s-{}-etcd-{}-kwok-{}-".format(
-        versions.get("k8s.io/kubernetes"), versions.get("go.etcd.io/etcd/server/v3"), versions.get("sigs.k8s.io/kwok")
-    )
-    root = Path(os.environ.get("GPUSCHED_E2E_CACHE") or Path.home() / ".cache" / "gpusched")
-    complete = [
-        d
-        for d in root.glob(prefix + "*")
-        if (d / "kwok-stages.yaml").is_file() and all(os.access(d / b, os.X_OK) for b in BINARIES)
-    ]
-    return str(max(complete, key=lambda d: d.stat().st_mtime)) if complete else None
 
 
 def _skip_or_fail(reason: str) -> None:
@@ -115,6 +94,14 @@ def scenario(kube: kube_mod.Kube, workdir: Path, request: pytest.FixtureRequest)
     name = _scenario_name(request)
     s = kube_mod.Scenario(kube=kube, name=name, namespace=f"e2e-{name}"[:63].rstrip("-"), workdir=workdir)
     kube.ensure_namespace(s.namespace, {kube_mod.OWNER_LABEL: name})
+    if kube.local is None:
+        # A cluster with the ServiceAccount admission plugin (kind, k3d) refuses pods until the namespace's
+        # default ServiceAccount exists.
+        kube_mod.wait_until(
+            lambda: kube.request("GET", f"/api/v1/namespaces/{s.namespace}/serviceaccounts/default"),
+            timeout=30,
+            what=f"ServiceAccount default in {s.namespace}",
+        )
     try:
         yield s
     finally:

@@ -122,6 +122,31 @@ def ensure_binaries(bin_dir: str | os.PathLike | None = None) -> Path:
     return path
 
 
+def cached_binaries() -> Path | None:
+    """A complete cached binary directory for the pinned versions, found without Go and without building.
+
+    ``$GPUSCHED_E2E_BIN`` if set; else the newest complete ``bin-<tag>`` under the cache root whose versions
+    match ``controlplane/go.mod`` (the hash part of the tag is not recomputed here, which needs the script).
+    """
+    if os.environ.get("GPUSCHED_E2E_BIN"):
+        return Path(os.environ["GPUSCHED_E2E_BIN"])
+    versions: dict[str, str] = {}
+    for line in (HERE / "controlplane" / "go.mod").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[1].startswith("v"):
+            versions.setdefault(parts[0], parts[1])
+    prefix = "bin-k8s-{}-etcd-{}-kwok-{}-".format(
+        versions.get("k8s.io/kubernetes"), versions.get("go.etcd.io/etcd/server/v3"), versions.get("sigs.k8s.io/kwok")
+    )
+    root = Path(os.environ.get("GPUSCHED_E2E_CACHE") or Path.home() / ".cache" / "gpusched")
+    complete = [
+        d
+        for d in root.glob(prefix + "*")
+        if (d / "kwok-stages.yaml").is_file() and all(os.access(d / b, os.X_OK) for b in BINARIES)
+    ]
+    return max(complete, key=lambda d: d.stat().st_mtime) if complete else None
+
+
 # --------------------------------------------------------------------------
 # small utilities
 
@@ -492,6 +517,9 @@ class LocalCluster:
     scheduler_qps, scheduler_burst:
         Run kube-scheduler from a KubeSchedulerConfiguration whose ``clientConnection`` raises the client's QPS
         and burst (the defaults are 50 and 100), everything else default. Needs ``with_scheduler``.
+    defer_scheduler:
+        Build kube-scheduler's command line but leave it stopped until :meth:`start_scheduler` (to let work pile
+        up first, as the throughput benchmark's backlog mode does).
     with_controller_manager, with_kwok:
         Turn those components off (both on by default).
     service_account_admission:
@@ -519,6 +547,7 @@ class LocalCluster:
         extra_scheduler_args: Iterable[str] = (),
         scheduler_qps: float | None = None,
         scheduler_burst: int | None = None,
+        defer_scheduler: bool = False,
         startup_timeout: float = 120.0,
         log_tail_lines: int = 60,
         verbose: bool = True,
@@ -538,6 +567,7 @@ class LocalCluster:
             raise ClusterError("scheduler_qps/scheduler_burst need with_scheduler=True")
         self.scheduler_qps = scheduler_qps
         self.scheduler_burst = scheduler_burst
+        self.defer_scheduler = defer_scheduler
         self.startup_timeout = startup_timeout
         self.log_tail_lines = log_tail_lines
         self.verbose = verbose
@@ -609,7 +639,7 @@ class LocalCluster:
 
             t = time.monotonic()
             for name in ("kube-controller-manager", "kwok", "kube-scheduler"):
-                if name in self.procs:
+                if name in self.procs and not (name == "kube-scheduler" and self.defer_scheduler):
                     self.procs[name].start()
             if "kube-controller-manager" in self.procs:
                 wait_for(
@@ -617,7 +647,7 @@ class LocalCluster:
                     self.startup_timeout,
                     "kube-controller-manager /healthz",
                 )
-            if "kube-scheduler" in self.procs:
+            if "kube-scheduler" in self.procs and not self.defer_scheduler:
                 wait_for(
                     lambda: self._component_healthy("kube-scheduler"),
                     self.startup_timeout,
@@ -677,6 +707,19 @@ class LocalCluster:
             )
             print(_tail(proc.log_path, lines), file=out)
         out.flush()
+
+    def start_scheduler(self, timeout: float | None = None) -> float:
+        """Start a deferred kube-scheduler (``defer_scheduler=True``); wait for /healthz; return the seconds."""
+        if "kube-scheduler" not in self.procs:
+            raise ClusterError("no kube-scheduler in this cluster: pass with_scheduler=True")
+        t = time.monotonic()
+        self.procs["kube-scheduler"].start()
+        wait_for(
+            lambda: self._component_healthy("kube-scheduler"),
+            timeout or self.startup_timeout,
+            "kube-scheduler /healthz",
+        )
+        return time.monotonic() - t
 
     def track_process(self, pid: int) -> None:
         """Have the watchdog kill the process group ``pid`` (a scheduler under test) if Python dies first."""
@@ -1131,6 +1174,7 @@ __all__ = [
     "ClusterError",
     "LocalCluster",
     "ProcessExited",
+    "cached_binaries",
     "ensure_binaries",
     "free_port",
     "wait_for",
