@@ -6,6 +6,7 @@ before any scheduler reads it. Valid objects are accepted and get their defaults
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import kube as kube_mod
@@ -22,7 +23,7 @@ def _refused(kube: kube_mod.Kube, path: str, body: dict[str, Any]) -> str:
         # Not refused: remove it so that the next case starts clean, then fail below.
         kube.request("DELETE", f"{path}/{created['metadata']['name']}")
     assert info.value.status == 422, info.value.body
-    message: str = kube_mod.json.loads(info.value.body)["message"]
+    message: str = json.loads(info.value.body)["message"]
     return message
 
 
