@@ -254,8 +254,8 @@ async def run_burst(
         watch.stop()
         bound = watch.bound_at
         latencies = [bound[name] - created_at[name] for name in bound if name in created_at]
-        last = max(bound.values()) if bound else created
-        seconds = last - started
+        # With nothing bound, the case took the whole wait.
+        seconds = (max(bound.values()) if bound else time.monotonic()) - started
         if len(bound) < len(manifests):
             note += f"; only {len(bound)} of {len(manifests)} bound within {timeout:.0f} s"
         return Result(
