@@ -47,14 +47,23 @@ def _run(args: argparse.Namespace) -> int:
     return run.main(args)
 
 
+def _explain(args: argparse.Namespace) -> int:
+    from scheduler.k8s import explain
+
+    return explain.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from scheduler.k8s import run
+    from scheduler.k8s import explain, run
 
     parser = argparse.ArgumentParser(prog="gpusched", description="A Kubernetes scheduler for GPU clusters.")
     sub = parser.add_subparsers(dest="command", required=True)
     operator = sub.add_parser("run", help="run the scheduler in a cluster (the operator)")
     run.add_arguments(operator)
     operator.set_defaults(func=_run)
+    why = sub.add_parser("explain", help="why a pod (or podgroup/NAME) is pending")
+    explain.add_arguments(why)
+    why.set_defaults(func=_explain)
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="what", required=True)
     kernels = bench_sub.add_parser("kernels", help="time every scoring kernel against its NumPy twin")

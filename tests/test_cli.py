@@ -48,3 +48,14 @@ def test_bench_kernels_prints_json_with_every_kernel(capsys: pytest.CaptureFixtu
     ):
         entry = report["kernels"][name]
         assert entry["numba_ns_per_node"] > 0 and entry["numpy_ns_per_node"] > 0 and entry["speedup"] > 0
+
+
+def test_run_refuses_a_config_with_an_unknown_key_before_connecting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "gpusched.yaml"
+    bad.write_text("binding: {concurrency: 8, qps: 100, burts: 10}\n")
+    kubeconfig = tmp_path / "missing-kubeconfig"
+    assert cli.main(["run", "--config", str(bad), "--kubeconfig", str(kubeconfig), "--log-format", "json"]) == 2
+    err = capsys.readouterr().err
+    assert f"config {bad} field binding.burts: unknown key" in err

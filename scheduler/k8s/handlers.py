@@ -1,17 +1,20 @@
-"""The kopf side of the operator: which resources are watched, and kopf settings that keep it read-only.
+"""The kopf side of the operator: PodGroups, Queues and the Topology, and kopf settings that keep it read-only.
 
-Only ``@kopf.index`` and ``@kopf.on.event`` handlers are registered: kopf's create/update/resume handlers
-would keep their progress and a diff base on every pod (annotations and patches), and finalizers would make
-the scheduler a party to every deletion. The settings below make that impossible even by mistake: progress
-and diff-base storages that store nothing, no posting of kopf's own log lines as Events, no peering (the
-Lease in ``scheduler.k8s.leader`` decides who schedules), no CRD scanning (so no cluster-wide CRD read).
+Only ``@kopf.index`` and ``@kopf.on.event`` handlers are registered: kopf's create/update/resume handlers keep
+their progress and a diff base on the objects (annotations and patches), and finalizers would make the scheduler
+a party to every deletion. The settings below make that impossible even by mistake: progress and diff-base
+storages that store nothing, no posting of kopf's own log lines as Events, no peering (the Lease in
+``scheduler.k8s.leader`` decides who schedules), no CRD scanning (so no cluster-wide CRD read).
 
-Why index handlers feed the cache: kopf runs them for every object of the initial listing *before* any other
-handler, and holds every ``on.event`` handler, of any resource, until all indexed resources are listed and
-indexed. So the first ``on.event`` call on Namespaces (which every cluster has) is the moment the cache holds
-the first full listing of nodes, pods, PodGroups and Queues: that is what :meth:`Operator.listed` marks.
-The indexes themselves hold nothing (the handlers return None). Deletions reach only ``on.event`` handlers
-(kopf drops deleted objects from indexes without calling them), so those handle ``DELETED``.
+Pods and nodes are not here: ``scheduler.k8s.informer`` explains why (kopf's initial listing is quadratic in
+the number of objects).
+
+Why index handlers feed the operator: kopf runs them for every object of the initial listing *before* any
+other handler, and holds every ``on.event`` handler, of any resource, until all indexed resources are listed
+and indexed. So the first ``on.event`` call on Namespaces (which every cluster has) is the moment the
+PodGroups and Queues of the first full listing are in: :meth:`Operator.part_listed` marks it. The indexes
+themselves hold nothing (the handlers return None). Deletions reach only ``on.event`` handlers (kopf drops
+deleted objects from indexes without calling them), so those handle ``DELETED``.
 """
 
 from __future__ import annotations
@@ -52,7 +55,6 @@ def settings() -> Any:
     nothing = _NoStorage()
     s.persistence.progress_storage = nothing
     s.persistence.diffbase_storage = nothing
-    s.persistence.finalizer = "scheduling.gpusched.io/never-set"
     s.posting.enabled = False
     s.scanning.disabled = True
     s.peering.standalone = True
@@ -82,8 +84,6 @@ def registry(operator: Operator, client_settings: k8s_client.ClientSettings) -> 
             if type == "DELETED":
                 method(body, deleted=True)
 
-    feed(("v1", "nodes"), operator.node_event)
-    feed(("v1", "pods"), operator.pod_event)
     feed((GROUP, "v1alpha1", "podgroups"), operator.podgroup_event)
     feed((GROUP, "v1alpha1", "queues"), operator.queue_event)
 
@@ -93,7 +93,7 @@ def registry(operator: Operator, client_settings: k8s_client.ClientSettings) -> 
 
     @kopf.on.event("v1", "namespaces", registry=reg)
     async def listed(**_: Any) -> None:
-        operator.listed()
+        operator.part_listed("custom resources")
 
     return reg
 

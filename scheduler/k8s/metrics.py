@@ -44,7 +44,7 @@ class Metrics:
         )
         self.gang_wait = Histogram(
             "gpusched_gang_wait_seconds",
-            "From a gang's first attempt to its placement.",
+            "From a gang's first attempt to its placement (minMember members together).",
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )

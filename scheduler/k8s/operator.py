@@ -54,6 +54,9 @@ from scheduler.queue.scheduling import SchedulingQueue
 
 log = structlog.get_logger(__name__)
 
+#: The listings readiness waits for: the informers' (nodes, pods) and kopf's (PodGroups and Queues, see
+#: ``scheduler.k8s.handlers``).
+LISTINGS = frozenset({"nodes", "pods", "custom resources"})
 #: Seconds between writes of PodGroup and Queue status (per object; unchanged values are not written).
 STATUS_INTERVAL_S = 2.0
 #: Seconds between additions to the queues' usage history.
@@ -101,8 +104,9 @@ class Operator:
         self.group_status = k8s_status.CustomStatusWriter(client, k8s_status.PODGROUPS, settings=status_settings)
         self.queue_status = k8s_status.CustomStatusWriter(client, k8s_status.QUEUES, settings=status_settings)
         self.binder: Binder | None = None
-        #: Whether the first full listing is in (readiness).
+        #: Whether the first full listing is in (readiness), and which of :data:`LISTINGS` are.
         self.ready = False
+        self._listed: set[str] = set()
         #: Whether this replica holds the lease (only then it decides and writes).
         self.leading = False
         #: Pods of ours waiting for a node, by key.
@@ -160,6 +164,16 @@ class Operator:
 
     # --- inputs: the watches -----------------------------------------------------------------------------------
 
+    def part_listed(self, part: str) -> None:
+        """One of :data:`LISTINGS` has delivered its first full listing; the last one makes the cache ready."""
+        self._listed.add(part)
+        if self._listed >= LISTINGS:
+            self.listed()
+
+    def held_pods(self) -> set[str]:
+        """Keys of the pods the operator holds (pending, or counted on a node): what a relist reconciles."""
+        return set(self.pending) | {entry.pod.key for entry in self.cache.pods()}
+
     def listed(self) -> None:
         """The first full listing of nodes, pods, PodGroups and Queues has been delivered: let the loop in."""
         if self.ready:
@@ -167,6 +181,9 @@ class Operator:
         self.loop.queues_changed(list(self.queues.values()))
         for group in self.podgroups.values():
             self.loop.group_upsert(group)
+        for entry in list(self.cache.pods()):
+            if not entry.assumed:
+                self._placed(entry.pod)
         for pod in self.pending.values():
             self.loop.pod_pending(pod)
         self.ready = True
@@ -198,7 +215,6 @@ class Operator:
                 self.pending.pop(key, None)
                 self.queue.remove(key)
             return
-        pod = replace(pod, created=_timestamp(meta.get("creationTimestamp")))
         self.uids[f"pod {key}"] = pod.uid
         if pod.terminal:
             self._pod_gone(key)
@@ -211,7 +227,7 @@ class Operator:
             if pod.scheduler_name == api_pod.SCHEDULER_NAME:
                 self._charge_running(pod)
             if self.ready:
-                self.loop.pod_placed(pod)
+                self._placed(pod)
             return
         if pod.scheduler_name != api_pod.SCHEDULER_NAME:
             self.cache.upsert_pod(pod)
@@ -221,6 +237,8 @@ class Operator:
         self.cache.upsert_pod(pod)
         if self.cache.pod(key) is not None:
             return  # handed to the binder: the watch will show it on its node
+        # Only a pending pod's age matters (queue order); bound pods, by the thousand at start-up, skip this copy.
+        pod = replace(pod, created=_timestamp(meta.get("creationTimestamp")))
         if self.pending.get(key) == pod:
             return  # a status-only change (our own condition, for one): nothing to reconsider
         self.pending[key] = pod
@@ -392,6 +410,10 @@ class Operator:
         word, _, key = obj.partition(" ")
         if reason == "Scheduled" and word == "pod":
             self.metrics.schedule_attempts.labels("scheduled").inc()
+        elif reason == "Scheduled" and word == "podgroup" and key in self.loop.groups:
+            first = self.loop.groups[key].first_attempt
+            if first is not None:
+                self.metrics.gang_wait.observe(max(0.0, self.clock() - first))
         elif reason == "FailedScheduling":
             self.metrics.schedule_attempts.labels("unschedulable").inc()
         if not self.leading:
@@ -496,6 +518,17 @@ class Operator:
         elif self.loop.tenancy.release(key):
             self._resort = True
 
+    def _placed(self, pod: PodRequest) -> None:
+        """Tell the loop a pod is on a node; a gang member the loop never saw pending (it was placed before a
+        restart) is first made known as a member, so its group counts it instead of waiting for it."""
+        if pod.scheduler_name != api_pod.SCHEDULER_NAME:
+            return
+        if pod.pod_group and pod.key not in self.loop.member_of:
+            group = f"{pod.namespace}/{pod.pod_group}"
+            if group in self.loop.groups:
+                self.loop.member_of[pod.key] = group
+        self.loop.pod_placed(pod)
+
     def _charge_running(self, pod: PodRequest) -> None:
         """Count a running pod of ours against its queue (after a restart the loop did not place it)."""
         group = self.podgroups.get(f"{pod.namespace}/{pod.pod_group}") if pod.pod_group else None
@@ -516,6 +549,43 @@ class Operator:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+class _NoBinding:
+    def bind(self, decision: Decision) -> None:
+        return None
+
+
+def warm_kernels(config: OperatorConfig) -> int:
+    """Compile the profile's kernels (or load them from numba's cache) before the operator takes part.
+
+    A kernel compiles at its first call, 20-40 s for the whole profile on a cold cache, holding the thread that
+    calls it: in the scheduling task that would freeze the event loop, the health endpoints and the lease
+    renewal. Scheduling a whole-GPU pod and a shared-GPU pod on a one-node cluster here, before the watches and
+    the election start, moves that cost out of the way (and to build time when the image carries the cache).
+    Returns how many of the two were placed (2 unless the profile filters everything out).
+    """
+    cache = Cache()
+    cache.upsert_node(api_node.parse_node({"metadata": {"name": "warm-up"}, "status": {"allocatable": _WARM_NODE}}))
+    scheduler = Scheduler(cache, Framework.build(config.profile), _NoBinding())
+    placed = 0
+    for raw in _WARM_PODS:
+        result = scheduler.schedule(api_pod.parse_pod(raw))
+        placed += result.decision is not None
+    return placed
+
+
+_WARM_NODE = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}
+_WARM_PODS = [
+    {
+        "metadata": {"name": "whole", "namespace": "warm-up"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+    },
+    {
+        "metadata": {"name": "shared", "namespace": "warm-up", "annotations": {"gpusched.io/gpu-milli": "300"}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+    },
+]
 
 
 def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:

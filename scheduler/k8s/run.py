@@ -1,6 +1,7 @@
 """``gpusched run``: the operator process. Connects, serves health and metrics, elects a leader, watches, schedules.
 
-Tasks on one event loop: kopf's watchers (feeding :class:`Operator`), the scheduling task, the leader elector,
+Tasks on one event loop: the pod and node informers and kopf's watchers (feeding :class:`Operator`), the
+scheduling task, the leader elector,
 the writers (binder, Events, status) and the two HTTP servers. SIGTERM or SIGINT stops them in an order that
 hands over quickly: stop scheduling, release the lease, stop the watches, finish bindings already sent.
 """
@@ -13,6 +14,7 @@ import contextlib
 import os
 import signal
 import socket
+import time
 from typing import Any
 
 import kopf
@@ -21,8 +23,9 @@ import structlog
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import handlers, health, logs
+from scheduler.k8s.informer import Informer
 from scheduler.k8s.leader import LeaderElector
-from scheduler.k8s.operator import Operator
+from scheduler.k8s.operator import Operator, warm_kernels
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +60,11 @@ async def serve(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> 
         timeout=config.binding.timeout_s,
         connections=config.binding.concurrency + 16,
     )
+    # Before anything else: in a thread, so that the process answers signals meanwhile. Not overlapped with the
+    # listings: both hold the GIL, and overlapping made the start slower (docs/operator.md).
+    started = time.monotonic()
+    placed = await asyncio.to_thread(warm_kernels, config)
+    log.info("kernels ready", seconds=round(time.monotonic() - started, 2), placed=placed)
     client = await k8s_client.connect(client_settings)
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
     operator = Operator(client, config, identity=identity)
@@ -83,6 +91,26 @@ async def serve(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> 
             name="gpusched watches",
         ),
     }
+    informers = {
+        "nodes": Informer(
+            client,
+            kind="nodes",
+            list_method=client.core.list_node,
+            on_event=operator.node_event,
+            known=lambda: list(operator.nodes),
+            on_listed=operator.part_listed,
+        ),
+        "pods": Informer(
+            client,
+            kind="pods",
+            list_method=client.core.list_pod_for_all_namespaces,
+            on_event=operator.pod_event,
+            known=operator.held_pods,
+            on_listed=operator.part_listed,
+        ),
+    }
+    for kind, informer in informers.items():
+        tasks[kind] = asyncio.create_task(informer.run(), name=f"gpusched {kind}")
     if config.leader_election.enabled:
         elector = LeaderElector(
             client,
@@ -103,7 +131,7 @@ async def serve(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> 
             log.error("task failed; stopping", task=name, error=repr(task.exception()))
     log.info("stopping")
     operator.set_leading(False)
-    for name in ("lease", "scheduling"):
+    for name in ("lease", "scheduling", "nodes", "pods"):
         if name in tasks:
             tasks[name].cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

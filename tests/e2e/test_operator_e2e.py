@@ -48,7 +48,7 @@ def cluster() -> Iterator[LocalCluster]:
     if bin_dir is None and os.environ.get("GPUSCHED_E2E_REQUIRED", "") in ("", "0"):
         pytest.skip("control-plane binaries not built (tests/e2e/build-controlplane.sh) and GPUSCHED_E2E_BIN unset")
     with LocalCluster(bin_dir=bin_dir) as c:
-        c.kubectl("apply", "-f", str(REPO / "crds"))
+        c.kubectl("apply", "-f", str(REPO / "crds"))  # plain manifests: crds/Kustomization is skipped
         for crd in ("podgroups", "queues", "topologies"):
             c.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{crd}.scheduling.gpusched.io")
         c.request("POST", "/api/v1/namespaces", {"metadata": {"name": "gpusched-system"}})
@@ -140,3 +140,16 @@ def test_gpu_pod_is_bound_by_gpusched_and_runs(cluster: LocalCluster, operator: 
     lease = cluster.request("GET", "/apis/coordination.k8s.io/v1/namespaces/gpusched-system/leases/gpusched")
     assert lease["spec"]["holderIdentity"]
     assert json.dumps(lease)  # the Lease exists under gpusched's own name
+
+
+def test_manifests_apply_on_a_real_api_server(cluster: LocalCluster) -> None:
+    text = cluster.kubectl("apply", "--dry-run=server", "-k", str(REPO / "manifests")).stdout
+    for created in (
+        "namespace/gpusched-system",
+        "serviceaccount/gpusched",
+        "clusterrole.rbac.authorization.k8s.io/gpusched",
+        "role.rbac.authorization.k8s.io/gpusched-leader-election",
+        "deployment.apps/gpusched",
+        "service/gpusched-metrics",
+    ):
+        assert created in text

@@ -2,7 +2,9 @@
 
 It records every request (method, path, JSON body, content type), answers bindings by pod name from
 ``bind_answers`` (201 with a Status by default, as the real one does), serves pods from ``pods`` for the
-binder's read-back, keeps Events it was sent (so a PATCH of a count is visible), and counts bindings in flight.
+binder's read-back, keeps Events it was sent (so a PATCH of a count is visible), counts bindings in flight,
+deletes pods (preemption), and keeps coordination.k8s.io Leases with the API server's optimistic concurrency
+(an update must carry the current ``resourceVersion``, else 409), for leader election.
 """
 
 from __future__ import annotations
@@ -62,12 +64,32 @@ class FakeApiServer:
         #: Answers for PATCHes of pods/status and custom status, in order (then 200).
         self.status_answers: list[Canned] = []
         self.event_patch_answers: list[Canned] = []
+        #: Listed by GET /api/v1/nodes; custom objects by plural (served by the list and get endpoints).
+        self.nodes: list[dict[str, Any]] = []
+        self.custom: dict[str, list[dict[str, Any]]] = {}
+        #: What a pod watch streams, in order: (type, object); ("ERROR", 410) ends it with 410 Gone.
+        self.pod_watch: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.list_rv = 100
+        #: (namespace, name) -> the Lease as last written; ``lease_rv`` numbers its versions.
+        self.leases: dict[tuple[str, str], dict[str, Any]] = {}
+        self.lease_rv = 0
+        #: While set, lease requests hang (an API server the leader cannot reach).
+        self.leases_unreachable = False
         self.in_flight = 0
         self.max_in_flight = 0
         self._release = asyncio.Event()
         app = web.Application()
         app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self._binding)
         app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self._get_pod)
+        app.router.add_delete("/api/v1/namespaces/{ns}/pods/{name}", self._delete_pod)
+        app.router.add_get("/api/v1/nodes", self._list_nodes)
+        app.router.add_get("/api/v1/pods", self._list_pods)
+        app.router.add_get("/apis/{group}/{version}/{plural}", self._list_custom)
+        app.router.add_get("/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}", self._get_custom)
+        leases = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+        app.router.add_get(leases + "/{name}", self._get_lease)
+        app.router.add_post(leases, self._create_lease)
+        app.router.add_put(leases + "/{name}", self._replace_lease)
         app.router.add_patch("/api/v1/namespaces/{ns}/pods/{name}/status", self._patch_status)
         app.router.add_post("/api/v1/namespaces/{ns}/events", self._create_event)
         app.router.add_patch("/api/v1/namespaces/{ns}/events/{name}", self._patch_event)
@@ -119,6 +141,87 @@ class FakeApiServer:
         if pod is None:
             return web.json_response(status(404, "NotFound", "pods not found"), status=404)
         return web.json_response(pod)
+
+    async def _list_nodes(self, request: web.Request) -> web.Response:
+        return web.json_response({"items": self.nodes, "metadata": {}})
+
+    async def _list_pods(self, request: web.Request) -> web.StreamResponse:
+        """Pages by ``limit``/``continue`` (the token is an offset); ``watch=true`` streams :attr:`pod_watch`."""
+        await self._record(request)
+        if request.query.get("watch") in ("true", "1", "True"):
+            return await self._watch_pods(request)
+        items = list(self.pods.values())
+        start = int(request.query.get("continue") or 0)
+        limit = int(request.query.get("limit") or len(items) or 1)
+        page = items[start : start + limit]
+        meta: dict[str, Any] = {"resourceVersion": str(self.list_rv)}
+        if start + limit < len(items):
+            meta["continue"] = str(start + limit)
+        return web.json_response({"items": page, "metadata": meta})
+
+    async def _watch_pods(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        while True:
+            kind, obj = await self.pod_watch.get()
+            if kind == "ERROR":
+                obj = {"kind": "Status", "code": obj, "message": "too old resource version"}
+            await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+            if kind == "ERROR":
+                return response
+
+    async def _list_custom(self, request: web.Request) -> web.Response:
+        return web.json_response({"items": self.custom.get(request.match_info["plural"], []), "metadata": {}})
+
+    async def _get_custom(self, request: web.Request) -> web.Response:
+        for item in self.custom.get(request.match_info["plural"], []):
+            meta = item["metadata"]
+            if (meta.get("namespace"), meta["name"]) == (request.match_info["ns"], request.match_info["name"]):
+                return web.json_response(item)
+        return web.json_response(status(404, "NotFound", "not found"), status=404)
+
+    async def _delete_pod(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        pod = self.pods.pop(f"{request.match_info['ns']}/{request.match_info['name']}", None)
+        if pod is None:
+            return web.json_response(status(404, "NotFound", "pods not found"), status=404)
+        return web.json_response(pod)
+
+    async def _lease_gate(self) -> None:
+        while self.leases_unreachable:
+            await asyncio.sleep(0.01)
+
+    async def _get_lease(self, request: web.Request) -> web.Response:
+        await self._lease_gate()
+        lease = self.leases.get((request.match_info["ns"], request.match_info["name"]))
+        if lease is None:
+            return web.json_response(status(404, "NotFound", "leases not found"), status=404)
+        return web.json_response(lease)
+
+    async def _create_lease(self, request: web.Request) -> web.Response:
+        await self._lease_gate()
+        body = await self._record(request)
+        key = (request.match_info["ns"], body["metadata"]["name"])
+        if key in self.leases:
+            return web.json_response(status(409, "AlreadyExists", "leases already exists"), status=409)
+        return web.json_response(self._store_lease(key, body), status=201)
+
+    async def _replace_lease(self, request: web.Request) -> web.Response:
+        await self._lease_gate()
+        body = await self._record(request)
+        key = (request.match_info["ns"], request.match_info["name"])
+        current = self.leases.get(key)
+        if current is None:
+            return web.json_response(status(404, "NotFound", "leases not found"), status=404)
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            return web.json_response(status(409, "Conflict", "the object has been modified"), status=409)
+        return web.json_response(self._store_lease(key, body))
+
+    def _store_lease(self, key: tuple[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        self.lease_rv += 1
+        body["metadata"]["resourceVersion"] = str(self.lease_rv)
+        self.leases[key] = body
+        return body
 
     async def _patch_status(self, request: web.Request) -> web.Response:
         body = await self._record(request)

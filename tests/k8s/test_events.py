@@ -169,7 +169,7 @@ async def test_podgroup_and_queue_events(fake: FakeApiServer, recorder_factory: 
     recorder = recorder_factory()
     recorder.emit(obj="podgroup ns/g", kind="Warning", reason="FailedScheduling", message="2 of 4 fit")
     recorder.emit(obj="queue team-a", kind="Normal", reason="Reclaimed", message="1 GPU")
-    recorder.emit(obj="node n", kind="Normal", reason="Nope", message="unknown kind")
+    recorder.emit(obj="service n", kind="Normal", reason="Nope", message="unknown kind")
     assert await recorder.flush()
     refs = {(ns, e["involvedObject"]["kind"]): e["involvedObject"] for (ns, _), e in fake.events.items()}
     assert refs[("ns", "PodGroup")] == {

@@ -1,0 +1,187 @@
+"""Start-up to first bind of `gpusched run` on a cluster that already holds 10,000 bound pods on 1,000 nodes.
+
+What a restart costs: the operator must list every node, pod, PodGroup and Queue (and count every bound pod on
+its node) before its first decision. On a LocalCluster (etcd, kube-apiserver, controller manager, kwok on this
+machine) the script creates ``--nodes`` kwok GPU nodes (8 GPUs each) and ``--pods`` pods already bound to them
+(``spec.nodeName`` set at creation: 6 one-GPU pods and 4 CPU-only pods per node), waits for kwok to run them
+(``--no-kwok``: no kwok and no controller manager, the pods stay Pending on their nodes and count the same),
+creates one pending 2-GPU pod for gpusched, then starts ``gpusched run`` as a subprocess and times:
+
+- ready: process start to ``/readyz`` answering 200 (the first full listing is in the cache);
+- first bind: process start to the pending pod having ``spec.nodeName`` (read by polling the API server).
+
+Run: ``.venv/bin/python benchmarks/startup.py`` (needs the control-plane binaries, see tests/e2e).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO))
+
+from localcluster import GPU_RESOURCE, LocalCluster, free_port  # noqa: E402
+
+from scheduler.k8s import client as k8s  # noqa: E402
+
+GPUSCHED = (sys.executable, "-m", "scheduler.cli", "run", "--log-format", "json")
+
+
+def _node(name: str, gpus: int) -> dict[str, Any]:
+    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", GPU_RESOURCE: str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def _pod(name: str, *, node: str = "", gpus: int = 0, scheduler: str = "default-scheduler") -> dict[str, Any]:
+    limits = {GPU_RESOURCE: str(gpus)} if gpus else {}
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.invalid/app:latest",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": limits},
+            }
+        ],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+async def _create_all(client: k8s.Client, bodies: list[tuple[str, dict[str, Any]]], concurrency: int = 48) -> None:
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(kind: str, body: dict[str, Any]) -> None:
+        async with slots:
+            for _ in range(5):
+                if kind == "node":
+                    answer = await client.call(client.core.create_node, body=body)
+                else:
+                    answer = await client.call(client.core.create_namespaced_pod, namespace="default", body=body)
+                if answer.ok or answer.status == 409:
+                    return
+                await asyncio.sleep(0.5)
+            raise RuntimeError(f"cannot create {kind}: {answer.status} {answer.message}")
+
+    await asyncio.gather(*(one(kind, body) for kind, body in bodies))
+
+
+async def _populate(kubeconfig: str, nodes: int, pods: int) -> None:
+    client = await k8s.connect(k8s.ClientSettings(kubeconfig=kubeconfig, qps=0, connections=64))
+    try:
+        await _create_all(client, [("node", _node(f"gpu-{i}", 8)) for i in range(nodes)])
+        per_node = max(1, pods // nodes)
+        bodies = []
+        for i in range(pods):
+            node, slot = divmod(i, per_node)
+            bodies.append(("pod", _pod(f"run-{i}", node=f"gpu-{node % nodes}", gpus=1 if slot < 6 else 0)))
+        await _create_all(client, bodies)
+    finally:
+        await client.close()
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--bin-dir", default=os.environ.get("GPUSCHED_E2E_BIN"))
+    parser.add_argument("--log", help="keep the operator's log here")
+    parser.add_argument(
+        "--no-kwok",
+        dest="kwok",
+        action="store_false",
+        help="no kwok and no controller manager: nodes stay as created, bound pods stay Pending (still counted)",
+    )
+    parser.add_argument("--kwok-wait", type=float, default=900, help="seconds to wait for kwok to run the pods")
+    args = parser.parse_args()
+    cluster_options = {} if args.kwok else {"with_kwok": False, "with_controller_manager": False}
+    with LocalCluster(bin_dir=args.bin_dir, verbose=False, **cluster_options) as cluster:
+        cluster.kubectl("apply", "-f", str(REPO / "crds"))
+        for crd in ("podgroups", "queues", "topologies"):
+            cluster.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{crd}.scheduling.gpusched.io")
+        cluster.request("POST", "/api/v1/namespaces", {"metadata": {"name": "gpusched-system"}})
+        started = time.monotonic()
+        asyncio.run(_populate(str(cluster.kubeconfig), args.nodes, args.pods))
+        print(f"created {args.nodes} nodes and {args.pods} bound pods in {time.monotonic() - started:.1f}s")
+        if args.kwok:
+            # Let kwok take the pods to Running, so that its status writes do not land during the measurement.
+            deadline = time.monotonic() + args.kwok_wait
+            while time.monotonic() < deadline:
+                listing = cluster.request("GET", "/api/v1/pods?fieldSelector=status.phase!=Running&limit=1")
+                if not listing["items"]:
+                    break
+                time.sleep(2)
+            left = cluster.request("GET", "/api/v1/pods?fieldSelector=status.phase!=Running&limit=1")
+            waiting = len(left["items"]) + int(left["metadata"].get("remainingItemCount") or 0)
+            print(f"{waiting} pods not Running yet after {time.monotonic() - started:.1f}s")
+        first = _pod("first", gpus=2, scheduler="gpusched")
+        if not args.kwok:
+            # The API server taints new nodes not-ready; without kwok nothing makes them Ready.
+            first["spec"]["tolerations"] = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]
+        cluster.request("POST", "/api/v1/namespaces/default/pods", first)
+
+        health = free_port()
+        log = open(args.log, "w") if args.log else tempfile.TemporaryFile("w")  # noqa: SIM115
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            [*GPUSCHED, "--kubeconfig", str(cluster.kubeconfig), "--health-port", str(health), "--metrics-port", "0"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+        ready = bound = None
+        try:
+            while time.monotonic() - t0 < 300 and bound is None:
+                if ready is None and _status(f"http://127.0.0.1:{health}/readyz") == 200:
+                    ready = time.monotonic() - t0
+                pod = cluster.get_pod("default", "first")
+                if pod["spec"].get("nodeName"):
+                    bound = time.monotonic() - t0
+                    break
+                time.sleep(0.05)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+            log.close()
+        if bound is None:
+            print("the pending pod was not bound within 300 s")
+            return 1
+        print(f"gpusched run with {args.nodes} nodes and {args.pods} existing pods:")
+        print(f"  process start -> ready (full listing in the cache): {ready:.2f} s")
+        print(f"  process start -> first bind:                        {bound:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The pod informer: a paged listing, then watch events, and a relist that notices what went unseen."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from scheduler.k8s import client as k8s
+from scheduler.k8s import config as k8s_config
+from scheduler.k8s.informer import Informer
+from scheduler.k8s.operator import Operator
+from tests.k8s.fakeapi import FakeApiServer, eventually
+from tests.k8s.test_operator import node, pod
+
+
+@pytest.fixture
+async def fed(client: k8s.Client) -> AsyncIterator[tuple[Operator, Informer]]:
+    op = Operator(client, k8s_config.parse({}), identity="test")
+    op.node_event(node("gpu-0", gpus=8))
+    listed: list[str] = []
+    informer = Informer(
+        client,
+        kind="pods",
+        list_method=client.core.list_pod_for_all_namespaces,
+        on_event=op.pod_event,
+        known=op.held_pods,
+        on_listed=listed.append,
+        page=2,
+        retry_seconds=0.05,
+    )
+    task = asyncio.create_task(informer.run())
+    yield op, informer
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert listed == ["pods"]  # once, however many relists
+
+
+def gpus_used(op: Operator) -> int:
+    return sum(e.pod.gpu.count for e in op.cache.pods())
+
+
+async def test_list_in_pages_then_watch_then_relist(fake: FakeApiServer, fed: tuple[Operator, Informer]) -> None:
+    op, informer = fed
+    fake.pods = {
+        "default/a": pod("a", 2, node_name="gpu-0"),
+        "default/b": pod("b", 3, scheduler="default-scheduler", node_name="gpu-0"),
+        "default/c": pod("c", 1),
+    }
+    await eventually(lambda: informer.listed.is_set())
+    assert gpus_used(op) == 5 and set(op.pending) == {"default/c"}
+    assert informer.resource_version == "100"
+
+    # Watch: c is bound, a is deleted.
+    await fake.pod_watch.put(
+        (
+            "MODIFIED",
+            {**pod("c", 1, node_name="gpu-0"), "metadata": {**pod("c", 1)["metadata"], "resourceVersion": "101"}},
+        )
+    )
+    await fake.pod_watch.put(("DELETED", fake.pods.pop("default/a")))
+    await eventually(lambda: gpus_used(op) == 4 and not op.pending)
+
+    # The watch is too old: b goes while nobody watches; the relist notices it is missing.
+    del fake.pods["default/b"]
+    fake.pods["default/c"] = pod("c", 1, node_name="gpu-0")
+    await fake.pod_watch.put(("ERROR", 410))
+    await eventually(lambda: informer.stats["lists"] == 2)
+    assert op.held_pods() == {"default/c"} and gpus_used(op) == 1

@@ -1,0 +1,116 @@
+"""Leader election on a Lease: one leader, a quick hand-over on shutdown, and a leader that stops at once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from scheduler.k8s import client as k8s
+from scheduler.k8s.config import LeaderElectionConfig
+from scheduler.k8s.leader import LeaderElector
+from tests.k8s.fakeapi import FakeApiServer, eventually
+
+FAST = LeaderElectionConfig(lease_duration_s=1.0, renew_deadline_s=0.5, retry_period_s=0.05)
+KEY = ("gpusched-system", "gpusched")
+
+
+class Replica:
+    def __init__(self, client: k8s.Client, identity: str, config: LeaderElectionConfig = FAST) -> None:
+        self.changes: list[bool] = []
+        self.elector = LeaderElector(
+            client,
+            namespace=KEY[0],
+            name=KEY[1],
+            identity=identity,
+            config=config,
+            on_change=self.changes.append,
+        )
+        self.task = asyncio.create_task(self.elector.run())
+
+    @property
+    def leading(self) -> bool:
+        return bool(self.changes) and self.changes[-1]
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+@pytest.fixture
+async def replicas(client: k8s.Client) -> AsyncIterator[list[Replica]]:
+    made: list[Replica] = []
+    yield made
+    for replica in made:
+        await replica.stop()
+
+
+async def test_one_leader_then_hand_over_on_shutdown(
+    fake: FakeApiServer, client: k8s.Client, replicas: list[Replica]
+) -> None:
+    a = Replica(client, "a")
+    replicas.append(a)
+    await eventually(lambda: a.leading)
+    b = Replica(client, "b")
+    replicas.append(b)
+    await asyncio.sleep(0.3)  # several retry periods: b sees a renewing and stays standby
+    assert not b.leading and b.changes == []
+    assert fake.leases[KEY]["spec"]["holderIdentity"] == "a"
+
+    await a.stop()  # releases the lease: b takes it at its next retry, without waiting out the duration
+    assert a.changes == [True, False]
+    loop = asyncio.get_running_loop()
+    released = loop.time()
+    await eventually(lambda: b.leading)
+    assert loop.time() - released < FAST.lease_duration_s
+    lease = fake.leases[KEY]["spec"]
+    assert lease["holderIdentity"] == "b"
+    assert lease["leaseTransitions"] == 1
+
+
+async def test_standby_takes_over_a_leader_that_stopped_renewing(
+    fake: FakeApiServer, client: k8s.Client, replicas: list[Replica]
+) -> None:
+    # A holder that crashed: its lease is there, never renewed.
+    fake.leases[KEY] = {
+        "metadata": {"name": KEY[1], "namespace": KEY[0], "resourceVersion": "7"},
+        "spec": {"holderIdentity": "crashed", "leaseDurationSeconds": 1, "renewTime": "2026-01-01T00:00:00.000000Z"},
+    }
+    b = Replica(client, "b")
+    replicas.append(b)
+    await asyncio.sleep(0.5)
+    assert not b.leading  # a lease is honoured for its duration as observed here, whatever its renewTime says
+    await eventually(lambda: b.leading, timeout=3)
+    assert fake.leases[KEY]["spec"]["holderIdentity"] == "b"
+
+
+async def test_leader_stops_at_once_when_another_holds_the_lease(
+    fake: FakeApiServer, client: k8s.Client, replicas: list[Replica]
+) -> None:
+    a = Replica(client, "a")
+    replicas.append(a)
+    await eventually(lambda: a.leading)
+    lease = fake.leases[KEY]
+    lease["spec"]["holderIdentity"] = "usurper"
+    lease["spec"]["renewTime"] = "2026-01-01T00:00:01.000000Z"
+    await eventually(lambda: not a.leading, timeout=FAST.renew_deadline_s)
+    assert a.changes == [True, False]
+
+
+async def test_leader_that_cannot_renew_stops_within_the_deadline(
+    fake: FakeApiServer, client: k8s.Client, replicas: list[Replica]
+) -> None:
+    a = Replica(client, "a")
+    replicas.append(a)
+    await eventually(lambda: a.leading)
+    fake.leases_unreachable = True
+    loop = asyncio.get_running_loop()
+    cut = loop.time()
+    await eventually(lambda: not a.leading, timeout=2)
+    # It gave up before the lease could expire for the others.
+    assert loop.time() - cut < FAST.lease_duration_s
+    fake.leases_unreachable = False
+    await eventually(lambda: a.leading, timeout=3)

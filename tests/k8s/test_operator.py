@@ -1,0 +1,281 @@
+"""The operator between the watches and the API server: what it does with what the watches deliver.
+
+Objects go in as raw dicts through the same methods the kopf handlers call; what comes out is what the fake API
+server receives (bindings, Events, pod conditions, status patches, deletions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from scheduler.api import pod as api_pod
+from scheduler.k8s import client as k8s
+from scheduler.k8s import config as k8s_config
+from scheduler.k8s import operator as operator_module
+from scheduler.k8s.operator import Operator
+from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
+
+GPU = "nvidia.com/gpu"
+
+
+def node(name: str, gpus: int = 8) -> dict[str, Any]:
+    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: str(gpus)}
+    return {"metadata": {"name": name, "uid": f"uid-{name}"}, "status": {"allocatable": capacity}}
+
+
+def pod(
+    name: str,
+    gpus: int = 1,
+    *,
+    scheduler: str = "gpusched",
+    node_name: str = "",
+    labels: dict[str, str] | None = None,
+    cpu: str = "1",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu}, "limits": {GPU: str(gpus)}}}],
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "labels": labels or {},
+            "creationTimestamp": "2026-11-22T09:00:00Z",
+        },
+        "spec": spec,
+        "status": {"phase": "Running" if node_name else "Pending"},
+    }
+
+
+def podgroup(name: str, min_member: int) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"}, "spec": {"minMember": min_member}}
+
+
+@pytest.fixture
+async def operator(client: k8s.Client) -> AsyncIterator[Operator]:
+    op = Operator(client, k8s_config.parse({}), identity="test")
+    await op.start()
+    task = asyncio.create_task(op.run())
+    yield op
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await op.close()
+
+
+def bound(fake: FakeApiServer) -> dict[str, Any]:
+    """Pod name -> the Binding the API server got for it."""
+    return {s.path.split("/")[-2]: s.body for s in fake.requests("POST", "/binding")}
+
+
+def events(fake: FakeApiServer, reason: str) -> list[dict[str, Any]]:
+    return [e for e in fake.events.values() if e["reason"] == reason]
+
+
+async def flushed(op: Operator) -> None:
+    for writer in (op.recorder, op.conditions, op.group_status, op.queue_status):
+        assert await writer.flush()
+
+
+async def test_no_decision_before_the_first_full_listing(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    operator.pod_event(pod("train", 2, labels={"gpusched.io/queue": "team-a"}))
+    operator.node_event(node("gpu-0"))
+    await asyncio.sleep(0.2)
+    assert bound(fake) == {} and not operator.ready
+
+    # The pod's queue arrives later in the listing: it must not be reported missing, nor wait.
+    operator.queue_event({"metadata": {"name": "team-a", "uid": "uid-q"}, "spec": {}})
+    operator.listed()
+    await eventually(lambda: "train" in bound(fake))
+    binding = bound(fake)["train"]
+    assert binding["target"]["name"] == "gpu-0"
+    assert binding["metadata"]["uid"] == "uid-train"
+    assert len(binding["metadata"]["annotations"]["gpusched.io/gpu-ids"].split(",")) == 2
+    await flushed(operator)
+    assert events(fake, "QueueNotFound") == []
+    assert [e["involvedObject"]["uid"] for e in events(fake, "Scheduled")] == ["uid-train"]
+
+
+async def test_bound_pods_of_any_scheduler_count_and_the_pending_pod_is_told_why(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0", gpus=8))
+    operator.pod_event(pod("theirs", 8, scheduler="default-scheduler", node_name="gpu-0"))
+    operator.pod_event(pod("mine", 1))
+    operator.listed()
+    await eventually(lambda: bool(events(fake, "FailedScheduling")))
+    await flushed(operator)
+    assert bound(fake) == {}
+    message = events(fake, "FailedScheduling")[0]["message"]
+    assert message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    patches = fake.requests("PATCH", "/pods/mine/status")
+    condition = patches[-1].body["status"]["conditions"][0]
+    assert (condition["type"], condition["status"], condition["reason"]) == ("PodScheduled", "False", "Unschedulable")
+    assert condition["message"] == message
+
+    # The other scheduler's pod goes: the GPUs are free again and the waiting pod is bound.
+    operator.pod_event(pod("theirs", 8, scheduler="default-scheduler", node_name="gpu-0"), deleted=True)
+    await eventually(lambda: "mine" in bound(fake))
+
+
+async def test_a_malformed_pod_gets_an_event_naming_the_field_and_the_rest_goes_on(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0"))
+    bad = pod("bad", 1)
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    operator.pod_event(bad)
+    operator.pod_event(pod("good", 1))
+    operator.listed()
+    await eventually(lambda: "good" in bound(fake))
+    await flushed(operator)
+    invalid = events(fake, "InvalidObject")
+    assert len(invalid) == 1
+    assert invalid[0]["involvedObject"]["name"] == "bad"
+    assert "spec.containers[0].resources.requests.cpu" in invalid[0]["message"]
+    assert "bad" not in bound(fake)
+
+
+async def test_malformed_podgroup_and_queue_get_events(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    operator.podgroup_event(podgroup("gang", 0))
+    operator.queue_event({"metadata": {"name": "q"}, "spec": {"weight": -1}})
+    operator.listed()
+    await flushed(operator)
+    messages = sorted(e["message"] for e in events(fake, "InvalidObject"))
+    assert messages == [
+        "podgroup default/gang field spec.minMember: 0 is not an integer >= 1",
+        "queue q field spec.weight: -1 is not a number > 0",
+    ]
+
+
+async def test_a_standby_keeps_a_warm_cache_and_decides_nothing_until_it_leads(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    operator.node_event(node("gpu-0"))
+    operator.pod_event(pod("train", 1))
+    operator.listed()
+    await asyncio.sleep(0.2)
+    await flushed(operator)
+    assert operator.ready and not operator.leading
+    assert bound(fake) == {} and fake.events == {}
+    operator.set_leading(True)
+    await eventually(lambda: "train" in bound(fake))
+
+
+async def test_losing_the_lease_stops_scheduling_at_once(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0", gpus=8))
+    operator.listed()
+    operator.pod_event(pod("first", 1))
+    await eventually(lambda: "first" in bound(fake))
+    operator.set_leading(False)
+    operator.pod_event(pod("second", 1))
+    await asyncio.sleep(0.2)
+    assert "second" not in bound(fake)
+
+
+async def test_bind_outcomes_feed_back(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0", gpus=2))
+    operator.listed()
+    # 409: someone else bound it meanwhile; the read-back shows where.
+    fake.bind_answers["taken"] = Canned(409, status(409, "Conflict", 'pod taken is already assigned to node "x"'))
+    fake.pods["default/taken"] = {"metadata": {"uid": "uid-taken"}, "spec": {"nodeName": "x"}}
+    operator.pod_event(pod("taken", 1))
+    await eventually(lambda: "taken" in bound(fake))
+    await eventually(lambda: operator.cache.pod("default/taken") is None)  # its GPUs released, not retried
+    # 5xx: outcome unknown, the pod stays assumed until the watch shows it on its node.
+    fake.bind_answers["unsure"] = Canned(500, status(500, "InternalError", "etcd timeout"))
+    operator.pod_event(pod("unsure", 1))
+    await eventually(lambda: "unsure" in bound(fake))
+    await asyncio.sleep(0.05)
+    assert operator.cache.is_assumed("default/unsure")
+    operator.pod_event(pod("unsure", 1, node_name="gpu-0"))
+    assert not operator.cache.is_assumed("default/unsure")
+    assert operator.cache.pod("default/unsure") is not None
+
+    # A refusal (a webhook): released at once, tried again only after its backoff, with an Event.
+    fake.bind_answers["refused"] = Canned(403, status(403, "Forbidden", "admission webhook denied the request"))
+    operator.pod_event(pod("refused", 1))
+    await eventually(lambda: len(fake.requests("POST", "/pods/refused/binding")) == 1)
+    await eventually(lambda: operator.cache.pod("default/refused") is None)
+    await asyncio.sleep(0.5)
+    assert len(fake.requests("POST", "/pods/refused/binding")) == 1  # backoff: 1 s for the first refusal
+    await eventually(lambda: len(fake.requests("POST", "/pods/refused/binding")) == 2, timeout=3)
+    await flushed(operator)
+    assert "admission webhook denied" in events(fake, "FailedBinding")[0]["message"]
+    metrics = operator.metrics.exposition().decode()
+    assert 'gpusched_binds_total{result="failed"} 1.0' in metrics
+    assert 'gpusched_binds_total{result="uncertain"} 1.0' in metrics
+    assert 'gpusched_binds_total{result="refused"} 2.0' in metrics
+
+
+async def test_a_gang_is_bound_whole_and_its_status_written(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0", gpus=4))
+    operator.node_event(node("gpu-1", gpus=4))
+    operator.podgroup_event(podgroup("job", 3))
+    members = [pod(f"job-{i}", 2, labels={"gpusched.io/pod-group": "job"}) for i in range(3)]
+    for member in members[:2]:
+        operator.pod_event(member)
+    operator.listed()
+    await asyncio.sleep(0.2)
+    assert bound(fake) == {}  # 2 of 3 members: the gang waits
+    operator.pod_event(members[2])
+    await eventually(lambda: len(bound(fake)) == 3)
+    for member in members:
+        operator.pod_event(
+            pod(
+                member["metadata"]["name"],
+                2,
+                node_name=bound(fake)[member["metadata"]["name"]]["target"]["name"],
+                labels={"gpusched.io/pod-group": "job"},
+            )
+        )
+    operator.publish_status()
+    await flushed(operator)
+    written = fake.requests("PATCH", "/podgroups/job/status")[-1].body["status"]
+    assert written["phase"] == "Running"
+    assert written["running"] == 3
+    assert "gpusched_gang_wait_seconds_count 1.0" in operator.metrics.exposition().decode()
+
+
+async def test_preemption_deletes_the_victim_with_its_uid(fake: FakeApiServer, operator: Operator) -> None:
+    victim = pod("victim", 1)
+    fake.pods["default/victim"] = victim
+    operator.evict([api_pod.parse_pod(victim)], "reclaim")
+    await eventually(lambda: bool(fake.requests("DELETE", "/pods/victim")))
+    assert fake.requests("DELETE", "/pods/victim")[0].body == {"preconditions": {"uid": "uid-victim"}}
+    assert "gpusched_preemptions_total 1.0" in operator.metrics.exposition().decode()
+
+
+async def test_after_a_restart_a_running_gang_stays_running(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0", gpus=8))
+    for i in range(2):
+        operator.pod_event(pod(f"job-{i}", 2, node_name="gpu-0", labels={"gpusched.io/pod-group": "job"}))
+    operator.podgroup_event(podgroup("job", 2))
+    operator.listed()
+    operator.publish_status()
+    await flushed(operator)
+    written = fake.requests("PATCH", "/podgroups/job/status")[-1].body["status"]
+    assert (written["phase"], written["scheduled"], written["running"]) == ("Running", 2, 2)
+    assert bound(fake) == {}
+
+
+def test_kernels_are_warmed_on_a_private_cluster() -> None:
+    # Both a whole-GPU and a shared-GPU pod are placed: every kernel of the profile has run once.
+    assert operator_module.warm_kernels(k8s_config.parse({})) == 2
