@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from localcluster import GPU_RESOURCE, KWOK_NODE_ANNOTATION, APIError, ClusterError, LocalCluster
+from localcluster import GPU_RESOURCE, KWOK_NODE_ANNOTATION, APIError, ClusterError, LocalCluster, free_port
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -104,13 +103,6 @@ def wait_until(
             raise WaitTimeout("; ".join(parts))
         time.sleep(interval)
         interval = min(interval * 1.3, 1.0)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # --------------------------------------------------------------------------------------------------------------
