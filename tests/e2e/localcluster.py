@@ -583,6 +583,7 @@ class LocalCluster:
         self._owns_workdir = False
         self._started = False
         self._stopped = False
+        self._tracked: set[int] = set()
 
     # ---- lifecycle ------------------------------------------------------
 
@@ -679,6 +680,10 @@ class LocalCluster:
         if self._stopped:
             return
         self._stopped = True
+        for pid in sorted(self._tracked):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        self._tracked.clear()
         for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             proc = self.procs.get(name)
             if proc is not None:
@@ -722,11 +727,14 @@ class LocalCluster:
         return time.monotonic() - t
 
     def track_process(self, pid: int) -> None:
-        """Have the watchdog kill the process group ``pid`` (a scheduler under test) if Python dies first."""
+        """Kill the process group ``pid`` (a scheduler under test) with the cluster: on stop(), or by the watchdog
+        if Python dies first."""
+        self._tracked.add(pid)
         if self._watchdog is not None:
             self._watchdog.send(f"add {pid}")
 
     def untrack_process(self, pid: int) -> None:
+        self._tracked.discard(pid)
         if self._watchdog is not None:
             self._watchdog.send(f"del {pid}")
 
