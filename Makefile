@@ -1,12 +1,14 @@
-# gpusched: `make demo` runs the simulator on its built-in cluster, `make test` runs lint, types, layering and
-# the test suite. Both install into a local virtualenv (.venv) first; only python3 (>= 3.11) is needed.
+# gpusched: `make demo` runs the simulator on its built-in cluster, `make test` runs lint, types, layering, the
+# test suite and the end-to-end suite on a real API server (tests/e2e/run.sh says why when it has to skip that).
+# Both install into a local virtualenv (.venv) first; only python3 (>= 3.11) is needed, and Go for the e2e
+# control plane the first time (docs/e2e.md).
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint unit bench clean
+.PHONY: install demo test lint unit e2e bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +28,12 @@ lint: install
 	$(BIN)/lint-imports
 
 unit: install
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --ignore=tests/e2e $(PYTEST_ARGS)
 
-test: lint unit
+e2e: install
+	PYTHON=$(BIN)/python tests/e2e/run.sh $(PYTEST_ARGS)
+
+test: lint unit e2e
 
 bench: install
 	$(BIN)/gpusched bench kernels

@@ -122,6 +122,31 @@ def ensure_binaries(bin_dir: str | os.PathLike | None = None) -> Path:
     return path
 
 
+def cached_binaries() -> Path | None:
+    """A complete cached binary directory for the pinned versions, found without Go and without building.
+
+    ``$GPUSCHED_E2E_BIN`` if set; else the newest complete ``bin-<tag>`` under the cache root whose versions
+    match ``controlplane/go.mod`` (the hash part of the tag is not recomputed here, which needs the script).
+    """
+    if os.environ.get("GPUSCHED_E2E_BIN"):
+        return Path(os.environ["GPUSCHED_E2E_BIN"])
+    versions: dict[str, str] = {}
+    for line in (HERE / "controlplane" / "go.mod").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[1].startswith("v"):
+            versions.setdefault(parts[0], parts[1])
+    prefix = "bin-k8s-{}-etcd-{}-kwok-{}-".format(
+        versions.get("k8s.io/kubernetes"), versions.get("go.etcd.io/etcd/server/v3"), versions.get("sigs.k8s.io/kwok")
+    )
+    root = Path(os.environ.get("GPUSCHED_E2E_CACHE") or Path.home() / ".cache" / "gpusched")
+    complete = [
+        d
+        for d in root.glob(prefix + "*")
+        if (d / "kwok-stages.yaml").is_file() and all(os.access(d / b, os.X_OK) for b in BINARIES)
+    ]
+    return max(complete, key=lambda d: d.stat().st_mtime) if complete else None
+
+
 # --------------------------------------------------------------------------
 # small utilities
 
@@ -488,7 +513,13 @@ class LocalCluster:
         Where certs, data and logs go; default a fresh temp dir that is
         removed on stop (unless ``keep`` or ``$GPUSCHED_E2E_KEEP=1``).
     with_scheduler:
-        Also run the stock kube-scheduler (schedulerName ``default-scheduler``).
+        Also run the stock kube-scheduler (schedulerName ``default-scheduler``), in its default configuration.
+    scheduler_qps, scheduler_burst:
+        Run kube-scheduler from a KubeSchedulerConfiguration whose ``clientConnection`` raises the client's QPS
+        and burst (the defaults are 50 and 100), everything else default. Needs ``with_scheduler``.
+    defer_scheduler:
+        Build kube-scheduler's command line but leave it stopped until :meth:`start_scheduler` (to let work pile
+        up first, as the throughput benchmark's backlog mode does).
     with_controller_manager, with_kwok:
         Turn those components off (both on by default).
     service_account_admission:
@@ -514,6 +545,9 @@ class LocalCluster:
         extra_controller_manager_args: Iterable[str] = (),
         extra_kwok_args: Iterable[str] = (),
         extra_scheduler_args: Iterable[str] = (),
+        scheduler_qps: float | None = None,
+        scheduler_burst: int | None = None,
+        defer_scheduler: bool = False,
         startup_timeout: float = 120.0,
         log_tail_lines: int = 60,
         verbose: bool = True,
@@ -529,6 +563,11 @@ class LocalCluster:
         self.extra_controller_manager_args = list(extra_controller_manager_args)
         self.extra_kwok_args = list(extra_kwok_args)
         self.extra_scheduler_args = list(extra_scheduler_args)
+        if (scheduler_qps is not None or scheduler_burst is not None) and not with_scheduler:
+            raise ClusterError("scheduler_qps/scheduler_burst need with_scheduler=True")
+        self.scheduler_qps = scheduler_qps
+        self.scheduler_burst = scheduler_burst
+        self.defer_scheduler = defer_scheduler
         self.startup_timeout = startup_timeout
         self.log_tail_lines = log_tail_lines
         self.verbose = verbose
@@ -544,6 +583,7 @@ class LocalCluster:
         self._owns_workdir = False
         self._started = False
         self._stopped = False
+        self._tracked: set[int] = set()
 
     # ---- lifecycle ------------------------------------------------------
 
@@ -600,7 +640,7 @@ class LocalCluster:
 
             t = time.monotonic()
             for name in ("kube-controller-manager", "kwok", "kube-scheduler"):
-                if name in self.procs:
+                if name in self.procs and not (name == "kube-scheduler" and self.defer_scheduler):
                     self.procs[name].start()
             if "kube-controller-manager" in self.procs:
                 wait_for(
@@ -608,7 +648,7 @@ class LocalCluster:
                     self.startup_timeout,
                     "kube-controller-manager /healthz",
                 )
-            if "kube-scheduler" in self.procs:
+            if "kube-scheduler" in self.procs and not self.defer_scheduler:
                 wait_for(
                     lambda: self._component_healthy("kube-scheduler"),
                     self.startup_timeout,
@@ -640,6 +680,10 @@ class LocalCluster:
         if self._stopped:
             return
         self._stopped = True
+        for pid in sorted(self._tracked):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        self._tracked.clear()
         for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             proc = self.procs.get(name)
             if proc is not None:
@@ -668,6 +712,31 @@ class LocalCluster:
             )
             print(_tail(proc.log_path, lines), file=out)
         out.flush()
+
+    def start_scheduler(self, timeout: float | None = None) -> float:
+        """Start a deferred kube-scheduler (``defer_scheduler=True``); wait for /healthz; return the seconds."""
+        if "kube-scheduler" not in self.procs:
+            raise ClusterError("no kube-scheduler in this cluster: pass with_scheduler=True")
+        t = time.monotonic()
+        self.procs["kube-scheduler"].start()
+        wait_for(
+            lambda: self._component_healthy("kube-scheduler"),
+            timeout or self.startup_timeout,
+            "kube-scheduler /healthz",
+        )
+        return time.monotonic() - t
+
+    def track_process(self, pid: int) -> None:
+        """Kill the process group ``pid`` (a scheduler under test) with the cluster: on stop(), or by the watchdog
+        if Python dies first."""
+        self._tracked.add(pid)
+        if self._watchdog is not None:
+            self._watchdog.send(f"add {pid}")
+
+    def untrack_process(self, pid: int) -> None:
+        self._tracked.discard(pid)
+        if self._watchdog is not None:
+            self._watchdog.send(f"del {pid}")
 
     def check_processes(self) -> None:
         """Raise ClusterError if any component has died."""
@@ -1017,17 +1086,33 @@ class LocalCluster:
             )
 
         if self.with_scheduler:
+            if self.scheduler_qps is not None or self.scheduler_burst is not None:
+                # With --config the client settings come from the file, so the kubeconfig goes there too.
+                config = {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {
+                        "kubeconfig": str(self.kubeconfig),
+                        "qps": float(self.scheduler_qps if self.scheduler_qps is not None else 50),
+                        "burst": int(self.scheduler_burst if self.scheduler_burst is not None else 100),
+                    },
+                    "leaderElection": {"leaderElect": False},
+                }
+                config_path = w / "kube-scheduler-config.yaml"
+                config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+                client_args = [f"--config={config_path}"]
+            else:
+                client_args = [f"--kubeconfig={self.kubeconfig}", "--leader-elect=false"]
             add(
                 "kube-scheduler",
                 [
                     str(b / "kube-scheduler"),
-                    f"--kubeconfig={self.kubeconfig}",
+                    *client_args,
                     f"--authentication-kubeconfig={self.kubeconfig}",
                     f"--authorization-kubeconfig={self.kubeconfig}",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={p['scheduler']}",
                     f"--cert-dir={w / 'scheduler-certs'}",
-                    "--leader-elect=false",
                     "--profiling=false",
                     *self.extra_scheduler_args,
                 ],
@@ -1097,6 +1182,7 @@ __all__ = [
     "ClusterError",
     "LocalCluster",
     "ProcessExited",
+    "cached_binaries",
     "ensure_binaries",
     "free_port",
     "wait_for",

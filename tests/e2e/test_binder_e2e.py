@@ -3,14 +3,13 @@
 Decisions are made by hand here (no scheduling loop): what is under test is that the API server takes what the
 writers send, and that the outcomes the binder reports match what the cluster then shows.
 
-Skipped when the control-plane binaries are not built (``tests/e2e/build-controlplane.sh``) unless
-``GPUSCHED_E2E_REQUIRED=1``: then LocalCluster builds them, and a failure to build or start fails the tests.
+The cluster comes from conftest.py (skipped without the control-plane binaries unless ``GPUSCHED_E2E_REQUIRED=1``);
+these tests use LocalCluster's helpers, so they skip on a cluster named by ``GPUSCHED_E2E_KUBECONFIG``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -30,58 +29,35 @@ from scheduler.k8s.status import CustomStatusWriter, PodConditionWriter, StatusS
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import kube as kube_mod  # noqa: E402
 from localcluster import GPU_RESOURCE, LocalCluster, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
-REPO = HERE.parent.parent
-NS = "default"
-NODE = "gpu-node-0"
-OTHER_NODE = "gpu-node-1"
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
-
-
-def _required() -> bool:
-    return os.environ.get("GPUSCHED_E2E_REQUIRED", "") not in ("", "0")
-
-
-def _cached_binaries() -> str | None:
-    """A complete binary directory for the pinned versions, without building anything."""
-    if os.environ.get("GPUSCHED_E2E_BIN"):
-        return os.environ["GPUSCHED_E2E_BIN"]
-    versions: dict[str, str] = {}
-    for line in (HERE / "controlplane" / "go.mod").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[1].startswith("v"):
-            versions.setdefault(parts[0], parts[1])
-    prefix = "bin-k8s-{}-etcd-{}-kwok-{}-".format(
-        versions.get("k8s.io/kubernetes"), versions.get("go.etcd.io/etcd/server/v3"), versions.get("sigs.k8s.io/kwok")
-    )
-    root = Path(os.environ.get("GPUSCHED_E2E_CACHE") or Path.home() / ".cache" / "gpusched")
-    complete = [
-        d
-        for d in root.glob(prefix + "*")
-        if (d / "kwok-stages.yaml").is_file() and all(os.access(d / b, os.X_OK) for b in BINARIES)
-    ]
-    return str(max(complete, key=lambda d: d.stat().st_mtime)) if complete else None
+NS = "e2e-binder"
+NODE = "binder-node-0"
+OTHER_NODE = "binder-node-1"
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    bin_dir = _cached_binaries()
-    if bin_dir is None and not _required():
-        pytest.skip(
-            "control-plane binaries not built: run tests/e2e/build-controlplane.sh (10-20 min, needs Go) or set "
-            "GPUSCHED_E2E_BIN; with GPUSCHED_E2E_REQUIRED=1 this test builds them and fails instead of skipping"
-        )
+def cluster(kube: kube_mod.Kube) -> Iterator[LocalCluster]:
+    """The session's LocalCluster with two kwok GPU nodes of this module's own; removed at the end."""
+    if kube.local is None:
+        pytest.skip("these tests call LocalCluster helpers; they run on the suite's own control plane only")
+    c = kube.local
     started = time.monotonic()
-    with LocalCluster(bin_dir=bin_dir) as c:
-        c.kubectl("apply", "-f", str(REPO / "crds" / "podgroups.yaml"))
-        c.kubectl("wait", "--for=condition=established", "--timeout=60s", "crd/podgroups.scheduling.gpusched.io")
-        c.create_fake_node(NODE, gpus=8)
-        c.create_fake_node(OTHER_NODE, gpus=8)
-        print(f"\n[e2e] cluster, CRD and two kwok GPU nodes ready in {time.monotonic() - started:.1f}s")
+    kube.ensure_namespace(NS)
+    c.create_fake_node(NODE, gpus=8)
+    c.create_fake_node(OTHER_NODE, gpus=8)
+    print(f"\n[e2e] two kwok GPU nodes ready in {time.monotonic() - started:.1f}s")
+    try:
         yield c
+    finally:
+        c.request("DELETE", f"/api/v1/namespaces/{NS}/pods", query={"gracePeriodSeconds": "0"})
+        c.request("DELETE", f"/apis/scheduling.gpusched.io/v1alpha1/namespaces/{NS}/podgroups")
+        c.request("DELETE", f"/api/v1/namespaces/{NS}")
+        for node in (NODE, OTHER_NODE):
+            c.request("DELETE", f"/api/v1/nodes/{node}")
 
 
 @pytest.fixture

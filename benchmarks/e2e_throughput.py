@@ -1,0 +1,408 @@
+"""Scheduling throughput on a real API server: gpusched against kube-scheduler, side by side.
+
+For each case a fresh local control plane (tests/e2e/localcluster.py: etcd, kube-apiserver, controller manager,
+kwok) gets ``--nodes`` kwok GPU nodes (8 x nvidia.com/gpu each); then ``--pods`` pods of one GPU are created at
+once by an asynchronous creator with ``--concurrency`` requests in flight, so that creation is not what limits
+the figure. A watch records when each pod first shows a node. Reported per case:
+
+- pods/s: pods bound / seconds from the first create sent to the last pod bound;
+- p50 and p99 of create-to-bound: from the moment the API server answered the pod's create to the moment the
+  watch showed it bound (both read on this machine's monotonic clock).
+
+Cases: ``kube-scheduler`` (its default configuration, client QPS 50 / burst 100), ``kube-scheduler-qps`` (the
+same with client QPS and burst raised by a KubeSchedulerConfiguration), ``gpusched`` (``gpusched run``, single
+pods) and ``gangs`` (gpusched alone, ``--gangs`` PodGroups of ``--gang-size`` pods; kube-scheduler has no gangs).
+
+    .venv/bin/python benchmarks/e2e_throughput.py [--nodes 1000 --pods 5000] [--cases kube-scheduler,gpusched]
+                                                  [--json FILE]
+
+Needs the control-plane binaries (tests/e2e/build-controlplane.sh) and, for the gpusched cases, ``gpusched run``.
+A case that cannot run is reported as such, with the reason, and has no figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+import kube  # noqa: E402
+from localcluster import LocalCluster  # noqa: E402
+
+CASES = ("kube-scheduler", "kube-scheduler-qps", "gpusched", "gangs")
+NAMESPACE = "bench"
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    case: str
+    pods: int
+    bound: int
+    seconds: float
+    pods_per_s: float
+    p50_s: float
+    p99_s: float
+    note: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "pods_per_s": round(self.pods_per_s, 1),
+            "p50_s": round(self.p50_s, 3),
+            "p99_s": round(self.p99_s, 3),
+            "pods": self.pods,
+            "bound": self.bound,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile by the nearest-rank method (q in 0..1)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+class Api:
+    """aiohttp against the local API server as admin; many requests in flight, one TLS context."""
+
+    def __init__(self, cluster: LocalCluster, *, connections: int) -> None:
+        self.server = cluster.server
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=cluster.ssl_context(), limit=connections),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+        )
+
+    async def post(self, path: str, body: Mapping[str, Any]) -> None:
+        for attempt in range(20):
+            async with self.session.post(self.server + path, json=body) as resp:
+                if resp.status in (200, 201):
+                    await resp.read()
+                    return
+                text = await resp.text()
+                # 429: the API server's priority and fairness asks us to slow down; anything else is a bug here.
+                if resp.status != 429:
+                    raise RuntimeError(f"POST {path}: HTTP {resp.status}: {text[:500]}")
+            await asyncio.sleep(0.05 * (attempt + 1))
+        raise RuntimeError(f"POST {path}: still throttled after 20 attempts")
+
+    async def get(self, path: str, **query: str) -> Any:
+        async with self.session.get(self.server + path, params=query) as resp:
+            resp.raise_for_status()
+            return await resp.json()
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+async def bounded(concurrency: int, jobs: Iterable[Callable[[], Awaitable[None]]]) -> None:
+    """Run the jobs with at most ``concurrency`` at once; the first failure cancels the rest."""
+    queue: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+    for job in jobs:
+        queue.put_nowait(job)
+
+    async def worker() -> None:
+        while not queue.empty():
+            job = queue.get_nowait()
+            await job()
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(min(concurrency, queue.qsize())):
+            group.create_task(worker())
+
+
+async def create_nodes(api: Api, count: int, *, concurrency: int) -> float:
+    started = time.monotonic()
+    manifests = [
+        kube.gpu_node(f"gpu-{i:05d}", gpus=8, rack=f"r{i // 16:03d}", block=f"b{i // 128:02d}") for i in range(count)
+    ]
+    await bounded(concurrency, [lambda m=m: api.post("/api/v1/nodes", m) for m in manifests])
+
+    async def all_ready() -> int:
+        items = (await api.get("/api/v1/nodes"))["items"]
+        return sum(
+            any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
+            for n in items
+        )
+
+    deadline = time.monotonic() + 300
+    while (ready := await all_ready()) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {ready} of {count} nodes Ready after 300 s")
+        await asyncio.sleep(1)
+    return time.monotonic() - started
+
+
+class BindWatch:
+    """A watch on the namespace's pods that notes when each one first shows a node."""
+
+    def __init__(self, api: Api, resource_version: str) -> None:
+        self.api = api
+        self.resource_version = resource_version
+        self.bound_at: dict[str, float] = {}
+        self.task: asyncio.Task[None] | None = None
+        self.changed = asyncio.Event()
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        path = f"{self.api.server}/api/v1/namespaces/{NAMESPACE}/pods"
+        while True:
+            params = {"watch": "1", "resourceVersion": self.resource_version, "allowWatchBookmarks": "true"}
+            async with self.api.session.get(path, params=params) as resp:
+                resp.raise_for_status()
+                buffer = b""
+                async for chunk in resp.content.iter_any():
+                    now = time.monotonic()
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            self._event(json.loads(line), now)
+            # The server closes watches after a while (--min-request-timeout); resume from the last version.
+
+    def _event(self, event: Mapping[str, Any], now: float) -> None:
+        obj = event.get("object") or {}
+        meta = obj.get("metadata") or {}
+        if meta.get("resourceVersion"):
+            self.resource_version = meta["resourceVersion"]
+        if event.get("type") == "ERROR":
+            raise RuntimeError(f"watch error: {obj}")
+        name = meta.get("name")
+        if name and (obj.get("spec") or {}).get("nodeName") and name not in self.bound_at:
+            self.bound_at[name] = now
+            self.changed.set()
+
+    async def wait_for(self, count: int, *, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.bound_at) < count and time.monotonic() < deadline:
+            self.changed.clear()
+            with_timeout = max(0.1, min(1.0, deadline - time.monotonic()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), with_timeout)
+            if self.task is not None and self.task.done():
+                self.task.result()  # raise what killed the watch
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+
+async def run_burst(
+    cluster: LocalCluster,
+    *,
+    case: str,
+    pods: int,
+    scheduler_name: str,
+    concurrency: int,
+    timeout: float,
+    gangs: int = 0,
+    gang_size: int = 0,
+    start_scheduler: Callable[[], None] | None = None,
+) -> Result:
+    """Create the pods at once and time their binding.
+
+    burst mode (``start_scheduler`` None): the scheduler is already running. backlog mode: every pod is created
+    first, then ``start_scheduler`` is called; the clock starts there.
+    """
+    api = Api(cluster, connections=concurrency + 8)
+    try:
+        await api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        listed = await api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")
+        watch = BindWatch(api, listed["metadata"]["resourceVersion"])
+        watch.start()
+        manifests = []
+        if gangs:
+            for g in range(gangs):
+                group = kube.podgroup(f"gang-{g:04d}", min_member=gang_size)
+                await api.post(kube.Kube.custom_path("podgroups", NAMESPACE), group)
+                manifests += [kube.pod(f"gang-{g:04d}-{m}", gpus=1, group=f"gang-{g:04d}") for m in range(gang_size)]
+        else:
+            manifests = [kube.pod(f"pod-{i:05d}", gpus=1, scheduler_name=scheduler_name) for i in range(pods)]
+        created_at: dict[str, float] = {}
+
+        async def create(manifest: Mapping[str, Any]) -> None:
+            await api.post(f"/api/v1/namespaces/{NAMESPACE}/pods", manifest)
+            created_at[manifest["metadata"]["name"]] = time.monotonic()
+
+        started = time.monotonic()
+        await bounded(concurrency, [lambda m=m: create(m) for m in manifests])
+        created = time.monotonic()
+        note = f"created in {created - started:.1f} s"
+        if start_scheduler is not None:
+            if watch.bound_at:
+                raise RuntimeError(f"{len(watch.bound_at)} pods were bound before the scheduler started")
+            note = f"backlog created in {created - started:.1f} s, then the scheduler started"
+            started = time.monotonic()
+            await asyncio.to_thread(start_scheduler)
+            created_at = dict.fromkeys(created_at, started)
+        await watch.wait_for(len(manifests), timeout=timeout)
+        watch.stop()
+        bound = watch.bound_at
+        latencies = [bound[name] - created_at[name] for name in bound if name in created_at]
+        # With nothing bound, the case took the whole wait.
+        seconds = (max(bound.values()) if bound else time.monotonic()) - started
+        if len(bound) < len(manifests):
+            note += f"; only {len(bound)} of {len(manifests)} bound within {timeout:.0f} s"
+        return Result(
+            case=case,
+            pods=len(manifests),
+            bound=len(bound),
+            seconds=seconds,
+            pods_per_s=len(bound) / seconds if seconds > 0 else 0.0,
+            p50_s=percentile(latencies, 0.50),
+            p99_s=percentile(latencies, 0.99),
+            note=note,
+        )
+    finally:
+        await api.close()
+
+
+def run_case(case: str, args: argparse.Namespace) -> Result | str:
+    """One case on a fresh cluster: a Result, or why the case could not run."""
+    gpusched_case = case in ("gpusched", "gangs")
+    if gpusched_case:
+        missing = kube.gpusched_run_available()
+        if missing is not None:
+            return f"`gpusched run` is not available in this checkout ({missing})"
+    options: dict[str, Any] = {}
+    if case.startswith("kube-scheduler"):
+        options["with_scheduler"] = True
+    if case == "kube-scheduler-qps":
+        options.update(scheduler_qps=args.kube_qps, scheduler_burst=args.kube_burst)
+    backlog = args.mode == "backlog"
+    if backlog and not gpusched_case:
+        options["defer_scheduler"] = True
+    with LocalCluster(verbose=False, **options) as cluster:
+        k = kube.Kube.of_local(cluster)
+        k.apply_crds()
+        k.ensure_namespace(kube.SYSTEM_NAMESPACE)
+        node_seconds = asyncio.run(create_nodes_now(cluster, args))
+        print(f"[{case}] {args.nodes} nodes Ready in {node_seconds:.1f} s", file=sys.stderr, flush=True)
+        replica = None
+        workdir = kube.scenario_workdir()
+        start: Callable[[], None] | None = None
+        if gpusched_case:
+            config = {"binding": {"concurrency": 64, "qps": args.gpusched_qps, "burst": args.gpusched_burst}}
+            replica = kube.Gpusched(k, identity="bench", workdir=workdir, config=config)
+            if backlog:
+                start = replica.start
+            else:
+                replica.start().wait_ready(timeout=180).wait_leader()
+        elif backlog:
+            start = cluster.start_scheduler
+        try:
+            pods = args.gangs * args.gang_size if case == "gangs" else args.pods
+            return asyncio.run(
+                run_burst(
+                    cluster,
+                    case=case,
+                    pods=pods,
+                    scheduler_name="gpusched" if gpusched_case else "default-scheduler",
+                    concurrency=args.concurrency,
+                    timeout=args.timeout,
+                    gangs=args.gangs if case == "gangs" else 0,
+                    gang_size=args.gang_size,
+                    start_scheduler=(lambda: None if start is None else start()) if backlog else None,
+                )
+            )
+        finally:
+            if replica is not None:
+                replica.stop()
+                if replica.log_path.exists():
+                    print(f"[{case}] gpusched log: {replica.log_path}", file=sys.stderr)
+
+
+async def create_nodes_now(cluster: LocalCluster, args: argparse.Namespace) -> float:
+    api = Api(cluster, connections=args.concurrency + 8)
+    try:
+        return await create_nodes(api, args.nodes, concurrency=args.concurrency)
+    finally:
+        await api.close()
+
+
+def table(results: Mapping[str, Result | str]) -> str:
+    base = results.get("kube-scheduler")
+    lines = [
+        "| case | pods | bound | pods/s | vs kube-scheduler | p50 (s) | p99 (s) | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for case, r in results.items():
+        if isinstance(r, str):
+            lines.append(f"| {case} | | | | | | | not run: {r} |")
+            continue
+        ratio = f"{r.pods_per_s / base.pods_per_s:.2f}x" if isinstance(base, Result) and base.pods_per_s else ""
+        figures = f"{r.pods_per_s:.1f} | {ratio} | {r.p50_s:.2f} | {r.p99_s:.2f}"
+        lines.append(f"| {case} | {r.pods} | {r.bound} | {figures} | {r.note} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument("--gangs", type=int, default=200)
+    parser.add_argument("--gang-size", type=int, default=8)
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
+    parser.add_argument("--concurrency", type=int, default=64, help="creates in flight")
+    parser.add_argument("--kube-qps", type=float, default=1000.0, help="client QPS of kube-scheduler-qps")
+    parser.add_argument("--kube-burst", type=int, default=2000, help="client burst of kube-scheduler-qps")
+    parser.add_argument("--gpusched-qps", type=float, default=1000.0, help="binding.qps given to gpusched run")
+    parser.add_argument("--gpusched-burst", type=int, default=2000, help="binding.burst given to gpusched run")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for every pod to bind")
+    parser.add_argument(
+        "--mode",
+        choices=("burst", "backlog"),
+        default="burst",
+        help="burst: pods are created while the scheduler runs (the clock starts at the first create); backlog: "
+        "all pods are created first, then the scheduler is started (the clock starts there)",
+    )
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args(argv)
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
+    wanted = max(args.pods if set(cases) - {"gangs"} else 0, args.gangs * args.gang_size if "gangs" in cases else 0)
+    if wanted > args.nodes * 8:
+        parser.error("more one-GPU pods than the nodes' GPUs (8 a node): not every pod could bind")
+
+    results: dict[str, Result | str] = {}
+    for case in cases:
+        print(f"[{case}] starting", file=sys.stderr, flush=True)
+        results[case] = run_case(case, args)
+        r = results[case]
+        print(f"[{case}] {r if isinstance(r, str) else r.as_json()}", file=sys.stderr, flush=True)
+    print(f"\n{args.mode} mode: {args.nodes} kwok nodes of 8 GPUs; pods of 1 GPU, created {args.concurrency} at a time")
+    print(table(results))
+    if args.json:
+        out = {case: (r.as_json() if isinstance(r, Result) else {"not_run": r}) for case, r in results.items()}
+        out["setup"] = {
+            "nodes": args.nodes,
+            "pods": args.pods,
+            "gangs": args.gangs,
+            "gang_size": args.gang_size,
+            "concurrency": args.concurrency,
+            "mode": args.mode,
+            "kube_scheduler_qps": [args.kube_qps, args.kube_burst],
+        }
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    return 0 if all(isinstance(r, Result) and r.bound == r.pods for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,804 @@
+"""What the end-to-end scenarios need to drive a cluster: API access, object builders, waits, `gpusched run`.
+
+Two kinds of cluster stand behind :class:`Kube`: a :class:`localcluster.LocalCluster` started by the suite, or an
+existing one (kind, k3d) named by ``GPUSCHED_E2E_KUBECONFIG``. Calls are plain synchronous JSON over HTTPS (no
+client library between the test and what the API server says), so a failure message shows the server's answer.
+
+:class:`Gpusched` runs ``gpusched run`` as a subprocess per the command's contract (health server with
+``/healthz``, ``/readyz``, ``/leader``; metrics; JSON logs) so that tests can kill it with SIGKILL, restart it and
+run two replicas.
+
+Builders (:func:`pod`, :func:`podgroup`, :func:`queue`, :func:`gpu_node`) return manifests; the
+:class:`Scenario` creates them in its own namespace and deletes everything it made when the test ends, so that
+one cluster serves the whole session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from localcluster import GPU_RESOURCE, KWOK_NODE_ANNOTATION, APIError, ClusterError, LocalCluster, free_port
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+CRDS = REPO / "crds"
+GROUP = "scheduling.gpusched.io"
+VERSION = "v1alpha1"
+SCHEDULER_NAME = "gpusched"
+SYSTEM_NAMESPACE = "gpusched-system"
+#: Every object a scenario creates carries this label with the scenario's name, so leftovers can be found.
+OWNER_LABEL = "e2e.gpusched.io/scenario"
+
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
+LABEL_CLIQUE = "nvidia.com/gpu.clique"
+LABEL_RACK = "network.topology.gpusched.io/rack"
+LABEL_BLOCK = "network.topology.gpusched.io/block"
+ANNOTATION_GPU_TOPOLOGY = "gpusched.io/gpu-topology"
+ANNOTATION_GPU_IDS = "gpusched.io/gpu-ids"
+ANNOTATION_GPU_MILLI = "gpusched.io/gpu-milli"
+ANNOTATION_GPU_MEMORY = "gpusched.io/gpu-memory"
+ANNOTATION_GPU_MODEL = "gpusched.io/gpu-model"
+LABEL_POD_GROUP = "gpusched.io/pod-group"
+LABEL_QUEUE = "gpusched.io/queue"
+
+
+class WaitTimeout(AssertionError):
+    """A condition did not come true in time; the message says what was awaited and what was last seen."""
+
+
+def wait_until(
+    predicate: Callable[[], Any],
+    *,
+    timeout: float,
+    what: str,
+    describe: Callable[[], str] | None = None,
+    interval: float = 0.2,
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy and return it.
+
+    On timeout raise :class:`WaitTimeout` naming ``what``, with ``describe()`` (the state the test cares about)
+    and the last exception the predicate raised, so that the failure reads as a bug report.
+    """
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except (WaitTimeout, ClusterError) as exc:
+            if not isinstance(exc, APIError):
+                raise
+            last_exc = exc
+        except Exception as exc:
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            parts = [f"timed out after {timeout:.0f}s waiting for {what}"]
+            if describe is not None:
+                try:
+                    parts.append(f"state: {describe()}")
+                except Exception as exc:
+                    parts.append(f"(could not describe the state: {exc!r})")
+            if last_exc is not None:
+                parts.append(f"last error: {last_exc!r}")
+            raise WaitTimeout("; ".join(parts))
+        time.sleep(interval)
+        interval = min(interval * 1.3, 1.0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# API access
+
+
+class Kube:
+    """JSON over HTTPS to one API server, plus kubectl, for a local or an existing cluster."""
+
+    def __init__(
+        self,
+        *,
+        server: str,
+        ssl_context: ssl.SSLContext,
+        kubeconfig: Path,
+        kubectl: str,
+        token: str | None = None,
+        local: LocalCluster | None = None,
+    ) -> None:
+        self.server = server.rstrip("/")
+        self.ssl_context = ssl_context
+        self.kubeconfig = kubeconfig
+        self.kubectl_path = kubectl
+        self.token = token
+        #: The LocalCluster when the suite started one (API server restarts need it), else None.
+        self.local = local
+
+    @classmethod
+    def of_local(cls, cluster: LocalCluster) -> Kube:
+        return cls(
+            server=cluster.server,
+            ssl_context=cluster.ssl_context(),
+            kubeconfig=cluster.kubeconfig,
+            kubectl=str(cluster.kubectl_path),
+            local=cluster,
+        )
+
+    @classmethod
+    def of_kubeconfig(cls, kubeconfig: str, *, context: str | None = None) -> Kube:
+        """An existing cluster: the kubeconfig is read by kubernetes_asyncio (certs, tokens, exec plugins)."""
+        from kubernetes_asyncio import client as k8s_client
+        from kubernetes_asyncio import config as k8s_config
+
+        async def load() -> Any:
+            conf = k8s_client.Configuration()
+            await k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=conf)
+            return conf
+
+        conf = asyncio.run(load())
+        ctx = ssl.create_default_context(cafile=conf.ssl_ca_cert) if conf.ssl_ca_cert else ssl.create_default_context()
+        if not conf.verify_ssl:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if conf.cert_file:
+            ctx.load_cert_chain(conf.cert_file, conf.key_file)
+        auth = (conf.api_key or {}).get("authorization") or (conf.api_key or {}).get("BearerToken")
+        kubectl = shutil.which("kubectl")
+        if kubectl is None:
+            raise ClusterError("GPUSCHED_E2E_KUBECONFIG is set but kubectl is not on PATH")
+        return cls(server=conf.host, ssl_context=ctx, kubeconfig=Path(kubeconfig), kubectl=kubectl, token=auth)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+    ) -> Any:
+        """One call; the parsed JSON answer. Raises :class:`localcluster.APIError` on a non-2xx answer."""
+        url = self.server + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = self.token if " " in self.token else f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context) as resp:
+                raw = resp.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            raise APIError(method, path, exc.code, exc.read().decode("utf-8", "replace")) from None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        argv = [self.kubectl_path, f"--kubeconfig={self.kubeconfig}", *args]
+        proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=120)
+        if check and proc.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
+        return proc
+
+    def apply_crds(self) -> None:
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
+        for path in sorted(CRDS.glob("*.yaml")):
+            name = yaml.safe_load(path.read_text())["metadata"]["name"]
+            self.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{name}")
+
+    def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels or {})}}
+        try:
+            self.request("POST", "/api/v1/namespaces", body)
+        except APIError as exc:
+            if exc.status != 409:
+                raise
+
+    # ---- paths ----
+
+    @staticmethod
+    def pods_path(namespace: str, name: str = "") -> str:
+        return f"/api/v1/namespaces/{namespace}/pods" + (f"/{name}" if name else "")
+
+    @staticmethod
+    def custom_path(plural: str, namespace: str | None = None, name: str = "") -> str:
+        base = f"/apis/{GROUP}/{VERSION}"
+        if namespace is not None:
+            base += f"/namespaces/{namespace}"
+        return f"{base}/{plural}" + (f"/{name}" if name else "")
+
+    # ---- reads ----
+
+    def pods(self, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+        query = {"labelSelector": selector} if selector else None
+        items: list[dict[str, Any]] = self.request("GET", self.pods_path(namespace), query=query)["items"]
+        return items
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        got: dict[str, Any] = self.request("GET", self.pods_path(namespace, name))
+        return got
+
+    def events(self, namespace: str, *, name: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+        selectors = []
+        if name:
+            selectors.append(f"involvedObject.name={name}")
+        if kind:
+            selectors.append(f"involvedObject.kind={kind}")
+        query = {"fieldSelector": ",".join(selectors)} if selectors else None
+        items: list[dict[str, Any]] = self.request("GET", f"/api/v1/namespaces/{namespace}/events", query=query)[
+            "items"
+        ]
+        return items
+
+    def nodes(self, selector: str | None = None) -> list[dict[str, Any]]:
+        query = {"labelSelector": selector} if selector else None
+        items: list[dict[str, Any]] = self.request("GET", "/api/v1/nodes", query=query)["items"]
+        return items
+
+
+# --------------------------------------------------------------------------------------------------------------
+# manifests
+
+
+def gpu_topology_annotation(gpus: int, *, nvlink_groups: int = 1) -> str:
+    """A ``gpusched.io/gpu-topology`` value (docs/topology.md): ``nvlink_groups`` NVLink islands, one per NUMA node.
+
+    With 8 GPUs and 2 groups: GPUs 0-3 all joined by NVLink on NUMA 0 under one PCIe switch, 4-7 likewise on NUMA 1.
+    """
+    per_group = max(1, gpus // nvlink_groups)
+    entries = []
+    for index in range(gpus):
+        group = min(index // per_group, nvlink_groups - 1)
+        peers = [p for p in range(gpus) if p != index and min(p // per_group, nvlink_groups - 1) == group]
+        entry: dict[str, Any] = {"index": index, "numa": group, "pcie": f"pcie{group}"}
+        if peers:
+            entry["nvlink"] = {str(p): 12 for p in peers}
+        entries.append(entry)
+    return json.dumps({"version": 1, "gpus": entries}, separators=(",", ":"))
+
+
+def gpu_node(
+    name: str,
+    *,
+    gpus: int = 8,
+    cpu: str = "64",
+    memory: str = "512Gi",
+    pods: str = "110",
+    product: str = "NVIDIA-H100-80GB-HBM3",
+    gpu_memory_mib: int = 81559,
+    clique: str | None = None,
+    rack: str | None = None,
+    block: str | None = None,
+    nvlink_groups: int = 1,
+    labels: Mapping[str, str] | None = None,
+    taints: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    """A kwok-managed GPU node: capacity, the GPU feature-discovery labels, topology labels and annotation."""
+    capacity = {"cpu": cpu, "memory": memory, "pods": pods}
+    node_labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+    }
+    annotations = {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"}
+    if gpus:
+        capacity[GPU_RESOURCE] = str(gpus)
+        node_labels[LABEL_GPU_PRODUCT] = product
+        node_labels[LABEL_GPU_MEMORY] = str(gpu_memory_mib)
+        annotations[ANNOTATION_GPU_TOPOLOGY] = gpu_topology_annotation(gpus, nvlink_groups=nvlink_groups)
+    for key, value in ((LABEL_CLIQUE, clique), (LABEL_RACK, rack), (LABEL_BLOCK, block)):
+        if value is not None:
+            node_labels[key] = value
+    node_labels.update(labels or {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": node_labels, "annotations": annotations},
+        "spec": {"taints": [dict(t) for t in taints]},
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+    }
+
+
+def pod(
+    name: str,
+    *,
+    gpus: int = 0,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    gpu_milli: int | None = None,
+    gpu_memory: str | None = None,
+    gpu_model: str | None = None,
+    group: str | None = None,
+    queue: str | None = None,
+    priority_class: str | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    scheduler_name: str = SCHEDULER_NAME,
+) -> dict[str, Any]:
+    """A pod for gpusched: whole GPUs (``gpus``), a shared GPU (``gpu_milli``, ``gpu_memory``) or none."""
+    pod_labels = dict(labels or {})
+    annotations: dict[str, str] = {}
+    if group:
+        pod_labels[LABEL_POD_GROUP] = group
+    if queue:
+        pod_labels[LABEL_QUEUE] = queue
+    if gpu_milli is not None:
+        annotations[ANNOTATION_GPU_MILLI] = str(gpu_milli)
+    if gpu_memory is not None:
+        annotations[ANNOTATION_GPU_MEMORY] = gpu_memory
+    if gpu_model is not None:
+        annotations[ANNOTATION_GPU_MODEL] = gpu_model
+    requests = {"cpu": cpu, "memory": memory}
+    limits: dict[str, str] = {}
+    if gpus:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler_name,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.invalid/train:latest",
+                "resources": {"requests": requests, "limits": limits},
+            }
+        ],
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": pod_labels, "annotations": annotations},
+        "spec": spec,
+    }
+
+
+def podgroup(
+    name: str,
+    *,
+    min_member: int,
+    queue: str | None = None,
+    topology_required: str | None = None,
+    topology_preferred: str | None = None,
+    schedule_timeout_seconds: int | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"minMember": min_member}
+    if queue:
+        spec["queue"] = queue
+    topology = {}
+    if topology_required:
+        topology["required"] = topology_required
+    if topology_preferred:
+        topology["preferred"] = topology_preferred
+    if topology:
+        spec["topology"] = topology
+    if schedule_timeout_seconds is not None:
+        spec["scheduleTimeoutSeconds"] = schedule_timeout_seconds
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name}, "spec": spec}
+
+
+def queue(
+    name: str,
+    *,
+    parent: str | None = None,
+    weight: float | None = None,
+    guaranteed: Mapping[str, str] | None = None,
+    limit: Mapping[str, str] | None = None,
+    borrowing: Mapping[str, Any] | None = None,
+    reclaim: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if parent:
+        spec["parent"] = parent
+    if weight is not None:
+        spec["weight"] = weight
+    if guaranteed:
+        spec["guaranteed"] = dict(guaranteed)
+    if limit:
+        spec["limit"] = dict(limit)
+    if borrowing is not None:
+        spec["borrowing"] = dict(borrowing)
+    if reclaim:
+        spec["preemption"] = {"reclaim": reclaim}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# reading pods
+
+
+def node_of(p: Mapping[str, Any]) -> str:
+    return str(p.get("spec", {}).get("nodeName") or "")
+
+
+def phase_of(p: Mapping[str, Any]) -> str:
+    return str(p.get("status", {}).get("phase") or "")
+
+
+def gpu_ids_of(p: Mapping[str, Any]) -> tuple[int, ...]:
+    raw = (p.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_GPU_IDS, "")
+    return tuple(int(x) for x in raw.split(",")) if raw.strip() else ()
+
+
+def condition(p: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
+    for c in p.get("status", {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return dict(c)
+    return None
+
+
+def whole_gpus_of(p: Mapping[str, Any]) -> int:
+    total = 0
+    for c in p.get("spec", {}).get("containers") or []:
+        res = c.get("resources") or {}
+        total += int((res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(GPU_RESOURCE) or 0)
+    return total
+
+
+def summary(pods: Iterable[Mapping[str, Any]]) -> str:
+    """One line per pod: name, node, phase, GPU ids: what a failure message should show."""
+    lines = []
+    for p in pods:
+        ids = ",".join(map(str, gpu_ids_of(p)))
+        lines.append(f"{p['metadata']['name']}@{node_of(p) or '-'}[{phase_of(p)}]{('gpus=' + ids) if ids else ''}")
+    return "; ".join(lines) if lines else "(no pods)"
+
+
+def check_no_overcommit(pods: Iterable[Mapping[str, Any]], nodes: Iterable[Mapping[str, Any]]) -> None:
+    """Assert what a user would call a double booking: whole GPUs per node above capacity, or one GPU id twice."""
+    capacity = {n["metadata"]["name"]: int(n["status"]["allocatable"].get(GPU_RESOURCE, 0)) for n in nodes}
+    used: dict[str, int] = {}
+    ids: dict[str, list[int]] = {}
+    for p in pods:
+        node = node_of(p)
+        if not node or phase_of(p) in ("Succeeded", "Failed") or p["metadata"].get("deletionTimestamp"):
+            continue
+        gpus = whole_gpus_of(p)
+        used[node] = used.get(node, 0) + gpus
+        if gpus:
+            ids.setdefault(node, []).extend(gpu_ids_of(p))
+    over = {n: (u, capacity.get(n, 0)) for n, u in used.items() if u > capacity.get(n, 0)}
+    assert not over, f"nodes over-committed (used, capacity): {over}"
+    for node, taken in ids.items():
+        assert len(taken) == len(set(taken)), f"node {node}: a GPU id given to two pods: {sorted(taken)}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# gpusched run
+
+
+def gpusched_command() -> list[str]:
+    """How to run the gpusched command of this checkout (the virtualenv's script, else ``-m scheduler.cli``)."""
+    script = Path(sys.executable).parent / "gpusched"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "scheduler.cli"]
+
+
+def gpusched_run_available() -> str | None:
+    """None if ``gpusched run`` exists in this checkout, else why not (the command's own message)."""
+    proc = subprocess.run([*gpusched_command(), "run", "--help"], capture_output=True, text=True, timeout=120)
+    if proc.returncode == 0:
+        return None
+    return (proc.stderr or proc.stdout).strip().splitlines()[-1] if (proc.stderr or proc.stdout).strip() else "?"
+
+
+class Gpusched:
+    """One ``gpusched run`` replica as a subprocess: start, wait ready, SIGKILL, restart, read its health and logs."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        identity: str,
+        workdir: Path,
+        config: Mapping[str, Any] | None = None,
+        lease_name: str = "gpusched",
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.kube = kube
+        self.identity = identity
+        self.config_path = workdir / f"{identity}.yaml"
+        self.config_path.write_text(yaml.safe_dump(dict(config or {})))
+        self.log_path = workdir / f"{identity}.log"
+        self.lease_name = lease_name
+        self.extra_args = list(extra_args)
+        self.health_port = free_port()
+        self.metrics_port = free_port()
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def argv(self) -> list[str]:
+        return [
+            *gpusched_command(),
+            "run",
+            f"--kubeconfig={self.kube.kubeconfig}",
+            f"--config={self.config_path}",
+            f"--namespace={SYSTEM_NAMESPACE}",
+            f"--lease-name={self.lease_name}",
+            f"--identity={self.identity}",
+            f"--health-port={self.health_port}",
+            f"--metrics-port={self.metrics_port}",
+            "--log-format=json",
+            *self.extra_args,
+        ]
+
+    def start(self) -> Gpusched:
+        if self.alive():
+            raise ClusterError(f"gpusched {self.identity} is already running")
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== start #{self.starts} at {time.strftime('%H:%M:%S')}\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        if self.kube.local is not None:
+            self.kube.local.track_process(self.popen.pid)
+        return self
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def _get(self, path: str) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.health_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return resp.status, resp.read().decode().strip()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode().strip()
+
+    def _check_alive(self) -> None:
+        if self.popen is not None and self.popen.poll() is not None:
+            raise ClusterError(f"gpusched {self.identity} exited with code {self.popen.returncode}:\n{self.log_tail()}")
+
+    def ready(self) -> bool:
+        self._check_alive()
+        return self._get("/readyz")[0] == 200
+
+    def is_leader(self) -> bool:
+        self._check_alive()
+        status, body = self._get("/leader")
+        return status == 200 and body == "leader"
+
+    def wait_ready(self, timeout: float = 90.0) -> Gpusched:
+        try:
+            wait_until(self.ready, timeout=timeout, what=f"gpusched {self.identity} /readyz 200")
+        except WaitTimeout as exc:
+            raise WaitTimeout(f"{exc}\nlog tail:\n{self.log_tail()}") from None
+        return self
+
+    def wait_leader(self, timeout: float = 60.0) -> Gpusched:
+        try:
+            wait_until(self.is_leader, timeout=timeout, what=f"gpusched {self.identity} to lead")
+        except WaitTimeout as exc:
+            raise WaitTimeout(f"{exc}\nlog tail:\n{self.log_tail()}") from None
+        return self
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+            text: str = resp.read().decode()
+            return text
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an OOM kill would."""
+        self.stop(kill=True)
+
+    def stop(self, *, kill: bool = False, timeout: float = 10.0) -> None:
+        p = self.popen
+        if p is None:
+            return
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+        if self.kube.local is not None:
+            self.kube.local.untrack_process(p.pid)
+
+    def restart(self) -> Gpusched:
+        self.stop()
+        return self.start()
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as exc:
+            return f"<no log: {exc}>"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# a scenario: its own namespace, nodes, queues and schedulers, all removed at the end
+
+
+@dataclass
+class Scenario:
+    """What one test made, so that the next test starts from an empty cluster."""
+
+    kube: Kube
+    name: str
+    namespace: str
+    workdir: Path
+    nodes: list[str] = field(default_factory=list)
+    queues: list[str] = field(default_factory=list)
+    schedulers: list[Gpusched] = field(default_factory=list)
+
+    # ---- creating ----
+
+    def add_node(self, manifest: Mapping[str, Any], *, wait_ready: bool = True) -> dict[str, Any]:
+        body = json.loads(json.dumps(manifest))
+        body["metadata"].setdefault("labels", {})[OWNER_LABEL] = self.name
+        created: dict[str, Any] = self.kube.request("POST", "/api/v1/nodes", body)
+        self.nodes.append(body["metadata"]["name"])
+        if wait_ready:
+            return self.wait_node_ready(body["metadata"]["name"])
+        return created
+
+    def add_nodes(self, manifests: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        names = [self.add_node(m, wait_ready=False)["metadata"]["name"] for m in manifests]
+        return [self.wait_node_ready(n) for n in names]
+
+    def wait_node_ready(self, name: str, timeout: float = 60.0) -> dict[str, Any]:
+        def ready() -> dict[str, Any] | None:
+            n: dict[str, Any] = self.kube.request("GET", f"/api/v1/nodes/{name}")
+            ok = any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
+            return n if ok else None
+
+        got: dict[str, Any] = wait_until(ready, timeout=timeout, what=f"node {name} Ready (is kwok running?)")
+        return got
+
+    def create_pod(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        body = json.loads(json.dumps(manifest))
+        body["metadata"].setdefault("labels", {})[OWNER_LABEL] = self.name
+        created: dict[str, Any] = self.kube.request("POST", Kube.pods_path(self.namespace), body)
+        return created
+
+    def create_podgroup(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = self.kube.request("POST", Kube.custom_path("podgroups", self.namespace), manifest)
+        return created
+
+    def create_queue(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        body = json.loads(json.dumps(manifest))
+        body["metadata"].setdefault("labels", {})[OWNER_LABEL] = self.name
+        created: dict[str, Any] = self.kube.request("POST", Kube.custom_path("queues"), body)
+        self.queues.append(body["metadata"]["name"])
+        return created
+
+    def delete_pod(self, name: str) -> None:
+        with contextlib.suppress(APIError):
+            self.kube.request("DELETE", Kube.pods_path(self.namespace, name), query={"gracePeriodSeconds": "0"})
+
+    def gpusched(self, identity: str = "gpusched-0", *, config: Mapping[str, Any] | None = None) -> Gpusched:
+        """A replica of ``gpusched run`` (not started) that is stopped when the scenario ends."""
+        # A Lease of its own: a replica killed by the previous scenario would otherwise hold it for a lease term.
+        replica = Gpusched(
+            self.kube,
+            identity=f"{self.name}-{identity}",
+            workdir=self.workdir,
+            config=config,
+            lease_name=f"gpusched-{self.name}"[:63].rstrip("-"),
+        )
+        self.schedulers.append(replica)
+        return replica
+
+    def start_gpusched(self, identity: str = "gpusched-0", *, config: Mapping[str, Any] | None = None) -> Gpusched:
+        """Start one replica and wait until it is ready and leads."""
+        return self.gpusched(identity, config=config).start().wait_ready().wait_leader()
+
+    # ---- reading ----
+
+    def pods(self, selector: str | None = None) -> list[dict[str, Any]]:
+        return self.kube.pods(self.namespace, selector)
+
+    def pod(self, name: str) -> dict[str, Any]:
+        return self.kube.pod(self.namespace, name)
+
+    def my_nodes(self) -> list[dict[str, Any]]:
+        return self.kube.nodes(f"{OWNER_LABEL}={self.name}")
+
+    def describe(self) -> str:
+        """The state a failure message should show: every pod, and the tail of each scheduler's log."""
+        text = summary(self.pods())
+        for replica in self.schedulers:
+            text += f"\n--- {replica.identity} log tail ---\n{replica.log_tail(15)}"
+        return text
+
+    def wait_bound(self, names: Iterable[str], *, timeout: float = 60.0, running: bool = True) -> list[dict[str, Any]]:
+        """Wait until every named pod is on a node (and Running when ``running``); return them."""
+        wanted = set(names)
+
+        def done() -> list[dict[str, Any]] | None:
+            pods = {p["metadata"]["name"]: p for p in self.pods() if p["metadata"]["name"] in wanted}
+            if len(pods) != len(wanted):
+                return None
+            ok = all(node_of(p) and (not running or phase_of(p) == "Running") for p in pods.values())
+            return list(pods.values()) if ok else None
+
+        what = f"{len(wanted)} pods {'Running' if running else 'bound'}"
+        got: list[dict[str, Any]] = wait_until(done, timeout=timeout, what=what, describe=self.describe)
+        return got
+
+    def wait_event(
+        self, obj_name: str, reason: str, *, timeout: float = 60.0, kind: str | None = None
+    ) -> dict[str, Any]:
+        def found() -> dict[str, Any] | None:
+            for e in self.kube.events(self.namespace, name=obj_name, kind=kind):
+                if e.get("reason") == reason:
+                    return e
+            return None
+
+        def describe() -> str:
+            seen = [(e.get("reason"), e.get("message")) for e in self.kube.events(self.namespace, name=obj_name)]
+            return f"events of {obj_name}: {seen}\n{self.describe()}"
+
+        got: dict[str, Any] = wait_until(
+            found, timeout=timeout, what=f"event {reason} on {obj_name}", describe=describe
+        )
+        return got
+
+    def stays_unbound(self, names: Iterable[str], seconds: float) -> None:
+        """Assert that none of the named pods gets a node for ``seconds``."""
+        wanted = set(names)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            bound = [p for p in self.pods() if p["metadata"]["name"] in wanted and node_of(p)]
+            assert not bound, f"expected {sorted(wanted)} to stay pending, but {summary(bound)}"
+            time.sleep(0.5)
+
+    # ---- teardown ----
+
+    def cleanup(self) -> None:
+        """Stop the schedulers, delete the namespace's pods at once, the namespace, the nodes and the queues."""
+        for replica in self.schedulers:
+            replica.stop(kill=True)
+        with contextlib.suppress(APIError):
+            self.kube.request("DELETE", Kube.pods_path(self.namespace), query={"gracePeriodSeconds": "0"}, timeout=60)
+        with contextlib.suppress(APIError):
+            self.kube.request("DELETE", f"/api/v1/namespaces/{self.namespace}")
+        for name in self.queues:
+            with contextlib.suppress(APIError):
+                self.kube.request("DELETE", Kube.custom_path("queues", name=name))
+        for name in self.nodes:
+            with contextlib.suppress(APIError):
+                self.kube.request("DELETE", f"/api/v1/nodes/{name}")
+
+        def pods_gone() -> bool:
+            return not self.kube.pods(self.namespace)
+
+        with contextlib.suppress(WaitTimeout):
+            wait_until(pods_gone, timeout=30, what=f"pods of {self.namespace} deleted")
+
+
+def scenario_workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="gpusched-e2e-run-"))

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Run the e2e suite (tests/e2e) if it can run here, and say plainly why when it cannot.
+#
+#   tests/e2e/run.sh [PYTEST ARGS...]        (make test and make e2e call it)
+#
+# Where the cluster comes from, in this order:
+#   GPUSCHED_E2E_KUBECONFIG   an existing cluster (kind, k3d) with kwok in it, see docs/e2e.md
+#   GPUSCHED_E2E_BIN          a directory with the control-plane binaries
+#   the cache                 binaries built earlier by build-controlplane.sh (~/.cache/gpusched/bin-...)
+#   Go on PATH                build them now with build-controlplane.sh (10-20 min the first time)
+# With none of these the suite is skipped (exit 0) with a message, unless GPUSCHED_E2E_REQUIRED=1 (CI): then
+# that is an error.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY="${PYTHON:-.venv/bin/python}"
+required() { [ -n "${GPUSCHED_E2E_REQUIRED:-}" ] && [ "${GPUSCHED_E2E_REQUIRED}" != 0 ]; }
+
+if [ -n "${GPUSCHED_E2E_KUBECONFIG:-}" ]; then
+  echo "e2e: running against the cluster of GPUSCHED_E2E_KUBECONFIG=$GPUSCHED_E2E_KUBECONFIG"
+elif [ -z "${GPUSCHED_E2E_BIN:-}" ]; then
+  cached="$("$PY" -c 'import sys; sys.path.insert(0, "tests/e2e"); import localcluster as l; print(l.cached_binaries() or "")')"
+  if [ -n "$cached" ]; then
+    export GPUSCHED_E2E_BIN="$cached"
+    echo "e2e: control-plane binaries from the cache: $cached"
+  elif command -v go >/dev/null 2>&1; then
+    echo "e2e: building the control plane with $(go version) (the first build takes 10-20 minutes)"
+    started=$(date +%s)
+    GPUSCHED_E2E_BIN="$(tests/e2e/build-controlplane.sh)"
+    export GPUSCHED_E2E_BIN
+    echo "e2e: built in $(( $(date +%s) - started )) s: $GPUSCHED_E2E_BIN"
+  elif required; then
+    echo "e2e: ERROR: GPUSCHED_E2E_REQUIRED=1, but there are no control-plane binaries and no Go to build them" >&2
+    exit 1
+  else
+    echo "e2e: SKIPPED: no control-plane binaries in ${GPUSCHED_E2E_CACHE:-$HOME/.cache/gpusched} and no Go on PATH" \
+      "to build them. Install Go >= 1.26, or set GPUSCHED_E2E_BIN or GPUSCHED_E2E_KUBECONFIG (docs/e2e.md)."
+    exit 0
+  fi
+fi
+exec "$PY" -m pytest -q tests/e2e "$@"
