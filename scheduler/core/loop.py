@@ -126,7 +126,8 @@ class SchedulingLoop:
         #: Leaf queue -> job key -> what the job asks for, for the jobs that failed for lack of room (the demand
         #: the fair-share gate weighs; see ``Tenancy.fair_share_gate``).
         self.starving: dict[str, dict[str, dict[str, float]]] = {}
-        self._starving_totals: dict[str, dict[str, float]] | None = None
+        #: Per leaf, the sum of ``starving`` (kept as jobs come and go).
+        self.starving_totals: dict[str, dict[str, float]] = {}
         #: Whether a queue at its fair share must leave freed capacity to queues below theirs (the gate).
         self.fair_share_gate = fair_share_gate
         #: Job key -> the cluster's version when no victims could be found for it: not searched again until
@@ -534,31 +535,36 @@ class SchedulingLoop:
             return "QueueLimit", over
         if not self.fair_share_gate or not self.starving:
             return "", ""
-        if self._starving_totals is None:
-            self._starving_totals = {}
-            for queue, jobs in self.starving.items():
-                total: dict[str, float] = {}
-                for vector in jobs.values():
-                    add_into(total, vector)
-                self._starving_totals[queue] = total
         counted = key in self.starving.get(leaf, {})
-        gated = self.tenancy.fair_share_gate(leaf, requests_of(pods), self._starving_totals, counted=counted)
+        gated = self.tenancy.fair_share_gate(leaf, requests_of(pods), self.starving_totals, counted=counted)
         return ("FairShare", gated) if gated else ("", "")
 
     def _starve(self, item: QueueItem, pods: list[PodRequest]) -> None:
-        self.starving.setdefault(item.queue, {})[item.key] = requests_of(pods)
-        self._starving_totals = None
+        jobs = self.starving.setdefault(item.queue, {})
+        vector = requests_of(pods)
+        old = jobs.get(item.key)
+        if old == vector:
+            return  # failed again for the same: the demand is unchanged
+        total = self.starving_totals.setdefault(item.queue, {})
+        if old is not None:
+            add_into(total, old, -1.0)
+        add_into(total, vector)
+        jobs[item.key] = vector
         self.tenancy.demand_changed()
 
     def _fed(self, key: str) -> None:
         """The job is placed or gone: it no longer waits for room."""
         for queue, jobs in list(self.starving.items()):
-            if jobs.pop(key, None) is not None:
-                if not jobs:
-                    del self.starving[queue]
-                self._starving_totals = None
-                self.tenancy.demand_changed()
-                return
+            vector = jobs.pop(key, None)
+            if vector is None:
+                continue
+            if jobs:
+                add_into(self.starving_totals[queue], vector, -1.0)
+            else:
+                del self.starving[queue]
+                del self.starving_totals[queue]
+            self.tenancy.demand_changed()
+            return
 
     def _gang_cycle(self, item: QueueItem) -> None:
         key = item.key.removeprefix(GANG_PREFIX)

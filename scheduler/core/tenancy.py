@@ -87,11 +87,40 @@ class Tenancy:
         """Why ``request`` may not run in ``leaf`` now (a limit or borrowing ceiling of the leaf or an ancestor
         would be crossed: hierarchical limits hold at every level), or ""."""
         totals = fairshare.subtree_totals(self.tree, self.allocated)
-        for queue in [leaf, *self.tree.ancestors(leaf)]:
+        line = [leaf, *self.tree.ancestors(leaf)]
+        for queue in line:
             for name, bound in self.tree.spec(queue).ceiling().items():
                 wanted = totals[queue].get(name, 0.0) + request.get(name, 0.0)
                 if wanted > bound:
                     return f"queue {queue!r} would hold {wanted:g} {name}, above its ceiling {bound:g}"
+        return self._not_lent(line, request, totals)
+
+    def _not_lent(self, line: list[str], request: Mapping[str, float], totals: Mapping[str, Vector]) -> str:
+        """Why ``request`` would use capacity another queue keeps for itself (``lending``), or "".
+
+        A queue that does not lend (all or part of its guarantee) keeps ``unlendable - what it holds`` idle for
+        itself; work of queues outside it may use only the rest of the cluster. A parent and its child that both
+        keep capacity are both counted (the safe side)."""
+        kept: Vector = {}
+        keepers: dict[str, str] = {}
+        for queue in self.tree:
+            if queue in line:
+                continue
+            for name, amount in self.tree.spec(queue).unlendable().items():
+                idle = amount - totals[queue].get(name, 0.0)
+                if idle > 0 and request.get(name, 0.0) > 0:
+                    kept[name] = kept.get(name, 0.0) + idle
+                    keepers.setdefault(name, queue)
+        if not kept:
+            return ""
+        capacity = self.capacity()
+        for name, idle in kept.items():
+            used = sum(totals[root].get(name, 0.0) for root in self.tree.roots())
+            if used + request.get(name, 0.0) + idle > capacity.get(name, 0.0) + 1e-9:
+                return (
+                    f"the rest of the cluster's {name} is kept idle for queues that do not lend it "
+                    f"({idle:g}, e.g. queue {keepers[name]!r})"
+                )
         return ""
 
     def within_guarantee(self, leaf: str, request: Mapping[str, float]) -> bool:

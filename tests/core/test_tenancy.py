@@ -104,6 +104,28 @@ def test_a_parent_limit_holds_for_its_children_together() -> None:
     assert len(_placed(cluster)) == 1
 
 
+def test_a_queue_that_does_not_lend_keeps_its_unused_guarantee_idle_for_itself() -> None:
+    cluster, loop, _, events = _loop(gpus=8, nodes=2)
+    loop.queues_changed(
+        [
+            QueueSpec(name="infer", guaranteed={"nvidia.com/gpu": 8}, lending_allowed=False),
+            QueueSpec(name="shared", guaranteed={"nvidia.com/gpu": 4}, lending_limit={"nvidia.com/gpu": 2}),
+            QueueSpec(name="batch"),
+        ]
+    )
+    for i in range(16):
+        loop.pod_pending(_pod(f"b{i}", 1, queue="batch"))
+    loop.run_until_idle()
+    # infer keeps 8 GPUs, shared keeps 2 of its 4: batch gets 6 of 16.
+    assert len(_placed(cluster)) == 6
+    assert "kept idle for queues that do not lend it" in events.messages("pod default/b15")[-1]
+    # infer's own work uses what it kept.
+    for i in range(8):
+        loop.pod_pending(_pod(f"i{i}", 1, queue="infer"))
+    loop.run_until_idle()
+    assert sum(name.startswith("i") for name in _placed(cluster)) == 8
+
+
 def test_the_next_job_comes_from_the_queue_with_the_lowest_dominant_share() -> None:
     cluster, loop, _, _ = _loop(gpus=8)
     loop.queues_changed([QueueSpec(name="a"), QueueSpec(name="b")])
