@@ -133,6 +133,7 @@ class SchedulingLoop:
         #: Job key -> the cluster's version when no victims could be found for it: not searched again until
         #: the cluster changes (a search is a what-if per victim tried).
         self.no_victims: dict[str, int] = {}
+        self._jobs: tuple[int, list[reclaim.Candidate]] | None = None
         #: Jobs preempted so far, by the victim's queue (for metrics).
         self.preemptions: dict[str, int] = {}
         self.queue.set_less(self._less)
@@ -367,8 +368,11 @@ class SchedulingLoop:
         if self.tenancy.release(key):
             self.queue.set_less(self._less)
 
-    def _running_jobs(self) -> list[reclaim.Candidate]:
-        """Every running job (a placed gang as a whole, or a pod outside any gang) with its leaf queue."""
+    def _running_jobs(self, version: int) -> list[reclaim.Candidate]:
+        """Every running job (a placed gang as a whole, or a pod outside any gang) with its leaf queue; the same
+        list while the cluster's ``version`` stays (placements and removals change it)."""
+        if self._jobs is not None and self._jobs[0] == version:
+            return self._jobs[1]
         jobs = []
         for key, started in self.started.items():
             if key.startswith(GANG_PREFIX):
@@ -386,6 +390,7 @@ class SchedulingLoop:
             if pods:
                 ahead = self.tenancy.rank(queue)[1][-1][0]
                 jobs.append(reclaim.Candidate(key, queue, priority, started, pods, requests_of(pods), ahead))
+        self._jobs = (version, jobs)
         return jobs
 
     def _preempt(
@@ -407,7 +412,7 @@ class SchedulingLoop:
         if self.no_victims.get(item.key) == version:
             return False
         self.no_victims[item.key] = version
-        jobs = self._running_jobs()
+        jobs = self._running_jobs(version)
         if self.tenancy.within_guarantee(item.queue, requests_of(pods)):
             borrowers = [c for c in jobs if c.queue != item.queue and self.tenancy.borrowing(c.queue)]
             surplus = {q: bound for q in {c.queue for c in borrowers} if (bound := self.tenancy.surplus(q)) is not None}
