@@ -197,6 +197,18 @@ class SchedulingLoop:
             state.running.add(pod.key)
         self._refresh_phase(state)
 
+    def adopt(self, pod: PodRequest, queue: str) -> None:
+        """A pod of ours found already on a node (placed before a restart, or by an earlier leader): charged to
+        ``queue`` (its PodGroup's ``spec.queue`` or its own label) and, like the jobs this loop placed, a job that
+        reclaim and within-queue preemption may choose (its gang as a whole). Call :meth:`resort` after a batch."""
+        self.tenancy.charge(pod.key, self.tenancy.leaf_of(queue), request_of(pod))
+        job = GANG_PREFIX + f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else pod.key
+        self.started.setdefault(job, self.clock())
+
+    def resort(self) -> None:
+        """Re-sort pending work after charges made outside a cycle (:meth:`adopt`)."""
+        self.queue.set_less(self._less)
+
     def pod_gone(self, key: str) -> None:
         """The pod was deleted or finished."""
         self.queue.remove(key)

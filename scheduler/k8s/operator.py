@@ -39,7 +39,6 @@ from scheduler.api import topology as api_topology
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Cache
-from scheduler.core import tenancy
 from scheduler.core.cycle import Scheduler
 from scheduler.core.framework import Framework
 from scheduler.core.loop import SchedulingLoop
@@ -342,7 +341,7 @@ class Operator:
                 while ran < self.batch and self.leading and time.monotonic() - started < self.batch_seconds:
                     if self._resort:
                         self._resort = False
-                        self.loop.record_usage(0.0)  # re-sorts the queue after charges made outside the loop
+                        self.loop.resort()  # after charges made outside the loop
                     if not self.loop.run_once():
                         break
                     ran += 1
@@ -519,7 +518,7 @@ class Operator:
         if pod.key in self._charged:
             return
         self._charged.add(pod.key)
-        self.loop.tenancy.charge(pod.key, leaf, tenancy.request_of(pod))  # no-op if the loop charged it
+        self.loop.adopt(pod, leaf)  # no-op for the charge if the loop placed it
         self._resort = True
 
     def _invalid(self, word: str, key: str, exc: InvalidObject, *, report: bool = True) -> None:

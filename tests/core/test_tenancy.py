@@ -442,3 +442,20 @@ def test_queue_status_reports_allocation_guarantee_borrowing_and_pending_work() 
     assert status["prod"]["fairShare"] == "0.3750"
     assert float(str(status["prod"]["rankShare"])) < 0 < float(str(status["batch"]["rankShare"]))
     assert "default" in status
+
+
+def test_pods_found_running_after_a_restart_are_charged_and_can_be_reclaimed() -> None:
+    cluster, loop, clock, _, evictions = _reclaim_loop(QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}))
+    # A fresh loop (after a restart) finds 8 batch pods of 2 GPUs already bound.
+    for i in range(8):
+        pod = api_pod.parse_pod(
+            objects.pod(f"old{i}", gpus=2, labels={"gpusched.io/queue": "batch"}, node_name=f"n{i // 4}")
+        )
+        cluster.cache.upsert_pod(pod)
+        loop.adopt(pod, pod.queue)
+    loop.resort()
+    assert loop.tenancy.allocated["batch"]["nvidia.com/gpu"] == 16.0
+    clock.now = 5.0
+    loop.pod_pending(_pod("prod0", 4, queue="prod"))
+    loop.run_until_idle()
+    assert len(evictions.pods) == 2 and {p.name for p in evictions.pods} <= {f"old{i}" for i in range(8)}
