@@ -350,7 +350,7 @@ class SchedulingLoop:
                 self.queue.update(QueueItem(pod.key, max(pod.priority, group.priority), pod.created, leaf, pod))
             return
         if len(state.pending) + len(state.placed) >= group.min_member:
-            self.queue.update(QueueItem(GANG_PREFIX + group.key, group.priority, group.created, leaf, group.key))
+            self.queue.update(QueueItem(GANG_PREFIX + group.key, _priority(state), group.created, leaf, group.key))
 
     def _held_for_queue(self, leaf: str, obj: str, key: str, held: PodRequest | PodGroup) -> bool:
         """Hold work whose queue cannot take it (with an Event the first time); True if held."""
@@ -393,7 +393,7 @@ class SchedulingLoop:
                     continue
                 queue = self.tenancy.leaf_of(state.group.queue)
                 pods = [e.pod for k in state.placed if (e := self.scheduler.cache.pod(k)) is not None]
-                priority = state.group.priority
+                priority = max([state.group.priority, *(p.priority for p in pods)])
             else:
                 entry = self.scheduler.cache.pod(key)
                 if entry is None:
@@ -649,7 +649,7 @@ class SchedulingLoop:
             self.queue.requeue_error(item, message)
         else:
             (required, _), problem = gang.resolve_levels(self.scheduler, group.topology, obj=f"podgroup {key}")
-            if problem is None and not self._preempt(item, members, group.priority, f"podgroup {key}", required):
+            if problem is None and not self._preempt(item, members, item.priority, f"podgroup {key}", required):
                 self._reserve(item, members)
             self.needs[item.key] = sum(p.gpu.count for p in members if p.gpu.whole)
             self._starve(item, members)
@@ -772,6 +772,12 @@ class SchedulingLoop:
             pods[item.queue] = pods.get(item.queue, 0) + len(members)
             add_into(pending.setdefault(item.queue, {}), requests_of(members))
         return self.tenancy.statuses(pending=pending, pending_pods=pods, pending_gangs=gangs)
+
+
+def _priority(state: GroupState) -> int:
+    """A gang's priority: its own (``priorityClassName`` resolved by whoever parsed it) or, higher, that of its
+    members (the API server resolves a pod's ``priorityClassName`` into ``spec.priority``)."""
+    return max([state.group.priority, *(p.priority for p in state.pending.values())])
 
 
 def _scheduled(node: str, gpu_ids: tuple[int, ...]) -> str:
