@@ -128,6 +128,8 @@ class SchedulingLoop:
         self.starving: dict[str, dict[str, dict[str, float]]] = {}
         #: Per leaf, the sum of ``starving`` (kept as jobs come and go).
         self.starving_totals: dict[str, dict[str, float]] = {}
+        #: Jobs the fair-share gate held back, with what they ask for (for the queueing hint).
+        self.gated: dict[str, dict[str, float]] = {}
         #: Whether a queue at its fair share must leave freed capacity to queues below theirs (the gate).
         self.fair_share_gate = fair_share_gate
         #: Job key -> the cluster's version when no victims could be found for it: not searched again until
@@ -218,6 +220,7 @@ class SchedulingLoop:
         self.needs.pop(key, None)
         self._fed(key)
         self.no_victims.pop(key, None)
+        self.gated.pop(key, None)
         for held in self.queue_orphans.values():
             held.pop(key, None)
         group_key = self.member_of.pop(key, None)
@@ -254,6 +257,7 @@ class SchedulingLoop:
         self.needs.pop(GANG_PREFIX + key, None)
         self._fed(GANG_PREFIX + key)
         self.no_victims.pop(GANG_PREFIX + key, None)
+        self.gated.pop(GANG_PREFIX + key, None)
         if state is None:
             return
         for pod_key, pod in state.pending.items():
@@ -295,7 +299,24 @@ class SchedulingLoop:
             return
         a = self.scheduler.cache.arrays
         free = int((a.gpu_free[a.base_reason == layout.FIT] >= layout.WHOLE).sum())
-        self.queue.move_all_to_active(event, lambda item: self.needs.get(item.key, 0) <= free)
+        self.queue.move_all_to_active(
+            event, lambda item: self.needs.get(item.key, 0) <= free and not self._still_gated(item)
+        )
+
+    def _still_gated(self, item: QueueItem) -> bool:
+        """Whether a job the fair-share gate held back would still be held (a queueing hint)."""
+        request = self.gated.get(item.key)
+        if request is None:
+            return False
+        counted = item.key in self.starving.get(item.queue, {})
+        return bool(self.tenancy.fair_share_gate(item.queue, request, self.starving_totals, counted=counted))
+
+    def _wake_gated(self) -> None:
+        """Some queue's starving work was placed or left: jobs the gate held back may go now."""
+        if self.gated:
+            self.queue.move_all_to_active(
+                "starving job fed", lambda item: item.key in self.gated and not self._still_gated(item)
+            )
 
     def bind_failed(self, pod: PodRequest, reason: str) -> None:
         """A binding failed: release the pod's reservation and retry it alone (a gang keeps the others)."""
@@ -551,10 +572,16 @@ class SchedulingLoop:
         if over:
             return "QueueLimit", over
         if not self.fair_share_gate or not self.starving:
+            self.gated.pop(key, None)
             return "", ""
         counted = key in self.starving.get(leaf, {})
-        gated = self.tenancy.fair_share_gate(leaf, requests_of(pods), self.starving_totals, counted=counted)
-        return ("FairShare", gated) if gated else ("", "")
+        request = requests_of(pods)
+        gated = self.tenancy.fair_share_gate(leaf, request, self.starving_totals, counted=counted)
+        if gated:
+            self.gated[key] = request
+            return "FairShare", gated
+        self.gated.pop(key, None)
+        return "", ""
 
     def _starve(self, item: QueueItem, pods: list[PodRequest]) -> None:
         jobs = self.starving.setdefault(item.queue, {})
@@ -581,6 +608,7 @@ class SchedulingLoop:
                 del self.starving[queue]
                 del self.starving_totals[queue]
             self.tenancy.demand_changed()
+            self._wake_gated()
             return
 
     def _gang_cycle(self, item: QueueItem) -> None:
@@ -604,6 +632,8 @@ class SchedulingLoop:
             state.set_condition("Scheduled", "False", held_reason, over, now)
             self.events.emit(obj=f"podgroup {key}", kind="Warning", reason="FailedScheduling", message=over)
             self._refresh_phase(state)
+            # Like a job without room: a deletion that leaves fewer free GPUs than it needs cannot let it start.
+            self.needs[item.key] = sum(p.gpu.count for p in members if p.gpu.whole)
             self.queue.requeue_unschedulable(item, over)
             return
         result = gang.place_gang(self.scheduler, group, members, self._context(item.key))
@@ -673,6 +703,7 @@ class SchedulingLoop:
         _, over = self._held_back(item.queue, [pod], item.key)
         if over:
             self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedScheduling", message=over)
+            self.needs[item.key] = pod.gpu.count if pod.gpu.whole else 0
             self.queue.requeue_unschedulable(item, over)
             return
         result = self.scheduler.schedule(pod, context)

@@ -58,6 +58,8 @@ class Tenancy:
         #: Fair shares for the gate (per demand variant, queue and resource); None when allocation or demand
         #: changed since.
         self._fair: dict[str, dict[str, Vector]] | None = None
+        #: Every queue's subtree allocation; None when an allocation or the tree changed since.
+        self._totals: dict[str, Vector] | None = None
         self._stale = True
 
     # --- queues ------------------------------------------------------------------------------------------------
@@ -68,6 +70,7 @@ class Tenancy:
         self.history.configure(self.tree)
         self._stale = True
         self._fair = None
+        self._totals = None
         return problems
 
     def leaf_of(self, pod_queue: str) -> str:
@@ -86,7 +89,9 @@ class Tenancy:
     def over_ceiling(self, leaf: str, request: Mapping[str, float]) -> str:
         """Why ``request`` may not run in ``leaf`` now (a limit or borrowing ceiling of the leaf or an ancestor
         would be crossed: hierarchical limits hold at every level), or ""."""
-        totals = fairshare.subtree_totals(self.tree, self.allocated)
+        if self._totals is None:
+            self._totals = fairshare.subtree_totals(self.tree, self.allocated)
+        totals = self._totals
         line = [leaf, *self.tree.ancestors(leaf)]
         for queue in line:
             for name, bound in self.tree.spec(queue).ceiling().items():
@@ -162,6 +167,7 @@ class Tenancy:
         add_into(self.allocated.setdefault(leaf, {}), request)
         self._stale = True
         self._fair = None
+        self._totals = None
 
     def release(self, key: str) -> bool:
         """Release what ``key`` was charged; False if it was not charged (nothing changed)."""
@@ -172,6 +178,7 @@ class Tenancy:
         add_into(self.allocated.setdefault(leaf, {}), request, -1.0)
         self._stale = True
         self._fair = None
+        self._totals = None
         return True
 
     def record_usage(self, dt_s: float) -> None:

@@ -112,13 +112,14 @@ def run(
     prod_start_s: float = 4 * 3600.0,
     horizon_s: float = 12 * 3600.0,
     seed: int = 0,
+    reserve_after_s: float | None = None,
 ) -> TenantRun:
     capacity = float(sum(n.gpus for n in nodes))
     jobs = generate(
         queues=queues, cluster_gpus=int(capacity), horizon_s=horizon_s, prod_start_s=prod_start_s, seed=seed
     )
-    # Fairness first: reservations on, so that the late queue's large jobs are not starved by backfill.
-    result = gangs.run(nodes, jobs, config, queues=queues, reserve_after_s=0.0)
+    # Reservations off, as in the operator by default: the fair-share gate keeps large jobs from being starved.
+    result = gangs.run(nodes, jobs, config, queues=queues, reserve_after_s=reserve_after_s)
     names = [q.name for q in queues]
     # All four saturated: from an hour after prod starts to the last arrival.
     window = (prod_start_s + 3600.0, horizon_s)
