@@ -150,6 +150,9 @@ class SchedulingLoop:
         #: Job key -> the pods its preemption evicted: while any is still there, the job waits for them instead
         #: of preempting more; once all are gone and it still does not fit, its nomination is dropped.
         self.evicting: dict[str, list[str]] = {}
+        #: Victims evicted and not yet gone (job key -> the candidate): never chosen again by another preemptor,
+        #: and what they hold no longer counts as their queue's surplus.
+        self.terminating: dict[str, reclaim.Candidate] = {}
         self.groups: dict[str, GroupState] = {}
         #: Members whose group does not exist (yet), by group key.
         self.orphans: dict[str, dict[str, PodRequest]] = {}
@@ -445,10 +448,17 @@ class SchedulingLoop:
         if self.no_victims.get(item.key) == version:
             return False
         self.no_victims[item.key] = version
-        jobs = self._running_jobs(version)
+        for victim_key, victim in list(self.terminating.items()):
+            if all(self.scheduler.cache.pod(p.key) is None for p in victim.pods):
+                del self.terminating[victim_key]
+        jobs = [c for c in self._running_jobs(version) if c.key not in self.terminating]
         if self.tenancy.within_guarantee(item.queue, requests_of(pods)):
             borrowers = [c for c in jobs if c.queue != item.queue and self.tenancy.borrowing(c.queue)]
             surplus = {q: bound for q in {c.queue for c in borrowers} if (bound := self.tenancy.surplus(q)) is not None}
+            for victim in self.terminating.values():
+                left = surplus.get(victim.queue)
+                for name in left or {}:
+                    left[name] -= victim.request.get(name, 0.0)
             policy = self.tenancy.reclaim_policy(item.queue)
             victims = self._victims(pods, priority, policy, borrowers, required_level, surplus)
             if victims:
@@ -515,6 +525,7 @@ class SchedulingLoop:
             for pod in victim.pods:
                 self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="Preempted", message=reason)
             self.evictor.evict(victim.pods, reason)
+            self.terminating[victim.key] = victim
             self.preemptions[victim.queue] = self.preemptions.get(victim.queue, 0) + 1
 
     def _context(self, key: str) -> dict[str, Any]:

@@ -459,3 +459,20 @@ def test_pods_found_running_after_a_restart_are_charged_and_can_be_reclaimed() -
     loop.pod_pending(_pod("prod0", 4, queue="prod"))
     loop.run_until_idle()
     assert len(evictions.pods) == 2 and {p.name for p in evictions.pods} <= {f"old{i}" for i in range(8)}
+
+
+def test_preemptors_in_one_batch_choose_different_victims_while_deletions_are_pending() -> None:
+    # As in a cluster: evicted pods stay until the API server's deletion reaches the cache.
+    _, loop, clock, _, evictions = _reclaim_loop(
+        QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}),
+        QueueSpec(name="batch", guaranteed={"nvidia.com/gpu": 4}),
+    )
+    _fill_with_batch(loop, clock, count=16, gpus=1)
+    clock.now = 20.0
+    for i in range(4):
+        loop.pod_pending(_pod(f"prod{i}", 2, queue="prod"))
+    loop.run_until_idle()
+    victims = [p.name for p in evictions.pods]
+    # Each 2-GPU job needs two victims, no victim is chosen twice, and batch keeps at least its guarantee of 4.
+    assert len(victims) == len(set(victims)) == 8
+    assert sorted(victims, key=lambda n: int(n[1:])) == [f"b{i}" for i in range(8, 16)]
