@@ -45,6 +45,9 @@ _FIXED_COLUMNS = {
     resources.GPU_MEMORY: layout.GPU_MEMORY,
 }
 
+#: Distinct GPU topology annotations kept parsed (a cluster has a handful of hardware models).
+_TOPOLOGIES_KEPT = 256
+
 
 @dataclass(slots=True)
 class PodEntry:
@@ -92,6 +95,9 @@ class Cache:
         self._domains: api_topology.DomainIndex | None = None
         self._domain_ids: I64 = np.full((0, len(self.topology.levels)), -1, dtype=np.int64)
         self._gpu_topology: dict[int, GpuTopology] = {}
+        #: Annotation text -> its parsed topology (immutable): nodes of one hardware model share one object, so
+        #: a node is parsed once per model and the topology plugin's scores are memoised per model, not per node.
+        self._parsed_topologies: dict[str, GpuTopology] = {}
         #: Nodes whose ``gpusched.io/gpu-topology`` annotation was refused, by node name (their GPUs are treated
         #: as unknown until it is fixed).
         self.gpu_topology_problems: dict[str, InvalidObject] = {}
@@ -277,11 +283,16 @@ class Cache:
         raw = info.annotations.get(gputopo.ANNOTATION)
         if raw is None:
             return
-        try:
-            topo = gputopo.parse_gpu_topology(raw, node=info.name)
-        except InvalidObject as problem:
-            self.gpu_topology_problems[info.name] = problem
-            return
+        topo = self._parsed_topologies.get(raw)
+        if topo is None:
+            try:
+                topo = gputopo.parse_gpu_topology(raw, node=info.name)
+            except InvalidObject as problem:
+                self.gpu_topology_problems[info.name] = problem
+                return
+            if len(self._parsed_topologies) >= _TOPOLOGIES_KEPT:
+                self._parsed_topologies.clear()
+            self._parsed_topologies[raw] = topo
         if len(topo) != info.gpus:
             self.gpu_topology_problems[info.name] = InvalidObject(
                 f"describes {len(topo)} GPUs but the node has {info.gpus}; its GPUs are treated as unknown",

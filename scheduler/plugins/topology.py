@@ -84,11 +84,7 @@ class Topology:
         k = state.whole_k
         known = state.snapshot.cache.gpu_topologies
         if k and known:
-            a = state.snapshot.arrays
-            for i, slot in enumerate(nodes.tolist()):
-                topo = known.get(slot)
-                if topo is not None:
-                    out[i] = self._device_score(topo, a.gpu_free[slot, : len(topo)] >= layout.WHOLE, k)
+            self._device_scores(state.snapshot.arrays.gpu_free, known, nodes, k, out)
             parts += 1
         levels: tuple[int | None, int | None] | None = state.data.get(LEVELS)
         if levels is not None:
@@ -99,13 +95,41 @@ class Topology:
         if parts > 1:
             out /= parts
 
-    def _device_score(self, topo: GpuTopology, free: np.ndarray, k: int) -> float:
-        mask = int(np.dot(free.astype(np.int64), 1 << np.arange(free.shape[0], dtype=np.int64)))
+    def _device_scores(self, gpu_free: F64, known: Mapping[int, GpuTopology], nodes: I64, k: int, out: F64) -> None:
+        """``out[i]``: the device score of ``nodes[i]`` (left alone for nodes of unknown topology).
+
+        One cycle scores every feasible node (a thousand and more), so the free-GPU bit masks are computed for all
+        of them at once and the Python loop only looks scores up in the memo.
+        """
+        width = gpu_free.shape[1]
+        if width == 0:
+            return
+        if width > 62:  # masks no longer fit an int64: one node at a time
+            for i, slot in enumerate(nodes.tolist()):
+                topo = known.get(slot)
+                if topo is not None:
+                    free = gpu_free[slot, : len(topo)] >= layout.WHOLE
+                    mask = sum(1 << g for g in np.flatnonzero(free).tolist())
+                    out[i] = self._device_score(topo, mask, k)
+            return
+        weights = np.left_shift(np.int64(1), np.arange(width, dtype=np.int64))
+        masks = (gpu_free[nodes] >= layout.WHOLE).astype(np.int64) @ weights
+        memo = self._memo
+        for i, (slot, mask) in enumerate(zip(nodes.tolist(), masks.tolist(), strict=True)):
+            topo = known.get(slot)
+            if topo is None:
+                continue
+            mask &= (1 << len(topo)) - 1
+            found = memo.get((id(topo), mask, k))
+            out[i] = found[1] if found is not None and found[0] is topo else self._device_score(topo, mask, k)
+
+    def _device_score(self, topo: GpuTopology, mask: int, k: int) -> float:
+        """The score of a node of topology ``topo`` whose free GPUs are the bits of ``mask``, memoised."""
         key = (id(topo), mask, k)
         found = self._memo.get(key)
         if found is not None and found[0] is topo:
             return found[1]
-        pool = np.flatnonzero(free).tolist()
+        pool = [g for g in range(len(topo)) if mask >> g & 1]
         if len(pool) < k:
             value = 0.0
         else:
