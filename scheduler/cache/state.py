@@ -98,6 +98,8 @@ class Cache:
         #: Annotation text -> its parsed topology (immutable): nodes of one hardware model share one object, so
         #: a node is parsed once per model and the topology plugin's scores are memoised per model, not per node.
         self._parsed_topologies: dict[str, GpuTopology] = {}
+        #: (per slot: index into the list or -1, the distinct topologies), built on demand; None when stale.
+        self._topology_index: tuple[I64, list[GpuTopology]] | None = None
         #: Nodes whose ``gpusched.io/gpu-topology`` annotation was refused, by node name (their GPUs are treated
         #: as unknown until it is fixed).
         self.gpu_topology_problems: dict[str, InvalidObject] = {}
@@ -222,6 +224,7 @@ class Cache:
         self.names[slot] = None
         self._domains = None
         self._gpu_topology.pop(slot, None)
+        self._topology_index = None
         self.gpu_topology_problems.pop(name, None)
         self.labels.clear(slot)
         self.taints.pop(slot, None)
@@ -273,12 +276,32 @@ class Cache:
         """The known GPU topologies by node slot (nodes without an accepted annotation are not listed)."""
         return self._gpu_topology
 
+    def gpu_topology_index(self) -> tuple[I64, list[GpuTopology]]:
+        """The known GPU topologies as an array: per slot an index into the returned list of distinct topologies,
+        -1 where unknown (read-only; for scoring every node of a cycle without a Python loop over them)."""
+        index = self._topology_index
+        if index is not None and index[0].shape[0] == self.arrays.slots:
+            return index
+        distinct: dict[int, int] = {}
+        topologies: list[GpuTopology] = []
+        ids = np.full(self.arrays.slots, -1, dtype=np.int64)
+        for slot, topo in self._gpu_topology.items():
+            at = distinct.get(id(topo))
+            if at is None:
+                at = distinct[id(topo)] = len(topologies)
+                topologies.append(topo)
+            ids[slot] = at
+        ids.setflags(write=False)
+        self._topology_index = (ids, topologies)
+        return self._topology_index
+
     def gpu_topology(self, slot: int) -> GpuTopology | None:
         """The node's GPU topology from its annotation; None without one (or with a refused one)."""
         return self._gpu_topology.get(slot)
 
     def _set_gpu_topology(self, slot: int, info: api_node.NodeInfo) -> None:
         self._gpu_topology.pop(slot, None)
+        self._topology_index = None
         self.gpu_topology_problems.pop(info.name, None)
         raw = info.annotations.get(gputopo.ANNOTATION)
         if raw is None:

@@ -84,7 +84,7 @@ class Topology:
         k = state.whole_k
         known = state.snapshot.cache.gpu_topologies
         if k and known:
-            self._device_scores(state.snapshot.arrays.gpu_free, known, nodes, k, out)
+            self._device_scores(state, nodes, k, out)
             parts += 1
         levels: tuple[int | None, int | None] | None = state.data.get(LEVELS)
         if levels is not None:
@@ -95,33 +95,34 @@ class Topology:
         if parts > 1:
             out /= parts
 
-    def _device_scores(self, gpu_free: F64, known: Mapping[int, GpuTopology], nodes: I64, k: int, out: F64) -> None:
+    def _device_scores(self, state: CycleState, nodes: I64, k: int, out: F64) -> None:
         """``out[i]``: the device score of ``nodes[i]`` (left alone for nodes of unknown topology).
 
-        One cycle scores every feasible node (a thousand and more), so the free-GPU bit masks are computed for all
-        of them at once and the Python loop only looks scores up in the memo.
+        One cycle scores every feasible node (a thousand and more) but they hold few distinct (topology, free
+        GPUs) pairs: the free-GPU bit masks are computed for all nodes at once, and a score per distinct pair.
         """
+        gpu_free = state.snapshot.arrays.gpu_free
         width = gpu_free.shape[1]
-        if width == 0:
+        index, topologies = state.snapshot.cache.gpu_topology_index()
+        which = index[nodes] if index.shape[0] >= gpu_free.shape[0] else np.full(nodes.shape[0], -1, np.int64)
+        rows = np.flatnonzero(which >= 0)
+        if rows.size == 0 or width == 0:
             return
         if width > 62:  # masks no longer fit an int64: one node at a time
-            for i, slot in enumerate(nodes.tolist()):
-                topo = known.get(slot)
-                if topo is not None:
-                    free = gpu_free[slot, : len(topo)] >= layout.WHOLE
-                    mask = sum(1 << g for g in np.flatnonzero(free).tolist())
-                    out[i] = self._device_score(topo, mask, k)
+            for i in rows.tolist():
+                topo = topologies[int(which[i])]
+                free = gpu_free[int(nodes[i]), : len(topo)] >= layout.WHOLE
+                out[i] = self._device_score(topo, sum(1 << g for g in np.flatnonzero(free).tolist()), k)
             return
         weights = np.left_shift(np.int64(1), np.arange(width, dtype=np.int64))
-        masks = (gpu_free[nodes] >= layout.WHOLE).astype(np.int64) @ weights
-        memo = self._memo
-        for i, (slot, mask) in enumerate(zip(nodes.tolist(), masks.tolist(), strict=True)):
-            topo = known.get(slot)
-            if topo is None:
-                continue
-            mask &= (1 << len(topo)) - 1
-            found = memo.get((id(topo), mask, k))
-            out[i] = found[1] if found is not None and found[0] is topo else self._device_score(topo, mask, k)
+        masks = (gpu_free[nodes[rows]] >= layout.WHOLE).astype(np.int64) @ weights
+        sizes = np.array([len(topo) for topo in topologies], dtype=np.int64)
+        masks &= np.left_shift(np.int64(1), sizes[which[rows]]) - 1
+        pairs, inverse = np.unique(which[rows] * (np.int64(1) << width) + masks, return_inverse=True)
+        scores = np.array(
+            [self._device_score(topologies[pair >> width], pair & ((1 << width) - 1), k) for pair in pairs.tolist()]
+        )
+        out[rows] = scores[inverse.reshape(-1)]
 
     def _device_score(self, topo: GpuTopology, mask: int, k: int) -> float:
         """The score of a node of topology ``topo`` whose free GPUs are the bits of ``mask``, memoised."""
