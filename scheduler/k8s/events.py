@@ -52,14 +52,15 @@ KINDS: dict[str, tuple[str, str, bool]] = {
 
 @dataclass(frozen=True, slots=True)
 class EventSettings:
-    #: Events waiting to be written; beyond this ``emit`` drops (``stats["dropped"]``).
-    queue_size: int = 1000
+    #: Events waiting to be written; beyond this ``emit`` drops (``stats["dropped"]``). A backlog of thousands
+    #: of pods placed at 100+ a second emits one ``Scheduled`` Event each, faster than they are written.
+    queue_size: int = 10_000
     #: Seconds after its last sighting within which the same event counts up instead of starting a new one.
     window: float = 600.0
     #: Seconds between two writes of the same Event (its count).
     patch_interval: float = 5.0
-    #: Event writes in flight at once.
-    writers: int = 4
+    #: Event writes in flight at once (one ``Scheduled`` Event per pod bound: as many as bindings, nearly).
+    writers: int = 16
     #: Events remembered for counting up (the least recently seen are forgotten beyond this).
     series_limit: int = 4096
     #: New Events one object may start at once, then one per ``object_refill`` seconds.
