@@ -55,6 +55,8 @@ class Result:
     p50_s: float
     p99_s: float
     note: str = ""
+    #: Pods with a ``Scheduled`` Event once binding was done (Events are written behind the bindings).
+    events: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +66,7 @@ class Result:
             "pods": self.pods,
             "bound": self.bound,
             "seconds": round(self.seconds, 2),
+            "scheduled_events": self.events,
         }
 
 
@@ -253,6 +256,7 @@ async def run_burst(
         await watch.wait_for(len(manifests), timeout=timeout)
         watch.stop()
         bound = watch.bound_at
+        events = await scheduled_events(api, len(bound), timeout=60.0)
         latencies = [bound[name] - created_at[name] for name in bound if name in created_at]
         # With nothing bound, the case took the whole wait.
         seconds = (max(bound.values()) if bound else time.monotonic()) - started
@@ -267,9 +271,34 @@ async def run_burst(
             p50_s=percentile(latencies, 0.50),
             p99_s=percentile(latencies, 0.99),
             note=note,
+            events=events,
         )
     finally:
         await api.close()
+
+
+async def scheduled_events(api: Api, expected: int, *, timeout: float) -> int:
+    """How many pods of the namespace have a ``Scheduled`` Event, waiting up to ``timeout`` s for ``expected``.
+
+    Checked after the figures are taken: a scheduler may write Events behind its bindings, but every pod must
+    get one (kubectl describe shows it).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        named: set[str] = set()
+        token = ""
+        while True:
+            query = {"fieldSelector": "reason=Scheduled", "limit": "1000"}
+            if token:
+                query["continue"] = token
+            page = await api.get(f"/api/v1/namespaces/{NAMESPACE}/events", **query)
+            named.update(e["involvedObject"]["name"] for e in page["items"])
+            token = page["metadata"].get("continue") or ""
+            if not token:
+                break
+        if len(named) >= expected or time.monotonic() > deadline:
+            return len(named)
+        await asyncio.sleep(2)
 
 
 def run_case(case: str, args: argparse.Namespace) -> Result | str:
@@ -338,15 +367,15 @@ async def create_nodes_now(cluster: LocalCluster, args: argparse.Namespace) -> f
 def table(results: Mapping[str, Result | str]) -> str:
     base = results.get("kube-scheduler")
     lines = [
-        "| case | pods | bound | pods/s | vs kube-scheduler | p50 (s) | p99 (s) | note |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| case | pods | bound | pods/s | vs kube-scheduler | p50 (s) | p99 (s) | Scheduled Events | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for case, r in results.items():
         if isinstance(r, str):
-            lines.append(f"| {case} | | | | | | | not run: {r} |")
+            lines.append(f"| {case} | | | | | | | | not run: {r} |")
             continue
         ratio = f"{r.pods_per_s / base.pods_per_s:.2f}x" if isinstance(base, Result) and base.pods_per_s else ""
-        figures = f"{r.pods_per_s:.1f} | {ratio} | {r.p50_s:.2f} | {r.p99_s:.2f}"
+        figures = f"{r.pods_per_s:.1f} | {ratio} | {r.p50_s:.2f} | {r.p99_s:.2f} | {r.events}"
         lines.append(f"| {case} | {r.pods} | {r.bound} | {figures} | {r.note} |")
     return "\n".join(lines)
 

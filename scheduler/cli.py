@@ -1,4 +1,9 @@
-"""The ``gpusched`` command: ``run`` (the operator), ``explain``, ``simulate``, ``bench kernels``, ``node-topology``."""
+"""The ``gpusched`` command: ``run`` (the operator), ``explain``, ``simulate``, ``bench kernels``, ``node-topology``.
+
+Each command imports what it needs when it runs: ``gpusched run`` starts in a cluster after every restart, and
+the simulator (with its plotting) has nothing to do there, so only the arguments of the command named on the
+command line are built (every command is still listed by ``gpusched --help``).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ import sys
 from collections.abc import Sequence
 
 from scheduler.api.errors import InvalidObject
-from scheduler.sim import command as sim_command
 
 
 def _bench_kernels(args: argparse.Namespace) -> int:
@@ -53,16 +57,31 @@ def _explain(args: argparse.Namespace) -> int:
     return explain.main(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from scheduler.k8s import explain, run
+def _simulate(args: argparse.Namespace) -> int:
+    from scheduler.sim import command as sim_command
 
+    return int(sim_command.run(args))
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line; with ``command`` given, only that command's arguments are built (and imported)."""
     parser = argparse.ArgumentParser(prog="gpusched", description="A Kubernetes scheduler for GPU clusters.")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    def wanted(name: str) -> bool:
+        return command is None or command == name
+
     operator = sub.add_parser("run", help="run the scheduler in a cluster (the operator)")
-    run.add_arguments(operator)
+    if wanted("run"):
+        from scheduler.k8s import run
+
+        run.add_arguments(operator)
     operator.set_defaults(func=_run)
     why = sub.add_parser("explain", help="why a pod (or podgroup/NAME) is pending")
-    explain.add_arguments(why)
+    if wanted("explain"):
+        from scheduler.k8s import explain
+
+        explain.add_arguments(why)
     why.set_defaults(func=_explain)
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="what", required=True)
@@ -76,14 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
     topology.add_argument("--from-nvidia-smi", required=True, metavar="FILE", help="the output of `nvidia-smi topo -m`")
     topology.set_defaults(func=_node_topology)
     simulate = sub.add_parser("simulate", help="run policies on a cluster and workload, side by side")
-    sim_command.add_arguments(simulate)
-    simulate.set_defaults(func=sim_command.run)
+    if wanted("simulate"):
+        from scheduler.sim import command as sim_command
+
+        sim_command.add_arguments(simulate)
+    simulate.set_defaults(func=_simulate)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = words[0] if words and not words[0].startswith("-") else None
+    args = build_parser(command).parse_args(words)
     try:
         return int(args.func(args))
     except InvalidObject as exc:

@@ -9,6 +9,7 @@ do, so a request is never under-counted.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -43,37 +44,54 @@ def parse_quantity(value: object, *, field: str = "", obj: str = "") -> Fraction
     if isinstance(value, bool):
         raise InvalidObject(f"quantity must be a string or number, not {value!r}", obj=obj, field=field)
     if isinstance(value, int):
-        result = Fraction(value)
+        result: Fraction | str = Fraction(value) if value >= 0 else f"quantity {value!r} is negative"
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidObject(f"quantity {value!r} is not finite", obj=obj, field=field)
         result = Fraction(str(value))
+        if result < 0:
+            result = f"quantity {value!r} is negative"
     elif isinstance(value, str):
-        match = _QUANTITY.match(value.strip())
-        if match is None:
-            raise InvalidObject(f"{value!r} is not a Kubernetes quantity", obj=obj, field=field)
-        number = Fraction(match["num"] if not match["num"].endswith(".") else match["num"][:-1])
-        if match["exp"]:
-            exponent = int(match["exp"][1:])
-            if abs(exponent) > 30:
-                raise InvalidObject(f"quantity {value!r} is out of range", obj=obj, field=field)
-            number *= Fraction(10) ** exponent
-        else:
-            suffix = match["suffix"] or ""
-            number *= _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix]
-        result = -number if match["sign"] == "-" else number
+        result = _parse_text(value.strip(), repr(value))
     else:
         raise InvalidObject(f"quantity must be a string or number, not {value!r}", obj=obj, field=field)
-    if result < 0:
-        raise InvalidObject(f"quantity {value!r} is negative", obj=obj, field=field)
+    if isinstance(result, str):
+        raise InvalidObject(result, obj=obj, field=field)
     return result
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str, shown: str) -> Fraction | str:
+    """A quantity's text -> its value, or the reason it is not one (``shown`` is how the message quotes it).
+
+    Memoised: a cluster's pods repeat the same few strings ("1", "500m", "16Gi") by the ten thousand, and
+    Fraction arithmetic is most of what parsing a pod costs. Fractions are immutable, so sharing them is safe.
+    """
+    match = _QUANTITY.match(text)
+    if match is None:
+        return f"{shown} is not a Kubernetes quantity"
+    number = Fraction(match["num"] if not match["num"].endswith(".") else match["num"][:-1])
+    if match["exp"]:
+        exponent = int(match["exp"][1:])
+        if abs(exponent) > 30:
+            return f"quantity {shown} is out of range"
+        number *= Fraction(10) ** exponent
+    else:
+        suffix = match["suffix"] or ""
+        number *= _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix]
+    result = -number if match["sign"] == "-" else number
+    if result < 0:
+        return f"quantity {shown} is negative"
+    return result
+
+
+@functools.lru_cache(maxsize=4096)
 def to_milli(quantity: Fraction) -> int:
     """The quantity in thousandths, rounded up (CPU is counted in milli-cores)."""
     return math.ceil(quantity * 1000)
 
 
+@functools.lru_cache(maxsize=4096)
 def to_units(quantity: Fraction) -> int:
     """The quantity in whole units, rounded up (memory in bytes, extended resources in units)."""
     return math.ceil(quantity)

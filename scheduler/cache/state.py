@@ -45,6 +45,9 @@ _FIXED_COLUMNS = {
     resources.GPU_MEMORY: layout.GPU_MEMORY,
 }
 
+#: Distinct GPU topology annotations kept parsed (a cluster has a handful of hardware models).
+_TOPOLOGIES_KEPT = 256
+
 
 @dataclass(slots=True)
 class PodEntry:
@@ -92,6 +95,11 @@ class Cache:
         self._domains: api_topology.DomainIndex | None = None
         self._domain_ids: I64 = np.full((0, len(self.topology.levels)), -1, dtype=np.int64)
         self._gpu_topology: dict[int, GpuTopology] = {}
+        #: Annotation text -> its parsed topology (immutable): nodes of one hardware model share one object, so
+        #: a node is parsed once per model and the topology plugin's scores are memoised per model, not per node.
+        self._parsed_topologies: dict[str, GpuTopology] = {}
+        #: (per slot: index into the list or -1, the distinct topologies), built on demand; None when stale.
+        self._topology_index: tuple[I64, list[GpuTopology]] | None = None
         #: Nodes whose ``gpusched.io/gpu-topology`` annotation was refused, by node name (their GPUs are treated
         #: as unknown until it is fixed).
         self.gpu_topology_problems: dict[str, InvalidObject] = {}
@@ -216,6 +224,7 @@ class Cache:
         self.names[slot] = None
         self._domains = None
         self._gpu_topology.pop(slot, None)
+        self._topology_index = None
         self.gpu_topology_problems.pop(name, None)
         self.labels.clear(slot)
         self.taints.pop(slot, None)
@@ -267,21 +276,46 @@ class Cache:
         """The known GPU topologies by node slot (nodes without an accepted annotation are not listed)."""
         return self._gpu_topology
 
+    def gpu_topology_index(self) -> tuple[I64, list[GpuTopology]]:
+        """The known GPU topologies as an array: per slot an index into the returned list of distinct topologies,
+        -1 where unknown (read-only; for scoring every node of a cycle without a Python loop over them)."""
+        index = self._topology_index
+        if index is not None and index[0].shape[0] == self.arrays.slots:
+            return index
+        distinct: dict[int, int] = {}
+        topologies: list[GpuTopology] = []
+        ids = np.full(self.arrays.slots, -1, dtype=np.int64)
+        for slot, topo in self._gpu_topology.items():
+            at = distinct.get(id(topo))
+            if at is None:
+                at = distinct[id(topo)] = len(topologies)
+                topologies.append(topo)
+            ids[slot] = at
+        ids.setflags(write=False)
+        self._topology_index = (ids, topologies)
+        return self._topology_index
+
     def gpu_topology(self, slot: int) -> GpuTopology | None:
         """The node's GPU topology from its annotation; None without one (or with a refused one)."""
         return self._gpu_topology.get(slot)
 
     def _set_gpu_topology(self, slot: int, info: api_node.NodeInfo) -> None:
         self._gpu_topology.pop(slot, None)
+        self._topology_index = None
         self.gpu_topology_problems.pop(info.name, None)
         raw = info.annotations.get(gputopo.ANNOTATION)
         if raw is None:
             return
-        try:
-            topo = gputopo.parse_gpu_topology(raw, node=info.name)
-        except InvalidObject as problem:
-            self.gpu_topology_problems[info.name] = problem
-            return
+        topo = self._parsed_topologies.get(raw)
+        if topo is None:
+            try:
+                topo = gputopo.parse_gpu_topology(raw, node=info.name)
+            except InvalidObject as problem:
+                self.gpu_topology_problems[info.name] = problem
+                return
+            if len(self._parsed_topologies) >= _TOPOLOGIES_KEPT:
+                self._parsed_topologies.clear()
+            self._parsed_topologies[raw] = topo
         if len(topo) != info.gpus:
             self.gpu_topology_problems[info.name] = InvalidObject(
                 f"describes {len(topo)} GPUs but the node has {info.gpus}; its GPUs are treated as unknown",

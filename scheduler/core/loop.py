@@ -138,7 +138,9 @@ class SchedulingLoop:
         self._jobs: tuple[int, list[reclaim.Candidate]] | None = None
         #: Jobs preempted so far, by the victim's queue (for metrics).
         self.preemptions: dict[str, int] = {}
-        self.queue.set_less(self._less)
+        #: The leaf queues in rank order when the pending work was last sorted (see :meth:`resort`).
+        self._leaf_order: list[str] | None = None
+        self.resort()
         #: Pods and groups whose queue does not exist (yet), by queue name.
         self.queue_orphans: dict[str, dict[str, PodRequest | PodGroup]] = {}
         #: (queue item key, its leaf queue, reserved node slots) for the job held against starvation.
@@ -273,7 +275,8 @@ class SchedulingLoop:
         self.no_victims.clear()  # guarantees and policies may have changed
         for problem in self.tenancy.set_queues(specs):
             self.events.emit(obj=problem.obj, kind="Warning", reason="InvalidQueue", message=str(problem))
-        self.queue.set_less(self._less)
+        self._leaf_order = None
+        self.resort()
         for leaf in list(self.queue_orphans):
             if self.tenancy.problem(leaf):
                 continue
@@ -289,6 +292,17 @@ class SchedulingLoop:
     def record_usage(self, dt_s: float) -> None:
         """Add ``dt_s`` seconds of current allocation to every queue's usage history (call it periodically)."""
         self.tenancy.record_usage(dt_s)
+        self.resort()
+
+    def resort(self) -> None:
+        """Re-sort the pending work if the leaf queues' order changed (shares move with every charge, release
+        and usage record). ``_less`` compares queues by rank only, and ranks never tie (each ends in the queue's
+        name), so with the same order every comparison is the same and the O(n) re-sort is skipped: the common
+        case, one pod charged to a queue that keeps its place."""
+        order = sorted(self.tenancy.tree.leaves(), key=self.tenancy.rank)
+        if order == self._leaf_order:
+            return
+        self._leaf_order = order
         self.queue.set_less(self._less)
 
     def cluster_event(self, event: str) -> None:
@@ -398,11 +412,11 @@ class SchedulingLoop:
     def _charge(self, pods: list[PodRequest], leaf: str) -> None:
         for pod in pods:
             self.tenancy.charge(pod.key, leaf, request_of(pod))
-        self.queue.set_less(self._less)
+        self.resort()
 
     def _release(self, key: str) -> None:
         if self.tenancy.release(key):
-            self.queue.set_less(self._less)
+            self.resort()
 
     def _running_jobs(self, version: int) -> list[reclaim.Candidate]:
         """Every running job (a placed gang as a whole, or a pod outside any gang) with its leaf queue; the same

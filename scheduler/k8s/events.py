@@ -52,15 +52,16 @@ KINDS: dict[str, tuple[str, str, bool]] = {
 
 @dataclass(frozen=True, slots=True)
 class EventSettings:
-    #: Events waiting to be written; beyond this ``emit`` drops (``stats["dropped"]``).
-    queue_size: int = 1000
+    #: Events waiting to be written; beyond this ``emit`` drops (``stats["dropped"]``). A backlog of thousands
+    #: of pods placed at 100+ a second emits one ``Scheduled`` Event each, faster than they are written.
+    queue_size: int = 10_000
     #: Seconds after its last sighting within which the same event counts up instead of starting a new one.
     window: float = 600.0
     #: Seconds between two writes of the same Event (its count).
     patch_interval: float = 5.0
-    #: Event writes in flight at once.
-    writers: int = 4
-    #: Events remembered for counting up (the least recently seen are forgotten beyond this).
+    #: Event writes in flight at once (one ``Scheduled`` Event per pod bound: as many as bindings, nearly).
+    writers: int = 16
+    #: Events remembered for counting up (the least recently seen are forgotten beyond this once written).
     series_limit: int = 4096
     #: New Events one object may start at once, then one per ``object_refill`` seconds.
     object_burst: int = 25
@@ -120,6 +121,9 @@ class _Series:
     written_at: float = float("-inf")
     writing: bool = False
 
+
+#: Unwritten Events moved to the back per trim before giving up until the next one (bounds a trim's cost).
+_TRIM_ROTATIONS = 8
 
 _Key = tuple[str, str, str, str]
 _Item = tuple[str, str, str, str, float]
@@ -226,9 +230,29 @@ class EventRecorder(worker.BackgroundWriter):
         self._series[key] = _Series(ref, type_, reason, message, first=at, last=at)
         self._series.move_to_end(key)
         self._dirty.add(key)
-        while len(self._series) > self.settings.series_limit:
-            old, _ = self._series.popitem(last=False)
-            self._dirty.discard(old)
+        self._trim()
+
+    def _trim(self) -> None:
+        """Forget the least recently seen Events beyond ``series_limit``, but not one still to be written (a
+        burst of pods placed faster than their Events are written would lose those): such an Event goes to
+        the back, a few per call, so the series stay bounded by ``series_limit`` plus ``queue_size`` without
+        a scan of all of them. Past that bound the oldest is forgotten written or not (``stats["dropped"]``)."""
+        s = self.settings
+        rotations = 0
+        while len(self._series) > s.series_limit:
+            key = next(iter(self._series))
+            series = self._series[key]
+            unwritten = key in self._dirty or series.writing
+            if unwritten and len(self._series) <= s.series_limit + s.queue_size:
+                if rotations >= _TRIM_ROTATIONS:
+                    return
+                rotations += 1
+                self._series.move_to_end(key)
+                continue
+            if unwritten:
+                self.stats["dropped"] += 1
+            self._series.popitem(last=False)
+            self._dirty.discard(key)
 
     def _allow(self, obj: str, at: float) -> bool:
         s = self.settings

@@ -9,7 +9,8 @@ hundreds of objects) stay with kopf (``scheduler.k8s.handlers``).
 
 :class:`Informer` does what client-go's reflector does, on the shared :class:`Client`:
 
-- list in pages (``limit``/``continue``), feed every object (yielding to the event loop every
+- list in pages (``limit``/``continue``; the next page is asked for before the current one is fed, so the
+  API server prepares it while this process parses), feed every object (yielding to the event loop every
   :data:`FEED_CHUNK` objects, so the lease is renewed and probes answered while 10,000 pods are read), then
   report as deleted every key the operator holds that the listing no longer has (after a relist), and set
   :attr:`listed`;
@@ -30,7 +31,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from scheduler.k8s.client import Client
+from scheduler.k8s.client import Answer, Client
 
 log = structlog.get_logger(__name__)
 
@@ -94,34 +95,46 @@ class Informer:
     async def _relist(self) -> str:
         seen: set[str] = set()
         token = ""
+        answer = await self._page(token)
         while True:
-            kwargs: dict[str, Any] = {"limit": self.page}
-            if token:
-                kwargs["_continue"] = token
-            answer = await self.client.call(self._list, **kwargs)
             if answer.status == 410:
                 token = ""  # the continue token expired: start over
                 seen.clear()
+                answer = await self._page(token)
                 continue
             if not answer.ok:
                 raise aiohttp.ClientError(f"listing {self.kind} failed: HTTP {answer.status} {answer.message}")
-            for i, item in enumerate(answer.body.get("items") or []):
-                if isinstance(item, Mapping):
-                    seen.add(_key(item))
-                    self._on_event(item)
-                if i % FEED_CHUNK == FEED_CHUNK - 1:
-                    await asyncio.sleep(0)
             meta = answer.body.get("metadata") or {}
             token = str(meta.get("continue") or "")
-            await asyncio.sleep(0)
-            if not token:
+            # Ask for the next page before feeding this one: the API server prepares it while we parse.
+            following = asyncio.ensure_future(self._page(token)) if token else None
+            try:
+                for i, item in enumerate(answer.body.get("items") or []):
+                    if isinstance(item, Mapping):
+                        seen.add(_key(item))
+                        self._on_event(item)
+                    if i % FEED_CHUNK == FEED_CHUNK - 1:
+                        await asyncio.sleep(0)
+                await asyncio.sleep(0)
+            except BaseException:
+                if following is not None:
+                    following.cancel()
+                raise
+            if following is None:
                 break
+            answer = await following
         for key in set(self._known()) - seen:
             namespace, _, name = key.rpartition("/")
             self._on_event({"metadata": {"name": name, "namespace": namespace or None}}, deleted=True)
         self.stats["lists"] += 1
         log.info("listed", kind=self.kind, objects=len(seen))
         return str(meta.get("resourceVersion") or "")
+
+    async def _page(self, token: str) -> Answer:
+        kwargs: dict[str, Any] = {"limit": self.page}
+        if token:
+            kwargs["_continue"] = token
+        return await self.client.call(self._list, **kwargs)
 
     async def _watch(self, version: str) -> str:
         self.stats["watches"] += 1

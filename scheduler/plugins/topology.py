@@ -84,11 +84,7 @@ class Topology:
         k = state.whole_k
         known = state.snapshot.cache.gpu_topologies
         if k and known:
-            a = state.snapshot.arrays
-            for i, slot in enumerate(nodes.tolist()):
-                topo = known.get(slot)
-                if topo is not None:
-                    out[i] = self._device_score(topo, a.gpu_free[slot, : len(topo)] >= layout.WHOLE, k)
+            self._device_scores(state, nodes, k, out)
             parts += 1
         levels: tuple[int | None, int | None] | None = state.data.get(LEVELS)
         if levels is not None:
@@ -99,13 +95,42 @@ class Topology:
         if parts > 1:
             out /= parts
 
-    def _device_score(self, topo: GpuTopology, free: np.ndarray, k: int) -> float:
-        mask = int(np.dot(free.astype(np.int64), 1 << np.arange(free.shape[0], dtype=np.int64)))
+    def _device_scores(self, state: CycleState, nodes: I64, k: int, out: F64) -> None:
+        """``out[i]``: the device score of ``nodes[i]`` (left alone for nodes of unknown topology).
+
+        One cycle scores every feasible node (a thousand and more) but they hold few distinct (topology, free
+        GPUs) pairs: the free-GPU bit masks are computed for all nodes at once, and a score per distinct pair.
+        """
+        gpu_free = state.snapshot.arrays.gpu_free
+        width = gpu_free.shape[1]
+        index, topologies = state.snapshot.cache.gpu_topology_index()
+        which = index[nodes] if index.shape[0] >= gpu_free.shape[0] else np.full(nodes.shape[0], -1, np.int64)
+        rows = np.flatnonzero(which >= 0)
+        if rows.size == 0 or width == 0:
+            return
+        if width > 62:  # masks no longer fit an int64: one node at a time
+            for i in rows.tolist():
+                topo = topologies[int(which[i])]
+                free = gpu_free[int(nodes[i]), : len(topo)] >= layout.WHOLE
+                out[i] = self._device_score(topo, sum(1 << g for g in np.flatnonzero(free).tolist()), k)
+            return
+        weights = np.left_shift(np.int64(1), np.arange(width, dtype=np.int64))
+        masks = (gpu_free[nodes[rows]] >= layout.WHOLE).astype(np.int64) @ weights
+        sizes = np.array([len(topo) for topo in topologies], dtype=np.int64)
+        masks &= np.left_shift(np.int64(1), sizes[which[rows]]) - 1
+        pairs, inverse = np.unique(which[rows] * (np.int64(1) << width) + masks, return_inverse=True)
+        scores = np.array(
+            [self._device_score(topologies[pair >> width], pair & ((1 << width) - 1), k) for pair in pairs.tolist()]
+        )
+        out[rows] = scores[inverse.reshape(-1)]
+
+    def _device_score(self, topo: GpuTopology, mask: int, k: int) -> float:
+        """The score of a node of topology ``topo`` whose free GPUs are the bits of ``mask``, memoised."""
         key = (id(topo), mask, k)
         found = self._memo.get(key)
         if found is not None and found[0] is topo:
             return found[1]
-        pool = np.flatnonzero(free).tolist()
+        pool = [g for g in range(len(topo)) if mask >> g & 1]
         if len(pool) < k:
             value = 0.0
         else:

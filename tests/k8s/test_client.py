@@ -66,3 +66,23 @@ async def test_answers_not_exceptions() -> None:
     assert (answer.status, answer.ok, answer.answered, answer.retry_after) == (502, False, True, 3.0)
     assert answer.message == "<html>bad gateway</html>"
     assert missing.status == 404 and not missing.ok
+
+
+@pytest.mark.parametrize(("variable", "honoured"), [(None, False), ("HTTPS_PROXY", True), ("no_proxy", True)])
+async def test_proxy_variables_are_honoured_only_when_set(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str | None, honoured: bool
+) -> None:
+    # The generated client looks proxies and ~/.netrc up on every request; that is skipped only when nothing in
+    # the environment could be found (a proxy set for the API server must still be used).
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in k8s._ENV_LOOKUPS:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    if variable is not None:
+        monkeypatch.setenv(variable, "http://proxy.invalid:3128")
+    client = k8s.for_host("http://127.0.0.1:1")
+    k8s._skip_env_lookups(client.api)
+    try:
+        assert client.api.rest_client.pool_manager.trust_env is honoured
+    finally:
+        await client.close()

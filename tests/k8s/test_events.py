@@ -165,6 +165,22 @@ async def test_emit_never_blocks_and_drops_when_full(
     assert len(fake.events) == 5
 
 
+async def test_a_burst_beyond_the_remembered_events_still_writes_every_one(
+    fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder]
+) -> None:
+    # 50 pods placed at once, more than the recorder remembers for counting up: none of their Events is lost
+    # while waiting for its write; the written ones are then forgotten down to the limit.
+    recorder = recorder_factory(series_limit=10, queue_size=100, writers=2)
+    for i in range(50):
+        recorder.emit(obj=f"pod ns/p{i}", kind="Normal", reason="Scheduled", message="assigned")
+    assert await recorder.flush()
+    assert len(fake.events) == 50
+    assert recorder.stats["dropped"] == 0
+    recorder.emit(obj="pod ns/last", kind="Normal", reason="Scheduled", message="assigned")
+    assert await recorder.flush()
+    assert len(recorder._series) <= 10
+
+
 async def test_podgroup_and_queue_events(fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder]) -> None:
     recorder = recorder_factory()
     recorder.emit(obj="podgroup ns/g", kind="Warning", reason="FailedScheduling", message="2 of 4 fit")

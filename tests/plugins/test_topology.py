@@ -90,3 +90,20 @@ def test_a_multi_gpu_pod_prefers_the_node_where_it_fits_an_nvlink_pair() -> None
         bound=[_bound("x", "a", halves), _bound("y", "b", ",".join(str(g) for g in pairs[0]))],
     )
     assert plain.place(objects.pod("p", gpus=2))[0] == "a"
+
+
+def test_nodes_of_several_models_and_unknown_ones_are_scored_each_by_its_own_topology() -> None:
+    # One cycle scores all nodes together: a node without the annotation, a PCIe node and two NVLink-pair nodes
+    # (one with a whole pair free, listed last). The pod goes to the node offering NVLink, on a pair.
+    topo = gputopo.from_nvidia_smi((DATA / "nvlink-pairs-4gpu.txt").read_text())
+    pairs = [g.gpus for g in topo.groups if g.link == gputopo.Link.NVLINK]
+    halves = f"{pairs[0][0]},{pairs[1][0]}"
+    nodes = [
+        _node("u", None, 4),
+        _node("p", "pcie-l40s-2numa.txt", 8),
+        _node("a", "nvlink-pairs-4gpu.txt", 4),
+        _node("b", "nvlink-pairs-4gpu.txt", 4),
+    ]
+    bound = [_bound("x", "a", halves), _bound("y", "b", ",".join(str(g) for g in pairs[0]))]
+    node, ids = Cluster(nodes, PROFILE, bound=bound).place(objects.pod("q", gpus=2))
+    assert node == "b" and topo.link[ids[0], ids[1]] == gputopo.Link.NVLINK
