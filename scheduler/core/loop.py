@@ -212,10 +212,6 @@ class SchedulingLoop:
         job = GANG_PREFIX + f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else pod.key
         self.started.setdefault(job, self.clock())
 
-    def resort(self) -> None:
-        """Re-sort pending work after charges made outside a cycle (:meth:`adopt`)."""
-        self.queue.set_less(self._less)
-
     def pod_gone(self, key: str) -> None:
         """The pod was deleted or finished."""
         self.queue.remove(key)
