@@ -467,8 +467,9 @@ class SchedulingLoop:
             surplus = {q: bound for q in {c.queue for c in borrowers} if (bound := self.tenancy.surplus(q)) is not None}
             for victim in self.terminating.values():
                 left = surplus.get(victim.queue)
-                for name in left or {}:
-                    left[name] -= victim.request.get(name, 0.0)
+                if left is not None:
+                    for name in left:
+                        left[name] -= victim.request.get(name, 0.0)
             policy = self.tenancy.reclaim_policy(item.queue)
             victims = self._victims(pods, priority, policy, borrowers, required_level, surplus)
             if victims:
