@@ -540,8 +540,10 @@ class SchedulingLoop:
             self.preemptions[victim.queue] = self.preemptions.get(victim.queue, 0) + 1
 
     def _context(self, key: str) -> dict[str, Any]:
-        """What other jobs' cycles must respect: the reservation and the nominations, unless they are its own."""
-        masks = [mask for owner, mask in self.nominated.items() if owner != key]
+        """What other jobs' cycles must respect: the reservation and the nominations, unless they are its own. A
+        job with a nomination of its own ignores the others' (preemptors whose victims share a node would
+        otherwise keep each other off it; their victims are disjoint and freed room for all of them)."""
+        masks = [] if key in self.nominated else [mask for owner, mask in self.nominated.items() if owner != key]
         if self.reservation is not None and self.reservation[0] != key:
             masks.append(self.reservation[2])
         if masks:

@@ -463,7 +463,7 @@ def test_pods_found_running_after_a_restart_are_charged_and_can_be_reclaimed() -
 
 def test_preemptors_in_one_batch_choose_different_victims_while_deletions_are_pending() -> None:
     # As in a cluster: evicted pods stay until the API server's deletion reaches the cache.
-    _, loop, clock, _, evictions = _reclaim_loop(
+    cluster, loop, clock, _, evictions = _reclaim_loop(
         QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}),
         QueueSpec(name="batch", guaranteed={"nvidia.com/gpu": 4}),
     )
@@ -476,3 +476,11 @@ def test_preemptors_in_one_batch_choose_different_victims_while_deletions_are_pe
     # Each 2-GPU job needs two victims, no victim is chosen twice, and batch keeps at least its guarantee of 4.
     assert len(victims) == len(set(victims)) == 8
     assert sorted(victims, key=lambda n: int(n[1:])) == [f"b{i}" for i in range(8, 16)]
+    # The deletions arrive: every preemptor gets the room its victims left, though their nominations overlap.
+    for pod in evictions.pods:
+        cluster.cache.remove_pod(pod.key)
+        loop.pod_gone(pod.key)
+    clock.now = 30.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()
+    assert {f"prod{i}" for i in range(4)} <= set(_placed(cluster))
