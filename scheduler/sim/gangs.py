@@ -150,7 +150,9 @@ def _pods(job: Job) -> list[PodRequest]:
     ]
 
 
-class _EventLog:
+class EventLog:
+    """Counts the Events the loop emits, by reason (the simulators' Events port)."""
+
     def __init__(self) -> None:
         self.count: dict[str, int] = {}
 
@@ -168,7 +170,7 @@ class _Evictor:
         self.pods.extend(pods)
 
 
-class _Binder:
+class Binder:
     """Binds at once; the run confirms the bindings and tells the loop the pods run."""
 
     def __init__(self) -> None:
@@ -212,10 +214,10 @@ def run(
     for node in nodes:
         cache.upsert_node(node.info())
     capacity = float(sum(n.gpus for n in nodes))
-    binder = _Binder()
+    binder = Binder()
     scheduler = Scheduler(cache, Framework.build(config), binder)
     queue = SchedulingQueue(clock=lambda: now)
-    log = _EventLog()
+    log = EventLog()
     evictor = _Evictor()
     loop = SchedulingLoop(
         scheduler, queue, clock=lambda: now, events=log, evictor=evictor, reserve_after_s=reserve_after_s

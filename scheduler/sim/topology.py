@@ -34,10 +34,10 @@ from scheduler.cache.state import Cache
 from scheduler.core.cycle import Scheduler
 from scheduler.core.framework import Framework
 from scheduler.core.loop import SchedulingLoop
-from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
 from scheduler.kernels import layout
 from scheduler.queue.scheduling import SchedulingQueue
+from scheduler.sim import gangs
 
 NAMESPACE = "topo"
 GPUS_PER_NODE = 8
@@ -158,22 +158,6 @@ def _pods(job: Job, *, constrained: bool) -> list[PodRequest]:
     ]
 
 
-class _Events:
-    def __init__(self) -> None:
-        self.count: dict[str, int] = {}
-
-    def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None:
-        self.count[reason] = self.count.get(reason, 0) + 1
-
-
-class _Binder:
-    def __init__(self) -> None:
-        self.bound: list[Decision] = []
-
-    def bind(self, decision: Decision) -> None:
-        self.bound.append(decision)
-
-
 @dataclass
 class TopologyRun:
     #: Gangs with a preferred level placed in one domain of it, over those placed.
@@ -200,10 +184,10 @@ def run(nodes: Sequence[NodeInfo], jobs: Sequence[Job], config: ProfileConfig, *
     cache = Cache()
     for info in nodes:
         cache.upsert_node(info)
-    binder = _Binder()
+    binder = gangs.Binder()
     scheduler = Scheduler(cache, Framework.build(config), binder)
     queue = SchedulingQueue(clock=lambda: now)
-    log = _Events()
+    log = gangs.EventLog()
     loop = SchedulingLoop(scheduler, queue, clock=lambda: now, events=log)
     ids = cache.domain_ids()
     clique_of = ids[:, CLIQUE] if CLIQUE is not None else np.full(cache.arrays.slots, -1, dtype=np.int64)
