@@ -592,14 +592,14 @@ class SchedulingLoop:
 
     def _held_back(self, leaf: str, pods: list[PodRequest], key: str = "") -> tuple[str, str]:
         """(reason, message) if the queue may not start the job now (a limit, or the fair-share gate), else ("", "")."""
-        over = self.tenancy.over_ceiling(leaf, requests_of(pods))
+        request = requests_of(pods)
+        over = self.tenancy.over_ceiling(leaf, request)
         if over:
             return "QueueLimit", over
         if not self.fair_share_gate or not self.starving:
             self.gated.pop(key, None)
             return "", ""
         counted = key in self.starving.get(leaf, {})
-        request = requests_of(pods)
         gated = self.tenancy.fair_share_gate(leaf, request, self.starving_totals, counted=counted)
         if gated:
             self.gated[key] = request

@@ -274,7 +274,7 @@ class Tenancy:
         fair = fairshare.fair_shares(self.tree, capacity=capacity, demand=demand)
         pods = fairshare.subtree_totals(self.tree, {q: {"n": float(n)} for q, n in pending_pods.items()})
         gangs = fairshare.subtree_totals(self.tree, {q: {"n": float(n)} for q, n in pending_gangs.items()})
-        keys = {leaf: key for leaf in self.tree.leaves() if (key := self.rank(leaf))}
+        keys = {leaf: self.rank(leaf) for leaf in self.tree.leaves()}
         out: dict[str, dict[str, object]] = {}
         for name in self.tree:
             spec = self.tree.spec(name)
