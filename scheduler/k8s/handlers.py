@@ -86,10 +86,8 @@ def registry(operator: Operator, client_settings: k8s_client.ClientSettings) -> 
 
     feed((GROUP, "v1alpha1", "podgroups"), operator.podgroup_event)
     feed((GROUP, "v1alpha1", "queues"), operator.queue_event)
-
-    @kopf.on.event(GROUP, "v1alpha1", "topologies", registry=reg)
-    async def topology(type: str, body: Any, **_: Any) -> None:
-        operator.topology_event(body, deleted=type == "DELETED")
+    # Indexed too, so the Topology is in before the first listing ends and no decision uses the built-in levels.
+    feed((GROUP, "v1alpha1", "topologies"), operator.topology_event)
 
     @kopf.on.event("v1", "namespaces", registry=reg)
     async def listed(**_: Any) -> None:

@@ -115,8 +115,11 @@ class Operator:
         self.nodes: dict[str, api_node.NodeInfo] = {}
         self.podgroups: dict[str, api_podgroup.PodGroup] = {}
         self.queues: dict[str, api_queue.QueueSpec] = {}
-        #: The cluster's Topology (``default``); the core does not place by topology yet, explain shows it.
+        #: The cluster's Topology (``default``) as last accepted, also in the cache's levels; None: the built-in ones.
         self.topology: api_topology.TopologySpec | None = None
+        self.topology_status = k8s_status.TopologyStatusWriter(
+            client, may_write=lambda: self.leading and self.ready, spawn=self._spawn
+        )
         #: "pod ns/name", "podgroup ns/name", "queue name", "node name" -> uid, for Events' involvedObject.
         self.uids: dict[str, str] = {}
         self._bind_started: dict[str, float] = {}
@@ -319,15 +322,46 @@ class Operator:
             self._wake.set()
 
     def topology_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        name = str(_meta(body).get("name") or "")
+        """The Topology ``default`` replaces the built-in levels in the cache at once (before the first listing
+        too, so no decision uses stale levels); deleting it restores them; an invalid one gets an Event and an
+        ``Accepted=False`` status, and the levels in use stay. Jobs resolve their levels at every attempt, so a
+        change wakes the waiting ones (a PodGroup naming a level only the new Topology has, among them)."""
+        meta = _meta(body)
+        name = str(meta.get("name") or "")
+        before = self.cache.topology
         if deleted:
-            if name == api_topology.NAME:
-                self.topology = None
+            self.uids.pop(f"topology {name}", None)
+            if name != api_topology.NAME:
+                return
+            self.topology = None
+            self.cache.set_topology(api_topology.DEFAULT_TOPOLOGY)
+            self.topology_status.forget(name)
+        else:
+            self.uids[f"topology {name}"] = str(meta.get("uid") or "")
+            try:
+                spec = api_topology.parse_topology(body)
+            except InvalidObject as exc:
+                self._invalid("topology", name, exc)
+                kept = ", ".join(before.level_label(i) for i in range(len(before.levels)))
+                default = " (the built-in ones)" if self.topology is None else ""
+                message = f"{exc}; the scheduler keeps the levels {kept}{default}"
+                self.topology_status.rejected(name, generation=meta.get("generation"), message=message)
+                return
+            self.topology = spec
+            self.cache.set_topology(spec)
+            used = ", ".join(spec.level_label(i) for i in range(len(spec.levels)))
+            self.topology_status.accepted(
+                name,
+                generation=meta.get("generation"),
+                message=f"levels in use, widest first: {used}",
+                levels=lambda: k8s_status.topology_levels(self.cache.domains()),
+            )
+        if self.cache.topology == before:
             return
-        try:
-            self.topology = api_topology.parse_topology(body)
-        except InvalidObject as exc:
-            self._invalid("topology", name, exc)
+        log.info("topology", levels=list(self.cache.topology.levels), deleted=deleted)
+        if self.ready:
+            self.loop.cluster_event("topology changed")
+            self._wake.set()
 
     # --- the scheduling task -----------------------------------------------------------------------------------
 

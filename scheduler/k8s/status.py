@@ -1,4 +1,5 @@
-"""Status writers: the pod condition ``PodScheduled=False/Unschedulable``, and PodGroup (or Queue) status.
+"""Status writers: the pod condition ``PodScheduled=False/Unschedulable``, PodGroup (or Queue) status, and the
+Topology's status.
 
 The condition is what the cluster autoscaler looks for to add nodes, and what ``kubectl get pod`` shows; the
 PodGroup status is what ``kubectl get pg`` prints. Both change far more often than anyone reads them (a
@@ -8,6 +9,9 @@ not written at all. Writes run in the background, a few at a time, through the c
 
 What a write's answer means: 2xx written; 404 the object is gone (drop it); 5xx, 429 or no answer (retry after
 the interval, unless a newer value came); any other 4xx refused for good (drop that value, log it).
+
+The Topology's status changes only when the object does, and the object usually exists before this replica
+leads: :class:`TopologyStatusWriter` holds its one write until the replica may write, instead of coalescing.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ import heapq
 import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
+from scheduler.api import topology as api_topology
 from scheduler.api.pod import PodRequest
 from scheduler.k8s import worker
 from scheduler.k8s.client import Answer, Client
@@ -343,3 +348,136 @@ def to_json(value: object, key: str = "") -> Any:
     if key.endswith("Time") and isinstance(value, int | float) and not isinstance(value, bool):
         return rfc3339(float(value))
     return value
+
+
+# --- the Topology ---------------------------------------------------------------------------------------------
+
+TOPOLOGIES = CustomResource("scheduling.gpusched.io", "v1alpha1", "topologies", namespaced=False)
+
+
+def topology_levels(index: api_topology.DomainIndex) -> list[Body]:
+    """``status.levels`` of the Topology: per level, what its label found on the nodes the scheduler holds."""
+    splits = [problem.obj for problem in index.problems if problem.obj.startswith("domain ")]
+    return [
+        {
+            "nodeLabel": label,
+            "domains": index.domain_count(i),
+            "unlabelledNodes": len(index.unlabelled(i)),
+            "nestingViolations": sum(1 for obj in splits if obj.startswith(f"domain {label}=")),
+        }
+        for i, label in enumerate(index.levels)
+    ]
+
+
+class TopologyStatusWriter:
+    """Writes the status of the cluster's Topology: ``Accepted`` (with the levels in use, or why the object was
+    refused), ``levelCount`` and ``levels[]``.
+
+    One object that rarely changes, so no coalescing: a newer update of an object replaces the one waiting. Only
+    the leader writes, and the Topology usually exists before this replica leads (or has listed the nodes), so a
+    write waits until ``may_write()`` holds; the per-level figures are computed then, from the nodes of that
+    moment (they are not rewritten when nodes change later). A value equal to the last one written is not
+    written: the watch delivers our own status write back as a change of the object, which must end there. A
+    write that gets no answer, 429 or 5xx is retried; 404 (the object is gone) and other refusals end it.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        may_write: Callable[[], bool],
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        clock: Callable[[], float] = time.time,
+        poll_s: float = 0.5,
+        retry_s: float = 5.0,
+    ) -> None:
+        self.client = client
+        self._may_write = may_write
+        self._spawn = spawn
+        self._clock = clock
+        self.poll_s = poll_s
+        self.retry_s = retry_s
+        #: Per object, bumped by every update: a write whose generation is not the latest gives up.
+        self._generation: dict[str, int] = {}
+        #: Per object, the Accepted condition's status as last set, and since when (its lastTransitionTime).
+        self._condition: dict[str, tuple[str, float]] = {}
+        #: Per object, the status as last written.
+        self._written: dict[str, Body] = {}
+        self.written = 0
+
+    def accepted(self, name: str, *, generation: object, message: str, levels: Callable[[], list[Body]]) -> None:
+        """The object is in use; ``levels()`` gives ``status.levels`` when the write happens."""
+        condition = self._accepted_condition(name, "True", "Accepted", message)
+
+        def status() -> Body:
+            found = levels()
+            return {
+                "observedGeneration": generation,
+                "levelCount": len(found),
+                "levels": found,
+                "conditions": [condition],
+            }
+
+        self._update(name, status)
+
+    def rejected(self, name: str, *, generation: object, message: str) -> None:
+        """The object is invalid and not used: the figures of the levels are removed, the condition says why."""
+        condition = self._accepted_condition(name, "False", "Invalid", message)
+        self._update(
+            name,
+            lambda: {"observedGeneration": generation, "levelCount": None, "levels": None, "conditions": [condition]},
+        )
+
+    def forget(self, name: str) -> None:
+        """The object was deleted: nothing waiting for it is written."""
+        self._generation[name] = self._generation.get(name, 0) + 1
+        self._condition.pop(name, None)
+        self._written.pop(name, None)
+
+    def _accepted_condition(self, name: str, status: str, reason: str, message: str) -> Body:
+        last = self._condition.get(name)
+        if last is None or last[0] != status:
+            last = self._condition[name] = (status, self._clock())
+        return {
+            "type": "Accepted",
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": last[1],
+        }
+
+    def _update(self, name: str, status: Callable[[], Body]) -> None:
+        generation = self._generation[name] = self._generation.get(name, 0) + 1
+        self._spawn(self._write(generation, name, status))
+
+    async def _write(self, generation: int, name: str, status: Callable[[], Body]) -> None:
+        r = TOPOLOGIES
+        while True:
+            while not self._may_write():
+                if generation != self._generation.get(name):
+                    return
+                await asyncio.sleep(self.poll_s)
+            if generation != self._generation.get(name):
+                return
+            body = {"status": to_json(status())}
+            if self._written.get(name) == body:
+                return
+            answer = await self.client.call(
+                self.client.custom.patch_cluster_custom_object_status,
+                r.group,
+                r.version,
+                r.plural,
+                name,
+                body,
+                _content_type="application/merge-patch+json",
+            )
+            if answer.ok:
+                self.written += 1
+                self._written[name] = body
+                return
+            if answer.answered and answer.status < 500 and answer.status != 429:
+                if answer.status != 404:
+                    log.warning("topology status refused", object=name, status=answer.status, error=answer.message)
+                return
+            log.info("topology status write failed; retrying", object=name, error=answer.message)
+            await asyncio.sleep(self.retry_s)

@@ -17,7 +17,7 @@ async def test_only_index_and_event_handlers_are_registered(client: k8s.Client) 
     watched = {h.selector.any_name for h in reg._watching.get_all_handlers() if h.selector is not None}
     indexed = {h.selector.any_name for h in reg._indexing.get_all_handlers() if h.selector is not None}
     assert watched == {"podgroups", "queues", "topologies", "namespaces"}
-    assert indexed == {"podgroups", "queues"}
+    assert indexed == {"podgroups", "queues", "topologies"}
     # Change handlers (create/update/delete/resume) would persist progress and may add finalizers; daemons
     # and timers would too.
     assert list(reg._changing.get_all_handlers()) == []
