@@ -9,6 +9,7 @@ pod overhead. Whole GPUs come from ``nvidia.com/gpu`` in requests or limits; a s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -247,3 +248,58 @@ def parse_pod(raw: Mapping[str, object]) -> PodRequest:
             preferred_field=f"metadata.annotations[{ANNOTATION_TOPOLOGY_PREFERRED}]",
         ),
     )
+
+
+#: The annotations a bound pod is read without: a malformed one must not make the pod vanish from its node.
+_SCHEDULING_ANNOTATIONS = (
+    ANNOTATION_GPU_MODEL,
+    ANNOTATION_GPU_MILLI,
+    ANNOTATION_GPU_MEMORY,
+    ANNOTATION_GPU_IDS,
+    ANNOTATION_TOPOLOGY_REQUIRED,
+    ANNOTATION_TOPOLOGY_PREFERRED,
+)
+
+
+def parse_bound_pod(raw: Mapping[str, object]) -> tuple[PodRequest, tuple[InvalidObject, ...]]:
+    """Parse a pod that is on a node (``spec.nodeName`` set), whatever its ``gpusched.io/`` annotations say now.
+
+    A bound pod holds its node's capacity until it ends: dropping it because an annotation was edited into
+    something malformed after the binding would hand its GPUs out again. Each malformed scheduling annotation is
+    left out and returned as a problem; a shared GPU whose share can no longer be read counts as the whole GPU
+    (the safe side: never over-commit). Raises :class:`InvalidObject` only for what the API server itself
+    validates (containers' resources, names), as :func:`parse_pod` does.
+    """
+    try:
+        return parse_pod(raw), ()
+    except InvalidObject as first:
+        problem = first
+    meta = raw.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise problem
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, Mapping) or not any(name in annotations for name in _SCHEDULING_ANNOTATIONS):
+        raise problem
+    kept = dict(annotations)
+    problems: list[InvalidObject] = []
+    shared = ANNOTATION_GPU_MILLI in kept
+    for name in _SCHEDULING_ANNOTATIONS:
+        if name not in kept:
+            continue
+        trial = {key: value for key, value in kept.items() if key not in _SCHEDULING_ANNOTATIONS or key == name}
+        if name == ANNOTATION_GPU_MEMORY and ANNOTATION_GPU_MILLI in kept:
+            trial[ANNOTATION_GPU_MILLI] = kept[ANNOTATION_GPU_MILLI]
+        try:
+            parse_pod({**raw, "metadata": {**meta, "annotations": trial}})
+        except InvalidObject as exc:
+            problems.append(exc)
+            del kept[name]
+            if name in (ANNOTATION_GPU_MILLI, ANNOTATION_GPU_MEMORY):
+                kept.pop(ANNOTATION_GPU_MILLI, None)
+                kept.pop(ANNOTATION_GPU_MEMORY, None)
+    if not problems:
+        raise problem
+    pod = parse_pod({**raw, "metadata": {**meta, "annotations": kept}})
+    if shared and ANNOTATION_GPU_MILLI not in kept and pod.gpu.count == 0:
+        pod = dataclasses.replace(pod, gpu=GpuRequest(count=1, milli=resources.MILLI_PER_GPU, models=pod.gpu.models))
+    return pod, tuple(problems)

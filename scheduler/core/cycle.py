@@ -70,6 +70,13 @@ class Result:
     state: CycleState | None = field(default=None, repr=False)
 
 
+class NoBinding:
+    """A binder that binds nothing: for cycles whose decisions are only looked at (warm-up, ``explain``)."""
+
+    def bind(self, decision: Decision) -> None:
+        return None
+
+
 class Scheduler:
     """Schedules pods one cycle at a time against a cache, with one profile, handing decisions to a binder."""
 
@@ -86,15 +93,7 @@ class Scheduler:
         result = self.place(pod, snapshot, context)
         if result.decision is None or result.state is None:
             return result
-        slot = int(snapshot.cache.slot_of(result.decision.node) or 0)
         self.cache.assume(pod, result.decision.node, result.decision.gpu_ids)
-        for plugin in self.framework.permits:
-            status = plugin.permit(result.state, slot)
-            if status.code == Code.WAIT:
-                return Result(status, result.decision, state=result.state)
-            if not status.ok:
-                self.cache.forget(pod.key)
-                return Result(status, state=result.state)
         self.binder.bind(result.decision)
         return result
 
@@ -112,14 +111,18 @@ class Scheduler:
             if not status.ok:
                 return Result(status, state=state)
         reasons = snapshot.arrays.base_reason.copy()
+        reserved = state.data.get(interface.RESERVED_SLOTS)
+        if reserved is not None:
+            # Nodes nominated for a preemptor or reserved for a starving job (scheduler.core.holds): part of the
+            # core path, so a profile cannot leave them out.
+            size = min(reserved.shape[0], reasons.shape[0])
+            reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = layout.RESERVED
         for filter_plugin in fw.filters:
             filter_plugin.filter(state, reasons)
         feasible = np.flatnonzero(reasons == layout.FIT).astype(np.int64)
         state.feasible = feasible
         if feasible.shape[0] == 0:
             diagnosis = diagnose(reasons, snapshot.columns)
-            for post in fw.post_filters:
-                post.post_filter(state, reasons)
             return Result(Status(Code.UNSCHEDULABLE, diagnosis.message(), "filter"), diagnosis=diagnosis, state=state)
         total = np.zeros(feasible.shape[0])
         if fw.scorers:

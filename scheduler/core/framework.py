@@ -16,14 +16,12 @@ class Framework:
     config: ProfileConfig
     pre_filters: list[interface.PreFilterPlugin] = field(default_factory=list)
     filters: list[interface.FilterPlugin] = field(default_factory=list)
-    post_filters: list[interface.PostFilterPlugin] = field(default_factory=list)
     #: Score plugins with their weight and, where they have one, their normalize step (resolved once here:
     #: checking a runtime Protocol on every cycle is slow).
     scorers: list[tuple[interface.ScorePlugin, float, Callable[[interface.CycleState, interface.F64], None] | None]] = (
         field(default_factory=list)
     )
     reservers: list[interface.ReservePlugin] = field(default_factory=list)
-    permits: list[interface.PermitPlugin] = field(default_factory=list)
 
     @classmethod
     def build(cls, config: ProfileConfig) -> Framework:
@@ -31,6 +29,13 @@ class Framework:
         fw = cls(config)
         for i, pc in enumerate(config.plugins):
             factory = registry.PLUGINS.get(pc.name)
+            if pc.name == "reservation":
+                raise InvalidObject(
+                    "'reservation' is no longer a plugin: nominated and reserved nodes are kept by the scheduler's"
+                    " core for every profile; remove it from the profile",
+                    obj=f"profile {config.name}",
+                    field=f"plugins[{i}].name",
+                )
             if factory is None:
                 raise InvalidObject(
                     f"unknown plugin {pc.name!r} (known: {', '.join(sorted(registry.PLUGINS))})",
@@ -45,15 +50,11 @@ class Framework:
                 fw.pre_filters.append(plugin)
             if isinstance(plugin, interface.FilterPlugin):
                 fw.filters.append(plugin)
-            if isinstance(plugin, interface.PostFilterPlugin):
-                fw.post_filters.append(plugin)
             if isinstance(plugin, interface.ScorePlugin) and pc.weight > 0:
                 normalize = plugin.normalize if isinstance(plugin, interface.NormalizePlugin) else None
                 fw.scorers.append((plugin, pc.weight, normalize))
             if isinstance(plugin, interface.ReservePlugin):
                 fw.reservers.append(plugin)
-            if isinstance(plugin, interface.PermitPlugin):
-                fw.permits.append(plugin)
         if not fw.filters:
             raise InvalidObject(
                 "a profile needs a filter plugin such as 'fit'", obj=f"profile {config.name}", field="plugins"

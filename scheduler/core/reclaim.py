@@ -77,6 +77,13 @@ def find_victims(
         return True
 
     cache = scheduler.cache
+    needs = [p.gpu.count for p in job if p.gpu.whole]
+    # Not even every candidate's whole GPUs on top of the free ones would be enough: no what-if needed. Checked
+    # before the what-if opens: every return after that point goes through its rollback.
+    _, free_now = gang.free_gpus(cache.arrays)
+    freeable = sum(p.gpu.count for c in ordered for p in c.pods if p.gpu.whole)
+    if needs and int(free_now.sum()) + freeable < sum(needs):
+        return []
     snapshot = cache.snapshot()
     token = snapshot.checkpoint()
 
@@ -99,7 +106,6 @@ def find_victims(
         finally:
             snapshot.rollback(inner)
 
-    needs = [p.gpu.count for p in job if p.gpu.whole]
     mask = (context or {}).get(TOPOLOGY_SLOTS)
 
     def enough_gpus() -> bool:
@@ -110,11 +116,6 @@ def find_victims(
             free = np.where(mask[:size], free[:size], 0)
         return not gang.whole_gpus_short(free, needs)
 
-    # Not even every candidate's whole GPUs on top of the free ones would be enough: no what-if needed.
-    _, free_now = gang.free_gpus(cache.arrays)
-    freeable = sum(p.gpu.count for c in ordered for p in c.pods if p.gpu.whole)
-    if needs and int(free_now.sum()) + freeable < sum(needs):
-        return []
     try:
         # Remove candidates in order until the job fits; the cheap check spares the what-if until the GPUs
         # freed could hold it. If it never fits, nothing is preempted.

@@ -17,7 +17,6 @@ from scheduler.plugins import (
     gpu,
     gpu_clustering,
     gpu_packing,
-    reservation,
     resource_strategy,
     scarce_avoidance,
     spread,
@@ -40,6 +39,5 @@ PLUGINS: dict[str, Factory] = {
     "gpu_packing": gpu_packing.GpuPacking,
     "gpu_clustering": gpu_clustering.GpuClustering,
     "gang": gang.Gang,
-    "reservation": reservation.Reservation,
     "topology": topology.Topology,
 }

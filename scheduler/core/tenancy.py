@@ -5,8 +5,11 @@ their limit and borrowing ceiling), how to order pending work (leaves below thei
 weighted dominant share of decayed usage plus current allocation, see ``scheduler.api.fairshare``), and what to
 charge and release as jobs are placed and leave.
 
-Invariant: ``allocated[leaf]`` is the sum of the requests of the placed jobs charged to ``leaf``; a job is
-charged once and released once (keyed by pod).
+Invariant: ``allocated[leaf]`` is the sum of the requests of the pods held in ``leaf``, whatever order they were
+held, moved and released in: each pod is held at most once (keyed by pod), in one leaf at a time, and the sums are
+kept in integers (CPU in milli-cores, memory in bytes, GPUs in milli-GPUs), so a queue whose pods have all left
+holds exactly nothing (float sums of shared-GPU fractions used to end at -3.6e-15, and the fair-share
+computation rejected the negative demand).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from scheduler.api import fairshare, resources
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
-from scheduler.api.queue import DEFAULT_QUEUE, QueueSpec, QueueTree
+from scheduler.api.queue import QueueSpec, QueueTree
 from scheduler.cache.state import Cache
 from scheduler.kernels import layout
 
@@ -29,6 +32,18 @@ def request_of(pod: PodRequest) -> Vector:
     if pod.gpu.count:
         vector[resources.GPU] = pod.gpu.total_milli / 1000.0
     return vector
+
+
+def exact_request_of(pod: PodRequest) -> dict[str, int]:
+    """What a pod counts against its queue in integers: as :func:`request_of`, GPUs in milli-GPUs."""
+    vector = {name: int(amount) for name, amount in pod.resources.items() if name != resources.PODS}
+    if pod.gpu.count:
+        vector[resources.GPU] = int(pod.gpu.total_milli)
+    return vector
+
+
+def _to_float(name: str, amount: int) -> float:
+    return amount / 1000.0 if name == resources.GPU else float(amount)
 
 
 def add_into(into: Vector, other: Mapping[str, float], sign: float = 1.0) -> None:
@@ -51,8 +66,12 @@ class Tenancy:
         self.tree, _ = QueueTree.build([])
         self.history = fairshare.UsageHistory(clock=clock)
         self.history.configure(self.tree)
+        #: What each leaf holds (derived from ``_exact``; read it, never write it).
         self.allocated: dict[str, Vector] = {}
-        self._charged: dict[str, tuple[str, Vector]] = {}
+        #: Pod key -> (leaf, what it holds in integers).
+        self._held: dict[str, tuple[str, dict[str, int]]] = {}
+        #: Per leaf, the integer sums behind ``allocated``.
+        self._exact: dict[str, dict[str, int]] = {}
         self._rank: dict[str, fairshare.LeafKey] = {}
         self._capacity: Vector = {}
         #: Fair shares for the gate (per demand variant, queue and resource); None when allocation or demand
@@ -72,9 +91,6 @@ class Tenancy:
         self._fair = None
         self._totals = None
         return problems
-
-    def leaf_of(self, pod_queue: str) -> str:
-        return pod_queue or DEFAULT_QUEUE
 
     def problem(self, leaf: str) -> str:
         """Why work cannot be queued in ``leaf`` (empty if it can)."""
@@ -160,26 +176,41 @@ class Tenancy:
 
     # --- accounting ----------------------------------------------------------------------------------------------
 
-    def charge(self, key: str, leaf: str, request: Mapping[str, float]) -> None:
-        if key in self._charged:
-            return
-        self._charged[key] = (leaf, dict(request))
-        add_into(self.allocated.setdefault(leaf, {}), request)
-        self._stale = True
-        self._fair = None
-        self._totals = None
+    def hold(self, pod: PodRequest, leaf: str) -> bool:
+        """Count ``pod`` in ``leaf`` (moved there if it was held in another leaf); False if nothing changed."""
+        held = self._held.get(pod.key)
+        if held is not None and held[0] == leaf:
+            return False
+        if held is not None:
+            self._add(held[0], held[1], -1)
+        request = held[1] if held is not None else exact_request_of(pod)
+        self._held[pod.key] = (leaf, request)
+        self._add(leaf, request, 1)
+        return True
 
     def release(self, key: str) -> bool:
-        """Release what ``key`` was charged; False if it was not charged (nothing changed)."""
-        charged = self._charged.pop(key, None)
-        if charged is None:
+        """Stop counting pod ``key``; False if it was not held (nothing changed)."""
+        held = self._held.pop(key, None)
+        if held is None:
             return False
-        leaf, request = charged
-        add_into(self.allocated.setdefault(leaf, {}), request, -1.0)
+        self._add(held[0], held[1], -1)
+        return True
+
+    def holds(self, key: str) -> str | None:
+        """The leaf pod ``key`` is counted in, or None."""
+        held = self._held.get(key)
+        return held[0] if held is not None else None
+
+    def _add(self, leaf: str, request: Mapping[str, int], sign: int) -> None:
+        exact = self._exact.setdefault(leaf, {})
+        vector = self.allocated.setdefault(leaf, {})
+        for name, amount in request.items():
+            total = exact.get(name, 0) + sign * amount
+            exact[name] = total
+            vector[name] = _to_float(name, total)
         self._stale = True
         self._fair = None
         self._totals = None
-        return True
 
     def record_usage(self, dt_s: float) -> None:
         """Add ``dt_s`` seconds of every queue's current allocation to its decayed history."""

@@ -7,8 +7,11 @@ happens to the pod next, as in kube-scheduler:
 - ``ERROR``: something broke (not the pod's fault) -> retry after backoff;
 - ``UNSCHEDULABLE``: no node fits now -> wait for a cluster event; preemption may help;
 - ``UNRESOLVABLE``: no node can ever fit as things are (bad request, unknown queue) -> wait; preemption
-  cannot help;
-- ``WAIT``: permit holds the pod (a gang waiting for its members).
+  cannot help.
+
+There is no post-filter or permit point: preemption (``scheduler.core.preemption``) and gangs
+(``scheduler.core.gang``) are the core's, decided on whole jobs, not per pod by plugins. Plugins keep no state
+across cycles: what a cycle needs from outside comes in the cycle state's ``data`` (the keys below).
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ class Code(enum.IntEnum):
     ERROR = 1
     UNSCHEDULABLE = 2
     UNRESOLVABLE = 3
-    WAIT = 4
     SKIP = 5
 
 
@@ -91,12 +93,6 @@ class FilterPlugin(Plugin, Protocol):
 
 
 @runtime_checkable
-class PostFilterPlugin(Plugin, Protocol):
-    def post_filter(self, state: CycleState, reasons: I8) -> Status:
-        """Called when no node fits (preemption); SUCCESS means the pod may fit in a later cycle."""
-
-
-@runtime_checkable
 class ScorePlugin(Plugin, Protocol):
     def score(self, state: CycleState, nodes: I64, out: F64) -> None:
         """Score the listed nodes into ``out``, 0..100, higher is better."""
@@ -112,11 +108,6 @@ class ReservePlugin(Plugin, Protocol):
     def reserve(self, state: CycleState, slot: int) -> Status: ...
 
     def unreserve(self, state: CycleState, slot: int) -> None: ...
-
-
-@runtime_checkable
-class PermitPlugin(Plugin, Protocol):
-    def permit(self, state: CycleState, slot: int) -> Status: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,5 +135,6 @@ GANG_SLOTS = "gang.slots"
 #: During a cycle constrained by topology: the node slots (a boolean mask) of the domain(s) chosen for the job;
 #: the ``topology`` filter plugin keeps the pod inside them.
 TOPOLOGY_SLOTS = "topology.slots"
-#: Node slots held for a waiting job (a boolean mask); other jobs may not use them.
+#: Node slots held for another job (a boolean mask: nominations and reservations, ``scheduler.core.holds``); the
+#: core marks them unavailable in every cycle, whatever plugins the profile names.
 RESERVED_SLOTS = "reserved.slots"

@@ -25,8 +25,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
 from scheduler.core import cycle, gang
 from scheduler.core.cycle import Scheduler
-from scheduler.core.loop import GANG_PREFIX
-from scheduler.framework.interface import CycleState, Decision
+from scheduler.framework.interface import CycleState
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s.operator import Operator
@@ -50,13 +49,6 @@ def main(args: argparse.Namespace) -> int:
     text = asyncio.run(_explain(args, config))
     print(text)
     return 0
-
-
-class _NoBinding:
-    """What-ifs decide but never bind."""
-
-    def bind(self, decision: Decision) -> None:
-        return None
 
 
 async def _explain(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> str:
@@ -176,17 +168,16 @@ def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
 
 def _queue_lines(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
     loop = operator.loop
-    group = loop.member_of.get(pod.key)
-    queue = loop.groups[group].group.queue if group in loop.groups else pod.queue
-    leaf = loop.tenancy.leaf_of(queue)
+    job = loop.job_of(pod.key)
+    leaf = loop.queue_of(pod)
     problem = loop.tenancy.problem(leaf)
     if problem:
         return [f"  queue: {problem}; the pod waits for it"]
-    key = pod.key if group is None else GANG_PREFIX + group
+    key = job.key if job is not None and job.group is not None and not job.satisfied else pod.key
     position = loop.queue.position(key)
     waiting = sum(1 for _, where in loop.queue.pending() if where == "active")
     status = loop.queue_statuses().get(leaf, {})
-    allocated = loop.tenancy.allocated.get(leaf, {})
+    allocated = loop.held(leaf)
     held = ", ".join(f"{v:g} {r}" for r, v in sorted(allocated.items()) if v) or "nothing"
     place = f"{position + 1} of {waiting}" if position is not None else "not in the active queue"
     return [
@@ -197,13 +188,13 @@ def _queue_lines(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
 
 async def _explain_group(client: k8s_client.Client, operator: Operator, key: str) -> str:
     loop = operator.loop
-    state = loop.groups.get(key)
-    if state is None:
+    state = loop.gang(key)
+    if state is None or state.group is None:
         raise InvalidObject("no such PodGroup (or it could not be read)", obj=f"podgroup {key}")
     group = state.group
     lines = [
         f"podgroup {key}: minMember {group.min_member}, {len(state.pending)} pending and {len(state.placed)}"
-        f" placed members, queue {loop.tenancy.leaf_of(group.queue)}",
+        f" placed members, queue {state.queue}",
     ]
     namespace, _, name = key.partition("/")
     answer = await client.call(
@@ -225,7 +216,7 @@ async def _explain_group(client: k8s_client.Client, operator: Operator, key: str
     if len(state.pending) < need:
         return "\n".join([*lines, f"  waiting for members: {len(state.pending)} of the {need} still needed exist"])
     members = gang.order_members(list(state.pending.values()))[:need]
-    what_if = Scheduler(operator.cache, operator.scheduler.framework, _NoBinding())
+    what_if = Scheduler(operator.cache, operator.scheduler.framework, cycle.NoBinding())
     result = gang.place_gang(what_if, group, members)
     if result.status.ok:
         lines.append(f"  a placement exists now for {need} members: the gang waits its turn in the queue")

@@ -15,7 +15,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from scheduler.api.pod import PodRequest
-from scheduler.core.loop import GANG_PREFIX, SchedulingLoop
+from scheduler.core.loop import SchedulingLoop
 from scheduler.kernels import layout
 
 #: Seconds: from a few milliseconds (a bind on a quiet cluster) to minutes (a gang waiting for room).
@@ -96,18 +96,15 @@ class Metrics:
         """Recompute the state gauges from the pods waiting for a node (``pending``), the loop and the cache."""
         pods: Tally[str] = Tally()
         gangs: Tally[str] = Tally()
-        for key, state in loop.groups.items():
-            if not state.satisfied and (GANG_PREFIX + key in loop.queue or state.pending):
-                gangs[loop.tenancy.leaf_of(state.group.queue)] += 1
-        for key, pod in pending.items():
-            group = loop.member_of.get(key)
-            queue = loop.groups[group].group.queue if group is not None and group in loop.groups else pod.queue
-            pods[loop.tenancy.leaf_of(queue)] += 1
+        for job in loop.jobs.gangs():
+            if not job.satisfied and (job.key in loop.queue or job.pending):
+                gangs[job.queue] += 1
+        for pod in pending.values():
+            pods[loop.queue_of(pod)] += 1
         self._set(self.pending_pods, {(q,): float(n) for q, n in pods.items()})
         self._set(self.pending_gangs, {(q,): float(n) for q, n in gangs.items()})
-        tenancy = loop.tenancy
         allocated: dict[tuple[str, ...], float] = {
-            (queue, name): amount for queue, vector in tenancy.allocated.items() for name, amount in vector.items()
+            (queue, name): amount for queue, vector in loop.holdings().items() for name, amount in vector.items()
         }
         self._set(self.queue_allocated, allocated)
         statuses = loop.queue_statuses()

@@ -15,8 +15,9 @@ the cache, the scheduling queue and the loop current. Invariants kept here:
 - A pod handed to the binder stays assumed in the cache until the watch shows it on its node (a success answer
   does not confirm it): an older watch event without ``spec.nodeName`` arriving after the answer must neither
   release its GPUs nor queue it again.
-- Bound pods of every scheduler count on their nodes; pods of ours that are already bound (after a restart)
-  are charged to their queue.
+- Bound pods of every scheduler count on their nodes, whatever their annotations say later; pods of ours on a
+  node are charged to their job's queue (``scheduler.core.jobs``), so queue usage after a restart is what the
+  cluster holds, whatever order pods and PodGroups are listed in.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ from scheduler.api import topology as api_topology
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Cache
-from scheduler.core.cycle import Scheduler
+from scheduler.core.cycle import NoBinding, Scheduler
 from scheduler.core.framework import Framework
+from scheduler.core.hints import ClusterEvent
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import Decision
 from scheduler.k8s import status as k8s_status
@@ -123,10 +125,7 @@ class Operator:
         #: "pod ns/name", "podgroup ns/name", "queue name", "node name" -> uid, for Events' involvedObject.
         self.uids: dict[str, str] = {}
         self._bind_started: dict[str, float] = {}
-        #: Bound pods of ours counted against their queue by the operator.
-        self._charged: set[str] = set()
         self._wake = asyncio.Event()
-        self._resort = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_status = 0.0
         self._last_usage = time.monotonic()
@@ -183,9 +182,6 @@ class Operator:
         self.loop.queues_changed(list(self.queues.values()))
         for group in self.podgroups.values():
             self.loop.group_upsert(group)
-        for entry in list(self.cache.pods()):
-            if not entry.assumed:
-                self._placed(entry.pod)
         for pod in self.pending.values():
             self.loop.pod_pending(pod)
         self.ready = True
@@ -209,13 +205,19 @@ class Operator:
         spec = body.get("spec")
         spec = spec if isinstance(spec, Mapping) else {}
         try:
-            pod = api_pod.parse_pod(body)
+            if spec.get("nodeName"):
+                # A bound pod counts on its node whatever its annotations say now (scheduler.api.pod).
+                pod, problems = api_pod.parse_bound_pod(body)
+                for problem in problems:
+                    self._invalid("pod", key, problem)
+            else:
+                pod = api_pod.parse_pod(body)
         except InvalidObject as exc:
             ours = spec.get("schedulerName") == api_pod.SCHEDULER_NAME
             self._invalid("pod", key, exc, report=ours or bool(spec.get("nodeName")))
             if ours and key in self.pending:
                 self.pending.pop(key, None)
-                self.queue.remove(key)
+                self.loop.pod_gone(key)
             return
         self.uids[f"pod {key}"] = pod.uid
         if pod.terminal:
@@ -227,9 +229,9 @@ class Operator:
             self.conditions.forget(key)
             self.cache.upsert_pod(pod)
             if pod.scheduler_name == api_pod.SCHEDULER_NAME:
-                self._charge_running(pod)
-            if self.ready:
-                self._placed(pod)
+                # Counted against its job's queue from now on, before the first listing too: the loop moves it
+                # to its PodGroup's queue whenever the group is known, in whatever order the two arrive.
+                self.loop.pod_placed(pod)
             return
         if pod.scheduler_name != api_pod.SCHEDULER_NAME:
             self.cache.upsert_pod(pod)
@@ -271,7 +273,7 @@ class Operator:
             for problem in info.problems:
                 self._invalid("node", name, problem)
         if self.ready:
-            self.loop.cluster_event("node added" if old is None else "node updated")
+            self.loop.cluster_event(ClusterEvent.NODE_ADDED if old is None else ClusterEvent.NODE_UPDATED)
             self._wake.set()
 
     def podgroup_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
@@ -360,7 +362,7 @@ class Operator:
             return
         log.info("topology", levels=list(self.cache.topology.levels), deleted=deleted)
         if self.ready:
-            self.loop.cluster_event("topology changed")
+            self.loop.cluster_event(ClusterEvent.TOPOLOGY_CHANGED)
             self._wake.set()
 
     # --- the scheduling task -----------------------------------------------------------------------------------
@@ -373,9 +375,6 @@ class Operator:
             if self.ready and self.leading:
                 started = time.monotonic()
                 while ran < self.batch and self.leading and time.monotonic() - started < self.batch_seconds:
-                    if self._resort:
-                        self._resort = False
-                        self.loop.resort()  # after charges made outside the loop
                     if not self.loop.run_once():
                         break
                     ran += 1
@@ -404,9 +403,9 @@ class Operator:
         """Hand the PodGroup and Queue status to their writers (which skip unchanged values)."""
         if not self.leading:
             return
-        for key in list(self.loop.groups):
+        for key in list(self.podgroups):
             status = self.loop.group_status(key)
-            if status is not None and key in self.podgroups:
+            if status is not None:
                 self.group_status.update(key, status)
         statuses = self.loop.queue_statuses()
         for name in self.queues:
@@ -426,8 +425,8 @@ class Operator:
         word, _, key = obj.partition(" ")
         if reason == "Scheduled" and word == "pod":
             self.metrics.schedule_attempts.labels("scheduled").inc()
-        elif reason == "Scheduled" and word == "podgroup" and key in self.loop.groups:
-            first = self.loop.groups[key].first_attempt
+        elif reason == "Scheduled" and word == "podgroup" and (job := self.loop.gang(key)) is not None:
+            first = job.first_attempt
             if first is not None:
                 self.metrics.gang_wait.observe(max(0.0, self.clock() - first))
         elif reason == "FailedScheduling":
@@ -439,8 +438,8 @@ class Operator:
             return
         if word == "pod" and key in self.pending:
             self.conditions.unschedulable(self.pending[key], message)
-        elif word == "podgroup" and key in self.loop.groups:
-            for member in self.loop.groups[key].pending.values():
+        elif word == "podgroup" and (job := self.loop.gang(key)) is not None:
+            for member in job.pending.values():
                 self.conditions.unschedulable(member, f"gang {key}: {message}")
 
     def evict(self, pods: list[PodRequest], reason: str) -> None:
@@ -521,39 +520,14 @@ class Operator:
         self.first_seen.pop(key, None)
         self.uids.pop(f"pod {key}", None)
         held = self.cache.pod(key) is not None
-        self._charged.discard(key)
         self.cache.remove_pod(key)
         self.conditions.forget(key)
         if self.binder is not None:
             self.binder.forget(key)
-        if self.ready:
-            self.loop.pod_gone(key)
-            if held:
-                self.loop.cluster_event("pod deleted")
-                self._wake.set()
-        elif self.loop.tenancy.release(key):
-            self._resort = True
-
-    def _placed(self, pod: PodRequest) -> None:
-        """Tell the loop a pod is on a node; a gang member the loop never saw pending (it was placed before a
-        restart) is first made known as a member, so its group counts it instead of waiting for it."""
-        if pod.scheduler_name != api_pod.SCHEDULER_NAME:
-            return
-        if pod.pod_group and pod.key not in self.loop.member_of:
-            group = f"{pod.namespace}/{pod.pod_group}"
-            if group in self.loop.groups:
-                self.loop.member_of[pod.key] = group
-        self.loop.pod_placed(pod)
-
-    def _charge_running(self, pod: PodRequest) -> None:
-        """Count a running pod of ours against its queue (after a restart the loop did not place it)."""
-        group = self.podgroups.get(f"{pod.namespace}/{pod.pod_group}") if pod.pod_group else None
-        leaf = self.loop.tenancy.leaf_of(group.queue if group is not None else pod.queue)
-        if pod.key in self._charged:
-            return
-        self._charged.add(pod.key)
-        self.loop.adopt(pod, leaf)  # no-op for the charge if the loop placed it
-        self._resort = True
+        self.loop.pod_gone(key)
+        if self.ready and held:
+            self.loop.cluster_event(ClusterEvent.POD_DELETED)
+            self._wake.set()
 
     def _invalid(self, word: str, key: str, exc: InvalidObject, *, report: bool = True) -> None:
         self.metrics.invalid_objects.labels(word).inc()
@@ -567,11 +541,6 @@ class Operator:
         task.add_done_callback(self._tasks.discard)
 
 
-class _NoBinding:
-    def bind(self, decision: Decision) -> None:
-        return None
-
-
 def warm_kernels(config: OperatorConfig) -> int:
     """Compile the profile's kernels (or load them from numba's cache) before the operator takes part.
 
@@ -583,7 +552,7 @@ def warm_kernels(config: OperatorConfig) -> int:
     """
     cache = Cache()
     cache.upsert_node(api_node.parse_node({"metadata": {"name": "warm-up"}, "status": {"allocatable": _WARM_NODE}}))
-    scheduler = Scheduler(cache, Framework.build(config.profile), _NoBinding())
+    scheduler = Scheduler(cache, Framework.build(config.profile), NoBinding())
     placed = 0
     for raw in _WARM_PODS:
         result = scheduler.schedule(api_pod.parse_pod(raw))
@@ -617,10 +586,3 @@ def _timestamp(value: object) -> float:
         return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
-
-
-def _quantity(resource: str, amount: float) -> int | str:
-    """A scheduler-unit amount as a Kubernetes quantity (CPU is held in millicores)."""
-    if resource == "cpu":
-        return f"{round(amount)}m"
-    return round(amount) if float(amount).is_integer() else f"{amount:g}"

@@ -277,11 +277,12 @@ def run(
         for decision in binder.bound[placed_before:]:
             cache.confirm(decision.pod.key)
             loop.pod_placed(dataclasses.replace(decision.pod, node_name=decision.node, phase="Running"))
-        for name, state in loop.groups.items():
+        for state in loop.jobs.gangs():
+            assert state.group is not None
             placed = len(state.placed)
             if 0 < placed < state.group.min_member:
                 partial += 1
-            job_name = name.split("/", 1)[1]
+            job_name = state.group.name
             if state.satisfied and job_name not in started:
                 started[job_name] = now
                 first_start.setdefault(job_name, (by_name[job_name].arrival, now))
@@ -291,7 +292,7 @@ def run(
                 heapq.heappush(events, (now + job.duration, 0, job_name, run_of.get(job_name, 0)))
         if not timeline or timeline[-1][1] != held:
             timeline.append((now, dict(held)))
-        waiting = [s for s in loop.groups.values() if not s.satisfied]
+        waiting = [s for s in loop.jobs.gangs() if not s.satisfied]
         if waiting and running_gpus == 0 and len(binder.bound) == placed_before:
             deadlocks += 1
 
@@ -327,7 +328,7 @@ def run(
             held[job.queue] -= job.gpus
             loop.cluster_event("pod deleted")
         step()
-        if not events and all(s.satisfied for s in loop.groups.values()):
+        if not events and all(s.satisfied for s in loop.jobs.gangs()):
             break
     waits = np.array([first_start[j.name][1] - j.arrival for j in jobs if j.name in first_start])
     span = max(end - (jobs[0].arrival if jobs else 0.0), 1e-9)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -258,3 +259,53 @@ def test_bad_podgroups_name_the_field(spec: dict[str, Any], field: str) -> None:
 def test_the_default_profile_keeps_gangs_together() -> None:
     config = profile.load()
     assert "gang" in [p.name for p in config.plugins]
+
+
+def test_a_preempted_gangs_late_member_is_never_placed_alone() -> None:
+    # minMember 5 of six members: the sixth waits as a member beyond minMember while the gang runs. When the five
+    # placed members go (preempted), the sixth must wait for the gang to be placed whole again, not be placed alone
+    # as "1 of 5 members exist" (found under faults in the e2e suite).
+    cluster, loop, _, _ = _loop(nodes=4, gpus=8)
+    loop.group_upsert(PodGroup("default", "g", min_member=5))
+    for i in range(5):
+        loop.pod_pending(_member("g", i, gpus=4))
+    loop.run_until_idle()
+    assert len(cluster.binder.decisions) == 5
+    for i in range(5):
+        loop.pod_placed(dataclasses.replace(_member("g", i, gpus=4), node_name="n0"))
+    # The five are deleted (preempted) before the sixth, which arrived meanwhile, gets its cycle.
+    sixth = _member("g", 5, gpus=4)
+    loop.pod_pending(sixth)
+    for i in range(5):
+        cluster.cache.remove_pod(f"default/g-{i}")
+        loop.pod_gone(f"default/g-{i}")
+    loop.run_until_idle()
+    assert [d.pod.key for d in cluster.binder.decisions[5:]] == []
+    assert not cluster.cache.is_assumed(sixth.key)
+    status = loop.group_status("default/g")
+    assert status is not None and status["phase"] == "Pending" and status["scheduled"] == 0
+    # Its replacements come: the gang is placed whole, with the sixth among them.
+    for i in range(6, 10):
+        loop.pod_pending(_member("g", i, gpus=4))
+    loop.run_until_idle()
+    placed = {d.pod.key for d in cluster.binder.decisions[5:]}
+    assert len(placed) == 5
+
+
+def test_a_late_member_already_in_its_own_cycle_waits_for_its_gang() -> None:
+    # The guard in the pod cycle itself: the sixth member's item is taken while the gang holds nothing.
+    cluster, loop, _, _ = _loop(nodes=4, gpus=8)
+    loop.group_upsert(PodGroup("default", "g", min_member=2))
+    for i in range(3):
+        loop.pod_pending(_member("g", i, gpus=4))
+    loop.run_until_idle()
+    assert len(cluster.binder.decisions) == 3
+    # Member 2's binding fails while members 0 and 1 are preempted: 0 placed of minMember 2.
+    for i in range(2):
+        cluster.cache.remove_pod(f"default/g-{i}")
+        loop.pod_gone(f"default/g-{i}")
+    loop.bind_failed(cluster.binder.decisions[2].pod, "conflict")
+    loop.run_until_idle()
+    assert len(cluster.binder.decisions) == 3
+    status = loop.group_status("default/g")
+    assert status is not None and status["scheduled"] == 0

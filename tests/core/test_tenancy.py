@@ -16,9 +16,7 @@ from tests.core.harness import Clock, Cluster, Events
 
 
 def _loop(gpus: int = 8, nodes: int = 1) -> tuple[Cluster, SchedulingLoop, Clock, Events]:
-    cluster = Cluster(
-        [objects.node(f"n{i}", cpu="64", gpus=gpus) for i in range(nodes)], ("fit", "reservation", "gpu", "binpack")
-    )
+    cluster = Cluster([objects.node(f"n{i}", cpu="64", gpus=gpus) for i in range(nodes)], ("fit", "gpu", "binpack"))
     clock = Clock()
     events = Events()
     queue = SchedulingQueue(clock=clock)
@@ -43,7 +41,7 @@ def test_pods_without_a_queue_go_to_the_implied_default_queue() -> None:
     loop.pod_pending(_pod("p", 1))
     loop.run_until_idle()
     assert _placed(cluster) == ["p"]
-    assert loop.tenancy.allocated["default"]["nvidia.com/gpu"] == 1.0
+    assert loop.held("default")["nvidia.com/gpu"] == 1.0
 
 
 def test_a_pod_in_an_unknown_queue_waits_with_an_event_and_runs_once_the_queue_exists() -> None:
@@ -179,17 +177,17 @@ def test_releases_free_the_queue() -> None:
     cluster, loop, _, _ = _loop()
     loop.pod_pending(_pod("p", 2))
     loop.run_until_idle()
-    assert loop.tenancy.allocated["default"]["nvidia.com/gpu"] == 2.0
+    assert loop.held("default")["nvidia.com/gpu"] == 2.0
     cluster.cache.remove_pod("default/p")
     loop.pod_gone("default/p")
     loop.pod_gone("default/p")  # a repeated deletion does not release twice
-    assert loop.tenancy.allocated["default"]["nvidia.com/gpu"] == 0.0
+    assert loop.held("default")["nvidia.com/gpu"] == 0.0
 
 
 def test_a_large_job_reserves_nodes_so_small_jobs_cannot_starve_it() -> None:
     cluster, loop, clock, _ = _loop(gpus=8, nodes=2)
-    loop.reserve_after_s = 0.0
-    loop.fair_share_gate = False  # the reservation alone (the gate would hold batch back altogether)
+    loop.holds.reserve_after_s = 0.0
+    loop.gate.fair_share = False  # the reservation alone (the gate would hold batch back altogether)
     loop.queues_changed([QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}), QueueSpec(name="batch")])
     for i in range(16):
         loop.pod_pending(_pod(f"small{i}", 1, queue="batch"))
@@ -197,8 +195,8 @@ def test_a_large_job_reserves_nodes_so_small_jobs_cannot_starve_it() -> None:
     assert len(_placed(cluster)) == 16
     loop.pod_pending(_pod("big", 8, queue="prod"))
     loop.run_until_idle()
-    assert loop.reservation is not None and loop.reservation[0] == "default/big"
-    reserved = {cluster.cache.names[s] for s in np.flatnonzero(loop.reservation[2])}
+    assert loop.holds.reservation is not None and loop.holds.reservation[0] == "default/big"
+    reserved = {cluster.cache.names[s] for s in np.flatnonzero(loop.holds.reservation[2])}
     assert len(reserved) == 1
     (node,) = reserved
 
@@ -227,7 +225,7 @@ def test_a_large_job_reserves_nodes_so_small_jobs_cannot_starve_it() -> None:
     loop.run_until_idle()
     big = [d for d in cluster.binder.decisions if d.pod.name == "big"]
     assert len(big) == 1 and big[0].node == node
-    assert loop.reservation is None
+    assert loop.holds.reservation is None
 
 
 def test_a_queue_at_its_fair_share_leaves_freed_gpus_to_a_queue_below_its_own() -> None:
@@ -238,7 +236,7 @@ def test_a_queue_at_its_fair_share_leaves_freed_gpus_to_a_queue_below_its_own() 
     loop.run_until_idle()
     loop.pod_pending(_pod("big", 8, queue="prod"))
     loop.run_until_idle()
-    assert loop.starving == {"prod": {"default/big": {"cpu": 1000.0, "nvidia.com/gpu": 8.0}}}
+    assert loop.gate.starving == {"prod": {"default/big": {"cpu": 1000.0, "nvidia.com/gpu": 8.0}}}
     # Four GPUs free up on one node. batch holds 12 against a fair share of 8 (prod: its guarantee of 8):
     # its new jobs wait, so the node drains for prod's job.
     node = cluster.binder.decisions[0].node
@@ -262,7 +260,7 @@ def test_a_queue_at_its_fair_share_leaves_freed_gpus_to_a_queue_below_its_own() 
     loop.cluster_event("pod deleted")
     loop.run_until_idle()
     assert _placed(cluster)[-1] == "big"
-    assert "prod" not in loop.starving
+    assert "prod" not in loop.gate.starving
     # Nobody waits for room below its share any more: batch may take what is left (work-conserving).
     assert "late" not in _placed(cluster)
     loop.pod_pending(_pod("later", 1, queue="batch"))
@@ -307,7 +305,7 @@ def test_reservations_are_off_unless_asked_for() -> None:
         loop.pod_pending(_pod(f"small{i}", 1, queue="batch"))
     loop.pod_pending(_pod("big", 8, queue="batch"))
     loop.run_until_idle()
-    assert loop.reservation is None
+    assert loop.holds.reservation is None
 
 
 def test_reclaim_preempts_the_fewest_youngest_borrowers_and_the_job_then_runs() -> None:
@@ -452,9 +450,8 @@ def test_pods_found_running_after_a_restart_are_charged_and_can_be_reclaimed() -
             objects.pod(f"old{i}", gpus=2, labels={"gpusched.io/queue": "batch"}, node_name=f"n{i // 4}")
         )
         cluster.cache.upsert_pod(pod)
-        loop.adopt(pod, pod.queue)
-    loop.resort()
-    assert loop.tenancy.allocated["batch"]["nvidia.com/gpu"] == 16.0
+        loop.pod_placed(pod)
+    assert loop.held("batch")["nvidia.com/gpu"] == 16.0
     clock.now = 5.0
     loop.pod_pending(_pod("prod0", 4, queue="prod"))
     loop.run_until_idle()

@@ -1,0 +1,114 @@
+"""Holds: node slots kept for one job while it waits, which every other job's cycle must leave alone.
+
+Two kinds, both applied by the core to every cycle (``Scheduler.place`` treats ``RESERVED_SLOTS`` as
+unavailable), whatever plugins the profile names:
+
+- a *nomination*: the nodes a job's preemption is freeing (like kube-scheduler's nominated node). Without it the
+  capacity goes to whoever comes first and the preemptor preempts again. Kept, with the pods it evicted, until the
+  job is placed or gone; once every victim is gone and the job still does not fit, it is dropped.
+- a *reservation* against starvation (off unless ``reserve_after_s`` is set): the best-ranked job of 2+ whole GPUs
+  that has waited that long without room holds the nodes with the most free GPUs until their GPUs cover it; other
+  jobs backfill only elsewhere. Off by default: without run-time estimates a reservation idles GPUs while its nodes
+  drain (on the built-in gang scenario it cost 15 points of GPU allocation), so it is for fairness-first clusters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from scheduler.api.pod import PodRequest
+from scheduler.cache.state import Cache
+from scheduler.core.tenancy import Tenancy
+from scheduler.framework.interface import RESERVED_SLOTS
+from scheduler.kernels import layout
+from scheduler.queue.scheduling import QueueItem
+
+
+class Holds:
+    def __init__(
+        self, cache: Cache, tenancy: Tenancy, *, clock: Callable[[], float], reserve_after_s: float | None
+    ) -> None:
+        self.cache = cache
+        self.tenancy = tenancy
+        self.clock = clock
+        self.reserve_after_s = reserve_after_s
+        #: Job key -> the node slots its preemption is freeing.
+        self.nominated: dict[str, np.ndarray] = {}
+        #: Job key -> the pods its preemption evicted (while any is there, the job waits instead of preempting).
+        self.evicting: dict[str, list[str]] = {}
+        #: (job key, its leaf queue, reserved node slots) for the job held against starvation.
+        self.reservation: tuple[str, str, np.ndarray] | None = None
+
+    def context(self, key: str) -> dict[str, Any]:
+        """What job ``key``'s cycles must respect: the reservation and the nominations, unless they are its own.
+        A job with a nomination of its own ignores the others' (preemptors whose victims share a node would
+        otherwise keep each other off it; their victims are disjoint and freed room for all of them)."""
+        masks = [] if key in self.nominated else [mask for owner, mask in self.nominated.items() if owner != key]
+        if self.reservation is not None and self.reservation[0] != key:
+            masks.append(self.reservation[2])
+        if not masks:
+            return {}
+        slots = max(m.shape[0] for m in masks)
+        reserved = np.zeros(slots, dtype=bool)
+        for mask in masks:
+            reserved[: mask.shape[0]] |= mask
+        return {RESERVED_SLOTS: reserved}
+
+    def nominate(self, key: str, victims: list[PodRequest]) -> None:
+        """Job ``key`` evicts ``victims``: the nodes they free are its own until it is placed or gone."""
+        freed = np.zeros(self.cache.arrays.slots, dtype=bool)
+        for pod in victims:
+            entry = self.cache.pod(pod.key)
+            if entry is not None:
+                freed[entry.placement.slot] = True
+        self.nominated[key] = freed
+        self.evicting[key] = [pod.key for pod in victims]
+
+    def still_evicting(self, key: str) -> bool | None:
+        """None without a nomination; True while a victim of job ``key`` is still there; False once all are gone
+        (the nomination is dropped then: the job preempts again if it still does not fit)."""
+        evicting = self.evicting.get(key)
+        if evicting is None:
+            return None
+        if any(self.cache.pod(k) is not None for k in evicting):
+            return True
+        self.release(key)
+        return False
+
+    def reserve(self, item: QueueItem, pods: list[PodRequest]) -> None:
+        """Reserve nodes for ``item`` if it is the best-ranked job left without room for long enough.
+
+        Only jobs of two or more whole GPUs reserve: any GPU that frees fits a one-GPU job, so backfill cannot
+        starve it, and the fair order gives it the next one.
+        """
+        gpus = sum(p.gpu.count for p in pods if p.gpu.whole)
+        if gpus < 2 or self.reserve_after_s is None or item.first_attempt is None:
+            return
+        if self.clock() - item.first_attempt < self.reserve_after_s:
+            return
+        current = self.reservation
+        if current is not None:
+            if current[0] == item.key:
+                return  # keep the nodes it has: they are draining for it
+            if self.tenancy.rank(current[1]) <= self.tenancy.rank(item.queue):
+                return
+        a = self.cache.arrays
+        usable = (a.base_reason == layout.FIT) & (a.gpu_count > 0)
+        slots = np.flatnonzero(usable)
+        free = (a.gpu_free[slots] >= layout.WHOLE).sum(axis=1)
+        order = slots[np.lexsort((slots, -free))]
+        covered = np.cumsum(a.gpu_count[order])
+        take = order[: int(np.searchsorted(covered, gpus)) + 1]
+        mask = np.zeros(a.slots, dtype=bool)
+        mask[take] = True
+        self.reservation = (item.key, item.queue, mask)
+
+    def release(self, key: str) -> None:
+        """Job ``key`` is placed or gone: whatever it held is free for others."""
+        self.nominated.pop(key, None)
+        self.evicting.pop(key, None)
+        if self.reservation is not None and self.reservation[0] == key:
+            self.reservation = None

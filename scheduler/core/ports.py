@@ -1,0 +1,22 @@
+"""The core's ports: what the loop needs from whoever feeds it (the operator in a cluster, the simulator).
+
+The binder is ``scheduler.framework.interface.Binder``; these two are the loop's own.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from scheduler.api.pod import PodRequest
+
+
+class Evictor(Protocol):
+    """Deletes preempted pods (the API server's eviction in a cluster; the simulator removes them)."""
+
+    def evict(self, pods: list[PodRequest], reason: str) -> None: ...
+
+
+class Events(Protocol):
+    """Where the loop reports what users should see (Kubernetes Events in a cluster, a list in the simulator)."""
+
+    def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None: ...
