@@ -1,8 +1,13 @@
-"""The ``gpusched`` command: ``run`` (the operator), ``explain``, ``simulate``, ``bench kernels``, ``node-topology``.
+"""The ``gpusched`` command: ``run`` (the operator), ``explain``, ``simulate``, ``trace``, ``bench kernels``,
+``node-topology``.
 
 Each command imports what it needs when it runs: ``gpusched run`` starts in a cluster after every restart, and
 the simulator (with its plotting) has nothing to do there, so only the arguments of the command named on the
-command line are built (every command is still listed by ``gpusched --help``).
+command line are built; ``gpusched --help`` builds none of them and imports nothing heavy, so it answers at
+once. Every command is still listed there, with a line saying what it is for.
+
+A user error is one line on stderr and exit code 2, with no traceback and before any long work starts:
+argparse's own errors (an unknown option, a number that is not one) are cut to one line too.
 """
 
 from __future__ import annotations
@@ -10,9 +15,61 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from scheduler.api.errors import InvalidObject
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default after its help, unless there is none to show (None, a flag's False) or the
+    help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (
+            action.default in (None, False, argparse.SUPPRESS)
+            or not action.option_strings
+            or "default" in text
+            or "%(default)" in text
+        ):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line (argparse prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+#: Help for arguments that ``scheduler.k8s`` defines without one (filled in only where it is missing).
+_MISSING_HELP = {
+    "log_format": "json (one object a line), console (coloured text) or auto (console on a terminal, else json)",
+    "namespace": "the pod's or PodGroup's namespace",
+}
+
+
+def _fill_missing_help(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if action.help is None and action.dest in _MISSING_HELP:
+            action.help = _MISSING_HELP[action.dest]
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in ``low..high``; anything else is refused before any work starts."""
+
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return value
+
+    return parse
 
 
 def _bench_kernels(args: argparse.Namespace) -> int:
@@ -41,6 +98,8 @@ def _node_topology(args: argparse.Namespace) -> int:
         text = Path(args.from_nvidia_smi).read_text()
     except OSError as exc:
         raise InvalidObject(f"cannot read: {exc.strerror}", obj=f"file {args.from_nvidia_smi}") from None
+    except UnicodeDecodeError:
+        raise InvalidObject("not text", obj=f"file {args.from_nvidia_smi}") from None
     print(gputopo.to_annotation(gputopo.from_nvidia_smi(text, source=args.from_nvidia_smi)))
     return 0
 
@@ -63,43 +122,108 @@ def _simulate(args: argparse.Namespace) -> int:
     return int(sim_command.run(args))
 
 
+def _trace(args: argparse.Namespace) -> int:
+    from scheduler.sim import fetch
+
+    return fetch.run(args)
+
+
+#: Nodes ``bench kernels`` accepts: its arrays take about 1 KB a node.
+BENCH_MAX_NODES = 1_000_000
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The command line; with ``command`` given, only that command's arguments are built (and imported)."""
-    parser = argparse.ArgumentParser(prog="gpusched", description="A Kubernetes scheduler for GPU clusters.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    """The command line; only the arguments of ``command`` (if any) are built, so only its modules imported."""
+    parser = _Parser(
+        prog="gpusched",
+        description="A Kubernetes scheduler for GPU clusters, and a simulator that runs the same scheduling core.",
+        formatter_class=_Formatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def wanted(name: str) -> bool:
-        return command is None or command == name
+    def add(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=description, formatter_class=_Formatter)
 
-    operator = sub.add_parser("run", help="run the scheduler in a cluster (the operator)")
-    if wanted("run"):
+    operator = add(
+        "run",
+        "run the scheduler in a cluster (the operator)",
+        "Run the scheduler against the cluster of a kubeconfig (or in-cluster): watch pods, nodes, PodGroups and "
+        "Queues, and bind pods whose schedulerName is gpusched. See docs/operator.md.",
+    )
+    if command == "run":
         from scheduler.k8s import run
 
         run.add_arguments(operator)
+        _fill_missing_help(operator)
     operator.set_defaults(func=_run)
-    why = sub.add_parser("explain", help="why a pod (or podgroup/NAME) is pending")
-    if wanted("explain"):
+
+    why = add(
+        "explain",
+        "why a pod (or podgroup/NAME) is pending",
+        "Say why a pod or a gang is pending, from the cluster as it is now: which filters fail on how many nodes, "
+        "its queue and its place there. Reads only; writes nothing.",
+    )
+    if command == "explain":
         from scheduler.k8s import explain
 
         explain.add_arguments(why)
+        _fill_missing_help(why)
     why.set_defaults(func=_explain)
-    bench = sub.add_parser("bench", help="benchmarks")
-    bench_sub = bench.add_subparsers(dest="what", required=True)
-    kernels = bench_sub.add_parser("kernels", help="time every scoring kernel against its NumPy twin")
-    kernels.add_argument("--nodes", type=int, default=10_000, help="nodes in the synthetic cluster (default 10000)")
-    kernels.add_argument("--pods", type=int, default=20, help="pods scored per timing run (default 20)")
-    kernels.add_argument("--repeat", type=int, default=3, help="rounds of timed calls (default 3)")
-    kernels.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    kernels.set_defaults(func=_bench_kernels)
-    topology = sub.add_parser("node-topology", help="print a node's gpusched.io/gpu-topology annotation")
-    topology.add_argument("--from-nvidia-smi", required=True, metavar="FILE", help="the output of `nvidia-smi topo -m`")
-    topology.set_defaults(func=_node_topology)
-    simulate = sub.add_parser("simulate", help="run policies on a cluster and workload, side by side")
-    if wanted("simulate"):
+
+    simulate = add(
+        "simulate",
+        "compare placement policies on a simulated cluster, side by side",
+        "Run placement policies on a cluster and workload (built in, or the Alibaba GPU trace: see gpusched "
+        "trace) through the scheduler's own core, and print a table; or run a built-in scenario (--scenario). "
+        "See docs/simulator.md.",
+    )
+    if command == "simulate":
         from scheduler.sim import command as sim_command
 
         sim_command.add_arguments(simulate)
     simulate.set_defaults(func=_simulate)
+
+    trace = add(
+        "trace",
+        "download the public Alibaba GPU trace for gpusched simulate",
+        "Download files of the public Alibaba GPU cluster trace (github.com/alibaba/clusterdata, folder "
+        "cluster-trace-gpu-v2023/csv) into a cache directory, check that they load, and print their paths. "
+        "Files already there are not downloaded again.",
+    )
+    if command == "trace":
+        from scheduler.sim import fetch
+
+        fetch.add_arguments(trace)
+    trace.set_defaults(func=_trace)
+
+    bench = add("bench", "benchmarks", "Benchmarks that print figures; `gpusched bench kernels` is the one there is.")
+    if command == "bench":
+        bench_sub = bench.add_subparsers(dest="what", required=True, metavar="WHAT")
+        kernels = bench_sub.add_parser(
+            "kernels",
+            help="time every scoring kernel against its NumPy twin",
+            description="Time every scoring kernel (numba, one thread and all cores) against its NumPy twin on a "
+            "synthetic cluster of 8-GPU nodes.",
+            formatter_class=_Formatter,
+        )
+        kernels.add_argument(
+            "--nodes", type=_count(1, BENCH_MAX_NODES), default=10_000, help="nodes in the synthetic cluster"
+        )
+        kernels.add_argument("--pods", type=_count(1, 100_000), default=20, help="pods scored per timing round")
+        kernels.add_argument("--repeat", type=_count(1, 1000), default=3, help="rounds of timed calls")
+        kernels.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        kernels.set_defaults(func=_bench_kernels)
+
+    topology = add(
+        "node-topology",
+        "print a node's gpusched.io/gpu-topology annotation",
+        "Turn the output of `nvidia-smi topo -m` into the node annotation gpusched.io/gpu-topology (JSON).",
+    )
+    if command == "node-topology":
+        topology.add_argument(
+            "--from-nvidia-smi", required=True, metavar="FILE", help="the output of `nvidia-smi topo -m`"
+        )
+    topology.set_defaults(func=_node_topology)
     return parser
 
 
@@ -112,6 +236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidObject as exc:
         print(f"gpusched: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("gpusched: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

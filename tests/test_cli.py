@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,95 @@ def test_run_refuses_a_config_with_an_unknown_key_before_connecting(
     assert cli.main(["run", "--config", str(bad), "--kubeconfig", str(kubeconfig), "--log-format", "json"]) == 2
     err = capsys.readouterr().err
     assert f"config {bad} field binding.burts: unknown key" in err
+
+
+def _one_line(err: str) -> str:
+    assert "Traceback" not in err
+    assert err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("words", "says"),
+    [
+        (["bench", "kernels", "--nodes", "-5"], "argument --nodes: -5 is outside 1..1000000"),
+        (["bench", "kernels", "--nodes", "0"], "argument --nodes: 0 is outside 1..1000000"),
+        (["bench", "kernels", "--nodes", "5000000000"], "argument --nodes: 5000000000 is outside"),
+        (["bench", "kernels", "--pods", "x"], "argument --pods: 'x' is not a whole number"),
+        (["bench", "kernels", "--repeat", "0"], "argument --repeat: 0 is outside 1..1000"),
+        (["bench", "kernels", "--nodes", "2.5"], "argument --nodes: '2.5' is not a whole number"),
+        (["bench"], "the following arguments are required: WHAT"),
+        (["node-topology"], "the following arguments are required: --from-nvidia-smi"),
+        (["simulate", "--colour", "red"], "unrecognized arguments: --colour red"),
+        (["simulate", "--tune", "lots"], "argument --tune: invalid float value: 'lots'"),
+        (["nope"], "argument COMMAND: invalid choice: 'nope'"),
+        ([], "the following arguments are required: COMMAND"),
+    ],
+)
+def test_a_bad_command_line_is_one_line_and_exit_2(
+    words: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(words)
+    assert caught.value.code == 2
+    err = _one_line(capsys.readouterr().err)
+    assert says in err
+    assert err.rstrip().endswith("--help)")  # and where to read more
+
+
+def test_bench_refuses_a_count_below_one_when_called_directly() -> None:
+    from scheduler.kernels import bench
+
+    with pytest.raises(ValueError, match="nodes must be at least 1, not -5"):
+        bench.run(nodes=-5)
+
+
+def test_help_imports_no_command_so_it_answers_at_once() -> None:
+    # `gpusched --help` took 1.6-3.2 s when it imported every command; the heavy modules must stay unloaded.
+    code = (
+        "import sys\n"
+        "from scheduler import cli\n"
+        "try:\n"
+        "    cli.main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('numpy', 'numba', 'matplotlib', 'kopf', 'kubernetes_asyncio', 'scheduler.sim', 'scheduler.k8s',"
+        " 'scheduler.core')\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "LOADED []" in done.stdout
+    for command in ("run", "explain", "simulate", "trace", "bench", "node-topology"):
+        assert command in done.stdout
+
+
+def _help(*words: str) -> str:
+    with pytest.raises(SystemExit):
+        cli.main([*words, "--help"])
+    return ""
+
+
+@pytest.mark.parametrize(
+    ("words", "shown"),
+    [
+        (["simulate"], ["(default: 1.3)", "(default: 42-44; 42 with --scenario topology)"]),
+        (["bench", "kernels"], ["(default: 10000)", "(default: 20)", "(default: 3)"]),
+        (["run"], ["(default: gpusched-system)", "(default: gpusched)", "(default: 8080)", "(default: 8081)"]),
+        (["run"], ["--log-format {auto,json,console}", "(default: auto)"]),
+        (["explain"], ["the pod's or PodGroup's namespace (default: default)"]),
+        (["trace"], ["(default: $GPUSCHED_TRACE_DIR, else"]),
+    ],
+)
+def test_every_option_shows_its_default(words: list[str], shown: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    _help(*words)
+    text = " ".join(capsys.readouterr().out.split())
+    for part in shown:
+        assert part in text
+
+
+@pytest.mark.parametrize("command", ["run", "explain", "simulate", "trace", "bench", "node-topology"])
+def test_every_command_says_what_it_is_for(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    _help(command)
+    usage, description = capsys.readouterr().out.split("\n\n")[:2]
+    assert usage.startswith(f"usage: gpusched {command}")
+    assert len(description.split()) >= 5

@@ -43,6 +43,11 @@ def _threads(parallel: bool) -> Iterator[None]:
 
 
 def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Figures per kernel; ``nodes``, ``pods`` and ``repeat`` must be at least 1 (``ValueError`` otherwise, before
+    anything is allocated or compiled)."""
+    for name, value in (("nodes", nodes), ("pods", pods), ("repeat", repeat)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, not {value}")
     rng = np.random.default_rng(seed)
     c = synthetic.random_cluster(rng, nodes, resources=6, max_gpus=8)
     c.gpu_count[:] = 8

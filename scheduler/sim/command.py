@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,33 +27,71 @@ from scheduler.sim.trace import NodeSpec, PodSpec
 
 SCENARIOS = ("gangs", "tenants", "topology")
 
+#: Seeds when ``--seeds`` is not given; the topology scenario runs one (its seeds are slow and alike).
+DEFAULT_SEEDS = "42-44"
+TOPOLOGY_SEEDS = "42"
+DEFAULT_TUNE = 1.3
+
+#: Seconds a seed of a scenario takes on the project's 2-core machine, for the progress line.
+SECONDS_PER_SEED = {"tenants": 100, "topology": 30}
+
+#: File types matplotlib writes (``--plot``), by extension.
+PLOT_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
+
+#: Options (by their dest) that each mode reads; any other one given is refused, not ignored.
+_APPLIES = {
+    "compare": {"nodes", "pods", "policy", "tune", "seeds", "json", "plot"},
+    "replay": {"nodes", "pods", "policy", "replay", "json", "plot"},
+    "gangs": {"nodes", "jobs", "policy", "seeds", "json"},
+    "tenants": {"policy", "seeds", "json"},
+    "topology": {"seeds", "json"},
+}
+_WHY_NOT = {
+    "compare": "it applies only to a scenario",  # only --jobs can be out of place here
+    "replay": "a replay uses the trace's own times, once",
+    "gangs": "the gang scenario places jobs (--jobs) on nodes (--nodes, or its built-in cluster)",
+    "tenants": "the tenants scenario has its own cluster and workload",
+    "topology": "the topology scenario runs the default profile on its own labelled cluster, with topology on and off",
+}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", metavar="FILE", help="nodes CSV (sn,cpu_milli,memory_mib,gpu,model)")
     parser.add_argument("--pods", metavar="FILE", help="pods CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,...)")
     parser.add_argument(
         "--policy",
-        default=",".join(policies.POLICIES),
-        help=f"comma-separated policies (default: all of {', '.join(policies.POLICIES)})",
+        metavar="A,B,...",
+        help=(
+            f"comma-separated policies among {', '.join(policies.POLICIES)} "
+            "(default: all of them; default only with --scenario gangs or tenants)"
+        ),
     )
     parser.add_argument(
         "--tune",
         type=float,
-        default=1.3,
         metavar="RATIO",
-        help="inflate the workload to RATIO x GPU capacity (default 1.3)",
+        help=f"inflate the workload to RATIO x GPU capacity, the FGD paper's protocol (default: {DEFAULT_TUNE})",
     )
-    parser.add_argument("--seeds", default="42-44", metavar="A-B", help="seeds to average over (default 42-44)")
-    parser.add_argument("--replay", action="store_true", help="replay creation/deletion times instead of --tune")
+    parser.add_argument(
+        "--seeds",
+        metavar="A-B",
+        help=f"seeds to average over (default: {DEFAULT_SEEDS}; {TOPOLOGY_SEEDS} with --scenario topology)",
+    )
+    parser.add_argument(
+        "--replay", action="store_true", help="replay the trace's creation/deletion times instead of --tune"
+    )
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    parser.add_argument("--plot", metavar="FILE.png", help="draw allocation and fragmentation charts")
+    parser.add_argument(
+        "--plot", metavar="FILE.png", help="draw allocation and fragmentation charts (.png, .svg or .pdf)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument(
         "--scenario",
         choices=SCENARIOS,
         help=(
-            "a built-in scenario instead of a placement comparison: gangs (distributed jobs), tenants (queues), "
-            "topology (gangs with required and preferred levels, with topology and with it ignored)"
+            "a built-in scenario instead of a placement comparison: gangs (distributed jobs, seconds a seed), "
+            "tenants (queues, about 100 s a seed), topology (gangs with required and preferred levels, with "
+            "topology and with it ignored, about 30 s a seed)"
         ),
     )
     parser.add_argument(
@@ -59,6 +99,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="with --scenario gangs: jobs CSV (job,workers,gpus_per_worker,cpu_milli,memory_mib,arrival,duration)",
     )
+
+
+def mode(args: argparse.Namespace) -> str:
+    """What the command line asks for: ``compare`` (the FGD protocol), ``replay``, or a scenario's name."""
+    if args.scenario:
+        return str(args.scenario)
+    return "replay" if args.replay else "compare"
+
+
+def check(args: argparse.Namespace) -> None:
+    """Refuse what cannot work before any long work starts: options the mode does not read, numbers out of
+    range, output files that cannot be written."""
+    chosen = mode(args)
+    given = {
+        dest
+        for dest in ("nodes", "pods", "policy", "tune", "seeds", "replay", "json", "plot", "jobs")
+        if getattr(args, dest) not in (None, False)
+    }
+    for dest in sorted(given - _APPLIES[chosen]):
+        where = f"--scenario {chosen}" if args.scenario else ("--replay" if chosen == "replay" else "a comparison")
+        why = "only --scenario gangs reads it" if dest == "jobs" else _WHY_NOT[chosen]
+        raise InvalidObject(f"does not apply to {where} ({why})", obj="gpusched simulate", field="--" + dest)
+    if args.tune is not None and not 0 < args.tune <= 10:
+        raise InvalidObject(f"{args.tune} is not a ratio in (0, 10]", obj="gpusched simulate", field="--tune")
+    if args.json:
+        check_output(args.json, "--json")
+    if args.plot:
+        check_output(args.plot, "--plot")
+        suffix = Path(args.plot).suffix.lower().lstrip(".")
+        if suffix not in PLOT_FORMATS:
+            raise InvalidObject(
+                f"{args.plot!r}: name the file with an image extension ({', '.join('.' + f for f in PLOT_FORMATS)})",
+                obj="gpusched simulate",
+                field="--plot",
+            )
+
+
+def check_output(raw: str, flag: str) -> None:
+    """An output file must be a file name in a folder that exists and can be written."""
+    path = Path(raw)
+    if path.is_dir():
+        raise InvalidObject(f"{raw} is a folder; give a file name", obj="gpusched simulate", field=flag)
+    folder = path.parent
+    if not folder.exists():
+        raise InvalidObject(f"folder {folder} does not exist (for {raw})", obj="gpusched simulate", field=flag)
+    if not folder.is_dir():
+        raise InvalidObject(f"{folder} is not a folder (for {raw})", obj="gpusched simulate", field=flag)
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InvalidObject(f"cannot write {raw}: permission denied", obj="gpusched simulate", field=flag)
 
 
 def parse_seeds(raw: str) -> list[int]:
@@ -212,17 +301,33 @@ def compare_replay(
     return results
 
 
+def _seed_started(quiet: bool, scenario: str, name: str, seed: int, step: int, steps: int) -> None:
+    """A line before each seed of a slow scenario, so that a long quiet stretch is not taken for a hang."""
+    if quiet or scenario not in SECONDS_PER_SEED:
+        return
+    sys.stderr.write(
+        f"{scenario}: {name} seed {seed} ({step} of {steps}) running, about {SECONDS_PER_SEED[scenario]} s\n"
+    )
+    sys.stderr.flush()
+
+
+def _seed_done(quiet: bool, name: str, seed: int, wall_s: float) -> None:
+    if not quiet:
+        sys.stderr.write(f"{name} seed {seed:<8} done in {wall_s:.2f}s\n")
+        sys.stderr.flush()
+
+
 def run_gangs(args: argparse.Namespace, names: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[str, Any]]:
     nodes = trace.load_nodes(args.nodes) if args.nodes else gangs.cluster()
     capacity = sum(n.gpus for n in nodes)
+    loaded = gangs.load_jobs(args.jobs) if args.jobs else None  # a bad file is refused before any run
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         runs = []
         for seed in seeds:
-            jobs = gangs.load_jobs(args.jobs) if args.jobs else gangs.generate(cluster_gpus=capacity, seed=seed)
+            jobs = loaded if loaded is not None else gangs.generate(cluster_gpus=capacity, seed=seed)
             runs.append(gangs.run(nodes, jobs, policies.build(name, shapes=[], seed=seed)))
-            if not args.quiet:
-                sys.stderr.write(f"{name} seed {seed:<8} done in {runs[-1].wall_s:.2f}s\n")
+            _seed_done(args.quiet, name, seed, runs[-1].wall_s)
         results[name] = {
             "partial_gangs": sum(r.partial_gangs for r in runs),
             "deadlocks": sum(r.deadlocks for r in runs),
@@ -239,12 +344,13 @@ def run_gangs(args: argparse.Namespace, names: Sequence[str], seeds: Sequence[in
 
 def run_tenants(names: Sequence[str], seeds: Sequence[int], quiet: bool) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
-    for name in names:
+    steps = len(names) * len(seeds)
+    for i, name in enumerate(names):
         runs = []
-        for seed in seeds:
+        for j, seed in enumerate(seeds):
+            _seed_started(quiet, "tenants", name, seed, i * len(seeds) + j + 1, steps)
             runs.append(tenants.run(tenants.cluster(), policies.build(name, shapes=[], seed=seed), seed=seed))
-            if not quiet:
-                sys.stderr.write(f"{name} seed {seed:<8} done in {runs[-1].wall_s:.2f}s\n")
+            _seed_done(quiet, name, seed, runs[-1].wall_s)
         results[name] = {
             "jain_index": float(np.mean([r.jain_index for r in runs])),
             "gpu_allocation": float(np.mean([r.gpu_allocation for r in runs])),
@@ -270,57 +376,64 @@ def run_topology(
     config = policies.build("default", shapes=[], seed=0)
     capacity = sum(n.gpus for n in nodes)
     runs: dict[str, list[sim_topology.TopologyRun]] = {"topology": [], "ignored": []}
-    for seed in seeds:
+    for j, seed in enumerate(seeds):
         jobs = sim_topology.generate(jobs_per_seed, cluster_gpus=capacity, seed=seed)
+        _seed_started(quiet, "topology", "with topology and ignored", seed, j + 1, len(seeds))
         for name in runs:
             runs[name].append(sim_topology.run(nodes, jobs, config, ignore=name == "ignored"))
-            if not quiet:
-                sys.stderr.write(f"{name} seed {seed:<8} done in {runs[name][-1].wall_s:.2f}s\n")
+            _seed_done(quiet, name, seed, runs[name][-1].wall_s)
     return {name: sim_topology.summary(r) for name, r in runs.items()}
 
 
+def _write_json(path: str, payload: dict[str, Any]) -> None:
+    try:
+        report.write_json(path, payload)
+    except OSError as exc:
+        raise InvalidObject(f"cannot write {path}: {exc.strerror}", obj="gpusched simulate", field="--json") from None
+    print(f"wrote {path} (the results as JSON)")
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.scenario == "topology":
-        seeds = parse_seeds(args.seeds if args.seeds != "42-44" else "42")
+    check(args)
+    chosen = mode(args)
+    if chosen == "topology":
+        seeds = parse_seeds(TOPOLOGY_SEEDS if args.seeds is None else args.seeds)
         started = time.perf_counter()
         results = run_topology(seeds, args.quiet)
         labelled = sim_topology.cluster()
         print(
             f"topology scenario: {len(labelled)} nodes (4 blocks x 4 racks x 2 cliques x 4 nodes x 8 GPUs), "
-            f"{len(sim_topology.generate(seed=seeds[0]))} jobs per seed, seeds {seeds[0]}-{seeds[-1]}"
+            f"{len(sim_topology.generate(seed=seeds[0]))} jobs per seed, seeds {_span(seeds)}"
         )
         print(sim_topology.table(results))
         print(f"total {time.perf_counter() - started:.1f}s")
         if args.json:
-            report.write_json(args.json, {"mode": "topology", "seeds": seeds, "results": results})
+            _write_json(args.json, {"mode": "topology", "seeds": seeds, "results": results})
         return 0
-    if args.scenario == "tenants":
-        names = policies.parse_names(args.policy if args.policy != ",".join(policies.POLICIES) else "default")
-        seeds = parse_seeds(args.seeds)
+    if chosen == "tenants":
+        names = policies.parse_names("default" if args.policy is None else args.policy)
+        seeds = parse_seeds(DEFAULT_SEEDS if args.seeds is None else args.seeds)
         results = run_tenants(names, seeds, args.quiet)
         where = f"{len(tenants.QUEUES)} queues on {len(tenants.cluster())} nodes"
-        print(f"tenants scenario: {where}, seeds {seeds[0]}-{seeds[-1]}")
-        print(report.tenant_table(results))
+        print(f"tenants scenario: {where}, seeds {_span(seeds)}")
+        print(report.tenant_table(results, seeds=len(seeds)))
         if args.json:
-            report.write_json(args.json, {"mode": "tenants", "seeds": seeds, "results": results})
+            _write_json(args.json, {"mode": "tenants", "seeds": seeds, "results": results})
         return 0
-    if args.scenario == "gangs":
-        names = policies.parse_names(args.policy if args.policy != ",".join(policies.POLICIES) else "default")
-        seeds = parse_seeds(args.seeds)
+    if chosen == "gangs":
+        names = policies.parse_names("default" if args.policy is None else args.policy)
+        seeds = parse_seeds(DEFAULT_SEEDS if args.seeds is None else args.seeds)
         started = time.perf_counter()
         results = run_gangs(args, names, seeds)
-        print(
-            f"gang scenario: {'jobs from ' + args.jobs if args.jobs else 'built-in jobs'}, seeds {seeds[0]}-{seeds[-1]}"
-        )
+        print(f"gang scenario: {'jobs from ' + args.jobs if args.jobs else 'built-in jobs'}, seeds {_span(seeds)}")
         print(report.gang_table(results))
         print(f"total {time.perf_counter() - started:.1f}s")
         if args.json:
-            report.write_json(args.json, {"mode": "gangs", "seeds": seeds, "results": results})
+            _write_json(args.json, {"mode": "gangs", "seeds": seeds, "results": results})
         return 0
-    names = policies.parse_names(args.policy)
-    seeds = parse_seeds(args.seeds)
-    if not args.replay and not 0 < args.tune <= 10:
-        raise InvalidObject(f"{args.tune} is not a ratio in (0, 10]", obj="gpusched simulate", field="--tune")
+    names = policies.parse_names(",".join(policies.POLICIES) if args.policy is None else args.policy)
+    seeds = parse_seeds(DEFAULT_SEEDS if args.seeds is None else args.seeds)
+    tune = DEFAULT_TUNE if args.tune is None else args.tune
     nodes, pods, source = _inputs(args)
     progress = Progress(args.quiet)
     started = time.perf_counter()
@@ -330,14 +443,24 @@ def run(args: argparse.Namespace) -> int:
         print(report.replay_table(results))
         payload: dict[str, Any] = {"mode": "replay", "results": results}
     else:
-        results = compare_tune(nodes, pods, names, args.tune, seeds, progress)
-        key = str(round(args.tune * 100))
-        print(f"{source}: {len(pods)} pods inflated to {args.tune:g} x GPU capacity, seeds {seeds[0]}-{seeds[-1]}")
+        results = compare_tune(nodes, pods, names, tune, seeds, progress)
+        key = str(round(tune * 100))
+        print(f"{source}: {len(pods)} pods inflated to {tune:g} x GPU capacity, seeds {_span(seeds)}")
         print(report.table(results, key))
-        payload = {"mode": "tune", "ratio": args.tune, "seeds": seeds, "results": results}
+        payload = {"mode": "tune", "ratio": tune, "seeds": seeds, "results": results}
     print(f"total {time.perf_counter() - started:.1f}s")
     if args.json:
-        report.write_json(args.json, payload)
+        _write_json(args.json, payload)
     if args.plot:
-        report.plot(args.plot, results, replay=args.replay)
+        try:
+            report.plot(args.plot, results, replay=args.replay)
+        except OSError as exc:
+            raise InvalidObject(
+                f"cannot write {args.plot}: {exc.strerror}", obj="gpusched simulate", field="--plot"
+            ) from None
+        print(f"wrote {args.plot} (the charts)")
     return 0
+
+
+def _span(seeds: Sequence[int]) -> str:
+    return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else str(seeds[0])

@@ -157,3 +157,162 @@ def test_a_workload_without_gpu_pods_finishes(tmp_path: Path, trace_files: tuple
     nodes, _ = trace_files
     cpu_only = write(tmp_path / "cpu.csv", POD_HEADER, ["c0,1000,2048,0,0,,BE,Running,0,,"])
     assert _simulate("--nodes", str(nodes), "--pods", str(cpu_only), "--policy", "bestfit", "--seeds", "1") == 0
+
+
+def _one_line(err: str) -> str:
+    """A user error is one line on stderr, with no traceback."""
+    assert "Traceback" not in err
+    assert err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("flag", "where", "says"),
+    [
+        ("--plot", "missing/alloc.png", "field --plot: folder {tmp}/missing does not exist"),
+        ("--json", "missing/out.json", "field --json: folder {tmp}/missing does not exist"),
+        ("--json", ".", "field --json: {tmp}/. is a folder; give a file name"),
+        ("--plot", "alloc.txt", "field --plot: '{tmp}/alloc.txt': name the file with an image extension"),
+        ("--plot", "file.csv/alloc.png", "field --plot: {tmp}/file.csv is not a folder"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_the_simulation(
+    flag: str, where: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file.csv").write_text("")
+    # The whole built-in comparison would take seconds per policy: refused first, nothing runs or prints.
+    assert _simulate(flag, f"{tmp_path}/{where}") == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert says.format(tmp=tmp_path) in _one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--scenario", "tenants", "--policy", "default", "--tune", "1.2"], "--tune"),
+        (["--scenario", "tenants", "--nodes", "n.csv"], "--nodes"),
+        (["--scenario", "tenants", "--plot", "x.png"], "--plot"),
+        (["--scenario", "topology", "--policy", "fgd"], "--policy"),
+        (["--scenario", "topology", "--tune", "1.2"], "--tune"),
+        (["--scenario", "topology", "--replay"], "--replay"),
+        (["--scenario", "gangs", "--pods", "p.csv"], "--pods"),
+        (["--scenario", "gangs", "--tune", "1.1"], "--tune"),
+        (["--scenario", "gangs", "--replay"], "--replay"),
+        (["--replay", "--tune", "1.1"], "--tune"),
+        (["--replay", "--seeds", "1-3"], "--seeds"),
+        (["--jobs", "jobs.csv"], "--jobs"),
+    ],
+)
+def test_an_option_the_mode_does_not_read_is_refused(
+    flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _simulate(*flags) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert f"gpusched simulate field {named}: does not apply to " in err
+
+
+def test_the_topology_scenario_runs_the_seed_its_help_names(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scheduler.sim import command
+
+    seen: list[list[int]] = []
+
+    def record(seeds: list[int], quiet: bool) -> None:
+        seen.append(list(seeds))
+        raise KeyboardInterrupt  # stop before the (slow) scenario
+
+    monkeypatch.setattr(command, "run_topology", record)
+    with pytest.raises(SystemExit):
+        cli.main(["simulate", "--help"])
+    help_text = capsys.readouterr().out
+    assert "42 with --scenario topology" in " ".join(help_text.split())
+    assert _simulate("--scenario", "topology") == 130
+    assert _simulate("--scenario", "topology", "--seeds", "7-8") == 130
+    assert seen == [[42], [7, 8]]
+
+
+def test_the_tenants_scenario_says_when_each_seed_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scheduler.sim import tenants
+
+    def fake_run(nodes: object, config: object, *, seed: int) -> tenants.TenantRun:
+        queue = {"weight": 1.0, "gpus_held": 8.0, "fair_share_gpus": 8.0, "share_over_fair": 1.0}
+        return tenants.TenantRun(
+            jain_index=1.0,
+            gpu_allocation=97.0,
+            reclaim_latency_s=600.0,
+            queues={"prod": queue},
+            partial_gangs=0,
+            wall_s=0.01,
+            preempted_gpu_hours=10.0,
+            preemptions=seed,
+        )
+
+    monkeypatch.setattr(tenants, "run", fake_run)
+    assert cli.main(["simulate", "--scenario", "tenants", "--seeds", "55-57"]) == 0
+    out, err = capsys.readouterr()
+    assert "tenants: default seed 55 (1 of 3) running, about 100 s" in err
+    assert "tenants: default seed 57 (3 of 3) running" in err
+    assert "in 56 jobs a seed" in out  # the mean of 55, 56, 57: a count, not 56.0000
+    assert "(means over 3 seeds)" in out
+    assert "held/fair near 1 is fair" in out  # the legend
+
+
+def test_tenant_counts_read_as_counts() -> None:
+    from scheduler.sim import report
+
+    queue = {"weight": 2.0, "gpus_held": 120.0, "fair_share_gpus": 128.0, "share_over_fair": 0.94}
+    result = {
+        "jain_index": 0.993,
+        "gpu_allocation": 97.07,
+        "reclaim_latency_s": 1432.0,
+        "preempted_gpu_hours": 117.2,
+        "preemptions": 167 / 3,
+        "partial_gangs": 0,
+        "queues": {"prod": queue},
+    }
+    text = report.tenant_table({"default": result}, seeds=3)
+    assert "preempted 117.2 GPU-hours in 55.7 jobs a seed" in text
+    assert "55.6667" not in text
+
+
+def test_alloc_at_100_that_the_curve_skips_is_explained_not_nan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two 8-GPU nodes and three 6-GPU pods: each pod is 37.5% of the cluster, so the arrived demand goes 37.5,
+    # 75, 112.5% (a fourth would pass 130%): it never comes within a point of 100%.
+    nodes = write(tmp_path / "nodes.csv", NODE_HEADER, NODES)
+    pods = write(tmp_path / "pods.csv", POD_HEADER, [f"big{i},8000,16384,6,1000,,LS,Running,0,,0" for i in range(3)])
+    out = tmp_path / "out.json"
+    flags = ("--policy", "bestfit", "--seeds", "1", "--json", str(out))
+    assert _simulate("--nodes", str(nodes), "--pods", str(pods), *flags) == 0
+    table = capsys.readouterr().out
+    result = json.loads(out.read_text())["results"]["bestfit"]
+    assert result["alloc_at"]["100"] is None
+    assert result["alloc_at"]["130"] == pytest.approx(75.0)  # two of the three placed, one per node
+    assert "nan" not in table
+    assert "n/a*" in table
+    assert "n/a*         no pod arrived while the demand was within a point of 100% of the cluster's GPU" in table
+    assert "alloc@X%     GPU allocated" in table  # the legend
+    assert f"wrote {out} (the results as JSON)" in table
+
+
+def test_the_command_says_where_it_wrote_the_plot(
+    trace_files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    png = tmp_path / "alloc.png"
+    assert _simulate(*_on(trace_files, "--policy", "fgd", "--seeds", "1", "--plot", str(png))) == 0
+    assert f"wrote {png} (the charts)" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_policy_keeps_its_colour_whatever_else_is_plotted() -> None:
+    from scheduler.sim import report
+
+    alone = report.colours(["fgd"])
+    together = report.colours(["random", "bestfit", "fgd", "default", "mine"])
+    assert alone["fgd"] == together["fgd"]
+    assert len(set(together.values())) == 5

@@ -199,3 +199,117 @@ def test_a_row_the_csv_reader_cannot_take_is_refused_at_its_line(tmp_path: Path)
     error = _error(trace.load_nodes, path)
     assert error.obj == f"file {path} line 3"
     assert "not CSV" in error.reason
+
+
+# `gpusched trace`: the download helper, on files the test makes and serves from a file:// address (no network).
+
+TRACE_NODES = ["n0,128000,1048576,8,T4", "n1,96000,786432,8,V100M32"]
+TRACE_PODS = ["p0,1000,2048,1,500,,LS,Running,0,3600,0", "p1,8000,16384,8,1000,,BE,Running,60,,60"]
+
+
+@pytest.fixture
+def mirror(tmp_path: Path) -> Path:
+    """A folder laid out like the trace's csv folder, with the GPU node list and two pod lists."""
+    source = tmp_path / "mirror"
+    source.mkdir()
+    write(source / "openb_node_list_gpu_node.csv", NODE_HEADER, TRACE_NODES)
+    write(source / "openb_pod_list_default.csv", POD_HEADER, TRACE_PODS)
+    write(source / "openb_pod_list_multigpu20.csv", MULTIGPU_HEADER, ["m0,8000,16384,2,1000"])
+    return source
+
+
+def _trace(mirror: Path, cache: Path, *words: str) -> int:
+    from scheduler import cli
+
+    return cli.main(["trace", "--dir", str(cache), "--base-url", mirror.as_uri(), *words])
+
+
+def _one_error(err: str) -> str:
+    """The one error line of a failed command (progress lines, starting ``gpusched trace:``, may come first)."""
+    assert "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if line.startswith("gpusched: ")]
+    assert err.endswith(line + "\n")
+    return line
+
+
+def test_trace_fetches_the_default_files_checks_them_and_prints_their_paths(
+    mirror: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "cache" / "alibaba"
+    assert _trace(mirror, cache) == 0
+    out = capsys.readouterr()
+    nodes, pods = cache / "openb_node_list_gpu_node.csv", cache / "openb_pod_list_default.csv"
+    assert out.out.splitlines()[:2] == [str(nodes), str(pods)]
+    assert f"gpusched simulate --nodes {nodes} --pods {pods}" in out.out
+    assert "2 nodes" in out.err and "2 pods" in out.err
+    assert [n.name for n in trace.load_nodes(nodes)] == ["n0", "n1"]
+    assert [p.num_gpu for p in trace.load_pods(pods)] == [1, 8]
+    assert sorted(p.name for p in cache.iterdir()) == sorted([nodes.name, pods.name])  # no partial files left
+
+
+def test_trace_downloads_a_file_only_once(mirror: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cache = tmp_path / "cache"
+    assert _trace(mirror, cache, "multigpu20", "gpu_node") == 0
+    (mirror / "openb_pod_list_multigpu20.csv").unlink()  # a second download would now fail
+    assert _trace(mirror, cache, "openb_pod_list_multigpu20.csv") == 0
+    assert "already in" in capsys.readouterr().err
+    assert [p.num_gpu for p in trace.load_pods(cache / "openb_pod_list_multigpu20.csv")] == [2]
+
+
+def test_trace_refuses_a_download_that_is_not_a_trace_file(
+    mirror: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (mirror / "openb_pod_list_default.csv").write_text("<html><body>rate limited</body></html>\n")
+    cache = tmp_path / "cache"
+    assert _trace(mirror, cache, "default") == 2
+    err = _one_error(capsys.readouterr().err)
+    assert "openb_pod_list_default.csv: the download is not a trace file (missing columns" in err
+    assert list(cache.iterdir()) == []  # nothing kept, so the next run tries again
+
+
+def test_trace_names_the_address_it_cannot_reach(
+    mirror: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _trace(mirror, tmp_path / "cache", "gpushare40") == 2
+    err = _one_error(capsys.readouterr().err)
+    assert f"url {mirror.as_uri()}/openb_pod_list_gpushare40.csv: cannot download" in err
+    assert "github.com/alibaba/clusterdata" in err
+
+
+@pytest.mark.parametrize(
+    ("words", "says"),
+    [
+        (["nope"], "'nope' is not a file of the trace"),
+        (["--all", "default"], "--all fetches every file"),
+        (["--list", "default"], "--list fetches nothing"),
+    ],
+)
+def test_trace_refuses_bad_words_in_one_line(
+    words: list[str], says: str, mirror: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _trace(mirror, tmp_path / "cache", *words) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err
+
+
+def test_trace_list_says_which_files_are_here(mirror: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from scheduler.sim import fetch
+
+    cache = tmp_path / "cache"
+    assert _trace(mirror, cache, "default") == 0
+    capsys.readouterr()
+    assert _trace(mirror, cache, "--list") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "here  openb_pod_list_default.csv" in lines
+    assert "      openb_node_list_gpu_node.csv" in lines
+    assert len(lines) == len(fetch.FILES) + 1
+
+
+def test_the_cache_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from scheduler.sim import fetch
+
+    monkeypatch.delenv("GPUSCHED_TRACE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert fetch.cache_dir() == tmp_path / "gpusched" / "traces" / "alibaba-gpu-v2023"
+    monkeypatch.setenv("GPUSCHED_TRACE_DIR", str(tmp_path / "mine"))
+    assert fetch.cache_dir() == tmp_path / "mine"
