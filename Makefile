@@ -1,20 +1,30 @@
 # gpusched: `make demo` runs the simulator on its built-in cluster, `make test` runs lint, types, layering, the
 # test suite and the end-to-end suite on a real API server (tests/e2e/run.sh says why when it has to skip that).
 # Both install into a local virtualenv (.venv) first; only python3 (>= 3.11) is needed, and Go for the e2e
-# control plane the first time (docs/e2e.md).
+# control plane the first time (docs/e2e.md). `make image` builds the operator's container image with docker.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint unit e2e bench clean
+DOCKER ?= docker
+IMAGE ?= gpusched:dev
 
+.PHONY: install demo test lint unit e2e bench image clean
+
+# pip is quiet (its output is long); these lines say what is happening. The first install downloads numba,
+# llvmlite, numpy, matplotlib, the Kubernetes client, mypy and ruff: about 90 s on the project's machine.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "install: creating the virtualenv $(VENV) with $$($(PYTHON) --version 2>&1)"
+	@$(PYTHON) -m venv $(VENV)
+	@echo "install: upgrading pip"
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@echo "install: installing gpusched and its dev tools into $(VENV) (about 90 s and 635 MB the first time;" \
+	  "pip's own messages are off)"
+	@$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+	@echo "install: done, $(VENV) takes $$(du -sh $(VENV) | cut -f1)"
 
 install: $(STAMP)
 
@@ -37,6 +47,20 @@ test: lint unit e2e
 
 bench: install
 	$(BIN)/gpusched bench kernels
+
+# The operator's image (Dockerfile): manifests/ run it as `gpusched`; push it where your cluster pulls from and
+# set it with `kustomize edit set image gpusched=REGISTRY/gpusched:TAG` (docs/operator.md).
+image:
+	@command -v $(DOCKER) >/dev/null 2>&1 || { \
+	  echo "make image: '$(DOCKER)' is not on the PATH: install Docker (or run with DOCKER=podman)" >&2; exit 1; }
+	@$(DOCKER) info >/dev/null 2>&1 || { \
+	  echo "make image: $(DOCKER) cannot reach its daemon ('$(DOCKER) info' fails): start Docker and try again" >&2; \
+	  exit 1; }
+	@echo "image: building $(IMAGE) from Dockerfile (it downloads python:3.11-slim and the wheels pinned in" \
+	  "requirements.lock, then compiles the numba kernels into the image)"
+	$(DOCKER) build -t $(IMAGE) .
+	@echo "image: built $(IMAGE). Next: $(DOCKER) tag $(IMAGE) REGISTRY/gpusched:TAG && $(DOCKER) push" \
+	  "REGISTRY/gpusched:TAG (or: kind load docker-image $(IMAGE)), then point manifests/ at it (docs/operator.md)"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -8,15 +8,19 @@
 # and are reused when present, so a second run is a fast no-op.
 #
 # stdout: exactly one line, the binary directory (BIN=$(tests/e2e/build-controlplane.sh)).
-# stderr: progress, timings, errors.
+# stderr: progress, timings, errors; while another build of the same binaries holds the lock, a line a minute
+# saying so.
 #
 # Environment:
 #   GPUSCHED_E2E_CACHE   cache root (default $HOME/.cache/gpusched)
 #   GPUSCHED_BUILD_NICE  nice level for go build (default 15)
 #   GPUSCHED_FORCE_BUILD=1  rebuild even if cached
+#   GPUSCHED_BUILD_REPORT  a file to write what happened to: "built SECONDS", "cached", or "waited SECONDS"
+#                          (another build made the binaries while this one waited; nothing built here)
 set -euo pipefail
 
 log() { printf 'build-controlplane: %s\n' "$*" >&2; }
+report() { if [ -n "${GPUSCHED_BUILD_REPORT:-}" ]; then printf '%s\n' "$*" >"$GPUSCHED_BUILD_REPORT"; fi; }
 die() { printf 'build-controlplane: ERROR: %s\n' "$*" >&2; exit 1; }
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -87,20 +91,32 @@ complete() {
 }
 
 if [ "${GPUSCHED_FORCE_BUILD:-0}" != 1 ] && complete "$BIN"; then
-  log "cached: $BIN ($(grep -h '^build_seconds=' "$BIN/BUILD_INFO" || true))"
+  log "cached, nothing to build: $BIN ($(grep -h '^build_seconds=' "$BIN/BUILD_INFO" || true))"
+  report cached
   echo "$BIN"
   exit 0
 fi
 
 mkdir -p "$CACHE_ROOT"
 # Serialise concurrent builds of the same tag.
-exec 9>"$CACHE_ROOT/.bin-$TAG.lock"
+LOCK="$CACHE_ROOT/.bin-$TAG.lock"
+exec 9>"$LOCK"
 if command -v flock >/dev/null 2>&1; then
-  flock 9
-  if [ "${GPUSCHED_FORCE_BUILD:-0}" != 1 ] && complete "$BIN"; then
-    log "cached (built concurrently): $BIN"
-    echo "$BIN"
-    exit 0
+  if ! flock -n 9; then
+    WAIT_START=$(date +%s)
+    log "another build of these binaries holds $LOCK; waiting for it (a cold build takes 10-20 minutes)"
+    until flock -w 60 9; do
+      log "still waiting for the other build: $(( $(date +%s) - WAIT_START )) s so far"
+    done
+    WAITED=$(( $(date +%s) - WAIT_START ))
+    log "the other build released the lock after $WAITED s of waiting"
+    if [ "${GPUSCHED_FORCE_BUILD:-0}" != 1 ] && complete "$BIN"; then
+      log "the other build made the binaries; nothing built here: $BIN"
+      report "waited $WAITED"
+      echo "$BIN"
+      exit 0
+    fi
+    log "the other build left no complete binaries; building them here"
   fi
 fi
 
@@ -142,5 +158,6 @@ EOF
 rm -rf "$BIN"
 mv "$TMP" "$BIN"
 trap - EXIT
-log "built in $((END - START))s: $BIN"
+log "built in $((END - START))s: $BIN ($(du -sh "$BIN" 2>/dev/null | cut -f1))"
+report "built $((END - START))"
 echo "$BIN"

@@ -23,11 +23,23 @@ elif [ -z "${GPUSCHED_E2E_BIN:-}" ]; then
     export GPUSCHED_E2E_BIN="$cached"
     echo "e2e: control-plane binaries from the cache: $cached"
   elif command -v go >/dev/null 2>&1; then
-    echo "e2e: building the control plane with $(go version) (the first build takes 10-20 minutes)"
+    echo "e2e: no control-plane binaries in the cache yet: building them with $(go version)" \
+      "(10-20 minutes the first time; about 400 MB in ${GPUSCHED_E2E_CACHE:-$HOME/.cache/gpusched})"
     started=$(date +%s)
-    GPUSCHED_E2E_BIN="$(tests/e2e/build-controlplane.sh)"
+    outcome="$(mktemp)"
+    trap 'rm -f "$outcome"' EXIT
+    GPUSCHED_E2E_BIN="$(GPUSCHED_BUILD_REPORT="$outcome" tests/e2e/build-controlplane.sh)"
     export GPUSCHED_E2E_BIN
-    echo "e2e: built in $(( $(date +%s) - started )) s: $GPUSCHED_E2E_BIN"
+    read -r what seconds <"$outcome" || true
+    rm -f "$outcome"
+    trap - EXIT
+    case "${what:-}" in
+      built) echo "e2e: built the control plane in ${seconds} s: $GPUSCHED_E2E_BIN" ;;
+      waited) echo "e2e: another run built the control plane while this one waited ${seconds} s; nothing built" \
+        "here: $GPUSCHED_E2E_BIN" ;;
+      *) echo "e2e: control plane from the cache after $(( $(date +%s) - started )) s; nothing built here:" \
+        "$GPUSCHED_E2E_BIN" ;;
+    esac
   elif required; then
     echo "e2e: ERROR: GPUSCHED_E2E_REQUIRED=1, but there are no control-plane binaries and no Go to build them" >&2
     exit 1
