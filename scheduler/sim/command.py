@@ -121,6 +121,17 @@ def check(args: argparse.Namespace) -> None:
         where = f"--scenario {chosen}" if args.scenario else ("--replay" if chosen == "replay" else "a comparison")
         why = "only --scenario gangs reads it" if dest == "jobs" else _WHY_NOT[chosen]
         raise InvalidObject(f"does not apply to {where} ({why})", obj="gpusched simulate", field="--" + dest)
+    if chosen in ("compare", "replay") and bool(args.nodes) != bool(args.pods):
+        raise InvalidObject("--nodes and --pods go together", obj="gpusched simulate", field="--nodes")
+    for dest in ("nodes", "pods", "jobs"):
+        raw = getattr(args, dest)
+        if raw and not Path(raw).is_file():
+            hint = (
+                ": `gpusched trace` downloads the Alibaba GPU trace's files"
+                if Path(raw).name.startswith("openb_")
+                else ""
+            )
+            raise InvalidObject(f"no file {raw}{hint}", obj="gpusched simulate", field="--" + dest)
     if args.tune is not None and not 0 < args.tune <= 10:
         raise InvalidObject(f"{args.tune} is not a ratio in (0, 10]", obj="gpusched simulate", field="--tune")
     if args.json:

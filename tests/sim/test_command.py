@@ -212,6 +212,25 @@ def test_an_option_the_mode_does_not_read_is_refused(
     assert f"gpusched simulate field {named}: does not apply to " in err
 
 
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--nodes", "{tmp}/n.csv", "--pods", "{tmp}/p.csv"], "field --nodes: no file {tmp}/n.csv"),
+        (
+            ["--nodes", "{nodes}", "--pods", "{tmp}/openb_pod_list_default.csv"],
+            "field --pods: no file {tmp}/openb_pod_list_default.csv: `gpusched trace` downloads",
+        ),
+        (["--scenario", "gangs", "--jobs", "{tmp}/jobs.csv"], "field --jobs: no file {tmp}/jobs.csv"),
+    ],
+)
+def test_a_missing_input_file_is_named_before_anything_runs(
+    flags: list[str], says: str, trace_files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    words = [f.format(tmp=tmp_path, nodes=trace_files[0]) for f in flags]
+    assert _simulate(*words) == 2
+    assert says.format(tmp=tmp_path) in _one_line(capsys.readouterr().err)
+
+
 def test_the_topology_scenario_runs_the_seed_its_help_names(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
