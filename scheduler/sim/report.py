@@ -94,8 +94,8 @@ def gang_table(results: Mapping[str, Mapping[str, Any]]) -> str:
         )
     lines += [
         "",
-        "partial gangs, deadlocks  gangs ever bound in part, and stalls with every gang waiting on another (sums",
-        "                          over the seeds; both should be 0)",
+        "partial gangs, deadlocks  checks after every step: a gang partly placed; gangs waiting while nothing runs",
+        "                          and nothing can be placed (sums over the seeds; both should be 0)",
         "wait mean/p99 s           seconds from a gang's arrival until all its workers were placed",
         "GPU alloc                 GPU allocation over the run; placed, waiting: gangs placed, and still waiting at",
         "                          the end (means per seed); wall s: seconds per seed",
