@@ -351,10 +351,17 @@ def pods_of_refused_queues_bound(pods: Iterable[Obj], podgroups: Iterable[Obj], 
 
 
 def pending_without_reason(
-    pods: Iterable[Obj], events: Iterable[Obj], *, scheduler_name: str = "gpusched"
+    pods: Iterable[Obj], events: Iterable[Obj], podgroups: Iterable[Obj] = (), *, scheduler_name: str = "gpusched"
 ) -> list[str]:
-    """Unbound pods of the scheduler with neither ``PodScheduled=False`` nor a reason Event (on the pod or on its
-    PodGroup) among :data:`PENDING_REASONS`."""
+    """Unbound pods of the scheduler with no reason to show: neither ``PodScheduled=False``, nor a reason Event
+    (on the pod or on its PodGroup) among :data:`PENDING_REASONS`, nor a ``False`` condition with a reason in
+    their PodGroup's status (how a gang still waiting for members says so, docs/gangs.md)."""
+    group_reasons: dict[tuple[str, str], set[str]] = {}
+    for g in podgroups:
+        conditions = (g.get("status") or {}).get("conditions") or []
+        group_reasons[(str(meta(g).get("namespace")), str(meta(g).get("name")))] = {
+            f"{c.get('type')}={c.get('reason')}" for c in conditions if c.get("status") == "False" and c.get("reason")
+        }
     reasons: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for e in events:
         obj = e.get("involvedObject") or {}
@@ -372,6 +379,8 @@ def pending_without_reason(
         seen = reasons.get(("Pod", ns, name), set())
         if group_of(p):
             seen = seen | reasons.get(("PodGroup", ns, group_of(p)), set())
+            if group_reasons.get((ns, group_of(p))):
+                continue
         if seen & PENDING_REASONS:
             continue
         out.append(

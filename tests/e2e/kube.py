@@ -802,3 +802,106 @@ class Scenario:
 
 def scenario_workdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="gpusched-e2e-run-"))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# watching pods over a run (the fault test): every node and GPU ids each pod UID was ever seen with
+
+
+class PodWatcher:
+    """A background watch of one namespace's pods that records, per pod UID, every ``spec.nodeName`` and every
+    ``gpusched.io/gpu-ids`` value it was seen with, so a test can tell a pod bound twice from the history, not
+    only from the final state.
+
+    The watch is re-opened (after a fresh list, from its resourceVersion) whenever it breaks: an API server
+    restart, a 410 Gone, a timeout. ``reconnects`` counts those; ``errors`` keeps the last few failures.
+    """
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        import threading
+
+        self.kube = kube
+        self.namespace = namespace
+        self.history: dict[str, dict[str, Any]] = {}
+        self.events_seen = 0
+        self.reconnects = 0
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"watch-{namespace}", daemon=True)
+
+    def start(self) -> PodWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=70)
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {
+                uid: {k: (set(v) if isinstance(v, set) else v) for k, v in h.items()} for uid, h in self.history.items()
+            }
+
+    def _record(self, pod: Mapping[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if not uid:
+            return
+        node = node_of(pod)
+        ids = str((meta.get("annotations") or {}).get(ANNOTATION_GPU_IDS) or "")
+        with self._lock:
+            h = self.history.setdefault(
+                uid, {"name": f"{meta.get('namespace')}/{meta.get('name')}", "nodes": set(), "gpu_ids": set()}
+            )
+            if node:
+                h["nodes"].add(node)
+                if ids:
+                    h["gpu_ids"].add(ids)
+
+    def _run(self) -> None:
+        path = Kube.pods_path(self.namespace)
+        while not self._stop.is_set():
+            try:
+                listed = self.kube.request("GET", path, timeout=30)
+                for p in listed.get("items") or []:
+                    self._record(p)
+                self._watch(path, str(listed["metadata"]["resourceVersion"]))
+            except Exception as exc:  # the API server is away or restarting: list again shortly
+                self.errors = [*self.errors[-9:], repr(exc)[:200]]
+                self._stop.wait(0.5)
+            self.reconnects += 1
+
+    def _watch(self, path: str, resource_version: str) -> None:
+        query = urllib.parse.urlencode({"watch": "1", "resourceVersion": resource_version, "timeoutSeconds": "60"})
+        headers = {"Accept": "application/json"}
+        if self.kube.token:
+            headers["Authorization"] = self.kube.token if " " in self.kube.token else f"Bearer {self.kube.token}"
+        req = urllib.request.Request(f"{self.kube.server}{path}?{query}", headers=headers)
+        with urllib.request.urlopen(req, timeout=90, context=self.kube.ssl_context) as resp:
+            for raw in resp:
+                if self._stop.is_set():
+                    return
+                event = json.loads(raw)
+                if event.get("type") == "ERROR":
+                    return  # 410 Gone and the like: list again
+                self.events_seen += 1
+                self._record(event.get("object") or {})
+
+
+def list_custom(kube: Kube, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Every object of one of gpusched's custom resources (in ``namespace``, or cluster-wide)."""
+    items: list[dict[str, Any]] = kube.request("GET", Kube.custom_path(plural, namespace))["items"]
+    return items
+
+
+def patch_annotations(kube: Kube, namespace: str, name: str, annotations: Mapping[str, str | None]) -> dict[str, Any]:
+    """Merge-patch a pod's annotations (None removes one), as ``kubectl annotate --overwrite`` would."""
+    patched: dict[str, Any] = kube.request(
+        "PATCH",
+        Kube.pods_path(namespace, name),
+        {"metadata": {"annotations": dict(annotations)}},
+        content_type="application/merge-patch+json",
+    )
+    return patched

@@ -199,6 +199,13 @@ def test_pending_without_reason() -> None:
     ]
     (bad,) = inv.pending_without_reason(pods, events)
     assert bad.startswith("pod ns/silent:") and "Scheduled" in bad
+    # A gang waiting for members says so in its PodGroup's status only.
+    waiting = [_pod("w-0", group="w")]
+    (silent,) = inv.pending_without_reason(waiting, [], [_group("w", 2)])
+    assert silent.startswith("pod ns/w-0:")
+    group = _group("w", 2)
+    group["status"] = {"conditions": [{"type": "Scheduled", "status": "False", "reason": "WaitingForMembers"}]}
+    assert inv.pending_without_reason(waiting, [], [group]) == []
 
 
 def test_bound_twice() -> None:
