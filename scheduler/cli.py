@@ -128,7 +128,8 @@ def _trace(args: argparse.Namespace) -> int:
     return fetch.run(args)
 
 
-#: Nodes ``bench kernels`` accepts: its arrays take about 1 KB a node.
+#: Nodes ``bench kernels`` accepts: far above any real cluster, so that a typo (a few zeros too many) is refused
+#: at once instead of exhausting memory while the synthetic cluster is built.
 BENCH_MAX_NODES = 1_000_000
 
 

@@ -33,6 +33,14 @@ def test_node_topology_names_a_missing_file(tmp_path: Path, capsys: pytest.Captu
     assert "missing.txt" in capsys.readouterr().err
 
 
+def test_node_topology_refuses_a_binary_file_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    binary = tmp_path / "topo.bin"
+    binary.write_bytes(b"\xff\xfe\x00\x81" * 16)
+    assert cli.main(["node-topology", "--from-nvidia-smi", str(binary)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"gpusched: file {binary}: not text\n"
+
+
 def test_bench_kernels_prints_json_with_every_kernel(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["bench", "kernels", "--nodes", "64", "--pods", "2", "--repeat", "1", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
