@@ -537,6 +537,13 @@ def _check(sched: Scenario, run: Run, work: Workload, replicas: Replicas, watche
         watch_events=watcher.events_seen,
         watch_reconnects=watcher.reconnects,
     )
+    held = inv.subtree_usage(inv.leaf_usage(pods, groups), queues)
+    run.figures["queue_gpus_at_end"] = {
+        q["metadata"]["name"]: f"{held.get(q['metadata']['name'], {}).get(inv.GPU, 0.0):g}"
+        + (f" (limit {q['spec']['limit'][inv.GPU]})" if inv.GPU in (q["spec"].get("limit") or {}) else "")
+        for q in queues
+    }
+    run.figures["pending_at_end"] = sum(1 for p in pods if not inv.node_of(p))
     run.violate("no node over-committed", inv.node_overcommit(pods, nodes))
     run.violate("GPU ids and per-GPU milli", inv.gpu_sharing(pods, nodes))
     run.violate("no gang partly bound", inv.partial_gangs(pods, groups))
