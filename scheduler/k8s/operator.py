@@ -382,8 +382,11 @@ class Operator:
             if ran:
                 await asyncio.sleep(0)
                 continue
+            # Not asyncio.wait_for: in Python 3.11 it swallows a cancel that arrives when the event is already set,
+            # and the task then never ends (a standby never exited on SIGTERM).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._idle_timeout())
+                async with asyncio.timeout(self._idle_timeout()):
+                    await self._wake.wait()
 
     def _idle_timeout(self) -> float:
         wakeup = self.queue.next_wakeup()

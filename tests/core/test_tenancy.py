@@ -481,3 +481,73 @@ def test_preemptors_in_one_batch_choose_different_victims_while_deletions_are_pe
     loop.cluster_event("pod deleted")
     loop.run_until_idle()
     assert {f"prod{i}" for i in range(4)} <= set(_placed(cluster))
+
+
+def test_shared_gpu_charges_released_in_another_order_leave_exactly_nothing() -> None:
+    # 0.1, 0.7, 0.3 and 2.0 GPUs charged to one queue and released in another order: float sums ended at
+    # -3.55e-15, and the fair-share computation raised on the negative demand (killing the scheduling task).
+    cluster, loop, _, _ = _loop(gpus=8, nodes=1)
+    loop.queues_changed([QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 4}), QueueSpec(name="batch")])
+    raws = [objects.pod(f"s{m}", milli=m, labels={"gpusched.io/queue": "prod"}) for m in (100, 700, 300)]
+    pods = [api_pod.parse_pod(raw) for raw in raws]
+    pods.append(_pod("w", 2, queue="prod"))
+    for pod in pods:
+        loop.pod_placed(dataclasses.replace(pod, node_name="n0"))
+    assert loop.held("prod")["nvidia.com/gpu"] == 3.1
+    for key in ("default/s700", "default/w", "default/s100", "default/s300"):
+        loop.pod_gone(key)
+        loop.queue_statuses()  # water-fills fair shares over what each queue holds
+    assert loop.held("prod")["nvidia.com/gpu"] == 0.0
+    # The gate's fair shares too, with a queue starving.
+    loop.gate.starve("default/x", "batch", {"nvidia.com/gpu": 1.0})
+    assert loop.tenancy.fair_share_gate("prod", {"nvidia.com/gpu": 1.0}, loop.gate.starving_totals) == ""
+
+
+def test_a_restart_charges_gang_members_to_their_podgroups_queue_in_any_order() -> None:
+    # After a restart the running members of a gang may be listed before their PodGroup: they must end up charged
+    # to the group's queue (not to 'default'), and the queue's limit must hold for the next pod.
+    def restart(group_first: bool) -> tuple[Cluster, SchedulingLoop, Events]:
+        cluster, loop, _, events = _loop(gpus=8, nodes=2)
+        loop.queues_changed([QueueSpec(name="capped", limit={"nvidia.com/gpu": 8})])
+        group = PodGroup("default", "g", min_member=2, queue="capped")
+        members = [
+            dataclasses.replace(_pod(f"g-{i}", 4, group="g"), node_name=f"n{i}", phase="Running") for i in range(2)
+        ]
+        if group_first:
+            loop.group_upsert(group)
+        for member in members:
+            cluster.cache.upsert_pod(member)
+            loop.pod_placed(member)
+        if not group_first:
+            loop.group_upsert(group)
+        return cluster, loop, events
+
+    for group_first in (True, False):
+        cluster, loop, events = restart(group_first)
+        assert loop.held("capped") == {"cpu": 2000.0, "nvidia.com/gpu": 8.0}
+        assert loop.held("default").get("nvidia.com/gpu", 0.0) == 0.0
+        status = loop.queue_statuses()["capped"]
+        assert status["allocated"] == {"cpu": "2000m", "nvidia.com/gpu": "8"}
+        loop.pod_pending(_pod("one", 1, queue="capped"))
+        loop.run_until_idle()
+        assert _placed(cluster) == []
+        assert "above its ceiling 8" in events.messages("pod default/one")[-1]
+        # The PodGroup is deleted: its running members count as pods of their own queue ('default').
+        loop.group_removed("default/g")
+        assert loop.held("capped").get("nvidia.com/gpu", 0.0) == 0.0
+        assert loop.held("default")["nvidia.com/gpu"] == 8.0
+
+
+def test_the_what_if_is_closed_when_reclaim_gives_up_early() -> None:
+    # A 16-GPU pod on 8-GPU nodes with no candidates: find_victims returned before its try/finally with a what-if
+    # open, and the next snapshot raised "a what-if on the previous snapshot is still open".
+    cluster, loop, _, _, evictions = _reclaim_loop(QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 24}))
+    loop.pod_pending(_pod("first", 1, queue="prod"))  # 15 GPUs left free, and no victim to take
+    loop.run_until_idle()
+    loop.pod_pending(_pod("huge", 16, queue="prod"))
+    loop.run_until_idle()
+    assert evictions.pods == []
+    cluster.cache.snapshot()  # raises if the what-if was left open
+    loop.pod_pending(_pod("small", 1, queue="prod"))
+    loop.run_until_idle()
+    assert _placed(cluster) == ["first", "small"]

@@ -279,3 +279,17 @@ async def test_after_a_restart_a_running_gang_stays_running(fake: FakeApiServer,
 def test_kernels_are_warmed_on_a_private_cluster() -> None:
     # Both a whole-GPU and a shared-GPU pod are placed: every kernel of the profile has run once.
     assert operator_module.warm_kernels(k8s_config.parse({})) == 2
+
+
+async def test_the_scheduling_task_ends_on_cancel_even_when_just_woken(client: k8s.Client) -> None:
+    # asyncio.wait_for (Python 3.11) swallowed a cancel arriving when the awaited event was already set: the task
+    # never ended, and a standby never exited on SIGTERM.
+    op = Operator(client, k8s_config.parse({}), identity="test")
+    await op.start()
+    task = asyncio.create_task(op.run())
+    await asyncio.sleep(0.05)  # idle, waiting to be woken
+    op.set_leading(False)  # wakes it...
+    task.cancel()  # ...and the cancel comes before it runs again
+    done, _ = await asyncio.wait([task], timeout=2.0)
+    assert task in done and task.cancelled()
+    await op.close()
