@@ -486,7 +486,7 @@ def test_preemptors_in_one_batch_choose_different_victims_while_deletions_are_pe
 def test_shared_gpu_charges_released_in_another_order_leave_exactly_nothing() -> None:
     # 0.1, 0.7, 0.3 and 2.0 GPUs charged to one queue and released in another order: float sums ended at
     # -3.55e-15, and the fair-share computation raised on the negative demand (killing the scheduling task).
-    cluster, loop, _, _ = _loop(gpus=8, nodes=1)
+    _, loop, _, _ = _loop(gpus=8, nodes=1)
     loop.queues_changed([QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 4}), QueueSpec(name="batch")])
     raws = [objects.pod(f"s{m}", milli=m, labels={"gpusched.io/queue": "prod"}) for m in (100, 700, 300)]
     pods = [api_pod.parse_pod(raw) for raw in raws]
