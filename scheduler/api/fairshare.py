@@ -58,11 +58,11 @@ KAI-Scheduler's proportion plugin divides each resource. At every level, with ``
 that does not lend has its whole guarantee in its fair share even when it asks for less. Water-filling raises a
 level ``L`` until the capacity is used or every child has what it wants: child ``c`` gets ``min(cap(c), L * w(c))``.
 Resources are divided independently because guarantees, limits and lending are per resource; what a single job
-needs of several resources at once is what the dominant-share ordering of :func:`order_leaves` is about. The
+needs of several resources at once is what the dominant-share ordering of :func:`leaf_keys` is about. The
 scalar fair share is ``max over r of share[r] / C[r]`` (not divided by weight).
 
-Order (:func:`order_leaves`, and the loop through :func:`leaf_keys`): leaves below their guarantee first (for
-``order_leaves``: whose next job stays within a guarantee), then the others; within each group, hierarchically by
+Order (:func:`leaf_keys`, by which the loop sorts pending work): leaves below their guarantee first, then the
+others; within each group, hierarchically by
 ``(rank_share(q), -priority(q), name)``: compare the top-level queues the two leaves are under, then the next
 level down where they differ, and so on.
 """
@@ -355,18 +355,6 @@ def _within_guarantee(tree: QueueTree, leaf: str, request: Mapping[str, float], 
     return False
 
 
-def within_ceilings(tree: QueueTree, leaf: str, request: Mapping[str, float], *, allocated: ResourceVectors) -> bool:
-    """Whether ``request`` on top of what ``leaf`` holds keeps the leaf and every ancestor within its ceiling
-    (:meth:`QueueSpec.ceiling`): hierarchical limits hold at every level."""
-    totals = subtree_totals(tree, allocated)
-    for queue in [leaf, *tree.ancestors(leaf)]:
-        held = totals[queue]
-        for name, bound in tree.spec(queue).ceiling().items():
-            if held.get(name, 0.0) + request.get(name, 0.0) > bound:
-                return False
-    return True
-
-
 def blended_usage(allocated: Mapping[str, float], decayed_usage: Mapping[str, float] | None) -> Vector:
     """``u = (Ubar + A) / 2``, or ``A`` without history (``decayed_usage`` None: a half-life of 0)."""
     if decayed_usage is None:
@@ -433,29 +421,3 @@ def leaf_keys(
         tier = 0 if below_guarantee(tree, leaf, allocated_totals) else 1
         keys[leaf] = (tier, [(shares[q], -tree.spec(q).priority, q) for q in path])
     return keys
-
-
-def order_leaves(
-    tree: QueueTree,
-    *,
-    heads: ResourceVectors,
-    allocated: ResourceVectors,
-    capacity: Mapping[str, float],
-    decayed_usage: Mapping[str, Mapping[str, float] | None] | None = None,
-) -> list[str]:
-    """The leaves with pending work, in the order they get the next job.
-
-    ``heads`` is what the next job of each leaf asks for (leaves without pending work are not in it; names
-    that are not leaves of the tree are left out, their work waits), ``allocated`` and ``decayed_usage``
-    (:meth:`UsageHistory.average`) are per leaf. First the leaves whose next job stays within a guarantee
-    (:func:`within_guarantee`), then the rest; within each group by hierarchical borrowed share, lower first, then
-    higher queue priority, then name (see the module's note).
-    """
-    keys = leaf_keys(tree, allocated=allocated, capacity=capacity, decayed_usage=decayed_usage)
-    allocated_totals = subtree_totals(tree, allocated)
-
-    def key(leaf: str) -> LeafKey:
-        tier = 0 if _within_guarantee(tree, leaf, heads[leaf], allocated_totals) else 1
-        return tier, keys[leaf][1]
-
-    return sorted((leaf for leaf in heads if leaf in keys), key=key)

@@ -551,3 +551,21 @@ def test_the_what_if_is_closed_when_reclaim_gives_up_early() -> None:
     loop.pod_pending(_pod("small", 1, queue="prod"))
     loop.run_until_idle()
     assert _placed(cluster) == ["first", "small"]
+
+
+def test_limits_hold_at_every_level_of_the_tree() -> None:
+    # org's limit of 10 bounds both leaves (fairshare's guarantee checks: tests/api/test_fairshare.py).
+    _, loop, _, _ = _loop(gpus=8, nodes=2)
+    loop.queues_changed(
+        [
+            QueueSpec(name="org", guaranteed={"nvidia.com/gpu": 8}, limit={"nvidia.com/gpu": 10}),
+            QueueSpec(name="a", parent="org", guaranteed={"nvidia.com/gpu": 2}),
+            QueueSpec(name="b", parent="org"),
+        ]
+    )
+    for name, queue, gpus in (("a0", "a", 2), ("b0", "b", 5)):
+        loop.pod_placed(dataclasses.replace(_pod(name, gpus, queue=queue), node_name="n0"))
+    assert loop.tenancy.over_ceiling("b", {"nvidia.com/gpu": 3.0}) == ""
+    assert loop.tenancy.over_ceiling("a", {"nvidia.com/gpu": 4.0}) == (
+        "queue 'org' would hold 11 nvidia.com/gpu, above its ceiling 10"
+    )
