@@ -22,8 +22,11 @@ from typing import Any
 
 import aiohttp
 import structlog
+import yaml
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
+
+from scheduler.api.errors import InvalidObject
 
 log = structlog.get_logger(__name__)
 
@@ -165,17 +168,59 @@ class Client:
 
 
 async def configuration(settings: ClientSettings) -> Any:
-    """A kubernetes_asyncio Configuration from in-cluster files or a kubeconfig (see :class:`ClientSettings`)."""
+    """A kubernetes_asyncio Configuration from in-cluster files or a kubeconfig (see :class:`ClientSettings`).
+
+    A kubeconfig that is missing, unreadable or malformed raises :class:`InvalidObject` naming the file and what
+    is wrong (the loader's own errors are a ``TypeError`` for an empty file, or "Expected key current-context"
+    for a file that does not exist), so the command line reports it in one line before any long work.
+    """
     conf = k8s_client.Configuration()
     in_cluster = settings.kubeconfig is None and settings.context is None and "KUBERNETES_SERVICE_HOST" in os.environ
     if in_cluster:
-        k8s_config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
+        try:
+            k8s_config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
+        except (k8s_config.ConfigException, OSError) as exc:
+            raise InvalidObject(f"cannot read the in-cluster configuration: {exc}", obj="in-cluster config") from None
     else:
-        await k8s_config.load_kube_config(
-            config_file=settings.kubeconfig, context=settings.context, client_configuration=conf
-        )
+        path = kubeconfig_path(settings.kubeconfig)
+        try:
+            await k8s_config.load_kube_config(config_file=path, context=settings.context, client_configuration=conf)
+        except k8s_config.ConfigException as exc:
+            raise InvalidObject(_first_line(exc), obj=f"kubeconfig {path}") from None
+        except yaml.YAMLError as exc:
+            raise InvalidObject(f"not valid YAML: {_first_line(exc)}", obj=f"kubeconfig {path}") from None
+        except OSError as exc:
+            raise InvalidObject(f"cannot read: {exc.strerror or exc}", obj=f"kubeconfig {path}") from None
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            # The loader indexes into whatever YAML it got: an empty file or a list ends here.
+            raise InvalidObject(f"not a kubeconfig ({type(exc).__name__}: {exc})", obj=f"kubeconfig {path}") from None
     conf.connection_pool_maxsize = settings.connections
     return conf
+
+
+def kubeconfig_path(given: str | None) -> str:
+    """The kubeconfig to load: ``given`` (a file, or files joined by ``:`` as in ``$KUBECONFIG``), else
+    ``$KUBECONFIG``, else ~/.kube/config; only the files that exist (the loader merges several).
+
+    Raises :class:`InvalidObject` when none exists or one cannot be read: the loader itself would say "Expected
+    key current-context" about a file it never found.
+    """
+    raw = given if given is not None else os.environ.get("KUBECONFIG", "")
+    candidates = [path for path in raw.split(os.pathsep) if path] or [os.path.join("~", ".kube", "config")]
+    existing = [os.path.expanduser(path) for path in candidates if os.path.isfile(os.path.expanduser(path))]
+    shown = os.pathsep.join(candidates)
+    if not existing:
+        if any(os.path.isdir(os.path.expanduser(path)) for path in candidates):
+            raise InvalidObject("is a directory, not a kubeconfig file", obj=f"kubeconfig {shown}")
+        hint = "" if raw else " (pass --kubeconfig, set $KUBECONFIG, or run in a pod)"
+        raise InvalidObject(f"no such file{hint}", obj=f"kubeconfig {shown}")
+    for path in existing:
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise InvalidObject(f"cannot read: {exc.strerror}", obj=f"kubeconfig {path}") from None
+    return os.pathsep.join(existing)
 
 
 async def connect(settings: ClientSettings | None = None) -> Client:
@@ -216,6 +261,11 @@ def _skip_env_lookups(api: Any) -> None:
     session = getattr(getattr(api, "rest_client", None), "pool_manager", None)
     if session is not None and hasattr(session, "_trust_env"):
         session._trust_env = False
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _json(raw: bytes) -> Mapping[str, Any]:

@@ -12,22 +12,43 @@ the number of objects).
 Why index handlers feed the operator: kopf runs them for every object of the initial listing *before* any
 other handler, and holds every ``on.event`` handler, of any resource, until all indexed resources are listed
 and indexed. So the first ``on.event`` call on Namespaces (which every cluster has) is the moment the
-PodGroups and Queues of the first full listing are in: :meth:`Operator.part_listed` marks it. The indexes
-themselves hold nothing (the handlers return None). Deletions reach only ``on.event`` handlers (kopf drops
+PodGroups, Queues and the Topology of the first full listing are in: :meth:`Operator.part_listed` marks it. The
+indexes themselves hold nothing (the handlers return None). Deletions reach only ``on.event`` handlers (kopf drops
 deleted objects from indexes without calling them), so those handle ``DELETED``.
+
+Why kopf starts only once the CRDs are served (:func:`watch`): with scanning disabled (above), kopf looks up the
+API's resources once, at its start. A replica started while the API server is still coming up could find the
+CRDs not served yet; kopf then logged "Unresolved resources cannot be served", never looked again and, holding no
+index for them, let the first Namespace event through at once: the replica was ready with no Queue and no
+PodGroup, took the Lease, and the gangs' pods were never bound. So :func:`watch` first asks the API's discovery
+(which every authenticated client may read) until all of :data:`CRDS` are served, and only then starts kopf,
+whose one scan then finds them all, so all three are indexed before readiness. Until then the replica is not
+ready.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import kopf
+import structlog
 
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s.operator import Operator
 
+log = structlog.get_logger(__name__)
+
 GROUP = "scheduling.gpusched.io"
+VERSION = "v1alpha1"
+#: The custom resources the scheduler reads (all indexed): readiness waits until each is served and listed.
+CRDS = frozenset({"podgroups", "queues", "topologies"})
+#: Seconds between two looks at the API's discovery while a CRD is not served.
+SERVED_RETRY_S = 1.0
+#: Seconds between two log lines saying which CRDs are still not served.
+SERVED_LOG_S = 30.0
 
 
 class _NoStorage(kopf.ProgressStorage, kopf.DiffBaseStorage):
@@ -84,16 +105,76 @@ def registry(operator: Operator, client_settings: k8s_client.ClientSettings) -> 
             if type == "DELETED":
                 method(body, deleted=True)
 
-    feed((GROUP, "v1alpha1", "podgroups"), operator.podgroup_event)
-    feed((GROUP, "v1alpha1", "queues"), operator.queue_event)
+    feed((GROUP, VERSION, "podgroups"), operator.podgroup_event)
+    feed((GROUP, VERSION, "queues"), operator.queue_event)
     # Indexed too, so the Topology is in before the first listing ends and no decision uses the built-in levels.
-    feed((GROUP, "v1alpha1", "topologies"), operator.topology_event)
+    feed((GROUP, VERSION, "topologies"), operator.topology_event)
 
     @kopf.on.event("v1", "namespaces", registry=reg)
     async def listed(**_: Any) -> None:
         operator.part_listed("custom resources")
 
     return reg
+
+
+async def not_served(client: k8s_client.Client) -> frozenset[str]:
+    """Which of :data:`CRDS` the API server does not serve now (all of them when it does not answer)."""
+    answer = await client.call(client.custom.get_api_resources, GROUP, VERSION)
+    if not answer.ok:
+        return CRDS
+    resources = answer.body.get("resources")
+    names = {str(r.get("name")) for r in resources if isinstance(r, dict)} if isinstance(resources, list) else set()
+    return CRDS - names
+
+
+async def wait_until_served(client: k8s_client.Client, *, retry_s: float = SERVED_RETRY_S) -> None:
+    """Return once every one of :data:`CRDS` is served (see the module notes); log which are not, now and then."""
+    loop = asyncio.get_running_loop()
+    last_log = loop.time() - SERVED_LOG_S
+    while missing := await not_served(client):
+        if loop.time() - last_log >= SERVED_LOG_S:
+            last_log = loop.time()
+            log.warning(
+                "custom resources not served yet; not ready until they are",
+                group=f"{GROUP}/{VERSION}",
+                missing=sorted(missing),
+            )
+        await asyncio.sleep(retry_s)
+
+
+async def watch(
+    operator: Operator,
+    client: k8s_client.Client,
+    client_settings: k8s_client.ClientSettings,
+    *,
+    stop_flag: asyncio.Event,
+    started: Callable[[], None] = lambda: None,
+) -> None:
+    """Wait until the CRDs are served, then run kopf's watches until ``stop_flag`` is set.
+
+    kopf puts its own SIGINT and SIGTERM handlers on the event loop as it starts (a second signal then raised
+    ``InvalidStateError`` in them); ``started()`` is called right after, for the caller to put its own back.
+    """
+    served = asyncio.ensure_future(wait_until_served(client))
+    stopped = asyncio.ensure_future(stop_flag.wait())
+    try:
+        await asyncio.wait({served, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        served.cancel()
+        stopped.cancel()
+    if not served.done() or served.cancelled():
+        return  # stopped before the CRDs were served
+    served.result()
+    existing = asyncio.all_tasks()
+    tasks = await kopf.spawn_tasks(
+        registry=registry(operator, client_settings),
+        settings=settings(),
+        clusterwide=True,
+        standalone=True,
+        stop_flag=stop_flag,
+    )
+    started()
+    await kopf.run_tasks(tasks, ignored=existing)
 
 
 async def connection_info(settings: k8s_client.ClientSettings) -> Any:

@@ -32,6 +32,9 @@ from scheduler.k8s.config import LeaderElectionConfig
 
 log = structlog.get_logger(__name__)
 
+#: Seconds a clean shutdown waits for the lease's release (read and update) before it goes on without it.
+RELEASE_TIMEOUT_S = 3.0
+
 
 class _Attempt(enum.Enum):
     HELD = "held"  # we hold the lease now
@@ -84,8 +87,11 @@ class LeaderElector:
         finally:
             if self.leading:
                 self._set(False)
+                # Bounded: an API server that does not answer must not hold up a shutdown; the lease then
+                # expires on its own.
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(self._release())
+                    async with asyncio.timeout(RELEASE_TIMEOUT_S):
+                        await asyncio.shield(self._release())
 
     def _set(self, leading: bool) -> None:
         if leading == self.leading:

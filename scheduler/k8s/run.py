@@ -1,9 +1,18 @@
 """``gpusched run``: the operator process. Connects, serves health and metrics, elects a leader, watches, schedules.
 
-Tasks on one event loop: the pod and node informers and kopf's watchers (feeding :class:`Operator`), the
-scheduling task, the leader elector,
-the writers (binder, Events, status) and the two HTTP servers. SIGTERM or SIGINT stops them in an order that
-hands over quickly: stop scheduling, release the lease, stop the watches, finish bindings already sent.
+Tasks on one event loop: the pod and node informers and kopf's watches (feeding :class:`Operator`), the
+scheduling task, the leader elector, the writers (binder, Events, status) and the two HTTP servers. SIGTERM or
+SIGINT stops them in an order that hands over quickly: stop scheduling, release the lease, stop the watches,
+finish bindings already sent. Invariants kept here:
+
+- The process ends within seconds of SIGTERM or SIGINT in every state: while the kernels compile, while the API
+  server does not answer, as leader or standby. No task is awaited without a bound (:func:`_end`): a task that
+  does not end after being cancelled, again and again, is left behind with an error in the log. A second
+  signal only says that the process is already stopping.
+- A task that fails (or ends) on its own stops the process the same orderly way, and the exit status is then
+  1, so that Kubernetes restarts the replica and the failure shows; a stop by signal exits 0.
+- A kubeconfig that cannot be used is reported in one line (``InvalidObject``) before the ~20 s of kernel
+  warm-up.
 """
 
 from __future__ import annotations
@@ -14,20 +23,36 @@ import contextlib
 import os
 import signal
 import socket
+import threading
 import time
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
-import kopf
 import structlog
 
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import handlers, health, logs
 from scheduler.k8s.informer import Informer
-from scheduler.k8s.leader import LeaderElector
+from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaderElector
 from scheduler.k8s.operator import Operator, warm_kernels
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+#: Exit status when a task failed (a signal's stop is 0; a user error is 2, from the command line).
+EXIT_FAILED = 1
+#: Seconds a cancelled task gets before it is cancelled again (a cancel can be lost, see :func:`_end`).
+CANCEL_GRACE_S = 0.5
+#: Seconds after which a task that still has not ended is left behind.
+CANCEL_LIMIT_S = 3.0
+#: Seconds kopf gets to stop on its stop flag (it waits up to 5 s for its handlers) before it is cancelled.
+WATCHES_STOP_S = 7.0
+#: Seconds bindings already sent and the writers get to finish.
+DRAIN_S = 10.0
+#: Seconds the event loop's leftovers get after :func:`serve` returns.
+LEFTOVER_S = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,14 +70,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    logs.configure(args.log_format)
-    config = k8s_config.load(args.config)  # bad config: InvalidObject, reported by the CLI before any I/O
-    asyncio.run(serve(args, config))
-    return 0
+    # From here to the end of the process, SIGTERM and SIGINT stop it in order, never abruptly: before serve()
+    # takes them over the signal is remembered (serve() then stops at once), after it lets go (while the event
+    # loop closes) a signal only says that the process is already stopping.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _remember_signal)
+    try:
+        logs.configure(args.log_format)
+        config = k8s_config.load(args.config)  # bad config: InvalidObject, reported by the CLI before any I/O
+        return _run_bounded(serve(args, config))
+    finally:
+        # The interpreter's own exit puts the default handlers back (a signal would then end the process with
+        # -15 instead of its status) but keeps ignored ones ignored; all that is left to do is bounded.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
 
 
-async def serve(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> None:
-    client_settings = k8s_client.ClientSettings(
+#: Signals received while serve() did not handle them (see :func:`main`).
+_signalled: list[int] = []
+
+
+def _remember_signal(signum: int, _: object) -> None:
+    if _signalled:
+        log.info("already stopping", signal=signal.Signals(signum).name)
+    _signalled.append(signum)
+
+
+def _run_bounded(main_coro: Coroutine[Any, Any, int]) -> int:
+    """``asyncio.run`` without its unbounded end: asyncio.run cancels the tasks left over once and then waits for
+    them without limit, so one task that swallows its cancel would keep the process alive forever."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(main_coro)
+    finally:
+        try:
+            leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            for task in leftovers:
+                task.cancel()
+            if leftovers:
+                loop.run_until_complete(asyncio.wait(leftovers, timeout=LEFTOVER_S))
+            loop.run_until_complete(asyncio.wait_for(loop.shutdown_asyncgens(), LEFTOVER_S))
+        except (TimeoutError, RuntimeError):
+            pass
+        finally:
+            loop.close()
+
+
+def client_settings(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> k8s_client.ClientSettings:
+    return k8s_client.ClientSettings(
         kubeconfig=args.kubeconfig or os.environ.get("KUBECONFIG") or None,
         context=args.context,
         qps=config.binding.qps,
@@ -60,34 +125,104 @@ async def serve(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> 
         timeout=config.binding.timeout_s,
         connections=config.binding.concurrency + 16,
     )
-    # Before anything else: in a thread, so that the process answers signals meanwhile. Not overlapped with the
-    # listings: both hold the GIL, and overlapping made the start slower (docs/operator.md).
-    started = time.monotonic()
-    placed = await asyncio.to_thread(warm_kernels, config)
-    log.info("kernels ready", seconds=round(time.monotonic() - started, 2), placed=placed)
-    client = await k8s_client.connect(client_settings)
-    identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
-    operator = Operator(client, config, identity=identity)
-    await operator.start()
-    servers = await health.serve(operator, health_port=args.health_port, metrics_port=args.metrics_port)
-    log.info("serving", health_port=servers.health_port, metrics_port=servers.metrics_port, identity=identity)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
 
+class _Signals:
+    """SIGTERM and SIGINT set ``stop``; a second signal only says so. ``install()`` may be called again after
+    someone else (kopf) put handlers of their own on the loop."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+        self.loop = asyncio.get_running_loop()
+        #: The handlers found at the first install, put back by remove() (asyncio would put the default back,
+        #: and a default SIGTERM ends a process at once, stopping or not).
+        self.previous: dict[signal.Signals, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread receives signals
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            if sig not in self.previous:
+                self.previous[sig] = signal.getsignal(sig)
+            self.loop.add_signal_handler(sig, self._received, sig)
+        if _signalled and not self.stop.is_set():
+            self._received(signal.Signals(_signalled[-1]))
+
+    def remove(self) -> None:
+        for sig, previous in self.previous.items():
+            self.loop.remove_signal_handler(sig)
+            signal.signal(sig, previous)
+        self.previous.clear()
+
+    def _received(self, sig: signal.Signals) -> None:
+        if self.stop.is_set():
+            log.info("already stopping", signal=sig.name)
+            return
+        log.info("signal received; stopping", signal=sig.name)
+        self.stop.set()
+
+
+async def serve(
+    args: argparse.Namespace, config: k8s_config.OperatorConfig, *, stop: asyncio.Event | None = None
+) -> int:
+    """Run the operator until ``stop`` is set (by SIGTERM or SIGINT when not given) or a task fails.
+
+    Returns the exit status: 0 after a stop, :data:`EXIT_FAILED` after a failure (see the module notes).
+    """
+    stop = stop if stop is not None else asyncio.Event()
+    signals = _Signals(stop)
+    signals.install()
+    try:
+        return await _serve(args, config, stop, signals)
+    finally:
+        signals.remove()
+
+
+async def _serve(
+    args: argparse.Namespace, config: k8s_config.OperatorConfig, stop: asyncio.Event, signals: _Signals
+) -> int:
+    settings = client_settings(args, config)
+    # Reads the kubeconfig (no request yet): a file that cannot be used is an InvalidObject now, not after the
+    # warm-up.
+    client = await k8s_client.connect(settings)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(client.close)
+        # Before anything else, so that the cycles never compile on the event loop; in a daemon thread, so that
+        # a stop meanwhile neither waits for it nor is held up by it at exit. Not overlapped with the listings:
+        # both hold the GIL, and overlapping made the start slower (docs/operator.md).
+        started = time.monotonic()
+        warm = _in_daemon_thread(warm_kernels, config)
+        if not await _until_stopped(stop, warm):
+            warm.cancel()  # the thread's result, when it comes, goes nowhere
+            log.info("stopped before the kernels were ready")
+            return 0
+        log.info("kernels ready", seconds=round(time.monotonic() - started, 2), placed=warm.result())
+        identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
+        operator = Operator(client, config, identity=identity)
+        await operator.start()
+        stack.push_async_callback(_bounded, operator.close, "finishing bindings and writes", DRAIN_S)
+        servers = await health.serve(operator, health_port=args.health_port, metrics_port=args.metrics_port)
+        stack.push_async_callback(servers.close)
+        log.info("serving", health_port=servers.health_port, metrics_port=servers.metrics_port, identity=identity)
+        status = await _supervise(args, config, operator, client, settings, stop, signals)
+    return status
+
+
+async def _supervise(
+    args: argparse.Namespace,
+    config: k8s_config.OperatorConfig,
+    operator: Operator,
+    client: k8s_client.Client,
+    settings: k8s_client.ClientSettings,
+    stop: asyncio.Event,
+    signals: _Signals,
+) -> int:
+    """Start the tasks, wait for a stop or for one of them to end, then end them all in order (bounded)."""
     kopf_stop = asyncio.Event()
     tasks: dict[str, asyncio.Task[Any]] = {
         "scheduling": asyncio.create_task(operator.run(), name="gpusched scheduling"),
         "watches": asyncio.create_task(
-            kopf.operator(
-                registry=handlers.registry(operator, client_settings),
-                settings=handlers.settings(),
-                clusterwide=True,
-                standalone=True,
-                stop_flag=kopf_stop,
-            ),
+            handlers.watch(operator, client, settings, stop_flag=kopf_stop, started=signals.install),
             name="gpusched watches",
         ),
     }
@@ -116,7 +251,7 @@ async def serve(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> 
             client,
             namespace=args.namespace,
             name=args.lease_name,
-            identity=identity,
+            identity=operator.identity,
             config=config.leader_election,
             on_change=operator.set_leading,
         )
@@ -124,22 +259,114 @@ async def serve(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> 
     else:
         operator.set_leading(True)
 
-    stopper = asyncio.create_task(stop.wait())
+    stopper = asyncio.create_task(stop.wait(), name="gpusched stop")
     done, _ = await asyncio.wait([stopper, *tasks.values()], return_when=asyncio.FIRST_COMPLETED)
+    status = 0
     for name, task in tasks.items():
-        if task in done and not task.cancelled() and task.exception() is not None:
-            log.error("task failed; stopping", task=name, error=repr(task.exception()))
-    log.info("stopping")
+        if task not in done:
+            continue
+        status = EXIT_FAILED
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            log.error("task failed; stopping", task=name, error=repr(error), exc_info=error)
+        else:
+            log.error("task ended on its own; stopping", task=name)
+    log.info("stopping", status=status)
     operator.set_leading(False)
-    for name in ("lease", "scheduling", "nodes", "pods"):
-        if name in tasks:
-            tasks[name].cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await tasks[name]
+    if "lease" in tasks:  # first, and given the time to hand the lease over
+        await _end(tasks["lease"], grace=RELEASE_TIMEOUT_S + CANCEL_GRACE_S)
+    await asyncio.gather(*(_end(tasks[name]) for name in ("scheduling", "nodes", "pods")))
     kopf_stop.set()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await asyncio.wait_for(tasks["watches"], 10)
-    stopper.cancel()
-    await operator.close()
-    await servers.close()
-    await client.close()
+    await _end(tasks["watches"], grace=WATCHES_STOP_S, cancel_first=False)
+    await _end(stopper)
+    for name, task in tasks.items():
+        if task.done() and not task.cancelled() and task.exception() is not None and task not in done:
+            log.warning("task failed while stopping", task=name, error=repr(task.exception()))
+    return status
+
+
+async def _end(
+    task: asyncio.Task[Any],
+    *,
+    grace: float = CANCEL_GRACE_S,
+    limit: float = CANCEL_LIMIT_S,
+    cancel_first: bool = True,
+) -> bool:
+    """Cancel ``task`` and wait until it ends, never more than ``grace + limit`` seconds; True if it ended.
+
+    A cancel can be lost: in Python 3.11 ``asyncio.wait_for`` returns the awaited result instead of raising
+    ``CancelledError`` when that result arrived in the same loop iteration as the cancel. The scheduling task's
+    idle wait is one (``set_leading(False)`` wakes it just before it is cancelled): a standby then never ended
+    and the process never exited. So a task still running after ``grace`` is cancelled again, every 0.1 s, and
+    one still running ``limit`` seconds later is left behind with an error in the log. With ``cancel_first``
+    false the task is only waited for during ``grace`` (it was asked to stop some other way).
+    """
+    if cancel_first:
+        task.cancel()
+    loop = asyncio.get_running_loop()
+    done, _ = await asyncio.wait({task}, timeout=grace)
+    deadline = loop.time() + limit
+    while not done:
+        if loop.time() >= deadline:
+            log.error("task did not end when cancelled; leaving it behind", task=task.get_name())
+            return False
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=min(0.1, max(0.0, deadline - loop.time())))
+    if not task.cancelled():
+        task.exception()  # retrieved, so that asyncio does not log it again at exit
+    return True
+
+
+async def _bounded(step: Callable[[], Coroutine[Any, Any, Any]], what: str, seconds: float) -> None:
+    """Run ``step()`` for at most ``seconds`` (then cancel it, bounded too); log instead of raising."""
+    task = asyncio.ensure_future(step())
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        log.warning("did not finish in time; going on", what=what, seconds=seconds)
+        await _end(task)
+    elif not task.cancelled() and task.exception() is not None:
+        log.warning("failed while stopping", what=what, error=repr(task.exception()))
+
+
+def _in_daemon_thread(function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """``function(*args)`` in a daemon thread, as a future of the running loop.
+
+    Unlike ``asyncio.to_thread``, whose worker threads the interpreter joins at exit, a daemon thread does not
+    keep a stopping process alive until it is done (a cold kernel compile takes 20-40 s).
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def body() -> None:
+        try:
+            result = function(*args)
+        except BaseException as exc:  # handed to the loop, raised where the future is awaited
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(settle, None, exc)
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=body, name=f"gpusched {getattr(function, '__name__', 'work')}", daemon=True).start()
+    return future
+
+
+async def _until_stopped(stop: asyncio.Event, future: asyncio.Future[Any]) -> bool:
+    """Wait for ``future`` unless ``stop`` comes first; True if the future is done (its error is raised)."""
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({stopper, future}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if not future.done():
+        return False
+    future.result()
+    return True

@@ -9,6 +9,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from scheduler.api.errors import InvalidObject
 from scheduler.k8s import client as k8s
 
 
@@ -46,6 +47,36 @@ async def test_configuration_from_a_kubeconfig_context(tmp_path: Path) -> None:
     assert default.host == "https://a.example:6443"
     assert chosen.host == "https://b.example:6443"
     assert chosen.connection_pool_maxsize == 7
+
+
+async def test_a_kubeconfig_that_cannot_be_used_is_named_with_what_is_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def error(kubeconfig: str | None, context: str | None = None) -> str:
+        with pytest.raises(InvalidObject) as caught:
+            await k8s.configuration(k8s.ClientSettings(kubeconfig=kubeconfig, context=context))
+        return str(caught.value)
+
+    missing = tmp_path / "missing"
+    # The loader itself said "Invalid kube-config file. Expected key current-context" about a file it never found.
+    assert await error(str(missing)) == f"kubeconfig {missing}: no such file"
+    assert await error(str(tmp_path)) == f"kubeconfig {tmp_path}: is a directory, not a kubeconfig file"
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    assert (await error(str(empty))).startswith(f"kubeconfig {empty}: not a kubeconfig")
+    broken = tmp_path / "broken"
+    broken.write_text("clusters: [")
+    assert (await error(str(broken))).startswith(f"kubeconfig {broken}: not valid YAML")
+    one = tmp_path / "one"
+    one.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []}))
+    assert (await error(str(one), context="nope")).startswith(f"kubeconfig {one}: ")
+    # Nothing given: $KUBECONFIG, else ~/.kube/config, and the message says how to give one.
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(missing))
+    assert await error(None) == f"kubeconfig {missing}: no such file"
+    monkeypatch.delenv("KUBECONFIG")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert "pass --kubeconfig, set $KUBECONFIG, or run in a pod" in await error(None)
 
 
 async def test_answers_not_exceptions() -> None:

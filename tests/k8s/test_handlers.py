@@ -3,12 +3,20 @@ progress or diff-base annotations, no Events of its own."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
 import kopf
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import handlers
 from scheduler.k8s.operator import Operator
+from tests.k8s.fakeapi import eventually
 
 
 async def test_only_index_and_event_handlers_are_registered(client: k8s.Client) -> None:
@@ -35,3 +43,88 @@ def test_kopf_stores_nothing_on_objects_and_posts_no_events() -> None:
     assert settings.persistence.progress_storage.fetch(key="h", body=body) is None
     assert not settings.posting.enabled
     assert settings.peering.standalone
+
+
+class Discovery:
+    """An API server's discovery of the CRDs' group, which a test changes: not served (404), then served."""
+
+    def __init__(self) -> None:
+        self.served: list[str] | None = None
+        self.asked = 0
+        app = web.Application()
+        app.router.add_get(f"/apis/{handlers.GROUP}/{handlers.VERSION}", self._resources)
+        self.server = TestServer(app)
+
+    async def _resources(self, _: web.Request) -> web.Response:
+        self.asked += 1
+        if self.served is None:
+            return web.json_response({"kind": "Status", "code": 404, "reason": "NotFound"}, status=404)
+        resources = [{"name": name, "namespaced": name == "podgroups", "kind": name.title()} for name in self.served]
+        resources += [{"name": f"{name}/status"} for name in self.served]
+        return web.json_response({"kind": "APIResourceList", "resources": resources})
+
+
+@pytest.fixture
+async def discovery() -> AsyncIterator[tuple[Discovery, k8s.Client]]:
+    d = Discovery()
+    await d.server.start_server()
+    c = k8s.for_host(f"http://{d.server.host}:{d.server.port}", timeout=2.0)
+    yield d, c
+    await c.close()
+    await d.server.close()
+
+
+async def test_watches_start_only_once_every_crd_is_served(
+    discovery: tuple[Discovery, k8s.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A replica started while the API server comes up: kopf, which looks for resources once, must not look
+    # before the CRDs are served (it would never serve them, and the replica would be ready with no queues).
+    d, client = discovery
+    spawned: list[dict[str, Any]] = []
+
+    async def spawn_tasks(**kwargs: Any) -> list[asyncio.Task[Any]]:
+        spawned.append(kwargs)
+        return []
+
+    async def run_tasks(tasks: Any, **_: Any) -> None:
+        return None
+
+    monkeypatch.setattr(kopf, "spawn_tasks", spawn_tasks)
+    monkeypatch.setattr(kopf, "run_tasks", run_tasks)
+    monkeypatch.setattr(handlers, "SERVED_RETRY_S", 0.01)
+    operator = Operator(client, k8s_config.parse({}), identity="test")
+    restored: list[bool] = []
+    watching = asyncio.create_task(
+        handlers.watch(
+            operator, client, k8s.ClientSettings(), stop_flag=asyncio.Event(), started=lambda: restored.append(True)
+        )
+    )
+    await eventually(lambda: d.asked >= 3)
+    assert await handlers.not_served(client) == handlers.CRDS
+    d.served = ["podgroups", "queues"]  # the Topology CRD is not established yet
+    asked = d.asked
+    await eventually(lambda: d.asked >= asked + 3)
+    assert await handlers.not_served(client) == {"topologies"}
+    assert spawned == [] and not watching.done() and not operator.ready
+    d.served = ["podgroups", "queues", "topologies"]
+    await asyncio.wait_for(watching, timeout=2)
+    assert len(spawned) == 1 and restored == [True]
+    indexed = {h.selector.any_name for h in spawned[0]["registry"]._indexing.get_all_handlers() if h.selector}
+    assert indexed == handlers.CRDS  # so the first Namespace event (readiness) waits for all three listings
+
+
+async def test_a_stop_while_waiting_for_the_crds_ends_the_watches(
+    discovery: tuple[Discovery, k8s.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d, client = discovery
+
+    async def spawn_tasks(**kwargs: Any) -> list[asyncio.Task[Any]]:
+        raise AssertionError("kopf must not start: the CRDs are not served")
+
+    monkeypatch.setattr(kopf, "spawn_tasks", spawn_tasks)
+    operator = Operator(client, k8s_config.parse({}), identity="test")
+    stop = asyncio.Event()
+    watching = asyncio.create_task(handlers.watch(operator, client, k8s.ClientSettings(), stop_flag=stop))
+    await eventually(lambda: d.asked >= 1)
+    stop.set()
+    await asyncio.wait_for(watching, timeout=1)

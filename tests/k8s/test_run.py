@@ -1,0 +1,325 @@
+"""`gpusched run` ends promptly in every state, says why when it cannot start, and exits non-zero on a crash."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from scheduler import cli
+from scheduler.k8s import client as k8s
+from scheduler.k8s import config as k8s_config
+from scheduler.k8s import run
+from scheduler.k8s.config import LeaderElectionConfig
+from scheduler.k8s.operator import Operator
+from tests.k8s.fakeapi import FakeApiServer, eventually
+
+FAST = LeaderElectionConfig(lease_duration_s=30.0, renew_deadline_s=0.5, retry_period_s=0.05)
+LEASE = ("gpusched-system", "gpusched")
+GPUSCHED = Path(sys.executable).parent / "gpusched"
+
+
+class QuietFakeApi(FakeApiServer):
+    """Node watches that stay open (the base server answers a watch with a listing, which ends it at once)."""
+
+    async def _list_nodes(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]  # a stream
+        if request.query.get("watch") not in ("true", "1", "True"):
+            return web.json_response({"items": self.nodes, "metadata": {"resourceVersion": "1"}})
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await self._release.wait()
+        return response
+
+
+@pytest.fixture
+async def quiet() -> Any:
+    server = QuietFakeApi()
+    await server.start()
+    yield server
+    await server.close()
+
+
+def arguments(**extra: Any) -> argparse.Namespace:
+    values: dict[str, Any] = {
+        "kubeconfig": None,
+        "context": None,
+        "config": None,
+        "namespace": LEASE[0],
+        "lease_name": LEASE[1],
+        "identity": "me",
+        "metrics_port": 0,
+        "health_port": 0,
+        "log_format": "console",
+    }
+    values.update(extra)
+    return argparse.Namespace(**values)
+
+
+class Started:
+    """Catches the Operator that serve() makes, and swaps in fakes for the connection and the warm-up."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, url: str, *, warm_up: Any = None) -> None:
+        self.operators: list[Operator] = []
+        started = self
+
+        class Caught(Operator):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                started.operators.append(self)
+
+        async def connect(settings: k8s.ClientSettings) -> k8s.Client:
+            return k8s.for_host(url, timeout=2.0)
+
+        monkeypatch.setattr(run, "Operator", Caught)
+        monkeypatch.setattr(k8s, "connect", connect)
+        monkeypatch.setattr(run, "warm_kernels", warm_up or (lambda config: 2))
+
+
+def config() -> k8s_config.OperatorConfig:
+    return dataclasses.replace(k8s_config.parse({}), leader_election=FAST)
+
+
+async def test_a_standby_stops_soon_after_the_stop_signal(quiet: QuietFakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another replica holds the lease (and keeps it for the test): this one stays standby.
+    quiet.leases[LEASE] = {
+        "metadata": {"name": LEASE[1], "namespace": LEASE[0], "resourceVersion": "7"},
+        "spec": {"holderIdentity": "other", "leaseDurationSeconds": 300, "renewTime": "2026-01-01T00:00:00Z"},
+    }
+    started = Started(monkeypatch, quiet.url)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(run.serve(arguments(), config(), stop=stop))
+    await eventually(lambda: bool(started.operators))
+    await eventually(lambda: "nodes" in _listed(started))
+    await asyncio.sleep(0.3)  # several lease retries: it has seen the other holder, and the scheduling task idles
+    assert not started.operators[0].leading
+    loop = asyncio.get_running_loop()
+    stopped = loop.time()
+    stop.set()
+    # Before the fix serve() waited forever on the scheduling task, whose cancel asyncio.wait_for had swallowed.
+    status = await asyncio.wait_for(serving, timeout=15)
+    assert status == 0
+    assert loop.time() - stopped < 5
+    assert quiet.leases[LEASE]["spec"]["holderIdentity"] == "other"
+
+
+async def test_a_standby_whose_scheduling_task_loses_a_cancel_still_stops(
+    quiet: QuietFakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What Operator.run does when asyncio.wait_for (Python 3.11) returns instead of raising: the cancel arrived in
+    # the loop iteration where set_leading(False) had just set the event it waits on. Before the fix serve()
+    # awaited that task forever, and a standby never exited on SIGTERM.
+    real_run = Operator.run
+
+    async def loses_a_cancel(self: Operator) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await real_run(self)
+        await real_run(self)
+
+    monkeypatch.setattr(Operator, "run", loses_a_cancel)
+    quiet.leases[LEASE] = {
+        "metadata": {"name": LEASE[1], "namespace": LEASE[0], "resourceVersion": "7"},
+        "spec": {"holderIdentity": "other", "leaseDurationSeconds": 300, "renewTime": "2026-01-01T00:00:00Z"},
+    }
+    started = Started(monkeypatch, quiet.url)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(run.serve(arguments(), config(), stop=stop))
+    await eventually(lambda: "nodes" in _listed(started))
+    await asyncio.sleep(0.3)
+    assert not started.operators[0].leading
+    loop = asyncio.get_running_loop()
+    stopped = loop.time()
+    stop.set()
+    assert await asyncio.wait_for(serving, timeout=15) == 0
+    assert loop.time() - stopped < 5
+
+
+async def test_ending_a_task_is_bounded_even_when_it_ignores_cancels() -> None:
+    async def loses_one_cancel() -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+        await asyncio.sleep(3600)
+
+    task = asyncio.create_task(loses_one_cancel())
+    await asyncio.sleep(0)
+    assert await run._end(task, grace=0.05)  # cancelled again after the grace
+    assert task.cancelled()
+
+    ignoring = True
+    swallowed = 0
+
+    async def ignores_cancels() -> None:
+        nonlocal swallowed
+        while ignoring:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                swallowed += 1
+
+    task = asyncio.create_task(ignores_cancels())
+    await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    assert not await run._end(task, grace=0.05, limit=0.3)  # left behind, not awaited forever
+    assert loop.time() - began < 1 and swallowed >= 2
+    ignoring = False
+    task.cancel()
+    await asyncio.wait({task}, timeout=1)
+
+
+async def test_a_leader_releases_the_lease_and_stops(quiet: QuietFakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    started = Started(monkeypatch, quiet.url)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(run.serve(arguments(), config(), stop=stop))
+    await eventually(lambda: bool(started.operators) and started.operators[0].leading)
+    loop = asyncio.get_running_loop()
+    stopped = loop.time()
+    stop.set()
+    assert await asyncio.wait_for(serving, timeout=15) == 0
+    assert loop.time() - stopped < 5
+    assert quiet.leases[LEASE]["spec"]["holderIdentity"] == ""  # handed over, not left to expire
+
+
+async def test_a_stop_during_the_warm_up_does_not_wait_for_it(
+    quiet: QuietFakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiling = threading.Event()
+
+    def slow_warm_up(config: k8s_config.OperatorConfig) -> int:
+        compiling.set()
+        time.sleep(30)  # a cold numba cache
+        return 2
+
+    started = Started(monkeypatch, quiet.url, warm_up=slow_warm_up)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(run.serve(arguments(), config(), stop=stop))
+    await eventually(compiling.is_set)
+    stop.set()
+    assert await asyncio.wait_for(serving, timeout=5) == 0
+    assert started.operators == []
+
+
+async def test_a_task_that_fails_stops_everything_and_exits_non_zero(
+    quiet: QuietFakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = Started(monkeypatch, quiet.url)
+
+    async def crash(self: Operator) -> None:
+        await asyncio.sleep(0.3)
+        raise ValueError("demand of queue prod for nvidia.com/gpu is -3.55e-15, not a number >= 0")
+
+    monkeypatch.setattr(Operator, "run", crash)
+    before = {task for task in asyncio.all_tasks()}
+    status = await asyncio.wait_for(run.serve(arguments(), config(), stop=asyncio.Event()), timeout=15)
+    assert status == run.EXIT_FAILED
+    assert started.operators and not started.operators[0].leading
+    assert quiet.leases[LEASE]["spec"]["holderIdentity"] == ""  # the same orderly shutdown: the lease handed over
+    left = [task.get_name() for task in asyncio.all_tasks() - before if not task.done()]
+    assert [name for name in left if name.startswith("gpusched")] == []
+
+
+def test_main_exits_non_zero_when_a_task_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    Started(monkeypatch, "http://127.0.0.1:1")
+
+    async def crash(self: Operator) -> None:
+        raise RuntimeError("a what-if on the previous snapshot is still open")
+
+    monkeypatch.setattr(Operator, "run", crash)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert run.main(arguments()) == run.EXIT_FAILED
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: c, cluster: {{server: '{server}', insecure-skip-tls-verify: true}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
+    return path
+
+
+def test_run_against_an_unreachable_api_server_ends_on_sigterm(tmp_path: Path) -> None:
+    config_file = kubeconfig(tmp_path / "kubeconfig", "https://127.0.0.1:1")
+    command = [str(GPUSCHED), "run", "--kubeconfig", str(config_file), "--metrics-port", "0", "--health-port", "0"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    lines: list[str] = []
+    try:
+        assert process.stderr is not None
+        deadline = time.monotonic() + 120  # a cold kernel warm-up takes 20-40 s
+        for line in process.stderr:
+            lines.append(line)
+            # Retrying: the listings or the lease found nobody at 127.0.0.1:1.
+            if "Cannot connect" in line or "Connect call failed" in line or time.monotonic() > deadline:
+                break
+        assert process.poll() is None, "".join(lines)
+        process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        time.sleep(0.2)
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)  # a second signal must not raise
+        rest = process.communicate(timeout=20)[1]
+        took = time.monotonic() - sent
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    text = "".join(lines) + rest
+    assert process.returncode == 0, text
+    assert took < 10, text
+    assert "Traceback" not in text and "InvalidStateError" not in text
+
+
+def test_run_with_a_missing_kubeconfig_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def never(config: k8s_config.OperatorConfig) -> int:
+        raise AssertionError("the kubeconfig is checked before the warm-up")
+
+    monkeypatch.setattr(run, "warm_kernels", never)
+    missing = tmp_path / "nope" / "kubeconfig"
+    status = cli.main(["run", "--kubeconfig", str(missing), "--metrics-port", "0", "--health-port", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert err[-1] == f"gpusched: kubeconfig {missing}: no such file"
+    assert not any("Traceback" in line for line in err)
+
+
+def test_explain_with_a_missing_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "kubeconfig"
+    status = cli.main(["explain", "some-pod", "--kubeconfig", str(missing)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert err == [f"gpusched: kubeconfig {missing}: no such file"]
+
+
+def test_explain_with_a_kubeconfig_that_is_not_one_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "kubeconfig"
+    empty.write_text("")
+    status = cli.main(["explain", "some-pod", "--kubeconfig", str(empty)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert len(err) == 1 and err[0].startswith(f"gpusched: kubeconfig {empty}: ")
+
+
+def _listed(started: Started) -> set[str]:
+    return set(started.operators[0]._listed) if started.operators else set()
