@@ -351,18 +351,41 @@ class Tenancy:
 
 
 def _quantities(vector: Mapping[str, float]) -> dict[str, str]:
-    """A resource vector in Kubernetes quantity strings (CPU from milli-cores, the rest as plain numbers)."""
+    """A resource vector as canonical Kubernetes quantity strings (see :func:`quantity`); zeros left out."""
     out: dict[str, str] = {}
     for name, amount in sorted(vector.items()):
-        if abs(amount) < 1e-9:
-            continue
-        if name == resources.CPU:
-            out[name] = f"{round(amount)}m"
-        elif abs(amount - round(amount)) < 1e-9:
-            out[name] = str(round(amount))
-        else:
-            out[name] = f"{amount:.3f}".rstrip("0")
+        text = quantity(name, amount)
+        if text != "0":
+            out[name] = text
     return out
+
+
+#: Binary suffixes, largest first: a byte count divisible by one is shown with it (268435456 -> 256Mi).
+_BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+_DECIMAL = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3))
+
+
+def _is_bytes(name: str) -> bool:
+    return name in (resources.MEMORY, "ephemeral-storage") or name.startswith("hugepages-") or "memory" in name
+
+
+def quantity(name: str, amount: float) -> str:
+    """One amount of resource ``name`` in the scheduler's units (CPU in milli-cores, memory and storage in bytes,
+    GPUs and the rest in units) as a canonical Kubernetes quantity: CPU ``2`` or ``2500m``, memory ``256Gi`` (or
+    ``1G``, or plain bytes when no suffix divides it), GPUs ``8`` or ``0.5``."""
+    if name == resources.CPU:
+        milli = round(amount)
+        return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+    if _is_bytes(name):
+        count = round(amount)
+        for suffixes in (_BINARY, _DECIMAL):
+            for suffix, size in suffixes:
+                if count and count % size == 0:
+                    return f"{count // size}{suffix}"
+        return str(count)
+    if abs(amount - round(amount)) < 5e-4:
+        return str(round(amount))
+    return f"{amount:.3f}".rstrip("0")
 
 
 def _share(value: float) -> str:

@@ -428,12 +428,12 @@ def test_queue_status_reports_allocation_guarantee_borrowing_and_pending_work() 
         loop.pod_pending(_pod(f"g{i}", 1, queue="prod", group="g"))
     loop.run_until_idle()
     status = loop.queue_statuses()
-    assert status["batch"]["allocated"] == {"cpu": "7000m", "nvidia.com/gpu": "14"}
+    assert status["batch"]["allocated"] == {"cpu": "7", "nvidia.com/gpu": "14"}
     assert status["batch"]["borrowed"] == status["batch"]["allocated"]
     assert status["batch"]["pendingPods"] == 0
     assert status["prod"]["allocated"]["nvidia.com/gpu"] == "2"
     assert status["prod"]["guaranteedInUse"] == {"nvidia.com/gpu": "2"}
-    assert status["prod"]["borrowed"] == {"cpu": "1000m"}
+    assert status["prod"]["borrowed"] == {"cpu": "1"}
     # prod1 and the gang of two wait.
     assert (status["prod"]["pendingPods"], status["prod"]["pendingGangs"]) == (3, 1)
     # Fair share of GPUs, water-filled: prod asks for 2 + 4, gets its guarantee of 4 and half the rest: 6 of 16.
@@ -527,7 +527,7 @@ def test_a_restart_charges_gang_members_to_their_podgroups_queue_in_any_order() 
         assert loop.held("capped") == {"cpu": 2000.0, "nvidia.com/gpu": 8.0}
         assert loop.held("default").get("nvidia.com/gpu", 0.0) == 0.0
         status = loop.queue_statuses()["capped"]
-        assert status["allocated"] == {"cpu": "2000m", "nvidia.com/gpu": "8"}
+        assert status["allocated"] == {"cpu": "2", "nvidia.com/gpu": "8"}
         loop.pod_pending(_pod("one", 1, queue="capped"))
         loop.run_until_idle()
         assert _placed(cluster) == []
