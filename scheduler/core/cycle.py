@@ -46,6 +46,8 @@ class Diagnosis:
 
     nodes: int
     counts: tuple[tuple[str, int], ...] = ()
+    #: The reason codes (``scheduler.kernels.layout``) nodes failed for, for the queueing hints.
+    codes: tuple[int, ...] = ()
 
     def message(self) -> str:
         parts = ", ".join(f"{n} {text}" for text, n in self.counts)
@@ -59,7 +61,7 @@ def diagnose(reasons: np.ndarray, columns: list[str]) -> Diagnosis:
     for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
         by_text[reason_text(code, columns)] += count
     ordered = tuple(sorted(by_text.items(), key=lambda kv: (-kv[1], kv[0])))
-    return Diagnosis(int(present.shape[0]), ordered)
+    return Diagnosis(int(present.shape[0]), ordered, tuple(int(c) for c in codes.tolist()))
 
 
 @dataclass(slots=True)
@@ -146,6 +148,24 @@ class Scheduler:
         assert node is not None, "a feasible slot always holds a node"
         gpu_ids = tuple(state.data.get(interface.GPU_IDS, ()))
         return Result(Status.success(), Decision(pod, node, gpu_ids), state=state)
+
+    def wakes(self, diagnosis: Diagnosis | None) -> frozenset[interface.ClusterEvent] | None:
+        """The cluster events that may let a pod that failed with ``diagnosis`` fit (None: any event may): the
+        union of what the filter plugins declare for the reasons its nodes failed for (``FilterPlugin.wakes``),
+        and the core's own for the reasons it sets."""
+        if diagnosis is None:
+            return None
+        events: set[interface.ClusterEvent] = set()
+        for code in diagnosis.codes:
+            if code == layout.UNSCHEDULABLE:
+                events |= {interface.ClusterEvent.NODE_UPDATED, interface.ClusterEvent.NODE_ADDED}
+                continue
+            declared = [w for f in self.framework.filters if (w := f.wakes(code)) is not None]
+            if not declared:
+                return None  # held for another job (core.holds), or a code nobody declared: anything may help
+            for wakes in declared:
+                events |= wakes
+        return frozenset(events)
 
     def bound(self, key: str) -> None:
         """The binder reports success."""

@@ -22,10 +22,22 @@ from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.core.ports import Events
 from scheduler.core.tenancy import Tenancy, Vector, add_into
+from scheduler.framework.interface import ClusterEvent
 from scheduler.queue.scheduling import QueueItem
 
 QUEUE_LIMIT = "QueueLimit"
 FAIR_SHARE = "FairShare"
+#: The queueing hint for a job the gate held back: what it holds changes as pods leave; the limits and fair shares
+#: with the Queues; fair shares with the cluster's capacity; the gate with the starving jobs placed.
+WAKES = frozenset(
+    {
+        ClusterEvent.POD_DELETED,
+        ClusterEvent.QUEUE_CHANGED,
+        ClusterEvent.NODE_ADDED,
+        ClusterEvent.NODE_UPDATED,
+        ClusterEvent.STARVING_JOB_FED,
+    }
+)
 
 
 class Gate:

@@ -40,9 +40,8 @@ from typing import Any
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
-from scheduler.core import gang
+from scheduler.core import gang, gate
 from scheduler.core.cycle import Scheduler
-from scheduler.core.gate import Gate
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import GANG_PREFIX, Job, Jobs
@@ -76,7 +75,7 @@ class SchedulingLoop:
         self.events = events
         self.tenancy = tenancy if tenancy is not None else Tenancy(scheduler.cache, clock=clock)
         self.jobs = Jobs()
-        self.gate = Gate(self.tenancy, fair_share=fair_share_gate)
+        self.gate = gate.Gate(self.tenancy, fair_share=fair_share_gate)
         self.holds = Holds(scheduler.cache, self.tenancy, clock=clock, reserve_after_s=reserve_after_s)
         self.hints = Hints()
         self.preemptor = Preemptor(scheduler, self.jobs, self.tenancy, self.holds, events=events, evictor=evictor)
@@ -187,7 +186,7 @@ class SchedulingLoop:
         """Something changed that may let waiting work fit (a pod left, a node came, a queue changed); the
         queueing hints (``scheduler.core.hints``) say which waiting jobs it may help."""
         event = ClusterEvent(event)
-        may_help = self.hints.filter(event, self.scheduler.cache.arrays, self.gate.still_gated)
+        may_help = self.hints.may_help(event, self.scheduler.cache.arrays, self.gate.still_gated)
         self.queue.move_all_to_active(event, may_help)
 
     def bind_failed(self, pod: PodRequest, reason: str) -> None:
@@ -285,7 +284,7 @@ class SchedulingLoop:
             self.events.emit(obj=f"podgroup {key}", kind="Warning", reason="FailedScheduling", message=over)
             job.refresh_phase(now)
             # Like a job without room: a deletion that leaves fewer free GPUs than it needs cannot let it start.
-            self.hints.failed(item.key, members)
+            self.hints.failed(item.key, members, gate.WAKES)
             self.queue.requeue_unschedulable(item, over)
             return
         result = gang.place_gang(self.scheduler, group, members, self.holds.context(item.key))
@@ -325,7 +324,7 @@ class SchedulingLoop:
         (required, _), problem = gang.resolve_levels(self.scheduler, group.topology, obj=f"podgroup {key}")
         if problem is None and not self.preemptor.preempt(item, members, item.priority, f"podgroup {key}", required):
             self.holds.reserve(item, members)
-        self.hints.failed(item.key, members)
+        self.hints.failed(item.key, members, self.scheduler.wakes(result.diagnosis))
         self.gate.starve(item.key, item.queue, requests_of(members))
         self.queue.requeue_unschedulable(item, message)
 
@@ -351,7 +350,7 @@ class SchedulingLoop:
         _, over = self.gate.held_back(item.queue, requests_of([pod]), item.key)
         if over:
             self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedScheduling", message=over)
-            self.hints.failed(item.key, [pod])
+            self.hints.failed(item.key, [pod], gate.WAKES)
             self.queue.requeue_unschedulable(item, over)
             return
         result = self.scheduler.schedule(pod, context)
@@ -376,7 +375,7 @@ class SchedulingLoop:
             return
         if not self.preemptor.preempt(item, [pod], pod.priority, f"pod {pod.key}"):
             self.holds.reserve(item, [pod])
-        self.hints.failed(item.key, [pod])
+        self.hints.failed(item.key, [pod], self.scheduler.wakes(result.diagnosis))
         self.gate.starve(item.key, item.queue, requests_of([pod]))
         self.queue.requeue_unschedulable(item, message)
 

@@ -40,6 +40,22 @@ class Code(enum.IntEnum):
     SKIP = 5
 
 
+class ClusterEvent(enum.StrEnum):
+    """What changed in the cluster, as the loop is told (the operator's watches, the simulator)."""
+
+    POD_DELETED = "pod deleted"
+    NODE_ADDED = "node added"
+    NODE_UPDATED = "node updated"
+    QUEUE_CHANGED = "queue changed"
+    TOPOLOGY_CHANGED = "topology changed"
+    #: A job that waited for room was placed or left: the jobs the fair-share gate held back may go.
+    STARVING_JOB_FED = "starving job fed"
+
+
+#: Events that can give a node more free room: a pod left, a node came or changed.
+ROOM_FREED = frozenset({ClusterEvent.POD_DELETED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_UPDATED})
+
+
 @dataclass(frozen=True, slots=True)
 class Status:
     code: Code = Code.SUCCESS
@@ -90,6 +106,11 @@ class PreFilterPlugin(Plugin, Protocol):
 class FilterPlugin(Plugin, Protocol):
     def filter(self, state: CycleState, reasons: I8) -> None:
         """Set a reason for every node (still ``FIT``) that cannot hold the pod."""
+
+    def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
+        """The queueing hint: for a reason code this plugin sets, the cluster events that may clear it on a node
+        (a pod rejected only for such reasons is retried on those events, not on others); None for a code it
+        does not set."""
 
 
 @runtime_checkable

@@ -9,9 +9,20 @@ import numpy as np
 
 from scheduler.api import resources, selectors
 from scheduler.framework import args as plugin_args
-from scheduler.framework.interface import I8, CycleState
+from scheduler.framework.interface import I8, ROOM_FREED, ClusterEvent, CycleState
 from scheduler.kernels import fit as fit_kernel
 from scheduler.kernels import layout
+
+#: A node's labels, taints or GPU model change only with the node (or a new node comes).
+_NODE_CHANGED = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_UPDATED})
+_WAKES = {
+    layout.TAINT: _NODE_CHANGED,
+    layout.SELECTOR: _NODE_CHANGED,
+    layout.GPU_MODEL: _NODE_CHANGED,
+    layout.GPU_COUNT: ROOM_FREED,
+    layout.GPU_SHARE: ROOM_FREED,
+    layout.GPU_MEMORY_SHORT: ROOM_FREED,
+}
 
 
 class Fit:
@@ -31,6 +42,11 @@ class Fit:
             mask = np.array([any(resources.model_matches(a, m) for a in allowed) for m in models] or [False])
             self._model_cache[allowed] = mask
         return mask
+
+    def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
+        if reason >= layout.RESOURCE:
+            return ROOM_FREED  # Insufficient cpu, memory, ...
+        return _WAKES.get(reason)
 
     def filter(self, state: CycleState, reasons: I8) -> None:
         pod, snap = state.pod, state.snapshot

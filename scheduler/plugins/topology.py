@@ -31,12 +31,25 @@ from scheduler.api import topology as api_topology
 from scheduler.api.errors import InvalidObject
 from scheduler.api.gputopo import GpuTopology
 from scheduler.framework import args as plugin_args
-from scheduler.framework.interface import F64, I8, I64, TOPOLOGY_SLOTS, Code, CycleState, Status
+from scheduler.framework.interface import (
+    F64,
+    I8,
+    I64,
+    ROOM_FREED,
+    TOPOLOGY_SLOTS,
+    ClusterEvent,
+    Code,
+    CycleState,
+    Status,
+)
 from scheduler.kernels import layout
 
 #: The resolved (required, preferred) levels of a plain pod, kept in the cycle state by the pre-filter.
 LEVELS = "topology.levels"
 _MEMO_LIMIT = 100_000
+
+
+_OUTSIDE = ROOM_FREED | {ClusterEvent.TOPOLOGY_CHANGED}
 
 
 class Topology:
@@ -60,6 +73,11 @@ class Topology:
             return Status(Code.UNRESOLVABLE, str(problem), self.name)
         state.data[LEVELS] = levels
         return Status.success()
+
+    def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
+        # Outside the job's domain: the domains change with the Topology and the nodes' labels, and which domain
+        # can hold it with the room freed in them.
+        return _OUTSIDE if reason == layout.TOPOLOGY else None
 
     def filter(self, state: CycleState, reasons: I8) -> None:
         chosen: np.ndarray | None = state.data.get(TOPOLOGY_SLOTS)

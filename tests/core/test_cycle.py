@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from scheduler.api import pod as api_pod
+from scheduler.core.loop import SchedulingLoop
 from scheduler.framework import profile
-from scheduler.framework.interface import Code
+from scheduler.framework.interface import ClusterEvent, Code
 from scheduler.kernels import layout
+from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
-from tests.core.harness import Cluster
+from tests.core.harness import Clock, Cluster, Events
 
 
 def _cpu_used(cluster: Cluster, node: str) -> float:
@@ -112,3 +114,38 @@ def test_the_default_profile_schedules_every_kind_of_pod() -> None:
     assert cluster.place(objects.pod("shared", milli=300, gpu_memory="4Gi")) == ("gpu", (0,))
     assert cluster.place(objects.pod("whole", gpus=2, models="A100")) == ("gpu", (1, 2))
     assert cluster.place(objects.pod("small", milli=600)) == ("gpu", (0,))  # fills the shared device up
+
+
+def _where(loop: SchedulingLoop, key: str) -> str:
+    return dict(loop.queue.pending())[key]
+
+
+def test_plugins_declare_which_cluster_events_can_help_the_pods_they_reject() -> None:
+    # The queueing hints: a pod rejected only for a taint waits for a node change, not for pod deletions; a pod
+    # rejected for room waits for room, not for a Topology change.
+    tainted = objects.node("t0", cpu="64", gpus=8, taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}])
+    cluster = Cluster([tainted], ("fit", "gpu"))
+    clock = Clock()
+    queue = SchedulingQueue(clock=clock, initial_backoff_s=0.0, max_backoff_s=0.0)
+    loop = SchedulingLoop(cluster.scheduler, queue, clock=clock, events=Events())
+    loop.pod_pending(api_pod.parse_pod(objects.pod("p", gpus=1)))
+    loop.run_until_idle()
+    assert _where(loop, "default/p") == "unschedulable"
+    loop.cluster_event(ClusterEvent.POD_DELETED)
+    loop.cluster_event(ClusterEvent.TOPOLOGY_CHANGED)
+    assert _where(loop, "default/p") == "unschedulable"
+    loop.cluster_event(ClusterEvent.NODE_UPDATED)
+    assert _where(loop, "default/p") in ("active", "backoff")
+
+
+def test_a_pod_without_room_is_not_woken_by_a_topology_change() -> None:
+    cluster = Cluster([objects.node("n0", cpu="64", gpus=1)], ("fit", "gpu"))
+    clock = Clock()
+    queue = SchedulingQueue(clock=clock, initial_backoff_s=0.0, max_backoff_s=0.0)
+    loop = SchedulingLoop(cluster.scheduler, queue, clock=clock, events=Events())
+    loop.pod_pending(api_pod.parse_pod(objects.pod("p", gpus=2)))
+    loop.run_until_idle()
+    loop.cluster_event(ClusterEvent.TOPOLOGY_CHANGED)
+    assert _where(loop, "default/p") == "unschedulable"
+    loop.cluster_event(ClusterEvent.NODE_ADDED)
+    assert _where(loop, "default/p") in ("active", "backoff")
