@@ -33,7 +33,7 @@ from scheduler.api.resources import GpuRequest
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import Scheduler
 from scheduler.core.framework import Framework
-from scheduler.core.loop import SchedulingLoop
+from scheduler.core.loop import ClusterEvent, SchedulingLoop
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
 from scheduler.queue.scheduling import SchedulingQueue
@@ -265,7 +265,7 @@ def run(
             run_of[job_name] = run_of.get(job_name, 0) + 1
             heapq.heappush(events, (now, 1, job_name, run_of[job_name]))
             preemptions += 1
-        loop.cluster_event("pod deleted")
+        loop.cluster_event(ClusterEvent.POD_DELETED)
         return True
 
     def step() -> None:
@@ -326,7 +326,7 @@ def run(
             loop.group_removed(f"{NAMESPACE}/{name}")
             running_gpus -= job.gpus
             held[job.queue] -= job.gpus
-            loop.cluster_event("pod deleted")
+            loop.cluster_event(ClusterEvent.POD_DELETED)
         step()
         if not events and all(s.satisfied for s in loop.jobs.gangs()):
             break

@@ -33,7 +33,7 @@ from scheduler.api.topology import NO_CONSTRAINT, TopologyConstraint
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import Scheduler
 from scheduler.core.framework import Framework
-from scheduler.core.loop import SchedulingLoop
+from scheduler.core.loop import ClusterEvent, SchedulingLoop
 from scheduler.framework.profile import ProfileConfig
 from scheduler.kernels import layout
 from scheduler.queue.scheduling import SchedulingQueue
@@ -260,7 +260,7 @@ def run(nodes: Sequence[NodeInfo], jobs: Sequence[Job], config: ProfileConfig, *
             if job.gang:
                 loop.group_removed(f"{NAMESPACE}/{name}")
             running_gpus -= job.gpus
-            loop.cluster_event("pod deleted")
+            loop.cluster_event(ClusterEvent.POD_DELETED)
         step()
         if not events and (len(started) == len(jobs) or running_gpus == 0):
             # Everything ran, or what waits cannot fit even in the empty cluster: nothing will change.
