@@ -19,11 +19,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import gputopo, resources
+from scheduler.api import gputopo, resources, selectors
 from scheduler.api import node as api_node
 from scheduler.api import topology as api_topology
 from scheduler.api.errors import InvalidObject
@@ -491,16 +492,60 @@ def _same_for_scheduling(a: api_node.NodeInfo, b: api_node.NodeInfo) -> bool:
 
 
 class Snapshot:
-    """The cluster as one scheduling cycle sees it: array copies, and the cache's node metadata by reference.
+    """The cluster as one scheduling cycle sees it: array copies, and read-only views of the cache's node metadata.
 
     The arrays change only through :meth:`place` and :meth:`unplace` inside a checkpoint (what-ifs); the
-    metadata is valid until the caller next yields to the event loop.
+    metadata is valid until the caller next yields to the event loop. Plugins read the cluster only through a
+    snapshot: it never hands out the cache itself, so nothing in a cycle can change what the cache holds.
     """
 
     def __init__(self, cache: Cache, arrays: ClusterArrays) -> None:
-        self.cache = cache
+        self._cache = cache
         self.arrays = arrays
         self.columns = list(cache.columns)
+
+    # --- node metadata, read-only ---------------------------------------------------------------------------
+
+    @property
+    def taints(self) -> Mapping[int, tuple[Taint, ...]]:
+        """Node slot -> its taints (slots without taints are not listed)."""
+        return MappingProxyType(self._cache.taints)
+
+    def select(
+        self, node_selector: Mapping[str, str], affinity: tuple[selectors.NodeSelectorTerm, ...]
+    ) -> npt.NDArray[np.bool_]:
+        """Per node slot, whether the node matches ``node_selector`` and the required node affinity."""
+        names = self.names + [None] * (self.slots - len(self.names))
+        return self._cache.labels.select(self.slots, node_selector, affinity, names)
+
+    def slot_of(self, name: str) -> int | None:
+        return self._cache.slot_of(name)
+
+    @property
+    def topology(self) -> api_topology.TopologySpec:
+        """The cluster's Topology levels in use."""
+        return self._cache.topology
+
+    def domain_ids(self) -> I64:
+        """Node slots x Topology levels: each node's domain id at each level (read-only)."""
+        return self._cache.domain_ids()
+
+    @property
+    def gpu_topologies(self) -> Mapping[int, GpuTopology]:
+        return MappingProxyType(dict(self._cache.gpu_topologies))
+
+    def gpu_topology_index(self) -> tuple[I64, list[GpuTopology]]:
+        return self._cache.gpu_topology_index()
+
+    def gpu_topology(self, slot: int) -> GpuTopology | None:
+        return self._cache.gpu_topology(slot)
+
+    def pods(self) -> Iterator[PodEntry]:
+        """The pods the cache holds (bound and assumed; not a what-if's placements)."""
+        return self._cache.pods()
+
+    def pods_on(self, slot: int) -> Mapping[str, PodEntry]:
+        return MappingProxyType(dict(self._cache.pods_on(slot)))
 
     @property
     def slots(self) -> int:
@@ -508,21 +553,21 @@ class Snapshot:
 
     @property
     def names(self) -> list[str | None]:
-        return self.cache.names
+        return self._cache.names
 
     @property
     def models(self) -> list[str]:
-        return self.cache.models
+        return self._cache.models
 
     def request_vector(self, pod: PodRequest) -> F64:
-        vector = self.cache.request_vector(pod)
+        vector = self._cache.request_vector(pod)
         if vector.shape[0] > self.arrays.cap.shape[1]:
             # The pod asks for a resource no node has: it fits nowhere, but the vector must match the arrays.
             extra = vector[self.arrays.cap.shape[1] :]
             if extra.any():
                 self.arrays.grow(resources=vector.shape[0])
                 # Name the new columns too, so that "Insufficient example.com/foo" says which resource.
-                self.columns = list(self.cache.columns)
+                self.columns = list(self._cache.columns)
             else:
                 vector = vector[: self.arrays.cap.shape[1]]
         return vector

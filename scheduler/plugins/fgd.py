@@ -53,7 +53,7 @@ class Fgd:
                 e.pod.gpu.count,
                 e.pod.gpu.models,
             )
-            for e in state.snapshot.cache.pods()
+            for e in state.snapshot.pods()
         ]
         if len(pods) >= self.min_pods:
             self.shapes = typical.typical_shapes(pods, self.coverage)

@@ -50,13 +50,11 @@ class Fit:
 
     def filter(self, state: CycleState, reasons: I8) -> None:
         pod, snap = state.pod, state.snapshot
-        cache = snap.cache
-        for slot, taints in cache.taints.items():
+        for slot, taints in snap.taints.items():
             if taints and reasons[slot] == layout.FIT and not selectors.tolerated(taints, pod.tolerations):
                 reasons[slot] = layout.TAINT
         if pod.node_selector or pod.affinity:
-            names = snap.names + [None] * (snap.slots - len(snap.names))
-            match = cache.labels.select(snap.slots, pod.node_selector, pod.affinity, names)
+            match = snap.select(pod.node_selector, pod.affinity)
             reasons[(reasons == layout.FIT) & ~match] = layout.SELECTOR
         a = snap.arrays
         gpu = pod.gpu

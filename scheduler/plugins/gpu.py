@@ -37,7 +37,7 @@ class Gpu:
             return Status.success()
         a = state.snapshot.arrays
         if gpu.whole:
-            topo = state.snapshot.cache.gpu_topology(slot)
+            topo = state.snapshot.gpu_topology(slot)
             if topo is None:
                 ids = a.free_devices(slot, gpu.count, 1000.0)
             else:

@@ -46,7 +46,7 @@ class GpuClustering:
         for slot in np.flatnonzero(self._seen != a.gen):
             row = self._classes[slot]
             row[:] = 0
-            for entry in snap.cache.pods_on(int(slot)).values():
+            for entry in snap.pods_on(int(slot)).values():
                 c = pod_class(entry.pod)
                 if c >= 0:
                     row[c] += 1

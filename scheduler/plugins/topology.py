@@ -68,7 +68,7 @@ class Topology:
         if not pod.topology or pod.pod_group:
             return Status.success()
         try:
-            levels = api_topology.resolve(state.snapshot.cache.topology, pod.topology, obj=f"pod {pod.key}")
+            levels = api_topology.resolve(state.snapshot.topology, pod.topology, obj=f"pod {pod.key}")
         except InvalidObject as problem:
             return Status(Code.UNRESOLVABLE, str(problem), self.name)
         state.data[LEVELS] = levels
@@ -88,7 +88,7 @@ class Topology:
             reasons[outside & (reasons == layout.FIT)] = layout.TOPOLOGY
         levels: tuple[int | None, int | None] | None = state.data.get(LEVELS)
         if levels is not None and levels[0] is not None:
-            ids = state.snapshot.cache.domain_ids()[:, levels[0]]
+            ids = state.snapshot.domain_ids()[:, levels[0]]
             size = min(ids.shape[0], reasons.shape[0])
             outside = np.ones(reasons.shape[0], dtype=bool)
             outside[:size] = ids[:size] < 0
@@ -100,7 +100,7 @@ class Topology:
         out[:] = 0.0
         parts = 0
         k = state.whole_k
-        known = state.snapshot.cache.gpu_topologies
+        known = state.snapshot.gpu_topologies
         if k and known:
             self._device_scores(state, nodes, k, out)
             parts += 1
@@ -121,7 +121,7 @@ class Topology:
         """
         gpu_free = state.snapshot.arrays.gpu_free
         width = gpu_free.shape[1]
-        index, topologies = state.snapshot.cache.gpu_topology_index()
+        index, topologies = state.snapshot.gpu_topology_index()
         which = index[nodes] if index.shape[0] >= gpu_free.shape[0] else np.full(nodes.shape[0], -1, np.int64)
         rows = np.flatnonzero(which >= 0)
         if rows.size == 0 or width == 0:
@@ -169,7 +169,7 @@ class Topology:
     def _domain_score(self, state: CycleState, nodes: I64, level: int) -> F64:
         """Best fit over domains: the fewer free GPUs a domain keeps after the pod, the higher its nodes score."""
         a = state.snapshot.arrays
-        ids = state.snapshot.cache.domain_ids()[:, level]
+        ids = state.snapshot.domain_ids()[:, level]
         size = min(ids.shape[0], a.slots)
         column = np.full(a.slots, -1, dtype=np.int64)
         column[:size] = ids[:size]
