@@ -282,6 +282,7 @@ def compare_tune(
             "per_seed_alloc_at": {key: [c.get(top, math.nan) for c in curves]},
             "curve": mean_curve,
         }
+    report.versus(results)
     return results
 
 

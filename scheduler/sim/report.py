@@ -20,6 +20,48 @@ def _pct(value: float, width: int) -> str:
     return f"{value:>{width - 1}.2f}%" if math.isfinite(value) else f"{'n/a*':>{width}}"
 
 
+#: The policy every other one is measured against, and where that comparison starts (% of arrived demand): below
+#: half the cluster every policy places every pod, so the curves there say nothing.
+BASELINE = "fgd"
+VERSUS_FROM = 50
+
+
+def versus(results: Mapping[str, Mapping[str, Any]], *, baseline: str = BASELINE, low: int = VERSUS_FROM) -> None:
+    """Add to each policy's result how its curve compares with ``baseline``'s from ``low``% arrived on: the mean
+    difference (the area between the curves divided by their length, in points of allocation) and the worst
+    point (the most negative difference, and where). Nothing is added when ``baseline`` was not run."""
+    if baseline not in results:
+        return
+    base = results[baseline]["curve"]
+    for r in results.values():
+        diffs = [
+            (int(x), float(v) - float(base[x]))
+            for x, v in r["curve"].items()
+            if int(x) >= low and x in base and math.isfinite(float(v)) and math.isfinite(float(base[x]))
+        ]
+        if not diffs:
+            continue
+        worst_at, worst = min(diffs, key=lambda d: (d[1], d[0]))
+        r["versus"] = {
+            "baseline": baseline,
+            "from": low,
+            "mean_diff": sum(d for _, d in diffs) / len(diffs),
+            "worst_diff": worst,
+            "worst_at": worst_at,
+            "diff": {str(x): d for x, d in diffs},
+        }
+
+
+def _versus_cells(name: str, r: Mapping[str, Any]) -> str:
+    v = r.get("versus")
+    if v is None:
+        return f"{'':>9}{'':>14}"
+    if name == v["baseline"]:
+        return f"{'-':>9}{'-':>14}"
+    worst = f"{v['worst_diff']:+.2f} at {v['worst_at']}%"
+    return f"{v['mean_diff']:>+9.2f}{worst:>14}"
+
+
 def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str) -> str:
     """One row per policy: allocation at 100% and RATIO arrived (mean ± std), fragmentation at 90%, and more;
     then what each column means, and why a cell says n/a where one does."""
@@ -27,6 +69,9 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str) -> str:
         f"{'policy':<16}{'alloc@100%':>12}{'alloc@' + ratio_key + '%':>18}{'frag@90%':>10}{'failed':>9}"
         f"{'free nodes':>12}{'stranded':>10}{'decisions/s':>13}{'wall s':>9}"
     )
+    compared = any("versus" in r for r in results.values())
+    if compared:
+        head += f"{'vs ' + BASELINE:>9}{'worst':>14}"
     lines = [head, "-" * len(head)]
     missing: set[str] = set()
     for name, r in results.items():
@@ -38,7 +83,7 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str) -> str:
         lines.append(
             f"{name:<16}{_pct(at100, 12)}{_pct(at_ratio, 12)}{spread}{_pct(frag, 10)}{r['failed_pods']:>9.0f}"
             f"{r['fully_free_gpu_nodes']:>12.0f}{r['stranded_nodes']:>10.0f}{r['decisions_per_s']:>13.0f}"
-            f"{r['wall_s']:>9.2f}"
+            f"{r['wall_s']:>9.2f}" + (_versus_cells(name, r) if compared else "")
         )
     lines += [
         "",
@@ -50,6 +95,14 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str) -> str:
         "             with one of CPU, memory, GPU over 90% used while another is under 20% (all means per seed)",
         "decisions/s  pods scheduled per second, kernels already compiled; wall s: seconds per seed",
     ]
+    if compared:
+        lines += [
+            f"{'vs ' + BASELINE:<13}the curve minus {BASELINE}'s, averaged over each percent of arrived demand from",
+            f"             {VERSUS_FROM}% to {ratio_key}% (the area between the curves per point; > 0: more GPU than "
+            f"{BASELINE})",
+            f"worst        the most negative difference from {BASELINE} on that range, and the arrived demand where "
+            "it is",
+        ]
     if missing:
         at = " and ".join(f"{p}%" for p in sorted(missing, key=int))
         lines += [
@@ -216,7 +269,14 @@ def plot(path: str | Path, results: Mapping[str, Mapping[str, Any]], *, replay: 
         right.set_ylabel("time-weighted GPU allocation (%)")
         right.set_title("time-weighted allocation")
     else:
-        fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 5.2), gridspec_kw={"width_ratios": [4, 4, 3]})
+        compared = [n for n in names if "versus" in results[n] and n != results[n]["versus"]["baseline"]]
+        if compared:
+            fig, (left, middle, diff_axis, right) = plt.subplots(
+                1, 4, figsize=(21, 5.2), gridspec_kw={"width_ratios": [4, 4, 4, 3]}
+            )
+            _plot_versus(diff_axis, results, compared, colour)
+        else:
+            fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 5.2), gridspec_kw={"width_ratios": [4, 4, 3]})
         top = max((max(float(x) for x in results[n]["curve"]) for n in names), default=100.0)
         zoom_from = min(90.0, top - 10.0)
         for axis in (left, middle):
@@ -248,3 +308,20 @@ def plot(path: str | Path, results: Mapping[str, Mapping[str, Any]], *, replay: 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_versus(
+    axis: Any, results: Mapping[str, Mapping[str, Any]], names: Sequence[str], colour: Mapping[str, str]
+) -> None:
+    """Each policy's curve minus the baseline's: below zero is where it allocates less GPU than the baseline."""
+    baseline = results[names[0]]["versus"]["baseline"]
+    for name in names:
+        diff = results[name]["versus"]["diff"]
+        axis.plot([float(x) for x in diff], list(diff.values()), label=name, color=colour[name], linewidth=1.4)
+    axis.axhline(0.0, color=colour.get(baseline, "black"), linewidth=1.0)
+    axis.axvline(100, color="black", linewidth=0.6, alpha=0.4)
+    axis.set_xlabel("arrived GPU demand (% of capacity)")
+    axis.set_ylabel(f"allocated GPU minus {baseline}'s (points)")
+    axis.set_title(f"difference from {baseline} (below 0: {baseline} allocates more)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from scheduler import cli
+from scheduler.sim import report
 from tests.sim.files import MULTIGPU_HEADER, NODE_HEADER, POD_HEADER, write
 
 NODES = ["n0,128000,1048576,8,T4", "n1,128000,1048576,8,T4"]  # 16000 GPU-milli
@@ -335,3 +336,43 @@ def test_a_policy_keeps_its_colour_whatever_else_is_plotted() -> None:
     together = report.colours(["random", "bestfit", "fgd", "default", "mine"])
     assert alone["fgd"] == together["fgd"]
     assert len(set(together.values())) == 5
+
+
+def test_each_policy_is_measured_against_fgd_from_half_the_cluster_on() -> None:
+    curve_fgd = {str(x): float(x) for x in range(0, 131)}
+    # Loses 3 points at 90% and only there (a dip), wins 1 point at 130%, below 50% anything goes.
+    other = {
+        str(x): float(x) - (3.0 if x == 90 else 0.0) + (1.0 if x == 130 else 0.0) - (9.0 if x < 50 else 0.0)
+        for x in range(0, 131)
+    }
+    results: dict[str, dict[str, object]] = {"fgd": {"curve": curve_fgd}, "default": {"curve": other}}
+    report.versus(results)
+    v = results["default"]["versus"]
+    assert isinstance(v, dict)
+    assert (v["worst_diff"], v["worst_at"]) == (-3.0, 90)
+    assert v["mean_diff"] == pytest.approx(-2.0 / 81)
+    assert results["fgd"]["versus"]["mean_diff"] == 0.0  # type: ignore[index]
+    line = next(row for row in report.table(_with_columns(results), "130").splitlines() if row.startswith("default"))
+    assert "-3.00 at 90%" in line and "-0.02" in line
+
+
+def test_without_fgd_there_is_nothing_to_measure_against() -> None:
+    results: dict[str, dict[str, object]] = {"bestfit": {"curve": {"50": 50.0}}}
+    report.versus(results)
+    assert "versus" not in results["bestfit"]
+    assert "vs fgd" not in report.table(_with_columns(results), "130")
+
+
+def _with_columns(results: dict[str, dict[str, object]]) -> dict[str, dict[str, object]]:
+    for r in results.values():
+        r.update(
+            alloc_at={},
+            alloc_std_at={},
+            frag_at={},
+            failed_pods=0,
+            fully_free_gpu_nodes=0,
+            stranded_nodes=0,
+            decisions_per_s=1.0,
+            wall_s=1.0,
+        )
+    return results
