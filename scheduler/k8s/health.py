@@ -51,7 +51,9 @@ def health_app(operator: Operator) -> web.Application:
 
 def metrics_app(operator: Operator) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
-        operator.metrics.refresh_state(operator.loop, operator.pending)
+        operator.metrics.refresh_state(
+            operator.loop, operator.pending, node_problems=operator.cache.gpu_topology_problems
+        )
         response = web.Response(body=operator.metrics.exposition())
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response

@@ -1,31 +1,74 @@
 """Prometheus metrics of the operator, all named ``gpusched_...``, on a registry of their own.
 
 A registry per :class:`Metrics` (not prometheus-client's global one) lets tests run several operators in one
-process. Counters and histograms are updated where things happen; gauges that describe state (pending work,
-queue allocation, cluster GPUs) are recomputed by :meth:`Metrics.refresh_state` before each scrape and after
-each batch of cycles, from the cache and the queue, so they can never drift from what the scheduler holds.
+process; the process, platform and garbage-collector collectors are added to it, so ``process_*`` and
+``python_*`` series are there as with any Prometheus client. Counters and histograms are updated where things
+happen; gauges that describe state (pending work, queue allocation and quotas, cluster GPUs and fragmentation)
+are recomputed by :meth:`Metrics.refresh_state` before each scrape, from the cache and the queue, so they can
+never drift from what the scheduler holds.
+
+Conventions, as kube-scheduler's and Kueue's users expect them: base units (CPU in cores, memory in bytes, GPUs
+in GPUs), ``_seconds`` histograms, ``_total`` counters. Label values are bounded: a ``queue`` label names a Queue
+that exists (or ``default``), so a typo'd queue name on a pod does not start a new series; a ``reason`` is one
+of a few words, never a message.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter as Tally
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
+from scheduler.api import quantity, resources
+from scheduler.api.gputopo import ANNOTATION as GPU_TOPOLOGY
 from scheduler.api.pod import PodRequest
+from scheduler.core.framework import Framework
 from scheduler.core.loop import SchedulingLoop
 from scheduler.kernels import layout
 
 #: Seconds: from a few milliseconds (a bind on a quiet cluster) to minutes (a gang waiting for room).
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+#: Seconds of one cycle or one plugin call: from tens of microseconds to a second.
+_CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+#: The queue every pod without one counts against (it may exist as a Queue object or be implied).
+DEFAULT_QUEUE = "default"
+#: Below this much free CPU (cores) or memory (bytes) a node with free GPUs is *stranded*: its GPUs cannot take
+#: a pod that asks for anything besides them.
+STRANDED_CPU = 1.0
+STRANDED_MEMORY = float(2**30)
+#: Preemption reasons as labels (the Event's message says more).
+PREEMPTION_REASONS = {"guarantee back": "reclaim", "reclaim": "reclaim", "higher-priority": "priority"}
+#: The extension points timed per plugin, by method name.
+EXTENSION_POINTS = ("pre_filter", "filter", "score", "normalize", "reserve", "unreserve")
+
+
+def base_unit(name: str, amount: float) -> float:
+    """An amount in the scheduler's units (CPU in milli-cores) in Prometheus base units (CPU in cores)."""
+    return amount / 1000.0 if name == resources.CPU else float(amount)
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        if GC_COLLECTOR is not None:
+            GCCollector(registry=r)
         self.schedule_attempts = Counter(
             "gpusched_schedule_attempts", "Scheduling attempts of pods and gangs, by result.", ["result"], registry=r
         )
@@ -48,16 +91,66 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.preemptions = Counter("gpusched_preemptions", "Pods deleted to make room (reclaim).", registry=r)
+        self.cycle_duration = Histogram(
+            "gpusched_scheduling_cycle_duration_seconds",
+            "One scheduling cycle: a pod or a whole gang, from taking it off the queue to a decision.",
+            buckets=_CYCLE_BUCKETS,
+            registry=r,
+        )
+        self.plugin_duration = Histogram(
+            "gpusched_plugin_duration_seconds",
+            "One call of a plugin at an extension point (a filter or score call covers every node at once).",
+            ["plugin", "extension_point"],
+            buckets=_CYCLE_BUCKETS,
+            registry=r,
+        )
+        self.preemptions = Counter(
+            "gpusched_preemptions",
+            "Pods deleted to make room, by reason (reclaim: a queue's guarantee; priority: within a queue) and the"
+            " victim's queue.",
+            ["reason", "queue"],
+            registry=r,
+        )
         self.pending_pods = Gauge(
             "gpusched_pending_pods", "Pods waiting to be scheduled, by queue.", ["queue"], registry=r
         )
         self.pending_gangs = Gauge(
             "gpusched_pending_gangs", "Gangs waiting to be scheduled, by queue.", ["queue"], registry=r
         )
+        self.pending_jobs = Gauge(
+            "gpusched_pending_jobs",
+            "Jobs (a pod, or a gang) in the scheduling queue, by where they wait: active (ready to be tried),"
+            " backoff, unschedulable (until a cluster event may help), in-flight (being scheduled).",
+            ["state"],
+            registry=r,
+        )
         self.queue_allocated = Gauge(
             "gpusched_queue_allocated",
-            "What each leaf queue's pods hold, by resource.",
+            "What each queue's pods hold (a parent: its subtree), by resource, in base units (CPU in cores).",
+            ["queue", "resource"],
+            registry=r,
+        )
+        self.queue_guaranteed = Gauge(
+            "gpusched_queue_guaranteed",
+            "Each queue's guarantee (nominal quota), by resource, in base units.",
+            ["queue", "resource"],
+            registry=r,
+        )
+        self.queue_limit = Gauge(
+            "gpusched_queue_limit",
+            "Each queue's limit, by resource, in base units (only resources it limits).",
+            ["queue", "resource"],
+            registry=r,
+        )
+        self.queue_borrowing_limit = Gauge(
+            "gpusched_queue_borrowing_limit",
+            "The most each queue may hold above its guarantee, by resource, in base units (only where set).",
+            ["queue", "resource"],
+            registry=r,
+        )
+        self.queue_borrowed = Gauge(
+            "gpusched_queue_borrowed",
+            "What each queue holds above its guarantee (may be reclaimed), by resource, in base units.",
             ["queue", "resource"],
             registry=r,
         )
@@ -81,8 +174,27 @@ class Metrics:
         )
         self.cluster_gpus = Gauge(
             "gpusched_cluster_gpus",
-            "Whole GPUs of schedulable nodes: total, allocated (any share used), partial (partly used).",
+            "Whole GPUs of schedulable nodes: total, allocated (any share used), partial (partly used), free"
+            " (wholly free).",
             ["state"],
+            registry=r,
+        )
+        self.cluster_nodes = Gauge(
+            "gpusched_cluster_nodes",
+            "Schedulable GPU nodes: total, idle (every GPU free), stranded (free GPUs but under 1 CPU core or"
+            " 1 GiB of memory free: the GPUs cannot be used).",
+            ["state"],
+            registry=r,
+        )
+        self.largest_free_block = Gauge(
+            "gpusched_largest_free_gpu_block",
+            "The most wholly free GPUs on one schedulable node: the largest whole-GPU pod that fits now.",
+            registry=r,
+        )
+        self.node_annotation_problems = Gauge(
+            "gpusched_node_annotation_problems",
+            "Nodes whose annotation was refused (their GPUs are treated as unknown), by annotation.",
+            ["annotation"],
             registry=r,
         )
         self.is_leader = Gauge("gpusched_is_leader", "1 on the replica that schedules, else 0.", registry=r)
@@ -91,29 +203,101 @@ class Metrics:
             "gpusched_invalid_objects", "Objects that could not be parsed, by kind.", ["kind"], registry=r
         )
         self._labelled: dict[str, set[tuple[str, ...]]] = {}
+        #: The queues a label may name (set at each refresh from the loop's tree).
+        self._queues: frozenset[str] = frozenset({DEFAULT_QUEUE})
 
-    def refresh_state(self, loop: SchedulingLoop, pending: Mapping[str, PodRequest]) -> None:
-        """Recompute the state gauges from the pods waiting for a node (``pending``), the loop and the cache."""
+    # --- updated where things happen ---------------------------------------------------------------------------
+
+    def preempted(self, queue: str, reason: str) -> None:
+        """One pod deleted to make room; ``reason`` is the Event's message, reduced to a label."""
+        label = next((word for text, word in PREEMPTION_REASONS.items() if text in reason), "other")
+        self.preemptions.labels(label, self.queue_label(queue)).inc()
+
+    def queue_label(self, queue: str) -> str:
+        """``queue`` if it exists (or is ``default``), else ``unknown``: label values stay bounded."""
+        return queue if queue in self._queues else "unknown"
+
+    def instrument(self, framework: Framework) -> None:
+        """Time every plugin call of ``framework`` into ``gpusched_plugin_duration_seconds`` (the plugins are
+        wrapped in place; the framework works as before)."""
+        framework.pre_filters[:] = [_Timed(p, self) for p in framework.pre_filters]
+        framework.filters[:] = [_Timed(p, self) for p in framework.filters]
+        framework.reservers[:] = [_Timed(p, self) for p in framework.reservers]
+        framework.scorers[:] = [
+            (
+                _Timed(plugin, self),
+                weight,
+                None if normalize is None else self._timer(_plugin_name(plugin), "normalize", normalize),
+            )
+            for plugin, weight, normalize in framework.scorers
+        ]
+
+    def _timer(self, plugin: str, point: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        histogram = self.plugin_duration.labels(plugin, point)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                histogram.observe(time.perf_counter() - started)
+
+        return timed
+
+    # --- recomputed per scrape ---------------------------------------------------------------------------------
+
+    def refresh_state(
+        self, loop: SchedulingLoop, pending: Mapping[str, PodRequest], *, node_problems: Collection[str] = ()
+    ) -> None:
+        """Recompute the state gauges from the pods waiting for a node (``pending``), the loop and the cache;
+        ``node_problems`` names the nodes whose ``gpusched.io/gpu-topology`` was refused."""
+        tree = loop.tenancy.tree
+        self._queues = frozenset({DEFAULT_QUEUE, *tree})
         pods: Tally[str] = Tally()
         gangs: Tally[str] = Tally()
         for job in loop.jobs.gangs():
-            if not job.satisfied and (job.key in loop.queue or job.pending):
+            if not job.satisfied and (job.key in loop.queue or job.pending) and job.queue in self._queues:
                 gangs[job.queue] += 1
         for pod in pending.values():
-            pods[loop.queue_of(pod)] += 1
+            queue = loop.queue_of(pod)
+            if queue in self._queues:
+                pods[queue] += 1
         self._set(self.pending_pods, {(q,): float(n) for q, n in pods.items()})
         self._set(self.pending_gangs, {(q,): float(n) for q, n in gangs.items()})
-        allocated: dict[tuple[str, ...], float] = {
-            (queue, name): amount for queue, vector in loop.holdings().items() for name, amount in vector.items()
-        }
-        self._set(self.queue_allocated, allocated)
+        states: Tally[str] = Tally(where for _, where in loop.queue.pending())
+        for state in ("active", "backoff", "unschedulable", "in-flight"):
+            self.pending_jobs.labels(state).set(float(states.get(state, 0)))
+
         statuses = loop.queue_statuses()
+        allocated: dict[tuple[str, ...], float] = {}
+        for queue, status in statuses.items():
+            for name, text in _mapping(status.get("allocated")).items():
+                allocated[(queue, name)] = _base_quantity(name, text)
+        self._set(self.queue_allocated, allocated)
+        borrowed: dict[tuple[str, ...], float] = {
+            (q, name): _base_quantity(name, text)
+            for q, status in statuses.items()
+            for name, text in _mapping(status.get("borrowed")).items()
+        }
+        self._set(self.queue_borrowed, borrowed)
+        guaranteed: dict[tuple[str, ...], float] = {}
+        limit: dict[tuple[str, ...], float] = {}
+        borrowing: dict[tuple[str, ...], float] = {}
+        for queue in tree:
+            spec = tree.spec(queue)
+            for into, values in ((guaranteed, spec.guaranteed), (limit, spec.limit), (borrowing, spec.borrowing_limit)):
+                for name, amount in values.items():
+                    into[(queue, name)] = base_unit(name, float(amount))
+        self._set(self.queue_guaranteed, guaranteed)
+        self._set(self.queue_limit, limit)
+        self._set(self.queue_borrowing_limit, borrowing)
         for gauge, field in (
             (self.queue_share, "dominantShare"),
             (self.queue_rank_share, "rankShare"),
             (self.queue_fair_share, "fairShare"),
         ):
             self._set(gauge, {(q,): float(str(st[field])) for q, st in statuses.items() if field in st})
+
         a = loop.scheduler.cache.arrays
         usable = a.base_reason != layout.ABSENT
         counts = a.gpu_count[usable]
@@ -121,9 +305,20 @@ class Metrics:
         present = np.arange(free.shape[1])[None, :] < counts[:, None]
         used = present & (free < layout.WHOLE)
         partial = used & (free > 0)
+        whole_free = (present & (free >= layout.WHOLE)).sum(axis=1)
         self.cluster_gpus.labels("total").set(float(counts.sum()))
         self.cluster_gpus.labels("allocated").set(float(used.sum()))
         self.cluster_gpus.labels("partial").set(float(partial.sum()))
+        self.cluster_gpus.labels("free").set(float(whole_free.sum()))
+        room = a.cap[usable] - a.used[usable]
+        gpu_nodes = counts > 0
+        stranded = gpu_nodes & (whole_free > 0)
+        stranded &= (room[:, layout.CPU] < STRANDED_CPU * 1000) | (room[:, layout.MEMORY] < STRANDED_MEMORY)
+        self.cluster_nodes.labels("total").set(float(gpu_nodes.sum()))
+        self.cluster_nodes.labels("idle").set(float((gpu_nodes & (whole_free == counts)).sum()))
+        self.cluster_nodes.labels("stranded").set(float(stranded.sum()))
+        self.largest_free_block.set(float(whole_free.max()) if whole_free.size else 0.0)
+        self.node_annotation_problems.labels(GPU_TOPOLOGY).set(float(len(node_problems)))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -137,3 +332,31 @@ class Metrics:
         for labels, value in values.items():
             gauge.labels(*labels).set(value)
         self._labelled[name] = set(values)
+
+
+class _Timed:
+    """A plugin whose extension-point calls are timed; every other attribute is the plugin's own."""
+
+    def __init__(self, plugin: Any, metrics: Metrics) -> None:
+        self._plugin = plugin
+        name = _plugin_name(plugin)
+        for point in EXTENSION_POINTS:
+            method = getattr(plugin, point, None)
+            if callable(method):
+                setattr(self, point, metrics._timer(name, point, method))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._plugin, name)
+
+
+def _plugin_name(plugin: Any) -> str:
+    return str(getattr(plugin, "name", "") or type(plugin).__name__)
+
+
+def _mapping(value: object) -> Mapping[str, str]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _base_quantity(name: str, text: str) -> float:
+    """A status quantity string (``2500m``, ``256Gi``, ``0.5``) in base units."""
+    return float(quantity.parse_quantity(text, obj=f"resource {name}"))

@@ -64,6 +64,9 @@ STATUS_INTERVAL_S = 2.0
 USAGE_INTERVAL_S = 10.0
 #: Seconds after an unknown bind outcome before the pod is read back (if the watch has not told by then).
 RECHECK_S = 5.0
+#: Seconds a pod may wait for its PodGroup before ``PodGroupNotFound`` is told: ``kubectl apply`` of a file
+#: holding both often delivers the pod first.
+GROUP_GRACE_S = 5.0
 
 
 class Operator:
@@ -91,6 +94,7 @@ class Operator:
             clock=clock, initial_backoff_s=config.backoff.initial_s, max_backoff_s=config.backoff.max_s
         )
         self.scheduler = Scheduler(self.cache, Framework.build(config.profile), self)
+        self.metrics.instrument(self.scheduler.framework)
         self.loop = SchedulingLoop(
             self.scheduler,
             self.queue,
@@ -129,6 +133,18 @@ class Operator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_status = 0.0
         self._last_usage = time.monotonic()
+        #: Pods of ours whose spec could not be read: key -> (uid, why), told in their PodScheduled condition.
+        self.unreadable_pods: dict[str, tuple[str, str]] = {}
+        #: Pods naming a PodGroup not seen yet: key -> (since, time.monotonic(), the message once the grace is over).
+        self._group_missing: dict[str, tuple[float, str]] = {}
+        #: The last periodic message told per pod (members waiting for members), so an Event is written per change.
+        self._told: dict[str, str] = {}
+        #: Queues that cannot be used: name -> why (unreadable, or refused by the tree), for their status condition.
+        self._queue_problems: dict[str, str] = {}
+        #: Per queue, its Accepted condition's (status, lastTransitionTime).
+        self._queue_since: dict[str, tuple[str, float]] = {}
+        #: Nodes whose ``gpusched.io/gpu-topology`` was refused, with the message last told.
+        self._node_problems: dict[str, str] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -215,6 +231,8 @@ class Operator:
         except InvalidObject as exc:
             ours = spec.get("schedulerName") == api_pod.SCHEDULER_NAME
             self._invalid("pod", key, exc, report=ours or bool(spec.get("nodeName")))
+            if ours and not spec.get("nodeName"):
+                self._unreadable_pod(key, str(meta.get("uid") or ""), exc)
             if ours and key in self.pending:
                 self.pending.pop(key, None)
                 self.loop.pod_gone(key)
@@ -257,6 +275,7 @@ class Operator:
             if self.nodes.pop(name, None) is not None:
                 self.cache.remove_node(name)
             self.uids.pop(f"node {name}", None)
+            self._node_problems.pop(name, None)
             return
         try:
             info = api_node.parse_node(body)
@@ -272,6 +291,7 @@ class Operator:
         if old is None:
             for problem in info.problems:
                 self._invalid("node", name, problem)
+        self._check_gpu_topology(name)
         if self.ready:
             self.loop.cluster_event(ClusterEvent.NODE_ADDED if old is None else ClusterEvent.NODE_UPDATED)
             self._wake.set()
@@ -375,8 +395,10 @@ class Operator:
             if self.ready and self.leading:
                 started = time.monotonic()
                 while ran < self.batch and self.leading and time.monotonic() - started < self.batch_seconds:
+                    cycle = time.perf_counter()
                     if not self.loop.run_once():
                         break
+                    self.metrics.cycle_duration.observe(time.perf_counter() - cycle)
                     ran += 1
                 self._housekeeping()
             if ran:
@@ -403,18 +425,103 @@ class Operator:
             self.publish_status()
 
     def publish_status(self) -> None:
-        """Hand the PodGroup and Queue status to their writers (which skip unchanged values)."""
+        """Hand the PodGroup and Queue status and the conditions of waiting pods to their writers (which skip
+        unchanged values)."""
         if not self.leading:
             return
         for key in list(self.podgroups):
             status = self.loop.group_status(key)
-            if status is not None:
+            job = self.loop.gang(key)
+            if status is not None and job is not None and job.group is not None:
+                status["members"] = f"{len(job.placed)}/{job.group.min_member}"
+                status["pending"] = len(job.pending)
                 self.group_status.update(key, status)
         statuses = self.loop.queue_statuses()
+        jobs = self._queue_jobs()
         for name in self.queues:
             status = statuses.get(name)
-            if status is not None:
-                self.queue_status.update(name, status)
+            if status is None:
+                problem = self._queue_problems.get(name) or f"queue {name!r} could not be used"
+                self._queue_refused(name, problem)
+                continue
+            self._queue_problems.pop(name, None)
+            status = dict(status)
+            status["pendingJobs"], status["admittedJobs"] = jobs.get(name, (0, 0))
+            status["conditions"] = [self._queue_condition(name, "True", "Accepted", "the queue is in use")]
+            self.queue_status.update(name, status)
+        self._tell_waiting_pods()
+
+    def _queue_jobs(self) -> dict[str, tuple[int, int]]:
+        """Per queue (leaves and, summed, their ancestors): (jobs waiting in the queue, jobs holding capacity)."""
+        tree = self.loop.tenancy.tree
+        pending: dict[str, int] = {}
+        admitted: dict[str, int] = {}
+        for item in self.loop.queue.items():
+            pending[item.queue] = pending.get(item.queue, 0) + 1
+        for job in self.loop.jobs.all():
+            if job.placed:
+                admitted[job.queue] = admitted.get(job.queue, 0) + 1
+        out: dict[str, list[int]] = {}
+        for index, counts in enumerate((pending, admitted)):
+            for leaf, n in counts.items():
+                if leaf not in tree:
+                    continue
+                for name in (leaf, *tree.ancestors(leaf)):
+                    out.setdefault(name, [0, 0])[index] += n
+        return {name: (n[0], n[1]) for name, n in out.items()}
+
+    def _queue_condition(self, name: str, status: str, reason: str, message: str) -> dict[str, object]:
+        last = self._queue_since.get(name)
+        if last is None or last[0] != status:
+            last = self._queue_since[name] = (status, self.clock())
+        return {
+            "type": "Accepted",
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": last[1],
+        }
+
+    def _queue_refused(self, name: str, message: str) -> None:
+        """Mark a Queue that cannot be used in its status (``Accepted=False``), not only with an Event."""
+        self._queue_problems[name] = message
+        if self.leading:
+            condition = self._queue_condition(name, "False", "Invalid", message)
+            self.queue_status.update(name, {"conditions": [condition]})
+
+    def _tell_waiting_pods(self) -> None:
+        """Conditions (and an Event per change) for the pods the cycles say nothing about: gang members waiting
+        for their siblings to exist, pods whose PodGroup is still missing after :data:`GROUP_GRACE_S`, pods of
+        ours that cannot be read."""
+        told: dict[str, str] = {}
+        for job in self.loop.jobs.gangs():
+            group = job.group
+            if group is None or job.satisfied or job.exists >= group.min_member:
+                continue
+            message = (
+                f"waiting for gang {group.key}: {job.exists} of {group.min_member} members exist; "
+                f"the gang is tried once {group.min_member - job.exists} more are created"
+            )
+            for member in job.pending.values():
+                told[member.key] = message
+                self.conditions.unschedulable(member, message)
+                if self._told.get(member.key) != message:
+                    self.recorder.emit(obj=f"pod {member.key}", kind="Normal", reason="WaitingForGang", message=message)
+        self._told = told
+        now = time.monotonic()
+        for key, (since, message) in list(self._group_missing.items()):
+            pod = self.pending.get(key)
+            if pod is None or self.loop.job_of(key) is not None or pod.pod_group == "":
+                del self._group_missing[key]  # gone, or its group came
+            elif now - since >= GROUP_GRACE_S and f"{pod.namespace}/{pod.pod_group}" not in self.podgroups:
+                del self._group_missing[key]
+                self.recorder.emit(obj=f"pod {key}", kind="Warning", reason="PodGroupNotFound", message=message)
+                self.conditions.unschedulable(pod, message)
+        for key, (uid, message) in list(self.unreadable_pods.items()):
+            if key in self.pending or self.cache.pod(key) is not None:
+                del self.unreadable_pods[key]  # readable again
+            else:
+                self.conditions.unschedulable_key(key, uid, message)
 
     # --- the core's ports: Binder, Events, Evictor ---------------------------------------------------------------
 
@@ -424,8 +531,15 @@ class Operator:
         self.binder.bind(decision)
 
     def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None:
-        """The loop's Events: written by the leader only; a failed attempt also sets the pod condition."""
+        """The loop's Events: written by the leader only. A failed attempt, or work waiting for its queue, also
+        sets the PodScheduled condition of the pod (of every waiting member, for a gang: with an Event each).
+        ``PodGroupNotFound`` waits :data:`GROUP_GRACE_S` and is told only if the group is still missing then."""
         word, _, key = obj.partition(" ")
+        if reason == "PodGroupNotFound" and word == "pod":
+            self._group_missing.setdefault(key, (time.monotonic(), message))
+            return
+        if reason == "InvalidQueue" and word == "queue":
+            self._queue_refused(key, message)
         if reason == "Scheduled" and word == "pod":
             self.metrics.schedule_attempts.labels("scheduled").inc()
         elif reason == "Scheduled" and word == "podgroup" and (job := self.loop.gang(key)) is not None:
@@ -437,17 +551,19 @@ class Operator:
         if not self.leading:
             return
         self.recorder.emit(obj=obj, kind=kind, reason=reason, message=message)
-        if reason != "FailedScheduling":
+        if reason not in ("FailedScheduling", "QueueNotFound"):
             return
         if word == "pod" and key in self.pending:
             self.conditions.unschedulable(self.pending[key], message)
-        elif word == "podgroup" and (job := self.loop.gang(key)) is not None:
+        elif word == "podgroup" and (job := self.loop.gang(key)) is not None and job.group is not None:
+            told = f"waiting for gang {key}: {len(job.placed)} of {job.group.min_member} members placed; {message}"
             for member in job.pending.values():
-                self.conditions.unschedulable(member, f"gang {key}: {message}")
+                self.conditions.unschedulable(member, told)
+                self.recorder.emit(obj=f"pod {member.key}", kind=kind, reason=reason, message=told)
 
     def evict(self, pods: list[PodRequest], reason: str) -> None:
         for pod in pods:
-            self.metrics.preemptions.inc()
+            self.metrics.preempted(self.loop.queue_of(pod), reason)
             self._spawn(self._delete(pod, reason))
 
     async def _delete(self, pod: PodRequest, reason: str) -> None:
@@ -516,10 +632,12 @@ class Operator:
         return self.uids.get(f"{word} {key}", "")
 
     def _still_pending(self, key: str) -> bool:
-        return key in self.pending and self.cache.pod(key) is None
+        return (key in self.pending or key in self.unreadable_pods) and self.cache.pod(key) is None
 
     def _pod_gone(self, key: str) -> None:
         self.pending.pop(key, None)
+        self.unreadable_pods.pop(key, None)
+        self._group_missing.pop(key, None)
         self.first_seen.pop(key, None)
         self.uids.pop(f"pod {key}", None)
         held = self.cache.pod(key) is not None
@@ -537,6 +655,30 @@ class Operator:
         log.warning("invalid object", object=f"{word} {key}", error=str(exc))
         if report and self.leading:
             self.recorder.emit(obj=f"{word} {key}", kind="Warning", reason="InvalidObject", message=str(exc))
+        if word == "queue":
+            self._queue_refused(key, str(exc))
+
+    def _unreadable_pod(self, key: str, uid: str, exc: InvalidObject) -> None:
+        """A pod of ours that cannot be read waits with a condition saying why (an Event alone expires)."""
+        message = f"{exc}; the pod is not scheduled until this is fixed"
+        self.unreadable_pods[key] = (uid, message)
+        if self.leading:
+            self.conditions.unschedulable_key(key, uid, message)
+
+    def _check_gpu_topology(self, name: str) -> None:
+        """A refused ``gpusched.io/gpu-topology`` annotation: an Event and a log line when it changes; the gauge
+        ``gpusched_node_annotation_problems`` counts such nodes at each scrape."""
+        problem = self.cache.gpu_topology_problems.get(name)
+        if problem is None:
+            self._node_problems.pop(name, None)
+            return
+        if self._node_problems.get(name) == str(problem):
+            return
+        self._node_problems[name] = str(problem)
+        self.metrics.invalid_objects.labels("node").inc()
+        log.warning("invalid node annotation", object=f"node {name}", error=str(problem))
+        if self.leading:
+            self.recorder.emit(obj=f"node {name}", kind="Warning", reason="InvalidGPUTopology", message=str(problem))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -32,7 +32,7 @@ from scheduler.api import topology as api_topology
 from scheduler.api.pod import PodRequest
 from scheduler.k8s import worker
 from scheduler.k8s.client import Answer, Client
-from scheduler.k8s.events import rfc3339
+from scheduler.k8s.events import MESSAGE_LIMIT, rfc3339
 
 log = structlog.get_logger(__name__)
 
@@ -218,10 +218,14 @@ class PodConditionWriter:
         self.coalescer = Coalescer("pod-condition", self._write, settings=settings)
 
     def unschedulable(self, pod: PodRequest, message: str) -> None:
-        since = self._since.setdefault(pod.key, self._clock())
+        self.unschedulable_key(pod.key, pod.uid, message)
+
+    def unschedulable_key(self, key: str, uid: str, message: str) -> None:
+        """As :meth:`unschedulable`, for a pod known by key and UID only (one whose spec could not be read)."""
+        since = self._since.setdefault(key, self._clock())
         while len(self._since) > self.coalescer.settings.remembered:
             self._since.popitem(last=False)
-        self.coalescer.submit(pod.key, condition_patch(pod.uid, message, since))
+        self.coalescer.submit(key, condition_patch(uid, message[:MESSAGE_LIMIT], since))
 
     def forget(self, pod_key: str) -> None:
         self._since.pop(pod_key, None)

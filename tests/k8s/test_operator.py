@@ -259,7 +259,7 @@ async def test_preemption_deletes_the_victim_with_its_uid(fake: FakeApiServer, o
     operator.evict([api_pod.parse_pod(victim)], "reclaim")
     await eventually(lambda: bool(fake.requests("DELETE", "/pods/victim")))
     assert fake.requests("DELETE", "/pods/victim")[0].body == {"preconditions": {"uid": "uid-victim"}}
-    assert "gpusched_preemptions_total 1.0" in operator.metrics.exposition().decode()
+    assert 'gpusched_preemptions_total{queue="default",reason="reclaim"} 1.0' in operator.metrics.exposition().decode()
 
 
 async def test_after_a_restart_a_running_gang_stays_running(fake: FakeApiServer, operator: Operator) -> None:

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from scheduler.api.pod import PodRequest
+from scheduler.core import tenancy
 from scheduler.k8s import client as k8s
+from scheduler.k8s import config as k8s_config
+from scheduler.k8s import operator as operator_module
+from scheduler.k8s.operator import Operator
 from scheduler.k8s.status import QUEUES, CustomStatusWriter, PodConditionWriter, StatusSettings, to_json
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
+from tests.k8s.test_operator import node, pod, podgroup
 
 POD = PodRequest("ns", "p", uid="uid-p")
 T0 = 1_700_000_000.0
@@ -194,3 +201,139 @@ def test_to_json_converts_times_only() -> None:
         "ok": True,
         "x": [{"sinceTime": "1970-01-01T00:00:00Z"}],
     }
+
+
+# --- what the operator tells waiting pods -----------------------------------------------------------------------
+
+
+def _pod_condition(fake: FakeApiServer, name: str) -> dict[str, object]:
+    patches = fake.requests("PATCH", f"/pods/{name}/status")
+    assert patches, f"no condition written for {name}"
+    condition: dict[str, object] = patches[-1].body["status"]["conditions"][0]
+    assert (condition["type"], condition["status"], condition["reason"]) == ("PodScheduled", "False", "Unschedulable")
+    return condition
+
+
+@pytest.fixture
+async def operator(client: k8s.Client) -> AsyncIterator[Operator]:
+    op = Operator(client, k8s_config.parse({}), identity="test")
+    await op.start()
+    task = asyncio.create_task(op.run())
+    yield op
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await op.close()
+
+
+async def test_a_gang_member_waiting_for_its_siblings_is_told_so(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0"))
+    operator.podgroup_event(podgroup("train", 4))
+    operator.pod_event(pod("train-0", 1, labels={"gpusched.io/pod-group": "train"}))
+    operator.pod_event(pod("train-1", 1, labels={"gpusched.io/pod-group": "train"}))
+    operator.listed()
+    await eventually(lambda: bool(fake.requests("PATCH", "/pods/train-1/status")))
+    message = _pod_condition(fake, "train-1")["message"]
+    assert str(message).startswith("waiting for gang default/train: 2 of 4 members exist")
+    await eventually(lambda: any(e["reason"] == "WaitingForGang" for e in fake.events.values()))
+
+
+async def test_a_gang_that_does_not_fit_tells_every_member(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0", gpus=4))
+    operator.podgroup_event(podgroup("train", 2))
+    for i in range(2):
+        operator.pod_event(pod(f"train-{i}", 4, labels={"gpusched.io/pod-group": "train"}))
+    operator.listed()
+    await eventually(lambda: len(fake.requests("PATCH", "/pods/train-1/status")) > 0)
+    for i in range(2):
+        message = str(_pod_condition(fake, f"train-{i}")["message"])
+        assert message.startswith("waiting for gang default/train: 0 of 2 members placed; "), message
+    await eventually(
+        lambda: (
+            sum(
+                1
+                for e in fake.events.values()
+                if e["reason"] == "FailedScheduling" and e["involvedObject"]["kind"] == "Pod"
+            )
+            == 2
+        )
+    )
+
+
+async def test_podgroup_not_found_waits_for_the_same_apply(
+    fake: FakeApiServer, operator: Operator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(operator_module, "GROUP_GRACE_S", 0.5)
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0"))
+    operator.listed()
+    operator.pod_event(pod("late-0", 1, labels={"gpusched.io/pod-group": "late"}))
+    operator.pod_event(pod("lone-0", 1, labels={"gpusched.io/pod-group": "lone"}))
+    await asyncio.sleep(0.2)
+    operator.podgroup_event(podgroup("late", 1))  # the same apply: the group a moment after its pod
+    await eventually(lambda: any(e["reason"] == "PodGroupNotFound" for e in fake.events.values()))
+    missing = [e["involvedObject"]["name"] for e in fake.events.values() if e["reason"] == "PodGroupNotFound"]
+    assert missing == ["lone-0"]
+    await eventually(lambda: bool(fake.requests("PATCH", "/pods/lone-0/status")))
+    assert "PodGroup default/lone does not exist" in str(_pod_condition(fake, "lone-0")["message"])
+
+
+async def test_an_unreadable_pod_and_an_unknown_queue_get_the_condition(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0"))
+    bad = pod("bad", 1)
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    operator.pod_event(bad)
+    operator.pod_event(pod("lost", 1, labels={"gpusched.io/queue": "nope"}))
+    operator.listed()
+    await eventually(lambda: bool(fake.requests("PATCH", "/pods/bad/status")))
+    assert "spec.containers[0].resources.requests.cpu" in str(_pod_condition(fake, "bad")["message"])
+    await eventually(lambda: bool(fake.requests("PATCH", "/pods/lost/status")))
+    assert "queue 'nope' does not exist" in str(_pod_condition(fake, "lost")["message"])
+
+
+async def test_an_invalid_queue_gets_a_status_condition(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    operator.queue_event({"metadata": {"name": "broken", "uid": "u"}, "spec": {"weight": "heavy"}})
+    operator.queue_event({"metadata": {"name": "team-a", "uid": "u2"}, "spec": {"guaranteed": {"memory": "256Gi"}}})
+    operator.node_event(node("gpu-0"))
+    operator.pod_event(pod("a", 1, labels={"gpusched.io/queue": "team-a"}, cpu="2500m"))
+    operator.listed()
+    await eventually(lambda: bool(fake.requests("PATCH", "/queues/broken/status")))
+    condition = fake.requests("PATCH", "/queues/broken/status")[-1].body["status"]["conditions"][0]
+    assert (condition["type"], condition["status"], condition["reason"]) == ("Accepted", "False", "Invalid")
+
+    def team_a() -> dict[str, Any]:
+        patches = fake.requests("PATCH", "/queues/team-a/status")
+        return patches[-1].body["status"] if patches else {}
+
+    await eventually(lambda: team_a().get("admittedJobs") == 1)
+    assert team_a()["allocated"] == {"cpu": "2500m", "nvidia.com/gpu": "1"}
+    assert team_a()["conditions"][0]["status"] == "True"
+
+
+async def test_a_bad_gpu_topology_annotation_is_told_on_the_node(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    bad = node("gpu-0")
+    bad["metadata"]["annotations"] = {"gpusched.io/gpu-topology": "{not json"}
+    operator.node_event(bad)
+    await eventually(lambda: any(e["reason"] == "InvalidGPUTopology" for e in fake.events.values()))
+    (event,) = [e for e in fake.events.values() if e["reason"] == "InvalidGPUTopology"]
+    assert event["involvedObject"]["kind"] == "Node" and event["involvedObject"]["name"] == "gpu-0"
+    operator.metrics.refresh_state(operator.loop, operator.pending, node_problems=operator.cache.gpu_topology_problems)
+    assert 'gpusched_node_annotation_problems{annotation="gpusched.io/gpu-topology"} 1.0' in (
+        operator.metrics.exposition().decode()
+    )
+
+
+def test_quantities_are_canonical() -> None:
+    assert tenancy.quantity("cpu", 2000) == "2"
+    assert tenancy.quantity("cpu", 2500) == "2500m"
+    assert tenancy.quantity("memory", 274877906944) == "256Gi"
+    assert tenancy.quantity("memory", 10**9) == "1G"
+    assert tenancy.quantity("nvidia.com/gpu", 0.5) == "0.5"
+    assert tenancy.quantity("nvidia.com/gpu", 8.0) == "8"
