@@ -5,6 +5,11 @@ computed as kube-scheduler does: the larger of the sum of the app containers (pl
 containers, i.e. sidecars) and the largest init container (plus the sidecars started before it), plus the
 pod overhead. Whole GPUs come from ``nvidia.com/gpu`` in requests or limits; a shared GPU from the
 ``gpusched.io/gpu-milli`` annotation.
+
+A pending pod of ours that asks for something gpusched does not honour (see :func:`unsupported` and docs/pods.md)
+is refused with :class:`Unsupported`, a kind of :class:`InvalidObject` naming the field: the operator reports it
+as it reports any pod it cannot read (an Event and ``PodScheduled=False``), and the pod waits, never placed as if
+it had not asked. Bound pods and other schedulers' pods are read whatever they ask: they hold their node's room.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ ANNOTATION_TOPOLOGY_PREFERRED = "gpusched.io/topology-preferred"
 LABEL_POD_GROUP = "gpusched.io/pod-group"
 LABEL_POD_GROUP_COMPAT = "scheduling.x-k8s.io/pod-group"
 LABEL_QUEUE = "gpusched.io/queue"
+
+
+class Unsupported(InvalidObject):
+    """A pod asks for something gpusched does not honour yet: it is not scheduled rather than misplaced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,10 +209,74 @@ def _str_map(raw: object, *, obj: str, field: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in raw.items()}
 
 
+#: Volume sources that tie a pod to a node or a zone (kube-scheduler's VolumeBinding, VolumeZone,
+#: VolumeRestrictions and NodeVolumeLimits read them), which gpusched does not model yet.
+_NODE_BOUND_VOLUMES = (
+    "persistentVolumeClaim",
+    "ephemeral",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "azureDisk",
+    "cinder",
+    "rbd",
+    "iscsi",
+)
+
+
+def _has_terms(raw: object) -> bool:
+    """Whether a podAffinity / podAntiAffinity object holds a term (an empty one asks for nothing)."""
+    if not isinstance(raw, Mapping):
+        return bool(raw)
+    return any(bool(terms) for terms in raw.values())
+
+
+def _first_host_port(spec: Mapping[str, object]) -> str | None:
+    for where in ("containers", "initContainers"):
+        containers = spec.get(where)
+        for i, container in enumerate(containers if isinstance(containers, list) else ()):
+            ports = container.get("ports") if isinstance(container, Mapping) else None
+            for j, port in enumerate(ports if isinstance(ports, list) else ()):
+                if isinstance(port, Mapping) and port.get("hostPort"):
+                    return f"spec.{where}[{i}].ports[{j}].hostPort"
+    return None
+
+
+def unsupported(spec: Mapping[str, object]) -> list[tuple[str, str]]:
+    """What in a pod spec gpusched does not honour yet, as (field, what) pairs; empty when it honours it all.
+
+    Each of these changes where kube-scheduler may put the pod (or whether it may be scheduled at all), so a
+    pod asking for one must not be placed as if it had not.
+    """
+    found: list[tuple[str, str]] = []
+    affinity = spec.get("affinity")
+    if isinstance(affinity, Mapping):
+        if _has_terms(affinity.get("podAffinity")):
+            found.append(("spec.affinity.podAffinity", "pod affinity"))
+        if _has_terms(affinity.get("podAntiAffinity")):
+            found.append(("spec.affinity.podAntiAffinity", "pod anti-affinity"))
+    if spec.get("topologySpreadConstraints"):
+        found.append(("spec.topologySpreadConstraints", "topology spread constraints"))
+    volumes = spec.get("volumes")
+    for i, volume in enumerate(volumes if isinstance(volumes, list) else ()):
+        kind = next((k for k in _NODE_BOUND_VOLUMES if k in volume), None) if isinstance(volume, Mapping) else None
+        if kind is not None:
+            found.append((f"spec.volumes[{i}].{kind}", f"{kind} volumes"))
+            break
+    host_port = _first_host_port(spec)
+    if host_port is not None:
+        found.append((host_port, "host ports"))
+    if spec.get("resourceClaims"):
+        found.append(("spec.resourceClaims", "dynamic resource allocation (resource claims)"))
+    if spec.get("schedulingGates"):
+        found.append(("spec.schedulingGates", "scheduling gates (the pod waits until they are removed)"))
+    return found
+
+
 def parse_pod(raw: Mapping[str, object]) -> PodRequest:
     """Parse a Kubernetes pod (a dict as the API server returns it).
 
-    Raises :class:`InvalidObject` naming the pod and the field for anything the scheduler cannot accept.
+    Raises :class:`InvalidObject` naming the pod and the field for anything the scheduler cannot accept, and
+    :class:`Unsupported` for a pending pod of ours asking for what gpusched does not honour (:func:`unsupported`).
     """
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
@@ -219,6 +292,17 @@ def parse_pod(raw: Mapping[str, object]) -> PodRequest:
     annotations = _str_map(meta.get("annotations"), obj=obj, field="metadata.annotations")
     requested = effective_requests(spec, obj=obj)
     gpu = _gpu_request(requested, annotations, obj=obj)
+    if spec.get("schedulerName") == SCHEDULER_NAME and not spec.get("nodeName"):
+        refused = unsupported(spec)
+        if refused:
+            field_name = refused[0][0]
+            what = "; ".join(w for _, w in refused)
+            raise Unsupported(
+                f"gpusched does not support {what} yet; schedule this pod with another scheduler or remove "
+                "the field (docs/pods.md)",
+                obj=obj,
+                field=field_name,
+            )
     requested[resources.PODS] = 1
     priority = spec.get("priority") or 0
     if not isinstance(priority, int):

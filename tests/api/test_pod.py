@@ -163,3 +163,89 @@ def test_finished_pods_hold_nothing() -> None:
 def test_the_compat_pod_group_label_is_read_too() -> None:
     pod = api_pod.parse_pod(objects.pod("p", labels={"scheduling.x-k8s.io/pod-group": "g"}))
     assert pod.pod_group == "g"
+
+
+_ANTI = {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]}
+
+
+def _spec_with(**extra: Any) -> dict[str, Any]:
+    raw = objects.pod("p")
+    raw["spec"].update(extra)
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "what"),
+    [
+        ({"affinity": {"podAffinity": _ANTI}}, "spec.affinity.podAffinity", "pod affinity"),
+        ({"affinity": {"podAntiAffinity": _ANTI}}, "spec.affinity.podAntiAffinity", "pod anti-affinity"),
+        (
+            {
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+                ]
+            },
+            "spec.topologySpreadConstraints",
+            "topology spread constraints",
+        ),
+        (
+            {
+                "volumes": [
+                    {"name": "c", "configMap": {"name": "x"}},
+                    {"name": "d", "persistentVolumeClaim": {"claimName": "d"}},
+                ]
+            },
+            "spec.volumes[1].persistentVolumeClaim",
+            "persistentVolumeClaim volumes",
+        ),
+        ({"volumes": [{"name": "e", "ephemeral": {}}]}, "spec.volumes[0].ephemeral", "ephemeral volumes"),
+        (
+            {
+                "containers": [
+                    {"name": "c", "ports": [{"containerPort": 80}, {"containerPort": 8080, "hostPort": 8080}]}
+                ]
+            },
+            "spec.containers[0].ports[1].hostPort",
+            "host ports",
+        ),
+        ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims", "resource claims"),
+        ({"schedulingGates": [{"name": "wait"}]}, "spec.schedulingGates", "scheduling gates"),
+    ],
+)
+def test_a_pending_pod_of_ours_asking_for_what_gpusched_does_not_honour_is_refused_naming_the_field(
+    extra: dict[str, Any], field: str, what: str
+) -> None:
+    with pytest.raises(api_pod.Unsupported) as err:
+        api_pod.parse_pod(_spec_with(**extra))
+    assert isinstance(err.value, InvalidObject)  # reported by the operator as any pod it cannot take
+    assert err.value.field == field
+    assert err.value.obj == "pod default/p"
+    assert what in str(err.value) and "does not support" in str(err.value)
+
+
+def test_everything_unsupported_is_named_in_one_refusal() -> None:
+    with pytest.raises(api_pod.Unsupported) as err:
+        api_pod.parse_pod(_spec_with(affinity={"podAntiAffinity": _ANTI}, topologySpreadConstraints=[{"maxSkew": 1}]))
+    assert "pod anti-affinity" in str(err.value) and "topology spread constraints" in str(err.value)
+
+
+def test_harmless_fields_and_empty_affinity_objects_are_not_refused() -> None:
+    api_pod.parse_pod(
+        _spec_with(
+            affinity={"podAntiAffinity": {}, "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}},
+            topologySpreadConstraints=[],
+            volumes=[{"name": "s", "secret": {"secretName": "s"}}, {"name": "t", "emptyDir": {}}],
+            containers=[{"name": "c", "ports": [{"containerPort": 80}]}],
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "extra", [{"nodeName": "n1"}, {"schedulerName": "default-scheduler"}, {"schedulerName": "other"}]
+)
+def test_bound_pods_and_other_schedulers_pods_are_read_whatever_they_ask(extra: dict[str, Any]) -> None:
+    # They hold room on their nodes (or are not ours to place): refusing them would hide that room.
+    raw = _spec_with(affinity={"podAntiAffinity": _ANTI}, **extra)
+    pod = api_pod.parse_pod(raw)
+    assert pod.key == "default/p"
+    assert api_pod.parse_bound_pod(raw)[1] == ()
