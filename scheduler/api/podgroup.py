@@ -15,11 +15,16 @@ from scheduler.api.errors import InvalidObject
 from scheduler.api.resources import ResourceList
 from scheduler.api.topology import TopologyConstraint
 
-__all__ = ["PodGroup", "TopologyConstraint", "parse_podgroup"]
+__all__ = ["PodGroup", "TopologyConstraint", "parse_compat_podgroup", "parse_podgroup"]
 
 GROUP = "scheduling.gpusched.io"
 VERSION = "v1alpha1"
 PLURAL = "podgroups"
+#: scheduler-plugins' PodGroup (kubernetes-sigs/scheduler-plugins apis/scheduling/v1alpha1), read as a gang too.
+COMPAT_GROUP = "scheduling.x-k8s.io"
+COMPAT_VERSION = "v1alpha1"
+#: The fields of a scheduler-plugins PodGroup's spec that mean the same here.
+COMPAT_FIELDS = ("minMember", "minResources", "scheduleTimeoutSeconds")
 DEFAULT_TIMEOUT_S = 600
 
 PHASES = ("Pending", "Scheduling", "Scheduled", "Running", "Unschedulable", "Failed")
@@ -98,3 +103,16 @@ def parse_podgroup(raw: Mapping[str, object], *, created: float = 0.0, priority:
         created=created,
         uid=str(meta.get("uid") or ""),
     )
+
+
+def parse_compat_podgroup(raw: Mapping[str, object], *, created: float = 0.0) -> PodGroup:
+    """Parse a scheduler-plugins PodGroup (``scheduling.x-k8s.io/v1alpha1``): its ``minMember``,
+    ``scheduleTimeoutSeconds`` and ``minResources``; it names no queue or topology (the default queue, no
+    constraint). scheduler-plugins reads a missing or zero ``minMember`` as a gang of one, and so does this."""
+    spec = raw.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise InvalidObject("spec must be a map", obj="podgroup")
+    kept = {key: spec[key] for key in COMPAT_FIELDS if spec.get(key) is not None}
+    if kept.get("minMember") == 0:
+        del kept["minMember"]
+    return parse_podgroup({**raw, "spec": kept}, created=created)

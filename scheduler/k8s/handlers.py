@@ -45,6 +45,9 @@ GROUP = "scheduling.gpusched.io"
 VERSION = "v1alpha1"
 #: The custom resources the scheduler reads (all indexed): readiness waits until each is served and listed.
 CRDS = frozenset({"podgroups", "queues", "topologies"})
+#: scheduler-plugins' PodGroups, read as gangs when their CRD is served at start (``Operator.compat_podgroup_event``).
+COMPAT_GROUP = "scheduling.x-k8s.io"
+COMPAT_VERSION = "v1alpha1"
 #: Seconds between two looks at the API's discovery while a CRD is not served.
 SERVED_RETRY_S = 1.0
 #: Seconds between two log lines saying which CRDs are still not served.
@@ -87,8 +90,9 @@ def settings() -> Any:
     return s
 
 
-def registry(operator: Operator, client_settings: k8s_client.ClientSettings) -> Any:
-    """A kopf registry with the scheduler's handlers, feeding ``operator``."""
+def registry(operator: Operator, client_settings: k8s_client.ClientSettings, *, compat: bool = False) -> Any:
+    """A kopf registry with the scheduler's handlers, feeding ``operator``; ``compat``: scheduler-plugins'
+    PodGroups are served, so they are watched too."""
     reg = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=reg)
@@ -109,6 +113,10 @@ def registry(operator: Operator, client_settings: k8s_client.ClientSettings) -> 
     feed((GROUP, VERSION, "queues"), operator.queue_event)
     # Indexed too, so the Topology is in before the first listing ends and no decision uses the built-in levels.
     feed((GROUP, VERSION, "topologies"), operator.topology_event)
+    # Indexed, so every namespace's default queue is known before the first pod is grouped.
+    feed(("v1", "namespaces"), operator.namespace_event)
+    if compat:
+        feed((COMPAT_GROUP, COMPAT_VERSION, "podgroups"), operator.compat_podgroup_event)
 
     @kopf.on.event("v1", "namespaces", registry=reg)
     async def listed(**_: Any) -> None:
@@ -125,6 +133,14 @@ async def not_served(client: k8s_client.Client) -> frozenset[str]:
     resources = answer.body.get("resources")
     names = {str(r.get("name")) for r in resources if isinstance(r, dict)} if isinstance(resources, list) else set()
     return CRDS - names
+
+
+async def compat_served(client: k8s_client.Client) -> bool:
+    """Whether scheduler-plugins' PodGroup CRD is served now (looked at once, before kopf starts: a CRD installed
+    later is read after the scheduler's next restart)."""
+    answer = await client.call(client.custom.get_api_resources, COMPAT_GROUP, COMPAT_VERSION)
+    resources = answer.body.get("resources") if answer.ok else None
+    return isinstance(resources, list) and any(isinstance(r, dict) and r.get("name") == "podgroups" for r in resources)
 
 
 async def wait_until_served(client: k8s_client.Client, *, retry_s: float = SERVED_RETRY_S) -> None:
@@ -165,9 +181,12 @@ async def watch(
     if not served.done() or served.cancelled():
         return  # stopped before the CRDs were served
     served.result()
+    compat = await compat_served(client)
+    if compat:
+        log.info("scheduler-plugins PodGroups are served: read as gangs", group=f"{COMPAT_GROUP}/{COMPAT_VERSION}")
     existing = asyncio.all_tasks()
     tasks = await kopf.spawn_tasks(
-        registry=registry(operator, client_settings),
+        registry=registry(operator, client_settings, compat=compat),
         settings=settings(),
         clusterwide=True,
         standalone=True,

@@ -37,6 +37,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api import podgroup as api_podgroup
 from scheduler.api import queue as api_queue
 from scheduler.api import topology as api_topology
+from scheduler.api import workloads
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Cache
@@ -50,6 +51,7 @@ from scheduler.k8s.binder import Binder, BinderSettings
 from scheduler.k8s.client import Client
 from scheduler.k8s.config import OperatorConfig
 from scheduler.k8s.events import EventRecorder, EventSettings
+from scheduler.k8s.grouper import Grouper
 from scheduler.k8s.metrics import Metrics
 from scheduler.queue.scheduling import SchedulingQueue
 
@@ -131,6 +133,12 @@ class Operator:
         self._bind_started: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Owner reads and PodGroups for workloads' pods (``scheduler.k8s.grouper``); only the leader writes.
+        self.grouper = Grouper(client, may_write=lambda: self.leading, resolved=self._owners_read, spawn=self._spawn)
+        #: Pods of ours without a PodGroup label whose owners are being read: key -> the pod as last seen.
+        self.ungrouped: dict[str, Mapping[str, Any]] = {}
+        #: scheduler-plugins PodGroups (``scheduling.x-k8s.io``) by key; a gpusched PodGroup of the same key wins.
+        self.compat_podgroups: dict[str, api_podgroup.PodGroup] = {}
         self._last_status = 0.0
         self._last_usage = time.monotonic()
         #: Pods of ours whose spec could not be read: key -> (uid, why), told in their PodScheduled condition.
@@ -177,6 +185,8 @@ class Operator:
             log.info("leadership", leading=leading, identity=self.identity)
         self.leading = leading
         self.metrics.is_leader.set(1.0 if leading else 0.0)
+        if leading:
+            self.grouper.leading()
         self._wake.set()
 
     # --- inputs: the watches -----------------------------------------------------------------------------------
@@ -198,6 +208,9 @@ class Operator:
         self.loop.queues_changed(list(self.queues.values()))
         for group in self.podgroups.values():
             self.loop.group_upsert(group)
+        for key, group in self.compat_podgroups.items():
+            if key not in self.podgroups:
+                self.loop.group_upsert(group)
         for pod in self.pending.values():
             self.loop.pod_pending(pod)
         self.ready = True
@@ -216,6 +229,7 @@ class Operator:
         meta = _meta(body)
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
         if deleted:
+            self.ungrouped.pop(key, None)
             self._pod_gone(key)
             return
         spec = body.get("spec")
@@ -239,8 +253,16 @@ class Operator:
             return
         self.uids[f"pod {key}"] = pod.uid
         if pod.terminal:
+            self.ungrouped.pop(key, None)
             self._pod_gone(key)
             return
+        if pod.scheduler_name == api_pod.SCHEDULER_NAME and not pod.pod_group:
+            grouped = self._grouped(pod, body)
+            if grouped is None:
+                if pod.node_name:
+                    self.cache.upsert_pod(pod)  # holds its node now; charged to its gang's queue once grouped
+                return
+            pod = grouped
         if pod.node_name:
             self.pending.pop(key, None)
             self.first_seen.pop(key, None)
@@ -299,12 +321,16 @@ class Operator:
     def podgroup_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         meta = _meta(body)
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        self.grouper.podgroup_seen(key, deleted=deleted)
         if deleted:
             self.podgroups.pop(key, None)
             self.uids.pop(f"podgroup {key}", None)
             self.group_status.forget(key)
             if self.ready:
                 self.loop.group_removed(key)
+                if (compat := self.compat_podgroups.get(key)) is not None:
+                    self.loop.group_upsert(compat)
+                    self._wake.set()
             return
         try:
             group = api_podgroup.parse_podgroup(body, created=_timestamp(meta.get("creationTimestamp")))
@@ -384,6 +410,54 @@ class Operator:
         if self.ready:
             self.loop.cluster_event(ClusterEvent.TOPOLOGY_CHANGED)
             self._wake.set()
+
+    def compat_podgroup_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        """A scheduler-plugins PodGroup (``scheduling.x-k8s.io/v1alpha1``): a gang of its ``minMember``,
+        ``scheduleTimeoutSeconds`` and ``minResources``, for pods labelled ``scheduling.x-k8s.io/pod-group`` (or
+        ours); a gpusched PodGroup of the same namespace and name wins."""
+        meta = _meta(body)
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        if deleted:
+            if self.compat_podgroups.pop(key, None) is not None and key not in self.podgroups and self.ready:
+                self.loop.group_removed(key)
+            return
+        try:
+            group = api_podgroup.parse_compat_podgroup(body, created=_timestamp(meta.get("creationTimestamp")))
+        except InvalidObject as exc:
+            self._invalid("podgroup", key, exc)
+            return
+        if self.compat_podgroups.get(key) == group:
+            return
+        self.compat_podgroups[key] = group
+        if key not in self.podgroups and self.ready:
+            self.loop.group_upsert(group)
+            self._wake.set()
+
+    def namespace_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        """A Namespace's default queue (its ``gpusched.io/queue`` label): pods grouped from now on get it; pods and
+        PodGroups already grouped keep theirs."""
+        self.grouper.namespace_event(body, deleted=deleted)
+
+    def _grouped(self, pod: PodRequest, body: Mapping[str, Any]) -> PodRequest | None:
+        """A pod of ours without a PodGroup label as the core sees it: with its workload's gang and queue as labels,
+        in memory only (``scheduler.api.workloads``); None while its owners are being read (it comes back then)."""
+        grouping = self.grouper.group(body)
+        if grouping is None:
+            self.ungrouped[pod.key] = body
+            return None
+        self.ungrouped.pop(pod.key, None)
+        if pod.key not in self.pending:
+            for problem in grouping.problems:
+                self._invalid("pod", pod.key, problem)
+        labels = workloads.with_group(pod.labels, grouping)
+        return pod if labels == dict(pod.labels) else replace(pod, labels=labels)
+
+    def _owners_read(self, keys: set[str]) -> None:
+        """The grouper has read the owners these pods waited for: feed them again."""
+        for key in keys:
+            body = self.ungrouped.get(key)
+            if body is not None:
+                self.pod_event(body)
 
     # --- the scheduling task -----------------------------------------------------------------------------------
 
