@@ -49,6 +49,9 @@ class Job:
     placed: dict[str, PodRequest] = field(default_factory=dict)
     #: Placed members the API server shows Running.
     running: set[str] = field(default_factory=set)
+    #: Members that ran to completion (phase Succeeded) or failed: they count for the gang, hold nothing.
+    succeeded: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
     #: When the job started holding capacity (None while it holds none): the youngest are preempted first.
     started: float | None = None
     phase: str = "Pending"
@@ -79,9 +82,9 @@ class Job:
 
     @property
     def satisfied(self) -> bool:
-        """Whether the gang holds ``minMember`` placed members (a single pod: whether it is placed)."""
+        """Whether the gang holds ``minMember`` placed or completed members (a single pod: whether it is placed)."""
         need = self.group.min_member if self.group is not None else 1
-        return len(self.placed) >= need
+        return len(self.placed) + len(self.succeeded) >= need
 
     @property
     def exists(self) -> int:
@@ -97,14 +100,25 @@ class Job:
         group = self.group
         if group is None:
             return
-        if len(self.running) >= group.min_member:
+        done = len(self.succeeded)
+        if not self.pending and not self.placed and (self.succeeded or self.failed):
+            # Every member ended: the job's outcome, not a wait.
+            self.phase = "Succeeded" if done >= group.min_member or not self.failed else "Failed"
+            message = f"{done} member(s) succeeded, {len(self.failed)} failed"
+            self.set_condition("Scheduled", "True" if self.phase == "Succeeded" else "False", self.phase, message, now)
+        elif self.running and len(self.running) + done >= group.min_member:
             self.phase = "Running"
         elif self.satisfied:
             self.phase = "Scheduled"
-        elif self.exists < group.min_member:
+        elif self.exists + done < group.min_member:
             self.phase = "Pending"
+            completed = f" ({done} completed)" if done else ""
             self.set_condition(
-                "Scheduled", "False", "WaitingForMembers", f"{self.exists} of {group.min_member} members exist", now
+                "Scheduled",
+                "False",
+                "WaitingForMembers",
+                f"{self.exists + done} of {group.min_member} members exist{completed}",
+                now,
             )
         elif self.first_attempt is not None and now - self.first_attempt >= group.schedule_timeout_s:
             self.phase = "Unschedulable"
@@ -210,8 +224,9 @@ class Jobs:
             job.started = None
         return job
 
-    def pod_gone(self, pod_key: str) -> Job | None:
-        """The pod was deleted or finished: its job (a single pod's job is gone with it), or None."""
+    def pod_gone(self, pod_key: str, *, finished: str = "") -> Job | None:
+        """The pod was deleted, or ``finished`` (``Succeeded`` or ``Failed``): its job (a single pod's job is gone
+        with it), or None. A gang counts its finished members as such."""
         for group_key in [g for g, pods in self._orphans.items() if pod_key in pods]:
             del self._orphans[group_key][pod_key]
             if not self._orphans[group_key]:
@@ -223,6 +238,10 @@ class Jobs:
         job.pending.pop(pod_key, None)
         job.placed.pop(pod_key, None)
         job.running.discard(pod_key)
+        if finished == "Succeeded":
+            job.succeeded.add(pod_key)
+        elif finished == "Failed":
+            job.failed.add(pod_key)
         if job.group is None:
             del self._jobs[job.key]
         elif not job.placed:

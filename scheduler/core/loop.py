@@ -111,8 +111,8 @@ class SchedulingLoop:
             self.resort()
         job.refresh_phase(self.clock())
 
-    def pod_gone(self, key: str) -> None:
-        """The pod was deleted or finished."""
+    def pod_gone(self, key: str, *, finished: str = "") -> None:
+        """The pod was deleted, or ``finished`` (its phase ``Succeeded`` or ``Failed``): a gang counts it."""
         self.queue.remove(key)
         if self.tenancy.release(key):
             self.resort()
@@ -120,7 +120,7 @@ class SchedulingLoop:
         self.gate.drop_waiting(key)
         job = self.jobs.of_pod(key)
         alone = job is not None and job.group is not None and _alone_allowed(job)
-        job = self.jobs.pod_gone(key)
+        job = self.jobs.pod_gone(key, finished=finished)
         if job is None or job.group is None:
             return
         if alone and not _alone_allowed(job):
@@ -272,7 +272,7 @@ class SchedulingLoop:
         now = self.clock()
         if job.first_attempt is None:
             job.first_attempt = now
-        need = group.min_member - len(job.placed)
+        need = group.min_member - len(job.placed) - len(job.succeeded)
         if need <= 0 or len(job.pending) < need:
             self.queue.done(item.key)
             self._enqueue(job)
@@ -468,6 +468,8 @@ class SchedulingLoop:
             "phase": job.phase,
             "scheduled": len(job.placed),
             "running": len(job.running),
+            "succeeded": len(job.succeeded),
+            "failed": len(job.failed),
             "lastScheduleTime": job.last_schedule,
             "conditions": [
                 {
@@ -507,7 +509,7 @@ def _alone_allowed(job: Job) -> bool:
     """Whether a gang's pending members may be placed one by one: the gang holds ``minMember`` placed members (the
     rest join it), or all but one and some placed (a member whose binding failed rejoins its placed siblings)."""
     assert job.group is not None
-    missing = job.group.min_member - len(job.placed)
+    missing = job.group.min_member - len(job.placed) - len(job.succeeded)
     return missing <= 0 or (missing == 1 and bool(job.placed))
 
 

@@ -1,122 +1,106 @@
-"""``gpusched explain POD|podgroup/NAME``: why a pod or a gang is pending, told from the cluster as it is now.
+"""``gpusched explain POD|podgroup/NAME|queue/NAME``: why a pod or a gang waits, or how a queue stands, told from
+the running leader's live state.
 
-It lists nodes, pods, PodGroups and Queues once, builds the same cache and queue the operator builds (through
-the same :class:`Operator` input methods, as a standby that never leads, so nothing is written), and then:
+Two halves:
 
-- for a pod: runs its filters on a snapshot and prints, per reason, how many nodes fail and which (a few names),
-  the largest free GPU block for a GPU pod, its queue, its place in that queue and the queue's share, and what
-  the scheduler last said (the PodScheduled condition);
-- for a PodGroup: its members, ``minMember``, the status the scheduler wrote, and a what-if of placing the gang
-  now (on a private copy of the cache: nothing is bound).
+- :func:`answer` runs inside the scheduler (``/explain`` on the health port, see ``scheduler.k8s.health``): it
+  reads the operator's cache, queue and loop as they are now, on the event loop (so no cycle runs meanwhile),
+  writes nothing, and takes milliseconds. A gang's what-if is placed on the cache's snapshot inside a checkpoint
+  that is rolled back. Only the leader answers (a standby's queue does not move): 503 elsewhere.
+- :func:`main` is the command (``gpusched explain``, or ``kubectl gpusched explain`` through :func:`kubectl_main`):
+  it asks ``--url`` when given, else the scheduler's pods through the API server's pod proxy (no port-forward),
+  the leader first, and prints the answer on stdout; anything else (errors, timing) goes to stderr.
+
+Units are Kubernetes quantities (``2500m`` CPU, ``256Gi`` memory, ``0.5`` GPUs). The free-GPU figure counts only
+nodes the pod may use (not tainted against it, selected, schedulable); a gang member says it waits for its gang.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import sys
+import time
+import urllib.parse
 from collections import defaultdict
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import numpy as np
 
 from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
-from scheduler.core import cycle, gang
-from scheduler.core.cycle import Scheduler
+from scheduler.core import cycle, gang, tenancy
 from scheduler.framework.interface import CycleState
 from scheduler.k8s import client as k8s_client
-from scheduler.k8s import config as k8s_config
-from scheduler.k8s.operator import Operator
-from scheduler.k8s.status import PODGROUPS, QUEUES
 from scheduler.kernels import layout
+
+if TYPE_CHECKING:
+    from scheduler.k8s.operator import Operator
 
 #: Node names shown per reason.
 SHOWN = 5
+#: Filter results that still let a node's free GPUs count for the pod: the GPU or resource shortfalls.
+_GPU_ELIGIBLE = (layout.FIT, layout.GPU_COUNT, layout.GPU_SHARE, layout.GPU_MEMORY_SHORT)
+#: The label of the scheduler's pods and the port of their health server (manifests/deployment.yaml).
+POD_SELECTOR = "app.kubernetes.io/name=gpusched"
+HEALTH_PORT = 8081
+_GROUP_WORDS = ("podgroup", "podgroups", "pg")
+_QUEUE_WORDS = ("queue", "queues", "gq", "q")
+_POD_WORDS = ("pod", "pods", "po")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="POD|podgroup/NAME", help="a pod name, or podgroup/NAME for a gang")
-    parser.add_argument("-n", "--namespace", default="default")
-    parser.add_argument("--kubeconfig", help="a kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
-    parser.add_argument("--context", help="a context of the kubeconfig")
-    parser.add_argument("--config", help="the scheduler's config file (its profile decides the filters)")
+class NotFound(Exception):
+    """The object named is not one the scheduler knows."""
 
 
-def main(args: argparse.Namespace) -> int:
-    config = k8s_config.load(args.config)
-    text = asyncio.run(_explain(args, config))
-    print(text)
-    return 0
+# --- the server half -----------------------------------------------------------------------------------------
 
 
-async def _explain(args: argparse.Namespace, config: k8s_config.OperatorConfig) -> str:
-    settings = k8s_client.ClientSettings(
-        kubeconfig=args.kubeconfig or os.environ.get("KUBECONFIG") or None, context=args.context, qps=0
-    )
-    client = await k8s_client.connect(settings)
-    try:
-        operator = Operator(client, config, identity="explain")
-        await _load(client, operator)
-        operator.listed()
-        word, _, name = args.target.partition("/")
-        if name and word.lower() in ("podgroup", "podgroups", "pg"):
-            return await _explain_group(client, operator, f"{args.namespace}/{name}")
-        return await _explain_pod(client, operator, f"{args.namespace}/{args.target}")
-    finally:
-        await client.close()
+def answer(operator: Operator, target: str, namespace: str = "default") -> str:
+    """The explanation of ``target`` (``POD``, ``pod/NAME``, ``podgroup/NAME``, ``queue/NAME``); NotFound if the
+    scheduler does not know it."""
+    word, _, name = target.partition("/")
+    if not name:
+        word, name = "pod", target
+    word = word.lower()
+    if word in _GROUP_WORDS:
+        return explain_group(operator, f"{namespace}/{name}")
+    if word in _QUEUE_WORDS:
+        return explain_queue(operator, name)
+    if word in _POD_WORDS:
+        return explain_pod(operator, f"{namespace}/{name}")
+    raise NotFound(f"cannot tell what {target!r} names: use POD, podgroup/NAME or queue/NAME")
 
 
-async def _list(client: k8s_client.Client, method: Any, *args: Any) -> list[Mapping[str, Any]]:
-    items: list[Mapping[str, Any]] = []
-    token = None
-    while True:
-        answer = (
-            await client.call(method, *args, limit=500, _continue=token)
-            if token
-            else await client.call(method, *args, limit=500)
-        )
-        if not answer.ok:
-            raise InvalidObject(f"listing failed: HTTP {answer.status} {answer.message}", obj="cluster")
-        items.extend(i for i in answer.body.get("items", []) if isinstance(i, Mapping))
-        token = (answer.body.get("metadata") or {}).get("continue")
-        if not token:
-            return items
-
-
-async def _load(client: k8s_client.Client, operator: Operator) -> None:
-    core, custom = client.core, client.custom
-    for body in await _list(client, core.list_node):
-        operator.node_event(body)
-    for body in await _list(client, core.list_pod_for_all_namespaces):
-        operator.pod_event(body)
-    for resource, feed in ((PODGROUPS, operator.podgroup_event), (QUEUES, operator.queue_event)):
-        try:
-            bodies = await _list(
-                client, custom.list_cluster_custom_object, resource.group, resource.version, resource.plural
-            )
-        except InvalidObject:
-            bodies = []  # CRD not installed: no groups, no queues
-        for body in bodies:
-            feed(body)
-
-
-async def _explain_pod(client: k8s_client.Client, operator: Operator, key: str) -> str:
-    namespace, _, name = key.partition("/")
-    answer = await client.call(client.core.read_namespaced_pod, name=name, namespace=namespace)
-    if answer.status == 404:
-        raise InvalidObject("no such pod", obj=f"pod {key}")
-    raw = answer.body
-    pod = api_pod.parse_pod(raw)
+def explain_pod(operator: Operator, key: str) -> str:
+    pod = operator.pending.get(key)
     lines = [f"pod {key}"]
-    if pod.node_name:
-        return "\n".join([*lines, f"  bound to node {pod.node_name}: not pending"])
-    if pod.scheduler_name != api_pod.SCHEDULER_NAME:
-        return "\n".join([*lines, f"  schedulerName is {pod.scheduler_name!r}: not gpusched's pod"])
-    for condition in (raw.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled":
-            lines.append(f"  last said: {condition.get('reason', '')}: {condition.get('message', '')}")
+    if pod is None:
+        held = operator.cache.pod(key)
+        if held is not None:
+            node = operator.cache.snapshot().names[held.placement.slot]
+            return "\n".join([*lines, f"  on node {node}: not pending"])
+        unreadable = operator.unreadable_pods.get(key)
+        if unreadable is not None:
+            return "\n".join([*lines, f"  cannot be read: {unreadable[1]}"])
+        raise NotFound(f"pod {key} is not a pending pod of gpusched (schedulerName: gpusched) that it knows")
+    said = operator.conditions.said.get(key)
+    if said:
+        lines.append(f"  last said (PodScheduled=False Unschedulable): {said}")
+    job = operator.loop.job_of(key)
+    if job is not None and job.group is not None:
+        group = job.group
+        lines.append(
+            f"  member of gang {group.key} (minMember {group.min_member}): {len(job.placed)} placed, {job.exists}"
+            f" exist; it is placed only together with its gang (gpusched explain podgroup/{group.name}"
+            f" -n {group.namespace})"
+        )
+    elif pod.pod_group:
+        lines.append(f"  waits for its PodGroup {pod.namespace}/{pod.pod_group}, which does not exist")
     lines += _filters(operator, pod)
     lines += _queue_lines(operator, pod)
     return "\n".join(lines)
@@ -151,19 +135,26 @@ def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
         lines.append(f"    {len(nodes)} {reason}: {', '.join(sorted(nodes)[:SHOWN])}{more}")
     if pod.gpu.whole and pod.gpu.count:
         a = snapshot.arrays
-        usable = np.flatnonzero(a.base_reason == layout.FIT)
-        free = (a.gpu_free[usable] >= layout.WHOLE).sum(axis=1) if usable.size else np.zeros(0, dtype=np.int64)
+        codes = reasons[: len(names)]
+        eligible = np.flatnonzero(np.isin(codes, _GPU_ELIGIBLE) | (codes >= layout.RESOURCE))
+        free = (a.gpu_free[eligible] >= layout.WHOLE).sum(axis=1) if eligible.size else np.zeros(0, dtype=np.int64)
         best = int(free.max()) if free.size else 0
-        where = names[int(usable[int(free.argmax())])] if free.size and best else "no node"
+        where = names[int(eligible[int(free.argmax())])] if free.size and best else "no node"
         lines.append(
-            f"  GPUs: it needs {pod.gpu.count} whole GPUs on one node; the most free on one node: {best} ({where})"
+            f"  GPUs: it needs {pod.gpu.count} whole GPUs on one node; the most free on one node it may use"
+            f" (taints, selectors, cordons considered): {best} ({where})"
         )
         if fit == 0 and best < pod.gpu.count:
             lines.append(
-                f"  to fit: {pod.gpu.count - best} more GPUs must free up on one node, or a node with"
-                f" {pod.gpu.count} free GPUs must join"
+                f"  to fit: {pod.gpu.count - best} more GPUs must free up on such a node, or a node with"
+                f" {pod.gpu.count} free GPUs it may use must join"
             )
     return lines
+
+
+def _amounts(vector: Mapping[str, float]) -> str:
+    text = ", ".join(f"{name} {amount}" for name, amount in tenancy._quantities(vector).items())
+    return text or "nothing"
 
 
 def _queue_lines(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
@@ -175,52 +166,232 @@ def _queue_lines(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
         return [f"  queue: {problem}; the pod waits for it"]
     key = job.key if job is not None and job.group is not None and not job.satisfied else pod.key
     position = loop.queue.position(key)
-    waiting = sum(1 for _, where in loop.queue.pending() if where == "active")
+    where = dict(loop.queue.pending()).get(key, "")
+    waiting = sum(1 for _, w in loop.queue.pending() if w == "active")
     status = loop.queue_statuses().get(leaf, {})
-    allocated = loop.held(leaf)
-    held = ", ".join(f"{v:g} {r}" for r, v in sorted(allocated.items()) if v) or "nothing"
-    place = f"{position + 1} of {waiting}" if position is not None else "not in the active queue"
+    if position is not None:
+        place = f"position {position + 1} of {waiting} ready to be tried"
+    elif where == "unschedulable":
+        place = "waiting for a change in the cluster that may let it fit (node added, pod deleted, queue changed)"
+    elif where == "backoff":
+        place = "in backoff after a failed attempt"
+    else:
+        place = "not in the queue"
     return [
-        f"  queue {leaf}: position {place}; holds {held}; share beyond guarantee over weight "
-        f"{status.get('rankShare', '-')} (lower goes first); fair share {status.get('fairShare', '-')}"
+        f"  queue {leaf}: {place}; the queue holds {_amounts(loop.held(leaf))}; share beyond guarantee over weight"
+        f" {status.get('rankShare', '-')} (lower goes first); fair share {status.get('fairShare', '-')}"
     ]
 
 
-async def _explain_group(client: k8s_client.Client, operator: Operator, key: str) -> str:
+def explain_group(operator: Operator, key: str) -> str:
     loop = operator.loop
     state = loop.gang(key)
     if state is None or state.group is None:
-        raise InvalidObject("no such PodGroup (or it could not be read)", obj=f"podgroup {key}")
+        raise NotFound(f"podgroup {key}: no such PodGroup (or it could not be read)")
     group = state.group
     lines = [
         f"podgroup {key}: minMember {group.min_member}, {len(state.pending)} pending and {len(state.placed)}"
-        f" placed members, queue {state.queue}",
+        f" placed members, queue {state.queue}, phase {state.phase}",
     ]
-    namespace, _, name = key.partition("/")
-    answer = await client.call(
-        client.custom.get_namespaced_custom_object,
-        PODGROUPS.group,
-        PODGROUPS.version,
-        namespace,
-        PODGROUPS.plural,
-        name,
-    )
-    for condition in (answer.body.get("status") or {}).get("conditions") or [] if answer.ok else []:
-        lines.append(
-            f"  {condition.get('type')}={condition.get('status')} {condition.get('reason', '')}:"
-            f" {condition.get('message', '')}"
-        )
+    for condition in state.conditions.values():
+        lines.append(f"  {condition.type}={condition.status} {condition.reason}: {condition.message}")
     need = group.min_member - len(state.placed)
     if need <= 0:
         return "\n".join([*lines, "  the gang is placed; remaining members are placed one by one"])
     if len(state.pending) < need:
-        return "\n".join([*lines, f"  waiting for members: {len(state.pending)} of the {need} still needed exist"])
+        return "\n".join(
+            [
+                *lines,
+                f"  waiting for members: {len(state.pending)} of the {need} still needed exist; the gang is"
+                " tried once they do",
+            ]
+        )
     members = gang.order_members(list(state.pending.values()))[:need]
-    what_if = Scheduler(operator.cache, operator.scheduler.framework, cycle.NoBinding())
-    result = gang.place_gang(what_if, group, members)
-    if result.status.ok:
-        lines.append(f"  a placement exists now for {need} members: the gang waits its turn in the queue")
+    short = gang.gpus_short(operator.scheduler, members)
+    if short:
+        lines.append(f"  placing {need} members together now fails: {short}")
     else:
-        lines.append(f"  placing {need} members together now fails: {result.status.message}")
+        snapshot = operator.cache.snapshot()
+        token = snapshot.checkpoint()
+        try:
+            result = gang.what_if(operator.scheduler, snapshot, members)
+        finally:
+            snapshot.rollback(token)
+        if result.status.ok:
+            nodes = sorted({d.node for d in result.decisions})
+            lines.append(
+                f"  a placement exists now for {need} members (on {', '.join(nodes[:SHOWN])}"
+                f"{' ...' if len(nodes) > SHOWN else ''}): the gang waits its turn in the queue"
+                + (f" or for its topology ({group.topology})" if group.topology else "")
+            )
+        else:
+            lines.append(f"  placing {need} members together now fails: {result.status.message}")
     lines += _queue_lines(operator, members[0])
     return "\n".join(lines)
+
+
+def explain_queue(operator: Operator, name: str) -> str:
+    loop = operator.loop
+    tree = loop.tenancy.tree
+    if name not in tree:
+        problem = operator.queue_problems.get(name)
+        if problem:
+            return f"queue {name}: not in use: {problem}"
+        raise NotFound(f"queue {name}: no such Queue")
+    spec = tree.spec(name)
+    status = loop.queue_statuses().get(name, {})
+    leaves = sorted(tree.leaves(), key=loop.tenancy.rank)
+    kind = "leaf" if tree.is_leaf(name) else "parent"
+    lines = [f"queue {name}: {kind}, parent {spec.parent or '-'}, weight {spec.weight:g}, priority {spec.priority}"]
+    lines.append(f"  guarantee: {_amounts(spec.guaranteed)}; limit: {_amounts(spec.limit) if spec.limit else 'none'}")
+    if spec.borrowing_limit or not spec.borrowing_allowed:
+        allowed = "" if spec.borrowing_allowed else " (borrowing not allowed)"
+        lines.append(f"  borrowing limit: {_amounts(spec.borrowing_limit)}{allowed}")
+
+    def shown(field: str) -> str:
+        value = status.get(field)
+        return ", ".join(f"{r} {v}" for r, v in value.items()) if isinstance(value, Mapping) and value else "nothing"
+
+    lines.append(f"  holds: {shown('allocated')}; borrowed: {shown('borrowed')}")
+    lines.append(
+        f"  waiting: {status.get('pendingPods', 0)} pods ({status.get('pendingGangs', 0)} gangs);"
+        f" shares: dominant {status.get('dominantShare', '-')}, fair {status.get('fairShare', '-')}"
+    )
+    if name in leaves:
+        lines.append(
+            f"  order: {leaves.index(name) + 1} of {len(leaves)} leaf queues, by share beyond guarantee over weight"
+            f" {status.get('rankShare', '-')} (lower goes first)"
+        )
+    return "\n".join(lines)
+
+
+# --- the command half ----------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "target", metavar="POD|podgroup/NAME|queue/NAME", help="a pod name, podgroup/NAME for a gang, queue/NAME"
+    )
+    parser.add_argument("-n", "--namespace", default="default")
+    parser.add_argument(
+        "--url",
+        help="the scheduler's health endpoint, e.g. http://127.0.0.1:8081 (default: ask the scheduler's pods"
+        " through the API server)",
+    )
+    parser.add_argument("--kubeconfig", help="a kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
+    parser.add_argument("--context", help="a context of the kubeconfig")
+    parser.add_argument(
+        "--scheduler-namespace", default="gpusched-system", help="where the scheduler's pods run (default: %(default)s)"
+    )
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer (default: 5)")
+
+
+def main(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    code, text, source = asyncio.run(_ask(args))
+    elapsed = time.monotonic() - started
+    if code != 200:
+        print(f"gpusched explain: {text}", file=sys.stderr)
+        return 1
+    print(text)
+    print(f"(answered by {source} in {elapsed * 1000:.0f} ms)", file=sys.stderr)
+    return 0
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """``kubectl gpusched explain ...`` (kubectl runs ``kubectl-gpusched`` from the PATH)."""
+    parser = argparse.ArgumentParser(prog="kubectl gpusched", description="gpusched's view of pods, gangs, queues")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_arguments(sub.add_parser("explain", help="why a pod (or podgroup/NAME) is pending, or how queue/NAME stands"))
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return main(args)
+    except InvalidObject as exc:
+        print(f"kubectl gpusched: {exc}", file=sys.stderr)
+        return 2
+
+
+def query(target: str, namespace: str) -> str:
+    """The query string of ``/explain``."""
+    return urllib.parse.urlencode({"target": target, "namespace": namespace})
+
+
+async def _ask(args: argparse.Namespace) -> tuple[int, str, str]:
+    """(HTTP status, the answer or why there is none, who answered)."""
+    if args.url:
+        url = f"{args.url.rstrip('/')}/explain?{query(args.target, args.namespace)}"
+        timeout = aiohttp.ClientTimeout(total=args.timeout)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as http, http.get(url) as response:
+                return response.status, _text(await response.read()), args.url
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            return 0, f"cannot reach {args.url}: {type(exc).__name__}: {exc}", args.url
+    settings = k8s_client.ClientSettings(
+        kubeconfig=args.kubeconfig or os.environ.get("KUBECONFIG") or None,
+        context=args.context,
+        qps=0,
+        timeout=args.timeout,
+    )
+    client = await k8s_client.connect(settings)
+    try:
+        return await _ask_pods(client, args)
+    finally:
+        await client.close()
+
+
+async def _ask_pods(client: k8s_client.Client, args: argparse.Namespace) -> tuple[int, str, str]:
+    """Ask each running scheduler pod through the API server's pod proxy until the leader answers."""
+    ns = args.scheduler_namespace
+    listing = await client.call(client.core.list_namespaced_pod, ns, label_selector=POD_SELECTOR)
+    if not listing.ok:
+        return listing.status, f"cannot list the scheduler's pods in {ns}: {listing.message}", ns
+    pods = [
+        str((item.get("metadata") or {}).get("name"))
+        for item in listing.body.get("items", [])
+        if (item.get("status") or {}).get("phase") == "Running"
+    ]
+    if not pods:
+        return 0, f"no running scheduler pod in {ns} (label {POD_SELECTOR}); use --url to name one", ns
+    last = (0, "no answer", ns)
+    for name in pods:
+        reply = await client.call(
+            client.core.connect_get_namespaced_pod_proxy_with_path,
+            f"{name}:{HEALTH_PORT}",
+            ns,
+            "explain",
+            path2=f"{args.namespace}/{args.target}",
+        )
+        text = str(reply.body.get("answer") or reply.message)
+        if reply.status != 503:
+            return reply.status, text, f"pod {ns}/{name}"
+        last = (reply.status, text, f"pod {ns}/{name}")
+    return last
+
+
+def _text(raw: bytes) -> str:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")
+    if isinstance(body, Mapping):
+        return str(body.get("answer") or body.get("message") or body)
+    return str(body)
+
+
+def reply(operator: Operator, params: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
+    """The HTTP answer of ``/explain`` for its query parameters: ``target`` and ``namespace``, or ``path`` as
+    ``NAMESPACE/TARGET`` (what the pod proxy forwards)."""
+    target = params.get("target", "")
+    namespace = params.get("namespace", "default")
+    if not target and params.get("path"):
+        namespace, _, target = params["path"].partition("/")
+    if not target:
+        return 400, {"message": "say what to explain: ?target=POD|podgroup/NAME|queue/NAME&namespace=NS"}
+    if not operator.leading:
+        return 503, {"message": "this replica is a standby; ask the leader (its /leader answers 200)"}
+    if not operator.ready:
+        return 503, {"message": "the scheduler is warming up (its first listing is not in yet)"}
+    try:
+        return 200, {"answer": answer(operator, target, namespace), "replica": operator.identity}
+    except NotFound as exc:
+        return 404, {"message": str(exc)}

@@ -2,8 +2,13 @@
 
 Health port: ``/healthz`` answers 200 while the event loop runs (a blocked loop cannot answer: that is the
 point); ``/readyz`` 200 once the first full listing is in the cache, 503 before (standbys are ready too);
-``/leader`` 200 ``leader`` on the replica that schedules, 503 ``standby`` elsewhere. Metrics port: ``/metrics``
+``/leader`` 200 ``leader`` on the replica that schedules, 503 ``standby`` elsewhere; ``/explain?target=...&
+namespace=...`` answers ``gpusched explain`` from the leader's live state (JSON ``{"answer": text}``; 404 for an
+object the scheduler does not know, 503 on a standby; see ``scheduler.k8s.explain``). Metrics port: ``/metrics``
 in the Prometheus text format, with the state gauges recomputed for each scrape.
+
+Both bind ``--bind-address`` (default all interfaces: the kubelet's probes and Prometheus come from outside the
+pod); ``127.0.0.1`` keeps them to the host.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from scheduler.k8s import explain
 from scheduler.k8s.operator import Operator
 
 
@@ -42,7 +48,12 @@ def health_app(operator: Operator) -> web.Application:
             return web.Response(text="leader")
         return web.Response(status=503, text="standby")
 
+    async def explained(request: web.Request) -> web.Response:
+        status, body = explain.reply(operator, request.query)
+        return web.json_response(body, status=status)
+
     app = web.Application()
+    app.router.add_get("/explain", explained)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/leader", leader)

@@ -148,7 +148,7 @@ class Operator:
         #: The last periodic message told per pod (members waiting for members), so an Event is written per change.
         self._told: dict[str, str] = {}
         #: Queues that cannot be used: name -> why (unreadable, or refused by the tree), for their status condition.
-        self._queue_problems: dict[str, str] = {}
+        self.queue_problems: dict[str, str] = {}
         #: Per queue, its Accepted condition's (status, lastTransitionTime).
         self._queue_since: dict[str, tuple[str, float]] = {}
         #: Nodes whose ``gpusched.io/gpu-topology`` was refused, with the message last told.
@@ -515,10 +515,10 @@ class Operator:
         for name in self.queues:
             status = statuses.get(name)
             if status is None:
-                problem = self._queue_problems.get(name) or f"queue {name!r} could not be used"
+                problem = self.queue_problems.get(name) or f"queue {name!r} could not be used"
                 self._queue_refused(name, problem)
                 continue
-            self._queue_problems.pop(name, None)
+            self.queue_problems.pop(name, None)
             status = dict(status)
             status["pendingJobs"], status["admittedJobs"] = jobs.get(name, (0, 0))
             status["conditions"] = [self._queue_condition(name, "True", "Accepted", "the queue is in use")]
@@ -558,7 +558,7 @@ class Operator:
 
     def _queue_refused(self, name: str, message: str) -> None:
         """Mark a Queue that cannot be used in its status (``Accepted=False``), not only with an Event."""
-        self._queue_problems[name] = message
+        self.queue_problems[name] = message
         if self.leading:
             condition = self._queue_condition(name, "False", "Invalid", message)
             self.queue_status.update(name, {"conditions": [condition]})

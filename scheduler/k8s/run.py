@@ -65,7 +65,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-name", default="gpusched", help="the coordination.k8s.io Lease name")
     parser.add_argument("--identity", help="this replica's name in the Lease (default: hostname-pid)")
     parser.add_argument("--metrics-port", type=int, default=8080, help="/metrics port (0: pick a free one)")
-    parser.add_argument("--health-port", type=int, default=8081, help="/healthz, /readyz, /leader (0: pick one)")
+    parser.add_argument(
+        "--health-port", type=int, default=8081, help="/healthz, /readyz, /leader, /explain (0: pick one)"
+    )
+    parser.add_argument(
+        "--bind-address",
+        default="0.0.0.0",
+        help="the address the health and metrics servers listen on (127.0.0.1: this host only; :: for IPv6)",
+    )
     parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
 
 
@@ -201,7 +208,12 @@ async def _serve(
         operator = Operator(client, config, identity=identity)
         await operator.start()
         stack.push_async_callback(_bounded, operator.close, "finishing bindings and writes", DRAIN_S)
-        servers = await health.serve(operator, health_port=args.health_port, metrics_port=args.metrics_port)
+        servers = await health.serve(
+            operator,
+            health_port=args.health_port,
+            metrics_port=args.metrics_port,
+            host=getattr(args, "bind_address", "0.0.0.0"),
+        )
         stack.push_async_callback(servers.close)
         log.info("serving", health_port=servers.health_port, metrics_port=servers.metrics_port, identity=identity)
         status = await _supervise(args, config, operator, client, settings, stop, signals)

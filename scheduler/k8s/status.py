@@ -215,6 +215,8 @@ class PodConditionWriter:
         self._clock = clock
         #: Pod key -> when it turned unschedulable (the condition's lastTransitionTime).
         self._since: OrderedDict[str, float] = OrderedDict()
+        #: Pod key -> the message last handed over (what ``gpusched explain`` quotes).
+        self.said: OrderedDict[str, str] = OrderedDict()
         self.coalescer = Coalescer("pod-condition", self._write, settings=settings)
 
     def unschedulable(self, pod: PodRequest, message: str) -> None:
@@ -223,12 +225,17 @@ class PodConditionWriter:
     def unschedulable_key(self, key: str, uid: str, message: str) -> None:
         """As :meth:`unschedulable`, for a pod known by key and UID only (one whose spec could not be read)."""
         since = self._since.setdefault(key, self._clock())
+        self.said[key] = message
+        self.said.move_to_end(key)
         while len(self._since) > self.coalescer.settings.remembered:
             self._since.popitem(last=False)
+        while len(self.said) > self.coalescer.settings.remembered:
+            self.said.popitem(last=False)
         self.coalescer.submit(key, condition_patch(uid, message[:MESSAGE_LIMIT], since))
 
     def forget(self, pod_key: str) -> None:
         self._since.pop(pod_key, None)
+        self.said.pop(pod_key, None)
         self.coalescer.forget(pod_key)
 
     def start(self) -> None:

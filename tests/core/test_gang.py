@@ -309,3 +309,32 @@ def test_a_late_member_already_in_its_own_cycle_waits_for_its_gang() -> None:
     assert len(cluster.binder.decisions) == 3
     status = loop.group_status("default/g")
     assert status is not None and status["scheduled"] == 0
+
+
+def test_a_finished_gang_says_so_and_no_stale_wait() -> None:
+    # A Job's gang runs to completion: its PodGroup must read Succeeded with its members counted as completed,
+    # not "0 of 4 members exist" (found by a user); a member that failed makes the outcome Failed.
+    for outcome, phases in (("Succeeded", ("Succeeded", "Succeeded")), ("Failed", ("Succeeded", "Failed"))):
+        cluster, loop, _, _ = _loop(nodes=2, gpus=8)
+        loop.group_upsert(PodGroup("default", "g", min_member=2))
+        members = [_member("g", i, gpus=2) for i in range(2)]
+        for member in members:
+            loop.pod_pending(member)
+        loop.run_until_idle()
+        for member in members:
+            loop.pod_placed(dataclasses.replace(member, node_name="n0", phase="Running"))
+        status = loop.group_status("default/g")
+        assert status is not None and status["phase"] == "Running"
+        # One member ends first: the gang still runs (it does not wait for a member that completed).
+        cluster.cache.remove_pod(members[0].key)
+        loop.pod_gone(members[0].key, finished=phases[0])
+        status = loop.group_status("default/g")
+        assert status is not None and status["phase"] == "Running", outcome
+        cluster.cache.remove_pod(members[1].key)
+        loop.pod_gone(members[1].key, finished=phases[1])
+        status = loop.group_status("default/g")
+        assert status is not None and status["phase"] == outcome
+        assert (status["succeeded"], status["failed"]) == ((2, 0) if outcome == "Succeeded" else (1, 1))
+        messages = [c["message"] for c in status["conditions"]]  # type: ignore[attr-defined]
+        assert not any("members exist" in m for m in messages)
+        assert len(cluster.binder.decisions) == 2  # nothing placed again

@@ -277,5 +277,5 @@ async def test_unschedulable_condition_and_podgroup_status(cluster: LocalCluster
     assert group["status"]["scheduled"] == 4
     assert group["status"]["lastScheduleTime"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     assert group["status"]["conditions"][0]["reason"] == "NotAllMembersFit"
-    printed = cluster.kubectl("get", "pg", "-n", NS, "gang").stdout
+    printed = cluster.kubectl("get", "gpg", "-n", NS, "gang").stdout
     assert "Scheduled" in printed
