@@ -254,7 +254,7 @@ class Operator:
         self.uids[f"pod {key}"] = pod.uid
         if pod.terminal:
             self.ungrouped.pop(key, None)
-            self._pod_gone(key)
+            self._pod_gone(key, finished=pod.phase)
             return
         if pod.scheduler_name == api_pod.SCHEDULER_NAME and not pod.pod_group:
             grouped = self._grouped(pod, body)
@@ -708,7 +708,7 @@ class Operator:
     def _still_pending(self, key: str) -> bool:
         return (key in self.pending or key in self.unreadable_pods) and self.cache.pod(key) is None
 
-    def _pod_gone(self, key: str) -> None:
+    def _pod_gone(self, key: str, *, finished: str = "") -> None:
         self.pending.pop(key, None)
         self.unreadable_pods.pop(key, None)
         self._group_missing.pop(key, None)
@@ -719,7 +719,7 @@ class Operator:
         self.conditions.forget(key)
         if self.binder is not None:
             self.binder.forget(key)
-        self.loop.pod_gone(key)
+        self.loop.pod_gone(key, finished=finished)
         if self.ready and held:
             self.loop.cluster_event(ClusterEvent.POD_DELETED)
             self._wake.set()
