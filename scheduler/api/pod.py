@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from scheduler.api import ports as api_ports
 from scheduler.api import quantity, resources, selectors
 from scheduler.api import topology as api_topology
 from scheduler.api.errors import InvalidObject
@@ -66,6 +67,8 @@ class PodRequest:
     gpu_ids: tuple[int, ...] = ()
     #: The pod's own topology constraint, from the ``gpusched.io/topology-*`` annotations.
     topology: TopologyConstraint = NO_CONSTRAINT
+    #: Host ports its containers and sidecars bind on the node (``scheduler.api.ports``).
+    host_ports: tuple[api_ports.HostPort, ...] = ()
     created: float = 0.0
 
     @property
@@ -230,17 +233,6 @@ def _has_terms(raw: object) -> bool:
     return any(bool(terms) for terms in raw.values())
 
 
-def _first_host_port(spec: Mapping[str, object]) -> str | None:
-    for where in ("containers", "initContainers"):
-        containers = spec.get(where)
-        for i, container in enumerate(containers if isinstance(containers, list) else ()):
-            ports = container.get("ports") if isinstance(container, Mapping) else None
-            for j, port in enumerate(ports if isinstance(ports, list) else ()):
-                if isinstance(port, Mapping) and port.get("hostPort"):
-                    return f"spec.{where}[{i}].ports[{j}].hostPort"
-    return None
-
-
 def unsupported(spec: Mapping[str, object]) -> list[tuple[str, str]]:
     """What in a pod spec gpusched does not honour yet, as (field, what) pairs; empty when it honours it all.
 
@@ -262,9 +254,6 @@ def unsupported(spec: Mapping[str, object]) -> list[tuple[str, str]]:
         if kind is not None:
             found.append((f"spec.volumes[{i}].{kind}", f"{kind} volumes"))
             break
-    host_port = _first_host_port(spec)
-    if host_port is not None:
-        found.append((host_port, "host ports"))
     if spec.get("resourceClaims"):
         found.append(("spec.resourceClaims", "dynamic resource allocation (resource claims)"))
     if spec.get("schedulingGates"):
@@ -324,6 +313,7 @@ def parse_pod(raw: Mapping[str, object]) -> PodRequest:
         affinity=selectors.parse_node_affinity(spec, obj=obj),
         tolerations=selectors.parse_tolerations(spec.get("tolerations"), obj=obj),
         gpu_ids=_gpu_ids(annotations, obj=obj),
+        host_ports=api_ports.parse_host_ports(spec, obj=obj),
         topology=api_topology.parse_constraint(
             annotations.get(ANNOTATION_TOPOLOGY_REQUIRED),
             annotations.get(ANNOTATION_TOPOLOGY_PREFERRED),

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.api.pod import PodRequest
 from scheduler.kernels import layout
 
 F64 = npt.NDArray[np.float64]
@@ -34,6 +35,9 @@ class Placement:
     gpu_milli: float = 0.0
     #: Device memory taken on each device, in bytes (a whole GPU takes all of it).
     gpu_memory: tuple[float, ...] = ()
+    #: The pod, so that a what-if placing or removing it shows it to the filters that look at other pods
+    #: (host ports); not compared, not used by the arrays.
+    pod: PodRequest | None = field(default=None, compare=False)
 
 
 class ClusterArrays:

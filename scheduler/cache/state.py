@@ -26,13 +26,16 @@ import numpy.typing as npt
 
 from scheduler.api import gputopo, resources, selectors
 from scheduler.api import node as api_node
+from scheduler.api import ports as api_ports
 from scheduler.api import topology as api_topology
 from scheduler.api.errors import InvalidObject
 from scheduler.api.gputopo import GpuTopology
 from scheduler.api.pod import PodRequest
+from scheduler.api.ports import HostPort
 from scheduler.api.selectors import Taint
 from scheduler.cache.arrays import ClusterArrays, Placement
 from scheduler.cache.labels import LabelIndex
+from scheduler.cache.pods_index import PortIndex
 from scheduler.kernels import layout
 
 F64 = npt.NDArray[np.float64]
@@ -90,6 +93,8 @@ class Cache:
         self.labels = LabelIndex()
         self.taints: dict[int, tuple[Taint, ...]] = {}
         self._pods: dict[str, PodEntry] = {}
+        #: Host ports of the pods held (bound and assumed), per node slot.
+        self.ports = PortIndex()
         self._waiting: dict[str, dict[str, PodRequest]] = {}
         self._snapshot: Snapshot | None = None
         self.topology: api_topology.TopologySpec = api_topology.DEFAULT_TOPOLOGY
@@ -220,6 +225,8 @@ class Cache:
         entry = self.nodes.pop(slot)
         for key, pod_entry in entry.pods.items():
             self._pods.pop(key, None)
+            if pod_entry.pod.host_ports:
+                self.ports.add(slot, pod_entry.pod.host_ports, -1)
             if not pod_entry.assumed:
                 self._waiting.setdefault(name, {})[key] = pod_entry.pod
         self.names[slot] = None
@@ -338,8 +345,8 @@ class Cache:
                 ids = self._devices_for(slot, pod)
             _device_memory_column(request, a, slot, pod, len(ids))
             memory = a.device_memory(slot, ids, gpu.whole, float(gpu.memory))
-            return Placement(slot, request, tuple(ids), float(gpu.milli), memory)
-        return Placement(slot, request)
+            return Placement(slot, request, tuple(ids), float(gpu.milli), memory, pod)
+        return Placement(slot, request, pod=pod)
 
     def _devices_for(self, slot: int, pod: PodRequest) -> list[int]:
         """Devices for a pod whose devices are not recorded: what a device plugin would most likely give.
@@ -404,6 +411,8 @@ class Cache:
         entry = PodEntry(pod, placement, assumed)
         self._pods[pod.key] = entry
         self.nodes[slot].pods[pod.key] = entry
+        if pod.host_ports:
+            self.ports.add(slot, pod.host_ports)
         return entry
 
     def remove_pod(self, key: str) -> None:
@@ -413,6 +422,8 @@ class Cache:
         if entry is None:
             return
         self.arrays.apply(entry.placement, sign=-1.0)
+        if entry.pod.host_ports:
+            self.ports.add(entry.placement.slot, entry.pod.host_ports, -1)
         node = self.nodes.get(entry.placement.slot)
         if node is not None:
             node.pods.pop(key, None)
@@ -503,6 +514,10 @@ class Snapshot:
         self._cache = cache
         self.arrays = arrays
         self.columns = list(cache.columns)
+        #: Pods placed (+1) or removed (-1) by the open what-ifs, in order, and where each what-if began in it:
+        #: filters that look at other pods add these to the cache's indexes.
+        self._what_if: list[tuple[int, PodRequest, int]] = []
+        self._marks: list[int] = []
 
     # --- node metadata, read-only ---------------------------------------------------------------------------
 
@@ -578,23 +593,63 @@ class Snapshot:
         if pod.gpu.count:
             _device_memory_column(request, a, slot, pod, len(gpu_ids))
         memory = a.device_memory(slot, gpu_ids, pod.gpu.whole, float(pod.gpu.memory))
-        return Placement(slot, request, tuple(gpu_ids), float(pod.gpu.milli), memory)
+        return Placement(slot, request, tuple(gpu_ids), float(pod.gpu.milli), memory, pod)
 
     def checkpoint(self) -> int:
+        self._marks.append(len(self._what_if))
         return self.arrays.checkpoint()
 
     def rollback(self, token: int) -> None:
         self.arrays.rollback(token)
+        del self._what_if[self._marks.pop() :]
 
     def keep(self, token: int) -> None:
         self.arrays.keep(token)
+        self._marks.pop()
+        if not self._marks:
+            # The outermost what-if is closed: what it kept is the caller's to make real in the cache.
+            self._what_if.clear()
 
     def place(self, placement: Placement) -> None:
         if not self.arrays._open:
             raise RuntimeError("a snapshot changes only inside a checkpoint")
         self.arrays.apply(placement)
+        if placement.pod is not None:
+            self._what_if.append((1, placement.pod, placement.slot))
 
     def unplace(self, placement: Placement) -> None:
         if not self.arrays._open:
             raise RuntimeError("a snapshot changes only inside a checkpoint")
         self.arrays.apply(placement, sign=-1.0)
+        if placement.pod is not None:
+            self._what_if.append((-1, placement.pod, placement.slot))
+
+    @property
+    def what_if_pods(self) -> Sequence[tuple[int, PodRequest, int]]:
+        """(+1 placed / -1 removed, pod, node slot) for each change the open what-ifs made, in order."""
+        return tuple(self._what_if)
+
+    def host_port_conflicts(self, ports: tuple[HostPort, ...]) -> npt.NDArray[np.bool_]:
+        """Per node slot, whether a pod there (bound, assumed, or placed by an open what-if and not removed by
+        one) holds a host port that conflicts with ``ports``."""
+        mask = self._cache.ports.conflicts(ports, self.slots)
+        if not self._what_if:
+            return mask
+        net: dict[tuple[str, int], tuple[PodRequest, int]] = {}
+        for sign, pod, slot in self._what_if:
+            if pod.host_ports:
+                _, count = net.get((pod.key, slot), (pod, 0))
+                net[(pod.key, slot)] = (pod, count + sign)
+        placed = PortIndex()
+        gone: dict[int, set[str]] = {}
+        for (key, slot), (pod, count) in net.items():
+            if count > 0:
+                placed.add(slot, pod.host_ports)
+            elif count < 0:
+                gone.setdefault(slot, set()).add(key)
+        for slot, keys in gone.items():
+            # A pod a what-if removed (a victim) frees its ports unless another pod there holds them too.
+            if slot < mask.shape[0] and mask[slot]:
+                held = (e.pod.host_ports for k, e in self._cache.pods_on(slot).items() if k not in keys)
+                mask[slot] = any(api_ports.conflicting(ports, h) for h in held)
+        return mask | placed.conflicts(ports, self.slots)

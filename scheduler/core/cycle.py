@@ -30,6 +30,7 @@ _REASONS = {
     layout.GPU_MEMORY_SHORT: "Insufficient GPU memory",
     layout.RESERVED: "node(s) reserved for a waiting job",
     layout.TOPOLOGY: "node(s) outside the job's topology domain",
+    layout.PORTS: "node(s) didn't have free ports for the requested pod ports",
 }
 
 

@@ -17,6 +17,8 @@ from scheduler.plugins import (
     gpu,
     gpu_clustering,
     gpu_packing,
+    node_rules,
+    ports,
     resource_strategy,
     scarce_avoidance,
     spread,
@@ -40,4 +42,6 @@ PLUGINS: dict[str, Factory] = {
     "gpu_clustering": gpu_clustering.GpuClustering,
     "gang": gang.Gang,
     "topology": topology.Topology,
+    "node_rules": node_rules.NodeRules,
+    "ports": ports.NodePorts,
 }

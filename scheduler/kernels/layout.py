@@ -31,4 +31,6 @@ GPU_SHARE = 7
 GPU_MEMORY_SHORT = 8
 RESERVED = 9
 TOPOLOGY = 10
+#: A pod there holds a host port the pod asks for (the ports plugin).
+PORTS = 11
 RESOURCE = 16

@@ -9,6 +9,7 @@ import pytest
 from scheduler.api import pod as api_pod
 from scheduler.api import resources
 from scheduler.api.errors import InvalidObject
+from scheduler.api.ports import HostPort
 from tests.api import objects
 
 GIB = 2**30
@@ -199,15 +200,6 @@ def _spec_with(**extra: Any) -> dict[str, Any]:
             "persistentVolumeClaim volumes",
         ),
         ({"volumes": [{"name": "e", "ephemeral": {}}]}, "spec.volumes[0].ephemeral", "ephemeral volumes"),
-        (
-            {
-                "containers": [
-                    {"name": "c", "ports": [{"containerPort": 80}, {"containerPort": 8080, "hostPort": 8080}]}
-                ]
-            },
-            "spec.containers[0].ports[1].hostPort",
-            "host ports",
-        ),
         ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims", "resource claims"),
         ({"schedulingGates": [{"name": "wait"}]}, "spec.schedulingGates", "scheduling gates"),
     ],
@@ -249,3 +241,32 @@ def test_bound_pods_and_other_schedulers_pods_are_read_whatever_they_ask(extra: 
     pod = api_pod.parse_pod(raw)
     assert pod.key == "default/p"
     assert api_pod.parse_bound_pod(raw)[1] == ()
+
+
+def test_host_ports_are_read_with_kube_schedulers_defaults() -> None:
+    raw = _spec_with(
+        containers=[
+            {
+                "name": "c",
+                "ports": [
+                    {"containerPort": 80},
+                    {"containerPort": 8080, "hostPort": 8080},
+                    {"containerPort": 53, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.1"},
+                ],
+            }
+        ]
+    )
+    assert api_pod.parse_pod(raw).host_ports == (HostPort("TCP", 8080, "0.0.0.0"), HostPort("UDP", 53, "10.0.0.1"))
+
+
+@pytest.mark.parametrize(
+    ("port", "field"),
+    [
+        ({"containerPort": 1, "hostPort": 70000}, "spec.containers[0].ports[0].hostPort"),
+        ({"containerPort": 1, "hostPort": 1, "protocol": "ICMP"}, "spec.containers[0].ports[0].protocol"),
+    ],
+)
+def test_bad_host_ports_are_refused_naming_the_field(port: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidObject) as err:
+        api_pod.parse_pod(_spec_with(containers=[{"name": "c", "ports": [port]}]))
+    assert err.value.field == field
