@@ -24,13 +24,12 @@ def test_the_default_profile_loads_and_builds() -> None:
     assert config.name == "gpusched"
     assert config.tie_break == "first"
     assert config.seed == 0
-    assert [p.name for p in config.plugins] == ["fit", "gpu", "fgd", "spread", "gang", "topology"]
-    assert config.plugins[1] == PluginConfig("gpu", 1.0, {"device": "hint"})
+    assert [p.name for p in config.plugins] == ["node_rules", "fit", "ports", "gpu", "fgd", "gang", "topology"]
+    assert config.plugins[3] == PluginConfig("gpu", 1.0, {"device": "hint"})
     fw = Framework.build(config)
-    assert [p.name for p in fw.filters] == ["fit", "topology"]
+    assert [p.name for p in fw.filters] == ["node_rules", "fit", "ports", "topology"]
     assert [(s[0].name, s[1]) for s in fw.scorers] == [
         ("fgd", 100.0),
-        ("spread", 60.0),
         ("gang", 50.0),
         ("topology", 50.0),
     ]
@@ -47,7 +46,7 @@ def test_the_removed_reservation_plugin_is_a_clear_error(tmp_path: Path) -> None
 def test_a_file_overrides_only_what_it_says(tmp_path: Path) -> None:
     config = profile.load(_write(tmp_path, "tieBreak: random\nseed: 42\n"))
     assert (config.tie_break, config.seed) == ("random", 42)
-    assert [p.name for p in config.plugins] == ["fit", "gpu", "fgd", "spread", "gang", "topology"]
+    assert [p.name for p in config.plugins] == ["node_rules", "fit", "ports", "gpu", "fgd", "gang", "topology"]
 
 
 def test_a_file_can_replace_the_plugins(tmp_path: Path) -> None:
