@@ -1,0 +1,127 @@
+"""Everyday pods through ``gpusched run`` on a real API server (issue 14): host ports as kube-scheduler's
+NodePorts, cordoned nodes and the pods that tolerate them, and pods asking for what gpusched does not honour yet
+(pod anti-affinity, topology spread, persistent volumes), which wait with an Event and a condition naming the
+field instead of being placed as if they had not asked. See docs/pods.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kube as kube_mod
+import pytest
+from kube import Scenario, condition, node_of
+
+pytestmark = pytest.mark.e2e
+
+PORTS_MESSAGE = "node(s) didn't have free ports for the requested pod ports"
+
+
+def _with_host_port(manifest: dict[str, Any], port: int) -> dict[str, Any]:
+    manifest["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": port}]
+    return manifest
+
+
+def test_host_ports_keep_pods_apart_and_the_one_left_over_says_why(sched: Scenario) -> None:
+    sched.add_nodes([kube_mod.gpu_node("ports-0", gpus=0), kube_mod.gpu_node("ports-1", gpus=0)])
+    sched.start_gpusched()
+    for i in range(3):
+        sched.create_pod(_with_host_port(kube_mod.pod(f"web-{i}"), 8080))
+    sched.create_pod(_with_host_port(kube_mod.pod("other-port"), 9090))
+
+    def two_bound_one_waiting() -> list[dict[str, Any]] | None:
+        pods = [sched.pod(f"web-{i}") for i in range(3)]
+        bound = [p for p in pods if node_of(p)]
+        return pods if len(bound) == 2 else None
+
+    pods = kube_mod.wait_until(two_bound_one_waiting, timeout=60, what="two web pods bound", describe=sched.describe)
+    bound = [p for p in pods if node_of(p)]
+    assert {node_of(p) for p in bound} == {"ports-0", "ports-1"}, kube_mod.summary(bound)
+    waiting = next(p for p in pods if not node_of(p))["metadata"]["name"]
+    event = sched.wait_event(waiting, "FailedScheduling")
+    assert event["message"].startswith(f"0/2 nodes are available: 2 {PORTS_MESSAGE}."), event["message"]
+    sched.wait_bound(["other-port"])  # another port is free on both nodes
+
+    # The port frees when its pod goes: the waiting pod binds where it was.
+    freed = bound[0]
+    sched.delete_pod(freed["metadata"]["name"])
+    sched.wait_bound([waiting], timeout=60)
+    assert node_of(sched.pod(waiting)) == node_of(freed)
+
+
+def test_a_cordoned_node_takes_only_pods_that_tolerate_it(sched: Scenario) -> None:
+    sched.add_nodes([kube_mod.gpu_node("cordon-0")])
+    sched.kube.request(
+        "PATCH",
+        "/api/v1/nodes/cordon-0",
+        {"spec": {"unschedulable": True}},
+        content_type="application/merge-patch+json",
+    )
+    sched.start_gpusched()
+    sched.create_pod(kube_mod.pod("plain", gpus=1))
+    tolerant = kube_mod.pod("tolerant", gpus=1)
+    tolerant["spec"]["tolerations"] = [
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    sched.create_pod(tolerant)
+    sched.wait_bound(["tolerant"])
+    event = sched.wait_event("plain", "FailedScheduling")
+    assert "node(s) were unschedulable" in event["message"], event["message"]
+    assert not node_of(sched.pod("plain"))
+
+
+UNSUPPORTED = {
+    "anti": (
+        {
+            "affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+                    ]
+                }
+            }
+        },
+        "spec.affinity.podAntiAffinity",
+    ),
+    "spread": (
+        {
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": "web"}},
+                }
+            ]
+        },
+        "spec.topologySpreadConstraints",
+    ),
+    "volume": (
+        {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+        "spec.volumes[0].persistentVolumeClaim",
+    ),
+}
+
+
+def test_pods_asking_for_what_gpusched_does_not_honour_wait_with_an_event_and_a_condition(sched: Scenario) -> None:
+    sched.add_nodes([kube_mod.gpu_node("refuse-0")])
+    sched.start_gpusched()
+    for name, (extra, _) in UNSUPPORTED.items():
+        manifest = kube_mod.pod(name, labels={"app": "web"})
+        manifest["spec"].update(extra)
+        sched.create_pod(manifest)
+    sched.create_pod(kube_mod.pod("plain", labels={"app": "web"}))
+
+    sched.wait_bound(["plain"])  # nothing else stops working
+    for name, (_, field) in UNSUPPORTED.items():
+        event = sched.wait_event(name, "InvalidObject")
+        assert event["type"] == "Warning"
+        assert field in event["message"] and "does not support" in event["message"], event["message"]
+
+        def refused(pod_name: str = name) -> dict[str, Any] | None:
+            cond = condition(sched.pod(pod_name), "PodScheduled")
+            return cond if cond and cond["status"] == "False" else None
+
+        cond = kube_mod.wait_until(refused, timeout=30, what=f"PodScheduled=False on {name}", describe=sched.describe)
+        assert "does not support" in str(cond["message"]), cond
+    sched.stays_unbound(UNSUPPORTED, seconds=3)
