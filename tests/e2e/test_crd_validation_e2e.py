@@ -76,7 +76,7 @@ def test_valid_podgroup_gets_its_defaults(scenario: kube_mod.Scenario) -> None:
     created = scenario.create_podgroup(kube_mod.podgroup("train", min_member=4, topology_required="rack"))
     assert created["spec"]["scheduleTimeoutSeconds"] == 600
     listed = scenario.kube.kubectl("get", "gpg", "-n", scenario.namespace).stdout
-    assert "train" in listed and "MIN" in listed
+    assert "train" in listed and "MEMBERS" in listed
 
 
 @pytest.mark.parametrize(

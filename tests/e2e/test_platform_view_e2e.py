@@ -1,0 +1,157 @@
+"""What a platform team sees with kubectl (issue 17): a waiting gang member's condition, pods told why they wait,
+``kubectl get podgroups,gq,topo -o wide`` columns, and ``gpusched explain`` answered by the running leader.
+
+The outputs are printed (``pytest -s``) so that they can be quoted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import kube as kube_mod
+import pytest
+from kube import APIError, Scenario
+
+pytestmark = pytest.mark.e2e
+
+TOPOLOGY_PATH = kube_mod.Kube.custom_path("topologies", name="default")
+
+
+@pytest.fixture
+def topology(sched: Scenario) -> Iterator[dict[str, Any]]:
+    """The Topology ``default`` (cluster-wide, one per cluster): deleted at the end."""
+    body = {
+        "apiVersion": f"{kube_mod.GROUP}/{kube_mod.VERSION}",
+        "kind": "Topology",
+        "metadata": {"name": "default"},
+        "spec": {
+            "levels": [
+                {"name": "block", "nodeLabel": kube_mod.LABEL_BLOCK},
+                {"name": "rack", "nodeLabel": kube_mod.LABEL_RACK},
+            ]
+        },
+    }
+    with contextlib.suppress(APIError):
+        sched.kube.request("DELETE", TOPOLOGY_PATH)
+    created: dict[str, Any] = sched.kube.request("POST", kube_mod.Kube.custom_path("topologies"), body)
+    try:
+        yield created
+    finally:
+        with contextlib.suppress(APIError):
+            sched.kube.request("DELETE", TOPOLOGY_PATH)
+
+
+def _condition_message(sched: Scenario, name: str, starts: str) -> str:
+    def told() -> str | None:
+        condition = kube_mod.condition(sched.pod(name), "PodScheduled") or {}
+        message = str(condition.get("message") or "")
+        if condition.get("status") == "False" and condition.get("reason") == "Unschedulable" and starts in message:
+            return message
+        return None
+
+    found: str = kube_mod.wait_until(told, timeout=30, what=f"pod {name} PodScheduled=False: {starts!r}")
+    return found
+
+
+def _explain(sched: Scenario, url: str, *target: str) -> tuple[str, str, float]:
+    started = time.monotonic()
+    done = subprocess.run(
+        [*kube_mod.gpusched_command(), "explain", *target, "-n", sched.namespace, "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    return done.stdout, done.stderr, elapsed
+
+
+def test_what_kubectl_shows(sched: Scenario, topology: dict[str, Any]) -> None:
+    ns = sched.namespace
+    nodes = [
+        kube_mod.gpu_node("pv-0", rack="r1", block="b1"),
+        kube_mod.gpu_node("pv-1", rack="r2", block="b1"),
+        # Tainted: the most free GPUs in the cluster, on a node no pod here tolerates.
+        kube_mod.gpu_node("pv-tainted", rack="r3", block="b1", taints=[{"key": "maint", "effect": "NoSchedule"}]),
+    ]
+    sched.add_nodes(nodes)
+    sched.create_queue(
+        kube_mod.queue(f"{ns}-a", guaranteed={"nvidia.com/gpu": "8", "memory": "256Gi"}, limit={"nvidia.com/gpu": "40"})
+    )
+    replica = sched.start_gpusched()
+    url = f"http://127.0.0.1:{replica.health_port}"
+
+    # A pod and its PodGroup created together, the pod first: no PodGroupNotFound.
+    sched.create_pod(kube_mod.pod("same-0", cpu="500m", group="same", queue=f"{ns}-a"))
+    sched.create_podgroup(kube_mod.podgroup("same", min_member=1, queue=f"{ns}-a"))
+    sched.wait_bound(["same-0"])
+
+    # One node's GPUs taken by a single pod of the queue; 8 usable GPUs left (pv-tainted's 8 are not usable).
+    sched.create_pod(kube_mod.pod("solo", gpus=8, cpu="2500m", queue=f"{ns}-a"))
+    sched.wait_bound(["solo"])
+
+    # A gang of 4 x 8 GPUs: two members first (waiting for members), then all four (waiting for room).
+    sched.create_podgroup(kube_mod.podgroup("train", min_member=4, queue=f"{ns}-a"))
+    for i in range(2):
+        sched.create_pod(kube_mod.pod(f"train-{i}", gpus=8, group="train"))
+    exist = _condition_message(sched, "train-0", f"waiting for gang {ns}/train: 2 of 4 members exist")
+    for i in range(2, 4):
+        sched.create_pod(kube_mod.pod(f"train-{i}", gpus=8, group="train"))
+    placed = _condition_message(sched, "train-3", f"waiting for gang {ns}/train: 0 of 4 members placed;")
+    sched.stays_unbound([f"train-{i}" for i in range(4)], seconds=2)
+
+    # A typo'd queue: the pod says so in its condition, not only in an Event.
+    sched.create_pod(kube_mod.pod("typo", gpus=1, queue=f"{ns}-typo"))
+    typo = _condition_message(sched, "typo", f"queue '{ns}-typo' does not exist")
+
+    time.sleep(6)  # past the PodGroupNotFound grace
+    assert [e for e in sched.kube.events(ns) if e.get("reason") == "PodGroupNotFound"] == []
+
+    # kubectl get, as a user would run it.
+    def shown() -> str | None:
+        out = sched.kube.kubectl("get", "podgroups,gq,topo", "-n", ns, "-o", "wide").stdout
+        return out if "0/4" in out and "True" in out and "1/1" in out else None
+
+    table: str = kube_mod.wait_until(shown, timeout=30, what="status columns filled")
+    for header in ("MEMBERS", "GPU GUARANTEE", "GPU LIMIT", "GPU ALLOCATED", "PENDING JOBS", "ADMITTED JOBS"):
+        assert header in table, table
+    for header in ("FAIR SHARE", "RANK SHARE", "MEMORY ALLOCATED", "LEVELS", "ACCEPTED"):
+        assert header in table, table
+    queue_line = next(line for line in table.splitlines() if line.startswith(f"queue.scheduling.gpusched.io/{ns}-a"))
+    assert "2500m" not in queue_line.split()[3:4], queue_line  # GPU ALLOCATED is GPUs
+    status = sched.kube.request("GET", kube_mod.Kube.custom_path("queues", name=f"{ns}-a"))["status"]
+    assert status["allocated"]["nvidia.com/gpu"] == "8" and status["allocated"]["cpu"] == "3", status
+    topo_line = next(line for line in table.splitlines() if line.startswith("topology."))
+    assert " 2 " in topo_line and "True" in topo_line, topo_line
+
+    described = sched.kube.kubectl("describe", "pod", "train-0", "-n", ns).stdout
+    # describe shows a condition's type and status only; the message is in the pod's status and its Events.
+    assert "PodScheduled   False" in described and f"waiting for gang {ns}/train" in described, described
+
+    answer, timing, elapsed = _explain(sched, url, "train-0")
+    assert f"member of gang {ns}/train (minMember 4): 0 placed, 4 exist" in answer, answer
+    assert "pv-tainted" not in answer.split("GPUs:")[1], answer
+    assert "(pv-1)" in answer or "(pv-0)" in answer, answer
+    assert answer.startswith(f"pod {ns}/train-0") and "answered by" in timing
+    group, _, _ = _explain(sched, url, "podgroup/train")
+    assert "placing 4 members together now fails" in group, group
+    queue, _, _ = _explain(sched, url, f"queue/{ns}-a")
+    assert "guarantee: memory 256Gi, nvidia.com/gpu 8" in queue and "cpu 3" in queue, queue
+    assert elapsed < 5.0  # the process start; the answer itself is in the timing line
+
+    metrics = replica.metrics()
+    for line in ("process_resident_memory_bytes", 'gpusched_pending_jobs{state="unschedulable"}'):
+        assert line in metrics
+    assert f'queue="{ns}-typo"' not in metrics
+
+    print("\n$ kubectl get podgroups,gq,topo -o wide\n" + table)
+    print(f"$ kubectl describe pod train-0 -n {ns}\n" + described)
+    print(f"$ gpusched explain train-0 -n {ns} --url {url}\n{answer}{timing}(process {elapsed:.2f} s)")
+    print(f"$ gpusched explain podgroup/train -n {ns}\n{group}")
+    print(f"$ gpusched explain queue/{ns}-a\n{queue}")
+    print(f"conditions:\n  {exist}\n  {placed}\n  {typo}")
