@@ -7,6 +7,9 @@ core/v1 Events (``reportingComponent`` gpusched, ``action`` Scheduling), as clie
 - the same (object, type, reason, message) again within ``window`` seconds of its last sighting is one Event
   whose ``count`` and ``lastTimestamp`` go up; the count is PATCHed at most once per ``patch_interval`` per
   Event, so a pod failing every cycle costs one write every few seconds, not one per cycle;
+- more than ``similar_limit`` different messages with the same (object, type, reason) within ``window`` seconds
+  are combined into one Event, ``(combined from similar events): <latest message>``, counted up like any other
+  (client-go's EventAggregator), so a gang member whose message changes with every count stays one Event;
 - each object may start at most ``object_burst`` new Events, then one more per ``object_refill`` seconds
   (client-go's spam filter), so a pod whose message changes every cycle cannot flood etcd;
 - an Event the API server no longer has (Events expire after an hour) is created again.
@@ -39,6 +42,10 @@ COMPONENT = "gpusched"
 ACTION = "Scheduling"
 #: events.k8s.io caps a note at 1 kB; keep core/v1 messages to the same.
 MESSAGE_LIMIT = 1024
+#: What a combined Event's message starts with (client-go's words).
+COMBINED = "(combined from similar events): "
+#: The message part of a combined Event's key: no real message has it.
+_COMBINED_KEY = "\x00combined"
 
 #: The loop's object words -> (apiVersion, kind, namespaced).
 KINDS: dict[str, tuple[str, str, bool]] = {
@@ -63,6 +70,8 @@ class EventSettings:
     writers: int = 16
     #: Events remembered for counting up (the least recently seen are forgotten beyond this once written).
     series_limit: int = 4096
+    #: Different messages with one (object, type, reason) within ``window`` before they are combined (client-go: 10).
+    similar_limit: int = 10
     #: New Events one object may start at once, then one per ``object_refill`` seconds.
     object_burst: int = 25
     object_refill: float = 300.0
@@ -150,6 +159,8 @@ class EventRecorder(worker.BackgroundWriter):
         self._inbox: deque[_Item] = deque()
         self._series: OrderedDict[_Key, _Series] = OrderedDict()
         self._dirty: set[_Key] = set()
+        #: Per (object, type, reason): when its window started and the messages seen in it.
+        self._similar: OrderedDict[tuple[str, str, str], tuple[float, set[str]]] = OrderedDict()
         #: Per object: (tokens, when counted) of its new-Event budget.
         self._budget: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -162,6 +173,7 @@ class EventRecorder(worker.BackgroundWriter):
             "created": 0,
             "patched": 0,
             "aggregated": 0,
+            "combined": 0,
             "dropped": 0,
             "rate_limited": 0,
             "invalid": 0,
@@ -210,10 +222,15 @@ class EventRecorder(worker.BackgroundWriter):
 
     def _take(self, obj: str, type_: str, reason: str, message: str, at: float) -> None:
         key = (obj, type_, reason, message)
+        if self._similar_seen(obj, type_, reason, message, at):
+            key = (obj, type_, reason, _COMBINED_KEY)
+            message = (COMBINED + message)[:MESSAGE_LIMIT]
+            self.stats["combined"] += 1
         series = self._series.get(key)
         if series is not None and at - series.last <= self.settings.window:
             series.count += 1
             series.last = max(series.last, at)
+            series.message = message
             self._series.move_to_end(key)
             self._dirty.add(key)
             self.stats["aggregated"] += 1
@@ -231,6 +248,24 @@ class EventRecorder(worker.BackgroundWriter):
         self._series.move_to_end(key)
         self._dirty.add(key)
         self._trim()
+
+    def _similar_seen(self, obj: str, type_: str, reason: str, message: str, at: float) -> bool:
+        """Whether ``message`` is beyond the ``similar_limit`` different messages of its (object, type, reason) in
+        the current window (then it joins their combined Event)."""
+        group = (obj, type_, reason)
+        seen = self._similar.pop(group, None)
+        if seen is None or at - seen[0] > self.settings.window:
+            seen = (at, set())
+        self._similar[group] = seen
+        while len(self._similar) > self.settings.series_limit:
+            self._similar.popitem(last=False)
+        messages = seen[1]
+        if message in messages:
+            return False
+        if len(messages) < self.settings.similar_limit:
+            messages.add(message)
+            return False
+        return True
 
     def _trim(self) -> None:
         """Forget the least recently seen Events beyond ``series_limit``, but not one still to be written (a
@@ -339,7 +374,9 @@ class EventRecorder(worker.BackgroundWriter):
         return answer
 
     async def _patch(self, series: _Series) -> Answer:
-        body = {"count": series.count, "lastTimestamp": rfc3339(series.last)}
+        body: dict[str, Any] = {"count": series.count, "lastTimestamp": rfc3339(series.last)}
+        if series.message.startswith(COMBINED):
+            body["message"] = series.message
         answer = await self.client.call(
             self.client.core.patch_namespaced_event,
             name=series.name,

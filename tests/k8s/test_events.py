@@ -244,3 +244,24 @@ def test_parse_object() -> None:
     for bad in ("pod p", "queue ns/q", "thing ns/x", "pod", ""):
         with pytest.raises(ValueError):
             parse_object(bad)
+
+
+async def test_many_different_messages_of_one_reason_are_combined_into_one_event(
+    fake: FakeApiServer, recorder_factory: Callable[..., EventRecorder], clock: Clock
+) -> None:
+    recorder = recorder_factory(similar_limit=3, patch_interval=0.0)
+    for placed in range(6):
+        recorder.emit(
+            obj="pod ns/p", kind="Warning", reason="FailedScheduling", message=f"waiting for gang: {placed} placed"
+        )
+        clock.now += 1
+    assert await recorder.flush()
+    messages = sorted(e["message"] for e in fake.events.values())
+    assert len(messages) == 4, messages  # three of their own, then one combined
+    combined = [e for e in fake.events.values() if e["message"].startswith("(combined from similar events): ")]
+    assert len(combined) == 1
+    await eventually(lambda: combined[0]["count"] == 3 and combined[0]["message"].endswith("5 placed"))
+    # A message seen before the limit keeps counting up its own Event.
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message="waiting for gang: 0 placed")
+    assert await recorder.flush()
+    assert len(fake.events) == 4
