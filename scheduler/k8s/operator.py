@@ -570,7 +570,19 @@ class Operator:
         told: dict[str, str] = {}
         for job in self.loop.jobs.gangs():
             group = job.group
-            if group is None or job.satisfied or job.exists >= group.min_member:
+            if group is None or job.satisfied:
+                continue
+            if job.exists >= group.min_member:
+                # Every member exists: the next attempt's FailedScheduling says why it waits; until then, a member
+                # told that members were missing is told that they are all there.
+                message = (
+                    f"waiting for gang {group.key}: all {group.min_member} members exist; the gang waits its turn"
+                    f" in queue {job.queue}"
+                )
+                for member in job.pending.values():
+                    said = self.conditions.said.get(member.key, "")
+                    if said.startswith(f"waiting for gang {group.key}: ") and "members exist; the gang is" in said:
+                        self.conditions.unschedulable(member, message)
                 continue
             message = (
                 f"waiting for gang {group.key}: {job.exists} of {group.min_member} members exist; "
