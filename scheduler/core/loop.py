@@ -101,6 +101,7 @@ class SchedulingLoop:
         if pod.key in job.placed:
             return
         self._enqueue(job)
+        job.refresh_phase(self.clock())  # a gang's count of members that exist
 
     def pod_placed(self, pod: PodRequest) -> None:
         """The API server shows the pod bound (by us before a restart, or by an earlier leader, or just now): it

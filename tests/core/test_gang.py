@@ -338,3 +338,13 @@ def test_a_finished_gang_says_so_and_no_stale_wait() -> None:
         messages = [c["message"] for c in status["conditions"]]  # type: ignore[attr-defined]
         assert not any("members exist" in m for m in messages)
         assert len(cluster.binder.decisions) == 2  # nothing placed again
+
+
+def test_the_groups_count_of_members_that_exist_follows_each_arrival() -> None:
+    # The PodGroup said "0 of 4 members exist" while a member was there (found by a user).
+    _, loop, _, _ = _loop()
+    loop.group_upsert(PodGroup("default", "g", min_member=4))
+    loop.pod_pending(_member("g", 0, gpus=1))
+    status = loop.group_status("default/g")
+    assert status is not None
+    assert status["conditions"][0]["message"] == "1 of 4 members exist"  # type: ignore[index]

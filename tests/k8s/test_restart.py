@@ -67,9 +67,10 @@ async def test_after_a_restart_the_queue_limit_holds_in_any_listing_order(
     operator.pod_event(pod("one", 1, labels={"gpusched.io/queue": "capped"}))
     await eventually(lambda: bool(events(fake, "FailedScheduling")))
     assert bound(fake) == {}
-    assert "queue 'capped' would hold 9 nvidia.com/gpu, above its ceiling 8" in events(fake, "FailedScheduling")[0][
-        "message"
-    ]
+    assert (
+        "queue 'capped' would hold 9 nvidia.com/gpu, above its ceiling 8"
+        in events(fake, "FailedScheduling")[0]["message"]
+    )
     operator.publish_status()
     await flushed(operator)
     written = fake.requests("PATCH", "/queues/capped/status")[-1].body["status"]
