@@ -26,7 +26,7 @@ BASELINE = "fgd"
 VERSUS_FROM = 50
 
 
-def versus(results: Mapping[str, Mapping[str, Any]], *, baseline: str = BASELINE, low: int = VERSUS_FROM) -> None:
+def versus(results: Mapping[str, dict[str, Any]], *, baseline: str = BASELINE, low: int = VERSUS_FROM) -> None:
     """Add to each policy's result how its curve compares with ``baseline``'s from ``low``% arrived on: the mean
     difference (the area between the curves divided by their length, in points of allocation) and the worst
     point (the most negative difference, and where). Nothing is added when ``baseline`` was not run."""
