@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from scheduler.api import affinity as api_affinity
 from scheduler.api import ports as api_ports
 from scheduler.api import quantity, resources, selectors
 from scheduler.api import topology as api_topology
@@ -69,6 +70,8 @@ class PodRequest:
     topology: TopologyConstraint = NO_CONSTRAINT
     #: Host ports its containers and sidecars bind on the node (``scheduler.api.ports``).
     host_ports: tuple[api_ports.HostPort, ...] = ()
+    #: Inter-pod affinity and anti-affinity (``scheduler.api.affinity``).
+    pod_affinity: api_affinity.PodAffinity = api_affinity.NO_AFFINITY
     created: float = 0.0
 
     @property
@@ -226,11 +229,28 @@ _NODE_BOUND_VOLUMES = (
 )
 
 
-def _has_terms(raw: object) -> bool:
-    """Whether a podAffinity / podAntiAffinity object holds a term (an empty one asks for nothing)."""
-    if not isinstance(raw, Mapping):
-        return bool(raw)
-    return any(bool(terms) for terms in raw.values())
+def _namespace_selector_with_labels(affinity: object) -> str | None:
+    """The first pod affinity term whose namespaceSelector has labels: namespaces' labels are not watched."""
+    if not isinstance(affinity, Mapping):
+        return None
+    for name in ("podAffinity", "podAntiAffinity"):
+        part = affinity.get(name)
+        if not isinstance(part, Mapping):
+            continue
+        for kind in (
+            "requiredDuringSchedulingIgnoredDuringExecution",
+            "preferredDuringSchedulingIgnoredDuringExecution",
+        ):
+            terms = part.get(kind)
+            for i, term in enumerate(terms if isinstance(terms, list) else ()):
+                if not isinstance(term, Mapping):
+                    continue
+                inner = term.get("podAffinityTerm", term) if kind.startswith("preferred") else term
+                selector = inner.get("namespaceSelector") if isinstance(inner, Mapping) else None
+                if isinstance(selector, Mapping) and (selector.get("matchLabels") or selector.get("matchExpressions")):
+                    where = "podAffinityTerm.namespaceSelector" if kind.startswith("preferred") else "namespaceSelector"
+                    return f"spec.affinity.{name}.{kind}[{i}].{where}"
+    return None
 
 
 def unsupported(spec: Mapping[str, object]) -> list[tuple[str, str]]:
@@ -240,12 +260,9 @@ def unsupported(spec: Mapping[str, object]) -> list[tuple[str, str]]:
     pod asking for one must not be placed as if it had not.
     """
     found: list[tuple[str, str]] = []
-    affinity = spec.get("affinity")
-    if isinstance(affinity, Mapping):
-        if _has_terms(affinity.get("podAffinity")):
-            found.append(("spec.affinity.podAffinity", "pod affinity"))
-        if _has_terms(affinity.get("podAntiAffinity")):
-            found.append(("spec.affinity.podAntiAffinity", "pod anti-affinity"))
+    namespace_selector = _namespace_selector_with_labels(spec.get("affinity"))
+    if namespace_selector is not None:
+        found.append((namespace_selector, "pod affinity terms selecting namespaces by label (namespaceSelector)"))
     if spec.get("topologySpreadConstraints"):
         found.append(("spec.topologySpreadConstraints", "topology spread constraints"))
     volumes = spec.get("volumes")
@@ -314,6 +331,7 @@ def parse_pod(raw: Mapping[str, object]) -> PodRequest:
         tolerations=selectors.parse_tolerations(spec.get("tolerations"), obj=obj),
         gpu_ids=_gpu_ids(annotations, obj=obj),
         host_ports=api_ports.parse_host_ports(spec, obj=obj),
+        pod_affinity=api_affinity.parse_pod_affinity(spec, namespace=namespace, labels=labels, obj=obj),
         topology=api_topology.parse_constraint(
             annotations.get(ANNOTATION_TOPOLOGY_REQUIRED),
             annotations.get(ANNOTATION_TOPOLOGY_PREFERRED),

@@ -20,14 +20,22 @@ class LabelIndex:
     def __init__(self) -> None:
         self._by_key: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
         self._labels: dict[int, Mapping[str, str]] = {}
+        #: label key -> (per slot the index of its value or -1, how many values): topology domains, rebuilt when
+        #: the labels change.
+        self._domains: dict[str, tuple[npt.NDArray[np.int64], int]] = {}
 
     def assign(self, slot: int, labels: Mapping[str, str]) -> None:
+        if self._labels.get(slot) == labels:
+            return
         self.clear(slot)
+        self._domains.clear()
         self._labels[slot] = dict(labels)
         for key, value in labels.items():
             self._by_key[key][value].add(slot)
 
     def clear(self, slot: int) -> None:
+        if slot in self._labels:
+            self._domains.clear()
         for key, value in self._labels.pop(slot, {}).items():
             values = self._by_key[key]
             values[value].discard(slot)
@@ -38,6 +46,20 @@ class LabelIndex:
 
     def labels(self, slot: int) -> Mapping[str, str]:
         return self._labels.get(slot, {})
+
+    def domain_ids(self, key: str, size: int) -> tuple[npt.NDArray[np.int64], int]:
+        """The domains of a label key (a topology key): per slot below ``size`` the index of its value (-1 without
+        the label), and the number of distinct values. Read-only; kept until a label changes."""
+        known = self._domains.get(key)
+        if known is not None and known[0].shape[0] >= size:
+            return known[0][:size], known[1]
+        ids = np.full(size, -1, dtype=np.int64)
+        values = self._by_key.get(key, {})
+        for i, slots in enumerate(values.values()):
+            ids[np.fromiter(slots, dtype=np.int64, count=len(slots))] = i
+        ids.setflags(write=False)
+        self._domains[key] = (ids, len(values))
+        return ids, len(values)
 
     def _mask(self, slots: set[int], size: int) -> B:
         mask = np.zeros(size, dtype=bool)

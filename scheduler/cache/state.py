@@ -35,7 +35,7 @@ from scheduler.api.ports import HostPort
 from scheduler.api.selectors import Taint
 from scheduler.cache.arrays import ClusterArrays, Placement
 from scheduler.cache.labels import LabelIndex
-from scheduler.cache.pods_index import PortIndex
+from scheduler.cache.pods_index import PodIndex, PortIndex
 from scheduler.kernels import layout
 
 F64 = npt.NDArray[np.float64]
@@ -95,6 +95,8 @@ class Cache:
         self._pods: dict[str, PodEntry] = {}
         #: Host ports of the pods held (bound and assumed), per node slot.
         self.ports = PortIndex()
+        #: The pods held (bound and assumed) by namespace and labels, and their affinity terms per node slot.
+        self.pod_index = PodIndex()
         self._waiting: dict[str, dict[str, PodRequest]] = {}
         self._snapshot: Snapshot | None = None
         self.topology: api_topology.TopologySpec = api_topology.DEFAULT_TOPOLOGY
@@ -227,6 +229,7 @@ class Cache:
             self._pods.pop(key, None)
             if pod_entry.pod.host_ports:
                 self.ports.add(slot, pod_entry.pod.host_ports, -1)
+            self.pod_index.remove(pod_entry.pod, slot)
             if not pod_entry.assumed:
                 self._waiting.setdefault(name, {})[key] = pod_entry.pod
         self.names[slot] = None
@@ -380,6 +383,7 @@ class Cache:
             for waiting in self._waiting.values():
                 waiting.pop(key, None)
             if old is not None and old.assumed:
+                self.pod_index.relabel(old.pod, pod, old.placement.slot)
                 old.pod = pod
             elif old is not None:
                 self.remove_pod(key)
@@ -394,6 +398,7 @@ class Cache:
                 and old.pod.gpu == pod.gpu
                 and (not pod.gpu_ids or tuple(pod.gpu_ids) == old.placement.gpu_ids)
             ):
+                self.pod_index.relabel(old.pod, pod, old.placement.slot)
                 old.pod = pod
                 old.assumed = False
                 return
@@ -413,6 +418,7 @@ class Cache:
         self.nodes[slot].pods[pod.key] = entry
         if pod.host_ports:
             self.ports.add(slot, pod.host_ports)
+        self.pod_index.add(pod, slot)
         return entry
 
     def remove_pod(self, key: str) -> None:
@@ -424,6 +430,7 @@ class Cache:
         self.arrays.apply(entry.placement, sign=-1.0)
         if entry.pod.host_ports:
             self.ports.add(entry.placement.slot, entry.pod.host_ports, -1)
+        self.pod_index.remove(entry.pod, entry.placement.slot)
         node = self.nodes.get(entry.placement.slot)
         if node is not None:
             node.pods.pop(key, None)
@@ -623,6 +630,16 @@ class Snapshot:
         self.arrays.apply(placement, sign=-1.0)
         if placement.pod is not None:
             self._what_if.append((-1, placement.pod, placement.slot))
+
+    @property
+    def pod_index(self) -> PodIndex:
+        """The pods the cache holds, for selecting them by affinity term (read it, never change it)."""
+        return self._cache.pod_index
+
+    def topology_domains(self, key: str) -> tuple[I64, int]:
+        """Per node slot the domain of a topology key (the index of its value of that label, -1 without it), and
+        the number of domains (read-only)."""
+        return self._cache.labels.domain_ids(key, self.slots)
 
     @property
     def what_if_pods(self) -> Sequence[tuple[int, PodRequest, int]]:

@@ -31,6 +31,9 @@ _REASONS = {
     layout.RESERVED: "node(s) reserved for a waiting job",
     layout.TOPOLOGY: "node(s) outside the job's topology domain",
     layout.PORTS: "node(s) didn't have free ports for the requested pod ports",
+    layout.POD_AFFINITY: "node(s) didn't match pod affinity rules",
+    layout.POD_ANTI_AFFINITY: "node(s) didn't match pod anti-affinity rules",
+    layout.EXISTING_ANTI_AFFINITY: "node(s) didn't satisfy existing pods anti-affinity rules",
 }
 
 

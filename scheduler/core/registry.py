@@ -17,6 +17,7 @@ from scheduler.plugins import (
     gpu,
     gpu_clustering,
     gpu_packing,
+    interpod,
     node_rules,
     ports,
     resource_strategy,
@@ -44,4 +45,5 @@ PLUGINS: dict[str, Factory] = {
     "topology": topology.Topology,
     "node_rules": node_rules.NodeRules,
     "ports": ports.NodePorts,
+    "interpod": interpod.InterPodAffinity,
 }

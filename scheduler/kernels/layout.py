@@ -33,4 +33,8 @@ RESERVED = 9
 TOPOLOGY = 10
 #: A pod there holds a host port the pod asks for (the ports plugin).
 PORTS = 11
+#: Inter-pod affinity (the interpod plugin): the pod's affinity, its anti-affinity, existing pods' anti-affinity.
+POD_AFFINITY = 12
+POD_ANTI_AFFINITY = 13
+EXISTING_ANTI_AFFINITY = 14
 RESOURCE = 16

@@ -178,8 +178,6 @@ def _spec_with(**extra: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("extra", "field", "what"),
     [
-        ({"affinity": {"podAffinity": _ANTI}}, "spec.affinity.podAffinity", "pod affinity"),
-        ({"affinity": {"podAntiAffinity": _ANTI}}, "spec.affinity.podAntiAffinity", "pod anti-affinity"),
         (
             {
                 "topologySpreadConstraints": [
@@ -217,8 +215,8 @@ def test_a_pending_pod_of_ours_asking_for_what_gpusched_does_not_honour_is_refus
 
 def test_everything_unsupported_is_named_in_one_refusal() -> None:
     with pytest.raises(api_pod.Unsupported) as err:
-        api_pod.parse_pod(_spec_with(affinity={"podAntiAffinity": _ANTI}, topologySpreadConstraints=[{"maxSkew": 1}]))
-    assert "pod anti-affinity" in str(err.value) and "topology spread constraints" in str(err.value)
+        api_pod.parse_pod(_spec_with(resourceClaims=[{"name": "gpu"}], topologySpreadConstraints=[{"maxSkew": 1}]))
+    assert "resource claims" in str(err.value) and "topology spread constraints" in str(err.value)
 
 
 def test_harmless_fields_and_empty_affinity_objects_are_not_refused() -> None:

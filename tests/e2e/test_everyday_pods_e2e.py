@@ -1,7 +1,8 @@
 """Everyday pods through ``gpusched run`` on a real API server (issue 14): host ports as kube-scheduler's
-NodePorts, cordoned nodes and the pods that tolerate them, and pods asking for what gpusched does not honour yet
-(pod anti-affinity, topology spread, persistent volumes), which wait with an Event and a condition naming the
-field instead of being placed as if they had not asked. See docs/pods.md.
+NodePorts, cordoned nodes and the pods that tolerate them, inter-pod affinity and anti-affinity (the pod's own
+and existing pods'), and pods asking for what gpusched does not honour yet (namespace selectors by label,
+topology spread, persistent volumes), which wait with an Event and a condition naming the field instead of being
+placed as if they had not asked. See docs/pods.md.
 """
 
 from __future__ import annotations
@@ -70,18 +71,67 @@ def test_a_cordoned_node_takes_only_pods_that_tolerate_it(sched: Scenario) -> No
     assert not node_of(sched.pod("plain"))
 
 
+ANTI_MESSAGE = "node(s) didn't match pod anti-affinity rules"
+HOST = "kubernetes.io/hostname"
+
+
+def _affinity(manifest: dict[str, Any], kind: str, selector: dict[str, str], key: str = HOST) -> dict[str, Any]:
+    term = {"labelSelector": {"matchLabels": selector}, "topologyKey": key}
+    manifest["spec"]["affinity"] = {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    return manifest
+
+
+def test_anti_affinity_spreads_replicas_and_affinity_follows_them(sched: Scenario) -> None:
+    sched.add_nodes([kube_mod.gpu_node(f"aff-{i}", gpus=2) for i in range(3)])
+    sched.start_gpusched()
+    web = {"app": "web"}
+    for i in range(4):
+        sched.create_pod(_affinity(kube_mod.pod(f"web-{i}", gpus=1, labels=web), "podAntiAffinity", web))
+
+    def three_bound() -> list[dict[str, Any]] | None:
+        pods = [sched.pod(f"web-{i}") for i in range(4)]
+        return pods if sum(1 for p in pods if node_of(p)) == 3 else None
+
+    pods = kube_mod.wait_until(three_bound, timeout=60, what="three web replicas bound", describe=sched.describe)
+    assert sorted(node_of(p) for p in pods if node_of(p)) == ["aff-0", "aff-1", "aff-2"], kube_mod.summary(pods)
+    waiting = next(p for p in pods if not node_of(p))["metadata"]["name"]
+    event = sched.wait_event(waiting, "FailedScheduling")
+    assert event["message"].startswith(f"0/3 nodes are available: 3 {ANTI_MESSAGE}."), event["message"]
+
+    # A cache pod with affinity to one web replica goes to its node; a pod that web replicas' anti-affinity
+    # selects (an app=web pod without rules of its own) fits nowhere, and says so.
+    target = next(p for p in pods if node_of(p))
+    cache = _affinity(kube_mod.pod("cache", labels={"app": "cache"}), "podAffinity", {"app": "web", "replica": "x"})
+    sched.kube.request(
+        "PATCH",
+        kube_mod.Kube.pods_path(sched.namespace, target["metadata"]["name"]),
+        {"metadata": {"labels": {"replica": "x"}}},
+        content_type="application/merge-patch+json",
+    )
+    sched.create_pod(cache)
+    sched.wait_bound(["cache"])
+    assert node_of(sched.pod("cache")) == node_of(target)
+    sched.create_pod(kube_mod.pod("web-plain", labels=web))
+    event = sched.wait_event("web-plain", "FailedScheduling")
+    assert "node(s) didn't satisfy existing pods anti-affinity rules" in event["message"], event["message"]
+
+
 UNSUPPORTED = {
-    "anti": (
+    "ns-labels": (
         {
             "affinity": {
                 "podAntiAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+                        {
+                            "labelSelector": {"matchLabels": {"app": "web"}},
+                            "namespaceSelector": {"matchLabels": {"team": "a"}},
+                            "topologyKey": "kubernetes.io/hostname",
+                        }
                     ]
                 }
             }
         },
-        "spec.affinity.podAntiAffinity",
+        "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector",
     ),
     "spread": (
         {

@@ -1,0 +1,224 @@
+"""Inter-pod affinity and anti-affinity terms, read as kube-scheduler's InterPodAffinity plugin reads them.
+
+A term selects pods (a label selector, in some namespaces) and names a topology key; the pod wants to be (or
+not to be) in the same domain of that key (the nodes sharing that label's value) as the pods it selects.
+
+What the parser resolves once, so that the cache and the plugin compare plain values:
+
+- namespaces: the term's ``namespaces`` list, or the pod's own namespace when it has neither ``namespaces`` nor
+  ``namespaceSelector``; an empty ``namespaceSelector`` (``{}``) means every namespace (``ALL_NAMESPACES``). A
+  ``namespaceSelector`` with labels needs namespace labels, which gpusched does not watch: a pending pod of ours
+  asking for one is refused (``scheduler.api.pod.Unsupported``); an existing pod's is read as every namespace,
+  the safe side for its anti-affinity (never placed against it), at worst too strict for its affinity score.
+- ``matchLabelKeys`` / ``mismatchLabelKeys``: each key the pod has adds ``key In (its value)`` /
+  ``key NotIn (its value)`` to the selector, as the API server merges them at creation (doing it again is
+  harmless: the same requirement twice).
+- a term without ``labelSelector`` selects no pod; an empty one (``{}``) selects every pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scheduler.api.errors import InvalidObject
+from scheduler.api.selectors import Requirement
+
+#: The namespaces of a term that selects pods in every namespace.
+ALL_NAMESPACES: frozenset[str] = frozenset({"*"})
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """All requirements must hold; ``nothing`` selects no pod at all (a missing selector)."""
+
+    requirements: tuple[Requirement, ...] = ()
+    nothing: bool = False
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return not self.nothing and all(r.matches(labels) for r in self.requirements)
+
+
+@dataclass(frozen=True, slots=True)
+class AffinityTerm:
+    selector: LabelSelector
+    namespaces: frozenset[str]
+    topology_key: str
+    #: True when the term's ``namespaceSelector`` had labels (read as every namespace, see the module note).
+    namespace_labels: bool = False
+
+    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """Whether a pod in ``namespace`` with ``labels`` is one this term selects."""
+        in_scope = self.namespaces == ALL_NAMESPACES or namespace in self.namespaces
+        return in_scope and self.selector.matches(labels)
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedTerm:
+    weight: int
+    term: AffinityTerm
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinity:
+    """A pod's podAffinity and podAntiAffinity, required and preferred."""
+
+    required: tuple[AffinityTerm, ...] = ()
+    preferred: tuple[WeightedTerm, ...] = ()
+    anti_required: tuple[AffinityTerm, ...] = ()
+    anti_preferred: tuple[WeightedTerm, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.required or self.preferred or self.anti_required or self.anti_preferred)
+
+    @property
+    def terms(self) -> tuple[AffinityTerm, ...]:
+        return (
+            self.required
+            + self.anti_required
+            + tuple(w.term for w in self.preferred)
+            + tuple(w.term for w in self.anti_preferred)
+        )
+
+
+NO_AFFINITY = PodAffinity()
+
+
+def _requirements(raw: object, *, obj: str, field: str) -> tuple[Requirement, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidObject("expected a list of requirements", obj=obj, field=field)
+    parsed = []
+    for i, item in enumerate(raw):
+        where = f"{field}[{i}]"
+        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
+            raise InvalidObject("a requirement needs a string key", obj=obj, field=where)
+        operator = item.get("operator")
+        if operator not in _SELECTOR_OPERATORS:
+            raise InvalidObject(f"unknown operator {operator!r}", obj=obj, field=f"{where}.operator")
+        values = item.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise InvalidObject("values must be a list of strings", obj=obj, field=f"{where}.values")
+        if operator in ("In", "NotIn") and not values:
+            raise InvalidObject(f"operator {operator} needs values", obj=obj, field=f"{where}.values")
+        parsed.append(Requirement(item["key"], str(operator), tuple(values)))
+    return tuple(parsed)
+
+
+def parse_label_selector(raw: object, *, obj: str, field: str) -> LabelSelector:
+    if raw is None:
+        return LabelSelector(nothing=True)
+    if not isinstance(raw, Mapping):
+        raise InvalidObject("expected a label selector", obj=obj, field=field)
+    labels = raw.get("matchLabels") or {}
+    if not isinstance(labels, Mapping):
+        raise InvalidObject("expected a map of labels", obj=obj, field=f"{field}.matchLabels")
+    requirements = tuple(Requirement(str(k), "In", (str(v),)) for k, v in sorted(labels.items()))
+    requirements += _requirements(raw.get("matchExpressions"), obj=obj, field=f"{field}.matchExpressions")
+    return LabelSelector(requirements)
+
+
+def _label_keys(raw: object, *, obj: str, field: str) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(k, str) for k in raw):
+        raise InvalidObject("expected a list of label keys", obj=obj, field=field)
+    return tuple(raw)
+
+
+def parse_term(raw: object, *, namespace: str, labels: Mapping[str, str], obj: str, field: str) -> AffinityTerm:
+    if not isinstance(raw, Mapping):
+        raise InvalidObject("expected a pod affinity term", obj=obj, field=field)
+    key = raw.get("topologyKey")
+    if not isinstance(key, str) or not key:
+        raise InvalidObject("a pod affinity term needs a topologyKey", obj=obj, field=f"{field}.topologyKey")
+    selector = parse_label_selector(raw.get("labelSelector"), obj=obj, field=f"{field}.labelSelector")
+    extra: list[Requirement] = []
+    for name, operator in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn")):
+        for label in _label_keys(raw.get(name), obj=obj, field=f"{field}.{name}"):
+            if label in labels:
+                extra.append(Requirement(label, operator, (labels[label],)))
+    if extra and not selector.nothing:
+        selector = LabelSelector(selector.requirements + tuple(extra))
+    names = raw.get("namespaces") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InvalidObject("expected a list of namespaces", obj=obj, field=f"{field}.namespaces")
+    ns_selector = raw.get("namespaceSelector")
+    if ns_selector is not None and not isinstance(ns_selector, Mapping):
+        raise InvalidObject("expected a label selector", obj=obj, field=f"{field}.namespaceSelector")
+    if ns_selector is not None and (ns_selector.get("matchLabels") or ns_selector.get("matchExpressions")):
+        return AffinityTerm(selector, ALL_NAMESPACES, key, namespace_labels=True)
+    if ns_selector is not None:
+        return AffinityTerm(selector, ALL_NAMESPACES, key)
+    return AffinityTerm(selector, frozenset(names) if names else frozenset({namespace}), key)
+
+
+def _terms(raw: object, *, namespace: str, labels: Mapping[str, str], obj: str, field: str) -> tuple[AffinityTerm, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidObject("expected a list of terms", obj=obj, field=field)
+    return tuple(
+        parse_term(t, namespace=namespace, labels=labels, obj=obj, field=f"{field}[{i}]") for i, t in enumerate(raw)
+    )
+
+
+def _weighted(
+    raw: object, *, namespace: str, labels: Mapping[str, str], obj: str, field: str
+) -> tuple[WeightedTerm, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidObject("expected a list of weighted terms", obj=obj, field=field)
+    parsed = []
+    for i, item in enumerate(raw):
+        where = f"{field}[{i}]"
+        if not isinstance(item, Mapping):
+            raise InvalidObject("expected a weighted term", obj=obj, field=where)
+        weight = item.get("weight")
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
+            raise InvalidObject(f"{weight!r} is not a weight 1..100", obj=obj, field=f"{where}.weight")
+        term = parse_term(
+            item.get("podAffinityTerm"), namespace=namespace, labels=labels, obj=obj, field=f"{where}.podAffinityTerm"
+        )
+        parsed.append(WeightedTerm(weight, term))
+    return tuple(parsed)
+
+
+def parse_pod_affinity(
+    spec: Mapping[str, object], *, namespace: str, labels: Mapping[str, str], obj: str
+) -> PodAffinity:
+    """The pod's inter-pod affinity and anti-affinity (``NO_AFFINITY`` when it has none)."""
+    affinity = spec.get("affinity")
+    if not isinstance(affinity, Mapping):
+        return NO_AFFINITY
+    parts: dict[str, object] = {}
+    for name, prefix in (("podAffinity", ""), ("podAntiAffinity", "anti_")):
+        raw = affinity.get(name)
+        if raw is None:
+            continue
+        base = f"spec.affinity.{name}"
+        if not isinstance(raw, Mapping):
+            raise InvalidObject("expected a map", obj=obj, field=base)
+        required = f"{base}.requiredDuringSchedulingIgnoredDuringExecution"
+        preferred = f"{base}.preferredDuringSchedulingIgnoredDuringExecution"
+        parts[f"{prefix}required"] = _terms(
+            raw.get("requiredDuringSchedulingIgnoredDuringExecution"),
+            namespace=namespace,
+            labels=labels,
+            obj=obj,
+            field=required,
+        )
+        parts[f"{prefix}preferred"] = _weighted(
+            raw.get("preferredDuringSchedulingIgnoredDuringExecution"),
+            namespace=namespace,
+            labels=labels,
+            obj=obj,
+            field=preferred,
+        )
+    if not parts:
+        return NO_AFFINITY
+    parsed = PodAffinity(**parts)  # type: ignore[arg-type]
+    return parsed if parsed else NO_AFFINITY
