@@ -222,3 +222,114 @@ def parse_pod_affinity(
         return NO_AFFINITY
     parsed = PodAffinity(**parts)  # type: ignore[arg-type]
     return parsed if parsed else NO_AFFINITY
+
+
+# --- topology spread constraints -----------------------------------------------------------------------------
+
+#: A pseudo label key (a space is not allowed in real ones) under which the scheduler indexes a pod's controller
+#: (its ownerReference with ``controller: true``), for the cluster-default spread constraints: their selector is
+#: "pods of the same controller" (kube-scheduler derives it from the Services, ReplicaSets and StatefulSets
+#: selecting the pod, which gpusched does not watch).
+OWNER_KEY = " controller"
+
+_WHEN = ("DoNotSchedule", "ScheduleAnyway")
+_POLICIES = ("Honor", "Ignore")
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    """One topologySpreadConstraint: pods the selector names (in the pod's namespace) kept within ``max_skew``
+    of the emptiest domain of ``topology_key``; ``hard`` for DoNotSchedule, else ScheduleAnyway (a score)."""
+
+    max_skew: int
+    topology_key: str
+    hard: bool
+    selector: LabelSelector
+    min_domains: int = 1
+    #: nodeAffinityPolicy Honor (default): only nodes matching the pod's node selector and affinity count.
+    honor_affinity: bool = True
+    #: nodeTaintsPolicy Honor (default Ignore): only nodes whose taints the pod tolerates count.
+    honor_taints: bool = False
+
+
+#: kube-scheduler's default constraints (PodTopologySpread's ``defaultingType: System``), applied as scores to a
+#: pod with no constraints of its own; the selector is filled per pod (its controller).
+DEFAULT_SPREAD = (("kubernetes.io/hostname", 3), ("topology.kubernetes.io/zone", 5))
+
+
+def default_spread(owner: str) -> tuple[SpreadConstraint, ...]:
+    """The cluster-default constraints for a pod of controller ``owner`` (none without one)."""
+    if not owner:
+        return ()
+    selector = LabelSelector((Requirement(OWNER_KEY, "In", (owner,)),))
+    return tuple(SpreadConstraint(skew, key, False, selector) for key, skew in DEFAULT_SPREAD)
+
+
+def parse_spread(raw: object, *, labels: Mapping[str, str], obj: str) -> tuple[SpreadConstraint, ...]:
+    if raw is None:
+        return ()
+    base = "spec.topologySpreadConstraints"
+    if not isinstance(raw, list):
+        raise InvalidObject("expected a list of constraints", obj=obj, field=base)
+    parsed = []
+    for i, item in enumerate(raw):
+        where = f"{base}[{i}]"
+        if not isinstance(item, Mapping):
+            raise InvalidObject("expected a constraint", obj=obj, field=where)
+        skew = item.get("maxSkew")
+        if not isinstance(skew, int) or isinstance(skew, bool) or skew < 1:
+            raise InvalidObject(f"{skew!r} is not an integer >= 1", obj=obj, field=f"{where}.maxSkew")
+        key = item.get("topologyKey")
+        if not isinstance(key, str) or not key:
+            raise InvalidObject("a constraint needs a topologyKey", obj=obj, field=f"{where}.topologyKey")
+        when = item.get("whenUnsatisfiable")
+        if when not in _WHEN:
+            raise InvalidObject(
+                f"{when!r} is not one of {', '.join(_WHEN)}", obj=obj, field=f"{where}.whenUnsatisfiable"
+            )
+        min_domains = item.get("minDomains")
+        if min_domains is not None and (
+            not isinstance(min_domains, int)
+            or isinstance(min_domains, bool)
+            or min_domains < 1
+            or when != "DoNotSchedule"
+        ):
+            raise InvalidObject(
+                f"{min_domains!r}: minDomains is an integer >= 1, with DoNotSchedule only",
+                obj=obj,
+                field=f"{where}.minDomains",
+            )
+        policies = []
+        for name, default in (("nodeAffinityPolicy", "Honor"), ("nodeTaintsPolicy", "Ignore")):
+            policy = item.get(name) or default
+            if policy not in _POLICIES:
+                raise InvalidObject(
+                    f"{policy!r} is not one of {', '.join(_POLICIES)}", obj=obj, field=f"{where}.{name}"
+                )
+            policies.append(policy == "Honor")
+        selector = parse_label_selector(item.get("labelSelector"), obj=obj, field=f"{where}.labelSelector")
+        keys = _label_keys(item.get("matchLabelKeys"), obj=obj, field=f"{where}.matchLabelKeys")
+        extra = tuple(Requirement(k, "In", (labels[k],)) for k in keys if k in labels)
+        if extra and not selector.nothing:
+            selector = LabelSelector(selector.requirements + extra)
+        parsed.append(
+            SpreadConstraint(
+                max_skew=skew,
+                topology_key=key,
+                hard=when == "DoNotSchedule",
+                selector=selector,
+                min_domains=min_domains or 1,
+                honor_affinity=policies[0],
+                honor_taints=policies[1],
+            )
+        )
+    return tuple(parsed)
+
+
+def controller_of(meta: Mapping[str, object]) -> str:
+    """The uid of a pod's controller (its ownerReference with ``controller: true``), or ""."""
+    owners = meta.get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else ():
+        if isinstance(owner, Mapping) and owner.get("controller"):
+            return str(owner.get("uid") or "")
+    return ""

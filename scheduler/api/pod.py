@@ -72,6 +72,10 @@ class PodRequest:
     host_ports: tuple[api_ports.HostPort, ...] = ()
     #: Inter-pod affinity and anti-affinity (``scheduler.api.affinity``).
     pod_affinity: api_affinity.PodAffinity = api_affinity.NO_AFFINITY
+    #: topologySpreadConstraints (``scheduler.api.affinity.SpreadConstraint``).
+    spread: tuple[api_affinity.SpreadConstraint, ...] = ()
+    #: The uid of the pod's controller (ReplicaSet, StatefulSet, Job...), for the cluster-default spreading.
+    owner: str = ""
     created: float = 0.0
 
     @property
@@ -263,8 +267,6 @@ def unsupported(spec: Mapping[str, object]) -> list[tuple[str, str]]:
     namespace_selector = _namespace_selector_with_labels(spec.get("affinity"))
     if namespace_selector is not None:
         found.append((namespace_selector, "pod affinity terms selecting namespaces by label (namespaceSelector)"))
-    if spec.get("topologySpreadConstraints"):
-        found.append(("spec.topologySpreadConstraints", "topology spread constraints"))
     volumes = spec.get("volumes")
     for i, volume in enumerate(volumes if isinstance(volumes, list) else ()):
         kind = next((k for k in _NODE_BOUND_VOLUMES if k in volume), None) if isinstance(volume, Mapping) else None
@@ -332,6 +334,8 @@ def parse_pod(raw: Mapping[str, object]) -> PodRequest:
         gpu_ids=_gpu_ids(annotations, obj=obj),
         host_ports=api_ports.parse_host_ports(spec, obj=obj),
         pod_affinity=api_affinity.parse_pod_affinity(spec, namespace=namespace, labels=labels, obj=obj),
+        spread=api_affinity.parse_spread(spec.get("topologySpreadConstraints"), labels=labels, obj=obj),
+        owner=api_affinity.controller_of(meta),
         topology=api_topology.parse_constraint(
             annotations.get(ANNOTATION_TOPOLOGY_REQUIRED),
             annotations.get(ANNOTATION_TOPOLOGY_PREFERRED),

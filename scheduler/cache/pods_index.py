@@ -14,12 +14,12 @@ placements are not in it (see ``Snapshot.what_if_pods``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api.affinity import ALL_NAMESPACES, AffinityTerm
+from scheduler.api.affinity import ALL_NAMESPACES, OWNER_KEY, AffinityTerm
 from scheduler.api.pod import PodRequest
 from scheduler.api.ports import ANY_IP, HostPort
 from scheduler.cache.labels import LabelIndex
@@ -140,8 +140,8 @@ class PodIndex:
         self.slot[pod_id] = slot
         self._namespace.setdefault(pod.namespace, set()).add(pod_id)
         self._namespace_of[pod_id] = pod.namespace
-        if pod.labels:
-            self.labels.assign(pod_id, pod.labels)
+        if pod.labels or pod.owner:
+            self.labels.assign(pod_id, selection_labels(pod))
         if pod.pod_affinity:
             self._count_terms(pod, slot, 1)
 
@@ -199,6 +199,11 @@ class PodIndex:
                 break
             mask &= self.labels.requirement(requirement, size)
         return mask
+
+
+def selection_labels(pod: PodRequest) -> Mapping[str, str]:
+    """The labels selectors see on a pod: its own, and its controller under ``OWNER_KEY`` (default spreading)."""
+    return {**pod.labels, OWNER_KEY: pod.owner} if pod.owner else pod.labels
 
 
 #: The kinds of affinity terms the index keeps, from the pods held.

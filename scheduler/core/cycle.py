@@ -34,6 +34,8 @@ _REASONS = {
     layout.POD_AFFINITY: "node(s) didn't match pod affinity rules",
     layout.POD_ANTI_AFFINITY: "node(s) didn't match pod anti-affinity rules",
     layout.EXISTING_ANTI_AFFINITY: "node(s) didn't satisfy existing pods anti-affinity rules",
+    layout.SPREAD: "node(s) didn't match pod topology spread constraints",
+    layout.SPREAD_MISSING_LABEL: "node(s) didn't match pod topology spread constraints (missing required label)",
 }
 
 

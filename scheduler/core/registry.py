@@ -23,6 +23,7 @@ from scheduler.plugins import (
     resource_strategy,
     scarce_avoidance,
     spread,
+    spread_constraints,
     topology,
 )
 
@@ -46,4 +47,5 @@ PLUGINS: dict[str, Factory] = {
     "node_rules": node_rules.NodeRules,
     "ports": ports.NodePorts,
     "interpod": interpod.InterPodAffinity,
+    "topology_spread": spread_constraints.TopologySpread,
 }

@@ -37,4 +37,8 @@ PORTS = 11
 POD_AFFINITY = 12
 POD_ANTI_AFFINITY = 13
 EXISTING_ANTI_AFFINITY = 14
+#: Pod topology spread (the topology_spread plugin): the skew, and a node without the topology key. Codes 1..15
+#: are all taken, so further reasons count down from -2 (-1 is left unused).
+SPREAD = 15
+SPREAD_MISSING_LABEL = -2
 RESOURCE = 16

@@ -141,3 +141,59 @@ def test_a_namespace_selector_with_labels_is_refused_for_a_pending_pod_of_ours_a
     raw["spec"]["nodeName"] = "n1"
     (parsed,) = api_pod.parse_pod(raw).pod_affinity.anti_required
     assert parsed.namespaces == api_affinity.ALL_NAMESPACES and parsed.namespace_labels
+
+
+def _spread(*constraints: dict[str, Any], labels: dict[str, str] | None = None) -> Any:
+    raw = objects.pod("p", labels=labels)
+    raw["spec"]["topologySpreadConstraints"] = list(constraints)
+    return api_pod.parse_pod(raw)
+
+
+def test_spread_constraints_are_read_with_kube_schedulers_defaults() -> None:
+    (c,) = _spread(
+        {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {}}
+    ).spread
+    assert (c.max_skew, c.topology_key, c.hard, c.min_domains) == (2, "zone", True, 1)
+    assert c.honor_affinity and not c.honor_taints
+    assert c.selector.matches({"any": "pod"})
+    (soft,) = _spread(
+        {
+            "maxSkew": 1,
+            "topologyKey": "zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+            "matchLabelKeys": ["rev"],
+            "nodeAffinityPolicy": "Ignore",
+            "nodeTaintsPolicy": "Honor",
+        },
+        labels={"app": "web", "rev": "2"},
+    ).spread
+    assert not soft.hard and not soft.honor_affinity and soft.honor_taints
+    assert soft.selector.matches({"app": "web", "rev": "2"}) and not soft.selector.matches({"app": "web", "rev": "1"})
+
+
+@pytest.mark.parametrize(
+    ("constraint", "field"),
+    [
+        ({"maxSkew": 0, "topologyKey": "z", "whenUnsatisfiable": "DoNotSchedule"}, "maxSkew"),
+        ({"maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule"}, "topologyKey"),
+        ({"maxSkew": 1, "topologyKey": "z", "whenUnsatisfiable": "Maybe"}, "whenUnsatisfiable"),
+        ({"maxSkew": 1, "topologyKey": "z", "whenUnsatisfiable": "ScheduleAnyway", "minDomains": 2}, "minDomains"),
+        (
+            {"maxSkew": 1, "topologyKey": "z", "whenUnsatisfiable": "DoNotSchedule", "nodeTaintsPolicy": "X"},
+            "nodeTaintsPolicy",
+        ),
+    ],
+)
+def test_bad_spread_constraints_are_refused_naming_the_field(constraint: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidObject) as err:
+        _spread(constraint)
+    assert err.value.field == f"spec.topologySpreadConstraints[0].{field}"
+
+
+def test_the_cluster_defaults_need_a_controller() -> None:
+    assert api_affinity.default_spread("") == ()
+    host, zone = api_affinity.default_spread("rs-1")
+    assert (host.topology_key, host.max_skew, host.hard) == ("kubernetes.io/hostname", 3, False)
+    assert (zone.topology_key, zone.max_skew) == ("topology.kubernetes.io/zone", 5)
+    assert host.selector.matches({api_affinity.OWNER_KEY: "rs-1"}) and not host.selector.matches({})

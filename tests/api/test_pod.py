@@ -180,15 +180,6 @@ def _spec_with(**extra: Any) -> dict[str, Any]:
     [
         (
             {
-                "topologySpreadConstraints": [
-                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
-                ]
-            },
-            "spec.topologySpreadConstraints",
-            "topology spread constraints",
-        ),
-        (
-            {
                 "volumes": [
                     {"name": "c", "configMap": {"name": "x"}},
                     {"name": "d", "persistentVolumeClaim": {"claimName": "d"}},
@@ -215,8 +206,12 @@ def test_a_pending_pod_of_ours_asking_for_what_gpusched_does_not_honour_is_refus
 
 def test_everything_unsupported_is_named_in_one_refusal() -> None:
     with pytest.raises(api_pod.Unsupported) as err:
-        api_pod.parse_pod(_spec_with(resourceClaims=[{"name": "gpu"}], topologySpreadConstraints=[{"maxSkew": 1}]))
-    assert "resource claims" in str(err.value) and "topology spread constraints" in str(err.value)
+        api_pod.parse_pod(
+            _spec_with(
+                resourceClaims=[{"name": "gpu"}], volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "d"}}]
+            )
+        )
+    assert "resource claims" in str(err.value) and "persistentVolumeClaim volumes" in str(err.value)
 
 
 def test_harmless_fields_and_empty_affinity_objects_are_not_refused() -> None:

@@ -1,0 +1,133 @@
+"""Pod topology spread (PodTopologySpread) as kube-scheduler applies it, with its messages: maxSkew, minDomains,
+the node inclusion policies, matchLabelKeys, ScheduleAnyway as a score, the cluster defaults, gangs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.api import pod as api_pod
+from scheduler.api import podgroup as api_podgroup
+from scheduler.core import gang
+from scheduler.framework.interface import Code
+from tests.api import objects
+from tests.core.harness import Cluster
+
+PLUGINS: tuple[Any, ...] = ("fit", "topology_spread", "gpu")
+SKEW = "node(s) didn't match pod topology spread constraints"
+MISSING = "node(s) didn't match pod topology spread constraints (missing required label)"
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+WEB = {"app": "web"}
+
+
+def _constraint(key: str = ZONE, skew: int = 1, *, hard: bool = True, **extra: Any) -> dict[str, Any]:
+    return {
+        "maxSkew": skew,
+        "topologyKey": key,
+        "whenUnsatisfiable": "DoNotSchedule" if hard else "ScheduleAnyway",
+        "labelSelector": {"matchLabels": WEB},
+        **extra,
+    }
+
+
+def _pod(
+    name: str, *constraints: dict[str, Any], node: str = "", labels: dict[str, str] | None = None, **kw: Any
+) -> dict[str, Any]:
+    raw = objects.pod(
+        name, labels=WEB if labels is None else labels, node_name=node, phase="Running" if node else "", **kw
+    )
+    if constraints:
+        raw["spec"]["topologySpreadConstraints"] = list(constraints)
+    return raw
+
+
+def _node(name: str, zone: str | None, **kw: Any) -> dict[str, Any]:
+    return objects.node(name, labels={ZONE: zone} if zone else {}, **kw)
+
+
+def _failure(cluster: Cluster, raw: dict[str, Any]) -> str:
+    result = cluster.schedule(raw)
+    assert result.decision is None, result.decision
+    assert result.status.code == Code.UNSCHEDULABLE
+    return result.status.message
+
+
+def test_max_skew_per_zone() -> None:
+    cluster = Cluster([_node("a1", "a"), _node("a2", "a"), _node("b1", "b")], PLUGINS)
+    placed = [cluster.place(_pod(f"w{i}", _constraint()))[0] for i in range(4)]
+    assert placed == ["a1", "b1", "a1", "b1"]
+    # Pods the selector does not name do not count.
+    cluster.place(_pod("db", labels={"app": "db"}))
+    assert cluster.place(_pod("w4", _constraint()))[0] == "a1"
+
+
+def test_every_reason_has_kube_schedulers_message() -> None:
+    taint = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+    cluster = Cluster(
+        [_node("a1", "a"), _node("b1", "b", taints=taint), _node("bare", None)],
+        PLUGINS,
+        bound=[_pod("old", node="a1")],
+    )
+    # b counts as a domain with no pod (nodeTaintsPolicy Ignore by default): a would be 2 against 0.
+    assert _failure(cluster, _pod("w", _constraint())) == (
+        f"0/3 nodes are available: 1 {SKEW}, 1 {MISSING}, 1 node(s) had untolerated taint."
+    )
+
+
+def test_node_taints_policy_honor_leaves_tainted_domains_out() -> None:
+    taint = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+    cluster = Cluster([_node("a1", "a"), _node("b1", "b", taints=taint)], PLUGINS, bound=[_pod("old", node="a1")])
+    assert cluster.place(_pod("w", _constraint(nodeTaintsPolicy="Honor")))[0] == "a1"
+
+
+def test_node_affinity_policy_ignore_counts_domains_the_pod_cannot_use() -> None:
+    cluster = Cluster([_node("a1", "a"), _node("b1", "b")], PLUGINS, bound=[_pod("old", node="a1")])
+    to_a = {ZONE: "a"}
+    assert cluster.place(_pod("honor", _constraint(), node_selector=to_a))[0] == "a1"
+    cluster.cache.remove_pod("default/honor")
+    assert _failure(cluster, _pod("ignore", _constraint(nodeAffinityPolicy="Ignore"), node_selector=to_a)) == (
+        f"0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 {SKEW}."
+    )
+
+
+def test_min_domains_counts_missing_domains_as_empty() -> None:
+    cluster = Cluster([_node("a1", "a"), _node("a2", "a")], PLUGINS)
+    assert cluster.place(_pod("w0", _constraint(minDomains=2)))[0] == "a1"
+    assert _failure(cluster, _pod("w1", _constraint(minDomains=2))) == f"0/2 nodes are available: 2 {SKEW}."
+    assert cluster.place(_pod("w2", _constraint()))[0] == "a1"  # without minDomains one zone is all there is
+
+
+def test_match_label_keys_count_only_the_same_revision() -> None:
+    cluster = Cluster([_node("a1", "a"), _node("b1", "b")], PLUGINS)
+    old = {"app": "web", "pod-template-hash": "v1"}
+    cluster.cache.upsert_pod(api_pod.parse_pod(_pod("old", node="a1", labels=old)))
+    new = {"app": "web", "pod-template-hash": "v2"}
+    c = _constraint(matchLabelKeys=["pod-template-hash"])
+    assert cluster.place(_pod("n0", c, labels=new))[0] == "a1"  # the v1 pod does not count
+    assert cluster.place(_pod("n1", c, labels=new))[0] == "b1"
+
+
+def test_gang_members_spread_inside_the_what_if() -> None:
+    cluster = Cluster([objects.node(n, gpus=8) for n in ("a", "b")], (*PLUGINS, "gang"))
+    group = api_podgroup.parse_podgroup({"metadata": {"name": "g", "namespace": "default"}, "spec": {"minMember": 4}})
+    members = [api_pod.parse_pod(_pod(f"m{i}", _constraint(HOST), gpus=1)) for i in range(4)]
+    result = gang.place_gang(cluster.scheduler, group, members)
+    assert result.status.ok, result.status.message
+    assert sorted(d.node for d in result.decisions) == ["a", "a", "b", "b"]  # the gang score alone packs them
+
+
+def test_schedule_anyway_prefers_the_emptier_domain() -> None:
+    cluster = Cluster([_node("a1", "a"), _node("b1", "b")], PLUGINS, bound=[_pod("old", node="a1")])
+    assert cluster.place(_pod("w", _constraint(hard=False)))[0] == "b1"
+    assert cluster.place(_pod("plain", labels={}))[0] == "a1"  # no constraint, no controller: no preference
+
+
+def test_cluster_defaults_spread_a_controllers_pods_over_hosts() -> None:
+    def replica(name: str, node: str = "") -> dict[str, Any]:
+        raw = _pod(name, node=node, labels={})
+        raw["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rs", "uid": "rs-1", "controller": True}]
+        return raw
+
+    cluster = Cluster([objects.node("a"), objects.node("b")], PLUGINS, bound=[replica("r0", node="a")])
+    assert cluster.place(replica("r1"))[0] == "b"
+    assert api_pod.parse_pod(replica("r2")).owner == "rs-1"
