@@ -125,6 +125,8 @@ class PodIndex:
         self._namespace_of: dict[int, str] = {}
         #: (kind, term, weight) -> per node slot, how many pods there carry it (kinds: ``TERM_KINDS``).
         self.terms: dict[tuple[str, AffinityTerm, int], I32] = {}
+        #: kind -> how many distinct terms of that kind are held (so that "none" is one look-up).
+        self._kinds: dict[str, int] = {}
 
     @property
     def size(self) -> int:
@@ -170,15 +172,25 @@ class PodIndex:
         for kind, term, weight in terms_of(pod):
             key = (kind, term, weight)
             counts = self.terms.get(key)
-            counts = _fit(counts if counts is not None else np.zeros(slot + 1, dtype=np.int32), slot)
+            if counts is None:
+                self._kinds[kind] = self._kinds.get(kind, 0) + 1
+                counts = np.zeros(slot + 1, dtype=np.int32)
+            counts = _fit(counts, slot)
             counts[slot] += sign
             if counts.any():
                 self.terms[key] = counts
-            else:
-                self.terms.pop(key, None)
+            elif self.terms.pop(key, None) is not None:
+                self._kinds[kind] -= 1
+                if not self._kinds[kind]:
+                    del self._kinds[kind]
 
     def has(self, kind: str) -> bool:
-        return any(k == kind for k, _, _ in self.terms)
+        return kind in self._kinds
+
+    @property
+    def any_terms(self) -> bool:
+        """Whether some pod held carries an affinity term."""
+        return bool(self._kinds)
 
     def select(self, term: AffinityTerm) -> B:
         """Per pod id, whether the pod is held and selected by ``term`` (its namespaces and label selector)."""

@@ -95,8 +95,11 @@ class Cache:
         self._pods: dict[str, PodEntry] = {}
         #: Host ports of the pods held (bound and assumed), per node slot.
         self.ports = PortIndex()
-        #: The pods held (bound and assumed) by namespace and labels, and their affinity terms per node slot.
-        self.pod_index = PodIndex()
+        #: The pods held (bound and assumed) by namespace and labels, and their affinity terms per node slot; built
+        #: at the first question (:attr:`pod_index`), so that a cluster where no pod asks about others pays nothing.
+        self._pod_index: PodIndex | None = None
+        #: How many pods held carry inter-pod affinity terms (known without the index).
+        self.pods_with_terms = 0
         self._waiting: dict[str, dict[str, PodRequest]] = {}
         self._snapshot: Snapshot | None = None
         self.topology: api_topology.TopologySpec = api_topology.DEFAULT_TOPOLOGY
@@ -229,7 +232,7 @@ class Cache:
             self._pods.pop(key, None)
             if pod_entry.pod.host_ports:
                 self.ports.add(slot, pod_entry.pod.host_ports, -1)
-            self.pod_index.remove(pod_entry.pod, slot)
+            self._unindex(pod_entry.pod, slot)
             if not pod_entry.assumed:
                 self._waiting.setdefault(name, {})[key] = pod_entry.pod
         self.names[slot] = None
@@ -383,7 +386,7 @@ class Cache:
             for waiting in self._waiting.values():
                 waiting.pop(key, None)
             if old is not None and old.assumed:
-                self.pod_index.relabel(old.pod, pod, old.placement.slot)
+                self._reindex(old.pod, pod, old.placement.slot)
                 old.pod = pod
             elif old is not None:
                 self.remove_pod(key)
@@ -398,7 +401,7 @@ class Cache:
                 and old.pod.gpu == pod.gpu
                 and (not pod.gpu_ids or tuple(pod.gpu_ids) == old.placement.gpu_ids)
             ):
-                self.pod_index.relabel(old.pod, pod, old.placement.slot)
+                self._reindex(old.pod, pod, old.placement.slot)
                 old.pod = pod
                 old.assumed = False
                 return
@@ -418,7 +421,10 @@ class Cache:
         self.nodes[slot].pods[pod.key] = entry
         if pod.host_ports:
             self.ports.add(slot, pod.host_ports)
-        self.pod_index.add(pod, slot)
+        if pod.pod_affinity:
+            self.pods_with_terms += 1
+        if self._pod_index is not None:
+            self._pod_index.add(pod, slot)
         return entry
 
     def remove_pod(self, key: str) -> None:
@@ -430,10 +436,31 @@ class Cache:
         self.arrays.apply(entry.placement, sign=-1.0)
         if entry.pod.host_ports:
             self.ports.add(entry.placement.slot, entry.pod.host_ports, -1)
-        self.pod_index.remove(entry.pod, entry.placement.slot)
+        self._unindex(entry.pod, entry.placement.slot)
         node = self.nodes.get(entry.placement.slot)
         if node is not None:
             node.pods.pop(key, None)
+
+    @property
+    def pod_index(self) -> PodIndex:
+        """The pods held, for selecting them by affinity term or spread selector (built here the first time)."""
+        if self._pod_index is None:
+            index = PodIndex()
+            for entry in self._pods.values():
+                index.add(entry.pod, entry.placement.slot)
+            self._pod_index = index
+        return self._pod_index
+
+    def _unindex(self, pod: PodRequest, slot: int) -> None:
+        if pod.pod_affinity:
+            self.pods_with_terms -= 1
+        if self._pod_index is not None:
+            self._pod_index.remove(pod, slot)
+
+    def _reindex(self, old: PodRequest, new: PodRequest, slot: int) -> None:
+        self.pods_with_terms += bool(new.pod_affinity) - bool(old.pod_affinity)
+        if self._pod_index is not None:
+            self._pod_index.relabel(old, new, slot)
 
     def assume(self, pod: PodRequest, node_name: str, gpu_ids: Sequence[int] = ()) -> Placement:
         """Count a pod on a node before the binding is confirmed."""
@@ -636,6 +663,11 @@ class Snapshot:
         """The pods the cache holds, for selecting them by affinity term (read it, never change it)."""
         return self._cache.pod_index
 
+    @property
+    def pods_with_terms(self) -> int:
+        """How many pods the cache holds carry inter-pod affinity terms (without building the index)."""
+        return self._cache.pods_with_terms
+
     def topology_domains(self, key: str) -> tuple[I64, int]:
         """Per node slot the domain of a topology key (the index of its value of that label, -1 without it), and
         the number of domains (read-only)."""
@@ -643,8 +675,9 @@ class Snapshot:
 
     @property
     def what_if_pods(self) -> Sequence[tuple[int, PodRequest, int]]:
-        """(+1 placed / -1 removed, pod, node slot) for each change the open what-ifs made, in order."""
-        return tuple(self._what_if)
+        """(+1 placed / -1 removed, pod, node slot) for each change the open what-ifs made, in order (read it,
+        never change it: it is the snapshot's own list, empty outside what-ifs)."""
+        return self._what_if
 
     def host_port_conflicts(self, ports: tuple[HostPort, ...]) -> npt.NDArray[np.bool_]:
         """Per node slot, whether a pod there (bound, assumed, or placed by an open what-if and not removed by

@@ -120,6 +120,8 @@ class InterPodAffinity:
     def filter(self, state: CycleState, reasons: I8) -> None:
         pod, snap = state.pod, state.snapshot
         affinity = pod.pod_affinity
+        if not affinity and not snap.pods_with_terms and not snap.what_if_pods:
+            return
         existing = _carried(snap, pods_index.ANTI_REQUIRED)
         if not affinity.required and not affinity.anti_required and not existing:
             return
@@ -178,6 +180,9 @@ class InterPodAffinity:
     def score(self, state: CycleState, nodes: I64, out: F64) -> None:
         pod, snap = state.pod, state.snapshot
         affinity = pod.pod_affinity
+        if not affinity and not snap.pods_with_terms and not snap.what_if_pods:
+            out[:] = 0.0
+            return
         kinds = (pods_index.AFFINITY_REQUIRED, pods_index.AFFINITY_PREFERRED, pods_index.ANTI_PREFERRED)
         carried = [kind for kind in kinds if _carried(snap, kind)]
         if not affinity.preferred and not affinity.anti_preferred and not carried:

@@ -119,6 +119,8 @@ class TopologySpread:
 
     def filter(self, state: CycleState, reasons: I8) -> None:
         pod, snap = state.pod, state.snapshot
+        if not pod.spread:
+            return
         constraints = [c for c in pod.spread if c.hard]
         if not constraints:
             return
@@ -147,6 +149,9 @@ class TopologySpread:
 
     def score(self, state: CycleState, nodes: I64, out: F64) -> None:
         pod, snap = state.pod, state.snapshot
+        if not pod.spread and (not pod.owner or pod.pod_group):
+            out[:] = 0.0
+            return
         own = [c for c in pod.spread if not c.hard]
         constraints: Sequence[SpreadConstraint] = own
         defaulted = not pod.spread
