@@ -195,3 +195,21 @@ def test_pods_asking_for_what_gpusched_does_not_honour_wait_with_an_event_and_a_
         cond = kube_mod.wait_until(refused, timeout=30, what=f"PodScheduled=False on {name}", describe=sched.describe)
         assert "does not support" in str(cond["message"]), cond
     sched.stays_unbound(UNSUPPORTED, seconds=3)
+
+
+def test_a_gated_pod_waits_until_its_gates_are_removed_then_binds(sched: Scenario) -> None:
+    sched.add_nodes([kube_mod.gpu_node("gated-0")])
+    sched.start_gpusched()
+    manifest = kube_mod.pod("gated", gpus=1)
+    manifest["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    sched.create_pod(manifest)
+    event = sched.wait_event("gated", "InvalidObject")
+    assert "spec.schedulingGates" in event["message"], event["message"]
+    sched.stays_unbound(["gated"], seconds=2)
+    sched.kube.request(
+        "PATCH",
+        kube_mod.Kube.pods_path(sched.namespace, "gated"),
+        {"spec": {"schedulingGates": None}},
+        content_type="application/merge-patch+json",
+    )
+    sched.wait_bound(["gated"])
