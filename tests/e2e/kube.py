@@ -890,6 +890,55 @@ class PodWatcher:
                 self._record(event.get("object") or {})
 
 
+class BindOrder(PodWatcher):
+    """A :class:`PodWatcher` that also keeps the order in which pods appeared and were first seen bound (the watch's
+    order, which is the API server's), so a test can tell a gang bound whole, every member created before the first
+    was bound, from one bound piecemeal as its members arrived.
+
+    The order holds within one watch. A re-list (after the watch's 60 s, or a break) sees pods in name order, so a
+    gang created and bound entirely between two watches could look piecemeal: keep a scenario well under a minute.
+    """
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        super().__init__(kube, namespace)
+        self._seq = 0
+        self.created: dict[str, int] = {}
+        self.bound: dict[str, int] = {}
+
+    def start(self) -> BindOrder:
+        super().start()
+        return self
+
+    def stop(self) -> None:
+        """Stop recording; the (daemon) thread ends with its current watch, within a minute, unwaited for."""
+        self._stop.set()
+
+    def _record(self, pod: Mapping[str, Any]) -> None:
+        super()._record(pod)
+        name = str((pod.get("metadata") or {}).get("name") or "")
+        if not name:
+            return
+        with self._lock:
+            self._seq += 1
+            self.created.setdefault(name, self._seq)
+            if node_of(pod):
+                self.bound.setdefault(name, self._seq)
+
+    def piecemeal(self, members: Iterable[str]) -> str | None:
+        """Why the gang ``members`` (pod names) was not bound whole, or None when it was."""
+        names = sorted(members)
+        with self._lock:
+            unseen = [n for n in names if n not in self.created]
+            unbound = [n for n in names if n not in self.bound]
+            if unseen or unbound:
+                return f"never seen: {unseen}; never bound: {unbound}"
+            last_created = max(names, key=lambda n: self.created[n])
+            first_bound = min(names, key=lambda n: self.bound[n])
+            if self.bound[first_bound] < self.created[last_created]:
+                return f"{first_bound} was bound before {last_created} existed"
+        return None
+
+
 def list_custom(kube: Kube, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
     """Every object of one of gpusched's custom resources (in ``namespace``, or cluster-wide)."""
     items: list[dict[str, Any]] = kube.request("GET", Kube.custom_path(plural, namespace))["items"]

@@ -1,120 +1,181 @@
 """Workloads as users submit them, through real controllers: each becomes one gang without a hand-written PodGroup.
 
 The Job controller runs in the suite's kube-controller-manager; JobSet and LeaderWorkerSet run from the binaries
-``build-workload-controllers.sh`` builds (their CRDs from the same modules), started here against the same API
-server with leader election and cert management off. Their admission webhooks are not registered with the API
-server (no cert-manager, no Service to reach them): JobSet's webhook server still starts (it cannot be switched
-off), on a self-signed certificate nobody calls; LeaderWorkerSet's is off (``ENABLE_WEBHOOKS=false``). The
-workloads are submitted as the projects' docs show them, with ``schedulerName: gpusched`` added; kwok runs and
-completes the pods. The garbage collector of the controller-manager deletes the PodGroup with its workload.
+``build-workload-controllers.sh`` builds (their CRDs and webhook manifests from the same modules), started here
+against the same API server with leader election and cert management off. Their admission webhooks are served on
+127.0.0.1 with a certificate made here and registered with the API server (``webhooks.py``): JobSet's controller
+needs its defaulting webhook (without ``spec.network`` it panics) and LeaderWorkerSet's pod webhook labels every pod
+with its group, which is what the gang is keyed by. The workloads are submitted as the projects' docs show them,
+with ``schedulerName: gpusched`` added; kwok runs the pods and completes those owned by a Job. The garbage
+collector of the controller-manager deletes the PodGroup with its workload.
 """
 
 from __future__ import annotations
 
-import datetime
 import os
-import socket
+import shutil
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import kube as kube_mod
 import pytest
+import webhooks
 from kube import Kube, Scenario, node_of
-from localcluster import APIError
+from localcluster import APIError, free_port
 
 pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).resolve().parent
 GROUPS = "/apis/scheduling.gpusched.io/v1alpha1/namespaces/{ns}/podgroups"
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
+LWS = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _required() -> bool:
+    return os.environ.get("GPUSCHED_E2E_REQUIRED", "") not in ("", "0")
 
 
-def _self_signed(directory: Path) -> None:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / "tls.key").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+def _skip_or_fail(reason: str) -> None:
+    if _required():
+        pytest.fail(f"GPUSCHED_E2E_REQUIRED=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
-def _controllers_dir() -> Path | None:
+def _controllers_dir() -> Path:
+    """The built controllers: GPUSCHED_E2E_CONTROLLERS, or what build-workload-controllers.sh finds or builds."""
     given = os.environ.get("GPUSCHED_E2E_CONTROLLERS")
     if given:
         return Path(given)
+    started = time.monotonic()
     try:
         out = subprocess.run(
             [str(HERE / "build-workload-controllers.sh")], capture_output=True, text=True, check=True, timeout=1800
         )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError):
-        return None
+    except subprocess.CalledProcessError as exc:
+        _skip_or_fail(f"build-workload-controllers.sh failed: {exc.stderr.strip()[-2000:]}")
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        _skip_or_fail(f"build-workload-controllers.sh did not run: {exc!r}")
+    if "building" in out.stderr:
+        print(f"\n[e2e] workload controllers built in {time.monotonic() - started:.0f}s")
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+@dataclass(frozen=True)
+class Controller:
+    """One workload controller as the suite runs it, and how to tell that the API server calls its webhooks."""
+
+    name: str  # the binary is <name>-controller, the webhook kustomization webhooks/<name>, the prefix <name>-
+    config_api: str
+    probe_path: str  # a dry-run create of probe here must come back defaulted by the mutating webhook
+    probe: dict[str, Any]
+    defaulted: Callable[[dict[str, Any]], bool]
+
+
+def _probe_template() -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+
+
+CONTROLLERS = (
+    Controller(
+        "jobset",
+        "config.jobset.x-k8s.io/v1alpha1",
+        JOBSETS.format(ns="default"),
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "webhook-probe"},
+            "spec": {"replicatedJobs": [{"name": "j", "template": {"spec": {"template": _probe_template()}}}]},
+        },
+        lambda js: bool((js.get("spec") or {}).get("network")),
+    ),
+    Controller(
+        "lws",
+        "config.lws.x-k8s.io/v1alpha1",
+        LWS.format(ns="default"),
+        {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": "webhook-probe"},
+            "spec": {"leaderWorkerTemplate": {"size": 1, "workerTemplate": _probe_template()}},
+        },
+        lambda lws: bool(((lws.get("spec") or {}).get("networkConfig") or {}).get("subdomainPolicy")),
+    ),
+)
+
+
+def _log_tails(logs: list[Path], lines: int = 40) -> str:
+    out = []
+    for path in logs:
+        if path.exists():
+            out.append(f"----- {path} -----\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
+    return "\n".join(out)
+
+
 @pytest.fixture(scope="module")
-def controllers(kube: Kube) -> Iterator[Path | None]:
-    """JobSet and LeaderWorkerSet controllers running against the suite's cluster (None: not built here)."""
-    out = _controllers_dir() if kube.local is not None else None
-    if out is None:
-        yield None
-        return
-    kube.kubectl("apply", "--server-side", "-f", str(out / "crds"))
+def running_controllers(kube: Kube) -> Iterator[list[Path]]:
+    """JobSet and LeaderWorkerSet controllers running against the suite's cluster, their webhooks registered; their
+    logs."""
+    if kube.local is None:
+        pytest.skip("the workload controllers run only next to the suite's own control plane (not with a kubeconfig)")
+    out = _controllers_dir()
+    started = time.monotonic()
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(out / "crds"))
+    kube.kubectl("wait", "--for=condition=established", "--timeout=60s", "-f", str(out / "crds"))
     tmp = Path(tempfile.mkdtemp(prefix="gpusched-controllers-"))
-    _self_signed(tmp / "certs")
     procs: list[subprocess.Popen[bytes]] = []
-    for name, api, env in (
-        ("jobset", "config.jobset.x-k8s.io/v1alpha1", {}),
-        ("lws", "config.lws.x-k8s.io/v1alpha1", {"ENABLE_WEBHOOKS": "false"}),
-    ):
-        config = tmp / f"{name}.yaml"
-        config.write_text(
-            f"apiVersion: {api}\nkind: Configuration\nleaderElection: {{leaderElect: false}}\n"
-            f"internalCertManagement: {{enable: false}}\n"
-            f"webhook: {{port: {_free_port()}, certDir: {tmp / 'certs'}}}\n"
-            f"metrics: {{bindAddress: '0'}}\nhealth: {{healthProbeBindAddress: '127.0.0.1:{_free_port()}'}}\n"
-        )
-        log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        procs.append(
-            subprocess.Popen(
-                [str(out / f"{name}-controller"), f"--kubeconfig={kube.kubeconfig}", f"--config={config}"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **env},
-                start_new_session=True,
-            )
-        )
-    time.sleep(2)
+    registered: list[dict[str, Any]] = []
+    logs = [tmp / f"{c.name}.log" for c in CONTROLLERS]
     try:
-        for proc in procs:
-            assert proc.poll() is None, f"a controller exited at start: see {tmp}/*.log"
-        yield out
+        for c in CONTROLLERS:
+            port = free_port()
+            cert_dir = tmp / c.name / "certs"
+            ca_pem = webhooks.serving_certificate(cert_dir)
+            config = tmp / c.name / "config.yaml"
+            config.write_text(
+                f"apiVersion: {c.config_api}\nkind: Configuration\nleaderElection: {{leaderElect: false}}\n"
+                f"internalCertManagement: {{enable: false}}\n"
+                f"webhook: {{host: 127.0.0.1, port: {port}, certDir: {cert_dir}}}\n"
+                f"metrics: {{bindAddress: '0'}}\nhealth: {{healthProbeBindAddress: '127.0.0.1:{free_port()}'}}\n"
+            )
+            with open(tmp / f"{c.name}.log", "wb") as log:
+                proc = subprocess.Popen(
+                    [str(out / f"{c.name}-controller"), f"--kubeconfig={kube.kubeconfig}", f"--config={config}"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            procs.append(proc)
+            kube.local.track_process(proc.pid)
+            configs = webhooks.configurations(
+                kube, out / "webhooks" / c.name, prefix=f"{c.name}-", port=port, ca_pem=ca_pem
+            )
+            webhooks.wait_serving(
+                port,
+                ca_pem,
+                webhooks.paths(configs),
+                timeout=60,
+                alive=lambda proc=proc: proc.poll() is None,  # type: ignore[misc]
+                what=f"{c.name}-controller",
+            )
+            webhooks.register(kube, configs)
+            registered.extend(configs)
+            webhooks.wait_admitted(kube, c.probe_path, c.probe, c.defaulted, timeout=30, what=f"{c.name}-controller")
+        print(f"\n[e2e] JobSet and LeaderWorkerSet controllers serving webhooks in {time.monotonic() - started:.1f}s")
+        yield logs
+        for c, proc in zip(CONTROLLERS, procs, strict=True):
+            assert proc.poll() is None, f"{c.name}-controller exited {proc.returncode}:\n{_log_tails(logs)}"
+    except BaseException:
+        print(f"\n{_log_tails(logs)}", file=sys.stderr)
+        raise
     finally:
+        webhooks.unregister(kube, registered)
         for proc in procs:
             proc.terminate()
         for proc in procs:
@@ -122,6 +183,21 @@ def controllers(kube: Kube) -> Iterator[Path | None]:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
+            kube.local.untrack_process(proc.pid)
+        if os.environ.get("GPUSCHED_E2E_KEEP") != "1":
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"\n[e2e] keeping the workload controllers' logs and certificates in {tmp}")
+
+
+@pytest.fixture
+def controllers(running_controllers: list[Path], request: pytest.FixtureRequest) -> Iterator[None]:
+    """The workload controllers for one scenario: the tail of their logs follows a failure."""
+    yield
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        print(f"\n{_log_tails(running_controllers)}", file=sys.stderr)
 
 
 def _podgroups(s: Scenario) -> list[dict[str, Any]]:
@@ -129,47 +205,85 @@ def _podgroups(s: Scenario) -> list[dict[str, Any]]:
     return items
 
 
-def _one_gang(s: Scenario, min_member: int, owner_kind: str, timeout: float = 60.0) -> dict[str, Any]:
-    groups = kube_mod.wait_until(lambda: _podgroups(s), timeout=timeout, what=f"a PodGroup for the {owner_kind}")
-    assert len(groups) == 1, [g["metadata"]["name"] for g in groups]
-    group = groups[0]
-    assert group["spec"]["minMember"] == min_member, group["spec"]
-    owner = group["metadata"]["ownerReferences"][0]
-    assert (owner["kind"], owner["controller"]) == (owner_kind, True)
-    return group
+def _gangs(s: Scenario, names: list[str], min_member: int, owner_kind: str, timeout: float = 60.0) -> None:
+    """Exactly the PodGroups ``names``, each with ``min_member`` and owned (as controller) by an ``owner_kind``."""
+
+    def all_there() -> list[dict[str, Any]] | None:
+        groups = _podgroups(s)
+        return groups if len(groups) >= len(names) else None
+
+    groups = kube_mod.wait_until(
+        all_there,
+        timeout=timeout,
+        what=f"PodGroups {names} for the {owner_kind}",
+        describe=lambda: f"PodGroups: {[g['metadata']['name'] for g in _podgroups(s)]}; pods: {s.describe()}",
+    )
+    assert sorted(g["metadata"]["name"] for g in groups) == sorted(names)
+    for group in groups:
+        assert group["spec"]["minMember"] == min_member, (group["metadata"]["name"], group["spec"])
+        owners = [(o["kind"], o.get("controller")) for o in group["metadata"].get("ownerReferences") or []]
+        assert owners == [(owner_kind, True)], (group["metadata"]["name"], owners)
 
 
-def _bound_together(s: Scenario, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
-    """Wait until ``count`` pods are bound; none may have been bound while fewer than ``count`` existed."""
+def _bound(s: Scenario, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Wait until ``count`` pods of the scenario are bound and Running (or, for a Job's, already Succeeded)."""
 
     def bound() -> list[dict[str, Any]] | None:
-        pods = [p for p in s.pods() if node_of(p)]
+        pods = [p for p in s.pods() if node_of(p) and kube_mod.phase_of(p) in ("Running", "Succeeded")]
         return pods if len(pods) >= count else None
 
-    pods: list[dict[str, Any]] = kube_mod.wait_until(bound, timeout=timeout, what=f"{count} pods bound")
+    pods: list[dict[str, Any]] = kube_mod.wait_until(
+        bound, timeout=timeout, what=f"{count} pods bound and running", describe=s.describe
+    )
     return pods
 
 
-def _gone(s: Scenario, path: str, group: str) -> None:
-    s.kube.request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"})
+def _landed_whole(order: kube_mod.BindOrder, gangs: dict[str, list[str]]) -> None:
+    """Each gang (name -> its pods' names) had every member created before its first member was bound."""
+    piecemeal = {gang: why for gang, members in gangs.items() if (why := order.piecemeal(members))}
+    assert not piecemeal, piecemeal
 
-    def deleted() -> bool:
+
+def _delete_takes_podgroups_along(s: Scenario, path: str) -> float:
+    """Delete the workload at ``path`` as ``kubectl delete`` does (background propagation); wait until it is gone
+    and the garbage collector has deleted its PodGroups; the seconds."""
+    assert _podgroups(s), f"no PodGroup left to garbage-collect before {path} was deleted"
+    started = time.monotonic()
+    s.kube.request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"})
+
+    def workload_and_groups_gone() -> bool:
         try:
-            s.kube.request("GET", GROUPS.format(ns=s.namespace) + "/" + group)
+            s.kube.request("GET", path)
         except APIError as exc:
-            return exc.status == 404
+            return exc.status == 404 and not _podgroups(s)
         return False
 
-    kube_mod.wait_until(deleted, timeout=60, what=f"PodGroup {group} garbage-collected with its workload")
+    kube_mod.wait_until(
+        workload_and_groups_gone,
+        timeout=60,
+        what=f"{path} deleted and its PodGroups garbage-collected with it",
+        describe=lambda: f"PodGroups left: {[g['metadata']['name'] for g in _podgroups(s)]}",
+    )
+    return time.monotonic() - started
 
 
-def _cpu_nodes(s: Scenario, count: int = 2) -> None:
+def _condition(obj: dict[str, Any], kind: str) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+
+
+def _nodes(s: Scenario, count: int = 2) -> None:
     s.add_nodes([kube_mod.gpu_node(f"{s.name[:40]}-n{i}", rack=f"r{i % 2}") for i in range(count)])
 
 
+def _timed(label: str, started: float) -> None:
+    print(f"\n[e2e] {label}: {time.monotonic() - started:.1f}s")
+
+
 def test_an_indexed_job_is_one_gang_that_lands_whole_completes_and_takes_its_podgroup_along(sched: Scenario) -> None:
-    _cpu_nodes(sched)
+    _nodes(sched)
     sched.start_gpusched()
+    order = kube_mod.BindOrder(sched.kube, sched.namespace).start()
     # kubernetes.io/docs/tasks/job/indexed-parallel-processing-static/, with schedulerName added.
     job = {
         "apiVersion": "batch/v1",
@@ -195,39 +309,47 @@ def test_an_indexed_job_is_one_gang_that_lands_whole_completes_and_takes_its_pod
         },
     }
     path = f"/apis/batch/v1/namespaces/{sched.namespace}/jobs"
-    sched.kube.request("POST", path, job)
-    group = _one_gang(sched, 3, "Job")
-    assert group["metadata"]["name"] == "job-indexed-job"
-    _bound_together(sched, 3)
+    started = time.monotonic()
+    try:
+        sched.kube.request("POST", path, job)
+        _gangs(sched, ["job-indexed-job"], 3, "Job")
+        pods = _bound(sched, 3)
+        index = "batch.kubernetes.io/job-completion-index"
+        first = [
+            p["metadata"]["name"]
+            for p in pods
+            if (p["metadata"].get("annotations") or {}).get(index) in {"0", "1", "2"}
+        ]
+        _landed_whole(order, {"job-indexed-job": first})
 
-    def complete() -> bool:
-        status = sched.kube.request("GET", f"{path}/indexed-job").get("status") or {}
-        return status.get("succeeded") == 5
+        def complete() -> bool:
+            status = sched.kube.request("GET", f"{path}/indexed-job").get("status") or {}
+            return status.get("succeeded") == 5
 
-    kube_mod.wait_until(complete, timeout=90, what="the Job's 5 completions (kwok completes Job pods)")
-    _gone(sched, f"{path}/indexed-job", "job-indexed-job")
+        kube_mod.wait_until(complete, timeout=90, what="the Job's 5 completions (kwok completes Job pods)")
+        _timed("Job submitted to complete", started)
+        gc = _delete_takes_podgroups_along(sched, f"{path}/indexed-job")
+        print(f"[e2e] Job deleted, PodGroup collected: {gc:.1f}s")
+    finally:
+        order.stop()
 
 
-@pytest.mark.skip(
-    reason="JobSet v0.12.0's controller panics without its defaulting webhook (nil spec.network, "
-    "jobset_controller.go:1155 dnsHostnamesEnabled): the webhook must be registered with the API server "
-    "(a MutatingWebhookConfiguration with clientConfig.url to 127.0.0.1 and the self-signed CA); not done yet"
-)
-def test_a_jobset_is_one_gang(sched: Scenario, controllers: Path | None) -> None:
-    if controllers is None:
-        pytest.skip("JobSet controller not built (tests/e2e/build-workload-controllers.sh) or not a local cluster")
-    _cpu_nodes(sched)
+def test_a_jobset_is_one_gang_that_lands_whole_completes_and_takes_its_podgroup_along(
+    sched: Scenario, controllers: None
+) -> None:
+    _nodes(sched)
     sched.start_gpusched()
+    order = kube_mod.BindOrder(sched.kube, sched.namespace).start()
 
-    # jobset.sigs.k8s.io docs "simple" example, with schedulerName added.
-    def rjob(name: str, replicas: int) -> dict[str, Any]:
+    # jobset.sigs.k8s.io, Examples > Simple > paralleljobs.yaml (site/static/examples/simple/paralleljobs.yaml in
+    # kubernetes-sigs/jobset), with schedulerName added to both pod templates.
+    def rjob(name: str, pods: int) -> dict[str, Any]:
         return {
             "name": name,
-            "replicas": replicas,
             "template": {
                 "spec": {
-                    "parallelism": 2,
-                    "completions": 2,
+                    "parallelism": pods,
+                    "completions": pods,
                     "backoffLimit": 0,
                     "template": {
                         "spec": {
@@ -244,62 +366,93 @@ def test_a_jobset_is_one_gang(sched: Scenario, controllers: Path | None) -> None
     jobset = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
-        "metadata": {"name": "simple"},
-        "spec": {"replicatedJobs": [rjob("leader", 1), rjob("workers", 2)]},
+        "metadata": {"name": "paralleljobs"},
+        "spec": {"replicatedJobs": [rjob("workers", 4), rjob("driver", 1)]},
     }
-    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{sched.namespace}/jobsets"
-    sched.kube.request("POST", path, jobset)
-    group = _one_gang(sched, 6, "JobSet")
-    assert group["metadata"]["name"] == "jobset-simple"
-    _bound_together(sched, 6)
+    path = JOBSETS.format(ns=sched.namespace)
+    started = time.monotonic()
+    try:
+        created = sched.kube.request("POST", path, jobset)
+        assert created["spec"].get("network", {}).get("enableDNSHostnames") is True, "JobSet's webhook did not default"
+        _gangs(sched, ["jobset-paralleljobs"], 5, "JobSet")
+        pods = _bound(sched, 5)
+        _landed_whole(order, {"jobset-paralleljobs": [p["metadata"]["name"] for p in pods]})
+        assert {p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] for p in pods} == {"workers", "driver"}
 
-    def completed() -> bool:
-        conditions = (sched.kube.request("GET", f"{path}/simple").get("status") or {}).get("conditions") or []
-        return any(c.get("type") == "Completed" and c.get("status") == "True" for c in conditions)
+        def completed() -> bool:
+            return _condition(sched.kube.request("GET", f"{path}/paralleljobs"), "Completed")
 
-    kube_mod.wait_until(completed, timeout=120, what="the JobSet Completed")
-    _gone(sched, f"{path}/simple", "jobset-simple")
+        kube_mod.wait_until(
+            completed,
+            timeout=120,
+            what="the JobSet Completed (kwok completes its Jobs' pods)",
+            describe=lambda: str(sched.kube.request("GET", f"{path}/paralleljobs").get("status") or {}),
+        )
+        _timed("JobSet submitted to Completed", started)
+        gc = _delete_takes_podgroups_along(sched, f"{path}/paralleljobs")
+        print(f"[e2e] JobSet deleted, PodGroup collected: {gc:.1f}s")
+    finally:
+        order.stop()
 
 
-@pytest.mark.skip(
-    reason="not run yet: LeaderWorkerSet v0.9.0 runs with ENABLE_WEBHOOKS=false, and whether its controller needs the "
-    "defaulting webhook (as JobSet's does) and the DisaggregatedSet CRD was not checked"
-)
-def test_a_leaderworkerset_is_one_gang_per_group(sched: Scenario, controllers: Path | None) -> None:
-    if controllers is None:
-        pytest.skip("LeaderWorkerSet controller not built (tests/e2e/build-workload-controllers.sh)")
-    _cpu_nodes(sched)
+def test_a_leaderworkerset_is_one_gang_per_group_that_lands_whole_runs_and_takes_its_podgroups_along(
+    sched: Scenario, controllers: None
+) -> None:
+    _nodes(sched)
     sched.start_gpusched()
-    # lws.sigs.k8s.io docs example (config/samples), with schedulerName added to both templates.
-    template = {
-        "spec": {
-            "schedulerName": "gpusched",
-            "containers": [{"name": "nginx", "image": "nginx:1.14.2", "ports": [{"containerPort": 8080}]}],
-        }
-    }
+    order = kube_mod.BindOrder(sched.kube, sched.namespace).start()
+    # lws.sigs.k8s.io, Examples > Sample (docs/examples/sample/lws.yaml in kubernetes-sigs/lws v0.9.0), with
+    # schedulerName added to its one template (the leader's too, as it gives no leaderTemplate).
     lws = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
         "metadata": {"name": "leaderworkerset-sample"},
         "spec": {
-            "replicas": 2,
-            "leaderWorkerTemplate": {"size": 3, "leaderTemplate": template, "workerTemplate": template},
+            "replicas": 3,
+            "leaderWorkerTemplate": {
+                "size": 4,
+                "workerTemplate": {
+                    "spec": {
+                        "schedulerName": "gpusched",
+                        "containers": [
+                            {
+                                "name": "nginx",
+                                "image": "nginxinc/nginx-unprivileged:1.27",
+                                "resources": {"limits": {"cpu": "100m"}, "requests": {"cpu": "50m"}},
+                                "ports": [{"containerPort": 8080}],
+                            }
+                        ],
+                    }
+                },
+            },
         },
     }
-    path = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{sched.namespace}/leaderworkersets"
-    sched.kube.request("POST", path, lws)
+    path = LWS.format(ns=sched.namespace)
+    started = time.monotonic()
+    try:
+        created = sched.kube.request("POST", path, lws)
+        assert (created["spec"].get("networkConfig") or {}).get("subdomainPolicy"), "LWS's webhook did not default"
+        names = [f"leaderworkerset-leaderworkerset-sample-{i}" for i in range(3)]
+        _gangs(sched, names, 4, "LeaderWorkerSet")
+        pods = _bound(sched, 12, timeout=90)
+        by_group: dict[str, list[str]] = {}
+        for p in pods:
+            group = p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"]
+            by_group.setdefault(f"leaderworkerset-leaderworkerset-sample-{group}", []).append(p["metadata"]["name"])
+        assert sorted(by_group) == names and all(len(m) == 4 for m in by_group.values()), by_group
+        _landed_whole(order, by_group)
 
-    def two() -> list[dict[str, Any]] | None:
-        groups = _podgroups(sched)
-        return groups if len(groups) >= 2 else None
+        def available() -> bool:
+            return _condition(sched.kube.request("GET", f"{path}/leaderworkerset-sample"), "Available")
 
-    groups = kube_mod.wait_until(two, timeout=60, what="two PodGroups (one per group)")
-    assert sorted(g["metadata"]["name"] for g in groups) == [
-        "leaderworkerset-leaderworkerset-sample-0",
-        "leaderworkerset-leaderworkerset-sample-1",
-    ]
-    assert {g["spec"]["minMember"] for g in groups} == {3}
-    pods = _bound_together(sched, 6, timeout=90)
-    assert len(pods) == 6
-    sched.kube.request("DELETE", f"{path}/leaderworkerset-sample")
-    kube_mod.wait_until(lambda: not _podgroups(sched), timeout=60, what="both PodGroups garbage-collected")
+        kube_mod.wait_until(
+            available,
+            timeout=90,
+            what="the LeaderWorkerSet Available (all groups ready)",
+            describe=lambda: str(sched.kube.request("GET", f"{path}/leaderworkerset-sample").get("status")),
+        )
+        _timed("LeaderWorkerSet submitted to Available", started)
+        gc = _delete_takes_podgroups_along(sched, f"{path}/leaderworkerset-sample")
+        print(f"[e2e] LeaderWorkerSet deleted, 3 PodGroups collected: {gc:.1f}s")
+    finally:
+        order.stop()
