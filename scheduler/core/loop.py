@@ -48,7 +48,7 @@ from scheduler.core.jobs import GANG_PREFIX, Job, Jobs
 from scheduler.core.ports import Events, Evictor
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import Tenancy, Vector, add_into, requests_of
-from scheduler.framework.interface import GANG_SLOTS, Code
+from scheduler.framework.interface import GANG_SLOTS, PENDING_PODS, Code
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
 __all__ = ["GANG_PREFIX", "ClusterEvent", "Events", "Evictor", "Job", "SchedulingLoop"]
@@ -288,7 +288,7 @@ class SchedulingLoop:
             self.hints.failed(item.key, members, gate.WAKES)
             self.queue.requeue_unschedulable(item, over)
             return
-        result = gang.place_gang(self.scheduler, group, members, self.holds.context(item.key))
+        result = gang.place_gang(self.scheduler, group, members, self._context(item.key))
         if result.status.ok:
             self.queue.done(item.key)
             self._job_placed(item.key)
@@ -347,7 +347,7 @@ class SchedulingLoop:
                 if entry is not None:
                     slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
             context = {GANG_SLOTS: slots, **gang.member_context(self.scheduler, job.group, slots)}
-        context = {**self.holds.context(item.key), **context}
+        context = {**self._context(item.key), **context}
         _, over = self.gate.held_back(item.queue, requests_of([pod]), item.key)
         if over:
             self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedScheduling", message=over)
@@ -381,6 +381,20 @@ class SchedulingLoop:
         self.queue.requeue_unschedulable(item, message)
 
     # --- bookkeeping -------------------------------------------------------------------------------------------
+
+    def _context(self, key: str) -> dict[str, Any]:
+        """What job ``key``'s cycles get from outside: the nodes held for others, and the waiting demand."""
+        return {**self.holds.context(key), PENDING_PODS: self._waiting_pods}
+
+    def _waiting_pods(self) -> list[PodRequest]:
+        """The pods waiting in the scheduling queue (a gang's pending members, single pods)."""
+        pods: list[PodRequest] = []
+        for item in self.queue.items():
+            if isinstance(item.payload, PodRequest):
+                pods.append(item.payload)
+            elif (job := self.jobs.get(item.key)) is not None:
+                pods.extend(job.pending.values())
+        return pods
 
     def _enqueue(self, job: Job) -> None:
         """Queue what of ``job`` can be tried now: a single pod; a gang whole once ``minMember`` of its members

@@ -156,6 +156,9 @@ GANG_SLOTS = "gang.slots"
 #: During a cycle constrained by topology: the node slots (a boolean mask) of the domain(s) chosen for the job;
 #: the ``topology`` filter plugin keeps the pod inside them.
 TOPOLOGY_SLOTS = "topology.slots"
+#: A callable returning the pods waiting in the scheduling queue: the demand a score may look ahead at (FGD learns
+#: its typical pods from them and the pods the cluster holds). The loop passes it to every cycle.
+PENDING_PODS = "pending.pods"
 #: Node slots held for another job (a boolean mask: nominations and reservations, ``scheduler.core.holds``); the
 #: core marks them unavailable in every cycle, whatever plugins the profile names.
 RESERVED_SLOTS = "reserved.slots"

@@ -1,22 +1,27 @@
 """Score: Fragmentation Gradient Descent: prefer the node (and, for a shared pod, the device) whose expected
 fragmentation over the typical pods drops most. Also suggests the device to the ``gpu`` plugin.
 
-Typical pods come from the ``typical`` argument (the simulator passes the trace's), or are learnt from the
-pods in the cluster every ``refreshCycles`` cycles (a generic set until there are ``minPods`` to learn from).
+Typical pods come from the ``typical`` argument (the simulator passes the trace's), or are learnt every
+``refreshCycles`` cycles from the pods the cluster holds and the pods waiting in the scheduling queue (the demand
+to look ahead at: ``PENDING_PODS`` in the cycle state), a generic set until there are ``minPods`` to learn from.
+The waiting pods matter most when a cluster starts: without them, pods that take any GPU model fill the only A100
+node first when it happens to come first, and the pod waiting for an A100 finds none (found by the e2e suite).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from scheduler.api import resources, typical
 from scheduler.api.errors import InvalidObject
+from scheduler.api.pod import PodRequest
 from scheduler.framework import args as plugin_args
 from scheduler.framework import fragmentation
-from scheduler.framework.interface import F64, I64, CycleState
+from scheduler.framework.interface import F64, I64, PENDING_PODS, CycleState
 from scheduler.kernels import fgd as fgd_kernel
 from scheduler.kernels import layout
 
@@ -33,7 +38,7 @@ class Fgd:
         self.exact = exact
         self.coverage = plugin_args.number(self.name, args, "coverage", 0.95, low=0.01, high=1.0)
         self.refresh = int(plugin_args.number(self.name, args, "refreshCycles", 1000, low=1))
-        self.min_pods = int(plugin_args.number(self.name, args, "minPods", 50, low=1))
+        self.min_pods = int(plugin_args.number(self.name, args, "minPods", 1, low=1))
         self.fixed = "typical" in args
         self.shapes: list[typical.Shape] = (
             typical.parse_shapes(args["typical"], obj=f"plugin {self.name}", field="args.typical")
@@ -46,14 +51,11 @@ class Fgd:
         self._cycles = 0
 
     def _learn(self, state: CycleState) -> None:
+        waiting: Callable[[], Iterable[PodRequest]] | None = state.data.get(PENDING_PODS)
+        held = (e.pod for e in state.snapshot.pods())
         pods = [
-            (
-                float(e.pod.resources.get(resources.CPU, 0)),
-                float(e.pod.gpu.milli),
-                e.pod.gpu.count,
-                e.pod.gpu.models,
-            )
-            for e in state.snapshot.pods()
+            (float(p.resources.get(resources.CPU, 0)), float(p.gpu.milli), p.gpu.count, p.gpu.models)
+            for p in itertools.chain(held, waiting() if waiting is not None else ())
         ]
         if len(pods) >= self.min_pods:
             self.shapes = typical.typical_shapes(pods, self.coverage)
