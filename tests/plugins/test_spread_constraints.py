@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
 from scheduler.api import pod as api_pod
 from scheduler.api import podgroup as api_podgroup
+from scheduler.api import selectors
 from scheduler.core import gang
 from scheduler.framework.interface import Code
 from tests.api import objects
@@ -131,3 +135,104 @@ def test_cluster_defaults_spread_a_controllers_pods_over_hosts() -> None:
     cluster = Cluster([objects.node("a"), objects.node("b")], PLUGINS, bound=[replica("r0", node="a")])
     assert cluster.place(replica("r1"))[0] == "b"
     assert api_pod.parse_pod(replica("r2")).owner == "rs-1"
+
+
+# --- the vectorised filter against a plain per-node reading of kube-scheduler's rules ---------------------------
+
+_TAINT = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+
+
+def _brute(
+    nodes: dict[str, dict[str, Any]], held: list[tuple[dict[str, Any], str]], incoming: dict[str, Any]
+) -> set[str]:
+    """The nodes PodTopologySpread's filter lets ``incoming`` onto, read node by node."""
+    pod = api_pod.parse_pod(incoming)
+    hard = [c for c in pod.spread if c.hard]
+    pods = [(api_pod.parse_pod(raw), node) for raw, node in held]
+    info = {
+        name: (raw["metadata"]["labels"], selectors.parse_taints(raw["spec"]["taints"], obj=name))
+        for name, raw in nodes.items()
+    }
+    ok = set()
+    for name, (labels, _) in info.items():
+        fits = True
+        for c in hard:
+            counts: dict[str, int] = {}
+            for other, (other_labels, taints) in info.items():
+                if not all(k.topology_key in other_labels for k in hard):
+                    continue
+                if c.honor_affinity and not selectors.node_matches(
+                    other, other_labels, pod.node_selector, pod.affinity
+                ):
+                    continue
+                if c.honor_taints and not selectors.tolerated(taints, pod.tolerations):
+                    continue
+                value = other_labels[c.topology_key]
+                counts[value] = counts.get(value, 0) + sum(
+                    1 for p, n in pods if n == other and p.namespace == pod.namespace and c.selector.matches(p.labels)
+                )
+            if c.topology_key not in labels:
+                fits = False
+                break
+            smallest = min(counts.values()) if counts else 0
+            if len(counts) < c.min_domains:
+                smallest = 0
+            own = 1 if c.selector.matches(pod.labels) else 0
+            if counts.get(labels[c.topology_key], 0) + own - smallest > c.max_skew:
+                fits = False
+                break
+        if fits:
+            ok.add(name)
+    return ok
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    layout=st.lists(st.tuples(st.sampled_from(["a", "b", "c", ""]), st.booleans()), min_size=1, max_size=6),
+    bound=st.lists(st.tuples(st.sampled_from([WEB, {"app": "db"}]), st.integers(0, 5)), max_size=8),
+    constraints=st.lists(
+        st.tuples(
+            st.sampled_from([ZONE, HOST]),
+            st.integers(1, 2),
+            st.sampled_from([None, 2, 4]),
+            st.sampled_from(["Honor", "Ignore"]),
+            st.sampled_from(["Honor", "Ignore"]),
+        ),
+        min_size=1,
+        max_size=2,
+    ),
+    selector=st.sampled_from([None, {"zone-pick": "yes"}]),
+    own=st.sampled_from([WEB, {"app": "db"}]),
+)
+def test_the_filter_agrees_with_a_per_node_reading(
+    layout: list[tuple[str, bool]],
+    bound: list[tuple[dict[str, str], int]],
+    constraints: list[tuple[str, int, int | None, str, str]],
+    selector: dict[str, str] | None,
+    own: dict[str, str],
+) -> None:
+    nodes = {}
+    for i, (zone, tainted) in enumerate(layout):
+        labels = {ZONE: zone} if zone else {}
+        if i % 2 == 0:
+            labels["zone-pick"] = "yes"
+        nodes[f"n{i}"] = objects.node(f"n{i}", labels=labels, taints=_TAINT if tainted else None)
+    held = [
+        (_pod(f"b{i}", labels=lab, node=f"n{at % len(layout)}"), f"n{at % len(layout)}")
+        for i, (lab, at) in enumerate(bound)
+    ]
+    specs = []
+    for key, skew, min_domains, affinity_policy, taints_policy in constraints:
+        spec: dict[str, Any] = _constraint(
+            key, skew, nodeAffinityPolicy=affinity_policy, nodeTaintsPolicy=taints_policy
+        )
+        if min_domains is not None:
+            spec["minDomains"] = min_domains
+        specs.append(spec)
+    assume(len({s["topologyKey"] for s in specs}) == len(specs))
+    incoming = _pod("in", *specs, labels=own, node_selector=selector)
+    cluster = Cluster(list(nodes.values()), ("topology_spread",), bound=[raw for raw, _ in held])
+    result = cluster.scheduler.place(api_pod.parse_pod(incoming), cluster.cache.snapshot())
+    assert result.state is not None
+    got = {cluster.cache.names[s] for s in result.state.feasible.tolist()}
+    assert got == _brute(nodes, held, incoming)
