@@ -213,3 +213,23 @@ def test_a_gated_pod_waits_until_its_gates_are_removed_then_binds(sched: Scenari
         content_type="application/merge-patch+json",
     )
     sched.wait_bound(["gated"])
+
+
+def test_a_gangs_members_anti_affinity_holds_inside_the_gang(sched: Scenario) -> None:
+    # Without the rule the gang score would pack all three 2-GPU members on one 8-GPU node.
+    sched.add_nodes([kube_mod.gpu_node(f"gang-aff-{i}") for i in range(3)])
+    sched.start_gpusched()
+    sched.create_podgroup(kube_mod.podgroup("spread-job", min_member=3))
+    job = {"job": "spread-job"}
+    names = [f"worker-{i}" for i in range(3)]
+    for name in names:
+        sched.create_pod(_affinity(kube_mod.pod(name, gpus=2, group="spread-job", labels=job), "podAntiAffinity", job))
+    pods = sched.wait_bound(names, timeout=90)
+    assert sorted(node_of(p) for p in pods) == ["gang-aff-0", "gang-aff-1", "gang-aff-2"], kube_mod.summary(pods)
+    # A fourth member has no node left without a peer: it waits, with the anti-affinity message.
+    sched.create_pod(
+        _affinity(kube_mod.pod("worker-3", gpus=2, group="spread-job", labels=job), "podAntiAffinity", job)
+    )
+    event = sched.wait_event("worker-3", "FailedScheduling")
+    assert "anti-affinity" in event["message"], event["message"]
+    sched.stays_unbound(["worker-3"], seconds=2)
