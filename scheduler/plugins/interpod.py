@@ -64,18 +64,18 @@ def _domain_counts(snap: Snapshot, term: AffinityTerm, domains: I64, count: int)
     return counts
 
 
-def _term_slots(snap: Snapshot, kind: str) -> list[tuple[AffinityTerm, int, npt.NDArray[np.int64]]]:
-    """The terms of ``kind`` the pods held carry (and what open what-ifs placed or removed): (term, weight, per
-    node slot the number of pods there carrying it)."""
+def _term_slots(snap: Snapshot, kind: str, pod: PodRequest) -> list[tuple[AffinityTerm, int, npt.NDArray[np.int64]]]:
+    """The terms of ``kind`` that select ``pod``, carried by the pods held (and by what open what-ifs placed or
+    removed): (term, weight, per node slot the number of pods there carrying it)."""
     found: dict[tuple[AffinityTerm, int], npt.NDArray[np.int64]] = {}
     for (k, term, weight), held in snap.pod_index.terms.items():
-        if k == kind:
+        if k == kind and term.matches(pod.namespace, pod.labels):
             found[(term, weight)] = held.astype(np.int64)
-    for sign, pod, slot in snap.what_if_pods:
-        if not pod.pod_affinity:
+    for sign, placed, slot in snap.what_if_pods:
+        if not placed.pod_affinity:
             continue
-        for k, term, weight in pods_index.terms_of(pod):
-            if k != kind:
+        for k, term, weight in pods_index.terms_of(placed):
+            if k != kind or not term.matches(pod.namespace, pod.labels):
                 continue
             counts = found.get((term, weight))
             if counts is None or counts.shape[0] <= slot:
@@ -137,9 +137,7 @@ class InterPodAffinity:
             reasons[(reasons == layout.FIT) & blocked] = layout.POD_ANTI_AFFINITY
         if existing:
             blocked = np.zeros(size, dtype=bool)
-            for term, _, counts in _term_slots(snap, pods_index.ANTI_REQUIRED):
-                if not term.matches(pod.namespace, pod.labels):
-                    continue
+            for term, _, counts in _term_slots(snap, pods_index.ANTI_REQUIRED, pod):
                 domains, count = snap.topology_domains(term.topology_key)
                 blocked |= _at(self._per_domain(counts, domains, count) > 0, domains, size)
             reasons[(reasons == layout.FIT) & blocked] = layout.EXISTING_ANTI_AFFINITY
@@ -197,9 +195,7 @@ class InterPodAffinity:
                 total += sign * w.weight * _at(counts.astype(np.float64), domains, size)
         for kind in carried:
             sign = -1.0 if kind == pods_index.ANTI_PREFERRED else 1.0
-            for term, weight, per_slot in _term_slots(snap, kind):
-                if not term.matches(pod.namespace, pod.labels):
-                    continue
+            for term, weight, per_slot in _term_slots(snap, kind, pod):
                 domains, count = snap.topology_domains(term.topology_key)
                 per_domain = self._per_domain(per_slot, domains, count).astype(np.float64)
                 total += sign * weight * _at(per_domain, domains, size)
