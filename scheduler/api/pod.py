@@ -74,6 +74,8 @@ class PodRequest:
     pod_affinity: api_affinity.PodAffinity = api_affinity.NO_AFFINITY
     #: topologySpreadConstraints (``scheduler.api.affinity.SpreadConstraint``).
     spread: tuple[api_affinity.SpreadConstraint, ...] = ()
+    #: Preferred node affinity: (weight, term) pairs, scored by the ``node_rules`` plugin.
+    node_preferences: tuple[tuple[int, selectors.NodeSelectorTerm], ...] = ()
     #: The uid of the pod's controller (ReplicaSet, StatefulSet, Job...), for the cluster-default spreading.
     owner: str = ""
     created: float = 0.0
@@ -280,6 +282,45 @@ def unsupported(spec: Mapping[str, object]) -> list[tuple[str, str]]:
     return found
 
 
+_PREFERRED = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+_REQUIRED_TERMS = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+
+
+def _node_preferences(spec: Mapping[str, object], *, obj: str) -> tuple[tuple[int, selectors.NodeSelectorTerm], ...]:
+    """Preferred node affinity as (weight, term): each term read as a required one would be."""
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    raw = (
+        node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(node_affinity, Mapping)
+        else None
+    )
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidObject("expected a list of weighted terms", obj=obj, field=_PREFERRED)
+    parsed = []
+    for i, item in enumerate(raw):
+        where = f"{_PREFERRED}[{i}]"
+        weight = item.get("weight") if isinstance(item, Mapping) else None
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
+            raise InvalidObject(f"{weight!r} is not a weight 1..100", obj=obj, field=f"{where}.weight")
+        assert isinstance(item, Mapping)
+        one = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [item.get("preference")]}
+            }
+        }
+        try:
+            (term,) = selectors.parse_node_affinity({"affinity": one}, obj=obj)
+        except InvalidObject as exc:
+            raise InvalidObject(
+                exc.reason, obj=obj, field=exc.field.replace(_REQUIRED_TERMS, f"{where}.preference")
+            ) from None
+        parsed.append((weight, term))
+    return tuple(parsed)
+
+
 def parse_pod(raw: Mapping[str, object]) -> PodRequest:
     """Parse a Kubernetes pod (a dict as the API server returns it).
 
@@ -334,6 +375,7 @@ def parse_pod(raw: Mapping[str, object]) -> PodRequest:
         gpu_ids=_gpu_ids(annotations, obj=obj),
         host_ports=api_ports.parse_host_ports(spec, obj=obj),
         pod_affinity=api_affinity.parse_pod_affinity(spec, namespace=namespace, labels=labels, obj=obj),
+        node_preferences=_node_preferences(spec, obj=obj),
         spread=api_affinity.parse_spread(spec.get("topologySpreadConstraints"), labels=labels, obj=obj),
         owner=api_affinity.controller_of(meta),
         topology=api_topology.parse_constraint(

@@ -92,6 +92,8 @@ class Cache:
         self.nodes: dict[int, NodeEntry] = {}
         self.labels = LabelIndex()
         self.taints: dict[int, tuple[Taint, ...]] = {}
+        #: Node slot -> its PreferNoSchedule taints (a score, not a filter); slots without them are not listed.
+        self.soft_taints: dict[int, tuple[Taint, ...]] = {}
         self._pods: dict[str, PodEntry] = {}
         #: Host ports of the pods held (bound and assumed), per node slot.
         self.ports = PortIndex()
@@ -187,6 +189,11 @@ class Cache:
             self.taints[slot] = taints
         else:
             self.taints.pop(slot, None)
+        soft = tuple(t for t in info.taints if t.effect == "PreferNoSchedule")
+        if soft:
+            self.soft_taints[slot] = soft
+        else:
+            self.soft_taints.pop(slot, None)
         self._rebuild(slot)
         for pod in self._waiting.pop(info.name, {}).values():
             self.upsert_pod(pod)
@@ -242,6 +249,7 @@ class Cache:
         self.gpu_topology_problems.pop(name, None)
         self.labels.clear(slot)
         self.taints.pop(slot, None)
+        self.soft_taints.pop(slot, None)
         a = self.arrays
         a.touch(slot)
         for arr in (a.cap, a.used, a.gpu_free, a.gpu_mem_free, a.gpu_mem_each):
@@ -559,6 +567,11 @@ class Snapshot:
     def taints(self) -> Mapping[int, tuple[Taint, ...]]:
         """Node slot -> its taints (slots without taints are not listed)."""
         return MappingProxyType(self._cache.taints)
+
+    @property
+    def soft_taints(self) -> Mapping[int, tuple[Taint, ...]]:
+        """Node slot -> its PreferNoSchedule taints (slots without them are not listed)."""
+        return MappingProxyType(self._cache.soft_taints)
 
     def select(
         self, node_selector: Mapping[str, str], affinity: tuple[selectors.NodeSelectorTerm, ...]

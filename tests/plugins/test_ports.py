@@ -1,12 +1,15 @@
-"""Host ports (NodePorts) and the pod-dependent node rules (NodeUnschedulable, readiness taints), as
-kube-scheduler applies them, with its messages."""
+"""Host ports (NodePorts) and the pod-dependent node rules (NodeUnschedulable, readiness taints, the NodeAffinity
+and TaintToleration scores), as kube-scheduler applies them, with its messages."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from scheduler.api import pod as api_pod
 from scheduler.api import podgroup as api_podgroup
+from scheduler.api.errors import InvalidObject
 from scheduler.core import gang
 from scheduler.framework.interface import ClusterEvent, Code
 from scheduler.kernels import layout
@@ -152,3 +155,55 @@ def test_not_ready_and_unreachable_nodes_are_out_through_their_taints_unless_tol
     assert _failure(cluster, objects.pod("q")) == "0/2 nodes are available: 2 node(s) had untolerated taint."
     tolerant = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]
     assert cluster.place(objects.pod("r", tolerations=tolerant))[0] == "not-ready"
+
+
+def _prefer(raw: dict[str, Any], *prefs: tuple[int, str, str]) -> dict[str, Any]:
+    raw["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": w, "preference": {"matchExpressions": [{"key": k, "operator": "In", "values": [v]}]}}
+                for w, k, v in prefs
+            ]
+        }
+    }
+    return raw
+
+
+SCORING = ("fit", {"name": "node_rules", "weight": 1}, "gpu")
+
+
+def test_preferred_node_affinity_picks_the_node_with_the_heaviest_matching_terms() -> None:
+    nodes = [
+        objects.node("plain"),
+        objects.node("ssd", labels={"disk": "ssd"}),
+        objects.node("ssd-fast", labels={"disk": "ssd", "net": "fast"}),
+        objects.node("fast", labels={"net": "fast"}),
+    ]
+    cluster = Cluster(nodes, SCORING)
+    assert cluster.place(_prefer(objects.pod("p"), (10, "disk", "ssd"), (50, "net", "fast")))[0] == "ssd-fast"
+    assert cluster.place(_prefer(objects.pod("q"), (80, "disk", "ssd"), (50, "net", "fast"), (1, "net", "x")))[0] == (
+        "ssd-fast"
+    )
+    assert cluster.place(_prefer(objects.pod("r"), (80, "disk", "ssd")))[0] == "ssd"  # first of the equal best
+    assert cluster.place(objects.pod("s"))[0] == "plain"  # no preference: the first node
+
+
+def test_prefer_no_schedule_taints_are_avoided_unless_tolerated() -> None:
+    soft = [{"key": "spot", "value": "yes", "effect": "PreferNoSchedule"}]
+    cluster = Cluster([objects.node("spot", taints=soft), objects.node("steady")], SCORING)
+    assert cluster.place(objects.pod("p"))[0] == "steady"
+    tolerant = [{"key": "spot", "operator": "Exists", "effect": "PreferNoSchedule"}]
+    assert cluster.place(objects.pod("q", tolerations=tolerant))[0] == "spot"  # both equal: the first node
+
+
+def test_bad_preferred_node_affinity_is_refused_naming_the_field() -> None:
+    raw = _prefer(objects.pod("p"), (10, "disk", "ssd"))
+    raw["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"][
+        "matchExpressions"
+    ][0]["operator"] = "Near"
+    with pytest.raises(InvalidObject) as err:
+        api_pod.parse_pod(raw)
+    assert err.value.field == (
+        "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference"
+        ".matchExpressions[0].operator"
+    )
