@@ -79,6 +79,7 @@ class SchedulingLoop:
         self.holds = Holds(scheduler.cache, self.tenancy, clock=clock, reserve_after_s=reserve_after_s)
         self.hints = Hints()
         self.preemptor = Preemptor(scheduler, self.jobs, self.tenancy, self.holds, events=events, evictor=evictor)
+        self._demand_version = 0
         #: The leaf queues in rank order when the pending work was last sorted (see :meth:`resort`).
         self._leaf_order: list[str] | None = None
         self.resort()
@@ -87,6 +88,7 @@ class SchedulingLoop:
 
     def pod_pending(self, pod: PodRequest) -> None:
         """A pod of ours that has no node yet (new or updated)."""
+        self._demand_version += 1
         first = not self.jobs.waits_for_group(pod)
         job = self.jobs.pod_pending(pod)
         if job is None:
@@ -107,6 +109,7 @@ class SchedulingLoop:
         """The API server shows the pod bound (by us before a restart, or by an earlier leader, or just now): it
         holds capacity, counted against its job's queue; a member counts as placed, Running as running."""
         self.queue.done(pod.key)
+        self._demand_version += 1
         job = self.jobs.pod_placed(pod, now=self.clock())
         if self.tenancy.hold(pod, job.queue):
             self.resort()
@@ -115,6 +118,7 @@ class SchedulingLoop:
     def pod_gone(self, key: str, *, finished: str = "") -> None:
         """The pod was deleted, or ``finished`` (its phase ``Succeeded`` or ``Failed``): a gang counts it."""
         self.queue.remove(key)
+        self._demand_version += 1
         if self.tenancy.release(key):
             self.resort()
         self._job_gone(key)
@@ -384,10 +388,15 @@ class SchedulingLoop:
 
     def _context(self, key: str) -> dict[str, Any]:
         """What job ``key``'s cycles get from outside: the nodes held for others, and the waiting demand."""
-        return {**self.holds.context(key), PENDING_PODS: self._waiting_pods}
+        return {**self.holds.context(key), PENDING_PODS: self}
 
-    def _waiting_pods(self) -> list[PodRequest]:
-        """The pods waiting in the scheduling queue (a gang's pending members, single pods)."""
+    @property
+    def version(self) -> int:
+        """Grows whenever a pod starts or stops waiting or holding a node (``Demand``)."""
+        return self._demand_version
+
+    def pods(self) -> list[PodRequest]:
+        """The pods waiting in the scheduling queue, a gang's pending members and single pods (``Demand``)."""
         pods: list[PodRequest] = []
         for item in self.queue.items():
             if isinstance(item.payload, PodRequest):

@@ -156,9 +156,21 @@ GANG_SLOTS = "gang.slots"
 #: During a cycle constrained by topology: the node slots (a boolean mask) of the domain(s) chosen for the job;
 #: the ``topology`` filter plugin keeps the pod inside them.
 TOPOLOGY_SLOTS = "topology.slots"
-#: A callable returning the pods waiting in the scheduling queue: the demand a score may look ahead at (FGD learns
-#: its typical pods from them and the pods the cluster holds). The loop passes it to every cycle.
+#: The pods waiting in the scheduling queue (a :class:`Demand`): what a score may look ahead at (FGD learns its
+#: typical pods from them and the pods the cluster holds). The loop passes it to every cycle.
 PENDING_PODS = "pending.pods"
+
+
+class Demand(Protocol):
+    """The waiting pods, and a number that grows whenever a pod starts or stops waiting or holding a node (so a
+    plugin that learns from them knows when to look again without counting them every cycle)."""
+
+    @property
+    def version(self) -> int: ...
+
+    def pods(self) -> list[PodRequest]: ...
+
+
 #: Node slots held for another job (a boolean mask: nominations and reservations, ``scheduler.core.holds``); the
 #: core marks them unavailable in every cycle, whatever plugins the profile names.
 RESERVED_SLOTS = "reserved.slots"

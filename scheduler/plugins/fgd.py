@@ -11,17 +11,16 @@ node first when it happens to come first, and the pod waiting for an A100 finds 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from scheduler.api import resources, typical
 from scheduler.api.errors import InvalidObject
-from scheduler.api.pod import PodRequest
 from scheduler.framework import args as plugin_args
 from scheduler.framework import fragmentation
-from scheduler.framework.interface import F64, I64, PENDING_PODS, CycleState
+from scheduler.framework.interface import F64, I64, PENDING_PODS, CycleState, Demand
 from scheduler.kernels import fgd as fgd_kernel
 from scheduler.kernels import layout
 
@@ -49,20 +48,32 @@ class Fgd:
         self._models = -1
         self._cache: fgd_kernel.FragCache | None = None
         self._cycles = 0
+        #: (the demand's version, how many pods) when the typical pods were last learnt.
+        self._learnt_from = (0, 0)
 
     def _learn(self, state: CycleState) -> None:
-        waiting: Callable[[], Iterable[PodRequest]] | None = state.data.get(PENDING_PODS)
+        demand: Demand | None = state.data.get(PENDING_PODS)
         held = (e.pod for e in state.snapshot.pods())
         pods = [
             (float(p.resources.get(resources.CPU, 0)), float(p.gpu.milli), p.gpu.count, p.gpu.models)
-            for p in itertools.chain(held, waiting() if waiting is not None else ())
+            for p in itertools.chain(held, demand.pods() if demand is not None else ())
         ]
+        self._learnt_from = (demand.version if demand is not None else 0, len(pods))
         if len(pods) >= self.min_pods:
             self.shapes = typical.typical_shapes(pods, self.coverage)
             self._typical = None
 
+    def _demand_moved(self, state: CycleState) -> bool:
+        """Whether the pods held or waiting changed by a tenth since the typical pods were learnt (by one while
+        there are few): a cluster that starts, or a burst of new work, is learnt from at once."""
+        demand: Demand | None = state.data.get(PENDING_PODS)
+        if demand is None:
+            return False
+        version, size = self._learnt_from
+        return demand.version - version >= max(1, size // 10)
+
     def _prepare(self, state: CycleState) -> tuple[fgd_kernel.TypicalPods, fgd_kernel.FragCache]:
-        if not self.fixed and self._cycles % self.refresh == 0:
+        if not self.fixed and (self._cycles % self.refresh == 0 or self._demand_moved(state)):
             self._learn(state)
         self._cycles += 1
         snap = state.snapshot
