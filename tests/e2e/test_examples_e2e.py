@@ -1,0 +1,131 @@
+"""The examples users copy, applied as written: every YAML object in docs/, README.md and examples/, and the kind
+example run end to end through ``gpusched run``.
+
+An example that the API server refuses, or that gpusched does not schedule as its text says, is a defect users
+meet first; these tests keep docs and code from drifting apart (docs said `q` where the short name is `gq`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kube as kube_mod
+import pytest
+import yaml
+from kube import Scenario, node_of
+
+from scheduler.core.framework import Framework
+from scheduler.k8s import config as k8s_config
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Cluster configs of kind and k3d: not Kubernetes objects.
+NOT_OBJECTS = ("kind.x-k8s.io", "k3d.io")
+#: The gpusched config file's sections (docs/operator.md): a YAML block with one of these on top is a config.
+CONFIG_SECTIONS = ("profile", "binding", "backoff", "reservations", "leaderElection")
+
+
+def _blocks() -> Iterator[tuple[str, Any]]:
+    """(where, document) for every YAML document in the docs' ```yaml blocks and in examples/*.yaml."""
+    for path in sorted([*ROOT.glob("docs/*.md"), ROOT / "README.md", *ROOT.glob("examples/*/README.md")]):
+        text = path.read_text()
+        for number, match in enumerate(re.finditer(r"```yaml\n(.*?)```", text, re.S)):
+            for index, document in enumerate(yaml.safe_load_all(match.group(1))):
+                if document is not None:
+                    yield f"{path.relative_to(ROOT)}#yaml{number}.{index}", document
+    for path in sorted(ROOT.glob("examples/**/*.yaml")):
+        for index, document in enumerate(yaml.safe_load_all(path.read_text())):
+            if document is not None:
+                yield f"{path.relative_to(ROOT)}.{index}", document
+
+
+def _objects() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (where, doc)
+        for where, doc in _blocks()
+        if isinstance(doc, dict)
+        and doc.get("apiVersion")
+        and doc.get("kind")
+        and not str(doc["apiVersion"]).startswith(NOT_OBJECTS)
+    ]
+
+
+def _configs() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (where, doc)
+        for where, doc in _blocks()
+        if isinstance(doc, dict) and "apiVersion" not in doc and set(doc) & set(CONFIG_SECTIONS)
+    ]
+
+
+OBJECTS = _objects()
+CONFIGS = _configs()
+
+
+def test_the_examples_are_found() -> None:
+    # The collection itself: a change of layout must not make the tests below silently empty.
+    kinds = {doc["kind"] for _, doc in OBJECTS}
+    assert {"Pod", "PodGroup", "Queue", "Topology", "Node"} <= kinds, kinds
+    assert CONFIGS, "docs/operator.md shows config sections"
+
+
+def test_every_example_object_is_accepted_by_the_api_server(sched: Scenario) -> None:
+    # One namespace for all of them (a namespace per object would be created and terminated hundreds of times);
+    # every refusal is collected before the test fails, so one run names them all.
+    refused, missing = [], []
+    for where, doc in OBJECTS:
+        body = {**doc, "metadata": {k: v for k, v in (doc.get("metadata") or {}).items() if k != "namespace"}}
+        proc = sched.kube.kubectl(
+            "apply", "--dry-run=server", "-n", sched.namespace, "-f", "-", input=yaml.safe_dump(body), check=False
+        )
+        if proc.returncode == 0:
+            continue
+        group = str(doc["apiVersion"]).split("/")[0]
+        if "no matches for kind" in proc.stderr and group != kube_mod.GROUP:
+            missing.append(f"{where}: {doc['kind']} ({group})")
+        else:
+            refused.append(f"{where}: {proc.stderr.strip()}")
+    assert not refused, "\n".join(refused)
+    # Workload kinds of other projects (JobSet, LeaderWorkerSet, ...) are checked where their CRDs are installed
+    # (test_workloads_e2e.py); here they may not be.
+    assert len(missing) < len(OBJECTS) / 2, missing
+
+
+@pytest.mark.parametrize(("where", "doc"), CONFIGS, ids=[w for w, _ in CONFIGS])
+def test_every_example_config_is_read_by_gpusched(where: str, doc: dict[str, Any]) -> None:
+    config = k8s_config.parse(doc, source=where)
+    Framework.build(config.profile)  # plugin names and arguments too
+
+
+def test_the_kind_example_runs_as_written(sched: Scenario) -> None:
+    # examples/kind/README.md: four fake GPU nodes, two queues, a gang that must share one NVLink clique and two
+    # single pods (a whole GPU and half of one).
+    folder = ROOT / "examples" / "kind"
+    for node in yaml.safe_load_all((folder / "fake-gpu-nodes.yaml").read_text()):
+        if node:
+            sched.add_node(node, wait_ready=False)
+    for name in list(sched.nodes):
+        sched.wait_node_ready(name)
+    for queue in yaml.safe_load_all((folder / "queues.yaml").read_text()):
+        if queue:
+            sched.create_queue(queue)
+    sched.start_gpusched()
+    pods = []
+    for doc in yaml.safe_load_all((folder / "workload.yaml").read_text()):
+        if not doc:
+            continue
+        if doc["kind"] == "PodGroup":
+            sched.create_podgroup(doc)
+        else:
+            sched.create_pod(doc)
+            pods.append(doc["metadata"]["name"])
+    bound = sched.wait_bound(pods, timeout=90)
+    cliques = {n["metadata"]["name"]: n["metadata"]["labels"].get("nvidia.com/gpu.clique") for n in sched.my_nodes()}
+    gang = [p for p in bound if p["metadata"].get("labels", {}).get(kube_mod.LABEL_POD_GROUP)]
+    assert gang, "the example has a gang"
+    assert len({cliques[node_of(p)] for p in gang}) == 1, [node_of(p) for p in gang]
+    kube_mod.check_no_overcommit(sched.pods(), sched.my_nodes())
