@@ -233,3 +233,32 @@ def test_a_gangs_members_anti_affinity_holds_inside_the_gang(sched: Scenario) ->
     event = sched.wait_event("worker-3", "FailedScheduling")
     assert "anti-affinity" in event["message"], event["message"]
     sched.stays_unbound(["worker-3"], seconds=2)
+
+
+def test_preferred_node_affinity_and_prefer_no_schedule_taints_steer_placement(sched: Scenario) -> None:
+    soft = [{"key": "spot", "value": "yes", "effect": "PreferNoSchedule"}]
+    sched.add_nodes(
+        [
+            kube_mod.gpu_node("prefer-0", gpus=0, taints=soft),
+            kube_mod.gpu_node("prefer-1", gpus=0),
+            kube_mod.gpu_node("prefer-2", gpus=0, labels={"disk": "ssd"}),
+        ]
+    )
+    sched.start_gpusched()
+    ssd = kube_mod.pod("wants-ssd")
+    ssd["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 50,
+                    "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]},
+                }
+            ]
+        }
+    }
+    sched.create_pod(ssd)
+    sched.wait_bound(["wants-ssd"])
+    assert node_of(sched.pod("wants-ssd")) == "prefer-2"
+    sched.create_pod(kube_mod.pod("avoids-spot"))
+    sched.wait_bound(["avoids-spot"])
+    assert node_of(sched.pod("avoids-spot")) != "prefer-0"
