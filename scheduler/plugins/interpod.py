@@ -89,7 +89,9 @@ def _term_slots(snap: Snapshot, kind: str, pod: PodRequest) -> list[tuple[Affini
 
 
 def _carried(snap: Snapshot, kind: str) -> bool:
-    return snap.pod_index.has(kind) or any(
+    """Whether a pod held, or placed by an open what-if, carries a term of ``kind`` (without building the pod index
+    when no pod held carries any)."""
+    return (snap.pods_with_terms > 0 and snap.pod_index.has(kind)) or any(
         p.pod_affinity and any(k == kind for k, _, _ in pods_index.terms_of(p)) for _, p, _ in snap.what_if_pods
     )
 
