@@ -203,4 +203,5 @@ class InterPodAffinity:
                 total += sign * weight * _at(per_domain, domains, size)
         scores = total[nodes]
         low, high = (float(scores.min()), float(scores.max())) if scores.shape[0] else (0.0, 0.0)
-        out[:] = 100.0 * (scores - low) / (high - low) if high > low else 0.0
+        # kube-scheduler truncates the normalised score to an integer.
+        out[:] = np.floor(100.0 * (scores - low) / (high - low)) if high > low else 0.0

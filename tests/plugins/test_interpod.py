@@ -1,18 +1,20 @@
 """Inter-pod affinity and anti-affinity (InterPodAffinity), as kube-scheduler applies them, with its messages;
-counted per topology domain, what-if placements (a gang's members) included; and a property test against a
-plain per-node reading of the rules."""
+counted per topology domain, what-if placements (a gang's members) included; and property tests of the filter
+and the score against a plain per-node, per-pod reading of kube-scheduler's rules."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.api import pod as api_pod
 from scheduler.api import podgroup as api_podgroup
 from scheduler.core import gang
-from scheduler.framework.interface import Code
+from scheduler.framework.interface import Code, CycleState
+from scheduler.plugins.interpod import InterPodAffinity
 from tests.api import objects
 from tests.core.harness import Cluster
 
@@ -247,3 +249,97 @@ def test_the_filter_agrees_with_a_per_node_reading(
     assert result.state is not None
     got = {cluster.cache.names[s] for s in result.state.feasible.tolist()}
     assert got == _brute(nodes, held, incoming)
+
+
+def _brute_score(
+    nodes: dict[str, dict[str, str]], held: list[tuple[dict[str, Any], str]], incoming: dict[str, Any]
+) -> dict[str, float]:
+    """kube-scheduler's InterPodAffinity score of every node, before normalisation, read pod by pod."""
+    pod = api_pod.parse_pod(incoming)
+    a = pod.pod_affinity
+    raw = dict.fromkeys(nodes, 0.0)
+    for other_raw, at in held:
+        other = api_pod.parse_pod(other_raw)
+        o = other.pod_affinity
+        # (term, signed weight, whom it must select): the incoming pod's terms select the existing pod, the
+        # existing pod's terms select the incoming one.
+        terms = [(w.term, w.weight, other) for w in a.preferred]
+        terms += [(w.term, -w.weight, other) for w in a.anti_preferred]
+        terms += [(t, 1, pod) for t in o.required]
+        terms += [(w.term, w.weight, pod) for w in o.preferred]
+        terms += [(w.term, -w.weight, pod) for w in o.anti_preferred]
+        for term, weight, target in terms:
+            if not term.matches(target.namespace, target.labels) or term.topology_key not in nodes[at]:
+                continue
+            for name, labels in nodes.items():
+                if labels.get(term.topology_key) == nodes[at][term.topology_key]:
+                    raw[name] += weight
+    return raw
+
+
+def _weighted_pod(
+    name: str, labels: dict[str, str], node: str, prefs: list[tuple[int, dict[str, str], str, bool]]
+) -> Any:
+    raw = _pod(name, labels=labels, node=node)
+    spec: dict[str, Any] = {}
+    for weight, selector, key, anti in prefs:
+        kind = "podAntiAffinity" if anti else "podAffinity"
+        spec.setdefault(kind, {"preferredDuringSchedulingIgnoredDuringExecution": []})
+        spec[kind]["preferredDuringSchedulingIgnoredDuringExecution"].append(
+            {"weight": weight, "podAffinityTerm": _term(selector, key)}
+        )
+    if spec:
+        raw["spec"]["affinity"] = spec
+    return raw
+
+
+_PREF = st.tuples(st.integers(1, 100), _LABELS, _KEY, st.booleans())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    zones=st.lists(st.sampled_from(["a", "b", ""]), min_size=1, max_size=5),
+    bound=st.lists(
+        st.tuples(
+            _LABELS, st.integers(0, 4), st.lists(_PREF, max_size=2), st.lists(st.tuples(_LABELS, _KEY), max_size=1)
+        ),
+        max_size=6,
+    ),
+    labels=_LABELS,
+    prefs=st.lists(_PREF, max_size=3),
+)
+def test_the_score_agrees_with_a_per_pod_reading(
+    zones: list[str],
+    bound: list[
+        tuple[dict[str, str], int, list[tuple[int, dict[str, str], str, bool]], list[tuple[dict[str, str], str]]]
+    ],
+    labels: dict[str, str],
+    prefs: list[tuple[int, dict[str, str], str, bool]],
+) -> None:
+    nodes = {f"n{i}": ({ZONE: z} if z else {}) | {HOST: f"n{i}"} for i, z in enumerate(zones)}
+    held = []
+    for i, (lab, at, pod_prefs, required) in enumerate(bound):
+        node = f"n{at % len(zones)}"
+        raw = _weighted_pod(f"b{i}", lab, node, pod_prefs)
+        if required:
+            raw["spec"].setdefault("affinity", {})["podAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": [_term(s, k) for s, k in required]
+            }
+        held.append((raw, node))
+    cluster = Cluster(
+        [objects.node(n, labels={k: v for k, v in lab.items() if k != HOST}) for n, lab in nodes.items()],
+        ("interpod",),
+        bound=[raw for raw, _ in held],
+    )
+    incoming = _weighted_pod("in", labels, "", prefs)
+    pod = api_pod.parse_pod(incoming)
+    snap = cluster.cache.snapshot()
+    names = [cluster.cache.names[s] for s in range(len(nodes))]
+    slots = np.array([cluster.cache.slot_of(n) for n in nodes], dtype=np.int64)
+    out = np.empty(slots.shape[0])
+    InterPodAffinity({}).score(CycleState(pod=pod, snapshot=snap, request=snap.request_vector(pod)), slots, out)
+    raw_scores = _brute_score(nodes, held, incoming)
+    values = np.array([raw_scores[cluster.cache.names[int(s)] or ""] for s in slots])
+    low, high = values.min(), values.max()
+    expected = np.floor(100.0 * (values - low) / (high - low)) if high > low else np.zeros_like(values)
+    assert out.tolist() == expected.tolist(), (names, raw_scores)
