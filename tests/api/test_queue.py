@@ -182,8 +182,20 @@ def test_the_crd_defaults_and_enums_match_the_parser() -> None:
     assert tuple(preemption["reclaim"]["enum"]) == queue.RECLAIM
     assert preemption["withinQueue"]["default"] == defaults.within_queue
     assert preemption["reclaim"]["default"] == defaults.reclaim
-    columns = [column["name"] for column in version["additionalPrinterColumns"]]
-    assert columns == ["Parent", "Weight", "Allocated GPUs", "Share", "Fair share", "Pending", "Age"]
+    # What `kubectl get gq` shows (issue 17's columns); `-o wide` adds the priority-1 ones.
+    columns = [column["name"] for column in version["additionalPrinterColumns"] if not column.get("priority")]
+    assert columns == [
+        "GPU Guarantee",
+        "GPU Limit",
+        "GPU Allocated",
+        "Pending Jobs",
+        "Admitted Jobs",
+        "Share",
+        "Fair Share",
+        "Age",
+    ]
+    wide = [column["name"] for column in version["additionalPrinterColumns"] if column.get("priority")]
+    assert {"Parent", "Weight", "Pending Pods", "GPU Borrowed", "Accepted"} <= set(wide)
 
 
 # --- the tree -------------------------------------------------------------------------------------------------

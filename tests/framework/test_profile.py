@@ -24,11 +24,24 @@ def test_the_default_profile_loads_and_builds() -> None:
     assert config.name == "gpusched"
     assert config.tie_break == "first"
     assert config.seed == 0
-    assert [p.name for p in config.plugins] == ["node_rules", "fit", "ports", "gpu", "fgd", "gang", "topology"]
-    assert config.plugins[3] == PluginConfig("gpu", 1.0, {"device": "hint"})
+    assert [p.name for p in config.plugins] == [
+        "node_rules",
+        "fit",
+        "ports",
+        "interpod",
+        "topology_spread",
+        "gpu",
+        "fgd",
+        "gang",
+        "topology",
+    ]
+    assert config.plugins[5] == PluginConfig("gpu", 1.0, {"device": "hint"})
     fw = Framework.build(config)
-    assert [p.name for p in fw.filters] == ["node_rules", "fit", "ports", "topology"]
+    assert [p.name for p in fw.filters] == ["node_rules", "fit", "ports", "interpod", "topology_spread", "topology"]
     assert [(s[0].name, s[1]) for s in fw.scorers] == [
+        ("node_rules", 50.0),
+        ("interpod", 100.0),
+        ("topology_spread", 50.0),
         ("fgd", 100.0),
         ("gang", 50.0),
         ("topology", 50.0),
@@ -46,7 +59,17 @@ def test_the_removed_reservation_plugin_is_a_clear_error(tmp_path: Path) -> None
 def test_a_file_overrides_only_what_it_says(tmp_path: Path) -> None:
     config = profile.load(_write(tmp_path, "tieBreak: random\nseed: 42\n"))
     assert (config.tie_break, config.seed) == ("random", 42)
-    assert [p.name for p in config.plugins] == ["node_rules", "fit", "ports", "gpu", "fgd", "gang", "topology"]
+    assert [p.name for p in config.plugins] == [
+        "node_rules",
+        "fit",
+        "ports",
+        "interpod",
+        "topology_spread",
+        "gpu",
+        "fgd",
+        "gang",
+        "topology",
+    ]
 
 
 def test_a_file_can_replace_the_plugins(tmp_path: Path) -> None:
