@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from scheduler.api import selectors
 from scheduler.api.errors import InvalidObject
 from scheduler.api.selectors import Requirement
 
 #: The namespaces of a term that selects pods in every namespace.
 ALL_NAMESPACES: frozenset[str] = frozenset({"*"})
-_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,25 +86,7 @@ NO_AFFINITY = PodAffinity()
 
 
 def _requirements(raw: object, *, obj: str, field: str) -> tuple[Requirement, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise InvalidObject("expected a list of requirements", obj=obj, field=field)
-    parsed = []
-    for i, item in enumerate(raw):
-        where = f"{field}[{i}]"
-        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
-            raise InvalidObject("a requirement needs a string key", obj=obj, field=where)
-        operator = item.get("operator")
-        if operator not in _SELECTOR_OPERATORS:
-            raise InvalidObject(f"unknown operator {operator!r}", obj=obj, field=f"{where}.operator")
-        values = item.get("values") or []
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise InvalidObject("values must be a list of strings", obj=obj, field=f"{where}.values")
-        if operator in ("In", "NotIn") and not values:
-            raise InvalidObject(f"operator {operator} needs values", obj=obj, field=f"{where}.values")
-        parsed.append(Requirement(item["key"], str(operator), tuple(values)))
-    return tuple(parsed)
+    return selectors.requirements(raw, obj=obj, field=field, operators=selectors.LABEL_OPERATORS)
 
 
 def parse_label_selector(raw: object, *, obj: str, field: str) -> LabelSelector:

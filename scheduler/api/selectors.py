@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from scheduler.api.errors import InvalidObject
 
 _OPERATORS = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"}
+#: A label selector's operators (pod affinity, spread constraints): a node selector's without Gt and Lt.
+LABEL_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +79,10 @@ class Toleration:
         return self.operator == "Exists" or self.value == taint.value
 
 
-def _requirements(raw: object, *, obj: str, field: str) -> tuple[Requirement, ...]:
+def requirements(
+    raw: object, *, obj: str, field: str, operators: frozenset[str] | set[str] = _OPERATORS
+) -> tuple[Requirement, ...]:
+    """Parse ``matchExpressions`` (node selector terms, or label selectors with ``LABEL_OPERATORS``)."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -88,7 +93,7 @@ def _requirements(raw: object, *, obj: str, field: str) -> tuple[Requirement, ..
         if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
             raise InvalidObject("a requirement needs a string key", obj=obj, field=where)
         operator = item.get("operator")
-        if operator not in _OPERATORS:
+        if operator not in operators:
             raise InvalidObject(f"unknown operator {operator!r}", obj=obj, field=f"{where}.operator")
         values = item.get("values") or []
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
@@ -120,8 +125,8 @@ def parse_node_affinity(spec: Mapping[str, object], *, obj: str) -> tuple[NodeSe
             raise InvalidObject("expected a term", obj=obj, field=f"{field}[{i}]")
         parsed.append(
             NodeSelectorTerm(
-                labels=_requirements(term.get("matchExpressions"), obj=obj, field=f"{field}[{i}].matchExpressions"),
-                fields=_requirements(term.get("matchFields"), obj=obj, field=f"{field}[{i}].matchFields"),
+                labels=requirements(term.get("matchExpressions"), obj=obj, field=f"{field}[{i}].matchExpressions"),
+                fields=requirements(term.get("matchFields"), obj=obj, field=f"{field}[{i}].matchFields"),
             )
         )
     return tuple(parsed)

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
 
 from scheduler.k8s import client as k8s
+from scheduler.k8s import config as k8s_config
+from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import FakeApiServer
 
 
@@ -21,3 +25,16 @@ async def client(fake: FakeApiServer) -> AsyncIterator[k8s.Client]:
     c = k8s.for_host(fake.url, timeout=2.0)
     yield c
     await c.close()
+
+
+@pytest.fixture
+async def operator(client: k8s.Client) -> AsyncIterator[Operator]:
+    """An operator with the default config on the fake API server, its scheduling task running."""
+    op = Operator(client, k8s_config.parse({}), identity="test")
+    await op.start()
+    task = asyncio.create_task(op.run())
+    yield op
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await op.close()

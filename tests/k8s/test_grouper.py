@@ -4,15 +4,12 @@ the leader only, namespaces' default queues, scheduler-plugins PodGroups read as
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiohttp import web
 
-from scheduler.k8s import client as k8s
-from scheduler.k8s import config as k8s_config
 from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import FakeApiServer, eventually, status
 from tests.k8s.test_operator import bound, node, pod
@@ -49,18 +46,6 @@ async def fake() -> AsyncIterator[FakeApiServer]:
     await server.start()
     yield server
     await server.close()
-
-
-@pytest.fixture
-async def operator(client: k8s.Client) -> AsyncIterator[Operator]:
-    op = Operator(client, k8s_config.parse({}), identity="test")
-    await op.start()
-    task = asyncio.create_task(op.run())
-    yield op
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    await op.close()
 
 
 def job(name: str, parallelism: int, **annotations: str) -> dict[str, Any]:

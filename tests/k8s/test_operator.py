@@ -7,11 +7,7 @@ server receives (bindings, Events, pod conditions, status patches, deletions).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from scheduler.api import pod as api_pod
 from scheduler.k8s import client as k8s
@@ -58,18 +54,6 @@ def pod(
 
 def podgroup(name: str, min_member: int) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"}, "spec": {"minMember": min_member}}
-
-
-@pytest.fixture
-async def operator(client: k8s.Client) -> AsyncIterator[Operator]:
-    op = Operator(client, k8s_config.parse({}), identity="test")
-    await op.start()
-    task = asyncio.create_task(op.run())
-    yield op
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    await op.close()
 
 
 def bound(fake: FakeApiServer) -> dict[str, Any]:

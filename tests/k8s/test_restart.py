@@ -7,16 +7,11 @@ malformed annotation dropped from its node.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from scheduler.k8s import client as k8s
-from scheduler.k8s import config as k8s_config
 from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import FakeApiServer, eventually
 from tests.k8s.test_operator import bound, events, flushed, node, pod
@@ -26,18 +21,6 @@ GROUP = {
     "metadata": {"name": "train", "namespace": "default", "uid": "uid-train"},
     "spec": {"minMember": 2, "queue": "capped"},
 }
-
-
-@pytest.fixture
-async def operator(client: k8s.Client) -> AsyncIterator[Operator]:
-    op = Operator(client, k8s_config.parse({}), identity="test")
-    await op.start()
-    task = asyncio.create_task(op.run())
-    yield op
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    await op.close()
 
 
 def _members() -> list[dict[str, Any]]:

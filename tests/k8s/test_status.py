@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,7 +11,6 @@ import pytest
 from scheduler.api.pod import PodRequest
 from scheduler.core import tenancy
 from scheduler.k8s import client as k8s
-from scheduler.k8s import config as k8s_config
 from scheduler.k8s import operator as operator_module
 from scheduler.k8s.operator import Operator
 from scheduler.k8s.status import QUEUES, CustomStatusWriter, PodConditionWriter, StatusSettings, to_json
@@ -212,18 +210,6 @@ def _pod_condition(fake: FakeApiServer, name: str) -> dict[str, object]:
     condition: dict[str, object] = patches[-1].body["status"]["conditions"][0]
     assert (condition["type"], condition["status"], condition["reason"]) == ("PodScheduled", "False", "Unschedulable")
     return condition
-
-
-@pytest.fixture
-async def operator(client: k8s.Client) -> AsyncIterator[Operator]:
-    op = Operator(client, k8s_config.parse({}), identity="test")
-    await op.start()
-    task = asyncio.create_task(op.run())
-    yield op
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    await op.close()
 
 
 async def test_a_gang_member_waiting_for_its_siblings_is_told_so(fake: FakeApiServer, operator: Operator) -> None:
