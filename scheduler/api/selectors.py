@@ -102,7 +102,7 @@ def requirements(
             raise InvalidObject(f"operator {operator} needs values", obj=obj, field=f"{where}.values")
         if operator in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
             raise InvalidObject(f"operator {operator} needs one integer value", obj=obj, field=f"{where}.values")
-        parsed.append(Requirement(item["key"], operator, tuple(values)))
+        parsed.append(Requirement(item["key"], str(operator), tuple(values)))
     return tuple(parsed)
 
 
