@@ -196,8 +196,18 @@ def trainjob_gang_key(_trainjob: Obj, pod: Obj) -> str | None:
     return "" if _labels(pod).get("jobset.sigs.k8s.io/replicatedjob-name") == "node" else None
 
 
+def _scheduling_policy(job: Obj) -> Mapping[str, Any]:
+    """Kubeflow's own gang setting (``spec.runPolicy.schedulingPolicy``: ``minAvailable``, ``queue``), which the
+    training operator hands to Volcano or scheduler-plugins; honoured here the same way."""
+    return as_map(as_map(as_map(job.get("spec")).get("runPolicy")).get("schedulingPolicy"))
+
+
 def pytorchjob_min_member(job: Obj) -> int:
-    """Master and workers: the sum of every replica spec's ``replicas``."""
+    """``runPolicy.schedulingPolicy.minAvailable`` when set, else master and workers: the sum of every replica
+    spec's ``replicas``."""
+    given = _int(_scheduling_policy(job).get("minAvailable"), 0)
+    if given > 0:
+        return given
     specs = as_map(as_map(job.get("spec")).get("pytorchReplicaSpecs"))
     return max(sum(_int(as_map(s).get("replicas"), 1) for s in specs.values()), 1)
 
@@ -217,7 +227,11 @@ def _mpi_waits_for_workers(job: Obj) -> bool:
 
 
 def mpijob_min_member(job: Obj) -> int:
-    """Launcher and workers; only the workers when the launcher is made after they are ready."""
+    """``runPolicy.schedulingPolicy.minAvailable`` when set, else launcher and workers; only the workers when the
+    launcher is made after they are ready."""
+    given = _int(_scheduling_policy(job).get("minAvailable"), 0)
+    if given > 0:
+        return given
     specs = as_map(as_map(job.get("spec")).get("mpiReplicaSpecs"))
     workers = _int(as_map(specs.get("Worker")).get("replicas"), 0)
     launcher = 0 if _mpi_waits_for_workers(job) else _int(as_map(specs.get("Launcher")).get("replicas"), 1)
@@ -359,9 +373,10 @@ def group_pod(pod: Obj, chain: Sequence[Obj], *, namespace_queue: str = "") -> G
 
 
 def _queue(chain: Sequence[Obj], pod_labels: Mapping[str, Any], namespace_queue: str) -> str:
-    """The workload's label (the topmost owner naming one), else the pod's own, else the namespace's default."""
+    """The workload's label (the topmost owner naming one) or its Kubeflow ``schedulingPolicy.queue``, else the
+    pod's own label, else the namespace's default."""
     for obj in reversed(chain):
-        value = _labels(obj).get(api_pod.LABEL_QUEUE)
+        value = _labels(obj).get(api_pod.LABEL_QUEUE) or _scheduling_policy(obj).get("queue")
         if value:
             return str(value)
     return str(pod_labels.get(api_pod.LABEL_QUEUE) or namespace_queue or "")

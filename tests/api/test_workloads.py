@@ -184,6 +184,31 @@ def test_pytorchjob_sums_replica_specs() -> None:
     assert grouping.gang is not None and (grouping.gang.name, grouping.gang.min_member) == ("pytorchjob-mnist", 4)
 
 
+def test_kubeflows_own_scheduling_policy_sets_min_member_and_queue() -> None:
+    # spec.runPolicy.schedulingPolicy is what the training operator hands Volcano or scheduler-plugins.
+    policy = {"minAvailable": 2, "queue": "research"}
+    replicas = {"Master": {"replicas": 1}, "Worker": {"replicas": 3}}
+    job = obj(
+        "kubeflow.org/v1",
+        "PyTorchJob",
+        "mnist",
+        {"pytorchReplicaSpecs": replicas, "runPolicy": {"schedulingPolicy": policy}},
+    )
+    labels = {"training.kubeflow.org/job-name": "mnist"}
+    grouping = group_pod(pod("mnist-worker-0", ref("kubeflow.org/v1", "PyTorchJob", "mnist"), labels), [job])
+    assert grouping.gang is not None and grouping.gang.min_member == 2
+    assert grouping.queue == "research"
+    mpi = obj(
+        "kubeflow.org/v2beta1",
+        "MPIJob",
+        "pi",
+        {"mpiReplicaSpecs": {"Worker": {"replicas": 4}}, "runPolicy": {"schedulingPolicy": {"minAvailable": 3}}},
+    )
+    worker = pod("pi-worker-0", ref("kubeflow.org/v2beta1", "MPIJob", "pi"), {})
+    grouping = group_pod(worker, [mpi])
+    assert grouping.gang is not None and grouping.gang.min_member == 3
+
+
 def test_raycluster_counts_head_and_min_replicas() -> None:
     spec = {
         "headGroupSpec": {"template": {}},
