@@ -103,6 +103,10 @@ class Cache:
         #: How many pods held carry inter-pod affinity terms (known without the index).
         self.pods_with_terms = 0
         self._waiting: dict[str, dict[str, PodRequest]] = {}
+        #: Per node slot, the node's place in name order (None when nodes came or went since): ties between equal
+        #: scores go to the first node by name, whatever order the nodes were seen in (a restart sees them in
+        #: another order).
+        self._name_rank: I64 | None = None
         self._snapshot: Snapshot | None = None
         self.topology: api_topology.TopologySpec = api_topology.DEFAULT_TOPOLOGY
         self._domains: api_topology.DomainIndex | None = None
@@ -170,6 +174,7 @@ class Cache:
             self._slot[info.name] = slot
             self.nodes[slot] = NodeEntry(info)
             self._domains = None
+            self._name_rank = None
         else:
             entry = self.nodes[slot]
             if _same_for_scheduling(entry.info, info):
@@ -244,6 +249,7 @@ class Cache:
                 self._waiting.setdefault(name, {})[key] = pod_entry.pod
         self.names[slot] = None
         self._domains = None
+        self._name_rank = None
         self._gpu_topology.pop(slot, None)
         self._topology_index = None
         self.gpu_topology_problems.pop(name, None)
@@ -320,6 +326,17 @@ class Cache:
     def gpu_topology(self, slot: int) -> GpuTopology | None:
         """The node's GPU topology from its annotation; None without one (or with a refused one)."""
         return self._gpu_topology.get(slot)
+
+    def name_rank(self) -> I64:
+        """Per node slot, the node's place in name order (slots without a node last); read-only."""
+        rank = self._name_rank
+        if rank is None or rank.shape[0] != self.arrays.slots:
+            order = sorted(range(len(self.names)), key=lambda s: (self.names[s] is None, self.names[s] or ""))
+            rank = np.full(self.arrays.slots, len(order), dtype=np.int64)
+            rank[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int64)
+            rank.setflags(write=False)
+            self._name_rank = rank
+        return rank
 
     def _set_gpu_topology(self, slot: int, info: api_node.NodeInfo) -> None:
         self._gpu_topology.pop(slot, None)
@@ -582,6 +599,10 @@ class Snapshot:
 
     def slot_of(self, name: str) -> int | None:
         return self._cache.slot_of(name)
+
+    def name_rank(self) -> I64:
+        """Per node slot, the node's place in name order."""
+        return self._cache.name_rank()
 
     @property
     def topology(self) -> api_topology.TopologySpec:

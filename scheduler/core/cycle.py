@@ -142,7 +142,14 @@ class Scheduler:
                 total += weight * out
         best = total.max()
         ties = np.flatnonzero(total == best)
-        pick = int(ties[0] if not self._random_ties or ties.shape[0] == 1 else self._rng.choice(ties))
+        if ties.shape[0] == 1:
+            pick = int(ties[0])
+        elif self._random_ties:
+            pick = int(self._rng.choice(ties))
+        else:
+            # The first node by name (kube-scheduler's and the FGD paper's rule), not by slot: slots follow the
+            # order nodes were seen in, which a restart changes.
+            pick = int(ties[np.argmin(snapshot.name_rank()[feasible[ties]])])
         slot = int(feasible[pick])
         for i, reserver in enumerate(fw.reservers):
             status = reserver.reserve(state, slot)

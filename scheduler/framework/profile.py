@@ -3,7 +3,7 @@
 A profile file looks like::
 
     name: gpusched
-    tieBreak: first          # first (lowest node slot) or random (seeded)
+    tieBreak: first          # first (the first node by name) or random (seeded)
     seed: 0
     plugins:
       - name: fit

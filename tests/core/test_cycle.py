@@ -149,3 +149,11 @@ def test_a_pod_without_room_is_not_woken_by_a_topology_change() -> None:
     assert _where(loop, "default/p") == "unschedulable"
     loop.cluster_event(ClusterEvent.NODE_ADDED)
     assert _where(loop, "default/p") in ("active", "backoff")
+
+
+def test_ties_go_to_the_first_node_by_name_whatever_order_the_nodes_came_in() -> None:
+    # A restart lists the nodes in another order; the same pods must go to the same nodes.
+    names = ["n-b", "n-c", "n-a"]
+    for order in (names, list(reversed(names))):
+        cluster = Cluster([objects.node(n, cpu="8", gpus=1) for n in order], ("fit", "gpu"))
+        assert [cluster.place(objects.pod(f"p{i}", gpus=1))[0] for i in range(3)] == ["n-a", "n-b", "n-c"]

@@ -112,19 +112,20 @@ def test_gpu_memory_is_no_constraint_on_a_node_whose_device_memory_is_unknown() 
 
 def test_taints_keep_out_pods_that_do_not_tolerate_them() -> None:
     taint = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    # Both nodes fit a tolerant pod: ties go to the first node by name.
     cluster = Cluster(
         [
-            objects.node("tainted", taints=[taint]),
-            objects.node("soft", taints=[{"key": "spot", "effect": "PreferNoSchedule"}], cpu="4"),
+            objects.node("a-tainted", taints=[taint]),
+            objects.node("b-soft", taints=[{"key": "spot", "effect": "PreferNoSchedule"}], cpu="4"),
         ]
     )
-    assert cluster.place(objects.pod("p"))[0] == "soft"  # PreferNoSchedule does not filter
+    assert cluster.place(objects.pod("p"))[0] == "b-soft"  # PreferNoSchedule does not filter
     tolerant = [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
-    assert cluster.place(objects.pod("q", tolerations=tolerant))[0] == "tainted"
+    assert cluster.place(objects.pod("q", tolerations=tolerant))[0] == "a-tainted"
     assert _message(cluster, objects.pod("r", cpu="8")) == (
         "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint."
     )
-    assert cluster.place(objects.pod("s", cpu="8", tolerations=[{"operator": "Exists"}]))[0] == "tainted"
+    assert cluster.place(objects.pod("s", cpu="8", tolerations=[{"operator": "Exists"}]))[0] == "a-tainted"
 
 
 def test_a_taint_removed_by_a_node_update_no_longer_filters() -> None:

@@ -26,12 +26,12 @@ def test_binpack_fills_gpus_on_the_busier_node() -> None:
 
 
 def test_scarce_avoidance_keeps_cpu_pods_off_gpu_nodes() -> None:
-    nodes = [objects.node("gpu", gpus=8, gpu_memory_mib="81920"), objects.node("cpu")]
+    nodes = [objects.node("a-gpu", gpus=8, gpu_memory_mib="81920"), objects.node("b-cpu")]
     cluster = Cluster(nodes, ["fit", "gpu", "scarce_avoidance"])
-    assert cluster.place(objects.pod("web", cpu="4"))[0] == "cpu"
-    assert cluster.place(objects.pod("train", cpu="4", gpus=1))[0] == "gpu"
-    # Without it, the first node wins the tie.
-    assert Cluster(nodes, ["fit", "gpu"]).place(objects.pod("web", cpu="4"))[0] == "gpu"
+    assert cluster.place(objects.pod("web", cpu="4"))[0] == "b-cpu"
+    assert cluster.place(objects.pod("train", cpu="4", gpus=1))[0] == "a-gpu"
+    # Without it, the first node (by name) wins the tie.
+    assert Cluster(nodes, ["fit", "gpu"]).place(objects.pod("web", cpu="4"))[0] == "a-gpu"
 
 
 def test_fgd_prefers_the_placement_that_leaves_less_fragmentation() -> None:
