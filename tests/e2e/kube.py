@@ -954,3 +954,36 @@ def patch_annotations(kube: Kube, namespace: str, name: str, annotations: Mappin
         content_type="application/merge-patch+json",
     )
     return patched
+
+
+# ---- workloads and the PodGroups derived from them ----
+
+
+def podgroups(s: Scenario) -> list[dict[str, Any]]:
+    """The PodGroups of the scenario's namespace."""
+    items: list[dict[str, Any]] = s.kube.request("GET", Kube.custom_path("podgroups", s.namespace)).get("items", [])
+    return items
+
+
+def delete_workload(s: Scenario, path: str, *, timeout: float) -> float:
+    """Delete the workload at ``path`` as ``kubectl delete`` does (background propagation); wait until it is gone
+    and the garbage collector has deleted the namespace's PodGroups with it; the seconds it took. The collector
+    learns a newly installed resource from discovery every 30 s: the first deletion of a new kind takes longest."""
+    assert podgroups(s), f"no PodGroup left to garbage-collect before {path} was deleted"
+    started = time.monotonic()
+    s.kube.request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"})
+
+    def gone() -> bool:
+        try:
+            s.kube.request("GET", path)
+        except APIError as exc:
+            return exc.status == 404 and not podgroups(s)
+        return False
+
+    wait_until(
+        gone,
+        timeout=timeout,
+        what=f"{path} deleted and its PodGroups garbage-collected with it",
+        describe=lambda: f"PodGroups left: {[g['metadata']['name'] for g in podgroups(s)]}",
+    )
+    return time.monotonic() - started

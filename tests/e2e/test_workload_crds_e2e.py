@@ -30,12 +30,10 @@ from typing import Any
 import kube as kube_mod
 import pytest
 from kube import Kube, Scenario, node_of
-from localcluster import APIError
 
 pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).resolve().parent
-GROUPS = "/apis/scheduling.gpusched.io/v1alpha1/namespaces/{ns}/podgroups"
 TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
 JOBS = "/apis/batch/v1/namespaces/{ns}/jobs"
@@ -148,15 +146,10 @@ def _create_pods(s: Scenario, pods: list[dict[str, Any]]) -> list[str]:
 # --- checks ---------------------------------------------------------------------------------------------------------
 
 
-def _podgroups(s: Scenario) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = s.kube.request("GET", GROUPS.format(ns=s.namespace)).get("items", [])
-    return items
-
-
 def _one_gang(s: Scenario, name: str, min_member: int, owner: dict[str, Any], queue: str = "") -> dict[str, Any]:
     """Exactly one PodGroup, ``name``, with ``min_member`` (and ``queue``), controlled by ``owner`` (its uid)."""
     groups: list[dict[str, Any]] = kube_mod.wait_until(
-        lambda: _podgroups(s) or None,
+        lambda: kube_mod.podgroups(s) or None,
         timeout=30,
         what=f"a PodGroup for {owner['kind']} {owner['metadata']['name']}",
         describe=s.describe,
@@ -182,30 +175,6 @@ def _bound_whole(s: Scenario, order: kube_mod.BindOrder, gang: str, members: lis
     kube_mod.wait_until(bound, timeout=60, what=f"the {len(members)} pods of {gang} bound", describe=s.describe)
     why = order.piecemeal(members)
     assert why is None, f"{gang} was bound piecemeal: {why}"
-
-
-def _delete_takes_podgroup_along(s: Scenario, path: str) -> float:
-    """Delete the workload at ``path`` (background propagation, as kubectl does); wait until it is gone and the
-    garbage collector has deleted its PodGroup; the seconds."""
-    assert _podgroups(s), f"no PodGroup left to garbage-collect before {path} was deleted"
-    started = time.monotonic()
-    s.kube.request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"})
-
-    def gone() -> bool:
-        try:
-            s.kube.request("GET", path)
-        except APIError as exc:
-            return exc.status == 404 and not _podgroups(s)
-        return False
-
-    # The garbage collector learns a new CRD's resource from discovery, every 30 s: up to ~40 s for the first one.
-    kube_mod.wait_until(
-        gone,
-        timeout=75,
-        what=f"{path} deleted and its PodGroup garbage-collected with it",
-        describe=lambda: f"PodGroups left: {[g['metadata']['name'] for g in _podgroups(s)]}",
-    )
-    return time.monotonic() - started
 
 
 def _nodes(s: Scenario, count: int = 2) -> None:
@@ -282,7 +251,7 @@ def test_a_pytorchjob_is_one_gang_in_its_namespaces_queue(sched: Scenario, workl
         _one_gang(sched, "pytorchjob-pytorch-simple", 3, job, queue=queue)
         _bound_whole(sched, order, "pytorchjob-pytorch-simple", members)
         _timed("PyTorchJob submitted to its gang bound", started)
-        gc = _delete_takes_podgroup_along(sched, f"{path}/pytorch-simple")
+        gc = kube_mod.delete_workload(sched, f"{path}/pytorch-simple", timeout=75)
         print(f"[e2e] PyTorchJob deleted, PodGroup collected: {gc:.1f}s")
     finally:
         order.stop()
@@ -397,7 +366,7 @@ def test_a_trainjob_is_one_gang_of_its_training_nodes_without_its_initializer(
         kube_mod.wait_until(
             initializer_bound, timeout=30, what="the dataset initializer bound on its own", describe=sched.describe
         )
-        assert not _podgroups(sched), "the initializer's pod must not make a gang"
+        assert not kube_mod.podgroups(sched), "the initializer's pod must not make a gang"
         sched.kube.request("POST", JOBS.format(ns=ns), child_job(node))
         _one_gang(sched, "trainjob-pytorch-simple", 2, trainjob)
         nodes: list[str] = kube_mod.wait_until(
@@ -411,7 +380,7 @@ def test_a_trainjob_is_one_gang_of_its_training_nodes_without_its_initializer(
         )
         _bound_whole(sched, order, "trainjob-pytorch-simple", nodes)
         _timed("TrainJob submitted to its gang bound", started)
-        gc = _delete_takes_podgroup_along(sched, f"{path}/pytorch-simple")
+        gc = kube_mod.delete_workload(sched, f"{path}/pytorch-simple", timeout=75)
         print(f"[e2e] TrainJob deleted, PodGroup collected: {gc:.1f}s")
     finally:
         order.stop()
@@ -492,7 +461,7 @@ def test_a_raycluster_is_one_gang_of_its_head_and_min_workers(sched: Scenario, w
         _one_gang(sched, "raycluster-raycluster-kuberay", 3, cluster)
         _bound_whole(sched, order, "raycluster-raycluster-kuberay", members)
         _timed("RayCluster submitted to its gang bound", started)
-        gc = _delete_takes_podgroup_along(sched, f"{path}/raycluster-kuberay")
+        gc = kube_mod.delete_workload(sched, f"{path}/raycluster-kuberay", timeout=75)
         print(f"[e2e] RayCluster deleted, PodGroup collected: {gc:.1f}s")
     finally:
         order.stop()
@@ -593,7 +562,7 @@ def test_an_mpijob_is_one_gang_of_its_launcher_and_workers(sched: Scenario, work
         )
         _bound_whole(sched, order, "mpijob-pi", members + launchers)
         _timed("MPIJob submitted to its gang bound", started)
-        gc = _delete_takes_podgroup_along(sched, f"{path}/pi")
+        gc = kube_mod.delete_workload(sched, f"{path}/pi", timeout=75)
         print(f"[e2e] MPIJob deleted, PodGroup collected: {gc:.1f}s")
     finally:
         order.stop()

@@ -27,12 +27,11 @@ import kube as kube_mod
 import pytest
 import webhooks
 from kube import Kube, Scenario, node_of
-from localcluster import APIError, free_port
+from localcluster import free_port
 
 pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).resolve().parent
-GROUPS = "/apis/scheduling.gpusched.io/v1alpha1/namespaces/{ns}/podgroups"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
 LWS = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets"
 
@@ -200,23 +199,18 @@ def controllers(running_controllers: list[Path], request: pytest.FixtureRequest)
         print(f"\n{_log_tails(running_controllers)}", file=sys.stderr)
 
 
-def _podgroups(s: Scenario) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = s.kube.request("GET", GROUPS.format(ns=s.namespace)).get("items", [])
-    return items
-
-
 def _gangs(s: Scenario, names: list[str], min_member: int, owner_kind: str, timeout: float = 60.0) -> None:
     """Exactly the PodGroups ``names``, each with ``min_member`` and owned (as controller) by an ``owner_kind``."""
 
     def all_there() -> list[dict[str, Any]] | None:
-        groups = _podgroups(s)
+        groups = kube_mod.podgroups(s)
         return groups if len(groups) >= len(names) else None
 
     groups = kube_mod.wait_until(
         all_there,
         timeout=timeout,
         what=f"PodGroups {names} for the {owner_kind}",
-        describe=lambda: f"PodGroups: {[g['metadata']['name'] for g in _podgroups(s)]}; pods: {s.describe()}",
+        describe=lambda: f"PodGroups: {[g['metadata']['name'] for g in kube_mod.podgroups(s)]}; pods: {s.describe()}",
     )
     assert sorted(g["metadata"]["name"] for g in groups) == sorted(names)
     for group in groups:
@@ -242,29 +236,6 @@ def _landed_whole(order: kube_mod.BindOrder, gangs: dict[str, list[str]]) -> Non
     """Each gang (name -> its pods' names) had every member created before its first member was bound."""
     piecemeal = {gang: why for gang, members in gangs.items() if (why := order.piecemeal(members))}
     assert not piecemeal, piecemeal
-
-
-def _delete_takes_podgroups_along(s: Scenario, path: str) -> float:
-    """Delete the workload at ``path`` as ``kubectl delete`` does (background propagation); wait until it is gone
-    and the garbage collector has deleted its PodGroups; the seconds."""
-    assert _podgroups(s), f"no PodGroup left to garbage-collect before {path} was deleted"
-    started = time.monotonic()
-    s.kube.request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"})
-
-    def workload_and_groups_gone() -> bool:
-        try:
-            s.kube.request("GET", path)
-        except APIError as exc:
-            return exc.status == 404 and not _podgroups(s)
-        return False
-
-    kube_mod.wait_until(
-        workload_and_groups_gone,
-        timeout=60,
-        what=f"{path} deleted and its PodGroups garbage-collected with it",
-        describe=lambda: f"PodGroups left: {[g['metadata']['name'] for g in _podgroups(s)]}",
-    )
-    return time.monotonic() - started
 
 
 def _condition(obj: dict[str, Any], kind: str) -> bool:
@@ -328,7 +299,7 @@ def test_an_indexed_job_is_one_gang_that_lands_whole_completes_and_takes_its_pod
 
         kube_mod.wait_until(complete, timeout=90, what="the Job's 5 completions (kwok completes Job pods)")
         _timed("Job submitted to complete", started)
-        gc = _delete_takes_podgroups_along(sched, f"{path}/indexed-job")
+        gc = kube_mod.delete_workload(sched, f"{path}/indexed-job", timeout=60)
         print(f"[e2e] Job deleted, PodGroup collected: {gc:.1f}s")
     finally:
         order.stop()
@@ -389,7 +360,7 @@ def test_a_jobset_is_one_gang_that_lands_whole_completes_and_takes_its_podgroup_
             describe=lambda: str(sched.kube.request("GET", f"{path}/paralleljobs").get("status") or {}),
         )
         _timed("JobSet submitted to Completed", started)
-        gc = _delete_takes_podgroups_along(sched, f"{path}/paralleljobs")
+        gc = kube_mod.delete_workload(sched, f"{path}/paralleljobs", timeout=60)
         print(f"[e2e] JobSet deleted, PodGroup collected: {gc:.1f}s")
     finally:
         order.stop()
@@ -452,7 +423,7 @@ def test_a_leaderworkerset_is_one_gang_per_group_that_lands_whole_runs_and_takes
             describe=lambda: str(sched.kube.request("GET", f"{path}/leaderworkerset-sample").get("status")),
         )
         _timed("LeaderWorkerSet submitted to Available", started)
-        gc = _delete_takes_podgroups_along(sched, f"{path}/leaderworkerset-sample")
+        gc = kube_mod.delete_workload(sched, f"{path}/leaderworkerset-sample", timeout=60)
         print(f"[e2e] LeaderWorkerSet deleted, 3 PodGroups collected: {gc:.1f}s")
     finally:
         order.stop()
