@@ -149,8 +149,8 @@ class Operator:
         self._told: dict[str, str] = {}
         #: Queues that cannot be used: name -> why (unreadable, or refused by the tree), for their status condition.
         self.queue_problems: dict[str, str] = {}
-        #: Per queue, its Accepted condition's (status, lastTransitionTime).
-        self._queue_since: dict[str, tuple[str, float]] = {}
+        #: Per queue, its Accepted condition.
+        self._queue_accepted = k8s_status.AcceptedConditions(clock)
         #: Nodes whose ``gpusched.io/gpu-topology`` was refused, with the message last told.
         self._node_problems: dict[str, str] = {}
 
@@ -353,6 +353,7 @@ class Operator:
             self.queues.pop(name, None)
             self.uids.pop(f"queue {name}", None)
             self.queue_status.forget(name)
+            self._queue_accepted.forget(name)
         else:
             try:
                 spec = api_queue.parse_queue(body)
@@ -521,7 +522,7 @@ class Operator:
             self.queue_problems.pop(name, None)
             status = dict(status)
             status["pendingJobs"], status["admittedJobs"] = jobs.get(name, (0, 0))
-            status["conditions"] = [self._queue_condition(name, "True", "Accepted", "the queue is in use")]
+            status["conditions"] = [self._queue_accepted.condition(name, "True", "Accepted", "the queue is in use")]
             self.queue_status.update(name, status)
         self._tell_waiting_pods()
 
@@ -544,23 +545,11 @@ class Operator:
                     out.setdefault(name, [0, 0])[index] += n
         return {name: (n[0], n[1]) for name, n in out.items()}
 
-    def _queue_condition(self, name: str, status: str, reason: str, message: str) -> dict[str, object]:
-        last = self._queue_since.get(name)
-        if last is None or last[0] != status:
-            last = self._queue_since[name] = (status, self.clock())
-        return {
-            "type": "Accepted",
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": last[1],
-        }
-
     def _queue_refused(self, name: str, message: str) -> None:
         """Mark a Queue that cannot be used in its status (``Accepted=False``), not only with an Event."""
         self.queue_problems[name] = message
         if self.leading:
-            condition = self._queue_condition(name, "False", "Invalid", message)
+            condition = self._queue_accepted.condition(name, "False", "Invalid", message)
             self.queue_status.update(name, {"conditions": [condition]})
 
     def _tell_waiting_pods(self) -> None:

@@ -380,6 +380,31 @@ def topology_levels(index: api_topology.DomainIndex) -> list[Body]:
     ]
 
 
+class AcceptedConditions:
+    """The ``Accepted`` condition of objects that are in use or refused (Queues, the Topology), per object name:
+    its ``lastTransitionTime`` moves only when its status does."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        #: Per object, the condition's status as last set, and since when.
+        self._since: dict[str, tuple[str, float]] = {}
+
+    def condition(self, name: str, status: str, reason: str, message: str) -> Body:
+        last = self._since.get(name)
+        if last is None or last[0] != status:
+            last = self._since[name] = (status, self._clock())
+        return {
+            "type": "Accepted",
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": last[1],
+        }
+
+    def forget(self, name: str) -> None:
+        self._since.pop(name, None)
+
+
 class TopologyStatusWriter:
     """Writes the status of the cluster's Topology: ``Accepted`` (with the levels in use, or why the object was
     refused), ``levelCount`` and ``levels[]``.
@@ -410,15 +435,14 @@ class TopologyStatusWriter:
         self.retry_s = retry_s
         #: Per object, bumped by every update: a write whose generation is not the latest gives up.
         self._generation: dict[str, int] = {}
-        #: Per object, the Accepted condition's status as last set, and since when (its lastTransitionTime).
-        self._condition: dict[str, tuple[str, float]] = {}
+        self._accepted = AcceptedConditions(clock)
         #: Per object, the status as last written.
         self._written: dict[str, Body] = {}
         self.written = 0
 
     def accepted(self, name: str, *, generation: object, message: str, levels: Callable[[], list[Body]]) -> None:
         """The object is in use; ``levels()`` gives ``status.levels`` when the write happens."""
-        condition = self._accepted_condition(name, "True", "Accepted", message)
+        condition = self._accepted.condition(name, "True", "Accepted", message)
 
         def status() -> Body:
             found = levels()
@@ -433,7 +457,7 @@ class TopologyStatusWriter:
 
     def rejected(self, name: str, *, generation: object, message: str) -> None:
         """The object is invalid and not used: the figures of the levels are removed, the condition says why."""
-        condition = self._accepted_condition(name, "False", "Invalid", message)
+        condition = self._accepted.condition(name, "False", "Invalid", message)
         self._update(
             name,
             lambda: {"observedGeneration": generation, "levelCount": None, "levels": None, "conditions": [condition]},
@@ -442,20 +466,8 @@ class TopologyStatusWriter:
     def forget(self, name: str) -> None:
         """The object was deleted: nothing waiting for it is written."""
         self._generation[name] = self._generation.get(name, 0) + 1
-        self._condition.pop(name, None)
+        self._accepted.forget(name)
         self._written.pop(name, None)
-
-    def _accepted_condition(self, name: str, status: str, reason: str, message: str) -> Body:
-        last = self._condition.get(name)
-        if last is None or last[0] != status:
-            last = self._condition[name] = (status, self._clock())
-        return {
-            "type": "Accepted",
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": last[1],
-        }
 
     def _update(self, name: str, status: Callable[[], Body]) -> None:
         generation = self._generation[name] = self._generation.get(name, 0) + 1
