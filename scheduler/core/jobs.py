@@ -9,8 +9,8 @@ Invariants kept here, whatever order pods and PodGroups arrive in (a restart lis
 
 - a pod belongs to at most one job; a pod that names a PodGroup not known yet is an *orphan*: pending, it waits
   for the group; placed, it counts as a single pod of its own queue until the group arrives, then joins the gang;
-- :meth:`Jobs.holding` lists every pod that holds capacity with the leaf queue it counts against, derived from the
-  jobs now (not from the order the pods were seen in): the loop charges queues from it after every change;
+- a placed pod counts against its job's queue (:meth:`Jobs.queue_of`), derived from the jobs now, not from the
+  order the pods were seen in: the loop charges queues again whenever a pod's job changes;
 - a gang's members beyond ``minMember`` are placed one by one only while the gang holds ``minMember`` placed
   members; once it does not (its members were preempted or deleted), they wait for the gang to be placed whole.
 """
@@ -163,10 +163,6 @@ class Jobs:
         """The leaf queue ``pod`` counts against: its job's, or (not in a job yet) its own label's."""
         job = self.of_pod(pod.key)
         return job.queue if job is not None else (pod.queue or DEFAULT_QUEUE)
-
-    def holding(self, job: Job) -> list[PodRequest]:
-        """The placed pods of ``job``: what it holds on nodes, charged to ``job.queue``."""
-        return list(job.placed.values())
 
     # --- changes -----------------------------------------------------------------------------------------------
 

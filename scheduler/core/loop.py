@@ -230,9 +230,6 @@ class SchedulingLoop:
         """What ``leaf`` holds now (its placed pods' requests)."""
         return dict(self.tenancy.allocated.get(leaf, {}))
 
-    def holdings(self) -> dict[str, Vector]:
-        return {leaf: dict(vector) for leaf, vector in self.tenancy.allocated.items()}
-
     @property
     def evictor(self) -> Evictor | None:
         """Who deletes preempted pods (None: no preemption)."""

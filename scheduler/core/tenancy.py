@@ -196,11 +196,6 @@ class Tenancy:
         self._add(held[0], held[1], -1)
         return True
 
-    def holds(self, key: str) -> str | None:
-        """The leaf pod ``key`` is counted in, or None."""
-        held = self._held.get(key)
-        return held[0] if held is not None else None
-
     def _add(self, leaf: str, request: Mapping[str, int], sign: int) -> None:
         exact = self._exact.setdefault(leaf, {})
         vector = self.allocated.setdefault(leaf, {})
