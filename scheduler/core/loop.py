@@ -109,11 +109,14 @@ class SchedulingLoop:
         """The API server shows the pod bound (by us before a restart, or by an earlier leader, or just now): it
         holds capacity, counted against its job's queue; a member counts as placed, Running as running."""
         self.queue.done(pod.key)
-        self._demand_version += 1
-        job = self.jobs.pod_placed(pod, now=self.clock())
+        now = self.clock()
+        job = self.jobs.pod_placed(pod, now=now)
         if self.tenancy.hold(pod, job.queue):
+            # A pod newly held (found bound): the demand changed. Its status updates, and the confirmation of a pod
+            # this loop placed (it moved from waiting to held), leave the demand as it was.
+            self._demand_version += 1
             self.resort()
-        job.refresh_phase(self.clock())
+        job.refresh_phase(now)
 
     def pod_gone(self, key: str, *, finished: str = "") -> None:
         """The pod was deleted, or ``finished`` (its phase ``Succeeded`` or ``Failed``): a gang counts it."""
