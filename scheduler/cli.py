@@ -149,7 +149,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "run",
         "run the scheduler in a cluster (the operator)",
         "Run the scheduler against the cluster of a kubeconfig (or in-cluster): watch pods, nodes, PodGroups and "
-        "Queues, and bind pods whose schedulerName is gpusched. See docs/operator.md.",
+        "Queues, and bind pods whose schedulerName is gpusched (or --scheduler-name). See docs/operator.md.",
     )
     if command == "run":
         from scheduler.k8s import run

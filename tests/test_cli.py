@@ -91,6 +91,7 @@ def _one_line(err: str) -> str:
         (["simulate", "--colour", "red"], "unrecognized arguments: --colour red"),
         (["simulate", "--tune", "lots"], "argument --tune: invalid float value: 'lots'"),
         (["nope"], "argument COMMAND: invalid choice: 'nope'"),
+        (["run", "--scheduler-name", " "], "argument --scheduler-name: ' ' is not a scheduler name"),
         ([], "the following arguments are required: COMMAND"),
     ],
 )

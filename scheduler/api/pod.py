@@ -321,11 +321,12 @@ def _node_preferences(spec: Mapping[str, object], *, obj: str) -> tuple[tuple[in
     return tuple(parsed)
 
 
-def parse_pod(raw: Mapping[str, object]) -> PodRequest:
+def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME) -> PodRequest:
     """Parse a Kubernetes pod (a dict as the API server returns it).
 
     Raises :class:`InvalidObject` naming the pod and the field for anything the scheduler cannot accept, and
-    :class:`Unsupported` for a pending pod of ours asking for what gpusched does not honour (:func:`unsupported`).
+    :class:`Unsupported` for a pending pod of ours (``spec.schedulerName`` is ``scheduler_name``, the name
+    ``gpusched run --scheduler-name`` serves) asking for what gpusched does not honour (:func:`unsupported`).
     """
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
@@ -341,7 +342,7 @@ def parse_pod(raw: Mapping[str, object]) -> PodRequest:
     annotations = _str_map(meta.get("annotations"), obj=obj, field="metadata.annotations")
     requested = effective_requests(spec, obj=obj)
     gpu = _gpu_request(requested, annotations, obj=obj)
-    if spec.get("schedulerName") == SCHEDULER_NAME and not spec.get("nodeName"):
+    if (spec.get("schedulerName") or "default-scheduler") == scheduler_name and not spec.get("nodeName"):
         refused = unsupported(spec)
         if refused:
             field_name = refused[0][0]

@@ -80,6 +80,7 @@ class Operator:
         config: OperatorConfig,
         *,
         identity: str,
+        scheduler_name: str = api_pod.SCHEDULER_NAME,
         batch: int = 64,
         batch_seconds: float = 0.05,
         clock: Callable[[], float] = time.time,
@@ -87,6 +88,8 @@ class Operator:
         self.client = client
         self.config = config
         self.identity = identity
+        #: The ``spec.schedulerName`` this operator serves (``gpusched run --scheduler-name``).
+        self.scheduler_name = scheduler_name
         self.batch = batch
         self.batch_seconds = batch_seconds
         self.clock = clock
@@ -241,9 +244,9 @@ class Operator:
                 for problem in problems:
                     self._invalid("pod", key, problem)
             else:
-                pod = api_pod.parse_pod(body)
+                pod = api_pod.parse_pod(body, scheduler_name=self.scheduler_name)
         except InvalidObject as exc:
-            ours = spec.get("schedulerName") == api_pod.SCHEDULER_NAME
+            ours = (spec.get("schedulerName") or "default-scheduler") == self.scheduler_name
             self._invalid("pod", key, exc, report=ours or bool(spec.get("nodeName")))
             if ours and not spec.get("nodeName"):
                 self._unreadable_pod(key, str(meta.get("uid") or ""), exc)
@@ -256,7 +259,7 @@ class Operator:
             self.ungrouped.pop(key, None)
             self._pod_gone(key, finished=pod.phase)
             return
-        if pod.scheduler_name == api_pod.SCHEDULER_NAME and not pod.pod_group:
+        if pod.scheduler_name == self.scheduler_name and not pod.pod_group:
             grouped = self._grouped(pod, body)
             if grouped is None:
                 if pod.node_name:
@@ -268,12 +271,12 @@ class Operator:
             self.first_seen.pop(key, None)
             self.conditions.forget(key)
             self.cache.upsert_pod(pod)
-            if pod.scheduler_name == api_pod.SCHEDULER_NAME:
+            if pod.scheduler_name == self.scheduler_name:
                 # Counted against its job's queue from now on, before the first listing too: the loop moves it
                 # to its PodGroup's queue whenever the group is known, in whatever order the two arrive.
                 self.loop.pod_placed(pod)
             return
-        if pod.scheduler_name != api_pod.SCHEDULER_NAME:
+        if pod.scheduler_name != self.scheduler_name:
             self.cache.upsert_pod(pod)
             return
         if pod.deleting:

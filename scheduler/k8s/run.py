@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from scheduler.api import pod as api_pod
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import handlers, health, logs
@@ -63,6 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--namespace", default="gpusched-system", help="where the leader-election Lease lives (must exist)"
     )
     parser.add_argument("--lease-name", default="gpusched", help="the coordination.k8s.io Lease name")
+    parser.add_argument(
+        "--scheduler-name",
+        default=api_pod.SCHEDULER_NAME,
+        type=_scheduler_name,
+        help="the spec.schedulerName of the pods to schedule (default: %(default)s; default-scheduler makes gpusched "
+        "the cluster's scheduler for every pod that names none: stop kube-scheduler first, see docs/operator.md)",
+    )
     parser.add_argument("--identity", help="this replica's name in the Lease (default: hostname-pid)")
     parser.add_argument("--metrics-port", type=int, default=8080, help="/metrics port (0: pick a free one)")
     parser.add_argument(
@@ -74,6 +82,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the address the health and metrics servers listen on (127.0.0.1: this host only; :: for IPv6)",
     )
     parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
+
+
+def _scheduler_name(value: str) -> str:
+    if not value.strip() or value != value.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a scheduler name (a pod's spec.schedulerName)")
+    return value
 
 
 def main(args: argparse.Namespace) -> int:
@@ -205,7 +219,7 @@ async def _serve(
             return 0
         log.info("kernels ready", seconds=round(time.monotonic() - started, 2), placed=warm.result())
         identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
-        operator = Operator(client, config, identity=identity)
+        operator = Operator(client, config, identity=identity, scheduler_name=args.scheduler_name)
         await operator.start()
         stack.push_async_callback(_bounded, operator.close, "finishing bindings and writes", DRAIN_S)
         servers = await health.serve(

@@ -7,6 +7,7 @@ server receives (bindings, Events, pod conditions, status patches, deletions).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from scheduler.api import pod as api_pod
@@ -111,6 +112,39 @@ async def test_bound_pods_of_any_scheduler_count_and_the_pending_pod_is_told_why
     # The other scheduler's pod goes: the GPUs are free again and the waiting pod is bound.
     operator.pod_event(pod("theirs", 8, scheduler="default-scheduler", node_name="gpu-0"), deleted=True)
     await eventually(lambda: "mine" in bound(fake))
+
+
+async def test_serving_default_scheduler_takes_pods_that_name_no_scheduler_and_leaves_gpuscheds(
+    fake: FakeApiServer, client: k8s.Client
+) -> None:
+    # `gpusched run --scheduler-name default-scheduler`: the cluster's only scheduler, as Kubernetes' own scheduling
+    # e2e tests run it (docs/conformance.md). A pod with no schedulerName is the API server's default-scheduler.
+    op = Operator(client, k8s_config.parse({}), identity="test", scheduler_name="default-scheduler")
+    await op.start()
+    task = asyncio.create_task(op.run())
+    try:
+        op.set_leading(True)
+        op.node_event(node("gpu-0", gpus=8))
+        unnamed = pod("unnamed", 1)
+        del unnamed["spec"]["schedulerName"]
+        op.pod_event(unnamed)
+        op.pod_event(pod("named", 1, scheduler="default-scheduler"))
+        op.pod_event(pod("other", 1, scheduler="gpusched"))
+        refused = pod("refused", 1, scheduler="default-scheduler")
+        refused["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+        op.pod_event(refused)
+        op.listed()
+        await eventually(lambda: {"unnamed", "named"} <= set(bound(fake)))
+        await eventually(lambda: bool(fake.requests("PATCH", "/pods/refused/status")))
+        await asyncio.sleep(0.2)
+        assert set(bound(fake)) == {"unnamed", "named"}  # a gpusched pod is another scheduler's now
+        condition = fake.requests("PATCH", "/pods/refused/status")[-1].body["status"]["conditions"][0]
+        assert "schedulingGates" in condition["message"]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await op.close()
 
 
 async def test_a_malformed_pod_gets_an_event_naming_the_field_and_the_rest_goes_on(
