@@ -136,7 +136,8 @@ class Scheduler:
         if fw.scorers:
             out = np.empty(feasible.shape[0])
             for scorer, weight, normalize in fw.scorers:
-                scorer.score(state, feasible, out)
+                if scorer.score(state, feasible, out) is False:
+                    continue  # 0 on every node: nothing to add
                 if normalize is not None:
                     normalize(state, out)
                 total += weight * out

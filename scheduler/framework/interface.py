@@ -115,8 +115,12 @@ class FilterPlugin(Plugin, Protocol):
 
 @runtime_checkable
 class ScorePlugin(Plugin, Protocol):
-    def score(self, state: CycleState, nodes: I64, out: F64) -> None:
-        """Score the listed nodes into ``out``, 0..100, higher is better."""
+    def score(self, state: CycleState, nodes: I64, out: F64) -> bool | None:
+        """Score the listed nodes into ``out``, 0..100, higher is better.
+
+        ``False``: the plugin has nothing to say about this pod (it would score 0 on every node); ``out`` is left
+        as it is and the cycle skips the plugin's weight and normalisation, so pods that use none of a plugin's
+        rules pay nothing for it (kube-scheduler's PreScore Skip)."""
 
 
 @runtime_checkable

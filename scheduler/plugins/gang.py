@@ -18,11 +18,11 @@ class Gang:
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
 
-    def score(self, state: CycleState, nodes: I64, out: F64) -> None:
+    def score(self, state: CycleState, nodes: I64, out: F64) -> bool:
         taken: Mapping[int, int] | None = state.data.get(GANG_SLOTS)
         if not taken:
-            out[:] = 0.0
-            return
+            return False
         most = max(taken.values())
         counts = np.fromiter((taken.get(int(n), 0) for n in nodes), dtype=np.float64, count=nodes.shape[0])
         out[:] = np.where(counts > 0, 50.0 + 50.0 * counts / most, 0.0)
+        return True

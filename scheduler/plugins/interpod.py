@@ -177,17 +177,15 @@ class InterPodAffinity:
 
     # --- score -----------------------------------------------------------------------------------------------
 
-    def score(self, state: CycleState, nodes: I64, out: F64) -> None:
+    def score(self, state: CycleState, nodes: I64, out: F64) -> bool:
         pod, snap = state.pod, state.snapshot
         affinity = pod.pod_affinity
         if not affinity and not snap.pods_with_terms and not snap.what_if_pods:
-            out[:] = 0.0
-            return
+            return False
         kinds = (pods_index.AFFINITY_REQUIRED, pods_index.AFFINITY_PREFERRED, pods_index.ANTI_PREFERRED)
         carried = [kind for kind in kinds if _carried(snap, kind)]
         if not affinity.preferred and not affinity.anti_preferred and not carried:
-            out[:] = 0.0
-            return
+            return False
         size = snap.slots
         total = np.zeros(size)
         for weighted, sign in ((affinity.preferred, 1.0), (affinity.anti_preferred, -1.0)):
@@ -205,3 +203,4 @@ class InterPodAffinity:
         low, high = (float(scores.min()), float(scores.max())) if scores.shape[0] else (0.0, 0.0)
         # kube-scheduler truncates the normalised score to an integer.
         out[:] = np.floor(100.0 * (scores - low) / (high - low)) if high > low else 0.0
+        return True

@@ -56,12 +56,11 @@ class NodeRules:
             head = reasons[:size]
             head[(base[:size] == layout.UNSCHEDULABLE) & (head == layout.UNSCHEDULABLE)] = layout.FIT
 
-    def score(self, state: CycleState, nodes: I64, out: F64) -> None:
+    def score(self, state: CycleState, nodes: I64, out: F64) -> bool:
         pod, snap = state.pod, state.snapshot
         soft = snap.soft_taints
         if not pod.node_preferences and not soft:
-            out[:] = 0.0
-            return
+            return False
         affinity = np.zeros(nodes.shape[0])
         for weight, term in pod.node_preferences:
             matches = snap.select({}, (term,))
@@ -81,3 +80,4 @@ class NodeRules:
         # Reversed: the fewest untolerated taints score 100; all 100 when no node has any.
         taint = 100.0 - np.floor(100.0 * untolerated / worst) if worst > 0 else np.full(nodes.shape[0], 100.0)
         out[:] = (AFFINITY_WEIGHT * affinity + TAINT_WEIGHT * taint) / (AFFINITY_WEIGHT + TAINT_WEIGHT)
+        return True

@@ -147,11 +147,10 @@ class TopologySpread:
 
     # --- score -----------------------------------------------------------------------------------------------
 
-    def score(self, state: CycleState, nodes: I64, out: F64) -> None:
+    def score(self, state: CycleState, nodes: I64, out: F64) -> bool:
         pod, snap = state.pod, state.snapshot
         if not pod.spread and (not pod.owner or pod.pod_group):
-            out[:] = 0.0
-            return
+            return False
         own = [c for c in pod.spread if not c.hard]
         constraints: Sequence[SpreadConstraint] = own
         defaulted = not pod.spread
@@ -159,8 +158,7 @@ class TopologySpread:
             # A gang member is placed by the gang's own rules (the gang score packs it with its peers).
             constraints = api_affinity.default_spread(pod.owner)
         if not constraints:
-            out[:] = 0.0
-            return
+            return False
         require_all = not defaulted
         masks = _Nodes(snap, pod, constraints if require_all else ())
         size = snap.slots
@@ -191,10 +189,10 @@ class TopologySpread:
         raw = np.round(total[nodes])
         keep = ~ignored[nodes]
         if not keep.any():
-            out[:] = 0.0
-            return
+            return False
         low, high = float(raw[keep].min()), float(raw[keep].max())
         if high == 0.0:
             out[:] = np.where(keep, 100.0, 0.0)
-            return
+            return True
         out[:] = np.where(keep, np.floor(100.0 * (high + low - raw) / high), 0.0)
+        return True
