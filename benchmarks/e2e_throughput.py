@@ -12,6 +12,9 @@ the figure. A watch records when each pod first shows a node. Reported per case:
 Cases: ``kube-scheduler`` (its default configuration, client QPS 50 / burst 100), ``kube-scheduler-qps`` (the
 same with client QPS and burst raised by a KubeSchedulerConfiguration), ``gpusched`` (``gpusched run``, single
 pods) and ``gangs`` (gpusched alone, ``--gangs`` PodGroups of ``--gang-size`` pods; kube-scheduler has no gangs).
+``kube-scheduler-qps-anti`` and ``gpusched-anti`` are the QPS-matched pair with required pod anti-affinity on
+every pod: ``--apps`` apps of equal size (label ``app``), each pod kept off any node that runs a pod of its own
+app (topology key ``kubernetes.io/hostname``), as replicas of an inference service are spread.
 
     .venv/bin/python benchmarks/e2e_throughput.py [--nodes 1000 --pods 5000] [--cases kube-scheduler,gpusched]
                                                   [--json FILE]
@@ -41,7 +44,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import kube  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 
-CASES = ("kube-scheduler", "kube-scheduler-qps", "gpusched", "gangs")
+CASES = ("kube-scheduler", "kube-scheduler-qps", "gpusched", "gangs", "kube-scheduler-qps-anti", "gpusched-anti")
 NAMESPACE = "bench"
 
 
@@ -215,6 +218,7 @@ async def run_burst(
     timeout: float,
     gangs: int = 0,
     gang_size: int = 0,
+    apps: int = 0,
     start_scheduler: Callable[[], None] | None = None,
 ) -> Result:
     """Create the pods at once and time their binding.
@@ -236,6 +240,9 @@ async def run_burst(
                 manifests += [kube.pod(f"gang-{g:04d}-{m}", gpus=1, group=f"gang-{g:04d}") for m in range(gang_size)]
         else:
             manifests = [kube.pod(f"pod-{i:05d}", gpus=1, scheduler_name=scheduler_name) for i in range(pods)]
+            if apps:
+                for i, manifest in enumerate(manifests):
+                    anti_affinity(manifest, f"app-{i % apps:03d}")
         created_at: dict[str, float] = {}
 
         async def create(manifest: Mapping[str, Any]) -> None:
@@ -277,6 +284,13 @@ async def run_burst(
         await api.close()
 
 
+def anti_affinity(manifest: dict[str, Any], app: str) -> None:
+    """Label ``manifest`` as a replica of ``app`` that must not share a node with another replica of it."""
+    manifest["metadata"].setdefault("labels", {})["app"] = app
+    term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}
+    manifest["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
 async def scheduled_events(api: Api, expected: int, *, timeout: float) -> int:
     """How many pods of the namespace have a ``Scheduled`` Event, waiting up to ``timeout`` s for ``expected``.
 
@@ -303,7 +317,7 @@ async def scheduled_events(api: Api, expected: int, *, timeout: float) -> int:
 
 def run_case(case: str, args: argparse.Namespace) -> Result | str:
     """One case on a fresh cluster: a Result, or why the case could not run."""
-    gpusched_case = case in ("gpusched", "gangs")
+    gpusched_case = case in ("gpusched", "gangs", "gpusched-anti")
     if gpusched_case:
         missing = kube.gpusched_run_available()
         if missing is not None:
@@ -311,7 +325,7 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
     options: dict[str, Any] = {}
     if case.startswith("kube-scheduler"):
         options["with_scheduler"] = True
-    if case == "kube-scheduler-qps":
+    if case in ("kube-scheduler-qps", "kube-scheduler-qps-anti"):
         options.update(scheduler_qps=args.kube_qps, scheduler_burst=args.kube_burst)
     backlog = args.mode == "backlog"
     if backlog and not gpusched_case:
@@ -346,6 +360,7 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
                     timeout=args.timeout,
                     gangs=args.gangs if case == "gangs" else 0,
                     gang_size=args.gang_size,
+                    apps=args.apps if case.endswith("-anti") else 0,
                     start_scheduler=(lambda: None if start is None else start()) if backlog else None,
                 )
             )
@@ -387,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gangs", type=int, default=200)
     parser.add_argument("--gang-size", type=int, default=8)
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
+    parser.add_argument("--apps", type=int, default=50, help="apps of the -anti cases (pods / apps replicas each)")
     parser.add_argument("--concurrency", type=int, default=64, help="creates in flight")
     parser.add_argument("--kube-qps", type=float, default=1000.0, help="client QPS of kube-scheduler-qps")
     parser.add_argument("--kube-burst", type=int, default=2000, help="client burst of kube-scheduler-qps")
@@ -409,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = max(args.pods if set(cases) - {"gangs"} else 0, args.gangs * args.gang_size if "gangs" in cases else 0)
     if wanted > args.nodes * 8:
         parser.error("more one-GPU pods than the nodes' GPUs (8 a node): not every pod could bind")
+    if any(c.endswith("-anti") for c in cases) and (args.apps < 1 or -(-args.pods // args.apps) > args.nodes):
+        parser.error("--apps must be at least pods / nodes: one replica of an app a node")
 
     results: dict[str, Result | str] = {}
     for case in cases:
@@ -428,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
             "concurrency": args.concurrency,
             "mode": args.mode,
             "kube_scheduler_qps": [args.kube_qps, args.kube_burst],
+            "gpusched_qps": [args.gpusched_qps, args.gpusched_burst],
+            "apps": args.apps,
         }
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0 if all(isinstance(r, Result) and r.bound == r.pods for r in results.values()) else 1
