@@ -38,6 +38,8 @@ ANNOTATION_TOPOLOGY_PREFERRED = "gpusched.io/topology-preferred"
 LABEL_POD_GROUP = "gpusched.io/pod-group"
 LABEL_POD_GROUP_COMPAT = "scheduling.x-k8s.io/pod-group"
 LABEL_QUEUE = "gpusched.io/queue"
+PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+PREEMPT_NEVER = "Never"
 
 
 class Unsupported(InvalidObject):
@@ -78,6 +80,8 @@ class PodRequest:
     node_preferences: tuple[tuple[int, selectors.NodeSelectorTerm], ...] = ()
     #: The uid of the pod's controller (ReplicaSet, StatefulSet, Job...), for the cluster-default spreading.
     owner: str = ""
+    #: ``spec.preemptionPolicy``: ``Never`` keeps the pod from preempting others (it waits for room instead).
+    preemption_policy: str = PREEMPT_LOWER_PRIORITY
     created: float = 0.0
 
     @property
@@ -357,6 +361,11 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
     priority = spec.get("priority") or 0
     if not isinstance(priority, int):
         raise InvalidObject(f"{priority!r} is not an integer", obj=obj, field="spec.priority")
+    preemption_policy = spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY
+    if preemption_policy not in (PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER):
+        raise InvalidObject(
+            f"{preemption_policy!r} is not PreemptLowerPriority or Never", obj=obj, field="spec.preemptionPolicy"
+        )
     return PodRequest(
         namespace=namespace,
         name=name,
@@ -379,6 +388,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         node_preferences=_node_preferences(spec, obj=obj),
         spread=api_affinity.parse_spread(spec.get("topologySpreadConstraints"), labels=labels, obj=obj),
         owner=api_affinity.controller_of(meta),
+        preemption_policy=str(preemption_policy),
         topology=api_topology.parse_constraint(
             annotations.get(ANNOTATION_TOPOLOGY_REQUIRED),
             annotations.get(ANNOTATION_TOPOLOGY_PREFERRED),

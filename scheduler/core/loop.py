@@ -3,8 +3,8 @@
 Everything that wants a decision enters here (the operator's handlers and the simulator call the same
 methods): :meth:`SchedulingLoop.pod_pending` for a pod of ours without a node, :meth:`pod_placed` and
 :meth:`pod_gone` for what the API server (or the simulator) says, :meth:`group_upsert` / :meth:`group_removed`
-for PodGroups, :meth:`queues_changed` for Queues, :meth:`cluster_event` when the cluster changed so that waiting
-work may now fit.
+for PodGroups, :meth:`queues_changed` for Queues, :meth:`budget_upsert` / :meth:`budget_removed` for
+PodDisruptionBudgets, :meth:`cluster_event` when the cluster changed so that waiting work may now fit.
 
 The loop orchestrates; each concern keeps its own state in a module of its own:
 
@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from scheduler.api.pdb import DisruptionBudget
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
@@ -173,6 +174,13 @@ class SchedulingLoop:
             else:
                 self.pod_pending(held)
         self.cluster_event(ClusterEvent.QUEUE_CHANGED)
+
+    def budget_upsert(self, budget: DisruptionBudget) -> None:
+        """A PodDisruptionBudget was seen (new or changed): preemption prefers victims it does not protect."""
+        self.preemptor.budget_upsert(budget)
+
+    def budget_removed(self, key: str) -> None:
+        self.preemptor.budget_removed(key)
 
     def record_usage(self, dt_s: float) -> None:
         """Add ``dt_s`` seconds of current allocation to every queue's usage history (call it periodically)."""

@@ -15,6 +15,11 @@ class Evictor(Protocol):
 
     def evict(self, pods: list[PodRequest], reason: str) -> None: ...
 
+    def nominate(self, pod: PodRequest, node: str) -> None:
+        """Tell that ``pod`` waits for the room its victims free on ``node`` (``""``: it no longer does): the
+        pod's ``status.nominatedNodeName`` in a cluster."""
+        ...
+
 
 class Events(Protocol):
     """Where the loop reports what users should see (Kubernetes Events in a cluster, a list in the simulator)."""

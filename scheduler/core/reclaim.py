@@ -10,6 +10,14 @@ preempted. A gang is a victim as a whole: all its members, or none.
 A job whose topology requires one domain of a level (``find_victims_in_domain``) gets victims from one domain
 only, and the what-ifs place it inside that domain, so the capacity freed is contiguous where it will run; the
 domain needing the cheapest victims wins, and if no single domain can be freed enough, nothing is preempted.
+
+A single pod preempting within its queue gets victims on one node, chosen as kube-scheduler's DefaultPreemption
+chooses them (:func:`node_victims`): on each node, every lower-priority candidate is removed from a what-if; if
+the pod then fits there, candidates are put back, the most important first (higher priority, then running
+longer), first those whose eviction would exceed a PodDisruptionBudget, then the others, each kept if the pod
+still fits; what could not be put back are the node's victims. The node is the one whose victims exceed the
+fewest budgets, then with the lowest highest victim priority, the smallest sum of priorities, the fewest
+victims, the latest start among its highest-priority victims, then the first by name.
 """
 
 from __future__ import annotations
@@ -20,13 +28,22 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PodRequest
 from scheduler.core import gang
 from scheduler.core.cycle import Scheduler
-from scheduler.framework.interface import TOPOLOGY_SLOTS
+from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS
+from scheduler.kernels import layout
 
 NEVER = "Never"
 LOWER_PRIORITY = "LowerPriority"
+#: kube-scheduler's DefaultPreemption defaults: nodes tried per search once one without budget violations is found
+#: (``minCandidateNodesAbsolute``, and ``minCandidateNodesPercentage`` of the nodes that could help).
+CANDIDATE_NODES = 100
+CANDIDATE_NODES_PERCENT = 10
+#: Added to each victim's priority in the sum criterion (kube-scheduler's MaxInt32 + 1), so that more victims of
+#: a negative priority never sum to less than fewer of them.
+_PRIORITY_OFFSET = 2**31
 
 
 @dataclass(slots=True)
@@ -199,3 +216,151 @@ def find_victims_in_domain(
         if best is None or cost < best[0]:
             best = (cost, victims)
     return best[1] if best is not None else []
+
+
+@dataclass(slots=True)
+class NodeVictims:
+    """The victims on one node whose eviction lets a pod fit there, most important first."""
+
+    node: str
+    slot: int
+    victims: list[Candidate]
+    #: How many victim pods exceed a PodDisruptionBudget.
+    violations: int
+
+    @property
+    def pods(self) -> list[PodRequest]:
+        return [pod for victim in self.victims for pod in victim.pods]
+
+    def cost(self, rank: int) -> tuple[int, int, int, int, float, int]:
+        """kube-scheduler's order of candidate nodes (smaller first); ``rank`` is the node's place by name."""
+        pods = [(v.priority, v.started) for v in self.victims for _ in v.pods]
+        top = max(p for p, _ in pods)
+        earliest = min(started for p, started in pods if p == top)
+        total = sum(p + _PRIORITY_OFFSET for p, _ in pods)
+        return (self.violations, top, total, len(pods), -earliest, rank)
+
+
+def more_important_first(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """Higher priority first, then the one running longer (kube-scheduler's MoreImportantPod), then by key."""
+    return sorted(candidates, key=lambda c: (-c.priority, c.started, c.key))
+
+
+def node_victims(
+    scheduler: Scheduler,
+    pod: PodRequest,
+    *,
+    priority: int,
+    candidates: Sequence[Candidate],
+    budgets: Sequence[api_pdb.DisruptionBudget] = (),
+) -> NodeVictims | None:
+    """The node and victims that let ``pod`` fit with the least disruption (see the module notes), or None.
+
+    Only candidates of lower priority than ``priority`` are victims. A candidate with pods on several nodes (a
+    gang) is removed whole wherever it runs, and counted on each node it touches."""
+    cache = scheduler.cache
+    a = cache.arrays
+    by_slot: dict[int, list[Candidate]] = {}
+    for candidate in candidates:
+        if candidate.priority >= priority:
+            continue
+        for slot in {e.placement.slot for p in candidate.pods if (e := cache.pod(p.key)) is not None}:
+            by_slot.setdefault(slot, []).append(candidate)
+    if not by_slot:
+        return None
+    request = cache.request_vector(pod)
+    columns = a.cap.shape[1]
+    if request[columns:].any():
+        return None  # a resource no node has
+    request = request[:columns]
+    plain = np.ones(columns, dtype=bool)
+    plain[[layout.GPU_MILLI, layout.GPU_MEMORY]] = False  # devices are the what-if's to judge
+    _, free_gpus = gang.free_gpus(a)
+    rank = cache.name_rank()
+    potential = []
+    for slot, local in by_slot.items():
+        if a.base_reason[slot] != layout.FIT:
+            continue
+        freeable = np.zeros(columns)
+        gpus = 0
+        for candidate in local:
+            for p in candidate.pods:
+                entry = cache.pod(p.key)
+                if entry is not None and entry.placement.slot == slot:
+                    freeable += entry.placement.request[:columns]
+                    gpus += p.gpu.count if p.gpu.whole else 0
+        room = a.cap[slot] - a.used[slot] + freeable
+        if np.any(room[plain] < request[plain] - 1e-9):
+            continue
+        if pod.gpu.whole and int(free_gpus[slot]) + gpus < pod.gpu.count:
+            continue
+        potential.append(slot)
+    potential.sort(key=lambda slot: int(rank[slot]))
+    enough = max(CANDIDATE_NODES, len(potential) * CANDIDATE_NODES_PERCENT // 100)
+    snapshot = cache.snapshot()
+    token = snapshot.checkpoint()
+
+    def remove(victim: Candidate) -> None:
+        for p in victim.pods:
+            entry = cache.pod(p.key)
+            if entry is not None:
+                snapshot.unplace(entry.placement)
+
+    def restore(victim: Candidate) -> None:
+        for p in victim.pods:
+            entry = cache.pod(p.key)
+            if entry is not None:
+                snapshot.place(entry.placement)
+
+    # The pod is tried on one node at a time: every other node is held for the what-if.
+    others = np.ones(a.slots, dtype=bool)
+    context = {RESERVED_SLOTS: others}
+
+    def fits() -> bool:
+        return scheduler.place(pod, snapshot, context).decision is not None
+
+    found: list[NodeVictims] = []
+    try:
+        for slot in potential:
+            others[:] = True
+            others[slot] = False
+            local = more_important_first(by_slot[slot])
+            inner = snapshot.checkpoint()
+            try:
+                for victim in local:
+                    remove(victim)
+                if not fits():
+                    continue
+                flags = api_pdb.violating([(p.namespace, p.name, p.labels) for v in local for p in v.pods], budgets)
+                exceeding: dict[str, int] = {}
+                at = 0
+                for victim in local:
+                    count = sum(flags[at : at + len(victim.pods)])
+                    at += len(victim.pods)
+                    if count:
+                        exceeding[victim.key] = count
+                victims: list[Candidate] = []
+                violations = 0
+                # Put back the budget-protected first: what cannot be spared of them costs a violation each.
+                ordered = [v for v in local if v.key in exceeding] + [v for v in local if v.key not in exceeding]
+                for victim in ordered:
+                    restore(victim)
+                    if fits():
+                        continue
+                    remove(victim)
+                    victims.append(victim)
+                    violations += exceeding.get(victim.key, 0)
+            finally:
+                snapshot.rollback(inner)
+            if not victims:
+                continue  # it fits there as things are: the cycle's own choice, not preemption's
+            name = snapshot.names[slot]
+            assert name is not None
+            found.append(NodeVictims(name, slot, more_important_first(victims), violations))
+            if len(found) >= enough and any(f.violations == 0 for f in found):
+                break
+    finally:
+        snapshot.rollback(token)
+    if not found:
+        return None
+    return min(found, key=lambda f: f.cost(int(rank[f.slot])))

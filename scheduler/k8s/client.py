@@ -143,6 +143,7 @@ class Client:
         self.limiter = limiter if limiter is not None else RateLimiter(0, 1)
         self.timeout = timeout
         self.core = k8s_client.CoreV1Api(api)
+        self.policy = k8s_client.PolicyV1Api(api)
         self.custom = k8s_client.CustomObjectsApi(api)
 
     async def call(self, method: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Answer:

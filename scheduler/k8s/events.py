@@ -54,6 +54,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "queue": ("scheduling.gpusched.io/v1alpha1", "Queue", False),
     "topology": ("scheduling.gpusched.io/v1alpha1", "Topology", False),
     "node": ("v1", "Node", False),
+    "poddisruptionbudget": ("policy/v1", "PodDisruptionBudget", True),
 }
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import structlog
 
 from scheduler.api import node as api_node
+from scheduler.api import pdb as api_pdb
 from scheduler.api import pod as api_pod
 from scheduler.api import podgroup as api_podgroup
 from scheduler.api import queue as api_queue
@@ -50,7 +51,7 @@ from scheduler.k8s import status as k8s_status
 from scheduler.k8s.binder import Binder, BinderSettings
 from scheduler.k8s.client import Client
 from scheduler.k8s.config import OperatorConfig
-from scheduler.k8s.events import EventRecorder, EventSettings
+from scheduler.k8s.events import EventRecorder, EventSettings, rfc3339
 from scheduler.k8s.grouper import Grouper
 from scheduler.k8s.metrics import Metrics
 from scheduler.queue.scheduling import SchedulingQueue
@@ -293,6 +294,25 @@ class Operator:
         if self.ready:
             self.loop.pod_pending(pod)
             self._wake.set()
+
+    def budget_keys(self) -> list[str]:
+        """Keys of the PodDisruptionBudgets the loop holds: what a relist of them reconciles."""
+        return list(self.loop.preemptor.budgets)
+
+    def pdb_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        """A PodDisruptionBudget as its informer delivers it: preemption weighs it (``scheduler.api.pdb``)."""
+        meta = _meta(body)
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        if deleted:
+            self.loop.budget_removed(key)
+            return
+        try:
+            budget = api_pdb.parse_pdb(body)
+        except InvalidObject as exc:
+            self.loop.budget_removed(key)
+            self._invalid("poddisruptionbudget", key, exc)
+            return
+        self.loop.budget_upsert(budget)
 
     def node_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         name = str(_meta(body).get("name") or "")
@@ -644,7 +664,41 @@ class Operator:
             self.metrics.preempted(self.loop.queue_of(pod), reason)
             self._spawn(self._delete(pod, reason))
 
+    def nominate(self, pod: PodRequest, node: str) -> None:
+        """Write (or clear, ``node=""``) the preemptor's ``status.nominatedNodeName``, as kube-scheduler does."""
+        body: dict[str, Any] = {"status": {"nominatedNodeName": node or None}}
+        if pod.uid:
+            body["metadata"] = {"uid": pod.uid}
+        self._spawn(self._patch_status(pod, body, "nominated node"))
+
+    async def _patch_status(self, pod: PodRequest, body: Mapping[str, Any], what: str) -> bool:
+        """A strategic merge patch of the pod's status; False if the pod is gone."""
+        answer = await self.client.call(
+            self.client.core.patch_namespaced_pod_status,
+            name=pod.name,
+            namespace=pod.namespace,
+            body=body,
+            _content_type="application/strategic-merge-patch+json",
+        )
+        if not answer.ok and answer.status != 404:
+            log.warning("pod status not written", pod=pod.key, what=what, status=answer.status, error=answer.message)
+        return answer.status != 404
+
     async def _delete(self, pod: PodRequest, reason: str) -> None:
+        # As kube-scheduler before it deletes a victim: the DisruptionTarget condition tells the pod's controllers
+        # and its containers' handlers why it goes (a pod already gone needs neither).
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": f"{self.scheduler_name}: preempting to accommodate a higher priority pod",
+            "lastTransitionTime": rfc3339(self.clock()),
+        }
+        marked: dict[str, Any] = {"status": {"conditions": [condition]}}
+        if pod.uid:
+            marked["metadata"] = {"uid": pod.uid}
+        if not await self._patch_status(pod, marked, "DisruptionTarget condition"):
+            return
         body: dict[str, Any] = {"preconditions": {"uid": pod.uid}} if pod.uid else {}
         answer = await self.client.call(
             self.client.core.delete_namespaced_pod, name=pod.name, namespace=pod.namespace, body=body

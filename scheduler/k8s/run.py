@@ -269,6 +269,13 @@ async def _supervise(
             known=operator.held_pods,
             on_listed=operator.part_listed,
         ),
+        "poddisruptionbudgets": Informer(
+            client,
+            kind="poddisruptionbudgets",
+            list_method=client.policy.list_pod_disruption_budget_for_all_namespaces,
+            on_event=operator.pdb_event,
+            known=operator.budget_keys,
+        ),
     }
     for kind, informer in informers.items():
         tasks[kind] = asyncio.create_task(informer.run(), name=f"gpusched {kind}")

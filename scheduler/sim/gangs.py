@@ -169,6 +169,10 @@ class _Evictor:
     def evict(self, pods: list[PodRequest], reason: str) -> None:
         self.pods.extend(pods)
 
+    def nominate(self, pod: PodRequest, node: str) -> None:
+        # A simulated pod has no status to show it in; the run places it wherever its next cycle finds room.
+        return None
+
 
 class Binder:
     """Binds at once; the run confirms the bindings and tells the loop the pods run."""

@@ -276,9 +276,14 @@ def test_a_queue_at_its_fair_share_leaves_freed_gpus_to_a_queue_below_its_own() 
 class Evictions:
     def __init__(self) -> None:
         self.pods: list[api_pod.PodRequest] = []
+        #: Pod key -> its nominated node, as the operator would write it to the pod's status.
+        self.nominated: dict[str, str] = {}
 
     def evict(self, pods: list[api_pod.PodRequest], reason: str) -> None:
         self.pods.extend(pods)
+
+    def nominate(self, pod: api_pod.PodRequest, node: str) -> None:
+        self.nominated[pod.key] = node
 
 
 def _reclaim_loop(

@@ -278,6 +278,38 @@ async def test_preemption_deletes_the_victim_with_its_uid(fake: FakeApiServer, o
     await eventually(lambda: bool(fake.requests("DELETE", "/pods/victim")))
     assert fake.requests("DELETE", "/pods/victim")[0].body == {"preconditions": {"uid": "uid-victim"}}
     assert 'gpusched_preemptions_total{queue="default",reason="reclaim"} 1.0' in operator.metrics.exposition().decode()
+    # Before the deletion, as kube-scheduler does: the DisruptionTarget condition says why the pod goes.
+    (marked,) = fake.requests("PATCH", "/pods/victim/status")
+    assert fake.seen.index(marked) < fake.seen.index(fake.requests("DELETE", "/pods/victim")[0])
+    (condition,) = marked.body["status"]["conditions"]
+    assert condition["type"] == "DisruptionTarget" and condition["status"] == "True"
+    assert condition["reason"] == "PreemptionByScheduler"
+    assert condition["message"] == "gpusched: preempting to accommodate a higher priority pod"
+
+
+async def test_a_preemptors_nominated_node_is_written_and_cleared(fake: FakeApiServer, operator: Operator) -> None:
+    preemptor = api_pod.parse_pod(pod("urgent", 1))
+    operator.nominate(preemptor, "gpu-1")
+    operator.nominate(preemptor, "")
+    await eventually(lambda: len(fake.requests("PATCH", "/pods/urgent/status")) == 2)
+    written = [r.body["status"]["nominatedNodeName"] for r in fake.requests("PATCH", "/pods/urgent/status")]
+    assert written == ["gpu-1", None]
+
+
+def test_pod_disruption_budgets_reach_preemption_and_bad_ones_are_reported(operator: Operator) -> None:
+    budget = {
+        "metadata": {"name": "db", "namespace": "shop"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    operator.pdb_event(budget)
+    assert operator.budget_keys() == ["shop/db"]
+    operator.pdb_event({**budget, "status": {"disruptionsAllowed": "none"}})
+    assert operator.budget_keys() == []
+    assert operator.metrics.invalid_objects.labels("poddisruptionbudget")._value.get() == 1.0
+    operator.pdb_event(budget)
+    operator.pdb_event(budget, deleted=True)
+    assert operator.budget_keys() == []
 
 
 async def test_after_a_restart_a_running_gang_stays_running(fake: FakeApiServer, operator: Operator) -> None:

@@ -1,0 +1,263 @@
+"""A single pod preempting single pods, as kube-scheduler's DefaultPreemption does it: victims of lower priority
+on one node, as few and as unimportant as the pod allows, PodDisruptionBudgets spared when another node can make
+room, ``preemptionPolicy: Never`` honoured, the nominated node told and cleared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler.api import pdb as api_pdb
+from scheduler.api import pod as api_pod
+from scheduler.api.errors import InvalidObject
+from scheduler.core import reclaim
+from scheduler.core.loop import SchedulingLoop
+from scheduler.queue.scheduling import SchedulingQueue
+from tests.api import objects
+from tests.core.harness import Clock, Cluster, Events
+from tests.core.test_tenancy import Evictions
+
+FOO = "example.com/foo"
+
+
+def _loop(*nodes: tuple[str, int]) -> tuple[Cluster, SchedulingLoop, Clock, Events, Evictions]:
+    """Nodes named and sized in ``example.com/foo``, as Kubernetes' SchedulerPreemption tests patch them."""
+    cluster = Cluster([objects.node(name, extra={FOO: str(foo)}) for name, foo in nodes], ("fit",))
+    clock = Clock()
+    events = Events()
+    loop = SchedulingLoop(cluster.scheduler, SchedulingQueue(clock=clock), clock=clock, events=events)
+    evictions = Evictions()
+    loop.evictor = evictions
+    return cluster, loop, clock, events, evictions
+
+
+def _pod(
+    name: str,
+    foo: int,
+    priority: int,
+    *,
+    node: str = "",
+    labels: dict[str, str] | None = None,
+    never: bool = False,
+) -> api_pod.PodRequest:
+    raw: dict[str, Any] = objects.pod(
+        name,
+        extra={FOO: str(foo)},
+        node_selector={"kubernetes.io/hostname": node} if node else None,
+        labels=labels,
+    )
+    raw["spec"]["priority"] = priority
+    if never:
+        raw["spec"]["preemptionPolicy"] = "Never"
+    return api_pod.parse_pod(raw)
+
+
+def _run(loop: SchedulingLoop, clock: Clock, pods: list[api_pod.PodRequest]) -> None:
+    """Place ``pods`` one after another, a second apart (so the later ones have started later)."""
+    for pod in pods:
+        clock.now += 1.0
+        loop.pod_pending(pod)
+        loop.run_until_idle()
+
+
+def _placed(cluster: Cluster) -> dict[str, str]:
+    return {d.pod.name: d.node for d in cluster.binder.decisions}
+
+
+def _gone(cluster: Cluster, loop: SchedulingLoop, clock: Clock, pods: list[api_pod.PodRequest]) -> None:
+    """The API server deletes the victims: the cache and the loop hear it (after the preemptor's backoff)."""
+    for pod in pods:
+        cluster.cache.remove_pod(pod.key)
+        loop.pod_gone(pod.key)
+    clock.now += 30.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()
+
+
+def _budget(name: str, app: str, allowed: int, disrupted: tuple[str, ...] = ()) -> api_pdb.DisruptionBudget:
+    return api_pdb.parse_pdb(
+        {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": app}}},
+            "status": {"disruptionsAllowed": allowed, "disruptedPods": {p: "2026-01-01T00:00:00Z" for p in disrupted}},
+        }
+    )
+
+
+def test_basic_preemption_takes_the_one_low_priority_pod_and_nominates_its_node() -> None:
+    # Kubernetes' "validates basic preemption works": two pods of 2 on each node of 5, the first of priority 1,
+    # the others 100; a pod of priority 1000 asking for 2 preempts only the low one, on its node.
+    cluster, loop, clock, events, evictions = _loop(("n0", 5), ("n1", 5), ("n2", 5))
+    _run(
+        loop,
+        clock,
+        [_pod(f"p{n}-{j}", 2, 1 if (n, j) == (0, 0) else 100, node=f"n{n}") for n in range(3) for j in range(2)],
+    )
+    _run(loop, clock, [_pod("preemptor", 2, 1000)])
+    assert [p.name for p in evictions.pods] == ["p0-0"]
+    assert evictions.nominated == {"default/preemptor": "n0"}
+    assert events.reasons("pod default/preemptor") == ["FailedScheduling", "Preempting"]
+    assert "on node n0" in events.messages("pod default/p0-0")[-1]
+    _gone(cluster, loop, clock, evictions.pods)
+    assert _placed(cluster)["preemptor"] == "n0"
+
+
+def test_victims_are_put_back_most_important_first_so_only_what_is_needed_goes() -> None:
+    # Kubernetes' "runs ReplicaSets to verify preemption running path": 200, 300 and 450 of 1000 held at
+    # priorities 1, 2, 3; a pod of priority 4 asking for 500 preempts the first two and spares the 450.
+    _, loop, clock, _, evictions = _loop(("n0", 1000))
+    _run(loop, clock, [_pod("rs1", 200, 1), _pod("rs2", 300, 2), _pod("rs3", 450, 3)])
+    _run(loop, clock, [_pod("rs4", 500, 4)])
+    assert sorted(p.name for p in evictions.pods) == ["rs1", "rs2"]
+
+
+def test_a_pod_budget_protects_its_pods_when_another_node_can_make_room() -> None:
+    def run(budgets: list[api_pdb.DisruptionBudget]) -> list[str]:
+        _, loop, clock, _, evictions = _loop(("n0", 2), ("n1", 2))
+        for budget in budgets:
+            loop.budget_upsert(budget)
+        # web (n1) started first: without budgets, n0's db, the victim that started last, goes.
+        _run(loop, clock, [_pod("web", 2, 0, node="n1", labels={"app": "web"})])
+        _run(loop, clock, [_pod("db", 2, 0, node="n0", labels={"app": "db"})])
+        _run(loop, clock, [_pod("urgent", 2, 10)])
+        return [p.name for p in evictions.pods]
+
+    assert run([]) == ["db"]
+    assert run([_budget("db", "db", allowed=0)]) == ["web"]
+    # A budget that still allows a disruption, or one that already counts db as disrupted, is not exceeded.
+    assert run([_budget("db", "db", allowed=1)]) == ["db"]
+    assert run([_budget("db", "db", allowed=0, disrupted=("db",))]) == ["db"]
+    # Only budget-protected pods can make room: they are preempted all the same (a budget is a preference).
+    assert run([_budget("db", "db", allowed=0), _budget("web", "web", allowed=0)]) == ["db"]
+
+
+def test_on_one_node_the_budget_protected_pod_is_spared_first() -> None:
+    _, loop, clock, _, evictions = _loop(("n0", 2))
+    loop.budget_upsert(_budget("db", "db", allowed=0))
+    # db started last: without its budget it would be the victim (the less important of two equal pods).
+    _run(loop, clock, [_pod("web", 1, 0, labels={"app": "web"}), _pod("db", 1, 0, labels={"app": "db"})])
+    _run(loop, clock, [_pod("urgent", 1, 10)])
+    assert [p.name for p in evictions.pods] == ["web"]
+
+
+def test_budget_violations_come_before_victim_priority_when_choosing_the_node() -> None:
+    _, loop, clock, _, evictions = _loop(("n0", 1), ("n1", 1))
+    loop.budget_upsert(_budget("db", "db", allowed=0))
+    _run(loop, clock, [_pod("db", 1, 1, node="n0", labels={"app": "db"}), _pod("web", 1, 5, node="n1")])
+    _run(loop, clock, [_pod("urgent", 1, 10)])
+    assert [p.name for p in evictions.pods] == ["web"]
+
+
+def test_the_node_with_the_lowest_highest_victim_priority_is_chosen() -> None:
+    _, loop, clock, _, evictions = _loop(("n0", 2), ("n1", 2))
+    _run(loop, clock, [_pod("a", 2, 5, node="n0"), _pod("b", 2, 3, node="n1")])
+    _run(loop, clock, [_pod("urgent", 2, 10)])
+    assert [p.name for p in evictions.pods] == ["b"]
+
+
+def test_then_the_smallest_sum_of_victim_priorities() -> None:
+    _, loop, clock, _, evictions = _loop(("n0", 2), ("n1", 2))
+    _run(loop, clock, [_pod("a3", 1, 3, node="n0"), _pod("a2", 1, 2, node="n0")])
+    _run(loop, clock, [_pod("b3", 1, 3, node="n1"), _pod("b1", 1, 1, node="n1")])
+    _run(loop, clock, [_pod("urgent", 2, 10)])
+    assert sorted(p.name for p in evictions.pods) == ["b1", "b3"]
+
+
+def test_then_the_node_whose_highest_priority_victims_started_last() -> None:
+    _, loop, clock, _, evictions = _loop(("n0", 1), ("n1", 1), ("n2", 1))
+    _run(loop, clock, [_pod("old", 1, 3, node="n0"), _pod("mid", 1, 3, node="n2"), _pod("young", 1, 3, node="n1")])
+    _run(loop, clock, [_pod("urgent", 1, 10)])
+    assert [p.name for p in evictions.pods] == ["young"]
+
+
+def test_node_costs_follow_kube_schedulers_order() -> None:
+    def victims(node: str, *pods: tuple[int, float], violations: int = 0) -> reclaim.NodeVictims:
+        candidates = [
+            reclaim.Candidate(f"{node}/{i}", "default", prio, started, [_pod(f"{node}-{i}", 1, prio)])
+            for i, (prio, started) in enumerate(pods)
+        ]
+        return reclaim.NodeVictims(node, 0, candidates, violations)
+
+    ordered = [
+        victims("a", (1, 5.0), (1, 5.0), violations=0),  # no violation beats everything below
+        victims("b", (0, 1.0), violations=1),
+        victims("c", (0, 1.0), violations=2),
+    ]
+    assert sorted(ordered, key=lambda v: v.cost(0)) == ordered
+    ordered = [
+        victims("a", (2, 1.0)),  # lowest top priority
+        victims("b", (3, 9.0)),
+    ]
+    assert sorted(ordered, key=lambda v: v.cost(0)) == ordered
+    ordered = [
+        victims("a", (3, 1.0)),  # then the smallest sum, which counts every victim
+        victims("b", (3, 1.0), (1, 1.0)),
+    ]
+    assert sorted(ordered, key=lambda v: v.cost(0)) == ordered
+    # Negative priorities: two victims never sum to less than one (kube-scheduler's offset per victim).
+    assert victims("a", (-100, 1.0)).cost(0) < victims("b", (-100, 1.0), (-200, 1.0)).cost(0)
+    ordered = [
+        victims("a", (3, 9.0), (1, 1.0)),  # then the latest start among the highest-priority victims
+        victims("b", (3, 2.0), (1, 8.0)),
+    ]
+    assert sorted(ordered, key=lambda v: v.cost(0)) == ordered
+
+
+def test_preemption_policy_never_waits_for_room_instead() -> None:
+    cluster, loop, clock, events, evictions = _loop(("n0", 1))
+    _run(loop, clock, [_pod("low", 1, 0)])
+    _run(loop, clock, [_pod("polite", 1, 100, never=True)])
+    assert evictions.pods == []
+    assert evictions.nominated == {}
+    assert "Preempting" not in events.reasons("pod default/polite")
+    _gone(cluster, loop, clock, [_pod("low", 1, 0)])
+    assert "polite" in _placed(cluster)
+
+
+def test_victims_of_equal_or_higher_priority_are_never_chosen() -> None:
+    _, loop, clock, _, evictions = _loop(("n0", 1), ("n1", 1), ("n2", 2))
+    _run(loop, clock, [_pod("equal", 1, 10, node="n0"), _pod("higher", 1, 50, node="n1")])
+    _run(loop, clock, [_pod("lower", 1, 1, node="n2"), _pod("mixed", 1, 10, node="n2")])
+    _run(loop, clock, [_pod("urgent", 2, 10)])
+    assert evictions.pods == []  # n2 would need "mixed", of the preemptor's own priority
+
+
+def test_a_higher_priority_pod_counts_victims_already_terminating_and_takes_the_node_over() -> None:
+    # Kubernetes' async preemption test in small: a medium pod's victim is still terminating when a high pod
+    # arrives; the high pod counts it, preempts only what else it needs, and the medium pod's nomination is cleared.
+    cluster, loop, clock, _, evictions = _loop(("n0", 2))
+    _run(loop, clock, [_pod("low-a", 1, 1), _pod("low-b", 1, 1)])
+    _run(loop, clock, [_pod("medium", 1, 100)])
+    assert [p.name for p in evictions.pods] == ["low-b"]
+    assert evictions.nominated == {"default/medium": "n0"}
+    _run(loop, clock, [_pod("high", 2, 1000)])
+    assert [p.name for p in evictions.pods] == ["low-b", "low-a"]  # low-b is not deleted twice
+    assert evictions.nominated == {"default/medium": "", "default/high": "n0"}
+    _gone(cluster, loop, clock, evictions.pods)
+    assert "high" in _placed(cluster) and "medium" not in _placed(cluster)
+
+
+def test_a_pod_that_no_longer_finds_victims_has_its_nomination_cleared() -> None:
+    cluster, loop, clock, _, evictions = _loop(("n0", 1))
+    _run(loop, clock, [_pod("low", 1, 0)])
+    _run(loop, clock, [_pod("urgent", 1, 10)])
+    assert evictions.nominated == {"default/urgent": "n0"}
+    # Before the victim goes, a pod of the preemptor's own priority takes n0's room (bound by another scheduler).
+    cluster.cache.remove_pod("default/low")
+    loop.pod_gone("default/low")
+    cluster.cache.upsert_pod(api_pod.parse_pod(objects.pod("squatter", extra={FOO: "1"}, node_name="n0")))
+    clock.now += 30.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()
+    assert evictions.nominated == {"default/urgent": ""}
+    assert "urgent" not in _placed(cluster)
+
+
+def test_an_unknown_preemption_policy_is_refused_naming_the_field() -> None:
+    raw = objects.pod("odd")
+    raw["spec"]["preemptionPolicy"] = "Sometimes"
+    with pytest.raises(InvalidObject) as caught:
+        api_pod.parse_pod(raw)
+    assert caught.value.field == "spec.preemptionPolicy"
+    assert api_pod.parse_pod(objects.pod("plain")).preemption_policy == "PreemptLowerPriority"
