@@ -22,6 +22,7 @@ from scheduler.api import affinity as api_affinity
 from scheduler.api import ports as api_ports
 from scheduler.api import quantity, resources, selectors
 from scheduler.api import topology as api_topology
+from scheduler.api import volumes as api_volumes
 from scheduler.api.errors import InvalidObject
 from scheduler.api.resources import NO_GPU, GpuRequest, ResourceList
 from scheduler.api.topology import NO_CONSTRAINT, TopologyConstraint
@@ -78,6 +79,8 @@ class PodRequest:
     spread: tuple[api_affinity.SpreadConstraint, ...] = ()
     #: Preferred node affinity: (weight, term) pairs, scored by the ``node_rules`` plugin.
     node_preferences: tuple[tuple[int, selectors.NodeSelectorTerm], ...] = ()
+    #: The claims its ``persistentVolumeClaim`` and ``ephemeral`` volumes use (``scheduler.api.volumes``).
+    volumes: tuple[api_volumes.PodClaim, ...] = ()
     #: The uid of the pod's controller (ReplicaSet, StatefulSet, Job...), for the cluster-default spreading.
     owner: str = ""
     #: ``spec.preemptionPolicy``: ``Never`` keeps the pod from preempting others (it waits for room instead).
@@ -225,11 +228,10 @@ def _str_map(raw: object, *, obj: str, field: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in raw.items()}
 
 
-#: Volume sources that tie a pod to a node or a zone (kube-scheduler's VolumeBinding, VolumeZone,
-#: VolumeRestrictions and NodeVolumeLimits read them), which gpusched does not model yet.
+#: In-tree volume sources that tie a pod to a node or a zone (kube-scheduler's VolumeZone, VolumeRestrictions and
+#: NodeVolumeLimits read them), which gpusched does not model: claims (``persistentVolumeClaim``, ``ephemeral``)
+#: are honoured by the ``volumes`` plugin; these are refused.
 _NODE_BOUND_VOLUMES = (
-    "persistentVolumeClaim",
-    "ephemeral",
     "gcePersistentDisk",
     "awsElasticBlockStore",
     "azureDisk",
@@ -387,6 +389,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         pod_affinity=api_affinity.parse_pod_affinity(spec, namespace=namespace, labels=labels, obj=obj),
         node_preferences=_node_preferences(spec, obj=obj),
         spread=api_affinity.parse_spread(spec.get("topologySpreadConstraints"), labels=labels, obj=obj),
+        volumes=api_volumes.parse_pod_claims(spec, pod_name=name, obj=obj),
         owner=api_affinity.controller_of(meta),
         preemption_policy=str(preemption_policy),
         topology=api_topology.parse_constraint(

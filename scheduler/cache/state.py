@@ -28,6 +28,7 @@ from scheduler.api import gputopo, resources, selectors
 from scheduler.api import node as api_node
 from scheduler.api import ports as api_ports
 from scheduler.api import topology as api_topology
+from scheduler.api import volumes as api_volumes
 from scheduler.api.errors import InvalidObject
 from scheduler.api.gputopo import GpuTopology
 from scheduler.api.pod import PodRequest
@@ -36,6 +37,7 @@ from scheduler.api.selectors import Taint
 from scheduler.cache.arrays import ClusterArrays, Placement
 from scheduler.cache.labels import LabelIndex
 from scheduler.cache.pods_index import PodIndex, PortIndex
+from scheduler.cache.volumes import VolumeStore
 from scheduler.kernels import layout
 
 F64 = npt.NDArray[np.float64]
@@ -102,6 +104,8 @@ class Cache:
         self._pod_index: PodIndex | None = None
         #: How many pods held carry inter-pod affinity terms (known without the index).
         self.pods_with_terms = 0
+        #: Claims, volumes, storage classes, CSINodes, and the volume choices assumed (``scheduler.cache.volumes``).
+        self.volumes = VolumeStore()
         self._waiting: dict[str, dict[str, PodRequest]] = {}
         #: Per node slot, the node's place in name order (None when nodes came or went since): ties between equal
         #: scores go to the first node by name, whatever order the nodes were seen in (a restart sees them in
@@ -450,6 +454,8 @@ class Cache:
             self.pods_with_terms += 1
         if self._pod_index is not None:
             self._pod_index.add(pod, slot)
+        if pod.volumes:
+            self.volumes.pod_added(pod, slot)
         return entry
 
     def remove_pod(self, key: str) -> None:
@@ -458,6 +464,7 @@ class Cache:
         entry = self._pods.pop(key, None)
         if entry is None:
             return
+        self.volumes.release(key)
         self.arrays.apply(entry.placement, sign=-1.0)
         if entry.pod.host_ports:
             self.ports.add(entry.placement.slot, entry.pod.host_ports, -1)
@@ -479,6 +486,8 @@ class Cache:
     def _unindex(self, pod: PodRequest, slot: int) -> None:
         if pod.pod_affinity:
             self.pods_with_terms -= 1
+        if pod.volumes:
+            self.volumes.pod_removed(pod)
         if self._pod_index is not None:
             self._pod_index.remove(pod, slot)
 
@@ -487,14 +496,24 @@ class Cache:
         if self._pod_index is not None:
             self._pod_index.relabel(old, new, slot)
 
-    def assume(self, pod: PodRequest, node_name: str, gpu_ids: Sequence[int] = ()) -> Placement:
-        """Count a pod on a node before the binding is confirmed."""
+    def assume(
+        self,
+        pod: PodRequest,
+        node_name: str,
+        gpu_ids: Sequence[int] = (),
+        volumes: Sequence[api_volumes.ClaimBinding] = (),
+    ) -> Placement:
+        """Count a pod on a node before the binding is confirmed, with the volumes chosen for its unbound claims
+        (held for it until the binding completes or fails)."""
         slot = self._slot.get(node_name)
         if slot is None:
             raise UnknownNode(node_name)
         if pod.key in self._pods:
             self.remove_pod(pod.key)
-        return self._add(pod, slot, gpu_ids, assumed=True).placement
+        placement = self._add(pod, slot, gpu_ids, assumed=True).placement
+        if volumes:
+            self.volumes.assume(pod.key, volumes)
+        return placement
 
     def confirm(self, key: str) -> None:
         """The binding went through."""
@@ -577,6 +596,9 @@ class Snapshot:
         #: filters that look at other pods add these to the cache's indexes.
         self._what_if: list[tuple[int, PodRequest, int]] = []
         self._marks: list[int] = []
+        #: Volume choices made by the open what-ifs (a gang's members placed earlier), and where each began.
+        self._volume_picks: list[api_volumes.ClaimBinding] = []
+        self._pick_marks: list[int] = []
 
     # --- node metadata, read-only ---------------------------------------------------------------------------
 
@@ -665,18 +687,49 @@ class Snapshot:
 
     def checkpoint(self) -> int:
         self._marks.append(len(self._what_if))
+        self._pick_marks.append(len(self._volume_picks))
         return self.arrays.checkpoint()
 
     def rollback(self, token: int) -> None:
         self.arrays.rollback(token)
         del self._what_if[self._marks.pop() :]
+        del self._volume_picks[self._pick_marks.pop() :]
 
     def keep(self, token: int) -> None:
         self.arrays.keep(token)
         self._marks.pop()
+        self._pick_marks.pop()
         if not self._marks:
             # The outermost what-if is closed: what it kept is the caller's to make real in the cache.
             self._what_if.clear()
+            self._volume_picks.clear()
+
+    @property
+    def in_what_if(self) -> bool:
+        """Whether a checkpoint is open (what the cycle decides is tried, not assumed)."""
+        return bool(self._marks)
+
+    @property
+    def volumes(self) -> VolumeStore:
+        """Claims, volumes, classes and CSINodes, and the choices assumed (read it, never change it)."""
+        return self._cache.volumes
+
+    @property
+    def volume_picks(self) -> Sequence[api_volumes.ClaimBinding]:
+        """The volume choices of the pods the open what-ifs placed (empty outside what-ifs)."""
+        return self._volume_picks
+
+    def pick_volumes(self, bindings: Sequence[api_volumes.ClaimBinding]) -> None:
+        """Record the volume choices of a pod placed inside the open what-if, so the next pod tried there does not
+        get the same volume (undone with the what-if)."""
+        if not self._marks:
+            raise RuntimeError("volume choices are recorded only inside a checkpoint")
+        self._volume_picks.extend(bindings)
+
+    def unpick_volumes(self, bindings: Sequence[api_volumes.ClaimBinding]) -> None:
+        for binding in bindings:
+            if binding in self._volume_picks:
+                self._volume_picks.remove(binding)
 
     def place(self, placement: Placement) -> None:
         if not self.arrays._open:

@@ -36,6 +36,11 @@ _REASONS = {
     layout.EXISTING_ANTI_AFFINITY: "node(s) didn't satisfy existing pods anti-affinity rules",
     layout.SPREAD: "node(s) didn't match pod topology spread constraints",
     layout.SPREAD_MISSING_LABEL: "node(s) didn't match pod topology spread constraints (missing required label)",
+    layout.VOLUME_NODE_CONFLICT: "node(s) had volume node affinity conflict",
+    layout.VOLUME_BIND_CONFLICT: "node(s) didn't find available persistent volumes to bind",
+    layout.VOLUME_MISSING: "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)",
+    layout.VOLUME_ZONE: "node(s) had no available volume zone",
+    layout.VOLUME_LIMIT: "node(s) exceed max volume count",
 }
 
 
@@ -101,7 +106,7 @@ class Scheduler:
         result = self.place(pod, snapshot, context)
         if result.decision is None or result.state is None:
             return result
-        self.cache.assume(pod, result.decision.node, result.decision.gpu_ids)
+        self.cache.assume(pod, result.decision.node, result.decision.gpu_ids, result.decision.volumes)
         self.binder.bind(result.decision)
         return result
 
@@ -161,7 +166,8 @@ class Scheduler:
         node = snapshot.names[slot]
         assert node is not None, "a feasible slot always holds a node"
         gpu_ids = tuple(state.data.get(interface.GPU_IDS, ()))
-        return Result(Status.success(), Decision(pod, node, gpu_ids), state=state)
+        volumes = tuple(state.data.get(interface.VOLUME_BINDINGS, ()))
+        return Result(Status.success(), Decision(pod, node, gpu_ids, volumes), state=state)
 
     def wakes(self, diagnosis: Diagnosis | None) -> frozenset[interface.ClusterEvent] | None:
         """The cluster events that may let a pod that failed with ``diagnosis`` fit (None: any event may): the

@@ -25,6 +25,7 @@ from scheduler.plugins import (
     spread,
     spread_constraints,
     topology,
+    volumes,
 )
 
 Factory = Callable[[Mapping[str, Any]], Plugin]
@@ -48,4 +49,5 @@ PLUGINS: dict[str, Factory] = {
     "ports": ports.NodePorts,
     "interpod": interpod.InterPodAffinity,
     "topology_spread": spread_constraints.TopologySpread,
+    "volumes": volumes.Volumes,
 }

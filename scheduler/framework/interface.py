@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.api.pod import PodRequest
+from scheduler.api.volumes import ClaimBinding
 from scheduler.cache.state import Snapshot
 
 F64 = npt.NDArray[np.float64]
@@ -50,6 +51,8 @@ class ClusterEvent(enum.StrEnum):
     TOPOLOGY_CHANGED = "topology changed"
     #: A job that waited for room was placed or left: the jobs the fair-share gate held back may go.
     STARVING_JOB_FED = "starving job fed"
+    #: A PersistentVolumeClaim, PersistentVolume, StorageClass or CSINode came, changed or went.
+    VOLUME_CHANGED = "volume changed"
 
 
 #: Events that can give a node more free room: a pod left, a node came or changed.
@@ -137,11 +140,12 @@ class ReservePlugin(Plugin, Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """Where a pod goes: the node and the GPU devices on it."""
+    """Where a pod goes: the node, the GPU devices on it, and the volumes chosen for its unbound claims."""
 
     pod: PodRequest
     node: str
     gpu_ids: tuple[int, ...] = ()
+    volumes: tuple[ClaimBinding, ...] = ()
 
 
 class Binder(Protocol):
@@ -155,6 +159,8 @@ PluginArgs = Mapping[str, Any]
 
 #: A GPU device chosen in reserve is kept in the state under this key.
 GPU_IDS = "gpu_ids"
+#: The volumes chosen in reserve for the pod's unbound claims (``ClaimBinding``s) are kept under this key.
+VOLUME_BINDINGS = "volume.bindings"
 #: During a gang's cycle: {slot: members already placed there in this cycle}.
 GANG_SLOTS = "gang.slots"
 #: During a cycle constrained by topology: the node slots (a boolean mask) of the domain(s) chosen for the job;

@@ -41,4 +41,12 @@ EXISTING_ANTI_AFFINITY = 14
 #: are all taken, so further reasons count down from -2 (-1 is left unused).
 SPREAD = 15
 SPREAD_MISSING_LABEL = -2
+#: Volumes (the volumes plugin): a bound claim's volume is not reachable from the node (its node affinity; its
+#: zone labels), no volume to bind or provision there, a bound claim's volume does not exist, the node's CSI
+#: attach limit would be exceeded.
+VOLUME_NODE_CONFLICT = -3
+VOLUME_BIND_CONFLICT = -4
+VOLUME_MISSING = -5
+VOLUME_ZONE = -6
+VOLUME_LIMIT = -7
 RESOURCE = 16

@@ -182,13 +182,13 @@ def _spec_with(**extra: Any) -> dict[str, Any]:
             {
                 "volumes": [
                     {"name": "c", "configMap": {"name": "x"}},
-                    {"name": "d", "persistentVolumeClaim": {"claimName": "d"}},
+                    {"name": "d", "gcePersistentDisk": {"pdName": "d"}},
                 ]
             },
-            "spec.volumes[1].persistentVolumeClaim",
-            "persistentVolumeClaim volumes",
+            "spec.volumes[1].gcePersistentDisk",
+            "gcePersistentDisk volumes",
         ),
-        ({"volumes": [{"name": "e", "ephemeral": {}}]}, "spec.volumes[0].ephemeral", "ephemeral volumes"),
+        ({"volumes": [{"name": "e", "rbd": {}}]}, "spec.volumes[0].rbd", "rbd volumes"),
         ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims", "resource claims"),
         ({"schedulingGates": [{"name": "wait"}]}, "spec.schedulingGates", "scheduling gates"),
     ],
@@ -207,11 +207,24 @@ def test_a_pending_pod_of_ours_asking_for_what_gpusched_does_not_honour_is_refus
 def test_everything_unsupported_is_named_in_one_refusal() -> None:
     with pytest.raises(api_pod.Unsupported) as err:
         api_pod.parse_pod(
-            _spec_with(
-                resourceClaims=[{"name": "gpu"}], volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "d"}}]
-            )
+            _spec_with(resourceClaims=[{"name": "gpu"}], volumes=[{"name": "d", "iscsi": {"targetPortal": "t"}}])
         )
-    assert "resource claims" in str(err.value) and "persistentVolumeClaim volumes" in str(err.value)
+    assert "resource claims" in str(err.value) and "iscsi volumes" in str(err.value)
+
+
+def test_claims_and_ephemeral_volumes_are_honoured_not_refused() -> None:
+    pod = api_pod.parse_pod(
+        _spec_with(
+            volumes=[
+                {"name": "d", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+            ]
+        )
+    )
+    assert [(c.name, c.read_only, c.ephemeral) for c in pod.volumes] == [
+        ("data", True, False),
+        ("p-scratch", False, True),
+    ]
 
 
 def test_harmless_fields_and_empty_affinity_objects_are_not_refused() -> None:

@@ -28,6 +28,7 @@ def test_the_default_profile_loads_and_builds() -> None:
         "node_rules",
         "fit",
         "ports",
+        "volumes",
         "interpod",
         "topology_spread",
         "gpu",
@@ -35,9 +36,18 @@ def test_the_default_profile_loads_and_builds() -> None:
         "gang",
         "topology",
     ]
-    assert config.plugins[5] == PluginConfig("gpu", 1.0, {"device": "hint"})
+    assert config.plugins[6] == PluginConfig("gpu", 1.0, {"device": "hint"})
     fw = Framework.build(config)
-    assert [p.name for p in fw.filters] == ["node_rules", "fit", "ports", "interpod", "topology_spread", "topology"]
+    assert [p.name for p in fw.filters] == [
+        "node_rules",
+        "fit",
+        "ports",
+        "volumes",
+        "interpod",
+        "topology_spread",
+        "topology",
+    ]
+    assert [p.name for p in fw.pre_filters] == ["volumes", "topology"]
     assert [(s[0].name, s[1]) for s in fw.scorers] == [
         ("node_rules", 50.0),
         ("interpod", 100.0),
@@ -46,7 +56,7 @@ def test_the_default_profile_loads_and_builds() -> None:
         ("gang", 50.0),
         ("topology", 50.0),
     ]
-    assert [p.name for p in fw.reservers] == ["gpu"]
+    assert [p.name for p in fw.reservers] == ["volumes", "gpu"]
 
 
 def test_the_removed_reservation_plugin_is_a_clear_error(tmp_path: Path) -> None:
@@ -63,6 +73,7 @@ def test_a_file_overrides_only_what_it_says(tmp_path: Path) -> None:
         "node_rules",
         "fit",
         "ports",
+        "volumes",
         "interpod",
         "topology_spread",
         "gpu",
