@@ -21,6 +21,10 @@ the API server answers                          reported
                                                 every cycle
 =============================================  ==============================================================
 
+A decision with volume choices (``Decision.volumes``) goes through ``prebind`` first (``scheduler.k8s.volumes``:
+claims bound or provisioning asked, and waited for); if it returns a reason, the pod is not bound and the outcome
+is a refusal with that reason (``on_failed(..., retry=True, ...)``). The wait holds no binding slot.
+
 The GPU indices go *with* the binding, as ``metadata.annotations`` of the Binding object: the API server copies
 a Binding's annotations onto the pod in the same write that sets ``spec.nodeName`` (``BindingREST`` in
 kubernetes/pkg/registry/core/pod/storage). A separate PATCH first would cost a second round trip per pod, and
@@ -36,7 +40,7 @@ import asyncio
 import enum
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -114,8 +118,10 @@ class Binder:
         on_uncertain: Callable[[str], None],
         settings: BinderSettings | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        prebind: Callable[[Decision], Awaitable[str]] | None = None,
     ) -> None:
         self.client = client
+        self._prebind = prebind
         self.settings = settings or BinderSettings()
         self._on_bound = on_bound
         self._on_failed = on_failed
@@ -164,6 +170,11 @@ class Binder:
         pod = decision.pod
         started = time.monotonic()
         try:
+            if decision.volumes and self._prebind is not None:
+                problem = await self._prebind(decision)
+                if problem:
+                    self._report(decision, Outcome.REFUSED, problem, time.monotonic() - started)
+                    return
             async with self._slots:
                 self.in_flight += 1
                 try:

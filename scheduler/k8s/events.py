@@ -55,6 +55,10 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "topology": ("scheduling.gpusched.io/v1alpha1", "Topology", False),
     "node": ("v1", "Node", False),
     "poddisruptionbudget": ("policy/v1", "PodDisruptionBudget", True),
+    "persistentvolumeclaim": ("v1", "PersistentVolumeClaim", True),
+    "persistentvolume": ("v1", "PersistentVolume", False),
+    "storageclass": ("storage.k8s.io/v1", "StorageClass", False),
+    "csinode": ("storage.k8s.io/v1", "CSINode", False),
 }
 
 

@@ -48,6 +48,7 @@ from scheduler.core.hints import ClusterEvent
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import Decision
 from scheduler.k8s import status as k8s_status
+from scheduler.k8s import volumes as k8s_volumes
 from scheduler.k8s.binder import Binder, BinderSettings
 from scheduler.k8s.client import Client
 from scheduler.k8s.config import OperatorConfig
@@ -157,6 +158,11 @@ class Operator:
         self._queue_accepted = k8s_status.AcceptedConditions(clock)
         #: Nodes whose ``gpusched.io/gpu-topology`` was refused, with the message last told.
         self._node_problems: dict[str, str] = {}
+        #: Claims, volumes, classes and CSINodes into the cache; the volume PreBind (``scheduler.k8s.volumes``).
+        self.volumes = k8s_volumes.VolumeWatches(
+            self.cache.volumes, on_change=self.volumes_changed, invalid=self._invalid
+        )
+        self.volume_binder = k8s_volumes.VolumeBinder(client, self.volumes)
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -169,6 +175,7 @@ class Operator:
             on_failed=self._on_failed,
             on_uncertain=self._on_uncertain,
             settings=BinderSettings(max_in_flight=binding.concurrency),
+            prebind=self.volume_binder.prebind,
         )
         self.recorder.start()
         self.conditions.start()
@@ -339,6 +346,13 @@ class Operator:
         self._check_gpu_topology(name)
         if self.ready:
             self.loop.cluster_event(ClusterEvent.NODE_ADDED if old is None else ClusterEvent.NODE_UPDATED)
+            self._wake.set()
+
+    def volumes_changed(self) -> None:
+        """A claim, volume, storage class or CSINode changed (``scheduler.k8s.volumes``): pods waiting for one may
+        fit now."""
+        if self.ready:
+            self.loop.cluster_event(ClusterEvent.VOLUME_CHANGED)
             self._wake.set()
 
     def podgroup_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:

@@ -34,6 +34,7 @@ from scheduler.api import pod as api_pod
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import handlers, health, logs
+from scheduler.k8s import volumes as k8s_volumes
 from scheduler.k8s.informer import Informer
 from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaderElector
 from scheduler.k8s.operator import Operator, warm_kernels
@@ -277,6 +278,8 @@ async def _supervise(
             known=operator.budget_keys,
         ),
     }
+    # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (scheduler.k8s.volumes).
+    informers.update(k8s_volumes.informers(client, operator.volumes))
     for kind, informer in informers.items():
         tasks[kind] = asyncio.create_task(informer.run(), name=f"gpusched {kind}")
     if config.leader_election.enabled:
@@ -308,7 +311,7 @@ async def _supervise(
     operator.set_leading(False)
     if "lease" in tasks:  # first, and given the time to hand the lease over
         await _end(tasks["lease"], grace=RELEASE_TIMEOUT_S + CANCEL_GRACE_S)
-    await asyncio.gather(*(_end(tasks[name]) for name in ("scheduling", "nodes", "pods")))
+    await asyncio.gather(*(_end(tasks[name]) for name in ("scheduling", *informers)))
     kopf_stop.set()
     await _end(tasks["watches"], grace=WATCHES_STOP_S, cancel_first=False)
     await _end(stopper)

@@ -3,8 +3,9 @@
 It records every request (method, path, JSON body, content type), answers bindings by pod name from
 ``bind_answers`` (201 with a Status by default, as the real one does), serves pods from ``pods`` for the
 binder's read-back, keeps Events it was sent (so a PATCH of a count is visible), counts bindings in flight,
-deletes pods (preemption), and keeps coordination.k8s.io Leases with the API server's optimistic concurrency
-(an update must carry the current ``resourceVersion``, else 409), for leader election.
+deletes pods (preemption), takes patches of claims (volume binding), and keeps coordination.k8s.io Leases
+with the API server's optimistic concurrency (an update must carry the current ``resourceVersion``, else 409),
+for leader election.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class FakeApiServer:
         app.router.add_patch("/api/v1/namespaces/{ns}/events/{name}", self._patch_event)
         app.router.add_patch("/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}/status", self._patch_status)
         app.router.add_patch("/apis/{group}/{version}/{plural}/{name}/status", self._patch_status)
+        app.router.add_patch("/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}", self._patch_claim)
         self._server = TestServer(app)
 
     @property
@@ -228,6 +230,11 @@ class FakeApiServer:
         if self.status_answers:
             return await self._answer(self.status_answers.pop(0))
         return web.json_response(body)
+
+    async def _patch_claim(self, request: web.Request) -> web.Response:
+        """A claim's annotations (the volume PreBind asking for provisioning): recorded, answered 200."""
+        await self._record(request)
+        return web.json_response({"kind": "PersistentVolumeClaim"}, status=200)
 
     async def _create_event(self, request: web.Request) -> web.Response:
         body = await self._record(request)
