@@ -39,14 +39,22 @@ class Holds:
         self.nominated: dict[str, np.ndarray] = {}
         #: Job key -> the pods its preemption evicted (while any is there, the job waits instead of preempting).
         self.evicting: dict[str, list[str]] = {}
+        #: Job key -> the priority of a job with a nomination.
+        self.priority: dict[str, int] = {}
         #: (job key, its leaf queue, reserved node slots) for the job held against starvation.
         self.reservation: tuple[str, str, np.ndarray] | None = None
 
     def context(self, key: str) -> dict[str, Any]:
         """What job ``key``'s cycles must respect: the reservation and the nominations, unless they are its own.
-        A job with a nomination of its own ignores the others' (preemptors whose victims share a node would
-        otherwise keep each other off it; their victims are disjoint and freed room for all of them)."""
-        masks = [] if key in self.nominated else [mask for owner, mask in self.nominated.items() if owner != key]
+        A job with a nomination of its own ignores the others' of its priority or lower (preemptors whose victims
+        share a node would otherwise keep each other off it; their victims are disjoint and freed room for all of
+        them), not those of higher priority: as kube-scheduler counts a nominated pod against pods of its priority
+        or lower, the room a higher-priority preemptor waits for is its own first."""
+        if key in self.nominated:
+            own = self.priority.get(key, 0)
+            masks = [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) > own]
+        else:
+            masks = [mask for owner, mask in self.nominated.items() if owner != key]
         if self.reservation is not None and self.reservation[0] != key:
             masks.append(self.reservation[2])
         if not masks:
@@ -57,8 +65,10 @@ class Holds:
             reserved[: mask.shape[0]] |= mask
         return {RESERVED_SLOTS: reserved}
 
-    def nominate(self, key: str, victims: list[PodRequest]) -> None:
-        """Job ``key`` evicts ``victims``: the nodes they free are its own until it is placed or gone."""
+    def nominate(self, key: str, victims: list[PodRequest], priority: int = 0) -> None:
+        """Job ``key`` (of ``priority``) evicts ``victims``: the nodes they free are its own until it is placed or
+        gone."""
+        self.priority[key] = priority
         freed = np.zeros(self.cache.arrays.slots, dtype=bool)
         for pod in victims:
             entry = self.cache.pod(pod.key)
@@ -110,5 +120,6 @@ class Holds:
         """Job ``key`` is placed or gone: whatever it held is free for others."""
         self.nominated.pop(key, None)
         self.evicting.pop(key, None)
+        self.priority.pop(key, None)
         if self.reservation is not None and self.reservation[0] == key:
             self.reservation = None

@@ -135,7 +135,8 @@ class Preemptor:
             victims = self._victims(pods, priority, policy, borrowers, required_level, surplus)
             if victims:
                 del self.no_victims[item.key]
-                self._evict(item.key, victims, f"preempted to give queue {item.queue!r} its guarantee back ({obj})")
+                reason = f"preempted to give queue {item.queue!r} its guarantee back ({obj})"
+                self._evict(item.key, priority, victims, reason)
                 self.events.emit(
                     obj=obj,
                     kind="Normal",
@@ -155,7 +156,7 @@ class Preemptor:
         if not victims:
             return False
         del self.no_victims[item.key]
-        self._evict(item.key, victims, f"preempted by higher-priority work of queue {item.queue!r} ({obj})")
+        self._evict(item.key, priority, victims, f"preempted by higher-priority work of queue {item.queue!r} ({obj})")
         self.events.emit(
             obj=obj,
             kind="Normal",
@@ -194,7 +195,7 @@ class Preemptor:
                 self.holds.release(other)
                 self._unnominate(other)
                 self.no_victims.pop(other, None)
-        self.holds.nominate(item.key, choice.pods)
+        self.holds.nominate(item.key, choice.pods, priority)
         reason = f"Preempted by pod {pod.uid or pod.key} on node {choice.node}: higher-priority work of queue "
         reason += f"{item.queue!r} ({obj})"
         for victim in choice.victims:
@@ -242,8 +243,8 @@ class Preemptor:
             self.scheduler, pods, priority=priority, policy=policy, candidates=candidates, surplus=surplus, **kwargs
         )
 
-    def _evict(self, key: str, victims: list[reclaim.Candidate], reason: str) -> None:
-        self.holds.nominate(key, [pod for victim in victims for pod in victim.pods])
+    def _evict(self, key: str, priority: int, victims: list[reclaim.Candidate], reason: str) -> None:
+        self.holds.nominate(key, [pod for victim in victims for pod in victim.pods], priority)
         for victim in victims:
             self._evict_one(victim, reason)
 

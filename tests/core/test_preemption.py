@@ -13,6 +13,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
 from scheduler.core import reclaim
 from scheduler.core.loop import SchedulingLoop
+from scheduler.framework.interface import RESERVED_SLOTS
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
 from tests.core.harness import Clock, Cluster, Events
@@ -261,3 +262,18 @@ def test_an_unknown_preemption_policy_is_refused_naming_the_field() -> None:
         api_pod.parse_pod(raw)
     assert caught.value.field == "spec.preemptionPolicy"
     assert api_pod.parse_pod(objects.pod("plain")).preemption_policy == "PreemptLowerPriority"
+
+
+def test_a_nominated_node_goes_to_the_higher_priority_preemptor_first() -> None:
+    # Two preemptors wait on n0; the lower one may not take the room the higher one waits for (kube-scheduler
+    # counts a nominated pod against pods of its priority or lower), while the higher one ignores the lower one.
+    cluster, loop, clock, _, _ = _loop(("n0", 2), ("n1", 2))
+    _run(loop, clock, [_pod("victim", 1, 0, node="n0")])
+    victim = [_pod("victim", 1, 0, node="n0")]
+    loop.holds.nominate("default/medium", victim, 100)
+    loop.holds.nominate("default/high", victim, 1000)
+    loop.holds.nominate("default/peer", victim, 1000)
+    n0 = cluster.cache.slot_of("n0")
+    assert loop.holds.context("default/medium")[RESERVED_SLOTS][n0]
+    assert loop.holds.context("default/high") == {}  # a peer of equal priority does not keep it off either
+    assert loop.holds.context("default/other")[RESERVED_SLOTS][n0]  # without a nomination: off every one
