@@ -1,7 +1,7 @@
 """Everyday pods through ``gpusched run`` on a real API server (issue 14): host ports as kube-scheduler's
 NodePorts, cordoned nodes and the pods that tolerate them, inter-pod affinity and anti-affinity (the pod's own
 and existing pods'), topology spread constraints, and pods asking for what gpusched does not honour yet
-(namespace selectors by label, persistent volumes), which wait with an Event and a condition naming the field
+(namespace selectors by label, in-tree cloud disks), which wait with an Event and a condition naming the field
 instead of being placed as if they had not asked. See docs/pods.md.
 """
 
@@ -167,8 +167,8 @@ UNSUPPORTED = {
         "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector",
     ),
     "volume": (
-        {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
-        "spec.volumes[0].persistentVolumeClaim",
+        {"volumes": [{"name": "data", "gcePersistentDisk": {"pdName": "data"}}]},
+        "spec.volumes[0].gcePersistentDisk",
     ),
 }
 
