@@ -12,6 +12,9 @@ the figure. A watch records when each pod first shows a node. Reported per case:
 Cases: ``kube-scheduler`` (its default configuration, client QPS 50 / burst 100), ``kube-scheduler-qps`` (the
 same with client QPS and burst raised by a KubeSchedulerConfiguration), ``gpusched`` (``gpusched run``, single
 pods) and ``gangs`` (gpusched alone, ``--gangs`` PodGroups of ``--gang-size`` pods; kube-scheduler has no gangs).
+``ceiling`` (backlog mode only) is benchmarks/null_binder.py: no decisions, no Events, bindings round-robin with
+``--concurrency`` in flight and no client rate limit; its pods/s is what this API server takes on this machine,
+and the table gives every case as a fraction of it when it ran in the same invocation.
 ``kube-scheduler-qps-anti`` and ``gpusched-anti`` are the QPS-matched pair with required pod anti-affinity on
 every pod: ``--apps`` apps of equal size (label ``app``), each pod kept off any node that runs a pod of its own
 app (topology key ``kubernetes.io/hostname``), as replicas of an inference service are spread.
@@ -29,6 +32,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -44,8 +48,18 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import kube  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 
-CASES = ("kube-scheduler", "kube-scheduler-qps", "gpusched", "gangs", "kube-scheduler-qps-anti", "gpusched-anti")
+CASES = (
+    "ceiling",
+    "kube-scheduler",
+    "kube-scheduler-qps",
+    "gpusched",
+    "gangs",
+    "kube-scheduler-qps-anti",
+    "gpusched-anti",
+)
 NAMESPACE = "bench"
+#: The schedulerName of the ceiling case's pods: nobody else binds them.
+NULL_BINDER = "null-binder"
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +277,8 @@ async def run_burst(
         await watch.wait_for(len(manifests), timeout=timeout)
         watch.stop()
         bound = watch.bound_at
-        events = await scheduled_events(api, len(bound), timeout=60.0)
+        # The null binder writes no Events (it is the floor of the work a scheduler does).
+        events = 0 if scheduler_name == NULL_BINDER else await scheduled_events(api, len(bound), timeout=60.0)
         latencies = [bound[name] - created_at[name] for name in bound if name in created_at]
         # With nothing bound, the case took the whole wait.
         seconds = (max(bound.values()) if bound else time.monotonic()) - started
@@ -317,6 +332,8 @@ async def scheduled_events(api: Api, expected: int, *, timeout: float) -> int:
 
 def run_case(case: str, args: argparse.Namespace) -> Result | str:
     """One case on a fresh cluster: a Result, or why the case could not run."""
+    if case == "ceiling" and args.mode != "backlog":
+        return "the null binder lists a backlog once: run it with --mode backlog"
     gpusched_case = case in ("gpusched", "gangs", "gpusched-anti")
     if gpusched_case:
         missing = kube.gpusched_run_available()
@@ -337,6 +354,7 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
         node_seconds = asyncio.run(create_nodes_now(cluster, args))
         print(f"[{case}] {args.nodes} nodes Ready in {node_seconds:.1f} s", file=sys.stderr, flush=True)
         replica = None
+        binder: list[subprocess.Popen[bytes]] = []
         workdir = kube.scenario_workdir()
         start: Callable[[], None] | None = None
         if gpusched_case:
@@ -346,6 +364,17 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
                 start = replica.start
             else:
                 replica.start().wait_ready(timeout=180).wait_leader()
+        elif case == "ceiling":
+            assert cluster.pki is not None
+
+            def start_binder() -> None:
+                argv = [sys.executable, str(ROOT / "benchmarks" / "null_binder.py"), "--server", cluster.server]
+                argv += ["--ca", str(cluster.pki.ca_crt), "--cert", str(cluster.pki.admin_crt)]
+                argv += ["--key", str(cluster.pki.admin_key), "--namespace", NAMESPACE]
+                argv += ["--scheduler-name", NULL_BINDER, "--concurrency", str(args.binder_concurrency)]
+                binder.append(subprocess.Popen(argv))
+
+            start = start_binder
         elif backlog:
             start = cluster.start_scheduler
         try:
@@ -355,7 +384,9 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
                     cluster,
                     case=case,
                     pods=pods,
-                    scheduler_name="gpusched" if gpusched_case else "default-scheduler",
+                    scheduler_name=(
+                        "gpusched" if gpusched_case else NULL_BINDER if case == "ceiling" else "default-scheduler"
+                    ),
                     concurrency=args.concurrency,
                     timeout=args.timeout,
                     gangs=args.gangs if case == "gangs" else 0,
@@ -365,6 +396,12 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
                 )
             )
         finally:
+            for process in binder:
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
             if replica is not None:
                 replica.stop()
                 if replica.log_path.exists():
@@ -381,16 +418,19 @@ async def create_nodes_now(cluster: LocalCluster, args: argparse.Namespace) -> f
 
 def table(results: Mapping[str, Result | str]) -> str:
     base = results.get("kube-scheduler")
+    ceiling = results.get("ceiling")
     lines = [
-        "| case | pods | bound | pods/s | vs kube-scheduler | p50 (s) | p99 (s) | Scheduled Events | note |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| case | pods | bound | pods/s | of the ceiling | vs kube-scheduler | p50 (s) | p99 (s) | Scheduled Events "
+        "| note |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for case, r in results.items():
         if isinstance(r, str):
-            lines.append(f"| {case} | | | | | | | | not run: {r} |")
+            lines.append(f"| {case} | | | | | | | | | not run: {r} |")
             continue
         ratio = f"{r.pods_per_s / base.pods_per_s:.2f}x" if isinstance(base, Result) and base.pods_per_s else ""
-        figures = f"{r.pods_per_s:.1f} | {ratio} | {r.p50_s:.2f} | {r.p99_s:.2f} | {r.events}"
+        share = f"{r.pods_per_s / ceiling.pods_per_s:.0%}" if isinstance(ceiling, Result) and ceiling.pods_per_s else ""
+        figures = f"{r.pods_per_s:.1f} | {share} | {ratio} | {r.p50_s:.2f} | {r.p99_s:.2f} | {r.events}"
         lines.append(f"| {case} | {r.pods} | {r.bound} | {figures} | {r.note} |")
     return "\n".join(lines)
 
@@ -402,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gangs", type=int, default=200)
     parser.add_argument("--gang-size", type=int, default=8)
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
+    parser.add_argument("--binder-concurrency", type=int, default=64, help="bindings in flight in the ceiling case")
     parser.add_argument("--apps", type=int, default=50, help="apps of the -anti cases (pods / apps replicas each)")
     parser.add_argument("--concurrency", type=int, default=64, help="creates in flight")
     parser.add_argument("--kube-qps", type=float, default=1000.0, help="client QPS of kube-scheduler-qps")
