@@ -106,7 +106,9 @@ class Preemptor:
         """Evict victims so that ``item`` (``pods`` at ``priority``) fits; True if it waits for victims now."""
         if self.evictor is None:
             return False
-        single = pods[0] if isinstance(item.payload, PodRequest) and len(pods) == 1 else None
+        # A pod of its own (a gang's member placed alone near its gang keeps the gang's rules).
+        job = self.jobs.of_pod(pods[0].key) if isinstance(item.payload, PodRequest) and len(pods) == 1 else None
+        single = pods[0] if job is not None and job.group is None else None
         if single is not None and single.preemption_policy == PREEMPT_NEVER:
             return False  # kube-scheduler: "not eligible due to preemptionPolicy=Never."
         evicting = self.holds.still_evicting(item.key)
