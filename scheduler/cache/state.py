@@ -464,7 +464,8 @@ class Cache:
         entry = self._pods.pop(key, None)
         if entry is None:
             return
-        self.volumes.release(key)
+        if entry.pod.volumes:
+            self.volumes.release(key)  # only pods with claims have volume choices held
         self.arrays.apply(entry.placement, sign=-1.0)
         if entry.pod.host_ports:
             self.ports.add(entry.placement.slot, entry.pod.host_ports, -1)
