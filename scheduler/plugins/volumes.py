@@ -265,14 +265,16 @@ def _only(snap: Snapshot, node: str, size: int) -> B:
 
 
 def _other_users(snap: Snapshot, store: VolumeStore, claim_key: str, pod_key: str) -> bool:
-    """Whether a pod other than ``pod_key`` holds the claim (bound or assumed, or placed by an open what-if)."""
-    if any(key != pod_key for key in store.users.get(claim_key, {})):
-        return True
+    """Whether a pod other than ``pod_key`` holds the claim: bound or assumed and not removed by an open what-if (a
+    preemption's victim), or placed by one."""
     net: dict[str, int] = {}
     for sign, pod, _ in snap.what_if_pods:
         if pod.key != pod_key and any(api_volumes.claim_key(pod.namespace, c) == claim_key for c in pod.volumes):
             net[pod.key] = net.get(pod.key, 0) + sign
-    return any(n > 0 for n in net.values())
+    users = store.users.get(claim_key, {})
+    if any(key != pod_key and net.get(key, 0) >= 0 for key in users):
+        return True
+    return any(n > 0 for key, n in net.items() if key not in users)
 
 
 def _candidates(store: VolumeStore, claim: Claim, storage_class: StorageClass, taken: Mapping[str, str]) -> _ToBind:

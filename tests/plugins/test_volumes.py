@@ -302,6 +302,17 @@ def test_read_write_once_pod_claim_used_by_another_pod_blocks_with_kubes_message
         "0/2 nodes are available: node has pod using PersistentVolumeClaim with the same name and "
         "ReadWriteOncePod access mode."
     )
+    # A what-if that removes the holder (a preemption's victim) frees the claim there.
+    snapshot = cluster.cache.snapshot()
+    token = snapshot.checkpoint()
+    try:
+        entry = cluster.cache.pod("default/holder")
+        assert entry is not None
+        snapshot.unplace(entry.placement)
+        tried = cluster.scheduler.place(api_pod.parse_pod(with_claims(objects.pod("p"), "solo")), snapshot)
+        assert tried.decision is not None
+    finally:
+        snapshot.rollback(token)
     cluster.cache.remove_pod("default/holder")
     assert cluster.schedule(with_claims(objects.pod("p"), "solo")).decision is not None
 
