@@ -276,3 +276,21 @@ def test_a_generic_ephemeral_volume_is_bound_on_the_pods_node(sched: Scenario, v
     (pod,) = sched.wait_bound(["scratchy"], timeout=90)  # the ephemeral-volume controller made the claim
     assert node_of(pod) == "eph-b"
     assert vols.wait_claim_bound("scratchy-cache")["spec"]["volumeName"] == volume
+
+
+def test_a_gangs_members_get_distinct_volumes_and_land_whole(sched: Scenario, vols: Volumes) -> None:
+    # The gang score would put both 1-GPU members on one node; each node has one local volume.
+    nodes(sched, "gang-a", "gang-b")
+    local = vols.storage_class("local")
+    on_a = vols.volume("pv-a", local, node="gang-a")
+    on_b = vols.volume("pv-b", local, node="gang-b")
+    sched.start_gpusched()
+    sched.create_podgroup(kube_mod.podgroup("writers", min_member=2))
+    for i in range(2):
+        vols.claim(f"shard-{i}", local)
+        sched.create_pod(with_claim(kube_mod.pod(f"writer-{i}", gpus=1, group="writers"), f"shard-{i}"))
+    pods = sched.wait_bound(["writer-0", "writer-1"], timeout=90)
+    assert sorted(node_of(p) for p in pods) == ["gang-a", "gang-b"], kube_mod.summary(pods)
+    for p in pods:
+        claim = vols.wait_claim_bound(p["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"])
+        assert claim["spec"]["volumeName"] == (on_a if node_of(p) == "gang-a" else on_b)
