@@ -277,24 +277,26 @@ def node_victims(
     plain[[layout.GPU_MILLI, layout.GPU_MEMORY]] = False  # devices are the what-if's to judge
     _, free_gpus = gang.free_gpus(a)
     rank = cache.name_rank()
-    potential = []
-    for slot, local in by_slot.items():
-        if a.base_reason[slot] != layout.FIT:
-            continue
-        freeable = np.zeros(columns)
-        gpus = 0
-        for candidate in local:
-            for p in candidate.pods:
-                entry = cache.pod(p.key)
-                if entry is not None and entry.placement.slot == slot:
-                    freeable += entry.placement.request[:columns]
-                    gpus += p.gpu.count if p.gpu.whole else 0
-        room = a.cap[slot] - a.used[slot] + freeable
-        if np.any(room[plain] < request[plain] - 1e-9):
-            continue
-        if pod.gpu.whole and int(free_gpus[slot]) + gpus < pod.gpu.count:
-            continue
-        potential.append(slot)
+    # What every node would have free with all its candidates gone: a necessary condition before any what-if.
+    placements = [
+        e.placement
+        for c in {id(c): c for cs in by_slot.values() for c in cs}.values()
+        for p in c.pods
+        if (e := cache.pod(p.key)) is not None
+    ]
+    slots = np.array([pl.slot for pl in placements], dtype=np.int64)
+    rows = np.zeros((len(placements), columns))
+    for i, pl in enumerate(placements):
+        rows[i, : min(columns, pl.request.shape[0])] = pl.request[:columns]  # older vectors may be shorter
+    freeable = np.zeros((a.slots, columns))
+    np.add.at(freeable, slots, rows)
+    whole = np.zeros(a.slots, dtype=np.int64)
+    np.add.at(whole, slots, [len(pl.gpu_ids) if pl.gpu_milli >= layout.WHOLE else 0 for pl in placements])
+    room = a.cap - a.used + freeable
+    enough_room = np.all(room[:, plain] >= request[plain] - 1e-9, axis=1) & (a.base_reason == layout.FIT)
+    if pod.gpu.whole:
+        enough_room &= free_gpus + whole >= pod.gpu.count
+    potential = [slot for slot in by_slot if enough_room[slot]]
     potential.sort(key=lambda slot: int(rank[slot]))
     enough = max(CANDIDATE_NODES, len(potential) * CANDIDATE_NODES_PERCENT // 100)
     snapshot = cache.snapshot()
@@ -315,8 +317,15 @@ def node_victims(
     # The pod is tried on one node at a time: every other node is held for the what-if.
     others = np.ones(a.slots, dtype=bool)
     context = {RESERVED_SLOTS: others}
+    trial = snapshot.arrays
 
-    def fits() -> bool:
+    def fits(slot: int) -> bool:
+        # The node's free resources and whole GPUs first: most put-backs fail there, without a what-if.
+        room = trial.cap[slot] - trial.used[slot]
+        if np.any(room[plain] < request[plain] - 1e-9):
+            return False
+        if pod.gpu.whole and int((trial.gpu_free[slot] >= layout.WHOLE).sum()) < pod.gpu.count:
+            return False
         return scheduler.place(pod, snapshot, context).decision is not None
 
     found: list[NodeVictims] = []
@@ -329,7 +338,7 @@ def node_victims(
             try:
                 for victim in local:
                     remove(victim)
-                if not fits():
+                if not fits(slot):
                     continue
                 flags = api_pdb.violating([(p.namespace, p.name, p.labels) for v in local for p in v.pods], budgets)
                 exceeding: dict[str, int] = {}
@@ -345,7 +354,7 @@ def node_victims(
                 ordered = [v for v in local if v.key in exceeding] + [v for v in local if v.key not in exceeding]
                 for victim in ordered:
                     restore(victim)
-                    if fits():
+                    if fits(slot):
                         continue
                     remove(victim)
                     victims.append(victim)
