@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from scheduler.api import pod as api_pod
 from scheduler.api import podgroup as api_podgroup
 from scheduler.api import volumes as api_volumes
@@ -413,3 +416,40 @@ def test_claim_sizes_are_compared_in_bytes() -> None:
     claim = api_volumes.parse_claim(pvc("c", size="1Gi"))
     volume = api_volumes.parse_volume(pv("v", size="1073741824"))
     assert claim.request == volume.capacity == GI
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    volumes=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 8)), min_size=0, max_size=8),
+    requests=st.lists(st.integers(1, 8), min_size=1, max_size=8),
+    failed=st.sets(st.integers(0, 7)),
+)
+def test_no_static_volume_is_ever_given_twice_and_every_choice_fits(
+    volumes: list[tuple[str, int]], requests: list[int], failed: set[int]
+) -> None:
+    cluster = cluster_with(
+        nodes("a", "b", "c"),
+        claims=tuple(pvc(f"c{i}", size=f"{size}Gi") for i, size in enumerate(requests)),
+        volumes=tuple(pv(f"v{i}", node=node, size=f"{size}Gi") for i, (node, size) in enumerate(volumes)),
+    )
+    sizes = {f"v{i}": (node, size) for i, (node, size) in enumerate(volumes)}
+    unplaced = []
+    for i, _ in enumerate(requests):
+        result = cluster.schedule(with_claims(objects.pod(f"p{i}"), f"c{i}"))
+        if result.decision is None:
+            # Nothing left that fits this claim anywhere (no provisioner): kube's message.
+            assert "didn't find available persistent volumes to bind" in result.status.message
+            unplaced.append(i)
+            continue
+        (binding,) = result.decision.volumes
+        node, size = sizes[binding.volume]
+        assert binding.node == result.decision.node == node and size >= requests[i]
+        if i in failed:
+            cluster.scheduler.bind_failed(f"default/p{i}")  # its volume is free again
+    held = cluster.cache.volumes.assumed_volumes
+    assert len(set(held)) == len(held.values()) == len(set(held.values()))
+    # A claim turned away found nothing big enough: every volume free now was free at its turn too (released ones
+    # were released at once), so each is smaller than it asked.
+    free = {name for name in sizes if name not in held}
+    for i in unplaced:
+        assert all(sizes[name][1] < requests[i] for name in free)
