@@ -434,6 +434,7 @@ def test_no_static_volume_is_ever_given_twice_and_every_choice_fits(
     )
     sizes = {f"v{i}": (node, size) for i, (node, size) in enumerate(volumes)}
     unplaced = []
+    live: dict[str, int] = {}  # volume -> the pod it was given to, while that pod's binding stands
     for i, _ in enumerate(requests):
         result = cluster.schedule(with_claims(objects.pod(f"p{i}"), f"c{i}"))
         if result.decision is None:
@@ -444,10 +445,13 @@ def test_no_static_volume_is_ever_given_twice_and_every_choice_fits(
         (binding,) = result.decision.volumes
         node, size = sizes[binding.volume]
         assert binding.node == result.decision.node == node and size >= requests[i]
+        assert binding.volume not in live, f"{binding.volume} given to p{live.get(binding.volume)} and p{i}"
+        live[binding.volume] = i
         if i in failed:
             cluster.scheduler.bind_failed(f"default/p{i}")  # its volume is free again
+            del live[binding.volume]
     held = cluster.cache.volumes.assumed_volumes
-    assert len(set(held)) == len(held.values()) == len(set(held.values()))
+    assert held == {volume: f"default/c{i}" for volume, i in live.items()}
     # A claim turned away found nothing big enough: every volume free now was free at its turn too (released ones
     # were released at once), so each is smaller than it asked.
     free = {name for name in sizes if name not in held}
