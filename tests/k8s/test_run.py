@@ -52,10 +52,11 @@ async def quiet() -> Any:
 
 
 def arguments(**extra: Any) -> argparse.Namespace:
-    values: dict[str, Any] = {
-        "kubeconfig": None,
-        "context": None,
-        "config": None,
+    """``gpusched run``'s arguments: its parser's defaults (so a new option is never missing here), then these."""
+    parser = argparse.ArgumentParser()
+    run.add_arguments(parser)
+    values: dict[str, Any] = vars(parser.parse_args([]))
+    values |= {
         "namespace": LEASE[0],
         "lease_name": LEASE[1],
         "identity": "me",
