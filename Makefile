@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-stamp
 DOCKER ?= docker
 IMAGE ?= gpusched:dev
 
-.PHONY: install demo test lint unit e2e bench image clean
+.PHONY: install demo test lint unit e2e conformance bench image clean
 
 # pip is quiet (its output is long); these lines say what is happening. The first install downloads numba,
 # llvmlite, numpy, matplotlib, the Kubernetes client, mypy and ruff: about 90 s on the project's machine.
@@ -44,6 +44,12 @@ e2e: install
 	PYTHON=$(BIN)/python tests/e2e/run.sh $(PYTEST_ARGS)
 
 test: lint unit e2e
+
+# Kubernetes' own [sig-scheduling] e2e tests against kube-scheduler and against gpusched on identical local clusters;
+# builds e2e.test (tests/conformance/build-e2e.sh) and the control plane when they are not cached, and rewrites
+# docs/conformance.md. make test runs a fast subset of it (tests/e2e/test_conformance_e2e.py).
+conformance: install
+	$(BIN)/python tests/conformance/run.py $(CONFORMANCE_ARGS)
 
 bench: install
 	$(BIN)/gpusched bench kernels
