@@ -2,9 +2,9 @@
 
 The cluster is synthetic (8-GPU nodes, six resource columns, partly used); each kernel scores every node for
 each of a list of random pods, with the kernels' serial and parallel (all cores) twins. ``numba`` is the one the
-kernels use at that node count (parallel from ``PARALLEL_MIN_NODES``). ``fgd`` is timed in steady state (per-node
-statistics cached, as in a run where each placement changes one node) and ``fgd_cold`` with every node's
-statistics recomputed on each call.
+kernels use at that node count (parallel from ``PARALLEL_MIN_NODES``). ``balance`` and ``fgd`` are timed in steady
+state (per-node quantities cached, as in a run where each placement changes one node), ``balance_cold`` and
+``fgd_cold`` with every node's recomputed on each call.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> 
     scarce = np.array([False, False, False, True, True, False])
     coef = np.array([0.4, 0.3, 0.2, 0.1])
     frag_cache = fgd.FragCache(nodes, typical.cpu.shape[0])
+    balance_cache = scores.BalanceCache(nodes, c.cap.shape[1])
 
     def whole(i: int) -> int:
         _, k, m, _ = requests[i]
@@ -122,6 +123,8 @@ def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> 
                 coef,
                 0.9,
                 0.2,
+                c.gen,
+                balance_cache,
                 out,
             ),
             "bestfit": lambda i: lib.bestfit(listed, c.cap, c.used, requests[i][0], 128000.0, 8000.0, out),
@@ -147,8 +150,8 @@ def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> 
             ),
         }
 
-    numba_cases = {**cases(_Kernels), "fgd_cold": _cold(cases(_Kernels)["fgd"], frag_cache)}
-    numpy_cases = {**cases(reference), "fgd_cold": cases(reference)["fgd"]}
+    numba_cases = _with_cold(cases(_Kernels), {"balance": balance_cache, "fgd": frag_cache})
+    numpy_cases = _with_cold(cases(reference), {"balance": None, "fgd": None})  # the twins keep no cache
     results: dict[str, dict[str, float]] = {}
     default_parallel = nodes >= _jit.PARALLEL_MIN_NODES
     for name, call in numba_cases.items():
@@ -168,7 +171,23 @@ def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> 
     return results
 
 
-def _cold(call: Callable[[int], object], cache: fgd.FragCache) -> Callable[[int], object]:
+def _with_cold(
+    cases: dict[str, Callable[[int], object]], caches: dict[str, fgd.FragCache | scores.BalanceCache | None]
+) -> dict[str, Callable[[int], object]]:
+    """``cases`` with a ``<name>_cold`` case after each kernel named in ``caches``: the same call with the kernel's
+    cache emptied first."""
+    result = {}
+    for name, call in cases.items():
+        result[name] = call
+        if name in caches:
+            result[f"{name}_cold"] = _cold(call, caches[name])
+    return result
+
+
+def _cold(call: Callable[[int], object], cache: fgd.FragCache | scores.BalanceCache | None) -> Callable[[int], object]:
+    if cache is None:
+        return call
+
     def run_cold(i: int) -> object:
         cache.seen[:] = -1
         return call(i)

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from scheduler.kernels import layout
 from scheduler.kernels.fgd import FragCache, TypicalPods
+from scheduler.kernels.scores import BalanceCache
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -133,8 +134,11 @@ def balance(
     coef: F64,
     high: float,
     low: float,
+    gen: I64,
+    cache: BalanceCache,
     out: F64,
 ) -> F64:
+    del gen, cache  # the twin recomputes everything
     c, u = cap[nodes], used[nodes]
     rq = _requests(nodes, req, whole_k, gpu_mem_each)
     on = (c > 0) & (weights > 0)

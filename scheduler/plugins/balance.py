@@ -35,10 +35,15 @@ class Balance:
         self.low = plugin_args.number(self.name, args, "low", 0.2, high=1.0)
         if self.low >= self.high:
             raise InvalidObject("low must be below high", obj=f"plugin {self.name}", field="args.low")
+        #: What the kernel computed per node that does not depend on the pod, kept across cycles (refreshed for
+        #: the nodes that changed): remade when the cluster grows or gains a resource column.
+        self._cache: scores.BalanceCache | None = None
 
     def score(self, state: CycleState, nodes: I64, out: F64) -> None:
         a = state.snapshot.arrays
         w = self.weights.vector(state.snapshot.columns)
+        if self._cache is None or (self._cache.seen.shape[0], self._cache.inv.shape[1]) != a.cap.shape:
+            self._cache = scores.BalanceCache(*a.cap.shape)
         scores.balance(
             nodes,
             a.cap,
@@ -50,5 +55,7 @@ class Balance:
             self.coef,
             self.high,
             self.low,
+            a.gen,
+            self._cache,
             out,
         )

@@ -93,8 +93,9 @@ def _test_resource_scores_match_reference(seed: int, nodes: int) -> None:
     want = reference.resource_strategy(*common, most, np.empty(listed.shape[0]))
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
     coef = rng.random(4) + 0.01
-    got = scores.balance(*common, coef, 0.9, 0.2, np.empty(listed.shape[0]))
-    want = reference.balance(*common, coef, 0.9, 0.2, np.empty(listed.shape[0]))
+    cache = scores.BalanceCache(nodes, req.shape[0])
+    got = scores.balance(*common, coef, 0.9, 0.2, c.gen, cache, np.empty(listed.shape[0]))
+    want = reference.balance(*common, coef, 0.9, 0.2, c.gen, cache, np.empty(listed.shape[0]))
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
     scarce = np.zeros(req.shape[0], dtype=bool)
     scarce[[layout.GPU_MILLI, layout.GPU_MEMORY]] = True
@@ -105,6 +106,61 @@ def _test_resource_scores_match_reference(seed: int, nodes: int) -> None:
         got = getattr(scores, name)(listed, c.cap, c.used, req, 128000.0, 8000.0, np.empty(listed.shape[0]))
         want = getattr(reference, name)(listed, c.cap, c.used, req, 128000.0, 8000.0, np.empty(listed.shape[0]))
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-9, err_msg=name)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=SEEDS, nodes=st.integers(min_value=1, max_value=700), parallel=PARALLEL)
+def test_balance_cache_follows_the_cluster(seed: int, nodes: int, parallel: bool) -> None:
+    with _twins(parallel):
+        _test_balance_cache_follows_the_cluster(seed, nodes)
+
+
+def _test_balance_cache_follows_the_cluster(seed: int, nodes: int) -> None:
+    # Up to 700 nodes: more than one chunk of the kernel. A stream of pods is scored with one cache while
+    # placements change nodes (and their generation numbers), capacities change and the weights change; every
+    # call must equal the twin's fresh computation.
+    rng, c, _, _, _, _, _ = _setup(seed, nodes)
+    cache = scores.BalanceCache(nodes, c.cap.shape[1])
+    weights = rng.choice([0.0, 1.0, 2.0, 0.5], size=c.cap.shape[1])
+    coef = rng.random(4) + 0.01
+    counter = int(c.gen.max()) + 1
+    for step in range(6):
+        req, k, m, _ = random_request(rng)
+        whole_k = k if m >= 1000 else 0
+        listed = np.sort(rng.choice(nodes, size=rng.integers(1, nodes + 1), replace=False)).astype(np.int64)
+        args = (listed, c.cap, c.used, req, whole_k, c.gpu_mem_each, weights, coef, 0.9, 0.2, c.gen, cache)
+        got = scores.balance(*args, np.empty(listed.shape[0]))
+        want = reference.balance(*args, np.empty(listed.shape[0]))
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9, err_msg=f"step {step}")
+        changed = rng.choice(nodes, size=rng.integers(0, nodes + 1), replace=False)
+        c.used[changed] *= rng.uniform(0.5, 1.0, size=(changed.shape[0], 1))
+        if step == 2:
+            c.cap[changed[:1]] *= 2.0
+        c.gen[changed] = counter + np.arange(changed.shape[0])
+        counter += changed.shape[0]
+        if step == 3:
+            weights = rng.choice([0.0, 1.0, 2.0, 0.5], size=c.cap.shape[1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=SEEDS, parallel=PARALLEL)
+def test_balance_thresholds_agree_exactly(seed: int, parallel: bool) -> None:
+    # Whole-number capacities and usage (pods, extended resources) put utilisations on the stranding thresholds
+    # (6/10 vs 0.6, 22/110 vs 0.2), where computing them another way than the twin, u/c + r/c for (u + r)/c,
+    # flips a comparison in the last bit and with it the node's stranding.
+    rng = np.random.default_rng(seed)
+    nodes = 200
+    cap = rng.choice([0.0, 10.0, 20.0, 110.0], size=(nodes, 6))
+    used = np.floor(cap * rng.uniform(0.0, 1.0, size=cap.shape))
+    req = rng.choice([0.0, 1.0, 2.0, 3.0], size=6)
+    listed = np.arange(nodes, dtype=np.int64)
+    args = (listed, cap, used, req, 0, np.zeros(nodes), np.ones(6), np.array([0.0, 0.0, 1.0, 0.0]))
+    for low, high in ((0.2, 0.9), (0.3, 0.7), (0.3, 0.6), (0.0, 1.0)):
+        with _twins(parallel):
+            cache = scores.BalanceCache(nodes, 6)
+            got = scores.balance(*args, high, low, np.arange(nodes), cache, np.empty(nodes))
+        want = reference.balance(*args, high, low, np.arange(nodes), cache, np.empty(nodes))
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9, err_msg=f"low {low}, high {high}")
 
 
 @settings(max_examples=60, deadline=None)
