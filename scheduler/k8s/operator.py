@@ -92,6 +92,8 @@ class Operator:
         self.identity = identity
         #: The ``spec.schedulerName`` this operator serves (``gpusched run --scheduler-name``).
         self.scheduler_name = scheduler_name
+        #: Pod key -> (the pod, the nominated node it should show; "" none) while a writer is at work for it.
+        self._nominations: dict[str, tuple[PodRequest, str]] = {}
         self.batch = batch
         self.batch_seconds = batch_seconds
         self.clock = clock
@@ -680,10 +682,26 @@ class Operator:
 
     def nominate(self, pod: PodRequest, node: str) -> None:
         """Write (or clear, ``node=""``) the preemptor's ``status.nominatedNodeName``, as kube-scheduler does."""
-        body: dict[str, Any] = {"status": {"nominatedNodeName": node or None}}
-        if pod.uid:
-            body["metadata"] = {"uid": pod.uid}
-        self._spawn(self._patch_status(pod, body, "nominated node"))
+        # One writer per pod, writing the latest wish until it is what was written last: two writes in flight for
+        # one pod could land in either order and leave a nomination that was already cleared.
+        busy = pod.key in self._nominations
+        self._nominations[pod.key] = (pod, node)
+        if not busy:
+            self._spawn(self._write_nomination(pod.key))
+
+    async def _write_nomination(self, key: str) -> None:
+        written: str | None = None
+        try:
+            while (wish := self._nominations[key])[1] != written:
+                pod, node = wish
+                body: dict[str, Any] = {"status": {"nominatedNodeName": node or None}}
+                if pod.uid:
+                    body["metadata"] = {"uid": pod.uid}
+                if not await self._patch_status(pod, body, "nominated node"):
+                    break  # the pod is gone
+                written = node
+        finally:
+            del self._nominations[key]
 
     async def _patch_status(self, pod: PodRequest, body: Mapping[str, Any], what: str) -> bool:
         """A strategic merge patch of the pod's status; False if the pod is gone."""

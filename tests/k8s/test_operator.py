@@ -289,11 +289,21 @@ async def test_preemption_deletes_the_victim_with_its_uid(fake: FakeApiServer, o
 
 async def test_a_preemptors_nominated_node_is_written_and_cleared(fake: FakeApiServer, operator: Operator) -> None:
     preemptor = api_pod.parse_pod(pod("urgent", 1))
+
+    def written() -> list[str | None]:
+        return [r.body["status"]["nominatedNodeName"] for r in fake.requests("PATCH", "/pods/urgent/status")]
+
     operator.nominate(preemptor, "gpu-1")
+    await eventually(lambda: len(written()) == 1)
     operator.nominate(preemptor, "")
-    await eventually(lambda: len(fake.requests("PATCH", "/pods/urgent/status")) == 2)
-    written = [r.body["status"]["nominatedNodeName"] for r in fake.requests("PATCH", "/pods/urgent/status")]
-    assert written == ["gpu-1", None]
+    await eventually(lambda: len(written()) == 2)
+    assert written() == ["gpu-1", None]
+
+    # Wishes in quick succession: whatever is written, the last write is the last wish (never a stale node left).
+    for node in ("gpu-2", "", "gpu-3", ""):
+        operator.nominate(preemptor, node)
+    await eventually(lambda: not operator._nominations)
+    assert written()[-1] is None and set(written()[2:]) <= {"gpu-2", "gpu-3", None}
 
 
 def test_pod_disruption_budgets_reach_preemption_and_bad_ones_are_reported(operator: Operator) -> None:
