@@ -4,7 +4,8 @@ The cluster is synthetic (8-GPU nodes, six resource columns, partly used); each 
 each of a list of random pods, with the kernels' serial and parallel (all cores) twins. ``numba`` is the one the
 kernels use at that node count (parallel from ``PARALLEL_MIN_NODES``). ``balance`` and ``fgd`` are timed in steady
 state (per-node quantities cached, as in a run where each placement changes one node), ``balance_cold`` and
-``fgd_cold`` with every node's recomputed on each call.
+``fgd_cold`` with every node's recomputed on each call. The numba calls of all kernels are timed in interleaved
+rounds (see :func:`_time_interleaved`); each figure is the median of ``pods`` x ``repeat`` calls timed one by one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,26 @@ def _time(call: Callable[[int], object], pods: int, repeat: int) -> float:
             call(i)
             times.append(time.perf_counter() - start)
     return float(np.median(times))
+
+
+def _time_interleaved(
+    calls: dict[tuple[str, bool], Callable[[int], object]], pods: int, repeat: int
+) -> dict[tuple[str, bool], float]:
+    """As :func:`_time` for each (kernel, all cores?) case, with the rounds of all cases interleaved: on a machine
+    shared with other work, a burst of load then spreads over every kernel's calls (and the median passes over
+    it) instead of landing on all the calls of whichever kernel ran at the time."""
+    for (_, parallel), call in calls.items():
+        with _threads(parallel):
+            call(0)  # compile / warm up
+    times: dict[tuple[str, bool], list[float]] = {case: [] for case in calls}
+    for _ in range(repeat):
+        for case, call in calls.items():
+            with _threads(case[1]):
+                for i in range(pods):
+                    start = time.perf_counter()
+                    call(i)
+                    times[case].append(time.perf_counter() - start)
+    return {case: float(np.median(t)) for case, t in times.items()}
 
 
 @contextlib.contextmanager
@@ -154,11 +175,11 @@ def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> 
     numpy_cases = _with_cold(cases(reference), {"balance": None, "fgd": None})  # the twins keep no cache
     results: dict[str, dict[str, float]] = {}
     default_parallel = nodes >= _jit.PARALLEL_MIN_NODES
-    for name, call in numba_cases.items():
-        with _threads(False):
-            serial_s = _time(call, pods, repeat)
-        with _threads(True):
-            parallel_s = _time(call, pods, repeat)
+    numba_s = _time_interleaved(
+        {(name, parallel): call for name, call in numba_cases.items() for parallel in (False, True)}, pods, repeat
+    )
+    for name in numba_cases:
+        serial_s, parallel_s = numba_s[name, False], numba_s[name, True]
         ref_s = _time(numpy_cases[name], pods, 1 if name.startswith("fgd") else repeat)
         jit_s = parallel_s if default_parallel else serial_s
         results[name] = {
