@@ -173,14 +173,16 @@ class Preemptor:
         """Within-queue preemption for one pod, on one node, as kube-scheduler's DefaultPreemption does it."""
         if self.tenancy.within_queue_policy(item.queue) == reclaim.NEVER:
             return False
-        # Victims already evicted for a job of lower priority are still on their node: this pod may count them.
-        own = [
-            c
-            for c in running
-            if c.queue == item.queue
-            and c.priority < priority
-            and (c.key not in self.terminating or self.evicted_for.get(c.key, ("", priority))[1] < priority)
-        ]
+
+        # Victims already evicted (for this pod, or for a pod of lower priority) are still on their node: this pod
+        # may count them.
+        def available(c: reclaim.Candidate) -> bool:
+            if c.key not in self.terminating:
+                return True
+            evicted_for, evictor_priority = self.evicted_for.get(c.key, ("", priority))
+            return evicted_for == item.key or evictor_priority < priority
+
+        own = [c for c in running if c.queue == item.queue and c.priority < priority and available(c)]
         if not own:
             return False
         choice = reclaim.node_victims(

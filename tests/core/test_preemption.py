@@ -277,3 +277,19 @@ def test_a_nominated_node_goes_to_the_higher_priority_preemptor_first() -> None:
     assert loop.holds.context("default/medium")[RESERVED_SLOTS][n0]
     assert loop.holds.context("default/high") == {}  # a peer of equal priority does not keep it off either
     assert loop.holds.context("default/other")[RESERVED_SLOTS][n0]  # without a nomination: off every one
+
+
+def test_a_preemptor_whose_hold_was_dropped_counts_its_own_terminating_victims_again() -> None:
+    cluster, loop, clock, _, evictions = _loop(("n0", 1))
+    _run(loop, clock, [_pod("low", 1, 1)])
+    _run(loop, clock, [_pod("medium", 1, 100)])
+    assert evictions.nominated == {"default/medium": "n0"}
+    loop.holds.release("default/medium")  # as when a pod of higher priority takes the node over
+    clock.now += 30.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()
+    # Its victim is still terminating: it waits for it again, without a second victim or a cleared nomination.
+    assert [p.name for p in evictions.pods] == ["low"]
+    assert evictions.nominated == {"default/medium": "n0"}
+    _gone(cluster, loop, clock, evictions.pods)
+    assert _placed(cluster)["medium"] == "n0"
