@@ -11,6 +11,7 @@ import pytest
 from scheduler.api import pdb as api_pdb
 from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
+from scheduler.api.podgroup import PodGroup
 from scheduler.core import reclaim
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import RESERVED_SLOTS
@@ -293,3 +294,15 @@ def test_a_preemptor_whose_hold_was_dropped_counts_its_own_terminating_victims_a
     assert evictions.nominated == {"default/medium": "n0"}
     _gone(cluster, loop, clock, evictions.pods)
     assert _placed(cluster)["medium"] == "n0"
+
+
+def test_a_gang_is_a_victim_whole_wherever_its_members_run() -> None:
+    _, loop, clock, _, evictions = _loop(("n0", 2), ("n1", 2))
+    loop.group_upsert(PodGroup("default", "g", min_member=2))
+    for i in range(2):
+        raw = objects.pod(f"g-{i}", extra={FOO: "2"}, labels={"gpusched.io/pod-group": "g"})
+        loop.pod_pending(api_pod.parse_pod(raw))
+    loop.run_until_idle()
+    _run(loop, clock, [_pod("urgent", 2, 10)])
+    assert sorted(p.name for p in evictions.pods) == ["g-0", "g-1"]
+    assert evictions.nominated == {"default/urgent": "n0"}
