@@ -4,15 +4,16 @@ The cluster is synthetic (8-GPU nodes, six resource columns, partly used); each 
 each of a list of random pods, with the kernels' serial and parallel (all cores) twins. ``numba`` is the one the
 kernels use at that node count (parallel from ``PARALLEL_MIN_NODES``). ``balance`` and ``fgd`` are timed in steady
 state (per-node quantities cached, as in a run where each placement changes one node), ``balance_cold`` and
-``fgd_cold`` with every node's recomputed on each call. The numba calls of all kernels are timed in interleaved
-rounds (see :func:`_time_interleaved`); each figure is the median of ``pods`` x ``repeat`` calls timed one by one.
+``fgd_cold`` with every node's recomputed on each call. The calls of all kernels are timed in interleaved rounds
+(see :func:`_time_interleaved`), then those of all twins; each figure is the median of ``pods`` x ``repeat`` calls
+timed one by one (about ``pods`` for the FGD twins, which are slow).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -20,33 +21,29 @@ import numpy as np
 from scheduler.kernels import _jit, fgd, fit, layout, reference, scores, synthetic
 
 
-def _time(call: Callable[[int], object], pods: int, repeat: int) -> float:
-    """Median seconds of one call, over ``repeat`` rounds of ``call(i)`` for every pod i, each call timed alone
-    (a median, so that a call that lost its core to another process does not count)."""
-    call(0)  # compile / warm up
-    times = []
-    for _ in range(repeat):
-        for i in range(pods):
-            start = time.perf_counter()
-            call(i)
-            times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
 def _time_interleaved(
-    calls: dict[tuple[str, bool], Callable[[int], object]], pods: int, repeat: int
+    calls: dict[tuple[str, bool], Callable[[int], object]],
+    pods: int,
+    repeat: int,
+    per_round: Mapping[tuple[str, bool], int] | None = None,
 ) -> dict[tuple[str, bool], float]:
-    """As :func:`_time` for each (kernel, all cores?) case, with the rounds of all cases interleaved: on a machine
-    shared with other work, a burst of load then spreads over every kernel's calls (and the median passes over
-    it) instead of landing on all the calls of whichever kernel ran at the time."""
+    """Median seconds of one call for each (kernel, all cores?) case, over ``repeat`` rounds of a call for every
+    pod, each call timed alone (a median, so that a call that lost its core to another process does not count).
+
+    The rounds of all cases are interleaved: on a machine shared with other work, a burst of load then spreads
+    over every kernel's calls (and the median passes over it) instead of landing on all the calls of whichever
+    kernel ran at the time. A case in ``per_round`` makes only that many calls a round (the next pods in turn),
+    for twins too slow to score every pod every round."""
     for (_, parallel), call in calls.items():
         with _threads(parallel):
             call(0)  # compile / warm up
     times: dict[tuple[str, bool], list[float]] = {case: [] for case in calls}
-    for _ in range(repeat):
+    for r in range(repeat):
         for case, call in calls.items():
+            count = (per_round or {}).get(case, pods)
             with _threads(case[1]):
-                for i in range(pods):
+                for t in range(count):
+                    i = (r * count + t) % pods
                     start = time.perf_counter()
                     call(i)
                     times[case].append(time.perf_counter() - start)
@@ -178,9 +175,17 @@ def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> 
     numba_s = _time_interleaved(
         {(name, parallel): call for name, call in numba_cases.items() for parallel in (False, True)}, pods, repeat
     )
+    # The twins run on one thread whatever the flag; FGD's take ~0.1 s a call, so they make as many calls in all
+    # as one round of every pod (at least one a round).
+    numpy_s = _time_interleaved(
+        {(name, False): call for name, call in numpy_cases.items()},
+        pods,
+        repeat,
+        {(name, False): max(1, pods // repeat) for name in numpy_cases if name.startswith("fgd")},
+    )
     for name in numba_cases:
         serial_s, parallel_s = numba_s[name, False], numba_s[name, True]
-        ref_s = _time(numpy_cases[name], pods, 1 if name.startswith("fgd") else repeat)
+        ref_s = numpy_s[name, False]
         jit_s = parallel_s if default_parallel else serial_s
         results[name] = {
             "numba_ns_per_node": jit_s / nodes * 1e9,
