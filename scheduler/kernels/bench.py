@@ -175,7 +175,7 @@ def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> 
     numba_s = _time_interleaved(
         {(name, parallel): call for name, call in numba_cases.items() for parallel in (False, True)}, pods, repeat
     )
-    # The twins run on one thread whatever the flag; FGD's take ~0.1 s a call, so they make as many calls in all
+    # The twins run on one thread whatever the flag; FGD's take ~60 ms a call, so they make as many calls in all
     # as one round of every pod (at least one a round). Their warm-up calls free FGD's large temporaries, which
     # raises glibc's mmap and trim thresholds: from then on every twin's temporaries come from the heap without
     # page faults, NumPy's best case (each twin timed alone in a fresh process, spread's takes 2.3 times as long).
