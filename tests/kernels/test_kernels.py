@@ -146,7 +146,7 @@ def _test_balance_cache_follows_the_cluster(seed: int, nodes: int) -> None:
 @given(seed=SEEDS, parallel=PARALLEL)
 def test_balance_thresholds_agree_exactly(seed: int, parallel: bool) -> None:
     # Whole-number capacities and usage (pods, extended resources) put utilisations on the stranding thresholds
-    # (6/10 vs 0.6, 22/110 vs 0.2), where computing them another way than the twin, u/c + r/c for (u + r)/c,
+    # (6/20 vs 0.3, 22/110 vs 0.2), where computing them another way than the twin, u/c + r/c for (u + r)/c,
     # flips a comparison in the last bit and with it the node's stranding.
     rng = np.random.default_rng(seed)
     nodes = 200
