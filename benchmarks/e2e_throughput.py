@@ -18,6 +18,9 @@ and the table gives every case as a fraction of it when it ran in the same invoc
 ``kube-scheduler-qps-anti`` and ``gpusched-anti`` are the QPS-matched pair with required pod anti-affinity on
 every pod: ``--apps`` apps of equal size (label ``app``), each pod kept off any node that runs a pod of its own
 app (topology key ``kubernetes.io/hostname``), as replicas of an inference service are spread.
+The peers (tests/e2e/peer_schedulers.py, built by tests/e2e/build-peers.sh): ``volcano`` and ``coscheduling``
+(single pods), ``volcano-gangs`` and ``coscheduling-gangs`` (the ``gangs`` workload as each peer expresses a
+gang), at the same client QPS and burst as gpusched (``--peer-qps``, ``--peer-burst``).
 
     .venv/bin/python benchmarks/e2e_throughput.py [--nodes 1000 --pods 5000] [--cases kube-scheduler,gpusched]
                                                   [--json FILE]
@@ -46,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 import kube  # noqa: E402
+import peer_schedulers  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 
 CASES = (
@@ -56,7 +60,20 @@ CASES = (
     "gangs",
     "kube-scheduler-qps-anti",
     "gpusched-anti",
+    "volcano",
+    "volcano-gangs",
+    "coscheduling",
+    "coscheduling-gangs",
 )
+#: The peer each peer case runs (tests/e2e/peer_schedulers.py).
+PEER_OF = {
+    "volcano": "volcano",
+    "volcano-gangs": "volcano",
+    "coscheduling": "coscheduling",
+    "coscheduling-gangs": "coscheduling",
+}
+#: The gang cases and whose gangs they are.
+GANGS_OF = {"gangs": "gpusched", "volcano-gangs": "volcano", "coscheduling-gangs": "coscheduling"}
 NAMESPACE = "bench"
 #: The schedulerName of the ceiling case's pods: nobody else binds them.
 NULL_BINDER = "null-binder"
@@ -234,11 +251,14 @@ async def run_burst(
     gang_size: int = 0,
     apps: int = 0,
     start_scheduler: Callable[[], None] | None = None,
+    gang_peer: str = "gpusched",
+    settle: Callable[[Api, int], Awaitable[str]] | None = None,
 ) -> Result:
     """Create the pods at once and time their binding.
 
     burst mode (``start_scheduler`` None): the scheduler is already running. backlog mode: every pod is created
-    first, then ``start_scheduler`` is called; the clock starts there.
+    first, then ``settle`` (if any) waits for what a peer's controllers do with new pods, then
+    ``start_scheduler`` is called; the clock starts there. Gangs are ``gang_peer``'s PodGroups and members.
     """
     api = Api(cluster, connections=concurrency + 8)
     try:
@@ -248,10 +268,11 @@ async def run_burst(
         watch.start()
         manifests = []
         if gangs:
-            for g in range(gangs):
-                group = kube.podgroup(f"gang-{g:04d}", min_member=gang_size)
-                await api.post(kube.Kube.custom_path("podgroups", NAMESPACE), group)
-                manifests += [kube.pod(f"gang-{g:04d}-{m}", gpus=1, group=f"gang-{g:04d}") for m in range(gang_size)]
+            groups, manifests = peer_schedulers.gang_workload(
+                gang_peer, gangs=gangs, gang_size=gang_size, namespace=NAMESPACE
+            )
+            for path, group in groups:
+                await api.post(path, group)
         else:
             manifests = [kube.pod(f"pod-{i:05d}", gpus=1, scheduler_name=scheduler_name) for i in range(pods)]
             if apps:
@@ -271,6 +292,8 @@ async def run_burst(
             if watch.bound_at:
                 raise RuntimeError(f"{len(watch.bound_at)} pods were bound before the scheduler started")
             note = f"backlog created in {created - started:.1f} s, then the scheduler started"
+            if settle is not None:
+                note += await settle(api, len(manifests))
             started = time.monotonic()
             await asyncio.to_thread(start_scheduler)
             created_at = dict.fromkeys(created_at, started)
@@ -321,7 +344,8 @@ async def scheduled_events(api: Api, expected: int, *, timeout: float) -> int:
             if token:
                 query["continue"] = token
             page = await api.get(f"/api/v1/namespaces/{NAMESPACE}/events", **query)
-            named.update(e["involvedObject"]["name"] for e in page["items"])
+            # Pods only: Volcano and gpusched also write a Scheduled Event on each PodGroup.
+            named.update(e["involvedObject"]["name"] for e in page["items"] if e["involvedObject"].get("kind") == "Pod")
             token = page["metadata"].get("continue") or ""
             if not token:
                 break
@@ -339,6 +363,13 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
         missing = kube.gpusched_run_available()
         if missing is not None:
             return f"`gpusched run` is not available in this checkout ({missing})"
+    peer = PEER_OF.get(case)
+    peer_bin: Path | None = None
+    if peer is not None:
+        try:
+            peer_bin = peer_schedulers.binaries()
+        except (OSError, subprocess.CalledProcessError) as exc:
+            return f"the peers could not be built ({exc}); see tests/e2e/build-peers.sh"
     options: dict[str, Any] = {}
     if case.startswith("kube-scheduler"):
         options["with_scheduler"] = True
@@ -357,7 +388,12 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
         binder: list[subprocess.Popen[bytes]] = []
         workdir = kube.scenario_workdir()
         start: Callable[[], None] | None = None
-        if gpusched_case:
+        peer_procs: list[peer_schedulers.PeerProcess] = []
+        settle: Callable[[Api, int], Awaitable[str]] | None = None
+        if peer is not None:
+            assert peer_bin is not None
+            peer_procs, start, settle = start_peer(cluster, peer_bin, case, peer, args, backlog=backlog)
+        elif gpusched_case:
             config = {"binding": {"concurrency": 64, "qps": args.gpusched_qps, "burst": args.gpusched_burst}}
             replica = kube.Gpusched(k, identity="bench", workdir=workdir, config=config)
             if backlog:
@@ -378,18 +414,24 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
         elif backlog:
             start = cluster.start_scheduler
         try:
-            pods = args.gangs * args.gang_size if case == "gangs" else args.pods
+            pods = args.gangs * args.gang_size if case in GANGS_OF else args.pods
+            if gpusched_case:
+                scheduler_name = "gpusched"
+            elif peer is not None:
+                scheduler_name = peer_schedulers.scheduler_name(peer)
+            else:
+                scheduler_name = NULL_BINDER if case == "ceiling" else "default-scheduler"
             return asyncio.run(
                 run_burst(
                     cluster,
                     case=case,
                     pods=pods,
-                    scheduler_name=(
-                        "gpusched" if gpusched_case else NULL_BINDER if case == "ceiling" else "default-scheduler"
-                    ),
+                    scheduler_name=scheduler_name,
                     concurrency=args.concurrency,
                     timeout=args.timeout,
-                    gangs=args.gangs if case == "gangs" else 0,
+                    gangs=args.gangs if case in GANGS_OF else 0,
+                    gang_peer=GANGS_OF.get(case, "gpusched"),
+                    settle=settle,
                     gang_size=args.gang_size,
                     apps=args.apps if case.endswith("-anti") else 0,
                     start_scheduler=(lambda: None if start is None else start()) if backlog else None,
@@ -406,6 +448,76 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
                 replica.stop()
                 if replica.log_path.exists():
                     print(f"[{case}] gpusched log: {replica.log_path}", file=sys.stderr)
+            for proc in reversed(peer_procs):
+                proc.stop(cluster)
+
+
+def start_peer(
+    cluster: LocalCluster,
+    bin_dir: Path,
+    case: str,
+    peer: str,
+    args: argparse.Namespace,
+    *,
+    backlog: bool,
+) -> tuple[list[peer_schedulers.PeerProcess], Callable[[], None] | None, Callable[[Api, int], Awaitable[str]] | None]:
+    """Install ``peer``'s CRDs and start what must run before the pods exist; return its processes, the call
+    that starts its scheduler in backlog mode (None in burst mode: already running) and the wait for its
+    controllers (None when there is nothing to wait for).
+
+    Volcano's controller manager runs from the start, as it would on any cluster with Volcano installed: its
+    queue controller opens the default queue, and its podgroup controller makes plain pods PodGroups of one as
+    they are created. In backlog mode the clock starts once every pod has its PodGroup, so that it times the
+    scheduler, as for the other cases.
+    """
+    peer_schedulers.apply_crds(cluster, bin_dir, peer)
+    procs: list[peer_schedulers.PeerProcess] = []
+    settle: Callable[[Api, int], Awaitable[str]] | None = None
+    if peer == "volcano":
+        controllers, scheduler = peer_schedulers.volcano_processes(
+            cluster, bin_dir, qps=args.peer_qps, burst=args.peer_burst
+        )
+        procs.append(controllers.start(cluster))
+        controllers.wait_healthy()
+        for queue in peer_schedulers.volcano_queues():
+            cluster.request("POST", peer_schedulers.queue_path(), queue)
+        opened = time.monotonic() + 120
+        while (
+            cluster.request("GET", peer_schedulers.queue_path(peer_schedulers.VOLCANO_QUEUE)).get("status") or {}
+        ).get("state") != "Open":
+            controllers.check_running()
+            if time.monotonic() > opened:
+                raise RuntimeError("Volcano's queue controller did not open the default queue within 120 s")
+            time.sleep(0.5)
+        if case == "volcano":
+            settle = volcano_pods_grouped
+    else:
+        scheduler = peer_schedulers.coscheduling_process(cluster, bin_dir, qps=args.peer_qps, burst=args.peer_burst)
+    procs.append(scheduler)
+    if backlog:
+
+        def start() -> None:
+            scheduler.start(cluster)
+
+        return procs, start, settle
+    scheduler.start(cluster).wait_healthy()
+    return procs, None, settle
+
+
+async def volcano_pods_grouped(api: Api, count: int, *, timeout: float = 300.0) -> str:
+    """Wait until Volcano's podgroup controller has given each of the ``count`` pods its PodGroup (the
+    annotation its scheduler reads); the note says how long that took."""
+    started = time.monotonic()
+    while True:
+        pods = (await api.get(f"/api/v1/namespaces/{NAMESPACE}/pods"))["items"]
+        grouped = sum(
+            1 for p in pods if (p["metadata"].get("annotations") or {}).get(peer_schedulers.VOLCANO_GROUP_ANNOTATION)
+        )
+        if grouped >= count:
+            return f" (after {time.monotonic() - started:.1f} s more for Volcano's controller to group every pod)"
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"only {grouped} of {count} pods got a Volcano PodGroup within {timeout:.0f} s")
+        await asyncio.sleep(1)
 
 
 async def create_nodes_now(cluster: LocalCluster, args: argparse.Namespace) -> float:
@@ -435,6 +547,23 @@ def table(results: Mapping[str, Result | str]) -> str:
     return "\n".join(lines)
 
 
+def peer_ratios(results: Mapping[str, Result | str]) -> list[str]:
+    """gpusched's pods/s over each peer's that ran, single pods against single pods and gangs against gangs."""
+    pairs = [
+        ("gpusched", "volcano"),
+        ("gpusched", "coscheduling"),
+        ("gpusched", "kube-scheduler-qps"),
+        ("gangs", "volcano-gangs"),
+        ("gangs", "coscheduling-gangs"),
+    ]
+    lines = []
+    for ours, theirs in pairs:
+        a, b = results.get(ours), results.get(theirs)
+        if isinstance(a, Result) and isinstance(b, Result) and b.pods_per_s:
+            lines.append(f"{ours} / {theirs}: {a.pods_per_s / b.pods_per_s:.2f}x pods/s")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000)
@@ -449,6 +578,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kube-burst", type=int, default=2000, help="client burst of kube-scheduler-qps")
     parser.add_argument("--gpusched-qps", type=float, default=1000.0, help="binding.qps given to gpusched run")
     parser.add_argument("--gpusched-burst", type=int, default=2000, help="binding.burst given to gpusched run")
+    parser.add_argument(
+        "--peer-qps", type=float, default=1000.0, help="client QPS of the Volcano and coscheduling cases"
+    )
+    parser.add_argument(
+        "--peer-burst", type=int, default=2000, help="client burst of the Volcano and coscheduling cases"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for every pod to bind")
     parser.add_argument(
         "--mode",
@@ -463,7 +598,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
         parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
-    wanted = max(args.pods if set(cases) - {"gangs"} else 0, args.gangs * args.gang_size if "gangs" in cases else 0)
+    wanted = max(
+        args.pods if set(cases) - set(GANGS_OF) else 0,
+        args.gangs * args.gang_size if set(cases) & set(GANGS_OF) else 0,
+    )
     if wanted > args.nodes * 8:
         parser.error("more one-GPU pods than the nodes' GPUs (8 a node): not every pod could bind")
     if any(c.endswith("-anti") for c in cases) and (args.apps < 1 or -(-args.pods // args.apps) > args.nodes):
@@ -477,6 +615,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{case}] {r if isinstance(r, str) else r.as_json()}", file=sys.stderr, flush=True)
     print(f"\n{args.mode} mode: {args.nodes} kwok nodes of 8 GPUs; pods of 1 GPU, created {args.concurrency} at a time")
     print(table(results))
+    for line in peer_ratios(results):
+        print(line)
     if args.json:
         out = {case: (r.as_json() if isinstance(r, Result) else {"not_run": r}) for case, r in results.items()}
         out["setup"] = {
@@ -488,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
             "mode": args.mode,
             "kube_scheduler_qps": [args.kube_qps, args.kube_burst],
             "gpusched_qps": [args.gpusched_qps, args.gpusched_burst],
+            "peer_qps": [args.peer_qps, args.peer_burst],
             "apps": args.apps,
         }
         args.json.write_text(json.dumps(out, indent=2) + "\n")
