@@ -283,8 +283,6 @@ def unsupported(spec: Mapping[str, object]) -> list[tuple[str, str]]:
             break
     if spec.get("resourceClaims"):
         found.append(("spec.resourceClaims", "dynamic resource allocation (resource claims)"))
-    if spec.get("schedulingGates"):
-        found.append(("spec.schedulingGates", "scheduling gates (the pod waits until they are removed)"))
     return found
 
 

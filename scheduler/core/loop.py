@@ -310,7 +310,7 @@ class SchedulingLoop:
                     obj=f"pod {decision.pod.key}",
                     kind="Normal",
                     reason="Scheduled",
-                    message=_scheduled(decision.node, decision.gpu_ids),
+                    message=_scheduled(decision.pod.key, decision.node, decision.gpu_ids),
                 )
             job.last_schedule = now
             job.set_condition("Scheduled", "True", "Scheduled", f"{len(result.decisions)} members placed together", now)
@@ -376,7 +376,7 @@ class SchedulingLoop:
                 obj=f"pod {pod.key}",
                 kind="Normal",
                 reason="Scheduled",
-                message=_scheduled(result.decision.node, result.decision.gpu_ids),
+                message=_scheduled(pod.key, result.decision.node, result.decision.gpu_ids),
             )
             if job is not None and job.group is not None:
                 job.refresh_phase(self.clock())
@@ -545,6 +545,7 @@ def _alone_allowed(job: Job) -> bool:
     return missing <= 0 or (missing == 1 and bool(job.placed))
 
 
-def _scheduled(node: str, gpu_ids: tuple[int, ...]) -> str:
+def _scheduled(pod: str, node: str, gpu_ids: tuple[int, ...]) -> str:
+    # kube-scheduler's wording, which tools and Kubernetes' own e2e tests match on.
     gpus = f" (GPUs {','.join(str(g) for g in gpu_ids)})" if gpu_ids else ""
-    return f"assigned to {node}{gpus}"
+    return f"Successfully assigned {pod} to {node}{gpus}"

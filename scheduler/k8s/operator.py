@@ -247,6 +247,11 @@ class Operator:
             return
         spec = body.get("spec")
         spec = spec if isinstance(spec, Mapping) else {}
+        if spec.get("schedulingGates") and not spec.get("nodeName"):
+            # kube-scheduler's SchedulingGates: a gated pod is neither scheduled nor told anything (the API server
+            # has set PodScheduled=False/SchedulingGated); gates can only be removed, and the update that removes
+            # the last one brings it here again, into the queue.
+            return
         try:
             if spec.get("nodeName"):
                 # A bound pod counts on its node whatever its annotations say now (scheduler.api.pod).

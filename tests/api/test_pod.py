@@ -190,7 +190,6 @@ def _spec_with(**extra: Any) -> dict[str, Any]:
         ),
         ({"volumes": [{"name": "e", "rbd": {}}]}, "spec.volumes[0].rbd", "rbd volumes"),
         ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims", "resource claims"),
-        ({"schedulingGates": [{"name": "wait"}]}, "spec.schedulingGates", "scheduling gates"),
     ],
 )
 def test_a_pending_pod_of_ours_asking_for_what_gpusched_does_not_honour_is_refused_naming_the_field(

@@ -89,6 +89,9 @@ async def test_no_decision_before_the_first_full_listing(fake: FakeApiServer, op
     await flushed(operator)
     assert events(fake, "QueueNotFound") == []
     assert [e["involvedObject"]["uid"] for e in events(fake, "Scheduled")] == ["uid-train"]
+    # kube-scheduler's wording: Kubernetes' own e2e tests match Scheduled Events on it.
+    gpus = binding["metadata"]["annotations"]["gpusched.io/gpu-ids"]
+    assert events(fake, "Scheduled")[0]["message"] == f"Successfully assigned default/train to gpu-0 (GPUs {gpus})"
 
 
 async def test_bound_pods_of_any_scheduler_count_and_the_pending_pod_is_told_why(
@@ -131,7 +134,7 @@ async def test_serving_default_scheduler_takes_pods_that_name_no_scheduler_and_l
         op.pod_event(pod("named", 1, scheduler="default-scheduler"))
         op.pod_event(pod("other", 1, scheduler="gpusched"))
         refused = pod("refused", 1, scheduler="default-scheduler")
-        refused["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+        refused["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu"}]
         op.pod_event(refused)
         op.listed()
         await eventually(lambda: {"unnamed", "named"} <= set(bound(fake)))
@@ -139,12 +142,31 @@ async def test_serving_default_scheduler_takes_pods_that_name_no_scheduler_and_l
         await asyncio.sleep(0.2)
         assert set(bound(fake)) == {"unnamed", "named"}  # a gpusched pod is another scheduler's now
         condition = fake.requests("PATCH", "/pods/refused/status")[-1].body["status"]["conditions"][0]
-        assert "schedulingGates" in condition["message"]
+        assert "resourceClaims" in condition["message"]
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await op.close()
+
+
+async def test_a_gated_pod_is_left_alone_until_its_gates_are_removed(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0"))
+    gated = pod("gated", 1)
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    operator.pod_event(gated)
+    operator.pod_event(pod("plain", 1))
+    operator.listed()
+    await eventually(lambda: "plain" in bound(fake))
+    await flushed(operator)
+    # kube-scheduler's SchedulingGates: no binding, no Event, no condition written over the API server's.
+    assert "gated" not in bound(fake)
+    assert [e for e in fake.events.values() if e["involvedObject"]["name"] == "gated"] == []
+    assert fake.requests("PATCH", "/pods/gated/status") == []
+    del gated["spec"]["schedulingGates"]
+    operator.pod_event(gated)
+    await eventually(lambda: "gated" in bound(fake))
 
 
 async def test_a_malformed_pod_gets_an_event_naming_the_field_and_the_rest_goes_on(
