@@ -67,6 +67,10 @@ NODE_MEMORY = "32Gi"
 NODE_PODS = "110"
 NODE_EPHEMERAL_STORAGE = "100Gi"
 REGION = "region-1"
+#: The nodes' InternalIP (the kwok pods' hostIP), not loopback: the host-port specs put one pod on 127.0.0.1 and
+#: another on the node's address and expect no conflict, which holds only when the two differ (LocalCluster's
+#: default, --node-ip=127.0.0.1, makes them the same). Nothing connects to it: kwok serves on 127.0.0.1.
+NODE_IP = "10.89.0.1"
 
 
 def node_name(index: int) -> str:
@@ -205,12 +209,38 @@ HARNESS_RACES: tuple[HarnessRace, ...] = (
     ),
 )
 
+#: What was found behind a gpusched failure the logs alone do not make plain, shown under the failure while the spec
+#: still fails (the spec's name, a regular expression -> what to look at).
+DIAGNOSES: tuple[tuple[str, str], ...] = (
+    (
+        r"taints-tolerations is respected if not matching",
+        "gpusched binds `still-no-tolerations` once the taint is removed, but the spec waits for a `Scheduled` Event "
+        "whose message contains kube-scheduler's `Successfully assigned <namespace>/<pod> to <node>`; gpusched's "
+        "says `assigned to <node>` (scheduler/core/loop.py `_scheduled`), so the spec never sees it.",
+    ),
+    (
+        r"schedulingGates are blocked on scheduling",
+        "gpusched refuses a pod with `spec.schedulingGates` (PodScheduled=False, reason Unschedulable, `gpusched does "
+        "not support scheduling gates`). kube-scheduler leaves a gated pod out of its queue with PodScheduled=False, "
+        "reason `SchedulingGated`, which the spec waits for, and schedules it once the gates are removed.",
+    ),
+    (
+        r"spread the pods of a service across zones",
+        "gpusched bound all ten `test-service-N` pods (bare pods selected by a Service) to kwok-node-0. kube-scheduler "
+        "applies its cluster-default spread constraints (kubernetes.io/hostname maxSkew 3 and "
+        "topology.kubernetes.io/zone maxSkew 5, ScheduleAnyway) to pods selected by a Service, ReplicationController, "
+        "ReplicaSet or StatefulSet; gpusched passes the ReplicationController spec, so the likely gap is the Service "
+        "as a source of the default constraints' selector (not checked in gpusched's code).",
+    ),
+)
+
 FOCUS = r"\[sig-scheduling\]"
 
 #: Measured on the project's 2-core machine (Go 1.26.8, modules already downloaded), see build-e2e.sh.
 E2E_BUILD_TIMES = (
-    "5.3 min from an empty Go build cache (`GOCACHE` empty, nice 19, beside a running test), 2.5 min after the "
-    "control plane's build has filled the cache (as in `.ci/run`); 66 MB in `~/.cache/gpusched/e2e-*`"
+    "5.3 min from an empty Go build cache (`GOCACHE` empty, modules downloaded, nice 19, beside a running test), "
+    "2.5 min with the Go build cache the control plane's build uses (measured while that build was running); "
+    "66 MB in `~/.cache/gpusched/e2e-*`"
 )
 
 #: What make test runs: quick predicate specs (a pod or two each, no filling of nodes, seconds each) that cover node
@@ -249,11 +279,12 @@ class Result:
     seconds: float
     message: str = ""  # the failure or skip message
     output: str = ""  # the spec's log (system-err), for failures
+    retried_after: str = ""  # the harness race its first run met, when it was run a second time
 
     def namespaces(self) -> list[str]:
         """The test namespaces the spec created (the framework names them <basename>-<number>)."""
-        found = re.findall(r"(?:Created|Building a) namespace[^\n]*?\b([a-z0-9-]+-\d{3,5})\b", self.output)
-        found += re.findall(r'"?namespace"?[:=] ?"?([a-z][a-z0-9-]*-\d{3,5})\b', self.output)
+        found = re.findall(r'Destroying namespace "([a-z0-9-]+)"', self.output)
+        found += re.findall(r'"?namespace"?[:=] ?"?([a-z][a-z0-9-]*-\d+)\b', self.output)
         return sorted(set(found))
 
 
@@ -339,8 +370,45 @@ def load_run(scheduler: str, out: Path) -> Run:
     run = Run(scheduler, out / scheduler)
     meta = json.loads((run.directory / "run.json").read_text())
     run.seconds, run.e2e_seconds, run.exit_code = meta["seconds"], meta["e2e_seconds"], meta["exit_code"]
-    run.results = read_results(run.junit)
+    run.results = run_results(run.directory)
     return run
+
+
+def run_e2e(argv: list[str], output: Path, cluster: LocalCluster, nodes: Sequence[str]) -> int:
+    """Run e2e.test to its end (the kubelet's part kwok lacks played meanwhile); its exit code."""
+    with open(output, "wb") as f, AllocatableMirror(cluster, nodes):
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        RUNNING.add(proc)
+        try:
+            return proc.wait()
+        finally:
+            RUNNING.discard(proc)
+
+
+def races_met(junit: Path) -> list[str]:
+    """The specs of a report that failed on a known race of the local cluster."""
+    if not junit.exists():
+        return []
+    return sorted(n for n, r in read_results(junit).items() if is_spec(n) and r.status == "failed" and harness_race(r))
+
+
+def exact_focus(names: Sequence[str]) -> str:
+    """A Ginkgo focus (Go RE2) that selects exactly these specs: their full text, at the end of what Ginkgo matches."""
+    return "(?:" + "|".join(re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", n) for n in names) + ")$"
+
+
+def run_results(directory: Path) -> dict[str, Result]:
+    """A run's results: its report, with the specs run a second time (report-again) as they came out then."""
+    results = read_results(directory / "report" / "junit.xml")
+    again = directory / "report-again" / "junit.xml"
+    if again.exists():
+        for n, r in read_results(again).items():
+            first = results.get(n)
+            if is_spec(n) and r.status != "skipped" and first is not None and first.status == "failed":
+                race = harness_race(first)
+                r.retried_after = race.name if race is not None else "a failure"
+                results[n] = r
+    return results
 
 
 #: The e2e.test processes running now: an interrupt stops them, and their threads then take the clusters down.
@@ -352,7 +420,10 @@ def run_one(scheduler: str, *, e2e_test: Path, bin_dir: Path | None, out: Path, 
     run.directory.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with LocalCluster(
-        bin_dir=bin_dir, workdir=run.directory / "cluster", with_scheduler=scheduler == KUBE_SCHEDULER
+        bin_dir=bin_dir,
+        workdir=run.directory / "cluster",
+        with_scheduler=scheduler == KUBE_SCHEDULER,
+        extra_kwok_args=[f"--node-ip={NODE_IP}"],
     ) as c:
         k = kube_mod.Kube.of_local(c)
         k.apply_crds()
@@ -374,17 +445,15 @@ def run_one(scheduler: str, *, e2e_test: Path, bin_dir: Path | None, out: Path, 
             (run.directory / "command").write_text(" ".join(_quote(a) for a in argv) + "\n")
             log(f"{scheduler}: running e2e.test, output in {run.directory / 'e2e.log'}")
             e2e_started = time.monotonic()
-            with open(run.directory / "e2e.log", "wb") as f, AllocatableMirror(c, nodes) as mirror:
-                proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-                RUNNING.add(proc)
-                try:
-                    proc.wait()
-                finally:
-                    RUNNING.discard(proc)
-            if mirror.patches:
-                log(f"{scheduler}: copied capacity to allocatable {mirror.patches} times, as a kubelet would")
+            run.exit_code = run_e2e(argv, run.directory / "e2e.log", c, nodes)
+            raced = races_met(run.junit)
+            if raced:
+                # Once more, alone, on the same cluster: a spec whose first run met a known race of the local
+                # cluster (HARNESS_RACES) says nothing about the scheduler until it has run without it.
+                log(f"{scheduler}: running again what met a harness race: {', '.join(map(short_name, raced))}")
+                again = e2e_argv(e2e_test, c.kubeconfig, run.directory / "report-again", exact_focus(raced))
+                run_e2e(again, run.directory / "e2e-again.log", c, nodes)
             run.e2e_seconds = time.monotonic() - e2e_started
-            run.exit_code = proc.returncode
             if replica is not None and not replica.alive():
                 code = replica.popen.returncode if replica.popen else None
                 log(f"{scheduler}: gpusched run exited during the tests (code {code}); see {replica.log_path}")
@@ -399,7 +468,7 @@ def run_one(scheduler: str, *, e2e_test: Path, bin_dir: Path | None, out: Path, 
     (run.directory / "run.json").write_text(
         json.dumps({"seconds": run.seconds, "e2e_seconds": run.e2e_seconds, "exit_code": run.exit_code})
     )
-    run.results = read_results(run.junit)
+    run.results = run_results(run.directory)
     log(
         f"{scheduler}: {sum(r.status == 'passed' for r in run.results.values())} passed, "
         f"{sum(r.status == 'failed' for r in run.results.values())} failed, "
@@ -440,7 +509,10 @@ def cell(result: Result | None, name: str) -> str:
         race = harness_race(result)
         if race is not None:
             return f"failed: {race.name} (see the notes)"
-        return f"**failed**: {first_line(result.message, 120)}".replace("|", "/")
+        again = " (its second run)" if result.retried_after else ""
+        return f"**failed**{again}: {first_line(result.message, 120)}".replace("|", "/")
+    if result.retried_after:
+        return f"passed on a second run (the first: {result.retried_after}, see the notes)"
     return "passed"
 
 
@@ -494,10 +566,18 @@ def failure_details(runs: dict[str, Run], out: Path) -> str:
             f"== gpusched log lines naming the namespaces ({len(related)}) ==\n" + "\n".join(related) + "\n"
             f"\n== the spec's output ==\n{r.output}\n"
         )
+        # The lines that say something went wrong first, then the rest in order; a few, shortened.
+        telling = [ln for ln in related if '"level": "info"' not in ln] + [
+            ln for ln in related if '"level": "info"' in ln
+        ]
+        excerpt = "\n".join(ln if len(ln) <= 400 else ln[:397] + "..." for ln in telling[:6])
+        message = r.message.strip()
+        diagnosis = next((text for pattern, text in DIAGNOSES if re.search(pattern, n)), "")
         parts.append(
-            f"### {short_name(n)}\n\n```\n{r.message.strip()[:2000]}\n```\n\n"
+            f"### {short_name(n)}\n\n```\n{message[:1200]}{' ...' if len(message) > 1200 else ''}\n```\n\n"
             f"namespaces {', '.join(namespaces) or '?'}; {len(related)} gpusched log lines name them "
-            f"(all in {detail})\n"
+            f"(all in the run directory's {detail.relative_to(out)}), the first of them:\n\n"
+            f"```\n{excerpt or '(none)'}\n```\n" + (f"\nWhat the logs show: {diagnosis}\n" if diagnosis else "")
         )
     return "\n".join(parts)
 
@@ -508,11 +588,12 @@ def notes(runs: dict[str, Run]) -> str:
     for s in SCHEDULERS:
         for n, r in runs[s].results.items():
             race = harness_race(r) if r.status == "failed" else None
-            if race is not None:
-                met.setdefault(race.name, []).append(f"{s}: {short_name(n)}")
+            name = race.name if race is not None else r.retried_after
+            if name:
+                met.setdefault(name, []).append(f"{s}: {short_name(n)}")
     if not met:
         return ""
-    lines = ["", "Notes:", ""]
+    lines = ["", "Notes (a spec that fails on one of these is run once more, alone, on the same cluster):", ""]
     for race in HARNESS_RACES:
         if race.name in met:
             lines.append(f"- {race.name} ({'; '.join(met[race.name])}): {race.explanation}")
