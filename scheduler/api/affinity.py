@@ -18,7 +18,7 @@ What the parser resolves once, so that the cache and the plugin compare plain va
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from scheduler.api import selectors
@@ -239,12 +239,30 @@ class SpreadConstraint:
 DEFAULT_SPREAD = (("kubernetes.io/hostname", 3), ("topology.kubernetes.io/zone", 5))
 
 
-def default_spread(owner: str) -> tuple[SpreadConstraint, ...]:
-    """The cluster-default constraints for a pod of controller ``owner`` (none without one)."""
-    if not owner:
+def default_spread(owner: str, service_labels: tuple[tuple[str, str], ...] = ()) -> tuple[SpreadConstraint, ...]:
+    """The cluster-default constraints for a pod of controller ``owner`` selected by Services whose selectors
+    merge into ``service_labels`` (none without either): they count the pods of the same controller that these
+    Services select, as kube-scheduler's default selector ANDs its controllers' and Services' selectors."""
+    if not owner and not service_labels:
         return ()
-    selector = LabelSelector((Requirement(OWNER_KEY, "In", (owner,)),))
+    requirements = [Requirement(OWNER_KEY, "In", (owner,))] if owner else []
+    requirements += [Requirement(key, "In", (value,)) for key, value in service_labels]
+    selector = LabelSelector(tuple(requirements))
     return tuple(SpreadConstraint(skew, key, False, selector) for key, skew in DEFAULT_SPREAD)
+
+
+def services_selecting(
+    labels: Mapping[str, str], selectors: Iterable[Mapping[str, str]]
+) -> tuple[tuple[str, str], ...]:
+    """The merged label pairs of the Service ``selectors`` that select a pod with ``labels`` (a Service's
+    ``spec.selector`` selects the pods that carry all its pairs; an empty one selects none)."""
+    merged = {
+        pair
+        for selector in selectors
+        if selector and all(labels.get(k) == v for k, v in selector.items())
+        for pair in selector.items()
+    }
+    return tuple(sorted(merged))
 
 
 def parse_spread(raw: object, *, labels: Mapping[str, str], obj: str) -> tuple[SpreadConstraint, ...]:

@@ -83,6 +83,9 @@ class PodRequest:
     volumes: tuple[api_volumes.PodClaim, ...] = ()
     #: The uid of the pod's controller (ReplicaSet, StatefulSet, Job...), for the cluster-default spreading.
     owner: str = ""
+    #: The label pairs of the Services that select the pod (their selectors merged), for the cluster-default
+    #: spreading: set by the operator, which watches Services (kube-scheduler's default selector reads them too).
+    service_labels: tuple[tuple[str, str], ...] = ()
     #: ``spec.preemptionPolicy``: ``Never`` keeps the pod from preempting others (it waits for room instead).
     preemption_policy: str = PREEMPT_LOWER_PRIORITY
     created: float = 0.0

@@ -32,6 +32,7 @@ from typing import Any
 
 import structlog
 
+from scheduler.api import affinity as api_affinity
 from scheduler.api import node as api_node
 from scheduler.api import pdb as api_pdb
 from scheduler.api import pod as api_pod
@@ -92,6 +93,8 @@ class Operator:
         self.identity = identity
         #: The ``spec.schedulerName`` this operator serves (``gpusched run --scheduler-name``).
         self.scheduler_name = scheduler_name
+        #: Namespace -> Service name -> its selector (``spec.selector``), for the cluster-default spreading.
+        self.services: dict[str, dict[str, dict[str, str]]] = {}
         #: Pod key -> (the pod, the nominated node it should show; "" none) while a writer is at work for it.
         self._nominations: dict[str, tuple[PodRequest, str]] = {}
         self.batch = batch
@@ -300,7 +303,11 @@ class Operator:
         if self.cache.pod(key) is not None:
             return  # handed to the binder: the watch will show it on its node
         # Only a pending pod's age matters (queue order); bound pods, by the thousand at start-up, skip this copy.
-        pod = replace(pod, created=_timestamp(meta.get("creationTimestamp")))
+        pod = replace(
+            pod,
+            created=_timestamp(meta.get("creationTimestamp")),
+            service_labels=api_affinity.services_selecting(pod.labels, self.services.get(pod.namespace, {}).values()),
+        )
         if self.pending.get(key) == pod:
             return  # a status-only change (our own condition, for one): nothing to reconsider
         self.pending[key] = pod
@@ -312,6 +319,25 @@ class Operator:
     def budget_keys(self) -> list[str]:
         """Keys of the PodDisruptionBudgets the loop holds: what a relist of them reconciles."""
         return list(self.loop.preemptor.budgets)
+
+    def service_keys(self) -> list[str]:
+        """Keys of the Services held: what a relist of them reconciles."""
+        return [f"{ns}/{name}" for ns, named in self.services.items() for name in named]
+
+    def service_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        """A Service as its informer delivers it: its selector feeds the cluster-default spreading of the pods it
+        selects (read when a pod enters the queue; a pod already waiting keeps what it was given)."""
+        meta = _meta(body)
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        spec = body.get("spec")
+        selector = spec.get("selector") if isinstance(spec, Mapping) else None
+        named = self.services.setdefault(namespace, {})
+        if deleted or not isinstance(selector, Mapping):
+            named.pop(name, None)
+        else:
+            named[name] = {str(k): str(v) for k, v in selector.items()}
+        if not named:
+            del self.services[namespace]
 
     def pdb_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         """A PodDisruptionBudget as its informer delivers it: preemption weighs it (``scheduler.api.pdb``)."""

@@ -270,6 +270,13 @@ async def _supervise(
             known=operator.held_pods,
             on_listed=operator.part_listed,
         ),
+        "services": Informer(
+            client,
+            kind="services",
+            list_method=client.core.list_service_for_all_namespaces,
+            on_event=operator.service_event,
+            known=operator.service_keys,
+        ),
         "poddisruptionbudgets": Informer(
             client,
             kind="poddisruptionbudgets",

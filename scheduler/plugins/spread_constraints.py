@@ -149,14 +149,14 @@ class TopologySpread:
 
     def score(self, state: CycleState, nodes: I64, out: F64) -> bool:
         pod, snap = state.pod, state.snapshot
-        if not pod.spread and (not pod.owner or pod.pod_group):
+        if not pod.spread and ((not pod.owner and not pod.service_labels) or pod.pod_group):
             return False
         own = [c for c in pod.spread if not c.hard]
         constraints: Sequence[SpreadConstraint] = own
         defaulted = not pod.spread
         if defaulted and not pod.pod_group:
             # A gang member is placed by the gang's own rules (the gang score packs it with its peers).
-            constraints = api_affinity.default_spread(pod.owner)
+            constraints = api_affinity.default_spread(pod.owner, pod.service_labels)
         if not constraints:
             return False
         require_all = not defaulted

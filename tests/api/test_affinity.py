@@ -197,3 +197,17 @@ def test_the_cluster_defaults_need_a_controller() -> None:
     assert (host.topology_key, host.max_skew, host.hard) == ("kubernetes.io/hostname", 3, False)
     assert (zone.topology_key, zone.max_skew) == ("topology.kubernetes.io/zone", 5)
     assert host.selector.matches({api_affinity.OWNER_KEY: "rs-1"}) and not host.selector.matches({})
+
+
+def test_services_selecting_a_pod_merge_into_the_cluster_defaults() -> None:
+    web = {"app": "web", "tier": "front"}
+    selecting = api_affinity.services_selecting(web, [{"app": "web"}, {"tier": "front"}, {"app": "db"}, {}])
+    assert selecting == (("app", "web"), ("tier", "front"))  # the db Service and the empty selector pick nothing
+    assert api_affinity.services_selecting({}, [{"app": "web"}]) == ()
+    host, zone = api_affinity.default_spread("", selecting)
+    assert zone.topology_key == "topology.kubernetes.io/zone" and not zone.hard
+    assert host.selector.matches(web) and not host.selector.matches({"app": "web"})
+    # With a controller too: its pods that the Services select (kube-scheduler ANDs both selectors).
+    (both, _) = api_affinity.default_spread("rs-1", (("app", "web"),))
+    assert both.selector.matches({"app": "web", api_affinity.OWNER_KEY: "rs-1"})
+    assert not both.selector.matches({"app": "web", api_affinity.OWNER_KEY: "rs-2"})

@@ -169,6 +169,22 @@ async def test_a_gated_pod_is_left_alone_until_its_gates_are_removed(fake: FakeA
     await eventually(lambda: "gated" in bound(fake))
 
 
+def test_the_services_that_select_a_pending_pod_reach_its_default_spreading(operator: Operator) -> None:
+    def service(name: str, selector: dict[str, str] | None, namespace: str = "default") -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": namespace}, "spec": {"selector": selector}}
+
+    operator.service_event(service("web", {"app": "web"}))
+    operator.service_event(service("front", {"tier": "front"}))
+    operator.service_event(service("elsewhere", {"app": "web"}, namespace="other"))
+    operator.service_event(service("external", None))  # no selector: selects nothing
+    operator.pod_event(pod("w0", 1, labels={"app": "web", "tier": "front"}))
+    assert operator.pending["default/w0"].service_labels == (("app", "web"), ("tier", "front"))
+    operator.service_event(service("front", {"tier": "front"}), deleted=True)
+    operator.pod_event(pod("w1", 1, labels={"app": "web", "tier": "front"}))
+    assert operator.pending["default/w1"].service_labels == (("app", "web"),)
+    assert sorted(operator.service_keys()) == ["default/web", "other/elsewhere"]
+
+
 async def test_a_malformed_pod_gets_an_event_naming_the_field_and_the_rest_goes_on(
     fake: FakeApiServer, operator: Operator
 ) -> None:

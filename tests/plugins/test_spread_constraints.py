@@ -3,6 +3,7 @@ the node inclusion policies, matchLabelKeys, ScheduleAnyway as a score, the clus
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import assume, given, settings
@@ -135,6 +136,25 @@ def test_cluster_defaults_spread_a_controllers_pods_over_hosts() -> None:
     cluster = Cluster([objects.node("a"), objects.node("b")], PLUGINS, bound=[replica("r0", node="a")])
     assert cluster.place(replica("r1"))[0] == "b"
     assert api_pod.parse_pod(replica("r2")).owner == "rs-1"
+
+
+def test_cluster_defaults_spread_the_pods_of_a_service_over_zones() -> None:
+    # Pods with no controller that a Service selects (Kubernetes' e2e "Multi-AZ Clusters should spread the pods
+    # of a service across zones"): the operator gives each the Service's selector.
+    zone = "topology.kubernetes.io/zone"
+    nodes = [objects.node(f"{z}{i}", labels={zone: z}) for z in ("a", "b") for i in range(2)]
+    service = (("svc", "web"),)
+    cluster = Cluster(nodes, PLUGINS)
+    placed = []
+    for i in range(6):
+        pod = replace(api_pod.parse_pod(_pod(f"w{i}", labels={"svc": "web"})), service_labels=service)
+        result = cluster.scheduler.schedule(pod)
+        assert result.decision is not None
+        placed.append(result.decision.node[0])
+    assert sorted(placed) == ["a", "a", "a", "b", "b", "b"], placed
+    # Without the Service the same pods pile up on the first node by name.
+    plain = Cluster(nodes, PLUGINS)
+    assert {plain.place(_pod(f"p{i}", labels={"svc": "web"}))[0] for i in range(3)} == {"a0"}
 
 
 # --- the vectorised filter against a plain per-node reading of kube-scheduler's rules ---------------------------
