@@ -30,6 +30,7 @@ import numpy as np
 
 from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PodRequest
+from scheduler.cache.state import Cache, Snapshot
 from scheduler.core import gang
 from scheduler.core.cycle import Scheduler
 from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS
@@ -59,6 +60,17 @@ class Candidate:
     request: dict[str, float] = field(default_factory=dict)
     #: How far its queue is ahead of its fair share (its rank share): among equal priorities, taken first.
     ahead: float = 0.0
+
+
+def _move(cache: Cache, snapshot: Snapshot, victim: Candidate, *, away: bool) -> None:
+    """Take ``victim``'s pods off their nodes in ``snapshot``'s what-if (``away``), or put them back."""
+    for pod in victim.pods:
+        entry = cache.pod(pod.key)
+        if entry is not None:
+            if away:
+                snapshot.unplace(entry.placement)
+            else:
+                snapshot.place(entry.placement)
 
 
 def find_victims(
@@ -105,16 +117,10 @@ def find_victims(
     token = snapshot.checkpoint()
 
     def remove(victim: Candidate) -> None:
-        for pod in victim.pods:
-            entry = cache.pod(pod.key)
-            if entry is not None:
-                snapshot.unplace(entry.placement)
+        _move(cache, snapshot, victim, away=True)
 
     def restore(victim: Candidate) -> None:
-        for pod in victim.pods:
-            entry = cache.pod(pod.key)
-            if entry is not None:
-                snapshot.place(entry.placement)
+        _move(cache, snapshot, victim, away=False)
 
     def fits() -> bool:
         inner = snapshot.checkpoint()
@@ -303,16 +309,10 @@ def node_victims(
     token = snapshot.checkpoint()
 
     def remove(victim: Candidate) -> None:
-        for p in victim.pods:
-            entry = cache.pod(p.key)
-            if entry is not None:
-                snapshot.unplace(entry.placement)
+        _move(cache, snapshot, victim, away=True)
 
     def restore(victim: Candidate) -> None:
-        for p in victim.pods:
-            entry = cache.pod(p.key)
-            if entry is not None:
-                snapshot.place(entry.placement)
+        _move(cache, snapshot, victim, away=False)
 
     # The pod is tried on one node at a time: every other node is held for the what-if.
     others = np.ones(a.slots, dtype=bool)
