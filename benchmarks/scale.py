@@ -36,8 +36,10 @@ left free (0 when it did).
 Kwok is off by default (``--kwok`` turns it and the controller manager on): gpusched counts a bound pod on its
 node whatever its phase, so the cluster it sees is the same, and on a 2-core machine kwok would otherwise write
 a status for each of the 90,000 running pods and heartbeat 5,000 nodes, doubling the writes of the setup and
-competing with gpusched for the CPU during the measurement. Without kwok the nodes keep the API server's
-``node.kubernetes.io/not-ready`` taint, which the pending pods tolerate.
+competing with gpusched for the CPU during the measurement. Without kwok the nodes never turn Ready, and the
+API server's TaintNodesByCondition admission would taint each one ``node.kubernetes.io/not-ready``: it is turned
+off, so that the nodes carry no taint, as Ready nodes do not (``--not-ready-taint`` keeps it, and the pending pods
+tolerate it: every node then costs fit a taint check in each cycle).
 
 ``--sim-nodes`` / ``--sim-arrivals``: the simulator at scale: the ``default`` policy (the operator's profile)
 on scheduler/sim/synthetic.py's cluster of that many nodes and its workload of that many arrivals, through
@@ -112,6 +114,8 @@ class SizeResult:
     load: dict[str, list[float]] = field(default_factory=dict)
     min_available_gib: float = math.nan
     overcommitted_nodes: int = -1
+    #: Seconds spent in each plugin at each extension point over the run (``plugin/point``), from /metrics.
+    plugin_seconds: dict[str, float] = field(default_factory=dict)
     #: Seconds from the process spawn to events of gpusched's own log (its clock, read from its timestamps).
     phases: dict[str, float] = field(default_factory=dict)
     note: str = ""
@@ -250,6 +254,18 @@ def log_phases(path: Path, wall0: float) -> dict[str, float]:
     return out
 
 
+def plugin_seconds(text: str) -> dict[str, float]:
+    """``gpusched_plugin_duration_seconds_sum`` by ``plugin/extension_point``, largest first: where cycles go."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("gpusched_plugin_duration_seconds_sum{"):
+            plugin = re.search(r'plugin="([^"]*)"', line)
+            point = re.search(r'extension_point="([^"]*)"', line)
+            if plugin is not None and point is not None:
+                out[f"{plugin.group(1)}/{point.group(1)}"] = float(line.rsplit(" ", 1)[1])
+    return dict(sorted(out.items(), key=lambda item: -item[1]))
+
+
 def http_status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=1) as response:
@@ -296,7 +312,10 @@ async def populate(cluster: LocalCluster, result: SizeResult, args: argparse.Nam
         del running
         log(f"{result.running} running pods in {result.setup_s['running_pods']:.1f} s")
         groups, pending = pending_workload(
-            result.pending, gang_share=args.gang_share, gang_size=args.gang_size, tolerate_not_ready=not args.kwok
+            result.pending,
+            gang_share=args.gang_share,
+            gang_size=args.gang_size,
+            tolerate_not_ready=args.not_ready_taint,
         )
         started = time.monotonic()
         await create(api, kube.Kube.custom_path("podgroups", PENDING_NAMESPACE), groups, args.concurrency)
@@ -381,6 +400,7 @@ async def measure(
             result.cycle_p50_ms = 1000 * histogram_quantile(0.50, buckets)
             result.cycle_p99_ms = 1000 * histogram_quantile(0.99, buckets)
         result.attempts = counter_by_label(text, "gpusched_schedule_attempts", "result")
+        result.plugin_seconds = plugin_seconds(text)
         result.overcommitted_nodes = await overcommitted_nodes(api)
         result.phases = log_phases(replica.log_path, wall0)
     finally:
@@ -433,7 +453,14 @@ class Sampler:
 def run_size(result: SizeResult, args: argparse.Namespace) -> None:
     """Fill ``result`` (partly, up to where it failed, if it raises)."""
     result.load["before"] = list(os.getloadavg())
-    options = {} if args.kwok else {"with_kwok": False, "with_controller_manager": False}
+    options: dict[str, Any] = {}
+    if not args.kwok:
+        options = {"with_kwok": False, "with_controller_manager": False}
+        if not args.not_ready_taint:
+            # Nodes without kwok never turn Ready; the API server's TaintNodesByCondition admission would give each
+            # one the not-ready taint, which a Ready node does not carry and which fit checks node by node.
+            # (LocalCluster's own flag turns ServiceAccount off; this one comes later and wins.)
+            options["extra_apiserver_args"] = ["--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"]
     started = time.monotonic()
     sampler = Sampler()
     try:
@@ -562,6 +589,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst", type=int, default=2000, help="binding.burst given to gpusched run")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for every pending pod")
     parser.add_argument("--kwok", action="store_true", help="run kwok and the controller manager (see above)")
+    parser.add_argument(
+        "--not-ready-taint",
+        action="store_true",
+        help="without kwok: keep the API server's node.kubernetes.io/not-ready taint on every node (the pending "
+        "pods tolerate it)",
+    )
     parser.add_argument("--kwok-wait", type=float, default=900.0, help="seconds to wait for kwok to run the pods")
     parser.add_argument("--bin-dir", default=os.environ.get("GPUSCHED_E2E_BIN"))
     parser.add_argument("--sim-nodes", type=int, default=0, help="simulator: synthetic nodes (0: no simulator run)")
@@ -613,6 +646,10 @@ def main(argv: list[str] | None = None) -> int:
         print(table(results))
         for line in growth(results):
             print(line)
+        for r in results:
+            top = ", ".join(f"{name} {seconds:.1f}" for name, seconds in list(r.plugin_seconds.items())[:6])
+            cycles = r.cycles * r.cycle_mean_ms / 1000 if r.cycles else math.nan
+            print(f"{r.nodes} nodes: {cycles:.1f} s in cycles; plugin seconds (largest): {top}")
         for r in results:
             if r.note:
                 print(f"{r.nodes} nodes: {r.note}")
