@@ -62,8 +62,6 @@ import re
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +73,7 @@ sys.path.insert(0, str(ROOT))
 
 import e2e_throughput  # noqa: E402
 import kube  # noqa: E402
+import startup  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 
 #: The pending pods live here: e2e_throughput's BindWatch watches this namespace.
@@ -266,16 +265,6 @@ def plugin_seconds(text: str) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda item: -item[1]))
 
 
-def http_status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
-
-
 # --------------------------------------------------------------------------------------------------------------
 # one size
 
@@ -365,7 +354,7 @@ async def measure(
         async def poll() -> None:
             # /readyz every 50 ms until it answers; a gpusched that died ends the wait at once.
             while True:
-                if math.isnan(result.ready_s) and await asyncio.to_thread(http_status, ready) == 200:
+                if math.isnan(result.ready_s) and await asyncio.to_thread(startup.http_status, ready) == 200:
                     result.ready_s = time.monotonic() - t0
                 if replica.popen is not None and replica.popen.poll() is not None:
                     raise RuntimeError(f"gpusched exited {replica.popen.returncode}:\n{replica.log_tail()}")

@@ -101,7 +101,8 @@ async def _populate(kubeconfig: str, nodes: int, pods: int) -> None:
         await client.close()
 
 
-def _status(url: str) -> int:
+def http_status(url: str) -> int:
+    """The HTTP status of a GET of ``url`` (0: no answer within a second); also used by benchmarks/scale.py."""
     try:
         with urllib.request.urlopen(url, timeout=1) as response:
             return int(response.status)
@@ -163,7 +164,7 @@ def main() -> int:
         ready = bound = None
         try:
             while time.monotonic() - t0 < 300 and bound is None:
-                if ready is None and _status(f"http://127.0.0.1:{health}/readyz") == 200:
+                if ready is None and http_status(f"http://127.0.0.1:{health}/readyz") == 200:
                     ready = time.monotonic() - t0
                 pod = cluster.get_pod("default", "first")
                 if pod["spec"].get("nodeName"):
