@@ -4,6 +4,11 @@ GPUs come from the ``nvidia.com/gpu`` allocatable count, each with 1000 milli of
 label ``nvidia.com/gpu.memory`` (MiB, as NVIDIA's GPU feature discovery writes it) and their model from
 ``nvidia.com/gpu.product``. A node with odd GPU labels is still usable: the odd label is ignored (memory
 unknown means no memory constraint on its GPUs) and reported in :attr:`NodeInfo.problems`.
+
+A node whose HAMi device plugin registered its devices (``hami.io/node-nvidia-register``, ``scheduler.api.hami``)
+has those instead: HAMi advertises devices x split count as ``nvidia.com/gpu``, so its GPUs are the healthy devices
+of the annotation in index order, their memory the smallest device's, their model the label's or else HAMi's. An
+unreadable register leaves the node without GPUs (and a problem) rather than with the split count as GPUs.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from scheduler.api import hami as api_hami
 from scheduler.api import resources, selectors
 from scheduler.api.errors import InvalidObject
 from scheduler.api.resources import ResourceList
@@ -34,6 +40,8 @@ class NodeInfo:
     taints: tuple[selectors.Taint, ...] = ()
     unschedulable: bool = False
     problems: tuple[InvalidObject, ...] = ()
+    #: The devices HAMi's device plugin registered, GPU ``i`` being ``hami_devices[i]``; empty: no HAMi on the node.
+    hami_devices: tuple[api_hami.Device, ...] = ()
 
 
 def parse_node(raw: Mapping[str, object]) -> NodeInfo:
@@ -71,15 +79,45 @@ def parse_node(raw: Mapping[str, object]) -> NodeInfo:
                 )
             )
             gpu_memory = 0
+    gpu_model = labels.get(LABEL_GPU_PRODUCT, "")
+    hami_devices: tuple[api_hami.Device, ...] = ()
+    if api_hami.REGISTER in annotations:
+        gpus, gpu_memory, gpu_model, hami_devices = _hami(
+            annotations[api_hami.REGISTER], gpus, gpu_model, problems, obj
+        )
     return NodeInfo(
         name=name,
         allocatable=allocatable,
         gpus=gpus,
         gpu_memory=gpu_memory,
-        gpu_model=labels.get(LABEL_GPU_PRODUCT, ""),
+        gpu_model=gpu_model,
         labels=labels,
         annotations=annotations,
         taints=selectors.parse_taints(spec.get("taints"), obj=obj),
         unschedulable=bool(spec.get("unschedulable")),
         problems=tuple(problems),
+        hami_devices=hami_devices,
     )
+
+
+def _hami(
+    register: str, advertised: int, label_model: str, problems: list[InvalidObject], obj: str
+) -> tuple[int, int, str, tuple[api_hami.Device, ...]]:
+    """GPUs, memory each, model and devices from HAMi's register; no GPUs while none is advertised (the device
+    plugin is not serving) or the register cannot be read."""
+    try:
+        devices = api_hami.parse_register(register, obj=obj)
+    except InvalidObject as exc:
+        problems.append(InvalidObject(f"{exc.reason}; the node's GPUs are not used", obj=obj, field=exc.field))
+        return 0, 0, label_model, ()
+    usable = tuple(d for d in devices if d.usable)
+    left_out = [f"{d.uuid} ({'MIG mode' if d.health else 'unhealthy'})" for d in devices if not d.usable]
+    if left_out:
+        problems.append(
+            InvalidObject(
+                f"left out: {', '.join(left_out)}", obj=obj, field=f"metadata.annotations[{api_hami.REGISTER}]"
+            )
+        )
+    if not usable or not advertised:
+        return 0, 0, label_model, ()
+    return len(usable), min(d.memory_mib for d in usable) * MIB, label_model or usable[0].model, usable

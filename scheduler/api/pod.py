@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from scheduler.api import affinity as api_affinity
+from scheduler.api import dra as api_dra
+from scheduler.api import hami as api_hami
 from scheduler.api import ports as api_ports
 from scheduler.api import quantity, resources, selectors
 from scheduler.api import topology as api_topology
@@ -69,6 +71,9 @@ class PodRequest:
     tolerations: tuple[selectors.Toleration, ...] = ()
     #: GPU indices on ``node_name`` recorded by the ``gpusched.io/gpu-ids`` annotation, if any.
     gpu_ids: tuple[int, ...] = ()
+    #: ``nvidia.com/gpu`` of each of ``spec.containers`` (empty: none asks), to deal the chosen GPUs out to them as
+    #: HAMi's device plugin wants them (``scheduler.api.hami``).
+    gpu_per_container: tuple[int, ...] = ()
     #: The pod's own topology constraint, from the ``gpusched.io/topology-*`` annotations.
     topology: TopologyConstraint = NO_CONSTRAINT
     #: Host ports its containers and sidecars bind on the node (``scheduler.api.ports``).
@@ -81,6 +86,10 @@ class PodRequest:
     node_preferences: tuple[tuple[int, selectors.NodeSelectorTerm], ...] = ()
     #: The claims its ``persistentVolumeClaim`` and ``ephemeral`` volumes use (``scheduler.api.volumes``).
     volumes: tuple[api_volumes.PodClaim, ...] = ()
+    #: Its ``spec.resourceClaims`` (Dynamic Resource Allocation, ``scheduler.api.dra``). The whole GPUs those claims
+    #: ask for are in ``gpu`` once the operator has read the claims (``scheduler.k8s.dra``); a bound pod's, from the
+    #: ``gpusched.io/gpu-ids`` annotation gpusched wrote.
+    resource_claims: tuple[api_dra.PodClaim, ...] = ()
     #: The uid of the pod's controller (ReplicaSet, StatefulSet, Job...), for the cluster-default spreading.
     owner: str = ""
     #: The label pairs of the Services that select the pod (their selectors merged), for the cluster-default
@@ -155,8 +164,12 @@ def effective_requests(spec: Mapping[str, object], *, obj: str) -> ResourceList:
     return {name: amount for name, amount in total.items() if amount}
 
 
-def _gpu_request(requested: ResourceList, annotations: Mapping[str, str], *, obj: str) -> GpuRequest:
+def _gpu_request(
+    requested: ResourceList, annotations: Mapping[str, str], *, obj: str, share: api_hami.Share | None = None
+) -> GpuRequest:
     whole = requested.pop(resources.GPU, 0)
+    for name in api_hami.RESOURCES:
+        requested.pop(name, None)
     models: tuple[str, ...] = ()
     raw_model = annotations.get(ANNOTATION_GPU_MODEL, "")
     if raw_model:
@@ -175,6 +188,9 @@ def _gpu_request(requested: ResourceList, annotations: Mapping[str, str], *, obj
                 obj=obj,
                 field=f"metadata.annotations[{ANNOTATION_GPU_MEMORY}]",
             )
+        hami_shared = api_hami.shared_gpu(share, whole=whole, milli=None) if share else None
+        if hami_shared is not None:
+            return GpuRequest(count=1, milli=hami_shared[0], memory=hami_shared[1], models=models)
         if whole == 0:
             return resources.NO_GPU if not models else GpuRequest(models=models)
         return GpuRequest(count=whole, milli=resources.MILLI_PER_GPU, models=models)
@@ -187,14 +203,25 @@ def _gpu_request(requested: ResourceList, annotations: Mapping[str, str], *, obj
         raise InvalidObject(
             f"{milli} is outside 1..999 (use nvidia.com/gpu for whole GPUs)", obj=obj, field=field_milli
         )
-    if whole:
+    if whole > 1:
+        # One GPU asked through the device plugin (nvidia.com/gpu: 1) is the shared one: HAMi's needs it.
         raise InvalidObject(
-            f"a shared GPU ({ANNOTATION_GPU_MILLI}) cannot be combined with {resources.GPU} requests",
+            f"a shared GPU ({ANNOTATION_GPU_MILLI}) is one GPU: ask for {resources.GPU} 1 with it, or none",
             obj=obj,
             field=field_milli,
         )
     memory = 0
     raw_memory = annotations.get(ANNOTATION_GPU_MEMORY)
+    if share is not None and (share.cores or (share.memory_mib and raw_memory is not None)):
+        raise InvalidObject(
+            f"set either {ANNOTATION_GPU_MILLI} and {ANNOTATION_GPU_MEMORY}, or {api_hami.RESOURCE_CORES} and "
+            f"{api_hami.RESOURCE_MEMORY}",
+            obj=obj,
+            field=field_milli,
+        )
+    hami_shared = api_hami.shared_gpu(share, whole=1, milli=milli) if share else None
+    if hami_shared is not None:
+        memory = hami_shared[1]
     if raw_memory is not None:
         memory = quantity.to_units(
             quantity.parse_quantity(raw_memory, obj=obj, field=f"metadata.annotations[{ANNOTATION_GPU_MEMORY}]")
@@ -284,8 +311,6 @@ def unsupported(spec: Mapping[str, object]) -> list[tuple[str, str]]:
         if kind is not None:
             found.append((f"spec.volumes[{i}].{kind}", f"{kind} volumes"))
             break
-    if spec.get("resourceClaims"):
-        found.append(("spec.resourceClaims", "dynamic resource allocation (resource claims)"))
     return found
 
 
@@ -348,9 +373,11 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
     labels = _str_map(meta.get("labels"), obj=obj, field="metadata.labels")
     annotations = _str_map(meta.get("annotations"), obj=obj, field="metadata.annotations")
     requested = effective_requests(spec, obj=obj)
-    gpu = _gpu_request(requested, annotations, obj=obj)
+    share = api_hami.share_of(spec, obj=obj)
+    gpu = _gpu_request(requested, annotations, obj=obj, share=share)
     if (spec.get("schedulerName") or "default-scheduler") == scheduler_name and not spec.get("nodeName"):
-        refused = unsupported(spec)
+        milli = gpu.milli if ANNOTATION_GPU_MILLI in annotations else None
+        refused = unsupported(spec) + api_hami.unsupported(share, whole=gpu.count, milli=milli)
         if refused:
             field_name = refused[0][0]
             what = "; ".join(w for _, w in refused)
@@ -361,6 +388,18 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
                 field=field_name,
             )
     requested[resources.PODS] = 1
+    resource_claims = api_dra.parse_pod_claims(spec, status, obj=obj)
+    gpu_ids = _gpu_ids(annotations, obj=obj)
+    if resource_claims and gpu.count and not spec.get("nodeName") and not gpu_ids:
+        raise InvalidObject(
+            "a pod gets its GPUs either from a device plugin (nvidia.com/gpu, gpusched.io/gpu-milli) or from "
+            "ResourceClaims, not both (docs/devices.md)",
+            obj=obj,
+            field="spec.resourceClaims",
+        )
+    if resource_claims and gpu_ids and not gpu.count:
+        # The GPUs gpusched allocated through the pod's claims (whole devices): counted as the device plugin's.
+        gpu = GpuRequest(count=len(gpu_ids), milli=resources.MILLI_PER_GPU)
     priority = spec.get("priority") or 0
     if not isinstance(priority, int):
         raise InvalidObject(f"{priority!r} is not an integer", obj=obj, field="spec.priority")
@@ -375,6 +414,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         uid=str(meta.get("uid") or ""),
         resources=requested,
         gpu=gpu,
+        gpu_per_container=api_hami.gpus_per_container(spec, obj=obj),
         priority=priority,
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         node_name=str(spec.get("nodeName") or ""),
@@ -385,12 +425,13 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         node_selector=_str_map(spec.get("nodeSelector"), obj=obj, field="spec.nodeSelector"),
         affinity=selectors.parse_node_affinity(spec, obj=obj),
         tolerations=selectors.parse_tolerations(spec.get("tolerations"), obj=obj),
-        gpu_ids=_gpu_ids(annotations, obj=obj),
+        gpu_ids=gpu_ids,
         host_ports=api_ports.parse_host_ports(spec, obj=obj),
         pod_affinity=api_affinity.parse_pod_affinity(spec, namespace=namespace, labels=labels, obj=obj),
         node_preferences=_node_preferences(spec, obj=obj),
         spread=api_affinity.parse_spread(spec.get("topologySpreadConstraints"), labels=labels, obj=obj),
         volumes=api_volumes.parse_pod_claims(spec, pod_name=name, obj=obj),
+        resource_claims=resource_claims,
         owner=api_affinity.controller_of(meta),
         preemption_policy=str(preemption_policy),
         topology=api_topology.parse_constraint(

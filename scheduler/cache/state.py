@@ -24,6 +24,7 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.api import dra as api_dra
 from scheduler.api import gputopo, resources, selectors
 from scheduler.api import node as api_node
 from scheduler.api import ports as api_ports
@@ -35,6 +36,7 @@ from scheduler.api.pod import PodRequest
 from scheduler.api.ports import HostPort
 from scheduler.api.selectors import Taint
 from scheduler.cache.arrays import ClusterArrays, Placement
+from scheduler.cache.dra import DeviceStore
 from scheduler.cache.labels import LabelIndex
 from scheduler.cache.pods_index import PodIndex, PortIndex
 from scheduler.cache.volumes import VolumeStore
@@ -106,6 +108,8 @@ class Cache:
         self.pods_with_terms = 0
         #: Claims, volumes, storage classes, CSINodes, and the volume choices assumed (``scheduler.cache.volumes``).
         self.volumes = VolumeStore()
+        #: DeviceClasses, ResourceSlices' devices, ResourceClaims, the allocations assumed (``scheduler.cache.dra``).
+        self.devices = DeviceStore()
         self._waiting: dict[str, dict[str, PodRequest]] = {}
         #: Per node slot, the node's place in name order (None when nodes came or went since): ties between equal
         #: scores go to the first node by name, whatever order the nodes were seen in (a restart sees them in
@@ -466,6 +470,8 @@ class Cache:
             return
         if entry.pod.volumes:
             self.volumes.release(key)  # only pods with claims have volume choices held
+        if entry.pod.resource_claims:
+            self.devices.release(key)
         self.arrays.apply(entry.placement, sign=-1.0)
         if entry.pod.host_ports:
             self.ports.add(entry.placement.slot, entry.pod.host_ports, -1)
@@ -503,9 +509,10 @@ class Cache:
         node_name: str,
         gpu_ids: Sequence[int] = (),
         volumes: Sequence[api_volumes.ClaimBinding] = (),
+        claims: Sequence[api_dra.ClaimAllocation] = (),
     ) -> Placement:
-        """Count a pod on a node before the binding is confirmed, with the volumes chosen for its unbound claims
-        (held for it until the binding completes or fails)."""
+        """Count a pod on a node before the binding is confirmed, with the volumes chosen for its unbound claims and
+        the devices allocated for its ResourceClaims (held for it until the binding completes or fails)."""
         slot = self._slot.get(node_name)
         if slot is None:
             raise UnknownNode(node_name)
@@ -514,6 +521,8 @@ class Cache:
         placement = self._add(pod, slot, gpu_ids, assumed=True).placement
         if volumes:
             self.volumes.assume(pod.key, volumes)
+        if claims:
+            self.devices.assume(pod.key, claims)
         return placement
 
     def confirm(self, key: str) -> None:
@@ -521,6 +530,8 @@ class Cache:
         entry = self._pods.get(key)
         if entry is not None:
             entry.assumed = False
+            if entry.pod.resource_claims:
+                self.devices.confirm(key)
 
     def forget(self, key: str) -> None:
         """The binding failed: release what the pod was assumed to take."""
@@ -600,6 +611,9 @@ class Snapshot:
         #: Volume choices made by the open what-ifs (a gang's members placed earlier), and where each began.
         self._volume_picks: list[api_volumes.ClaimBinding] = []
         self._pick_marks: list[int] = []
+        #: The same for the ResourceClaims the open what-ifs allocated or reserved.
+        self._device_picks: list[api_dra.ClaimAllocation] = []
+        self._device_marks: list[int] = []
 
     # --- node metadata, read-only ---------------------------------------------------------------------------
 
@@ -689,21 +703,25 @@ class Snapshot:
     def checkpoint(self) -> int:
         self._marks.append(len(self._what_if))
         self._pick_marks.append(len(self._volume_picks))
+        self._device_marks.append(len(self._device_picks))
         return self.arrays.checkpoint()
 
     def rollback(self, token: int) -> None:
         self.arrays.rollback(token)
         del self._what_if[self._marks.pop() :]
         del self._volume_picks[self._pick_marks.pop() :]
+        del self._device_picks[self._device_marks.pop() :]
 
     def keep(self, token: int) -> None:
         self.arrays.keep(token)
         self._marks.pop()
         self._pick_marks.pop()
+        self._device_marks.pop()
         if not self._marks:
             # The outermost what-if is closed: what it kept is the caller's to make real in the cache.
             self._what_if.clear()
             self._volume_picks.clear()
+            self._device_picks.clear()
 
     @property
     def in_what_if(self) -> bool:
@@ -726,6 +744,28 @@ class Snapshot:
         if not self._marks:
             raise RuntimeError("volume choices are recorded only inside a checkpoint")
         self._volume_picks.extend(bindings)
+
+    @property
+    def devices(self) -> DeviceStore:
+        """DeviceClasses, devices, ResourceClaims and the allocations assumed (read it, never change it)."""
+        return self._cache.devices
+
+    @property
+    def device_picks(self) -> Sequence[api_dra.ClaimAllocation]:
+        """What the pods the open what-ifs placed do with their ResourceClaims (empty outside what-ifs)."""
+        return self._device_picks
+
+    def pick_devices(self, claims: Sequence[api_dra.ClaimAllocation]) -> None:
+        """Record the claims a pod placed inside the open what-if allocates or reserves, so the next pod tried there
+        neither gets the same devices nor allocates a shared claim again (undone with the what-if)."""
+        if not self._marks:
+            raise RuntimeError("device choices are recorded only inside a checkpoint")
+        self._device_picks.extend(claims)
+
+    def unpick_devices(self, claims: Sequence[api_dra.ClaimAllocation]) -> None:
+        for claim in claims:
+            if claim in self._device_picks:
+                self._device_picks.remove(claim)
 
     def unpick_volumes(self, bindings: Sequence[api_volumes.ClaimBinding]) -> None:
         for binding in bindings:

@@ -41,6 +41,8 @@ _REASONS = {
     layout.VOLUME_MISSING: "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)",
     layout.VOLUME_ZONE: "node(s) had no available volume zone",
     layout.VOLUME_LIMIT: "node(s) exceed max volume count",
+    layout.DRA_CANNOT_ALLOCATE: "cannot allocate all claims",
+    layout.DRA_CLAIM_NODE: "node(s) did not match the node of an allocated ResourceClaim",
 }
 
 
@@ -99,6 +101,9 @@ class Scheduler:
         self.binder = binder
         self._rng = np.random.default_rng(framework.config.seed)
         self._random_ties = framework.config.tie_break == "random"
+        #: Whether the profile allocates ResourceClaims; without it a pod with claims must not be bound (its
+        #: containers would start without their devices).
+        self._allocates_claims = any(p.name == "dra" for p in framework.reservers)
 
     def schedule(self, pod: PodRequest, context: Mapping[str, Any] | None = None) -> Result:
         """Run one cycle for ``pod``; on success the pod is assumed in the cache and handed to the binder."""
@@ -106,7 +111,8 @@ class Scheduler:
         result = self.place(pod, snapshot, context)
         if result.decision is None or result.state is None:
             return result
-        self.cache.assume(pod, result.decision.node, result.decision.gpu_ids, result.decision.volumes)
+        decision = result.decision
+        self.cache.assume(pod, decision.node, decision.gpu_ids, decision.volumes, decision.claims)
         self.binder.bind(result.decision)
         return result
 
@@ -116,6 +122,11 @@ class Scheduler:
         ``context`` is copied into the cycle state's data (a gang's cycle passes the nodes it already uses).
         """
         state = CycleState(pod=pod, snapshot=snapshot, request=snapshot.request_vector(pod))
+        if pod.resource_claims and not self._allocates_claims:
+            message = (
+                f"the profile {self.framework.config.name!r} has no dra plugin to allocate the pod's ResourceClaims"
+            )
+            return Result(Status(Code.UNRESOLVABLE, message, "dra"), state=state)
         if context:
             state.data.update(context)
         fw = self.framework
@@ -167,7 +178,8 @@ class Scheduler:
         assert node is not None, "a feasible slot always holds a node"
         gpu_ids = tuple(state.data.get(interface.GPU_IDS, ()))
         volumes = tuple(state.data.get(interface.VOLUME_BINDINGS, ()))
-        return Result(Status.success(), Decision(pod, node, gpu_ids, volumes), state=state)
+        claims = tuple(state.data.get(interface.DEVICE_CLAIMS, ()))
+        return Result(Status.success(), Decision(pod, node, gpu_ids, volumes, claims), state=state)
 
     def wakes(self, diagnosis: Diagnosis | None) -> frozenset[interface.ClusterEvent] | None:
         """The cluster events that may let a pod that failed with ``diagnosis`` fit (None: any event may): the

@@ -157,7 +157,7 @@ def place_gang(
     if not result.status.ok:
         return result
     for decision in result.decisions:
-        scheduler.cache.assume(decision.pod, decision.node, decision.gpu_ids, decision.volumes)
+        scheduler.cache.assume(decision.pod, decision.node, decision.gpu_ids, decision.volumes, decision.claims)
     for decision in result.decisions:
         scheduler.binder.bind(decision)
     return result

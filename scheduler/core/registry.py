@@ -11,6 +11,7 @@ from scheduler.plugins import (
     bestfit,
     binpack,
     dotprod,
+    dra,
     fgd,
     fit,
     gang,
@@ -50,4 +51,5 @@ PLUGINS: dict[str, Factory] = {
     "interpod": interpod.InterPodAffinity,
     "topology_spread": spread_constraints.TopologySpread,
     "volumes": volumes.Volumes,
+    "dra": dra.DynamicResources,
 }

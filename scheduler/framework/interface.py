@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from scheduler.api.dra import ClaimAllocation
 from scheduler.api.pod import PodRequest
 from scheduler.api.volumes import ClaimBinding
 from scheduler.cache.state import Snapshot
@@ -53,6 +54,8 @@ class ClusterEvent(enum.StrEnum):
     STARVING_JOB_FED = "starving job fed"
     #: A PersistentVolumeClaim, PersistentVolume, StorageClass or CSINode came, changed or went.
     VOLUME_CHANGED = "volume changed"
+    #: A DeviceClass, ResourceSlice or ResourceClaim came, changed or went.
+    DEVICE_CHANGED = "device changed"
 
 
 #: Events that can give a node more free room: a pod left, a node came or changed.
@@ -146,6 +149,8 @@ class Decision:
     node: str
     gpu_ids: tuple[int, ...] = ()
     volumes: tuple[ClaimBinding, ...] = ()
+    #: What it does with the pod's ResourceClaims (allocate, or reserve an allocated one), in the pod's order.
+    claims: tuple[ClaimAllocation, ...] = ()
 
 
 class Binder(Protocol):
@@ -161,6 +166,8 @@ PluginArgs = Mapping[str, Any]
 GPU_IDS = "gpu_ids"
 #: The volumes chosen in reserve for the pod's unbound claims (``ClaimBinding``s) are kept under this key.
 VOLUME_BINDINGS = "volume.bindings"
+#: What reserve decided for the pod's ResourceClaims (``ClaimAllocation``s) is kept under this key.
+DEVICE_CLAIMS = "dra.claims"
 #: During a gang's cycle: {slot: members already placed there in this cycle}.
 GANG_SLOTS = "gang.slots"
 #: During a cycle constrained by topology: the node slots (a boolean mask) of the domain(s) chosen for the job;

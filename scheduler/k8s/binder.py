@@ -21,7 +21,8 @@ the API server answers                          reported
                                                 every cycle
 =============================================  ==============================================================
 
-A decision with volume choices (``Decision.volumes``) goes through ``prebind`` first (``scheduler.k8s.volumes``:
+A decision with volume choices (``Decision.volumes``) or ResourceClaims (``Decision.claims``: the allocation is
+written into each claim, ``scheduler.k8s.dra``) goes through ``prebind`` first (``scheduler.k8s.volumes``:
 claims bound or provisioning asked, and waited for); if it returns a reason, the pod is not bound and the outcome
 is a refusal with that reason (``on_failed(..., retry=True, ...)``). The wait holds no binding slot.
 
@@ -32,6 +33,12 @@ could leave ``gpusched.io/gpu-ids`` on a pod whose binding then failed (and late
 binding, the annotation is on the pod exactly when the pod is on the node, and the kubelet never sees one
 without the other. The Binding carries the pod's UID (``metadata.uid``), a precondition: a pod deleted and
 created again under the same name is not bound by a decision made for its predecessor.
+
+On a node whose HAMi device plugin registered its devices (``NodeInfo.hami_devices``, from ``nodes``), the binding
+also carries HAMi's allocation annotations (``scheduler.api.hami``): the chosen GPUs by UUID per container, the node,
+the bind time and ``hami.io/bind-phase: allocating``, which is how HAMi's device plugin finds the pod in its
+``Allocate`` and gives the container exactly those GPUs. A pod whose GPUs cannot be dealt out to its containers
+(GPUs asked in init containers) is bound without them, with a warning: HAMi's device plugin will not start it.
 """
 
 from __future__ import annotations
@@ -40,13 +47,16 @@ import asyncio
 import enum
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
 from kubernetes_asyncio import client as k8s_client
 
+from scheduler.api import hami as api_hami
+from scheduler.api.errors import InvalidObject
+from scheduler.api.node import NodeInfo
 from scheduler.api.pod import ANNOTATION_GPU_IDS, PodRequest
 from scheduler.framework.interface import Decision
 from scheduler.k8s.client import Answer, Client
@@ -119,9 +129,15 @@ class Binder:
         settings: BinderSettings | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         prebind: Callable[[Decision], Awaitable[str]] | None = None,
+        unprebind: Callable[[Decision], Awaitable[None]] | None = None,
+        nodes: Mapping[str, NodeInfo] | None = None,
     ) -> None:
         self.client = client
+        #: The nodes as last seen (the operator's), for the HAMi devices of the node a pod is bound to.
+        self._nodes = nodes
         self._prebind = prebind
+        #: Undoes what ``prebind`` wrote for a decision's ResourceClaims when the pod was not bound after all.
+        self._unprebind = unprebind
         self.settings = settings or BinderSettings()
         self._on_bound = on_bound
         self._on_failed = on_failed
@@ -170,7 +186,7 @@ class Binder:
         pod = decision.pod
         started = time.monotonic()
         try:
-            if decision.volumes and self._prebind is not None:
+            if (decision.volumes or decision.claims) and self._prebind is not None:
                 problem = await self._prebind(decision)
                 if problem:
                     self._report(decision, Outcome.REFUSED, problem, time.monotonic() - started)
@@ -182,7 +198,7 @@ class Binder:
                         self.client.core.create_namespaced_pod_binding,
                         name=pod.name,
                         namespace=pod.namespace,
-                        body=binding(decision),
+                        body=binding(decision, hami_devices=self._hami_devices(decision.node)),
                     )
                     outcome = classify(answer)
                     if outcome is Outcome.ASSIGNED:
@@ -197,6 +213,11 @@ class Binder:
             log.exception("bind raised", pod=pod.key, node=decision.node)
             self._report(decision, Outcome.REFUSED, f"{type(exc).__name__}: {exc}", time.monotonic() - started)
             return
+        if decision.claims and self._unprebind is not None and outcome in (Outcome.GONE, Outcome.REFUSED):
+            # The claims were allocated and reserved for a pod that is not bound: free them before the pod (or the
+            # next one) is tried again. ASSIGNED (someone else bound it) and UNCERTAIN keep them: the pod may be
+            # running with them.
+            await self._unprebind(decision)
         self._report(decision, outcome, reason, time.monotonic() - started)
 
     async def _reconcile(self, decision: Decision, conflict: Answer) -> tuple[Outcome, str]:
@@ -218,6 +239,10 @@ class Binder:
             return Outcome.BOUND, f"already bound to {node} by an earlier attempt"
         gpus = f" with GPUs {gpu_ids}" if gpu_ids else ""
         return Outcome.ASSIGNED, f"already assigned to node {node}{gpus} by someone else"
+
+    def _hami_devices(self, node: str) -> tuple[api_hami.Device, ...]:
+        info = self._nodes.get(node) if self._nodes is not None else None
+        return info.hami_devices if info is not None else ()
 
     def _report(self, decision: Decision, outcome: Outcome, reason: str, seconds: float) -> None:
         pod = decision.pod
@@ -254,10 +279,22 @@ class Binder:
         return float(min(s.backoff_max, s.backoff_initial * 2 ** min(refusals - 1, 30)))
 
 
-def binding(decision: Decision) -> Any:
-    """The V1Binding for a decision: the pod's name and UID, the GPU indices as annotations, the node."""
+def binding(decision: Decision, *, hami_devices: Sequence[api_hami.Device] = (), now: float | None = None) -> Any:
+    """The V1Binding for a decision: the pod's name and UID, the GPU indices as annotations, the node; and HAMi's
+    annotations when the node's GPUs are ``hami_devices`` and the pod asks for them through ``nvidia.com/gpu``
+    (without, the kubelet never calls the device plugin for it)."""
     pod = decision.pod
     annotations = {ANNOTATION_GPU_IDS: _gpu_ids(decision.gpu_ids)} if decision.gpu_ids else None
+    if annotations and hami_devices and pod.gpu_per_container:
+        try:
+            containers = api_hami.allocation(
+                hami_devices, decision.gpu_ids, pod.gpu_per_container, pod.gpu, obj=f"pod {pod.key}"
+            )
+        except InvalidObject as exc:
+            log.warning("no HAMi annotations: the device plugin will not start the pod", pod=pod.key, reason=str(exc))
+        else:
+            when = time.time() if now is None else now
+            annotations.update(api_hami.pod_annotations(decision.node, containers, now=when))
     return k8s_client.V1Binding(
         api_version="v1",
         kind="Binding",

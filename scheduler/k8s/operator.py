@@ -42,12 +42,15 @@ from scheduler.api import topology as api_topology
 from scheduler.api import workloads
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
+from scheduler.api.resources import MILLI_PER_GPU, NO_GPU, GpuRequest
+from scheduler.cache import dra as cache_dra
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import NoBinding, Scheduler
 from scheduler.core.framework import Framework
 from scheduler.core.hints import ClusterEvent
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import Decision
+from scheduler.k8s import dra as k8s_dra
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s import volumes as k8s_volumes
 from scheduler.k8s.binder import Binder, BinderSettings
@@ -168,6 +171,13 @@ class Operator:
             self.cache.volumes, on_change=self.volumes_changed, invalid=self._invalid
         )
         self.volume_binder = k8s_volumes.VolumeBinder(client, self.volumes)
+        #: DeviceClasses, ResourceSlices and ResourceClaims into the cache; the DRA PreBind (``scheduler.k8s.dra``).
+        self.devices = k8s_dra.DeviceWatches(self.cache.devices, on_change=self.devices_changed, invalid=self._invalid)
+        self.claim_writer = k8s_dra.ClaimWriter(client, self.cache.devices)
+        #: Node name -> the whole GPUs it publishes through DRA, as last given to the cache.
+        self._dra_gpus: dict[str, int] = {}
+        #: Claim key -> the pending pods (keys) that use it, whose GPU count follows the claim.
+        self._claim_users: dict[str, set[str]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -180,12 +190,24 @@ class Operator:
             on_failed=self._on_failed,
             on_uncertain=self._on_uncertain,
             settings=BinderSettings(max_in_flight=binding.concurrency),
-            prebind=self.volume_binder.prebind,
+            prebind=self._prebind,
+            unprebind=self.claim_writer.undo,
+            nodes=self.nodes,
         )
         self.recorder.start()
         self.conditions.start()
         self.group_status.start()
         self.queue_status.start()
+
+    async def _prebind(self, decision: Decision) -> str:
+        """Before a binding: the volumes' PreBind, then the claims' (``scheduler.k8s.volumes``, ``.dra``)."""
+        if decision.volumes:
+            problem = await self.volume_binder.prebind(decision)
+            if problem:
+                return problem
+        if decision.claims:
+            return await self.claim_writer.prebind(decision)
+        return ""
 
     async def close(self) -> None:
         if self.binder is not None:
@@ -308,6 +330,8 @@ class Operator:
             created=_timestamp(meta.get("creationTimestamp")),
             service_labels=api_affinity.services_selecting(pod.labels, self.services.get(pod.namespace, {}).values()),
         )
+        if pod.resource_claims:
+            pod = self._claim_gpus(pod)
         if self.pending.get(key) == pod:
             return  # a status-only change (our own condition, for one): nothing to reconsider
         self.pending[key] = pod
@@ -372,7 +396,7 @@ class Operator:
         if old is not None and replace(old, problems=()) == replace(info, problems=()):
             return
         self.nodes[name] = info
-        self.cache.upsert_node(info)
+        self.cache.upsert_node(cache_dra.with_gpus(info, self.cache.devices))
         if old is None:
             for problem in info.problems:
                 self._invalid("node", name, problem)
@@ -380,6 +404,42 @@ class Operator:
         if self.ready:
             self.loop.cluster_event(ClusterEvent.NODE_ADDED if old is None else ClusterEvent.NODE_UPDATED)
             self._wake.set()
+
+    def devices_changed(self, claims: set[str]) -> None:
+        """A DeviceClass, ResourceSlice or ResourceClaim changed (``scheduler.k8s.dra``; ``claims``: the claims that
+        did): nodes get the GPUs they publish now, pending pods using those claims their GPU count, and the pods
+        waiting for a device may fit now."""
+        gpus = self.cache.devices.gpu_nodes()
+        for name in set(gpus) | set(self._dra_gpus):
+            if gpus.get(name, 0) != self._dra_gpus.get(name, 0) and name in self.nodes:
+                self.cache.upsert_node(cache_dra.with_gpus(self.nodes[name], self.cache.devices))
+        self._dra_gpus = gpus
+        for claim in claims:
+            users = self._claim_users.get(claim, set())
+            for key in list(users):
+                pod = self.pending.get(key)
+                if pod is None:
+                    users.discard(key)  # bound or gone since
+                    continue
+                resolved = self._claim_gpus(pod)
+                if resolved != pod:
+                    self.pending[key] = resolved
+                    if self.ready:
+                        self.loop.pod_pending(resolved)
+        if self.ready:
+            self.loop.cluster_event(ClusterEvent.DEVICE_CHANGED)
+            self._wake.set()
+
+    def _claim_gpus(self, pod: PodRequest) -> PodRequest:
+        """A pending pod with the whole GPUs its claims ask for (``scheduler.k8s.dra.claim_gpus``), and its claims
+        indexed so that a change of one reads them again."""
+        for pod_claim in pod.resource_claims:
+            if pod_claim.claim_name:
+                self._claim_users.setdefault(f"{pod.namespace}/{pod_claim.claim_name}", set()).add(pod.key)
+        count = cache_dra.claim_gpus(self.cache.devices, pod.namespace, pod.resource_claims)
+        if count is None or count == pod.gpu.count:
+            return pod
+        return replace(pod, gpu=GpuRequest(count=count, milli=MILLI_PER_GPU) if count else NO_GPU)
 
     def volumes_changed(self) -> None:
         """A claim, volume, storage class or CSINode changed (``scheduler.k8s.volumes``): pods waiting for one may

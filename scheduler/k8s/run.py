@@ -33,6 +33,7 @@ import structlog
 from scheduler.api import pod as api_pod
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
+from scheduler.k8s import dra as k8s_dra
 from scheduler.k8s import handlers, health, logs
 from scheduler.k8s import volumes as k8s_volumes
 from scheduler.k8s.informer import Informer
@@ -287,6 +288,8 @@ async def _supervise(
     }
     # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (scheduler.k8s.volumes).
     informers.update(k8s_volumes.informers(client, operator.volumes))
+    # DeviceClasses, ResourceSlices and ResourceClaims (scheduler.k8s.dra).
+    informers.update(k8s_dra.informers(client, operator.devices))
     for kind, informer in informers.items():
         tasks[kind] = asyncio.create_task(informer.run(), name=f"gpusched {kind}")
     if config.leader_election.enabled:

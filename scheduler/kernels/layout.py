@@ -49,4 +49,8 @@ VOLUME_BIND_CONFLICT = -4
 VOLUME_MISSING = -5
 VOLUME_ZONE = -6
 VOLUME_LIMIT = -7
+#: ResourceClaims (the dra plugin): the claims cannot all be allocated from the node's free devices; an allocated
+#: claim's devices are on another node.
+DRA_CANNOT_ALLOCATE = -8
+DRA_CLAIM_NODE = -9
 RESOURCE = 16

@@ -97,7 +97,7 @@ MILLI_FIELD = "metadata.annotations[gpusched.io/gpu-milli]"
         (objects.pod("p", milli=1000), MILLI_FIELD),
         (objects.pod("p", annotations={"gpusched.io/gpu-milli": "abc"}), MILLI_FIELD),
         (objects.pod("p", annotations={"gpusched.io/gpu-milli": "0.5"}), MILLI_FIELD),
-        (objects.pod("p", gpus=1, milli=500), MILLI_FIELD),
+        (objects.pod("p", gpus=2, milli=500), MILLI_FIELD),
         (objects.pod("p", gpu_memory="1Gi"), "metadata.annotations[gpusched.io/gpu-memory]"),
         (objects.pod("p", milli=100, gpu_memory="much"), "metadata.annotations[gpusched.io/gpu-memory]"),
         (objects.pod("p", gpus=1, models="A100||H100"), "metadata.annotations[gpusched.io/gpu-model]"),
@@ -189,7 +189,6 @@ def _spec_with(**extra: Any) -> dict[str, Any]:
             "gcePersistentDisk volumes",
         ),
         ({"volumes": [{"name": "e", "rbd": {}}]}, "spec.volumes[0].rbd", "rbd volumes"),
-        ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims", "resource claims"),
     ],
 )
 def test_a_pending_pod_of_ours_asking_for_what_gpusched_does_not_honour_is_refused_naming_the_field(
@@ -206,9 +205,18 @@ def test_a_pending_pod_of_ours_asking_for_what_gpusched_does_not_honour_is_refus
 def test_everything_unsupported_is_named_in_one_refusal() -> None:
     with pytest.raises(api_pod.Unsupported) as err:
         api_pod.parse_pod(
-            _spec_with(resourceClaims=[{"name": "gpu"}], volumes=[{"name": "d", "iscsi": {"targetPortal": "t"}}])
+            _spec_with(
+                volumes=[{"name": "d", "iscsi": {"targetPortal": "t"}}],
+                affinity={
+                    "podAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"topologyKey": "zone", "namespaceSelector": {"matchLabels": {"team": "a"}}}
+                        ]
+                    }
+                },
+            )
         )
-    assert "resource claims" in str(err.value) and "iscsi volumes" in str(err.value)
+    assert "namespaceSelector" in str(err.value) and "iscsi volumes" in str(err.value)
 
 
 def test_claims_and_ephemeral_volumes_are_honoured_not_refused() -> None:

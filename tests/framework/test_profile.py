@@ -32,6 +32,7 @@ def test_the_default_profile_loads_and_builds() -> None:
         "interpod",
         "topology_spread",
         "gpu",
+        "dra",
         "fgd",
         "gang",
         "topology",
@@ -45,9 +46,10 @@ def test_the_default_profile_loads_and_builds() -> None:
         "volumes",
         "interpod",
         "topology_spread",
+        "dra",
         "topology",
     ]
-    assert [p.name for p in fw.pre_filters] == ["volumes", "topology"]
+    assert [p.name for p in fw.pre_filters] == ["volumes", "dra", "topology"]
     assert [(s[0].name, s[1]) for s in fw.scorers] == [
         ("node_rules", 50.0),
         ("interpod", 100.0),
@@ -56,7 +58,7 @@ def test_the_default_profile_loads_and_builds() -> None:
         ("gang", 50.0),
         ("topology", 50.0),
     ]
-    assert [p.name for p in fw.reservers] == ["volumes", "gpu"]
+    assert [p.name for p in fw.reservers] == ["volumes", "gpu", "dra"]
 
 
 def test_the_removed_reservation_plugin_is_a_clear_error(tmp_path: Path) -> None:
@@ -77,6 +79,7 @@ def test_a_file_overrides_only_what_it_says(tmp_path: Path) -> None:
         "interpod",
         "topology_spread",
         "gpu",
+        "dra",
         "fgd",
         "gang",
         "topology",

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import dataclass, field
 
 import pytest
 
+from scheduler.api import hami
+from scheduler.api.node import NodeInfo
 from scheduler.api.pod import ANNOTATION_GPU_IDS, PodRequest
+from scheduler.api.resources import GpuRequest
 from scheduler.framework.interface import Decision
 from scheduler.k8s import binder as binder_mod
 from scheduler.k8s import client as k8s
@@ -289,3 +293,69 @@ async def test_binds_share_the_client_qps_limit(fake: FakeApiServer) -> None:
 def test_classify(code: int, message: str, outcome: Outcome) -> None:
     answer = k8s.Answer(status=code, body=status(code, message=message) if code else {}, error="TimeoutError")
     assert binder_mod.classify(answer) is outcome
+
+
+# --- HAMi's device plugin: the chosen GPUs by UUID ----------------------------------------------------------------
+
+HAMI_UUIDS = tuple(f"GPU-{i}aaaaaaa-0000-0000-0000-000000000000" for i in range(4))
+
+
+def hami_node(name: str = "gpu-0") -> NodeInfo:
+    devices = tuple(hami.Device(uuid=u, index=i, count=10, memory_mib=81920) for i, u in enumerate(HAMI_UUIDS))
+    return NodeInfo(name, gpus=4, gpu_memory=81920 * 2**20, hami_devices=devices)
+
+
+def hami_decision(gpu: GpuRequest, per_container: tuple[int, ...], gpus: tuple[int, ...]) -> Decision:
+    pod = PodRequest("ns", "p", uid="uid-p", gpu=gpu, gpu_per_container=per_container)
+    return Decision(pod, "gpu-0", gpus)
+
+
+async def test_on_a_hami_node_the_binding_names_the_chosen_gpus_by_uuid(
+    fake: FakeApiServer, client: k8s.Client
+) -> None:
+    outcomes = Outcomes()
+    b = Binder(
+        client,
+        on_bound=outcomes.on_bound,
+        on_failed=outcomes.on_failed,
+        on_uncertain=outcomes.on_uncertain,
+        nodes={"gpu-0": hami_node()},
+    )
+    b.bind(hami_decision(GpuRequest(count=2, milli=1000), (0, 2), (3, 1)))
+    await b.drain()
+    assert outcomes.bound == ["ns/p"]
+    (sent,) = fake.requests("POST", "/pods/p/binding")
+    annotations = sent.body["metadata"]["annotations"]
+    want = f"{HAMI_UUIDS[3]},NVIDIA,81920,100:{HAMI_UUIDS[1]},NVIDIA,81920,100:;"
+    assert annotations[ANNOTATION_GPU_IDS] == "3,1"
+    assert annotations[hami.TO_ALLOCATE] == annotations[hami.ALLOCATED] == ";" + want
+    assert annotations[hami.ASSIGNED_NODE] == "gpu-0"
+    assert annotations[hami.BIND_PHASE] == "allocating"
+    assert abs(int(annotations[hami.BIND_TIME]) - time.time()) < 60
+    assert annotations[hami.ASSIGNED_TIME] == annotations[hami.BIND_TIME]
+    # Still one round trip per pod.
+    assert [s.method for s in fake.seen] == ["POST"]
+
+
+def test_a_shared_gpu_on_a_hami_node_carries_its_share() -> None:
+    d = hami_decision(GpuRequest(count=1, milli=300, memory=3000 * 2**20), (1,), (2,))
+    body = binder_mod.binding(d, hami_devices=hami_node().hami_devices, now=1716199325.0)
+    annotations = body.metadata.annotations
+    assert annotations[hami.ALLOCATED] == f"{HAMI_UUIDS[2]},NVIDIA,3000,30:;"
+    assert annotations[hami.BIND_TIME] == "1716199325"
+
+
+def test_no_hami_annotations_off_hami_nodes_or_for_pods_the_device_plugin_never_sees() -> None:
+    whole = hami_decision(GpuRequest(count=1, milli=1000), (1,), (0,))
+    assert binder_mod.binding(whole).metadata.annotations == {ANNOTATION_GPU_IDS: "0"}
+    # A gpu-milli pod without nvidia.com/gpu: the kubelet never calls a device plugin for it.
+    milli_only = hami_decision(GpuRequest(count=1, milli=500), (), (0,))
+    body = binder_mod.binding(milli_only, hami_devices=hami_node().hami_devices)
+    assert body.metadata.annotations == {ANNOTATION_GPU_IDS: "0"}
+
+
+def test_gpus_that_cannot_be_dealt_to_containers_bind_without_hami_annotations() -> None:
+    # Two GPUs chosen, one asked by the app containers (the other in an init container): HAMi cannot serve it.
+    d = hami_decision(GpuRequest(count=2, milli=1000), (1,), (0, 1))
+    body = binder_mod.binding(d, hami_devices=hami_node().hami_devices)
+    assert body.metadata.annotations == {ANNOTATION_GPU_IDS: "0,1"}

@@ -1,0 +1,463 @@
+"""Dynamic Resource Allocation (``resource.k8s.io/v1``) as the scheduler reads it: DeviceClasses, ResourceSlices
+(the devices drivers publish), ResourceClaims (what pods ask for, and what was allocated), and the claims a pod
+names in ``spec.resourceClaims``.
+
+Parsing only (no I/O); every parser raises :class:`InvalidObject` naming the object and field. Selector
+expressions are compiled here (``scheduler.api.cel``), so a class or claim with a broken expression is refused
+when it is read, not when a pod needs it.
+
+GPUs: a device of NVIDIA's DRA driver (driver ``gpu.nvidia.com``, attribute ``type`` = ``gpu``) is a whole GPU
+(:func:`is_gpu`); such devices are what the scheduler counts as a node's GPUs and a pod's GPUs (see
+``scheduler.cache.dra``). Their order on the node (the GPU index gpusched uses, as in ``gpusched.io/gpu-ids``) is
+the number in the device name (``gpu-3``), as the driver names devices by minor number.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from scheduler.api import cel as api_cel
+from scheduler.api import quantity as api_quantity
+from scheduler.api import selectors
+from scheduler.api import volumes as api_volumes
+from scheduler.api.errors import InvalidObject
+
+GROUP = "resource.k8s.io"
+VERSION = "v1"
+GPU_DRIVER = "gpu.nvidia.com"
+#: ``allocationMode`` values.
+EXACT_COUNT = "ExactCount"
+ALL = "All"
+#: The most pods a claim may be reserved for (``ResourceClaimReservedForMaxSize``).
+RESERVED_FOR_MAX = 256
+#: The most devices one ``All`` request may take (``AllocationResultsMaxSize``).
+ALLOCATION_MAX = 32
+
+_NUMBER = re.compile(r"(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One device of a ResourceSlice."""
+
+    driver: str
+    pool: str
+    name: str
+    #: Qualified attribute name (``domain/id``; the driver's domain when the slice gave none) -> value.
+    attributes: Mapping[str, api_cel.AttributeValue] = field(default_factory=dict)
+    #: Qualified capacity name -> amount in milli-units.
+    capacity: Mapping[str, int] = field(default_factory=dict)
+    #: The node it is on ("" for devices reachable from several nodes: see ``node_terms`` / ``all_nodes``).
+    node: str = ""
+    node_terms: tuple[selectors.NodeSelectorTerm, ...] = ()
+    all_nodes: bool = False
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.name)
+
+    def attribute(self, qualified: str) -> api_cel.AttributeValue | None:
+        return self.attributes.get(qualified if "/" in qualified else f"{self.driver}/{qualified}")
+
+    def variable(self) -> dict[str, object]:
+        return api_cel.device_variable(self.driver, self.attributes, self.capacity)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSlice:
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int
+    devices: tuple[Device, ...] = ()
+    node: str = ""
+    node_terms: tuple[selectors.NodeSelectorTerm, ...] = ()
+    all_nodes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[api_cel.Expression, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What one request (or one ``firstAvailable`` alternative) asks for."""
+
+    #: ``request`` or ``request/subrequest``: the name written into the allocation.
+    name: str
+    device_class: str
+    selectors: tuple[api_cel.Expression, ...] = ()
+    mode: str = EXACT_COUNT
+    count: int = 1
+    admin_access: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request of a claim: one choice, or alternatives tried in order (``firstAvailable``)."""
+
+    name: str
+    choices: tuple[Choice, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    #: The requests it applies to (all of the claim's when empty).
+    requests: tuple[str, ...]
+    #: Every device allocated for those requests has the same value of this qualified attribute.
+    match_attribute: str
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    request: str
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool = False
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.device)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    devices: tuple[AllocatedDevice, ...]
+    #: The node the devices are reachable from ("" for all nodes).
+    node: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Consumer:
+    """An entry of ``status.reservedFor``."""
+
+    resource: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaim:
+    namespace: str
+    name: str
+    uid: str = ""
+    requests: tuple[Request, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    allocation: Allocation | None = None
+    reserved_for: tuple[Consumer, ...] = ()
+    deleting: bool = False
+    #: The uid of the pod that owns it (a claim made from a pod's template), "" if none.
+    owner_pod: str = ""
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """An entry of a pod's ``spec.resourceClaims``."""
+
+    #: The name the pod's containers use for it.
+    name: str
+    #: ``resourceClaimName``: an existing claim, shared with other pods.
+    claim: str = ""
+    #: ``resourceClaimTemplateName``: a claim made for this pod; its name is in ``status.resourceClaimStatuses``.
+    template: str = ""
+    #: The claim made from the template, once the resourceclaim controller has made it ("" before).
+    generated: str = ""
+
+    @property
+    def claim_name(self) -> str:
+        return self.claim or self.generated
+
+
+def claim_key(namespace: str, pod_claim: PodClaim) -> str:
+    return f"{namespace}/{pod_claim.claim_name}"
+
+
+def is_gpu(device: Device) -> bool:
+    """A whole GPU of NVIDIA's DRA driver."""
+    return device.driver == GPU_DRIVER and device.attributes.get(f"{GPU_DRIVER}/type") == "gpu"
+
+
+def gpu_order(device: Device) -> tuple[int, str]:
+    """The order of a node's GPUs: the number in the device name (``gpu-12``), then the name."""
+    found = _NUMBER.search(device.name)
+    return (int(found.group(1)) if found else 1 << 30, device.name)
+
+
+# --- parsing -------------------------------------------------------------------------------------------------
+
+
+def _map(raw: object, *, obj: str, field: str) -> Mapping[str, object]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InvalidObject("expected a map", obj=obj, field=field)
+    return raw
+
+
+def _list(raw: object, *, obj: str, field: str) -> list[object]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InvalidObject("expected a list", obj=obj, field=field)
+    return raw
+
+
+def _str(raw: object, *, obj: str, field: str, required: bool = False) -> str:
+    if raw is None or raw == "":
+        if required:
+            raise InvalidObject("required", obj=obj, field=field)
+        return ""
+    if not isinstance(raw, str):
+        raise InvalidObject("expected a string", obj=obj, field=field)
+    return raw
+
+
+def _int(raw: object, *, obj: str, field: str, default: int) -> int:
+    if raw is None:
+        return default
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise InvalidObject("expected an integer", obj=obj, field=field)
+    return raw
+
+
+def _qualified(name: str, driver: str) -> str:
+    return name if "/" in name else f"{driver}/{name}"
+
+
+def parse_pod_claims(spec: Mapping[str, object], status: Mapping[str, object], *, obj: str) -> tuple[PodClaim, ...]:
+    """A pod's ``spec.resourceClaims``, with the names of the claims made from templates so far."""
+    generated: dict[str, str] = {}
+    for i, raw in enumerate(_list(status.get("resourceClaimStatuses"), obj=obj, field="status.resourceClaimStatuses")):
+        entry = _map(raw, obj=obj, field=f"status.resourceClaimStatuses[{i}]")
+        name = _str(entry.get("name"), obj=obj, field=f"status.resourceClaimStatuses[{i}].name")
+        made = _str(
+            entry.get("resourceClaimName"), obj=obj, field=f"status.resourceClaimStatuses[{i}].resourceClaimName"
+        )
+        if name and made:
+            generated[name] = made
+    claims: list[PodClaim] = []
+    for i, raw in enumerate(_list(spec.get("resourceClaims"), obj=obj, field="spec.resourceClaims")):
+        where = f"spec.resourceClaims[{i}]"
+        entry = _map(raw, obj=obj, field=where)
+        name = _str(entry.get("name"), obj=obj, field=f"{where}.name", required=True)
+        claim = _str(entry.get("resourceClaimName"), obj=obj, field=f"{where}.resourceClaimName")
+        template = _str(entry.get("resourceClaimTemplateName"), obj=obj, field=f"{where}.resourceClaimTemplateName")
+        if bool(claim) == bool(template):
+            raise InvalidObject(
+                "exactly one of resourceClaimName and resourceClaimTemplateName is required", obj=obj, field=where
+            )
+        claims.append(PodClaim(name, claim, template, generated.get(name, "") if template else ""))
+    return tuple(claims)
+
+
+def _selectors(raw: object, *, obj: str, field: str) -> tuple[api_cel.Expression, ...]:
+    out: list[api_cel.Expression] = []
+    for i, item in enumerate(_list(raw, obj=obj, field=field)):
+        entry = _map(item, obj=obj, field=f"{field}[{i}]")
+        expr = _map(entry.get("cel"), obj=obj, field=f"{field}[{i}].cel")
+        source = _str(expr.get("expression"), obj=obj, field=f"{field}[{i}].cel.expression", required=True)
+        out.append(api_cel.compile_expression(source, obj=obj, field=f"{field}[{i}].cel.expression"))
+    return tuple(out)
+
+
+def parse_device_class(raw: Mapping[str, object]) -> DeviceClass:
+    meta = _map(raw.get("metadata"), obj="deviceclass", field="metadata")
+    name = _str(meta.get("name"), obj="deviceclass", field="metadata.name", required=True)
+    obj = f"deviceclass {name}"
+    spec = _map(raw.get("spec"), obj=obj, field="spec")
+    return DeviceClass(name, _selectors(spec.get("selectors"), obj=obj, field="spec.selectors"))
+
+
+def _attribute(raw: object, *, obj: str, field: str) -> api_cel.AttributeValue:
+    entry = _map(raw, obj=obj, field=field)
+    if "bool" in entry and isinstance(entry["bool"], bool):
+        return entry["bool"]
+    if "int" in entry:
+        return _int(entry["int"], obj=obj, field=f"{field}.int", default=0)
+    if "string" in entry:
+        return _str(entry["string"], obj=obj, field=f"{field}.string")
+    if "version" in entry:
+        text = _str(entry["version"], obj=obj, field=f"{field}.version", required=True)
+        try:
+            api_cel.Version(text).key()
+        except ValueError as exc:
+            raise InvalidObject(str(exc), obj=obj, field=f"{field}.version") from exc
+        return api_cel.Version(text)
+    raise InvalidObject("an attribute needs one of bool, int, string, version", obj=obj, field=field)
+
+
+def parse_resource_slice(raw: Mapping[str, object]) -> ResourceSlice:
+    meta = _map(raw.get("metadata"), obj="resourceslice", field="metadata")
+    name = _str(meta.get("name"), obj="resourceslice", field="metadata.name", required=True)
+    obj = f"resourceslice {name}"
+    spec = _map(raw.get("spec"), obj=obj, field="spec")
+    driver = _str(spec.get("driver"), obj=obj, field="spec.driver", required=True)
+    pool = _map(spec.get("pool"), obj=obj, field="spec.pool")
+    pool_name = _str(pool.get("name"), obj=obj, field="spec.pool.name", required=True)
+    generation = _int(pool.get("generation"), obj=obj, field="spec.pool.generation", default=0)
+    count = _int(pool.get("resourceSliceCount"), obj=obj, field="spec.pool.resourceSliceCount", default=1)
+    node = _str(spec.get("nodeName"), obj=obj, field="spec.nodeName")
+    terms: tuple[selectors.NodeSelectorTerm, ...] = ()
+    if spec.get("nodeSelector") is not None:
+        terms = api_volumes.parse_node_selector(spec.get("nodeSelector"), obj=obj, field="spec.nodeSelector")
+    all_nodes = spec.get("allNodes") is True
+    devices: list[Device] = []
+    for i, item in enumerate(_list(spec.get("devices"), obj=obj, field="spec.devices")):
+        where = f"spec.devices[{i}]"
+        entry = _map(item, obj=obj, field=where)
+        device_name = _str(entry.get("name"), obj=obj, field=f"{where}.name", required=True)
+        attributes = {
+            _qualified(str(k), driver): _attribute(v, obj=obj, field=f"{where}.attributes.{k}")
+            for k, v in _map(entry.get("attributes"), obj=obj, field=f"{where}.attributes").items()
+        }
+        capacity: dict[str, int] = {}
+        for k, v in _map(entry.get("capacity"), obj=obj, field=f"{where}.capacity").items():
+            value = _map(v, obj=obj, field=f"{where}.capacity.{k}").get("value")
+            amount = api_quantity.parse_quantity(value, obj=obj, field=f"{where}.capacity.{k}.value")
+            capacity[_qualified(str(k), driver)] = api_quantity.to_milli(amount)
+        devices.append(Device(driver, pool_name, device_name, attributes, capacity, node, terms, all_nodes))
+    return ResourceSlice(name, driver, pool_name, generation, max(count, 1), tuple(devices), node, terms, all_nodes)
+
+
+def _choice(entry: Mapping[str, object], name: str, *, obj: str, field: str) -> Choice:
+    device_class = _str(entry.get("deviceClassName"), obj=obj, field=f"{field}.deviceClassName", required=True)
+    mode = _str(entry.get("allocationMode"), obj=obj, field=f"{field}.allocationMode") or EXACT_COUNT
+    if mode not in (EXACT_COUNT, ALL):
+        raise InvalidObject(
+            f"allocationMode {mode!r} is not ExactCount or All", obj=obj, field=f"{field}.allocationMode"
+        )
+    count = _int(entry.get("count"), obj=obj, field=f"{field}.count", default=1)
+    if mode == EXACT_COUNT and not 1 <= count <= ALLOCATION_MAX:
+        raise InvalidObject(f"count must be 1..{ALLOCATION_MAX}", obj=obj, field=f"{field}.count")
+    return Choice(
+        name,
+        device_class,
+        _selectors(entry.get("selectors"), obj=obj, field=f"{field}.selectors"),
+        mode,
+        count if mode == EXACT_COUNT else 0,
+        entry.get("adminAccess") is True,
+    )
+
+
+def _allocation(raw: object, *, obj: str) -> Allocation | None:
+    if raw is None:
+        return None
+    entry = _map(raw, obj=obj, field="status.allocation")
+    devices = _map(entry.get("devices"), obj=obj, field="status.allocation.devices")
+    results: list[AllocatedDevice] = []
+    for i, item in enumerate(_list(devices.get("results"), obj=obj, field="status.allocation.devices.results")):
+        where = f"status.allocation.devices.results[{i}]"
+        r = _map(item, obj=obj, field=where)
+        results.append(
+            AllocatedDevice(
+                _str(r.get("request"), obj=obj, field=f"{where}.request"),
+                _str(r.get("driver"), obj=obj, field=f"{where}.driver", required=True),
+                _str(r.get("pool"), obj=obj, field=f"{where}.pool", required=True),
+                _str(r.get("device"), obj=obj, field=f"{where}.device", required=True),
+                r.get("adminAccess") is True,
+            )
+        )
+    node = ""
+    selector = _map(entry.get("nodeSelector"), obj=obj, field="status.allocation.nodeSelector")
+    for term in _list(selector.get("nodeSelectorTerms"), obj=obj, field="status.allocation.nodeSelector"):
+        for f in _list(
+            _map(term, obj=obj, field="status.allocation.nodeSelector").get("matchFields"), obj=obj, field=""
+        ):
+            req = _map(f, obj=obj, field="status.allocation.nodeSelector")
+            values = _list(req.get("values"), obj=obj, field="status.allocation.nodeSelector")
+            if req.get("key") == "metadata.name" and req.get("operator") == "In" and len(values) == 1:
+                node = str(values[0])
+    return Allocation(tuple(results), node)
+
+
+def parse_claim(raw: Mapping[str, object]) -> ResourceClaim:
+    meta = _map(raw.get("metadata"), obj="resourceclaim", field="metadata")
+    name = _str(meta.get("name"), obj="resourceclaim", field="metadata.name", required=True)
+    namespace = _str(meta.get("namespace"), obj="resourceclaim", field="metadata.namespace") or "default"
+    obj = f"resourceclaim {namespace}/{name}"
+    spec = _map(raw.get("spec"), obj=obj, field="spec")
+    devices = _map(spec.get("devices"), obj=obj, field="spec.devices")
+    requests: list[Request] = []
+    for i, item in enumerate(_list(devices.get("requests"), obj=obj, field="spec.devices.requests")):
+        where = f"spec.devices.requests[{i}]"
+        entry = _map(item, obj=obj, field=where)
+        request_name = _str(entry.get("name"), obj=obj, field=f"{where}.name", required=True)
+        if entry.get("firstAvailable") is not None:
+            subs = _list(entry.get("firstAvailable"), obj=obj, field=f"{where}.firstAvailable")
+            if not subs:
+                raise InvalidObject("needs at least one alternative", obj=obj, field=f"{where}.firstAvailable")
+            choices = []
+            for j, sub in enumerate(subs):
+                sub_where = f"{where}.firstAvailable[{j}]"
+                sub_entry = _map(sub, obj=obj, field=sub_where)
+                sub_name = _str(sub_entry.get("name"), obj=obj, field=f"{sub_where}.name", required=True)
+                choices.append(_choice(sub_entry, f"{request_name}/{sub_name}", obj=obj, field=sub_where))
+            requests.append(Request(request_name, tuple(choices)))
+        else:
+            exactly = _map(entry.get("exactly"), obj=obj, field=f"{where}.exactly")
+            if not exactly:
+                raise InvalidObject("needs exactly or firstAvailable", obj=obj, field=where)
+            requests.append(Request(request_name, (_choice(exactly, request_name, obj=obj, field=f"{where}.exactly"),)))
+    names = {r.name for r in requests}
+    constraints: list[Constraint] = []
+    for i, item in enumerate(_list(devices.get("constraints"), obj=obj, field="spec.devices.constraints")):
+        where = f"spec.devices.constraints[{i}]"
+        entry = _map(item, obj=obj, field=where)
+        applies = tuple(str(r) for r in _list(entry.get("requests"), obj=obj, field=f"{where}.requests"))
+        for r in applies:
+            if r.split("/")[0] not in names:
+                raise InvalidObject(f"no request named {r!r}", obj=obj, field=f"{where}.requests")
+        attribute = _str(entry.get("matchAttribute"), obj=obj, field=f"{where}.matchAttribute")
+        if not attribute:
+            raise InvalidObject("only matchAttribute constraints are supported", obj=obj, field=where)
+        if "/" not in attribute:
+            raise InvalidObject("must be a qualified name (domain/attribute)", obj=obj, field=f"{where}.matchAttribute")
+        constraints.append(Constraint(applies, attribute))
+    status = _map(raw.get("status"), obj=obj, field="status")
+    reserved: list[Consumer] = []
+    for i, item in enumerate(_list(status.get("reservedFor"), obj=obj, field="status.reservedFor")):
+        entry = _map(item, obj=obj, field=f"status.reservedFor[{i}]")
+        reserved.append(
+            Consumer(str(entry.get("resource") or ""), str(entry.get("name") or ""), str(entry.get("uid") or ""))
+        )
+    owner = ""
+    for item in _list(meta.get("ownerReferences"), obj=obj, field="metadata.ownerReferences"):
+        owner_ref = _map(item, obj=obj, field="metadata.ownerReferences")
+        if owner_ref.get("kind") == "Pod" and owner_ref.get("controller") is True:
+            owner = str(owner_ref.get("uid") or "")
+    return ResourceClaim(
+        namespace,
+        name,
+        str(meta.get("uid") or ""),
+        tuple(requests),
+        tuple(constraints),
+        _allocation(status.get("allocation"), obj=obj),
+        tuple(reserved),
+        bool(meta.get("deletionTimestamp")),
+        owner,
+        str(meta.get("resourceVersion") or ""),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    """What a decision does with one of the pod's claims: allocate it (``allocation``), or, for a claim already
+    allocated, only reserve it for the pod (``allocation`` None)."""
+
+    claim: str
+    allocation: Allocation | None = None
+
+    @property
+    def devices(self) -> tuple[AllocatedDevice, ...]:
+        return self.allocation.devices if self.allocation is not None else ()

@@ -1,0 +1,303 @@
+"""The cluster's DRA devices as the scheduler knows them: DeviceClasses, the devices of the ResourceSlices drivers
+publish, ResourceClaims and what they hold, and the allocations the scheduler made and has not seen written back.
+
+Every input enters through the ``upsert_*`` / ``remove_*`` methods (the operator's watches); the scheduler's own
+decisions through :meth:`DeviceStore.assume` / :meth:`release` (kube-scheduler's in-flight allocations).
+
+Which devices exist: a pool (driver, pool name) counts at its highest ``generation`` only, and only once all
+``resourceSliceCount`` slices of that generation are in (an incomplete pool is being rewritten by its driver;
+kube-scheduler leaves it alone too).
+
+Which devices are taken: every device in a claim's ``status.allocation`` (except admin access, which does not
+take a device), plus the devices of allocations assumed for a pod until the watch shows the claim allocated, or
+the pod's decision fails. So a device is never handed to two claims, whatever order the watch and the decisions
+come in, and all of it is derived again from the cluster after a restart.
+
+GPUs: the whole GPUs of NVIDIA's DRA driver (``api_dra.is_gpu``) on a node, in their order, are that node's GPUs for
+the rest of the scheduler (:meth:`gpus`): the operator gives the node that many GPU slots, so fit, the scores,
+gangs and queue accounting see DRA GPUs as they see the device plugin's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from scheduler.api import cel as api_cel
+from scheduler.api import dra as api_dra
+from scheduler.api import node as api_node
+from scheduler.api import selectors
+from scheduler.api.dra import ClaimAllocation, Device, DeviceClass, ResourceClaim, ResourceSlice
+
+DeviceKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDevices:
+    """The devices a node can reach: its own, then those of slices for several nodes that select it."""
+
+    local: tuple[Device, ...]
+    gpus: tuple[Device, ...]
+
+
+class DeviceStore:
+    def __init__(self) -> None:
+        self.classes: dict[str, DeviceClass] = {}
+        self.slices: dict[str, ResourceSlice] = {}
+        self.claims: dict[str, ResourceClaim] = {}
+        #: Whether the kinds have been listed (the operator's watches); until then a pod with claims waits. True where
+        #: nothing watches (the simulator, tests).
+        self.listed = True
+        #: Grows at every change (what the plugin memoises on).
+        self.version = 0
+        #: claim key -> the allocation assumed for it, and the pod key it was made for.
+        self.assumed: dict[str, tuple[ClaimAllocation, str]] = {}
+        #: pod key -> the claims of its decision (allocated, or reserved only), until its binding completes or fails.
+        self._pod_claims: dict[str, tuple[ClaimAllocation, ...]] = {}
+        self._devices_version = -1
+        self._by_node: dict[str, NodeDevices] = {}
+        self._shared: tuple[Device, ...] = ()
+        self._by_key: dict[DeviceKey, Device] = {}
+        self._taken_version = -1
+        self._taken: dict[DeviceKey, str] = {}
+        #: (expression source, device key) -> whether it matches (False also when it cannot be evaluated).
+        self._matches: dict[tuple[str, DeviceKey], bool] = {}
+        #: Messages of expressions that could not be evaluated, by (expression source, device key).
+        self.errors: dict[tuple[str, DeviceKey], str] = {}
+
+    # --- the watches -----------------------------------------------------------------------------------------
+
+    def upsert_class(self, device_class: DeviceClass) -> bool:
+        if self.classes.get(device_class.name) == device_class:
+            return False
+        self.classes[device_class.name] = device_class
+        self.version += 1
+        return True
+
+    def remove_class(self, name: str) -> bool:
+        if self.classes.pop(name, None) is None:
+            return False
+        self.version += 1
+        return True
+
+    def upsert_slice(self, resource_slice: ResourceSlice) -> bool:
+        if self.slices.get(resource_slice.name) == resource_slice:
+            return False
+        self.slices[resource_slice.name] = resource_slice
+        self.version += 1
+        return True
+
+    def remove_slice(self, name: str) -> bool:
+        if self.slices.pop(name, None) is None:
+            return False
+        self.version += 1
+        return True
+
+    def upsert_claim(self, claim: ResourceClaim) -> bool:
+        if self.claims.get(claim.key) == claim:
+            return False
+        self.claims[claim.key] = claim
+        if claim.allocation is not None and claim.key in self.assumed:
+            # The allocation is written: the claim speaks for itself now.
+            del self.assumed[claim.key]
+        self.version += 1
+        return True
+
+    def remove_claim(self, key: str) -> bool:
+        if self.claims.pop(key, None) is None:
+            return False
+        self.assumed.pop(key, None)
+        self.version += 1
+        return True
+
+    # --- the scheduler's decisions -----------------------------------------------------------------------------
+
+    def assume(self, pod_key: str, claims: Sequence[ClaimAllocation]) -> None:
+        """A decision for ``pod_key`` allocates or reserves these claims: hold them until :meth:`release` or the
+        watch shows them allocated."""
+        self.release(pod_key)
+        if not claims:
+            return
+        self._pod_claims[pod_key] = tuple(claims)
+        for claim in claims:
+            if claim.allocation is not None:
+                self.assumed[claim.claim] = (claim, pod_key)
+        self.version += 1
+
+    def release(self, pod_key: str) -> None:
+        """The pod's binding failed, or the pod is gone: what its decision allocated (and is not written) is free."""
+        claims = self._pod_claims.pop(pod_key, ())
+        for claim in claims:
+            held = self.assumed.get(claim.claim)
+            if held is not None and held[1] == pod_key:
+                del self.assumed[claim.claim]
+        if claims:
+            self.version += 1
+
+    def confirm(self, pod_key: str) -> None:
+        """The pod is bound: its claims' allocations are written (the watch will show them)."""
+        self._pod_claims.pop(pod_key, None)
+
+    # --- reading -------------------------------------------------------------------------------------------------
+
+    def allocation_of(self, key: str) -> api_dra.Allocation | None:
+        """A claim's allocation: written, or assumed by a decision in flight."""
+        claim = self.claims.get(key)
+        if claim is not None and claim.allocation is not None:
+            return claim.allocation
+        held = self.assumed.get(key)
+        return held[0].allocation if held is not None else None
+
+    def taken(self) -> Mapping[DeviceKey, str]:
+        """Device key -> the claim holding it (written or assumed allocations; admin access does not hold)."""
+        if self._taken_version != self.version:
+            taken: dict[DeviceKey, str] = {}
+            for claim in self.claims.values():
+                if claim.allocation is not None:
+                    for device in claim.allocation.devices:
+                        if not device.admin_access:
+                            taken[device.key] = claim.key
+            for allocation, _ in self.assumed.values():
+                for device in allocation.devices:
+                    if not device.admin_access:
+                        taken[device.key] = allocation.claim
+            self._taken = taken
+            self._taken_version = self.version
+        return self._taken
+
+    def node_devices(self, node: str) -> NodeDevices:
+        self._index()
+        return self._by_node.get(node, _NONE)
+
+    def shared_devices(self) -> tuple[Device, ...]:
+        """Devices of slices for several nodes (``nodeSelector`` or ``allNodes``)."""
+        self._index()
+        return self._shared
+
+    def device(self, key: DeviceKey) -> Device | None:
+        self._index()
+        return self._by_key.get(key)
+
+    def gpus(self, node: str) -> tuple[Device, ...]:
+        """The node's whole GPUs published through DRA, in GPU-index order."""
+        return self.node_devices(node).gpus
+
+    def gpu_nodes(self) -> dict[str, int]:
+        """Node name -> how many whole GPUs it publishes through DRA (nodes with none are not listed)."""
+        self._index()
+        return {node: len(devices.gpus) for node, devices in self._by_node.items() if devices.gpus}
+
+    def reachable(self, device: Device, node: str, labels: Mapping[str, str]) -> bool:
+        """Whether a device of a slice for several nodes can be used from ``node``."""
+        if device.all_nodes:
+            return True
+        return selectors.node_matches(node, labels, {}, device.node_terms) if device.node_terms else False
+
+    def matches(self, expression: api_cel.Expression, device: Device) -> bool:
+        """Whether ``device`` satisfies a selector expression (memoised; an evaluation error is recorded in
+        :attr:`errors` and counts as no match)."""
+        key = (expression.source, device.key)
+        found = self._matches.get(key)
+        if found is None:
+            try:
+                found = api_cel.matches(expression, device.variable())
+            except api_cel.CelError as exc:
+                found = False
+                self.errors[key] = str(exc)
+            self._matches[key] = found
+        return found
+
+    def _index(self) -> None:
+        if self._devices_version == self.version:
+            return
+        newest: dict[tuple[str, str], int] = {}
+        for s in self.slices.values():
+            pool = (s.driver, s.pool)
+            newest[pool] = max(newest.get(pool, s.generation), s.generation)
+        complete: dict[tuple[str, str], list[ResourceSlice]] = {}
+        for s in self.slices.values():
+            if s.generation == newest[(s.driver, s.pool)]:
+                complete.setdefault((s.driver, s.pool), []).append(s)
+        local: dict[str, list[Device]] = {}
+        shared: list[Device] = []
+        by_key: dict[DeviceKey, Device] = {}
+        for slices in complete.values():
+            if len(slices) < max(s.slice_count for s in slices):
+                continue  # the driver is still writing this generation
+            for s in sorted(slices, key=lambda s: s.name):
+                for device in s.devices:
+                    if device.key in by_key:
+                        continue  # a device twice in one pool: the first slice by name wins, as a stable rule
+                    by_key[device.key] = device
+                    if s.node:
+                        local.setdefault(s.node, []).append(device)
+                    elif s.all_nodes or s.node_terms:
+                        shared.append(device)
+        old_keys = set(self._by_key)
+        self._by_node = {
+            node: NodeDevices(
+                tuple(devices), tuple(sorted((d for d in devices if api_dra.is_gpu(d)), key=api_dra.gpu_order))
+            )
+            for node, devices in local.items()
+        }
+        self._shared = tuple(shared)
+        if old_keys != set(by_key) or any(self._by_key.get(k) != d for k, d in by_key.items()):
+            self._matches.clear()
+            self.errors.clear()
+        self._by_key = by_key
+        self._devices_version = self.version
+
+    def claims_of(self, namespace: str, pod_claims: Iterable[api_dra.PodClaim]) -> list[ResourceClaim | None]:
+        return [self.claims.get(api_dra.claim_key(namespace, c)) if c.claim_name else None for c in pod_claims]
+
+
+_NONE = NodeDevices((), ())
+
+
+def claim_gpus(store: DeviceStore, namespace: str, pod_claims: Iterable[api_dra.PodClaim]) -> int | None:
+    """The whole GPUs a pending pod's claims ask for: the count of each ``ExactCount`` request (its first
+    alternative) whose DeviceClass selects GPUs of NVIDIA's driver, for claims not allocated yet (a shared claim
+    already allocated holds its GPUs for the pod that allocated it). None while a claim is not known."""
+    total = 0
+    for pod_claim in pod_claims:
+        if not pod_claim.claim_name:
+            return None
+        claim = store.claims.get(api_dra.claim_key(namespace, pod_claim))
+        if claim is None:
+            return None
+        if store.allocation_of(claim.key) is not None:
+            continue
+        for request in claim.requests:
+            choice = request.choices[0]
+            if choice.mode == api_dra.EXACT_COUNT and _selects_gpus(store, choice):
+                total += choice.count
+    return total
+
+
+def _selects_gpus(store: DeviceStore, choice: api_dra.Choice) -> bool:
+    device_class = store.classes.get(choice.device_class)
+    if device_class is None:
+        return False
+    gpus = [d for node in store.gpu_nodes() for d in store.gpus(node)[:1]]
+    if not gpus:
+        # No GPU published yet: read the class by its selectors' text (NVIDIA's gpu.nvidia.com class).
+        return any(api_dra.GPU_DRIVER in e.source for e in device_class.selectors)
+    sample = gpus[0]
+    return all(store.matches(e, sample) for e in device_class.selectors)
+
+
+def with_gpus(info: api_node.NodeInfo, store: DeviceStore) -> api_node.NodeInfo:
+    """A node that publishes whole GPUs through DRA and has none from a device plugin has those GPUs: their count,
+    the smallest of their memories, the first one's product name."""
+    gpus = store.gpus(info.name)
+    if not gpus or info.gpus:
+        return info
+    memory = min(d.capacity.get(f"{d.driver}/memory", 0) for d in gpus) // 1000
+    product = gpus[0].attribute("productName")
+    return dataclasses.replace(
+        info,
+        gpus=len(gpus),
+        gpu_memory=int(memory),
+        gpu_model=info.gpu_model or (product if isinstance(product, str) else ""),
+    )

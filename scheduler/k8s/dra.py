@@ -1,0 +1,315 @@
+"""Dynamic Resource Allocation in a cluster: the watches that feed the cache's device store, the pods' GPU counts
+from their claims, and the PreBind that writes the scheduler's allocations into the ResourceClaims before a pod is
+bound (kube-scheduler's DynamicResources PreBind), with its undo when the binding fails.
+
+Watches: DeviceClasses, ResourceSlices and ResourceClaims (``resource.k8s.io/v1``) are listed and watched by
+:class:`scheduler.k8s.informer.Informer` (:func:`informers`); :class:`DeviceWatches` parses what they deliver into
+the cache's :class:`scheduler.cache.dra.DeviceStore` and tells the operator, which wakes the pods waiting for a
+device, gives nodes their DRA GPUs and re-reads the GPU count of the pending pods whose claims changed. Until the
+three kinds are listed, a pod with claims is retried after a backoff. An object that cannot be read (a broken CEL
+expression, a bad quantity) is reported (an Event naming the field) and left out.
+
+PreBind (:class:`ClaimWriter`), for a decision with claims, before the pod's binding is posted, per claim:
+
+1. the claim is read; if it is allocated already (by an earlier attempt of ours, or shared) the allocation must be
+   the decision's (or the decision only reserves it); else the finalizer ``resource.kubernetes.io/delete-protection``
+   is added (an allocated claim is not deleted under a running pod; the resourceclaim controller removes it when it
+   deallocates);
+2. ``status.allocation`` and the pod in ``status.reservedFor`` are written with the claim's resourceVersion as a
+   precondition (a conflict reads the claim again, up to :data:`WRITE_ATTEMPTS` times);
+3. the claim as written goes into the store at once, so no later decision sees its devices free while the watch
+   catches up.
+
+When the binding then fails (the pod is gone, refused, taken by someone else), :meth:`ClaimWriter.undo` takes the pod
+out of ``reservedFor`` and, for a claim this decision allocated that nobody else uses, clears the allocation; a pod
+deleted later is released by kube-controller-manager's resourceclaim controller (it drops the pod from
+``reservedFor``, deallocates a claim nobody uses, and deletes the claims made from a pod's templates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import client as k8s_client
+
+from scheduler.api import dra as api_dra
+from scheduler.api.dra import ClaimAllocation
+from scheduler.api.errors import InvalidObject
+from scheduler.cache.dra import DeviceStore
+from scheduler.framework.interface import Decision
+from scheduler.k8s.client import Client
+from scheduler.k8s.informer import Informer
+
+log = structlog.get_logger(__name__)
+
+KINDS = ("deviceclasses", "resourceslices", "resourceclaims")
+FINALIZER = "resource.kubernetes.io/delete-protection"
+WRITE_ATTEMPTS = 4
+
+
+class DeviceWatches:
+    """Feeds the device store from the watches (the ``on_event`` of the three informers)."""
+
+    def __init__(
+        self,
+        store: DeviceStore,
+        *,
+        on_change: Callable[[set[str]], None],
+        invalid: Callable[[str, str, InvalidObject], None],
+    ) -> None:
+        self.store = store
+        self._on_change = on_change
+        self._invalid = invalid
+        self._listed: set[str] = set()
+        store.listed = False
+
+    def part_listed(self, kind: str) -> None:
+        self._listed.add(kind)
+        if self._listed >= set(KINDS) and not self.store.listed:
+            self.store.listed = True
+            log.info(
+                "devices listed",
+                classes=len(self.store.classes),
+                slices=len(self.store.slices),
+                claims=len(self.store.claims),
+            )
+            self._on_change(set(self.store.claims))
+
+    def _event(
+        self,
+        body: Mapping[str, Any],
+        deleted: bool,
+        *,
+        word: str,
+        namespaced: bool,
+        parse: Callable[[Mapping[str, Any]], Any],
+        upsert: Callable[[Any], bool],
+        remove: Callable[[str], bool],
+    ) -> None:
+        meta = body.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        name = str(meta.get("name") or "")
+        key = f"{meta.get('namespace') or 'default'}/{name}" if namespaced else name
+        if deleted:
+            changed = remove(key)
+        else:
+            try:
+                parsed = parse(body)
+            except InvalidObject as exc:
+                self._invalid(word, key, exc)
+                changed = remove(key)  # what cannot be read is not used
+            else:
+                changed = upsert(parsed)
+        if changed and self.store.listed:
+            self._on_change({key} if word == "resourceclaim" else set())
+
+    def class_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        s = self.store
+        self._event(
+            body,
+            deleted,
+            word="deviceclass",
+            namespaced=False,
+            parse=api_dra.parse_device_class,
+            upsert=s.upsert_class,
+            remove=s.remove_class,
+        )
+
+    def slice_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        s = self.store
+        self._event(
+            body,
+            deleted,
+            word="resourceslice",
+            namespaced=False,
+            parse=api_dra.parse_resource_slice,
+            upsert=s.upsert_slice,
+            remove=s.remove_slice,
+        )
+
+    def claim_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        s = self.store
+        self._event(
+            body,
+            deleted,
+            word="resourceclaim",
+            namespaced=True,
+            parse=api_dra.parse_claim,
+            upsert=s.upsert_claim,
+            remove=s.remove_claim,
+        )
+
+
+def informers(client: Client, watches: DeviceWatches) -> dict[str, Informer]:
+    """The list-then-watch loops of the three kinds, feeding ``watches``."""
+    resource = k8s_client.ResourceV1Api(client.api)
+    store = watches.store
+
+    def make(kind: str, method: Any, on_event: Any, known: Callable[[], Iterable[str]]) -> Informer:
+        return Informer(
+            client, kind=kind, list_method=method, on_event=on_event, known=known, on_listed=watches.part_listed
+        )
+
+    return {
+        "deviceclasses": make(
+            "deviceclasses", resource.list_device_class, watches.class_event, lambda: list(store.classes)
+        ),
+        "resourceslices": make(
+            "resourceslices", resource.list_resource_slice, watches.slice_event, lambda: list(store.slices)
+        ),
+        "resourceclaims": make(
+            "resourceclaims",
+            resource.list_resource_claim_for_all_namespaces,
+            watches.claim_event,
+            lambda: list(store.claims),
+        ),
+    }
+
+
+class ClaimWriter:
+    """The DRA PreBind and its undo, for :class:`scheduler.k8s.binder.Binder` (see the module notes)."""
+
+    def __init__(self, client: Client, store: DeviceStore) -> None:
+        self.client = client
+        self.store = store
+        self.api = k8s_client.ResourceV1Api(client.api)
+
+    async def prebind(self, decision: Decision) -> str:
+        """Write the decision's allocations and reservations: "" when done, else why not."""
+        for claim in decision.claims:
+            problem = await self._write(decision, claim)
+            if problem:
+                await self.undo(decision)
+                return problem
+        return ""
+
+    async def _write(self, decision: Decision, claim: ClaimAllocation) -> str:
+        pod = decision.pod
+        namespace, _, name = claim.claim.partition("/")
+        for _ in range(WRITE_ATTEMPTS):
+            answer = await self.client.call(self.api.read_namespaced_resource_claim, name=name, namespace=namespace)
+            if not answer.ok:
+                return f"reading resourceclaim {claim.claim}: {answer.message}"
+            body = dict(answer.body)
+            meta = dict(_map(body.get("metadata")))
+            status = dict(_map(body.get("status")))
+            written = status.get("allocation")
+            reserved = [dict(_map(r)) for r in status.get("reservedFor") or []]
+            if any(r.get("uid") == pod.uid for r in reserved) and written:
+                self._seen(body)
+                return ""  # an earlier attempt of ours
+            if written and claim.allocation is not None and not _same(written, claim.allocation):
+                return f"resourceclaim {claim.claim} was allocated by someone else meanwhile"
+            if not written and claim.allocation is None:
+                return f"resourceclaim {claim.claim} is no longer allocated"
+            if len(reserved) >= api_dra.RESERVED_FOR_MAX:
+                return f"resourceclaim {claim.claim} is reserved for {len(reserved)} pods already"
+            if not written and FINALIZER not in (meta.get("finalizers") or []):
+                meta["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
+                body["metadata"] = meta
+                updated = await self.client.call(
+                    self.api.replace_namespaced_resource_claim, name=name, namespace=namespace, body=body
+                )
+                if updated.status == 409:
+                    continue
+                if not updated.ok:
+                    return f"adding the finalizer to resourceclaim {claim.claim}: {updated.message}"
+                body = dict(updated.body)
+                status = dict(_map(body.get("status")))
+            if not written:
+                assert claim.allocation is not None
+                status["allocation"] = _allocation_body(claim.allocation)
+            status["reservedFor"] = [*reserved, {"resource": "pods", "name": pod.name, "uid": pod.uid}]
+            body["status"] = status
+            answer = await self.client.call(
+                self.api.replace_namespaced_resource_claim_status, name=name, namespace=namespace, body=body
+            )
+            if answer.status == 409:
+                continue
+            if not answer.ok:
+                return f"writing the allocation of resourceclaim {claim.claim}: {answer.message}"
+            self._seen(answer.body)
+            log.info(
+                "claim allocated" if not written else "claim reserved",
+                claim=claim.claim,
+                pod=pod.key,
+                node=decision.node,
+                devices=[d.device for d in claim.devices],
+            )
+            return ""
+        return f"resourceclaim {claim.claim} kept changing while it was being allocated"
+
+    async def undo(self, decision: Decision) -> None:
+        """The pod was not bound: take it out of its claims' ``reservedFor``; clear what this decision allocated
+        that nobody else uses (best effort: the resourceclaim controller cleans up after a deleted pod too)."""
+        pod = decision.pod
+        for claim in decision.claims:
+            namespace, _, name = claim.claim.partition("/")
+            for _ in range(WRITE_ATTEMPTS):
+                answer = await self.client.call(self.api.read_namespaced_resource_claim, name=name, namespace=namespace)
+                if not answer.ok:
+                    break
+                body = dict(answer.body)
+                status = dict(_map(body.get("status")))
+                reserved = [dict(_map(r)) for r in status.get("reservedFor") or []]
+                kept = [r for r in reserved if r.get("uid") != pod.uid]
+                if len(kept) == len(reserved):
+                    break
+                status["reservedFor"] = kept or None
+                ours = claim.allocation is not None and _same(status.get("allocation"), claim.allocation)
+                if not kept and ours:
+                    status["allocation"] = None
+                body["status"] = status
+                written = await self.client.call(
+                    self.api.replace_namespaced_resource_claim_status, name=name, namespace=namespace, body=body
+                )
+                if written.status == 409:
+                    continue
+                if written.ok:
+                    self._seen(written.body)
+                    log.info("claim released", claim=claim.claim, pod=pod.key, deallocated=not kept and ours)
+                else:
+                    log.warning("releasing a claim failed", claim=claim.claim, pod=pod.key, reason=written.message)
+                break
+
+    def _seen(self, body: Mapping[str, Any]) -> None:
+        try:
+            self.store.upsert_claim(api_dra.parse_claim(body))
+        except InvalidObject as exc:
+            log.warning("a claim as written cannot be read back", reason=str(exc))
+
+
+def _allocation_body(allocation: api_dra.Allocation) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "devices": {
+            "results": [
+                {
+                    "request": d.request,
+                    "driver": d.driver,
+                    "pool": d.pool,
+                    "device": d.device,
+                    **({"adminAccess": True} if d.admin_access else {}),
+                }
+                for d in allocation.devices
+            ]
+        }
+    }
+    if allocation.node:
+        body["nodeSelector"] = {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [allocation.node]}]}
+            ]
+        }
+    return body
+
+
+def _same(written: object, allocation: api_dra.Allocation) -> bool:
+    results = _map(_map(written).get("devices")).get("results") or []
+    keys = {(_map(r).get("driver"), _map(r).get("pool"), _map(r).get("device")) for r in results}
+    return keys == {d.key for d in allocation.devices}
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

@@ -1,0 +1,355 @@
+"""Pre-filter, filter and reserve: a pod's ResourceClaims (Dynamic Resource Allocation, kube-scheduler's
+``DynamicResources`` plugin), with gpusched's choice of devices.
+
+Pre-filter (the pod fits nowhere; the message is the whole of ``0/N nodes are available: ...``): a claim made from
+a template that the resourceclaim controller has not made yet, a claim that does not exist, is being deleted, was
+made for another pod, is reserved for as many pods as it may be, or asks for a DeviceClass that does not exist.
+An allocated claim (or one allocated by a gang member placed earlier in the same what-if) pins the pod to the node
+its devices are on.
+
+Filter, per node still in the running: the claims not allocated yet must all be allocatable from the devices the
+node reaches (its own slices, and slices for several nodes that select it) that no claim holds: every request in
+order, each alternative of ``firstAvailable`` in order, the DeviceClass's and the request's CEL selectors, the
+count (``ExactCount``) or every matching device (``All``, which fails when one of them is taken), admin access
+(a device in use may be given; it stays free for others), and ``matchAttribute`` constraints (every device of the
+requests named has the same value of the attribute). A node that cannot: ``cannot allocate all claims``.
+
+Which devices, when several sets would do: the tightest. Devices are grouped by their PCIe root
+(``resource.kubernetes.io/pcieRoot``, as NVIDIA's driver publishes it); a request takes its devices from the
+group with the fewest free devices that still has enough (best fit: the fuller groups are used up first and the
+emptier ones stay whole for the next multi-GPU pod), and when no group has enough, from the largest groups first
+(touching as few as possible). Under a ``matchAttribute`` constraint each value of the attribute is a group, tried
+in the same best-fit order, with backtracking over the claim's requests. The node itself is chosen by the score
+plugins as for any pod: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.dra``), so FGD,
+binpack, gangs and queue accounting see them.
+
+Reserve: the allocation for the chosen node goes into the cycle state (``interface.DEVICE_CLAIMS``), from there into
+the Decision; the whole GPUs among the devices become the decision's GPU indices (their order on the node), which
+the cache counts as it counts the device plugin's. Inside a what-if (a gang), the allocation is recorded on the
+snapshot so the next member tried does not get the same devices. The binder writes it into the claims
+(``scheduler.k8s.dra``) before it binds the pod.
+
+A pod without claims costs one attribute test per extension point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scheduler.api import dra as api_dra
+from scheduler.api.dra import AllocatedDevice, Allocation, ClaimAllocation, Device, ResourceClaim
+from scheduler.cache.dra import DeviceKey, DeviceStore
+from scheduler.cache.state import Snapshot
+from scheduler.framework import args as plugin_args
+from scheduler.framework import interface
+from scheduler.framework.interface import I8, ClusterEvent, Code, CycleState, Status
+from scheduler.kernels import layout
+
+PLAN = "dra.plan"
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+_WAKES = frozenset(
+    {ClusterEvent.DEVICE_CHANGED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_UPDATED, ClusterEvent.POD_DELETED}
+)
+_CODES = frozenset({layout.DRA_CANNOT_ALLOCATE, layout.DRA_CLAIM_NODE})
+
+
+@dataclass(slots=True)
+class _Plan:
+    #: Claims to allocate, in the pod's order.
+    to_allocate: list[ResourceClaim] = field(default_factory=list)
+    #: The node allocated claims pin the pod to ("" none).
+    pinned: str = ""
+    #: Claims already allocated: only reserved for the pod.
+    reserve_only: list[str] = field(default_factory=list)
+    #: The pod's claim keys in its order.
+    order: list[str] = field(default_factory=list)
+    #: Per node slot that passed: the allocations found there (claim key -> devices).
+    found: dict[int, dict[str, tuple[AllocatedDevice, ...]]] = field(default_factory=dict)
+
+
+class DynamicResources:
+    name = "dra"
+
+    def __init__(self, args: Mapping[str, Any]) -> None:
+        plugin_args.check_keys(self.name, args, ())
+
+    def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
+        return _WAKES if reason in _CODES else None
+
+    # --- pre-filter ------------------------------------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState) -> Status:
+        pod = state.pod
+        if not pod.resource_claims:
+            return Status.success()
+        snap = state.snapshot
+        store = snap.devices
+        if not store.listed:
+            return Status(Code.ERROR, "DeviceClasses, ResourceSlices and ResourceClaims are not listed yet", self.name)
+        picked = {c.claim: c for c in snap.device_picks if c.allocation is not None}
+        plan = _Plan()
+        for pod_claim in pod.resource_claims:
+            if not pod_claim.claim_name:
+                return self._refuse(
+                    snap,
+                    Code.UNSCHEDULABLE,
+                    f'waiting for the resourceclaim controller to create the ResourceClaim for "{pod_claim.name}"',
+                )
+            key = api_dra.claim_key(pod.namespace, pod_claim)
+            claim = store.claims.get(key)
+            if claim is None:
+                return self._refuse(snap, Code.UNSCHEDULABLE, f'resourceclaim "{pod_claim.claim_name}" not found')
+            if claim.deleting:
+                return self._refuse(snap, Code.UNSCHEDULABLE, f'resourceclaim "{claim.name}" is being deleted')
+            if pod_claim.template and claim.owner_pod != pod.uid:
+                return self._refuse(
+                    snap, Code.UNRESOLVABLE, f"ResourceClaim {claim.name} was not created for pod {pod.name}"
+                )
+            plan.order.append(key)
+            allocation = store.allocation_of(key)
+            if allocation is None and key in picked:
+                allocation = picked[key].allocation
+            if allocation is not None:
+                if len(claim.reserved_for) >= api_dra.RESERVED_FOR_MAX and not any(
+                    c.uid == pod.uid for c in claim.reserved_for
+                ):
+                    return self._refuse(snap, Code.UNSCHEDULABLE, f'resourceclaim "{claim.name}" is in use')
+                if allocation.node:
+                    if plan.pinned and plan.pinned != allocation.node:
+                        return self._refuse(
+                            snap, Code.UNRESOLVABLE, "the pod's allocated ResourceClaims are on different nodes"
+                        )
+                    plan.pinned = allocation.node
+                plan.reserve_only.append(key)
+                continue
+            for request in claim.requests:
+                missing = [c.device_class for c in request.choices if c.device_class not in store.classes]
+                if len(missing) == len(request.choices):
+                    return self._refuse(
+                        snap,
+                        Code.UNSCHEDULABLE,
+                        f'resourceclaim "{claim.name}", request "{request.name}": '
+                        f'device class "{missing[0]}" does not exist',
+                    )
+            plan.to_allocate.append(claim)
+        state.data[PLAN] = plan
+        return Status.success()
+
+    def _refuse(self, snap: Snapshot, code: Code, reason: str) -> Status:
+        nodes = int((snap.arrays.base_reason != layout.ABSENT).sum())
+        return Status(code, f"0/{nodes} nodes are available: {reason}.", self.name)
+
+    # --- filter ----------------------------------------------------------------------------------------------
+
+    def filter(self, state: CycleState, reasons: I8) -> None:
+        if not state.pod.resource_claims:
+            return
+        plan: _Plan | None = state.data.get(PLAN)
+        if plan is None:
+            return
+        snap = state.snapshot
+        store = snap.devices
+        names = snap.names
+        taken = _taken(snap)
+        shared = store.shared_devices()
+        reach: dict[tuple[Any, ...], np.ndarray] = {}
+        for slot in np.flatnonzero(reasons == layout.FIT).tolist():
+            node = names[slot]
+            if node is None:
+                continue
+            if plan.pinned and node != plan.pinned:
+                reasons[slot] = layout.DRA_CLAIM_NODE
+                continue
+            if not plan.to_allocate:
+                continue
+            devices = list(store.node_devices(node).local)
+            for device in shared:
+                if device.all_nodes:
+                    devices.append(device)
+                elif device.node_terms:
+                    mask = reach.get(device.node_terms)
+                    if mask is None:
+                        mask = reach[device.node_terms] = snap.select({}, device.node_terms)
+                    if slot < mask.shape[0] and mask[slot]:
+                        devices.append(device)
+            found = allocate(plan.to_allocate, devices, taken, store)
+            if found is None:
+                reasons[slot] = layout.DRA_CANNOT_ALLOCATE
+            else:
+                plan.found[slot] = found
+
+    # --- reserve ---------------------------------------------------------------------------------------------
+
+    def reserve(self, state: CycleState, slot: int) -> Status:
+        plan: _Plan | None = state.data.get(PLAN) if state.pod.resource_claims else None
+        if plan is None:
+            return Status.success()
+        snap = state.snapshot
+        node = snap.names[slot]
+        assert node is not None
+        found = plan.found.get(slot, {})
+        if plan.to_allocate and not found:
+            return Status(Code.ERROR, f"no devices chosen for {state.pod.key} on {node}", self.name)
+        store = snap.devices
+        gpu_slot = {d.key: i for i, d in enumerate(store.gpus(node))}
+        claims: list[ClaimAllocation] = []
+        gpu_ids: list[int] = []
+        for key in plan.order:
+            if key in found:
+                devices = found[key]
+                local = any(store.device(d.key) is not None and store.device(d.key).node for d in devices)  # type: ignore[union-attr]
+                claims.append(ClaimAllocation(key, Allocation(devices, node if local else "")))
+                gpu_ids.extend(gpu_slot[d.key] for d in devices if d.key in gpu_slot and not d.admin_access)
+            else:
+                claims.append(ClaimAllocation(key, None))
+        state.data[interface.DEVICE_CLAIMS] = tuple(claims)
+        if gpu_ids:
+            state.data[interface.GPU_IDS] = tuple(sorted(gpu_ids))
+        if snap.in_what_if:
+            snap.pick_devices(claims)
+        return Status.success()
+
+    def unreserve(self, state: CycleState, slot: int) -> None:
+        claims = state.data.pop(interface.DEVICE_CLAIMS, ())
+        if claims and state.snapshot.in_what_if:
+            state.snapshot.unpick_devices(claims)
+
+
+# --- the allocator ---------------------------------------------------------------------------------------------
+
+
+def _taken(snap: Snapshot) -> set[DeviceKey]:
+    taken = set(snap.devices.taken())
+    for claim in snap.device_picks:
+        taken.update(d.key for d in claim.devices if not d.admin_access)
+    return taken
+
+
+def allocate(
+    claims: Sequence[ResourceClaim], devices: Sequence[Device], taken: set[DeviceKey], store: DeviceStore
+) -> dict[str, tuple[AllocatedDevice, ...]] | None:
+    """Devices for every claim from ``devices`` (none of ``taken``), claim after claim; None if one cannot be met."""
+    used: set[DeviceKey] = set()
+    out: dict[str, tuple[AllocatedDevice, ...]] = {}
+    for claim in claims:
+        result = _allocate_claim(claim, devices, taken, used, store)
+        if result is None:
+            return None
+        out[claim.key] = result
+        used.update(d.key for d in result if not d.admin_access)
+    return out
+
+
+def _allocate_claim(
+    claim: ResourceClaim,
+    devices: Sequence[Device],
+    taken: set[DeviceKey],
+    used: set[DeviceKey],
+    store: DeviceStore,
+) -> tuple[AllocatedDevice, ...] | None:
+    requests = claim.requests
+    constraints = claim.constraints
+    fixed: dict[int, object] = {}
+    chosen: list[AllocatedDevice] = []
+    mine: set[DeviceKey] = set()
+
+    def applies(index: int, request: str, choice: str) -> bool:
+        named = constraints[index].requests
+        return not named or request in named or choice in named
+
+    def step(i: int) -> bool:
+        if i == len(requests):
+            return True
+        request = requests[i]
+        for choice in request.choices:
+            device_class = store.classes.get(choice.device_class)
+            if device_class is None:
+                continue
+            matching = [
+                d
+                for d in devices
+                if all(store.matches(e, d) for e in device_class.selectors)
+                and all(store.matches(e, d) for e in choice.selectors)
+            ]
+            bound = [ci for ci in range(len(constraints)) if applies(ci, request.name, choice.name)]
+            attrs = [constraints[ci].match_attribute for ci in bound]
+            if choice.mode == api_dra.ALL:
+                if not matching or len(matching) > api_dra.ALLOCATION_MAX:
+                    continue
+                if not choice.admin_access and any(d.key in taken or d.key in used or d.key in mine for d in matching):
+                    continue
+                picks: Iterator[list[Device]] = iter([matching])
+            else:
+                free = [
+                    d
+                    for d in matching
+                    if choice.admin_access or (d.key not in taken and d.key not in used and d.key not in mine)
+                ]
+                picks = _picks(free, choice.count, [(a, fixed.get(ci)) for ci, a in zip(bound, attrs, strict=True)])
+            for pick in picks:
+                values = [pick[0].attribute(a) if pick else None for a in attrs]
+                if any(v is None for v in values) or any(
+                    d.attribute(a) != v for d in pick for a, v in zip(attrs, values, strict=True)
+                ):
+                    continue
+                if any(ci in fixed and fixed[ci] != v for ci, v in zip(bound, values, strict=True)):
+                    continue
+                newly = [ci for ci in bound if ci not in fixed]
+                for ci, v in zip(bound, values, strict=True):
+                    fixed.setdefault(ci, v)
+                added = [AllocatedDevice(choice.name, d.driver, d.pool, d.name, choice.admin_access) for d in pick]
+                chosen.extend(added)
+                keys = [d.key for d in pick if not choice.admin_access]
+                mine.update(keys)
+                if step(i + 1):
+                    return True
+                del chosen[len(chosen) - len(added) :]
+                mine.difference_update(keys)
+                for ci in newly:
+                    del fixed[ci]
+            # The first alternative that can be met is the one taken (firstAvailable); else the next is tried.
+        return False
+
+    return tuple(chosen) if step(0) else None
+
+
+def _picks(free: list[Device], count: int, constraints: list[tuple[str, object]]) -> Iterator[list[Device]]:
+    """The device sets a request may take, best first: by constraint value if constrained, else the tightest."""
+    if len(free) < count:
+        return
+    for attribute, value in constraints:
+        if value is not None:
+            free = [d for d in free if d.attribute(attribute) == value]
+    unfixed = [a for a, v in constraints if v is None]
+    if unfixed:
+        groups: dict[tuple[object, ...], list[Device]] = {}
+        for d in free:
+            key = tuple(d.attribute(a) for a in unfixed)
+            if None not in key:
+                groups.setdefault(key, []).append(d)
+        for group in sorted(groups.values(), key=lambda g: (len(g), api_dra.gpu_order(g[0]))):
+            if len(group) >= count:
+                yield _tightest(group, count)
+        return
+    if len(free) >= count:
+        yield _tightest(free, count)
+
+
+def _tightest(free: list[Device], count: int) -> list[Device]:
+    """``count`` devices from as few PCIe roots as possible, the fullest root that can hold them all first."""
+    roots: dict[object, list[Device]] = {}
+    for d in sorted(free, key=api_dra.gpu_order):
+        roots.setdefault(d.attribute(PCIE_ROOT), []).append(d)
+    fitting = [g for g in roots.values() if len(g) >= count]
+    if fitting:
+        return min(fitting, key=lambda g: (len(g), api_dra.gpu_order(g[0])))[:count]
+    out: list[Device] = []
+    for group in sorted(roots.values(), key=lambda g: (-len(g), api_dra.gpu_order(g[0]))):
+        out.extend(group[: count - len(out)])
+        if len(out) == count:
+            break
+    return out

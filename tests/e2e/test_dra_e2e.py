@@ -1,0 +1,214 @@
+"""Dynamic Resource Allocation through ``gpusched run`` on a real API server (docs/devices.md): kwok nodes publish
+their GPUs in ResourceSlices as NVIDIA's DRA driver does, pods ask for them through ResourceClaimTemplates (the
+real kube-controller-manager's resourceclaim controller makes a claim per pod) and a shared ResourceClaim.
+gpusched writes each allocation and ``reservedFor`` before it binds; the devices are the tightest set, a
+``matchAttribute`` on the PCIe root holds, a gang of DRA pods is placed whole, nothing is given twice, the GPUs
+count in the queue's status and a limit, and a deleted pod's devices go to the next pod.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kube as kube_mod
+import pytest
+from kube import Scenario, node_of
+from localcluster import APIError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.api import dra_objects as dra
+
+pytestmark = pytest.mark.e2e
+
+API = "/apis/resource.k8s.io/v1"
+
+
+class Devices:
+    """The DRA objects of one test (a class, slices, templates, claims), deleted when it ends."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.s = scenario
+        self.gpu_class = f"{scenario.name[:40].rstrip('-')}-gpu"
+        self.made: list[str] = []
+
+    def post(self, path: str, body: dict[str, Any], *, cluster_scoped: bool = True) -> None:
+        self.s.kube.request("POST", path, body)
+        if cluster_scoped:
+            self.made.append(f"{path}/{body['metadata']['name']}")
+
+    def setup(self, nodes: list[str], gpus: int = 8) -> None:
+        self.post(f"{API}/deviceclasses", dra.gpu_class(self.gpu_class))
+        for node in nodes:
+            self.post(f"{API}/resourceslices", dra.gpu_slice(node, gpus, name=f"{node}-gpus"))
+
+    def template(self, name: str, count: int, *, same_root: bool = False) -> None:
+        spec = dra.claim_spec(
+            dra.request(count=count, device_class=self.gpu_class), same=dra.PCIE_ROOT if same_root else ""
+        )
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": spec},
+        }
+        self.post(f"{API}/namespaces/{self.s.namespace}/resourceclaimtemplates", body, cluster_scoped=False)
+
+    def claim(self, name: str, count: int) -> None:
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": dra.claim_spec(dra.request(count=count, device_class=self.gpu_class)),
+        }
+        self.post(f"{API}/namespaces/{self.s.namespace}/resourceclaims", body, cluster_scoped=False)
+
+    def claims(self) -> dict[str, dict[str, Any]]:
+        items = self.s.kube.request("GET", f"{API}/namespaces/{self.s.namespace}/resourceclaims")["items"]
+        return {c["metadata"]["name"]: c for c in items}
+
+    def cleanup(self) -> None:
+        for path in reversed(self.made):
+            with contextlib.suppress(APIError):
+                self.s.kube.request("DELETE", path)
+
+
+@pytest.fixture
+def devices(sched: Scenario) -> Iterator[Devices]:
+    d = Devices(sched)
+    try:
+        yield d
+    finally:
+        d.cleanup()
+
+
+def dra_pod(
+    name: str, *, template: str = "", claim: str = "", queue: str | None = None, group: str = ""
+) -> dict[str, Any]:
+    manifest = kube_mod.pod(name, queue=queue)
+    entry = {"name": "gpus", **({"resourceClaimTemplateName": template} if template else {"resourceClaimName": claim})}
+    manifest["spec"]["resourceClaims"] = [entry]
+    manifest["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+    if group:
+        manifest["metadata"].setdefault("labels", {})[kube_mod.LABEL_POD_GROUP] = group
+    return manifest
+
+
+def claim_of(pod: dict[str, Any], devices: Devices) -> dict[str, Any]:
+    statuses = pod.get("status", {}).get("resourceClaimStatuses") or []
+    named = {s["name"]: s.get("resourceClaimName") for s in statuses}
+    name = named.get("gpus") or pod["spec"]["resourceClaims"][0].get("resourceClaimName")
+    return devices.claims()[name]
+
+
+def allocated(claim: dict[str, Any]) -> list[str]:
+    return [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]]
+
+
+def root_of(device: str) -> int:
+    return int(device.split("-")[1]) // 4
+
+
+def test_claims_get_their_devices_before_the_binding_and_free_them_after_the_pod(
+    sched: Scenario, devices: Devices
+) -> None:
+    names = [f"{sched.name[:20]}-d{i}" for i in range(3)]
+    sched.add_nodes([kube_mod.gpu_node(n, gpus=0) for n in names])
+    devices.setup(names)
+    queue = f"{sched.name}-q"
+    sched.create_queue(kube_mod.queue(queue, limit={"nvidia.com/gpu": "20"}))
+    for count in (1, 2, 8):
+        devices.template(f"gpu-{count}", count)
+    devices.template("gpu-4-one-root", 4, same_root=True)
+    devices.claim("shared", 1)
+    sched.create_podgroup(kube_mod.podgroup("pair", min_member=2, queue=queue))
+    sched.start_gpusched()
+
+    pods = {
+        "one": dra_pod("one", template="gpu-1", queue=queue),
+        "two": dra_pod("two", template="gpu-2", queue=queue),
+        "four": dra_pod("four", template="gpu-4-one-root", queue=queue),
+        "eight": dra_pod("eight", template="gpu-8", queue=queue),
+        "share-a": dra_pod("share-a", claim="shared", queue=queue),
+        "share-b": dra_pod("share-b", claim="shared", queue=queue),
+        "gang-0": dra_pod("gang-0", template="gpu-2", queue=queue, group="pair"),
+        "gang-1": dra_pod("gang-1", template="gpu-2", queue=queue, group="pair"),
+    }
+    for manifest in pods.values():
+        sched.create_pod(manifest)
+    bound = {p["metadata"]["name"]: p for p in sched.wait_bound(list(pods), timeout=120)}
+
+    wanted = {"one": 1, "two": 2, "four": 4, "eight": 8, "share-a": 1, "share-b": 1, "gang-0": 2, "gang-1": 2}
+    held: dict[tuple[str, str], str] = {}
+    for name, pod in bound.items():
+        claim = claim_of(pod, devices)
+        got = allocated(claim)
+        assert len(got) == wanted[name], (name, claim["status"])
+        node = claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"]
+        assert node == [node_of(pod)], (name, node)
+        assert pod["metadata"]["uid"] in {r["uid"] for r in claim["status"]["reservedFor"]}
+        assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
+        if name != "share-b":
+            for device in got:
+                assert held.setdefault((node_of(pod), device), name) == name, f"{device} given twice"
+            # The pod's gpusched.io/gpu-ids are the devices' indices: the GPUs the queue and the cache count.
+            assert kube_mod.gpu_ids_of(pod) == tuple(sorted(int(d.split("-")[1]) for d in got)), name
+    # One PCIe root for the constrained claim; the tightest set for the others (2 GPUs on one root).
+    assert len({root_of(d) for d in allocated(claim_of(bound["four"], devices))}) == 1
+    assert len({root_of(d) for d in allocated(claim_of(bound["two"], devices))}) == 1
+    assert node_of(bound["share-a"]) == node_of(bound["share-b"])
+    assert len(claim_of(bound["share-a"], devices)["status"]["reservedFor"]) == 2
+
+    # The queue counts the DRA GPUs: 1 + 2 + 4 + 8 + 1 (the shared claim, once) + 2 + 2.
+    def usage() -> dict[str, Any] | None:
+        status = sched.kube.request("GET", kube_mod.Kube.custom_path("queues", name=queue)).get("status", {})
+        return status if status.get("allocated", {}).get("nvidia.com/gpu") == "20" else None
+
+    kube_mod.wait_until(usage, timeout=30, what="queue allocated 20 GPUs", describe=sched.describe)
+    # The limit holds: a 1-GPU pod more waits although 4 GPUs are free.
+    sched.create_pod(dra_pod("over", template="gpu-1", queue=queue))
+    sched.stays_unbound(["over"], seconds=4)
+
+    # Deleting "eight" frees its claim (kube-controller-manager deletes a pod's claim; its devices are free) and
+    # its queue room: "over" binds, and a new 8-GPU pod gets the same node's GPUs back.
+    eight_claim = claim_of(bound["eight"], devices)["metadata"]["name"]
+    sched.delete_pod("eight")
+    kube_mod.wait_until(lambda: eight_claim not in devices.claims(), timeout=60, what="the deleted pod's claim gone")
+    sched.wait_bound(["over"], timeout=60)
+    sched.delete_pod("over")
+    sched.create_pod(dra_pod("eight-again", template="gpu-8", queue=queue))
+    (again,) = sched.wait_bound(["eight-again"], timeout=60)
+    assert node_of(again) == node_of(bound["eight"])
+    assert len(allocated(claim_of(again, devices))) == 8
+
+
+def test_a_claim_no_node_can_meet_waits_with_the_reason(sched: Scenario, devices: Devices) -> None:
+    name = f"{sched.name[:20]}-n"
+    sched.add_nodes([kube_mod.gpu_node(name, gpus=0)])
+    devices.setup([name], gpus=4)
+    devices.template("gpu-4-one-root", 4, same_root=True)
+    devices.template("gpu-8", 8)
+    sched.start_gpusched()
+    # Four GPUs under one PCIe root exist (gpu-0..3); eight do not exist at all.
+    sched.create_pod(dra_pod("fits", template="gpu-4-one-root"))
+    sched.wait_bound(["fits"], timeout=60)
+    sched.create_pod(dra_pod("too-big", template="gpu-8"))
+    # First the pod waits for its claim to be made from the template; then it cannot have eight GPUs anywhere.
+    wait_message(sched, "too-big", "1 Insufficient nvidia.com/gpu")
+    sched.create_pod(dra_pod("no-template", template="missing"))
+    wait_message(
+        sched, "no-template", 'waiting for the resourceclaim controller to create the ResourceClaim for "gpus"'
+    )
+
+
+def wait_message(sched: Scenario, pod: str, text: str) -> None:
+    def found() -> str | None:
+        for event in sched.kube.events(sched.namespace, name=pod):
+            if event.get("reason") == "FailedScheduling" and text in event.get("message", ""):
+                return str(event["message"])
+        return None
+
+    kube_mod.wait_until(found, timeout=60, what=f"FailedScheduling of {pod} saying {text!r}", describe=sched.describe)
