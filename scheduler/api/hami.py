@@ -35,7 +35,7 @@ The protocol as implemented here is HAMi v2.6.1 (chart appVersion 2.6.1, commit 
 Pods ask in HAMi's resource names (``nvidia.com/gpu`` devices, and per device ``nvidia.com/gpumem`` MiB,
 ``nvidia.com/gpumem-percentage``, ``nvidia.com/gpucores`` percent: ``InitDefaultDevices`` in
 ``pkg/device/devices.go``, read by ``GenerateResourceRequests`` in ``pkg/device/nvidia/device.go``, limits
-first, then requests). How gpusched maps them onto its own requests is :func:`share_of` (docs/devices-hami.md).
+first, then requests). How gpusched maps them onto its own requests is :func:`share_of` (docs/devices.md).
 """
 
 from __future__ import annotations

@@ -223,7 +223,20 @@ class DynamicResources:
 
 
 def _taken(snap: Snapshot) -> set[DeviceKey]:
-    taken = set(snap.devices.taken())
+    """The devices held: by written or assumed allocations, less those of claims used only by pods a what-if took
+    off the cluster (preemption's victims: their claims are released when they go), plus the open what-ifs' picks."""
+    store = snap.devices
+    held = store.taken()
+    removed = {pod.uid for sign, pod, _ in snap.what_if_pods if sign < 0 and pod.resource_claims}
+    if removed:
+        freed: dict[str, bool] = {}
+        for claim_key in set(held.values()):
+            claim = store.claims.get(claim_key)
+            users = {c.uid for c in claim.reserved_for} if claim is not None else set()
+            freed[claim_key] = bool(users) and users <= removed
+        taken = {key for key, claim_key in held.items() if not freed[claim_key]}
+    else:
+        taken = set(held)
     for claim in snap.device_picks:
         taken.update(d.key for d in claim.devices if not d.admin_access)
     return taken

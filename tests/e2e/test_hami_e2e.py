@@ -1,6 +1,6 @@
 """HAMi's device-plugin protocol on a real API server: pods bound by ``gpusched run`` to a node whose HAMi device
 plugin registered its GPUs carry the annotations HAMi's ``Allocate`` reads, naming the UUIDs of the GPUs gpusched
-chose (docs/devices-hami.md).
+chose (docs/devices.md).
 
 The node is a kwok node with ``hami.io/node-nvidia-register`` as HAMi v2.6's device plugin writes it (JSON, four
 GPUs split ten ways, so ``nvidia.com/gpu`` is 40); the pods ask in HAMi's resource names and in gpusched's.

@@ -304,3 +304,33 @@ def test_never_a_device_twice_and_never_more_gpus_than_a_node_has(
     assert len(taken) == len(set(taken))
     for node in cluster.cache.nodes.values():
         assert min(cluster.free_devices(node.info.name)) >= 0
+
+
+def test_a_preemption_what_if_frees_the_devices_of_claims_only_its_victims_use() -> None:
+    cluster = DraCluster(("a",), gpus=4)
+    cluster.claim(
+        dra.claim(
+            "victim-gpus",
+            dra.request(count=4),
+            allocation=dra.allocation("a", *[f"gpu-{i}" for i in range(4)]),
+            reserved_for=["victim"],
+        )
+    )
+    victim = dra.with_claims(
+        objects.pod("victim", node_name="a", annotations={"gpusched.io/gpu-ids": "0,1,2,3"}), "victim-gpus"
+    )
+    cluster.cache.upsert_pod(api_pod.parse_pod(victim))
+    cluster.claim(dra.claim("wants", dra.request(count=2)))
+    pod = cluster.pod(pod_with("preemptor", "wants"))
+    assert cluster.scheduler.place(pod, cluster.cache.snapshot()).decision is None
+    snapshot = cluster.cache.snapshot()
+    token = snapshot.checkpoint()
+    try:
+        entry = cluster.cache.pod("default/victim")
+        assert entry is not None
+        snapshot.unplace(entry.placement)
+        result = cluster.scheduler.place(pod, snapshot)
+    finally:
+        snapshot.rollback(token)
+    assert result.decision is not None, result.status.message
+    assert [d.device for d in result.decision.claims[0].devices] == ["gpu-0", "gpu-1"]
