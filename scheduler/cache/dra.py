@@ -29,6 +29,7 @@ from scheduler.api import dra as api_dra
 from scheduler.api import node as api_node
 from scheduler.api import selectors
 from scheduler.api.dra import ClaimAllocation, Device, DeviceClass, ResourceClaim, ResourceSlice
+from scheduler.api.pod import PodRequest
 
 DeviceKey = tuple[str, str, str]
 
@@ -248,6 +249,25 @@ class DeviceStore:
         self._by_key = by_key
         self._devices_version = self.version
 
+    def owns(self, key: str, pod: PodRequest) -> bool:
+        """Whether a claim is ``pod``'s own: made from its template, or used by it alone (reserved for it only, or
+        allocated by a decision for it); its GPUs are then the pod's GPUs."""
+        claim = self.claims.get(key)
+        if claim is None:
+            return False
+        if claim.owner_pod and claim.owner_pod == pod.uid:
+            return True
+        held = self.assumed.get(key)
+        if held is not None:
+            return held[1] == pod.key
+        users = {c.uid for c in claim.reserved_for}
+        return users == {pod.uid}
+
+    def gpu_devices(self, allocation: api_dra.Allocation) -> list[Device]:
+        """The whole GPUs among an allocation's devices (admin access left out)."""
+        found = (self.device(d.key) for d in allocation.devices if not d.admin_access)
+        return [d for d in found if d is not None and api_dra.is_gpu(d)]
+
     def claims_of(self, namespace: str, pod_claims: Iterable[api_dra.PodClaim]) -> list[ResourceClaim | None]:
         return [self.claims.get(api_dra.claim_key(namespace, c)) if c.claim_name else None for c in pod_claims]
 
@@ -255,18 +275,25 @@ class DeviceStore:
 _NONE = NodeDevices((), ())
 
 
-def claim_gpus(store: DeviceStore, namespace: str, pod_claims: Iterable[api_dra.PodClaim]) -> int | None:
-    """The whole GPUs a pending pod's claims ask for: the count of each ``ExactCount`` request (its first
-    alternative) whose DeviceClass selects GPUs of NVIDIA's driver, for claims not allocated yet (a shared claim
-    already allocated holds its GPUs for the pod that allocated it). None while a claim is not known."""
+def claim_gpus(store: DeviceStore, pod: PodRequest) -> int | None:
+    """The whole GPUs a pending pod's claims give it: for a claim of its own (:meth:`DeviceStore.owns`) that is
+    allocated, its allocated GPUs; not allocated yet, the count of each ``ExactCount`` request (its first
+    alternative) whose DeviceClass selects GPUs of NVIDIA's driver. A claim shared with pods that allocated it
+    holds its GPUs for them. None while a claim is not known.
+
+    The count is the same before and after the pod's own allocation is written, so the pod weighs the same in its
+    queue whichever the watch shows first."""
     total = 0
-    for pod_claim in pod_claims:
+    for pod_claim in pod.resource_claims:
         if not pod_claim.claim_name:
             return None
-        claim = store.claims.get(api_dra.claim_key(namespace, pod_claim))
+        claim = store.claims.get(api_dra.claim_key(pod.namespace, pod_claim))
         if claim is None:
             return None
-        if store.allocation_of(claim.key) is not None:
+        allocation = store.allocation_of(claim.key)
+        if allocation is not None:
+            if store.owns(claim.key, pod):
+                total += len(store.gpu_devices(allocation))
             continue
         for request in claim.requests:
             choice = request.choices[0]

@@ -103,7 +103,9 @@ class DeviceWatches:
             else:
                 changed = upsert(parsed)
         if changed and self.store.listed:
-            self._on_change({key} if word == "resourceclaim" else set())
+            # A claim changes its own pods' GPU count; a class may change every pod's (whether it selects GPUs).
+            claims = {key} if word == "resourceclaim" else set(self.store.claims) if word == "deviceclass" else set()
+            self._on_change(claims)
 
     def class_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         s = self.store

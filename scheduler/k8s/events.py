@@ -59,6 +59,9 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "persistentvolume": ("v1", "PersistentVolume", False),
     "storageclass": ("storage.k8s.io/v1", "StorageClass", False),
     "csinode": ("storage.k8s.io/v1", "CSINode", False),
+    "deviceclass": ("resource.k8s.io/v1", "DeviceClass", False),
+    "resourceslice": ("resource.k8s.io/v1", "ResourceSlice", False),
+    "resourceclaim": ("resource.k8s.io/v1", "ResourceClaim", True),
 }
 
 

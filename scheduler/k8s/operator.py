@@ -436,7 +436,7 @@ class Operator:
         for pod_claim in pod.resource_claims:
             if pod_claim.claim_name:
                 self._claim_users.setdefault(f"{pod.namespace}/{pod_claim.claim_name}", set()).add(pod.key)
-        count = cache_dra.claim_gpus(self.cache.devices, pod.namespace, pod.resource_claims)
+        count = cache_dra.claim_gpus(self.cache.devices, pod)
         if count is None or count == pod.gpu.count:
             return pod
         return replace(pod, gpu=GpuRequest(count=count, milli=MILLI_PER_GPU) if count else NO_GPU)

@@ -206,6 +206,11 @@ class DynamicResources:
                 gpu_ids.extend(gpu_slot[d.key] for d in devices if d.key in gpu_slot and not d.admin_access)
             else:
                 claims.append(ClaimAllocation(key, None))
+                allocation = store.allocation_of(key)
+                if allocation is not None and store.owns(key, state.pod):
+                    # Its own claim, allocated before the pod was bound (a restart between the two): its GPUs are
+                    # the pod's, recorded with the binding like any.
+                    gpu_ids.extend(gpu_slot[d.key] for d in store.gpu_devices(allocation) if d.key in gpu_slot)
         state.data[interface.DEVICE_CLAIMS] = tuple(claims)
         if gpu_ids:
             state.data[interface.GPU_IDS] = tuple(sorted(gpu_ids))
@@ -237,8 +242,8 @@ def _taken(snap: Snapshot) -> set[DeviceKey]:
         taken = {key for key, claim_key in held.items() if not freed[claim_key]}
     else:
         taken = set(held)
-    for claim in snap.device_picks:
-        taken.update(d.key for d in claim.devices if not d.admin_access)
+    for pick in snap.device_picks:
+        taken.update(d.key for d in pick.devices if not d.admin_access)
     return taken
 
 

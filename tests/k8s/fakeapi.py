@@ -76,6 +76,11 @@ class FakeApiServer:
         self.lease_rv = 0
         #: While set, lease requests hang (an API server the leader cannot reach).
         self.leases_unreachable = False
+        #: (namespace, name) -> ResourceClaim, with the API server's optimistic concurrency on PUT (resource.k8s.io).
+        self.resource_claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.claim_rv = 0
+        #: Answers for PUTs of a ResourceClaim's status, in order, before the stored claim is updated (then 200).
+        self.claim_status_answers: list[Canned] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self._release = asyncio.Event()
@@ -97,6 +102,10 @@ class FakeApiServer:
         app.router.add_patch("/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}/status", self._patch_status)
         app.router.add_patch("/apis/{group}/{version}/{plural}/{name}/status", self._patch_status)
         app.router.add_patch("/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}", self._patch_claim)
+        claims = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}"
+        app.router.add_get(claims, self._get_resource_claim)
+        app.router.add_put(claims, self._put_resource_claim)
+        app.router.add_put(claims + "/status", self._put_resource_claim)
         self._server = TestServer(app)
 
     @property
@@ -235,6 +244,35 @@ class FakeApiServer:
         """A claim's annotations (the volume PreBind asking for provisioning): recorded, answered 200."""
         await self._record(request)
         return web.json_response({"kind": "PersistentVolumeClaim"}, status=200)
+
+    def store_resource_claim(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.claim_rv += 1
+        body["metadata"]["resourceVersion"] = str(self.claim_rv)
+        self.resource_claims[(body["metadata"].get("namespace", "default"), body["metadata"]["name"])] = body
+        return body
+
+    async def _get_resource_claim(self, request: web.Request) -> web.Response:
+        claim = self.resource_claims.get((request.match_info["ns"], request.match_info["name"]))
+        if claim is None:
+            return web.json_response(status(404, "NotFound", "resourceclaims not found"), status=404)
+        return web.json_response(claim)
+
+    async def _put_resource_claim(self, request: web.Request) -> web.Response:
+        """A claim (finalizers) or its status: stored when its resourceVersion is the current one, else 409."""
+        body = await self._record(request)
+        if request.path.endswith("/status") and self.claim_status_answers:
+            return await self._answer(self.claim_status_answers.pop(0))
+        key = (request.match_info["ns"], request.match_info["name"])
+        current = self.resource_claims.get(key)
+        if current is None:
+            return web.json_response(status(404, "NotFound", "resourceclaims not found"), status=404)
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            return web.json_response(status(409, "Conflict", "the object has been modified"), status=409)
+        if request.path.endswith("/status"):
+            body = {**current, "status": body.get("status") or {}}
+        else:
+            body = {**body, "status": current.get("status") or {}}
+        return web.json_response(self.store_resource_claim(body))
 
     async def _create_event(self, request: web.Request) -> web.Response:
         body = await self._record(request)

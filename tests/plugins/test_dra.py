@@ -48,7 +48,7 @@ class DraCluster(Cluster):
 
     def pod(self, raw: dict[str, Any]) -> PodRequest:
         pod = api_pod.parse_pod(raw)
-        count = cache_dra.claim_gpus(self.store, pod.namespace, pod.resource_claims)
+        count = cache_dra.claim_gpus(self.store, pod)
         if count:
             pod = dataclasses.replace(pod, gpu=GpuRequest(count=count, milli=MILLI_PER_GPU))
         return pod
@@ -334,3 +334,31 @@ def test_a_preemption_what_if_frees_the_devices_of_claims_only_its_victims_use()
         snapshot.rollback(token)
     assert result.decision is not None, result.status.message
     assert [d.device for d in result.decision.claims[0].devices] == ["gpu-0", "gpu-1"]
+
+
+def test_a_pods_own_claim_allocated_before_a_restart_keeps_its_gpus_with_the_pod() -> None:
+    # gpusched wrote p's allocation and then stopped before the binding: after the restart p goes to the claim's
+    # node, allocates nothing, and its GPUs are still its own (counted in its queue and recorded with the binding).
+    cluster = DraCluster(("a", "b"))
+    cluster.claim(
+        dra.claim(
+            "p-gpus",
+            dra.request(count=2),
+            owner="p",
+            allocation=dra.allocation("b", "gpu-4", "gpu-5"),
+            reserved_for=["p"],
+        )
+    )
+    raw = dra.with_claims(objects.pod("p"), templates={"gpus": "p-gpus"})
+    pod = cluster.pod(raw)
+    assert pod.gpu.count == 2
+    result = cluster.scheduler.schedule(pod)
+    assert result.decision is not None and result.decision.node == "b"
+    assert result.decision.claims == (api_dra.ClaimAllocation("default/p-gpus", None),)
+    assert result.decision.gpu_ids == (4, 5)
+    # Whether the watch shows the claim before or after gpusched's own allocation, the count is the same.
+    cluster.claim(dra.claim("q-gpus", dra.request(count=3), owner="q"))
+    q = dra.with_claims(objects.pod("q"), templates={"gpus": "q-gpus"})
+    before = cluster.pod(q).gpu.count
+    cluster.scheduler.schedule(cluster.pod(q))
+    assert before == cluster.pod(q).gpu.count == 3

@@ -1,0 +1,149 @@
+"""The operator's DRA watches and the claims' PreBind on the fake API server: a pod's claim gets the finalizer, its
+allocation and the pod in ``reservedFor`` before the pod is bound; a conflict is retried on the claim as it is
+now; a refused binding takes the pod out of ``reservedFor`` and clears the allocation; nodes get the GPUs their
+slices publish and pods the GPUs their claims ask for, in whatever order the watches deliver them; an unreadable
+class is reported and left out. (The real API server and resourceclaim controller: tests/e2e/test_dra_e2e.py.)
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from scheduler.k8s import dra as k8s_dra
+from scheduler.k8s.operator import Operator
+from tests.api import dra_objects as dra
+from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
+from tests.k8s.test_operator import bound, events, flushed
+
+
+def gpu_node(name: str) -> dict[str, Any]:
+    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    return {"metadata": {"name": name, "uid": f"uid-{name}"}, "status": {"allocatable": capacity}}
+
+
+def dra_pod(name: str, claim: str, *, shared: bool = False) -> dict[str, Any]:
+    """A pod whose claim was made from its template (or, ``shared``, names an existing claim)."""
+    entry = (
+        {"name": "gpus", "resourceClaimName": claim} if shared else {"name": "gpus", "resourceClaimTemplateName": "t"}
+    )
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "creationTimestamp": "2026-11-22T09:00:00Z",
+        },
+        "spec": {
+            "schedulerName": "gpusched",
+            "resourceClaims": [entry],
+            "containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}],
+        },
+        "status": {"phase": "Pending", "resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": claim}]},
+    }
+
+
+def setup(operator: Operator, fake: FakeApiServer, *claims: dict[str, Any]) -> None:
+    operator.set_leading(True)
+    operator.node_event(gpu_node("gpu-0"))
+    operator.devices.class_event(dra.gpu_class())
+    operator.devices.slice_event(dra.gpu_slice("gpu-0", 8))
+    for raw in claims:
+        stored = fake.store_resource_claim(copy.deepcopy(raw))
+        operator.devices.claim_event(stored)
+    for kind in k8s_dra.KINDS:
+        operator.devices.part_listed(kind)
+
+
+async def test_the_allocation_and_reservation_are_written_before_the_binding(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    setup(operator, fake, dra.claim("p-gpus", dra.request(count=2), owner="p"))
+    operator.pod_event(dra_pod("p", "p-gpus"))
+    operator.listed()
+    await eventually(lambda: "p" in bound(fake))
+    puts = [s.path.rsplit("/", 1)[-1] for s in fake.seen if s.method == "PUT"]
+    assert puts == ["p-gpus", "status"]  # the finalizer, then the status; both before the binding
+    assert fake.seen.index(fake.requests("PUT", "/status")[0]) < fake.seen.index(fake.requests("POST", "/binding")[0])
+    claim = fake.resource_claims[("default", "p-gpus")]
+    assert claim["metadata"]["finalizers"] == [k8s_dra.FINALIZER]
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert [(r["request"], r["device"]) for r in results] == [("gpus", "gpu-0"), ("gpus", "gpu-1")]
+    terms = claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-0"]}]}]
+    assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "uid-p"}]
+    binding = bound(fake)["p"]
+    assert binding["metadata"]["annotations"]["gpusched.io/gpu-ids"] == "0,1"
+    # Written through: the store has the allocation before the watch shows it.
+    assert operator.cache.devices.claims["default/p-gpus"].allocation is not None
+    assert operator.cache.devices.gpus("gpu-0")[0].name == "gpu-0" and operator.cache.nodes[0].info.gpus == 8
+
+
+async def test_a_conflict_is_retried_on_the_claim_as_it_is_now(fake: FakeApiServer, operator: Operator) -> None:
+    setup(operator, fake, dra.claim("p-gpus", dra.request(count=1), owner="p"))
+    fake.claim_status_answers.append(Canned(409, status(409, "Conflict", "the object has been modified")))
+    operator.pod_event(dra_pod("p", "p-gpus"))
+    operator.listed()
+    await eventually(lambda: "p" in bound(fake))
+    assert len(fake.requests("PUT", "/status")) == 2
+    assert fake.resource_claims[("default", "p-gpus")]["status"]["reservedFor"][0]["uid"] == "uid-p"
+
+
+async def test_a_refused_binding_releases_the_claim_and_the_pod_is_tried_again(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    setup(operator, fake, dra.claim("p-gpus", dra.request(count=1), owner="p"))
+    fake.bind_answers["p"] = Canned(403, status(403, "Forbidden", "a webhook said no"))
+    operator.pod_event(dra_pod("p", "p-gpus"))
+    operator.listed()
+    await eventually(lambda: len(fake.requests("PUT", "/status")) >= 2)
+    released = fake.requests("PUT", "/status")[1].body["status"]
+    assert released.get("reservedFor") is None and released.get("allocation") is None
+    await eventually(lambda: not operator.cache.devices.taken())
+    del fake.bind_answers["p"]
+    # After its backoff, allocated and bound again.
+    await eventually(lambda: len(fake.requests("POST", "/pods/p/binding")) >= 2, timeout=10)
+    assert fake.resource_claims[("default", "p-gpus")]["status"]["allocation"] is not None
+
+
+async def test_a_claim_allocated_by_someone_else_meanwhile_fails_the_binding(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    setup(operator, fake, dra.claim("shared", dra.request(count=1)))
+    taken = fake.resource_claims[("default", "shared")]
+    taken["status"] = {
+        "allocation": dra.allocation("gpu-0", "gpu-7"),
+        "reservedFor": [{"resource": "pods", "name": "x", "uid": "uid-x"}],
+    }
+    operator.pod_event(dra_pod("p", "shared", shared=True))
+    operator.listed()
+    await eventually(lambda: bool(events(fake, "FailedBinding")), timeout=10)
+    await flushed(operator)
+    assert "was allocated by someone else meanwhile" in events(fake, "FailedBinding")[0]["message"]
+    assert "p" not in bound(fake)
+
+
+async def test_pods_get_their_gpus_from_claims_whatever_order_the_watches_deliver(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    operator.set_leading(True)
+    operator.pod_event(dra_pod("p", "p-gpus"))  # before its claim, its class, its node's slice and the node
+    assert operator.pending["default/p"].gpu.count == 0
+    for kind in k8s_dra.KINDS:
+        operator.devices.part_listed(kind)
+    operator.devices.claim_event(dra.claim("p-gpus", dra.request(count=4), owner="p"))
+    operator.devices.class_event(dra.gpu_class())
+    operator.devices.slice_event(dra.gpu_slice("gpu-0", 8))
+    operator.node_event(gpu_node("gpu-0"))
+    assert operator.cache.nodes[0].info.gpus == 8
+    assert operator.pending["default/p"].gpu.count == 4
+
+
+async def test_an_unreadable_class_is_reported_and_left_out(fake: FakeApiServer, operator: Operator) -> None:
+    operator.set_leading(True)
+    operator.devices.class_event(dra.gpu_class("broken", "device.driver =="))
+    await eventually(lambda: bool(events(fake, "InvalidObject")))
+    await flushed(operator)
+    (event,) = events(fake, "InvalidObject")
+    assert "deviceclass broken field spec.selectors[1].cel.expression" in event["message"]
+    assert "broken" not in operator.cache.devices.classes
