@@ -12,6 +12,12 @@ The algorithm is client-go's leaderelection, written on the shared :class:`Clien
   of waiting out the lease.
 
 ``on_change(True|False)`` is called on the event loop whenever leadership starts or stops.
+
+:class:`LeaseThread` runs the election on a thread of its own, with its own event loop and its own client (and
+so its own QPS budget): however long the scheduling loop holds the main event loop (a batch of cycles, a listing
+of 100,000 pods) and however many bindings wait for the main client's rate limiter, the Lease is renewed on time.
+A leader that cannot renew stops on that thread at ``renew_deadline``; the operator reads :attr:`LeaseThread.leading`
+before every decision, so it stops deciding then, not when the main loop next gets to the news.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ import asyncio
 import contextlib
 import datetime
 import enum
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -173,6 +180,92 @@ class LeaderElector:
                 "leaseTransitions": transitions,
             },
         }
+
+
+class LeaseThread:
+    """A :class:`LeaderElector` on its own thread, event loop and client (see the module notes).
+
+    ``connect`` opens the thread's client (on the thread's loop); ``on_change`` is called on ``loop`` (the main
+    one) whenever leadership starts or stops, as :class:`LeaderElector`'s is; :attr:`leading` is the thread's own
+    flag, safe to read from any thread at any time.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[Client]],
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        config: LeaderElectionConfig,
+        on_change: Callable[[bool], None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._connect = connect
+        self._kwargs: dict[str, Any] = {"namespace": namespace, "name": name, "identity": identity, "config": config}
+        self._on_change = on_change
+        self._main = loop
+        self.leading = False
+        self.elector: LeaderElector | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="gpusched lease", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._started.wait()
+
+    async def wait(self) -> None:
+        """Return when the thread ends (after :meth:`stop`, or on its own); raise what ended it, if anything."""
+        await asyncio.to_thread(self._thread.join)
+        if self._error is not None:
+            raise self._error
+
+    async def stop(self, timeout: float) -> None:
+        """Stop electing: a leader releases the lease (bounded by ``RELEASE_TIMEOUT_S``); wait up to ``timeout``."""
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the thread is ending anyway
+                loop.call_soon_threadsafe(stop.set)
+        await asyncio.to_thread(self._thread.join, timeout)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._elect())
+        except BaseException as exc:  # reported by wait(), on the main loop
+            self._error = exc
+            self._started.set()
+        finally:
+            self._changed(False)
+
+    async def _elect(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._started.set()
+        client = await self._connect()
+        try:
+            self.elector = LeaderElector(client, on_change=self._changed, **self._kwargs)
+            task = asyncio.create_task(self.elector.run(), name="gpusched lease")
+            stopping = asyncio.create_task(self._stop.wait())
+            await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                stopping.cancel()
+                task.result()  # it never ends on its own: an error
+                raise RuntimeError("the lease election ended on its own")
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        finally:
+            await client.close()
+
+    def _changed(self, leading: bool) -> None:
+        if leading == self.leading:
+            return
+        self.leading = leading
+        with contextlib.suppress(RuntimeError):  # the main loop is closed: nobody to tell
+            self._main.call_soon_threadsafe(self._on_change, leading)
 
 
 def _micro_time() -> str:

@@ -129,6 +129,9 @@ class Operator:
         self._listed: set[str] = set()
         #: Whether this replica holds the lease (only then it decides and writes).
         self.leading = False
+        #: The lease thread's own view (``scheduler.k8s.leader.LeaseThread``), read before every decision: it stops
+        #: deciding the moment the lease is lost, even before ``set_leading(False)`` reaches this event loop.
+        self.lease_held: Callable[[], bool] = lambda: True
         #: Pods of ours waiting for a node, by key.
         self.pending: dict[str, PodRequest] = {}
         #: When each pending pod was first seen (time.monotonic()), for the end-to-end latency.
@@ -597,9 +600,14 @@ class Operator:
         while True:
             self._wake.clear()
             ran = 0
-            if self.ready and self.leading:
+            if self.ready and self.leading and self.lease_held():
                 started = time.monotonic()
-                while ran < self.batch and self.leading and time.monotonic() - started < self.batch_seconds:
+                while (
+                    ran < self.batch
+                    and self.leading
+                    and self.lease_held()
+                    and time.monotonic() - started < self.batch_seconds
+                ):
                     cycle = time.perf_counter()
                     if not self.loop.run_once():
                         break

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -37,7 +38,7 @@ from scheduler.k8s import dra as k8s_dra
 from scheduler.k8s import handlers, health, logs
 from scheduler.k8s import volumes as k8s_volumes
 from scheduler.k8s.informer import Informer
-from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaderElector
+from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaseThread
 from scheduler.k8s.operator import Operator, warm_kernels
 
 log = structlog.get_logger(__name__)
@@ -54,6 +55,9 @@ CANCEL_LIMIT_S = 3.0
 WATCHES_STOP_S = 7.0
 #: Seconds bindings already sent and the writers get to finish.
 DRAIN_S = 10.0
+#: The lease thread's own client: a read and an update per retry period need little, and never wait for bindings.
+LEASE_QPS = 20.0
+LEASE_BURST = 40
 #: Seconds the event loop's leftovers get after :func:`serve` returns.
 LEFTOVER_S = 1.0
 
@@ -292,16 +296,24 @@ async def _supervise(
     informers.update(k8s_dra.informers(client, operator.devices))
     for kind, informer in informers.items():
         tasks[kind] = asyncio.create_task(informer.run(), name=f"gpusched {kind}")
+    lease: LeaseThread | None = None
     if config.leader_election.enabled:
-        elector = LeaderElector(
-            client,
+        # Its own thread, event loop and client (scheduler.k8s.leader): the lease is renewed on time whatever the
+        # scheduling loop and the main client's rate limiter are doing.
+        lease_settings = dataclasses.replace(settings, qps=LEASE_QPS, burst=LEASE_BURST)
+        lease = LeaseThread(
+            lambda: k8s_client.connect(lease_settings),
             namespace=args.namespace,
             name=args.lease_name,
             identity=operator.identity,
             config=config.leader_election,
             on_change=operator.set_leading,
+            loop=asyncio.get_running_loop(),
         )
-        tasks["lease"] = asyncio.create_task(elector.run(), name="gpusched lease")
+        lease.start()
+        held = lease
+        operator.lease_held = lambda: held.leading
+        tasks["lease"] = asyncio.create_task(lease.wait(), name="gpusched lease")
     else:
         operator.set_leading(True)
 
@@ -319,8 +331,9 @@ async def _supervise(
             log.error("task ended on its own; stopping", task=name)
     log.info("stopping", status=status)
     operator.set_leading(False)
-    if "lease" in tasks:  # first, and given the time to hand the lease over
-        await _end(tasks["lease"], grace=RELEASE_TIMEOUT_S + CANCEL_GRACE_S)
+    if lease is not None:  # first, and given the time to hand the lease over
+        await lease.stop(RELEASE_TIMEOUT_S + CANCEL_GRACE_S)
+        await _end(tasks["lease"], grace=CANCEL_GRACE_S)
     await asyncio.gather(*(_end(tasks[name]) for name in ("scheduling", *informers)))
     kopf_stop.set()
     await _end(tasks["watches"], grace=WATCHES_STOP_S, cancel_first=False)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+import time
 from collections.abc import AsyncIterator
 
 import pytest
 
 from scheduler.k8s import client as k8s
 from scheduler.k8s.config import LeaderElectionConfig
-from scheduler.k8s.leader import LeaderElector
+from scheduler.k8s.leader import LeaderElector, LeaseThread
 from tests.k8s.fakeapi import FakeApiServer, eventually
 
 FAST = LeaderElectionConfig(lease_duration_s=1.0, renew_deadline_s=0.5, retry_period_s=0.05)
@@ -114,3 +116,56 @@ async def test_leader_that_cannot_renew_stops_within_the_deadline(
     assert loop.time() - cut < FAST.lease_duration_s
     fake.leases_unreachable = False
     await eventually(lambda: a.leading, timeout=3)
+
+
+async def test_the_lease_is_renewed_while_the_main_event_loop_is_held() -> None:
+    # The API server on a loop of its own, so that holding the main loop holds only what runs on it (the
+    # scheduling loop, in gpusched run). On the main loop, an elector would miss its renew deadline here.
+    ready: asyncio.Queue[tuple[asyncio.AbstractEventLoop, FakeApiServer]] = asyncio.Queue()
+    main = asyncio.get_running_loop()
+
+    def serve() -> None:
+        async def run() -> None:
+            server = FakeApiServer()
+            await server.start()
+            stop = asyncio.Event()
+            server.stop = stop  # type: ignore[attr-defined]
+            main.call_soon_threadsafe(ready.put_nowait, (asyncio.get_running_loop(), server))
+            await stop.wait()
+            await server.close()
+
+        asyncio.run(run())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    server_loop, server = await ready.get()
+    changes: list[bool] = []
+    lease = LeaseThread(
+        lambda: _connect(server.url),
+        namespace=KEY[0],
+        name=KEY[1],
+        identity="a",
+        config=FAST,
+        on_change=changes.append,
+        loop=main,
+    )
+    lease.start()
+    try:
+        await eventually(lambda: changes == [True])
+        before = len(server.requests("PUT", "/leases/gpusched"))
+        time.sleep(4 * FAST.renew_deadline_s)  # the main loop held: a long batch of cycles, a big listing
+        renewed = len(server.requests("PUT", "/leases/gpusched")) - before
+        assert renewed >= 10, renewed  # every retry period (0.05 s), on the lease thread
+        assert lease.leading
+        await asyncio.sleep(0.1)
+        assert changes == [True]  # never lost
+    finally:
+        await lease.stop(5.0)
+        server_loop.call_soon_threadsafe(server.stop.set)  # type: ignore[attr-defined]
+        thread.join(5.0)
+    assert changes == [True, False]
+    assert server.leases[KEY]["spec"]["holderIdentity"] == ""  # released on stop
+
+
+async def _connect(url: str) -> k8s.Client:
+    return k8s.for_host(url, timeout=2.0)
