@@ -373,7 +373,9 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
     labels = _str_map(meta.get("labels"), obj=obj, field="metadata.labels")
     annotations = _str_map(meta.get("annotations"), obj=obj, field="metadata.annotations")
     requested = effective_requests(spec, obj=obj)
-    share = api_hami.share_of(spec, obj=obj)
+    # HAMi's per-device resources show in the effective request when any container asks for one (sums and maxima
+    # keep every name): most pods ask for none, and skip reading every container again.
+    share = api_hami.share_of(spec, obj=obj) if any(r in requested for r in api_hami.RESOURCES) else None
     gpu = _gpu_request(requested, annotations, obj=obj, share=share)
     if (spec.get("schedulerName") or "default-scheduler") == scheduler_name and not spec.get("nodeName"):
         milli = gpu.milli if ANNOTATION_GPU_MILLI in annotations else None
@@ -414,7 +416,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         uid=str(meta.get("uid") or ""),
         resources=requested,
         gpu=gpu,
-        gpu_per_container=api_hami.gpus_per_container(spec, obj=obj),
+        gpu_per_container=api_hami.gpus_per_container(spec, obj=obj) if gpu.count else (),
         priority=priority,
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         node_name=str(spec.get("nodeName") or ""),

@@ -83,7 +83,10 @@ class SchedulingLoop:
         self._demand_version = 0
         #: The leaf queues in rank order when the pending work was last sorted (see :meth:`resort`).
         self._leaf_order: list[str] | None = None
-        self.resort()
+        #: Each leaf's place in ``_leaf_order`` (what ``_less`` compares); whether the order must be looked at again.
+        self._place_of: dict[str, int] = {}
+        self._order_stale = True
+        self.sort_pending()
 
     # --- inputs ------------------------------------------------------------------------------------------------
 
@@ -188,14 +191,25 @@ class SchedulingLoop:
         self.resort()
 
     def resort(self) -> None:
-        """Re-sort the pending work if the leaf queues' order changed (shares move with every charge, release
-        and usage record). ``_less`` compares queues by rank only, and ranks never tie (each ends in the queue's
-        name), so with the same order every comparison is the same and the O(n) re-sort is skipped: the common
-        case, one pod charged to a queue that keeps its place."""
+        """The leaf queues' order may have changed (shares move with every charge, release and usage record):
+        re-sort the pending work before it is next read (:meth:`sort_pending`). Only marked here: at start-up every
+        bound pod found is a charge, and ranking the queues after each of 90,000 of them took most of the listing.
+        """
+        self._order_stale = True
+
+    def sort_pending(self) -> None:
+        """Re-sort the pending work if the leaf queues' order changed since it was last sorted. ``_less`` compares
+        queues by their place in that order (ranks never tie: each ends in the queue's name), so between two sorts
+        every comparison is the same, and with the same order the O(n) re-sort is skipped: the common case, one pod
+        charged to a queue that keeps its place."""
+        if not self._order_stale:
+            return
+        self._order_stale = False
         order = sorted(self.tenancy.tree.leaves(), key=self.tenancy.rank)
         if order == self._leaf_order:
             return
         self._leaf_order = order
+        self._place_of = {leaf: i for i, leaf in enumerate(order)}
         self.queue.set_less(self._less)
 
     def cluster_event(self, event: ClusterEvent | str) -> None:
@@ -259,6 +273,7 @@ class SchedulingLoop:
 
     def run_once(self) -> bool:
         """Run one cycle if anything is ready; False when nothing was."""
+        self.sort_pending()
         item = self.queue.pop()
         if item is None:
             return False
@@ -482,8 +497,9 @@ class SchedulingLoop:
             )
 
     def _less(self, a: QueueItem, b: QueueItem) -> bool:
-        return (self.tenancy.rank(a.queue), -a.priority, a.created, a.key) < (
-            self.tenancy.rank(b.queue),
+        last = len(self._place_of)  # a name that is not a leaf goes last
+        return (self._place_of.get(a.queue, last), -a.priority, a.created, a.key) < (
+            self._place_of.get(b.queue, last),
             -b.priority,
             b.created,
             b.key,

@@ -165,6 +165,7 @@ def _queue_lines(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
     if problem:
         return [f"  queue: {problem}; the pod waits for it"]
     key = job.key if job is not None and job.group is not None and not job.satisfied else pod.key
+    loop.sort_pending()  # the order as the next cycle will read it
     position = loop.queue.position(key)
     where = dict(loop.queue.pending()).get(key, "")
     waiting = sum(1 for _, w in loop.queue.pending() if w == "active")
