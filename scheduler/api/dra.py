@@ -53,10 +53,11 @@ class Device:
     node: str = ""
     node_terms: tuple[selectors.NodeSelectorTerm, ...] = ()
     all_nodes: bool = False
+    #: (driver, pool, name): how allocations name it (kept, not rebuilt: the allocator reads it a million times).
+    key: tuple[str, str, str] = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.driver, self.pool, self.name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.driver, self.pool, self.name))
 
     def attribute(self, qualified: str) -> api_cel.AttributeValue | None:
         return self.attributes.get(qualified if "/" in qualified else f"{self.driver}/{qualified}")

@@ -52,15 +52,20 @@ class DeviceStore:
         self.listed = True
         #: Grows at every change (what the plugin memoises on).
         self.version = 0
+        #: Grows at every change of a class or a slice (what devices exist and what they match), not of a claim.
+        self.devices_version = 0
         #: claim key -> the allocation assumed for it, and the pod key it was made for.
         self.assumed: dict[str, tuple[ClaimAllocation, str]] = {}
         #: pod key -> the claims of its decision (allocated, or reserved only), until its binding completes or fails.
         self._pod_claims: dict[str, tuple[ClaimAllocation, ...]] = {}
-        self._devices_version = -1
+        self._indexed_at = -1
         self._by_node: dict[str, NodeDevices] = {}
         self._shared: tuple[Device, ...] = ()
         self._by_key: dict[DeviceKey, Device] = {}
-        self._taken_version = -1
+        #: Device key -> the claims holding it (written or assumed allocations, admin access aside), kept as claims
+        #: and decisions come and go; claim key -> the devices it holds.
+        self._holders: dict[DeviceKey, set[str]] = {}
+        self._holds: dict[str, tuple[DeviceKey, ...]] = {}
         self._taken: dict[DeviceKey, str] = {}
         #: (expression source, device key) -> whether it matches (False also when it cannot be evaluated).
         self._matches: dict[tuple[str, DeviceKey], bool] = {}
@@ -74,12 +79,14 @@ class DeviceStore:
             return False
         self.classes[device_class.name] = device_class
         self.version += 1
+        self.devices_version += 1
         return True
 
     def remove_class(self, name: str) -> bool:
         if self.classes.pop(name, None) is None:
             return False
         self.version += 1
+        self.devices_version += 1
         return True
 
     def upsert_slice(self, resource_slice: ResourceSlice) -> bool:
@@ -87,12 +94,14 @@ class DeviceStore:
             return False
         self.slices[resource_slice.name] = resource_slice
         self.version += 1
+        self.devices_version += 1
         return True
 
     def remove_slice(self, name: str) -> bool:
         if self.slices.pop(name, None) is None:
             return False
         self.version += 1
+        self.devices_version += 1
         return True
 
     def upsert_claim(self, claim: ResourceClaim) -> bool:
@@ -102,6 +111,7 @@ class DeviceStore:
         if claim.allocation is not None and claim.key in self.assumed:
             # The allocation is written: the claim speaks for itself now.
             del self.assumed[claim.key]
+        self._refresh(claim.key)
         self.version += 1
         return True
 
@@ -109,6 +119,7 @@ class DeviceStore:
         if self.claims.pop(key, None) is None:
             return False
         self.assumed.pop(key, None)
+        self._refresh(key)
         self.version += 1
         return True
 
@@ -124,6 +135,7 @@ class DeviceStore:
         for claim in claims:
             if claim.allocation is not None:
                 self.assumed[claim.claim] = (claim, pod_key)
+                self._refresh(claim.claim)
         self.version += 1
 
     def release(self, pod_key: str) -> None:
@@ -133,6 +145,7 @@ class DeviceStore:
             held = self.assumed.get(claim.claim)
             if held is not None and held[1] == pod_key:
                 del self.assumed[claim.claim]
+                self._refresh(claim.claim)
         if claims:
             self.version += 1
 
@@ -151,21 +164,28 @@ class DeviceStore:
         return held[0].allocation if held is not None else None
 
     def taken(self) -> Mapping[DeviceKey, str]:
-        """Device key -> the claim holding it (written or assumed allocations; admin access does not hold)."""
-        if self._taken_version != self.version:
-            taken: dict[DeviceKey, str] = {}
-            for claim in self.claims.values():
-                if claim.allocation is not None:
-                    for device in claim.allocation.devices:
-                        if not device.admin_access:
-                            taken[device.key] = claim.key
-            for allocation, _ in self.assumed.values():
-                for device in allocation.devices:
-                    if not device.admin_access:
-                        taken[device.key] = allocation.claim
-            self._taken = taken
-            self._taken_version = self.version
+        """Device key -> a claim holding it (written or assumed allocations; admin access does not hold)."""
         return self._taken
+
+    def _refresh(self, key: str) -> None:
+        """Take what claim ``key`` holds now (its written allocation, else the one assumed) into :meth:`taken`."""
+        allocation = self.allocation_of(key)
+        now = tuple(d.key for d in allocation.devices if not d.admin_access) if allocation is not None else ()
+        before = self._holds.pop(key, ())
+        if now:
+            self._holds[key] = now
+        for device in before:
+            holders = self._holders.get(device)
+            if holders is not None:
+                holders.discard(key)
+                if holders:
+                    self._taken[device] = next(iter(holders))
+                else:
+                    del self._holders[device]
+                    del self._taken[device]
+        for device in now:
+            self._holders.setdefault(device, set()).add(key)
+            self._taken.setdefault(device, key)
 
     def node_devices(self, node: str) -> NodeDevices:
         self._index()
@@ -210,7 +230,7 @@ class DeviceStore:
         return found
 
     def _index(self) -> None:
-        if self._devices_version == self.version:
+        if self._indexed_at == self.devices_version:
             return
         newest: dict[tuple[str, str], int] = {}
         for s in self.slices.values():
@@ -247,7 +267,7 @@ class DeviceStore:
             self._matches.clear()
             self.errors.clear()
         self._by_key = by_key
-        self._devices_version = self.version
+        self._indexed_at = self.devices_version
 
     def owns(self, key: str, pod: PodRequest) -> bool:
         """Whether a claim is ``pod``'s own: made from its template, or used by it alone (reserved for it only, or

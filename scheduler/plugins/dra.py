@@ -23,6 +23,10 @@ in the same best-fit order, with backtracking over the claim's requests. The nod
 plugins as for any pod: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.dra``), so FGD,
 binpack, gangs and queue accounting see them.
 
+The answer for a node is remembered by the claims' shape (requests, selectors, constraints: the same for every pod
+of one template) and the node's devices taken, until a device or class changes: a backlog of one template costs
+one allocation per node and change, not one per node and pod.
+
 Reserve: the allocation for the chosen node goes into the cycle state (``interface.DEVICE_CLAIMS``), from there into
 the Decision; the whole GPUs among the devices become the decision's GPU indices (their order on the node), which
 the cache counts as it counts the device plugin's. Inside a what-if (a gang), the allocation is recorded on the
@@ -76,6 +80,9 @@ class DynamicResources:
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
+        #: (the claims' shape, node, the node's devices taken) -> the devices per claim, or None: cannot.
+        self._memo: dict[tuple[Any, ...], tuple[tuple[AllocatedDevice, ...], ...] | None] = {}
+        self._memo_version = -1
 
     def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
         return _WAKES if reason in _CODES else None
@@ -157,6 +164,11 @@ class DynamicResources:
         taken = _taken(snap)
         shared = store.shared_devices()
         reach: dict[tuple[Any, ...], np.ndarray] = {}
+        if self._memo_version != store.devices_version:
+            self._memo.clear()  # devices or classes changed: what matched may not
+            self._memo_version = store.devices_version
+        shape = tuple(_shape(claim) for claim in plan.to_allocate)
+        keys = [claim.key for claim in plan.to_allocate]
         for slot in np.flatnonzero(reasons == layout.FIT).tolist():
             node = names[slot]
             if node is None:
@@ -166,7 +178,8 @@ class DynamicResources:
                 continue
             if not plan.to_allocate:
                 continue
-            devices = list(store.node_devices(node).local)
+            local = store.node_devices(node).local
+            devices = list(local)
             for device in shared:
                 if device.all_nodes:
                     devices.append(device)
@@ -176,7 +189,21 @@ class DynamicResources:
                         mask = reach[device.node_terms] = snap.select({}, device.node_terms)
                     if slot < mask.shape[0] and mask[slot]:
                         devices.append(device)
-            found = allocate(plan.to_allocate, devices, taken, store)
+            if len(devices) == len(local):
+                # Only the node's own devices: the answer depends on the claims' shape and which of them are taken
+                # here, so the pods of one template share it until a device of this node is taken or freed.
+                held = frozenset(d.key for d in local if d.key in taken)
+                memo_key = (shape, node, held)
+                if memo_key in self._memo:
+                    known = self._memo[memo_key]
+                    found = None if known is None else dict(zip(keys, known, strict=True))
+                else:
+                    found = allocate(plan.to_allocate, devices, taken, store)
+                    if len(self._memo) >= MEMO_MAX:
+                        self._memo.clear()
+                    self._memo[memo_key] = None if found is None else tuple(found[k] for k in keys)
+            else:
+                found = allocate(plan.to_allocate, devices, taken, store)
             if found is None:
                 reasons[slot] = layout.DRA_CANNOT_ALLOCATE
             else:
@@ -225,6 +252,24 @@ class DynamicResources:
 
 
 # --- the allocator ---------------------------------------------------------------------------------------------
+
+#: Filter answers remembered (see ``DynamicResources.filter``); all are forgotten beyond this.
+MEMO_MAX = 200_000
+
+
+def _shape(claim: ResourceClaim) -> tuple[Any, ...]:
+    """What an allocation depends on in a claim (not its name): the pods of one template have the same shape."""
+    requests = tuple(
+        (
+            request.name,
+            tuple(
+                (c.name, c.device_class, tuple(e.source for e in c.selectors), c.mode, c.count, c.admin_access)
+                for c in request.choices
+            ),
+        )
+        for request in claim.requests
+    )
+    return (requests, claim.constraints)
 
 
 def _taken(snap: Snapshot) -> set[DeviceKey]:
