@@ -156,6 +156,7 @@ class ResourceClaim:
     #: The uid of the pod that owns it (a claim made from a pod's template), "" if none.
     owner_pod: str = ""
     resource_version: str = ""
+    finalizers: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -448,6 +449,7 @@ def parse_claim(raw: Mapping[str, object]) -> ResourceClaim:
         bool(meta.get("deletionTimestamp")),
         owner,
         str(meta.get("resourceVersion") or ""),
+        tuple(str(f) for f in _list(meta.get("finalizers"), obj=obj, field="metadata.finalizers")),
     )
 
 

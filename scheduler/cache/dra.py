@@ -297,9 +297,9 @@ _NONE = NodeDevices((), ())
 
 def claim_gpus(store: DeviceStore, pod: PodRequest) -> int | None:
     """The whole GPUs a pending pod's claims give it: for a claim of its own (:meth:`DeviceStore.owns`) that is
-    allocated, its allocated GPUs; not allocated yet, the count of each ``ExactCount`` request (its first
-    alternative) whose DeviceClass selects GPUs of NVIDIA's driver. A claim shared with pods that allocated it
-    holds its GPUs for them. None while a claim is not known.
+    allocated, its allocated GPUs; not allocated yet, the count of each ``ExactCount`` request whose DeviceClass
+    selects GPUs of NVIDIA's driver (admin access aside; for ``firstAvailable``, the smallest alternative's). A
+    claim shared with pods that allocated it holds its GPUs for them. None while a claim is not known.
 
     The count is the same before and after the pod's own allocation is written, so the pod weighs the same in its
     queue whichever the watch shows first."""
@@ -316,9 +316,13 @@ def claim_gpus(store: DeviceStore, pod: PodRequest) -> int | None:
                 total += len(store.gpu_devices(allocation))
             continue
         for request in claim.requests:
-            choice = request.choices[0]
-            if choice.mode == api_dra.EXACT_COUNT and _selects_gpus(store, choice):
-                total += choice.count
+            # The fewest GPUs the request may get (firstAvailable: its smallest alternative; All: counted once
+            # allocated), so that a node the smaller alternative fits is not filtered out by the GPU count.
+            counts = [
+                c.count if c.mode == api_dra.EXACT_COUNT and not c.admin_access and _selects_gpus(store, c) else 0
+                for c in request.choices
+            ]
+            total += min(counts)
     return total
 
 

@@ -11,12 +11,14 @@ expression, a bad quantity) is reported (an Event naming the field) and left out
 
 PreBind (:class:`ClaimWriter`), for a decision with claims, before the pod's binding is posted, per claim:
 
-1. the claim is read; if it is allocated already (by an earlier attempt of ours, or shared) the allocation must be
-   the decision's (or the decision only reserves it); else the finalizer ``resource.kubernetes.io/delete-protection``
-   is added (an allocated claim is not deleted under a running pod; the resourceclaim controller removes it when it
-   deallocates);
-2. ``status.allocation`` and the pod in ``status.reservedFor`` are written with the claim's resourceVersion as a
-   precondition (a conflict reads the claim again, up to :data:`WRITE_ATTEMPTS` times);
+1. the claim as the store has it (the watch, or our own last write; read from the API server only when that is
+   stale): if it is allocated already (by an earlier attempt of ours, or shared) the allocation must be the
+   decision's (or the decision only reserves it); else the finalizer ``resource.kubernetes.io/delete-protection``
+   is added by a merge patch (an allocated claim is not deleted under a running pod; the resourceclaim controller
+   removes it when it deallocates);
+2. ``status.allocation`` and the pod in ``status.reservedFor`` are written by a merge patch of the status; each patch
+   carries the claim's resourceVersion, a precondition (a conflict reads the claim again, up to
+   :data:`WRITE_ATTEMPTS` times). Two writes and the binding per pod, as kube-scheduler;
 3. the claim as written goes into the store at once, so no later decision sees its devices free while the watch
    catches up.
 
@@ -39,7 +41,7 @@ from scheduler.api.dra import ClaimAllocation
 from scheduler.api.errors import InvalidObject
 from scheduler.cache.dra import DeviceStore
 from scheduler.framework.interface import Decision
-from scheduler.k8s.client import Client
+from scheduler.k8s.client import Answer, Client
 from scheduler.k8s.informer import Informer
 
 log = structlog.get_logger(__name__)
@@ -173,9 +175,11 @@ def informers(client: Client, watches: DeviceWatches) -> dict[str, Informer]:
 class ClaimWriter:
     """The DRA PreBind and its undo, for :class:`scheduler.k8s.binder.Binder` (see the module notes)."""
 
-    def __init__(self, client: Client, store: DeviceStore) -> None:
+    def __init__(self, client: Client, store: DeviceStore, *, on_change: Callable[[set[str]], None]) -> None:
         self.client = client
         self.store = store
+        #: Told of a claim written or read here, as the watches tell of one (pending pods' GPU counts follow it).
+        self._on_change = on_change
         self.api = k8s_client.ResourceV1Api(client.api)
 
     async def prebind(self, decision: Decision) -> str:
@@ -190,51 +194,53 @@ class ClaimWriter:
     async def _write(self, decision: Decision, claim: ClaimAllocation) -> str:
         pod = decision.pod
         namespace, _, name = claim.claim.partition("/")
+        # The claim as the store has it (the watch, or our own last write): its resourceVersion is the precondition
+        # of each patch, so a claim that moved meanwhile is read again (409) rather than overwritten.
+        current = self.store.claims.get(claim.claim)
         for _ in range(WRITE_ATTEMPTS):
-            answer = await self.client.call(self.api.read_namespaced_resource_claim, name=name, namespace=namespace)
-            if not answer.ok:
-                return f"reading resourceclaim {claim.claim}: {answer.message}"
-            body = dict(answer.body)
-            meta = dict(_map(body.get("metadata")))
-            status = dict(_map(body.get("status")))
-            written = status.get("allocation")
-            reserved = [dict(_map(r)) for r in status.get("reservedFor") or []]
-            if any(r.get("uid") == pod.uid for r in reserved) and written:
-                self._seen(body)
+            if current is None:
+                current = await self._read(namespace, name)
+                if current is None:
+                    return f"reading resourceclaim {claim.claim}: not found"
+            written = current.allocation
+            reserved = list(current.reserved_for)
+            if any(r.uid == pod.uid for r in reserved) and written is not None:
                 return ""  # an earlier attempt of ours
-            if written and claim.allocation is not None and not _same(written, claim.allocation):
+            if written is not None and claim.allocation is not None and not _same_devices(written, claim.allocation):
                 return f"resourceclaim {claim.claim} was allocated by someone else meanwhile"
-            if not written and claim.allocation is None:
+            if written is None and claim.allocation is None:
                 return f"resourceclaim {claim.claim} is no longer allocated"
             if len(reserved) >= api_dra.RESERVED_FOR_MAX:
                 return f"resourceclaim {claim.claim} is reserved for {len(reserved)} pods already"
-            if not written and FINALIZER not in (meta.get("finalizers") or []):
-                meta["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
-                body["metadata"] = meta
-                updated = await self.client.call(
-                    self.api.replace_namespaced_resource_claim, name=name, namespace=namespace, body=body
-                )
-                if updated.status == 409:
+            version = current.resource_version
+            if written is None and FINALIZER not in current.finalizers:
+                patch = {"metadata": {"resourceVersion": version, "finalizers": [*current.finalizers, FINALIZER]}}
+                answer = await self._patch(self.api.patch_namespaced_resource_claim, namespace, name, patch)
+                if answer.status == 409:
+                    current = None
                     continue
-                if not updated.ok:
-                    return f"adding the finalizer to resourceclaim {claim.claim}: {updated.message}"
-                body = dict(updated.body)
-                status = dict(_map(body.get("status")))
-            if not written:
+                if not answer.ok:
+                    return f"adding the finalizer to resourceclaim {claim.claim}: {answer.message}"
+                version = str(_map(answer.body.get("metadata")).get("resourceVersion") or "")
+            status: dict[str, Any] = {
+                "reservedFor": [
+                    *({"resource": r.resource, "name": r.name, "uid": r.uid} for r in reserved),
+                    {"resource": "pods", "name": pod.name, "uid": pod.uid},
+                ]
+            }
+            if written is None:
                 assert claim.allocation is not None
                 status["allocation"] = _allocation_body(claim.allocation)
-            status["reservedFor"] = [*reserved, {"resource": "pods", "name": pod.name, "uid": pod.uid}]
-            body["status"] = status
-            answer = await self.client.call(
-                self.api.replace_namespaced_resource_claim_status, name=name, namespace=namespace, body=body
-            )
+            patch = {"metadata": {"resourceVersion": version}, "status": status}
+            answer = await self._patch(self.api.patch_namespaced_resource_claim_status, namespace, name, patch)
             if answer.status == 409:
+                current = None
                 continue
             if not answer.ok:
                 return f"writing the allocation of resourceclaim {claim.claim}: {answer.message}"
             self._seen(answer.body)
             log.info(
-                "claim allocated" if not written else "claim reserved",
+                "claim allocated" if written is None else "claim reserved",
                 claim=claim.claim,
                 pod=pod.key,
                 node=decision.node,
@@ -242,6 +248,18 @@ class ClaimWriter:
             )
             return ""
         return f"resourceclaim {claim.claim} kept changing while it was being allocated"
+
+    async def _read(self, namespace: str, name: str) -> api_dra.ResourceClaim | None:
+        answer = await self.client.call(self.api.read_namespaced_resource_claim, name=name, namespace=namespace)
+        if not answer.ok:
+            return None
+        self._seen(answer.body)
+        return self.store.claims.get(f"{namespace}/{name}")
+
+    async def _patch(self, method: Any, namespace: str, name: str, body: Mapping[str, Any]) -> Answer:
+        return await self.client.call(
+            method, name=name, namespace=namespace, body=body, _content_type="application/merge-patch+json"
+        )
 
     async def undo(self, decision: Decision) -> None:
         """The pod was not bound: take it out of its claims' ``reservedFor``; clear what this decision allocated
@@ -278,9 +296,12 @@ class ClaimWriter:
 
     def _seen(self, body: Mapping[str, Any]) -> None:
         try:
-            self.store.upsert_claim(api_dra.parse_claim(body))
+            claim = api_dra.parse_claim(body)
         except InvalidObject as exc:
             log.warning("a claim as written cannot be read back", reason=str(exc))
+            return
+        if self.store.upsert_claim(claim):
+            self._on_change({claim.key})
 
 
 def _allocation_body(allocation: api_dra.Allocation) -> dict[str, Any]:
@@ -305,6 +326,10 @@ def _allocation_body(allocation: api_dra.Allocation) -> dict[str, Any]:
             ]
         }
     return body
+
+
+def _same_devices(written: api_dra.Allocation, allocation: api_dra.Allocation) -> bool:
+    return {d.key for d in written.devices} == {d.key for d in allocation.devices}
 
 
 def _same(written: object, allocation: api_dra.Allocation) -> bool:

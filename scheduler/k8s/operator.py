@@ -176,7 +176,7 @@ class Operator:
         self.volume_binder = k8s_volumes.VolumeBinder(client, self.volumes)
         #: DeviceClasses, ResourceSlices and ResourceClaims into the cache; the DRA PreBind (``scheduler.k8s.dra``).
         self.devices = k8s_dra.DeviceWatches(self.cache.devices, on_change=self.devices_changed, invalid=self._invalid)
-        self.claim_writer = k8s_dra.ClaimWriter(client, self.cache.devices)
+        self.claim_writer = k8s_dra.ClaimWriter(client, self.cache.devices, on_change=self.devices_changed)
         #: Node name -> the whole GPUs it publishes through DRA, as last given to the cache.
         self._dra_gpus: dict[str, int] = {}
         #: Claim key -> the pending pods (keys) that use it, whose GPU count follows the claim.
@@ -862,6 +862,10 @@ class Operator:
         if pod.key not in self.pending or self.cache.pod(pod.key) is not None:
             return  # deleted, or placed meanwhile
         self.loop.bind_failed(pod, reason)
+        current = self.pending[pod.key]
+        if current != pod:
+            # It changed while it was placed (its claims' GPUs, read again meanwhile): tried again as it is now.
+            self.loop.pod_pending(current)
         self._wake.set()
 
     def _on_uncertain(self, key: str) -> None:

@@ -46,6 +46,7 @@ import numpy as np
 
 from scheduler.api import dra as api_dra
 from scheduler.api.dra import AllocatedDevice, Allocation, ClaimAllocation, Device, ResourceClaim
+from scheduler.cache import dra as cache_dra
 from scheduler.cache.dra import DeviceKey, DeviceStore
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
@@ -143,6 +144,11 @@ class DynamicResources:
                         f'device class "{missing[0]}" does not exist',
                     )
             plan.to_allocate.append(claim)
+        gpus = None if snap.in_what_if else cache_dra.claim_gpus(store, pod)
+        if gpus is not None and gpus != (pod.gpu.count if pod.gpu.whole else 0):
+            # A claim changed since the pod was read (a shared claim someone else allocated meanwhile): the pod is
+            # read again with the GPUs it now gets, so that it is not charged for GPUs it will not hold.
+            return Status(Code.ERROR, f"the pod's claims changed: it gets {gpus} whole GPUs from them now", self.name)
         state.data[PLAN] = plan
         return Status.success()
 
@@ -239,8 +245,9 @@ class DynamicResources:
                     # the pod's, recorded with the binding like any.
                     gpu_ids.extend(gpu_slot[d.key] for d in store.gpu_devices(allocation) if d.key in gpu_slot)
         state.data[interface.DEVICE_CLAIMS] = tuple(claims)
-        if gpu_ids:
-            state.data[interface.GPU_IDS] = tuple(sorted(gpu_ids))
+        # The pod's GPUs are its claims' (a pod with claims asks for none of the device plugin's): what the gpu
+        # plugin chose from the GPU slots is replaced, even by none.
+        state.data[interface.GPU_IDS] = tuple(sorted(gpu_ids))
         if snap.in_what_if:
             snap.pick_devices(claims)
         return Status.success()

@@ -106,6 +106,8 @@ class FakeApiServer:
         app.router.add_get(claims, self._get_resource_claim)
         app.router.add_put(claims, self._put_resource_claim)
         app.router.add_put(claims + "/status", self._put_resource_claim)
+        app.router.add_patch(claims, self._patch_resource_claim)
+        app.router.add_patch(claims + "/status", self._patch_resource_claim)
         self._server = TestServer(app)
 
     @property
@@ -252,6 +254,7 @@ class FakeApiServer:
         return body
 
     async def _get_resource_claim(self, request: web.Request) -> web.Response:
+        await self._record(request)
         claim = self.resource_claims.get((request.match_info["ns"], request.match_info["name"]))
         if claim is None:
             return web.json_response(status(404, "NotFound", "resourceclaims not found"), status=404)
@@ -274,6 +277,24 @@ class FakeApiServer:
             body = {**body, "status": current.get("status") or {}}
         return web.json_response(self.store_resource_claim(body))
 
+    async def _patch_resource_claim(self, request: web.Request) -> web.Response:
+        """A merge patch of a claim or its status; a ``metadata.resourceVersion`` in it is a precondition (409)."""
+        body = await self._record(request)
+        if request.path.endswith("/status") and self.claim_status_answers:
+            return await self._answer(self.claim_status_answers.pop(0))
+        key = (request.match_info["ns"], request.match_info["name"])
+        current = self.resource_claims.get(key)
+        if current is None:
+            return web.json_response(status(404, "NotFound", "resourceclaims not found"), status=404)
+        version = (body.get("metadata") or {}).get("resourceVersion")
+        if version is not None and version != current["metadata"]["resourceVersion"]:
+            return web.json_response(status(409, "Conflict", "the object has been modified"), status=409)
+        if request.path.endswith("/status"):
+            patched = {**current, "status": _merge(current.get("status") or {}, body.get("status") or {})}
+        else:
+            patched = _merge(current, {k: v for k, v in body.items() if k != "status"})
+        return web.json_response(self.store_resource_claim(patched))
+
     async def _create_event(self, request: web.Request) -> web.Response:
         body = await self._record(request)
         key = (request.match_info["ns"], body["metadata"]["name"])
@@ -291,6 +312,19 @@ class FakeApiServer:
             return web.json_response(status(404, "NotFound", "events not found"), status=404)
         self.events[key].update(body)
         return web.json_response(self.events[key])
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 merge patch: maps merge, null removes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
 
 
 async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 5.0) -> None:

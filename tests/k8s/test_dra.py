@@ -62,9 +62,13 @@ async def test_the_allocation_and_reservation_are_written_before_the_binding(
     operator.pod_event(dra_pod("p", "p-gpus"))
     operator.listed()
     await eventually(lambda: "p" in bound(fake))
-    puts = [s.path.rsplit("/", 1)[-1] for s in fake.seen if s.method == "PUT"]
-    assert puts == ["p-gpus", "status"]  # the finalizer, then the status; both before the binding
-    assert fake.seen.index(fake.requests("PUT", "/status")[0]) < fake.seen.index(fake.requests("POST", "/binding")[0])
+    writes = [(s.method, s.path.rsplit("/", 1)[-1], s.content_type) for s in fake.seen if "resourceclaims" in s.path]
+    merge = "application/merge-patch+json"
+    # The finalizer, then the status, each with the resourceVersion as a precondition; both before the binding,
+    # and no read: the store's claim is current.
+    assert writes == [("PATCH", "p-gpus", merge), ("PATCH", "status", merge)]
+    assert [s.body["metadata"]["resourceVersion"] for s in fake.seen if "resourceclaims" in s.path] == ["1", "2"]
+    assert fake.seen.index(fake.requests("PATCH", "/status")[0]) < fake.seen.index(fake.requests("POST", "/binding")[0])
     claim = fake.resource_claims[("default", "p-gpus")]
     assert claim["metadata"]["finalizers"] == [k8s_dra.FINALIZER]
     results = claim["status"]["allocation"]["devices"]["results"]
@@ -85,7 +89,8 @@ async def test_a_conflict_is_retried_on_the_claim_as_it_is_now(fake: FakeApiServ
     operator.pod_event(dra_pod("p", "p-gpus"))
     operator.listed()
     await eventually(lambda: "p" in bound(fake))
-    assert len(fake.requests("PUT", "/status")) == 2
+    assert len(fake.requests("PATCH", "/status")) == 2  # the conflict read the claim again, then wrote
+    assert len(fake.requests("GET", "/resourceclaims/p-gpus")) == 1
     assert fake.resource_claims[("default", "p-gpus")]["status"]["reservedFor"][0]["uid"] == "uid-p"
 
 
@@ -96,8 +101,8 @@ async def test_a_refused_binding_releases_the_claim_and_the_pod_is_tried_again(
     fake.bind_answers["p"] = Canned(403, status(403, "Forbidden", "a webhook said no"))
     operator.pod_event(dra_pod("p", "p-gpus"))
     operator.listed()
-    await eventually(lambda: len(fake.requests("PUT", "/status")) >= 2)
-    released = fake.requests("PUT", "/status")[1].body["status"]
+    await eventually(lambda: len(fake.requests("PUT", "/status")) >= 1)
+    released = fake.requests("PUT", "/status")[0].body["status"]
     assert released.get("reservedFor") is None and released.get("allocation") is None
     await eventually(lambda: not operator.cache.devices.taken())
     del fake.bind_answers["p"]
@@ -106,7 +111,7 @@ async def test_a_refused_binding_releases_the_claim_and_the_pod_is_tried_again(
     assert fake.resource_claims[("default", "p-gpus")]["status"]["allocation"] is not None
 
 
-async def test_a_claim_allocated_by_someone_else_meanwhile_fails_the_binding(
+async def test_a_claim_allocated_by_someone_else_meanwhile_fails_the_binding_then_is_joined(
     fake: FakeApiServer, operator: Operator
 ) -> None:
     setup(operator, fake, dra.claim("shared", dra.request(count=1)))
@@ -115,12 +120,17 @@ async def test_a_claim_allocated_by_someone_else_meanwhile_fails_the_binding(
         "allocation": dra.allocation("gpu-0", "gpu-7"),
         "reservedFor": [{"resource": "pods", "name": "x", "uid": "uid-x"}],
     }
+    fake.store_resource_claim(taken)  # a new resourceVersion: the watch has not shown it yet
     operator.pod_event(dra_pod("p", "shared", shared=True))
     operator.listed()
     await eventually(lambda: bool(events(fake, "FailedBinding")), timeout=10)
     await flushed(operator)
     assert "was allocated by someone else meanwhile" in events(fake, "FailedBinding")[0]["message"]
-    assert "p" not in bound(fake)
+    # Tried again, the pod joins the claim as it is now: its second user, on its node, its devices unchanged.
+    await eventually(lambda: "p" in bound(fake), timeout=10)
+    claim = fake.resource_claims[("default", "shared")]
+    assert [r["uid"] for r in claim["status"]["reservedFor"]] == ["uid-x", "uid-p"]
+    assert [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]] == ["gpu-7"]
 
 
 async def test_pods_get_their_gpus_from_claims_whatever_order_the_watches_deliver(

@@ -168,7 +168,8 @@ def test_first_available_takes_the_first_alternative_that_can_be_met() -> None:
         }
     ]
     cluster.claim(raw)
-    pod = dataclasses.replace(cluster.pod(pod_with("p", "flex")), gpu=GpuRequest())
+    pod = cluster.pod(pod_with("p", "flex"))
+    assert pod.gpu.count == 2  # its smallest alternative: a node with two free GPUs is not filtered out
     result = cluster.scheduler.schedule(pod)
     assert result.decision is not None, result.status.message
     (claim,) = result.decision.claims
@@ -192,7 +193,8 @@ def test_admin_access_sees_devices_in_use_and_takes_none() -> None:
     cluster.claim(dra.claim("work", dra.request(count=1)))
     cluster.claim(dra.claim("monitor", dra.request(count=1, admin=True)))
     assert cluster.devices(pod_with("w", "work"))[1] == ["gpu-0"]
-    pod = dataclasses.replace(cluster.pod(pod_with("m", "monitor")), gpu=GpuRequest())
+    pod = cluster.pod(pod_with("m", "monitor"))
+    assert pod.gpu.count == 0  # admin access takes no GPU
     result = cluster.scheduler.schedule(pod)
     assert result.decision is not None
     (device,) = result.decision.claims[0].devices
