@@ -71,6 +71,8 @@ class DeviceStore:
         self._matches: dict[tuple[str, DeviceKey], bool] = {}
         #: Messages of expressions that could not be evaluated, by (expression source, device key).
         self.errors: dict[tuple[str, DeviceKey], str] = {}
+        #: Classes and claims the watches delivered but could not read (left out), by name or key: why not.
+        self.unreadable: dict[str, str] = {}
 
     # --- the watches -----------------------------------------------------------------------------------------
 

@@ -94,16 +94,21 @@ class DeviceWatches:
         meta = meta if isinstance(meta, Mapping) else {}
         name = str(meta.get("name") or "")
         key = f"{meta.get('namespace') or 'default'}/{name}" if namespaced else name
+        where = f"{word} {key}"
         if deleted:
             changed = remove(key)
+            changed = self.store.unreadable.pop(where, None) is not None or changed
         else:
             try:
                 parsed = parse(body)
             except InvalidObject as exc:
                 self._invalid(word, key, exc)
-                changed = remove(key)  # what cannot be read is not used
+                changed = remove(key)  # what cannot be read is not used, and the pods that need it say why
+                changed = self.store.unreadable.get(where) != exc.reason or changed
+                self.store.unreadable[where] = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
             else:
                 changed = upsert(parsed)
+                changed = self.store.unreadable.pop(where, None) is not None or changed
         if changed and self.store.listed:
             # A claim changes its own pods' GPU count; a class may change every pod's (whether it selects GPUs).
             claims = {key} if word == "resourceclaim" else set(self.store.claims) if word == "deviceclass" else set()

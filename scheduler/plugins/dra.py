@@ -110,6 +110,13 @@ class DynamicResources:
             key = api_dra.claim_key(pod.namespace, pod_claim)
             claim = store.claims.get(key)
             if claim is None:
+                unreadable = store.unreadable.get(f"resourceclaim {key}")
+                if unreadable:
+                    return self._refuse(
+                        snap,
+                        Code.UNSCHEDULABLE,
+                        f'resourceclaim "{pod_claim.claim_name}" cannot be read ({unreadable})',
+                    )
                 return self._refuse(snap, Code.UNSCHEDULABLE, f'resourceclaim "{pod_claim.claim_name}" not found')
             if claim.deleting:
                 return self._refuse(snap, Code.UNSCHEDULABLE, f'resourceclaim "{claim.name}" is being deleted')
@@ -137,11 +144,12 @@ class DynamicResources:
             for request in claim.requests:
                 missing = [c.device_class for c in request.choices if c.device_class not in store.classes]
                 if len(missing) == len(request.choices):
+                    unreadable = store.unreadable.get(f"deviceclass {missing[0]}")
+                    why = f"cannot be read ({unreadable})" if unreadable else "does not exist"
                     return self._refuse(
                         snap,
                         Code.UNSCHEDULABLE,
-                        f'resourceclaim "{claim.name}", request "{request.name}": '
-                        f'device class "{missing[0]}" does not exist',
+                        f'resourceclaim "{claim.name}", request "{request.name}": device class "{missing[0]}" {why}',
                     )
             plan.to_allocate.append(claim)
         gpus = None if snap.in_what_if else cache_dra.claim_gpus(store, pod)

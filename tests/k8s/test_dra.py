@@ -157,3 +157,24 @@ async def test_an_unreadable_class_is_reported_and_left_out(fake: FakeApiServer,
     (event,) = events(fake, "InvalidObject")
     assert "deviceclass broken field spec.selectors[1].cel.expression" in event["message"]
     assert "broken" not in operator.cache.devices.classes
+
+
+async def test_a_pod_whose_claim_cannot_be_read_says_why_and_goes_once_it_is_fixed(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    setup(operator, fake)
+    broken = dra.claim("p-gpus", dra.request(count=1), owner="p")
+    broken["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": "device.driver =="}}]
+    operator.devices.claim_event(fake.store_resource_claim(copy.deepcopy(broken)))
+    operator.pod_event(dra_pod("p", "p-gpus"))
+    operator.listed()
+    await eventually(lambda: bool(events(fake, "FailedScheduling")))
+    await flushed(operator)
+    message = events(fake, "FailedScheduling")[0]["message"]
+    assert (
+        'resourceclaim "p-gpus" cannot be read (spec.devices.requests[0].exactly.selectors[0].cel.expression' in message
+    )
+    assert any("resourceclaim default/p-gpus" in e["message"] for e in events(fake, "InvalidObject"))
+    fixed = fake.store_resource_claim(copy.deepcopy(dra.claim("p-gpus", dra.request(count=1), owner="p")))
+    operator.devices.claim_event(fixed)
+    await eventually(lambda: "p" in bound(fake), timeout=10)
