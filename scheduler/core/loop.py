@@ -83,8 +83,7 @@ class SchedulingLoop:
         self._demand_version = 0
         #: The leaf queues in rank order when the pending work was last sorted (see :meth:`resort`).
         self._leaf_order: list[str] | None = None
-        #: Each leaf's place in ``_leaf_order`` (what ``_less`` compares); whether the order must be looked at again.
-        self._place_of: dict[str, int] = {}
+        #: Whether the leaf order must be looked at again before the pending work is next read.
         self._order_stale = True
         self.sort_pending()
 
@@ -198,10 +197,10 @@ class SchedulingLoop:
         self._order_stale = True
 
     def sort_pending(self) -> None:
-        """Re-sort the pending work if the leaf queues' order changed since it was last sorted. ``_less`` compares
-        queues by their place in that order (ranks never tie: each ends in the queue's name), so between two sorts
-        every comparison is the same, and with the same order the O(n) re-sort is skipped: the common case, one pod
-        charged to a queue that keeps its place."""
+        """Give the queue the leaf queues' order if it changed since it was last given (ranks never tie: each ends
+        in the queue's name). The pending work is ordered by its leaf's place, then priority, age and key; a new
+        order of the leaves costs the number of leaves, not of pending items (``SchedulingQueue.set_queue_order``).
+        """
         if not self._order_stale:
             return
         self._order_stale = False
@@ -209,8 +208,7 @@ class SchedulingLoop:
         if order == self._leaf_order:
             return
         self._leaf_order = order
-        self._place_of = {leaf: i for i, leaf in enumerate(order)}
-        self.queue.set_less(self._less)
+        self.queue.set_queue_order({leaf: i for i, leaf in enumerate(order)})
 
     def cluster_event(self, event: ClusterEvent | str) -> None:
         """Something changed that may let waiting work fit (a pod left, a node came, a queue changed); the
@@ -495,15 +493,6 @@ class SchedulingLoop:
                 ClusterEvent.STARVING_JOB_FED,
                 lambda item: item.key in self.gate.gated and not self.gate.still_gated(item),
             )
-
-    def _less(self, a: QueueItem, b: QueueItem) -> bool:
-        last = len(self._place_of)  # a name that is not a leaf goes last
-        return (self._place_of.get(a.queue, last), -a.priority, a.created, a.key) < (
-            self._place_of.get(b.queue, last),
-            -b.priority,
-            b.created,
-            b.key,
-        )
 
     # --- status ------------------------------------------------------------------------------------------------
 

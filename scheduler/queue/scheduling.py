@@ -32,7 +32,7 @@ Not thread-safe: one loop owns the queue (kopf's handlers and the simulator both
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -94,6 +94,79 @@ class _Entry:
     update: QueueItem | None = None
 
 
+class _ByQueue:
+    """The active items as one heap per tenant queue (each by :func:`priority_sort`) and the queues' places: the
+    next item is the head of the queue with the first place (a queue without one comes last; a tie between such
+    queues is broken by their heads). A new order of the queues is a new ``places``, O(1): the items inside each
+    queue keep their order, so nothing is re-sorted (one heap over every item had to be, O(n) per fair-share change).
+
+    The same interface as :class:`KeyedHeap` for what the scheduling queue uses.
+    """
+
+    __slots__ = ("_entries", "_heaps", "_places", "_where")
+
+    def __init__(self, entries: dict[str, _Entry], places: Mapping[str, int]) -> None:
+        self._entries = entries
+        self._places = places
+        self._heaps: dict[str, KeyedHeap] = {}
+        #: Key -> the queue whose heap holds it (an update may change an item's queue).
+        self._where: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._where
+
+    def set_places(self, places: Mapping[str, int]) -> None:
+        self._places = places
+
+    def push(self, key: str) -> None:
+        queue = self._entries[key].item.queue
+        heap = self._heaps.get(queue)
+        if heap is None:
+            heap = self._heaps[queue] = KeyedHeap(self._before)
+        heap.push(key)
+        self._where[key] = queue
+
+    def remove(self, key: str) -> None:
+        queue = self._where.pop(key)
+        heap = self._heaps[queue]
+        heap.remove(key)
+        if not heap:
+            del self._heaps[queue]
+
+    def fix(self, key: str) -> None:
+        if self._entries[key].item.queue != self._where[key]:
+            self.remove(key)
+            self.push(key)
+        else:
+            self._heaps[self._where[key]].fix(key)
+
+    def pop(self) -> str:
+        if not self._where:
+            raise IndexError("pop from an empty queue")
+        best = min(self._heaps.items(), key=lambda qh: self._order(qh[0], qh[1].peek() or ""))
+        key = best[1].pop()
+        del self._where[key]
+        if not best[1]:
+            del self._heaps[best[0]]
+        return key
+
+    def keys(self) -> list[str]:
+        return list(self._where)
+
+    def ordered(self) -> list[str]:
+        return sorted(self._where, key=lambda key: self._order(self._where[key], key))
+
+    def _order(self, queue: str, key: str) -> tuple[int, int, float, str]:
+        item = self._entries[key].item
+        return (self._places.get(queue, len(self._places)), -item.priority, item.created, key)
+
+    def _before(self, a: str, b: str) -> bool:
+        return priority_sort(self._entries[a].item, self._entries[b].item)
+
+
 class SchedulingQueue:
     """Active heap, backoff heap and unschedulable pool for pending pods and gangs (see the module docstring)."""
 
@@ -127,7 +200,7 @@ class SchedulingQueue:
         self._unschedulable_timeout_s = unschedulable_timeout_s
         self._less: Less = less if less is not None else priority_sort
         self._entries: dict[str, _Entry] = {}
-        self._active = KeyedHeap(self._active_before)
+        self._active: KeyedHeap | _ByQueue = KeyedHeap(self._active_before)
         self._backoff = KeyedHeap(self._backoff_before)
         #: Key -> None, in the order the keys came in, which is the order of their ``since`` (the clock
         #: does not go back): the timeout looks at the oldest only.
@@ -275,11 +348,28 @@ class SchedulingQueue:
     def set_less(self, less: Less | None) -> None:
         """Order active by ``less`` (:func:`priority_sort` when None) from now on.
 
-        Call it again with the same ``less`` when what it reads changes (tenant shares), so the heap is
-        re-sorted.
+        Call it again with the same ``less`` when what it reads changes, so the heap is re-sorted (O(n)).
         """
         self._less = less if less is not None else priority_sort
-        self._active.reorder(self._active_before)
+        if isinstance(self._active, _ByQueue):
+            keys = self._active.keys()
+            self._active = KeyedHeap(self._active_before)
+            for key in keys:
+                self._active.push(key)
+        else:
+            self._active.reorder(self._active_before)
+
+    def set_queue_order(self, places: Mapping[str, int]) -> None:
+        """Order active by tenant queue first, in ``places`` (queue -> its place, 0 first; a queue without one
+        last), then by :func:`priority_sort` inside each queue. Call it again with the queues' new places when
+        fair share moves them: O(number of queues), nothing is re-sorted."""
+        if isinstance(self._active, _ByQueue):
+            self._active.set_places(places)
+            return
+        keys = [self._active.pop() for _ in range(len(self._active))]
+        self._active = _ByQueue(self._entries, places)
+        for key in keys:
+            self._active.push(key)
 
     # -- for explain -------------------------------------------------------------------------------------------------
 

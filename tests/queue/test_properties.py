@@ -3,7 +3,7 @@ in exactly one place, nothing is lost, pop follows the ordering and never return
 
 from __future__ import annotations
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -162,3 +162,60 @@ class QueueMachine(RuleBasedStateMachine):
 
 QueueMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
 TestQueue = QueueMachine.TestCase
+
+
+QUEUES = ("a", "b", "c", "")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "remove", "pop", "order"]),
+            keys,
+            st.sampled_from(QUEUES),
+            priorities,
+            st.permutations(QUEUES[:3]),
+        ),
+        max_size=40,
+    )
+)
+def test_ordering_by_queue_places_pops_what_one_heap_over_every_item_would(
+    ops: list[tuple[str, str, str, int, list[str]]],
+) -> None:
+    # The fast order (a heap per tenant queue, the queues' places swapped in O(1)) against the general one (one
+    # heap over every item, re-sorted by set_less), through the same adds, updates (a queue may change), removals,
+    # pops and new orders of the queues.
+    places: dict[str, int] = {}
+
+    def less(a: QueueItem, b: QueueItem) -> bool:
+        last = len(places)
+        return (places.get(a.queue, last), -a.priority, a.created, a.key) < (
+            places.get(b.queue, last),
+            -b.priority,
+            b.created,
+            b.key,
+        )
+
+    fast = SchedulingQueue(clock=lambda: 0.0)
+    slow = SchedulingQueue(clock=lambda: 0.0)
+    fast.set_queue_order(dict(places))
+    slow.set_less(less)
+    for n, (op, key, queue, priority, order) in enumerate(ops):
+        if op == "add":
+            for q in (fast, slow):
+                q.add(QueueItem(key, priority, float(n % 3), queue))
+        elif op == "remove":
+            fast.remove(key)
+            slow.remove(key)
+        elif op == "pop":
+            a, b = fast.pop(), slow.pop()
+            assert (a and a.key) == (b and b.key)
+            if a is not None and b is not None:
+                fast.done(a.key)
+                slow.done(b.key)
+        else:
+            places = {q: i for i, q in enumerate(order)}
+            fast.set_queue_order(dict(places))
+            slow.set_less(less)
+        assert [k for k, w in fast.pending() if w == "active"] == [k for k, w in slow.pending() if w == "active"]
