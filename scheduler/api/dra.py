@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from scheduler.api import cel as api_cel
+from scheduler.api import fields, selectors
 from scheduler.api import quantity as api_quantity
-from scheduler.api import selectors
 from scheduler.api import volumes as api_volumes
 from scheduler.api.errors import InvalidObject
 
@@ -199,32 +199,6 @@ def gpu_order(device: Device) -> tuple[int, str]:
 # --- parsing -------------------------------------------------------------------------------------------------
 
 
-def _map(raw: object, *, obj: str, field: str) -> Mapping[str, object]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise InvalidObject("expected a map", obj=obj, field=field)
-    return raw
-
-
-def _list(raw: object, *, obj: str, field: str) -> list[object]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise InvalidObject("expected a list", obj=obj, field=field)
-    return raw
-
-
-def _str(raw: object, *, obj: str, field: str, required: bool = False) -> str:
-    if raw is None or raw == "":
-        if required:
-            raise InvalidObject("required", obj=obj, field=field)
-        return ""
-    if not isinstance(raw, str):
-        raise InvalidObject("expected a string", obj=obj, field=field)
-    return raw
-
-
 def _int(raw: object, *, obj: str, field: str, default: int) -> int:
     if raw is None:
         return default
@@ -240,21 +214,25 @@ def _qualified(name: str, driver: str) -> str:
 def parse_pod_claims(spec: Mapping[str, object], status: Mapping[str, object], *, obj: str) -> tuple[PodClaim, ...]:
     """A pod's ``spec.resourceClaims``, with the names of the claims made from templates so far."""
     generated: dict[str, str] = {}
-    for i, raw in enumerate(_list(status.get("resourceClaimStatuses"), obj=obj, field="status.resourceClaimStatuses")):
-        entry = _map(raw, obj=obj, field=f"status.resourceClaimStatuses[{i}]")
-        name = _str(entry.get("name"), obj=obj, field=f"status.resourceClaimStatuses[{i}].name")
-        made = _str(
+    for i, raw in enumerate(
+        fields.sequence(status.get("resourceClaimStatuses"), obj=obj, field="status.resourceClaimStatuses")
+    ):
+        entry = fields.mapping(raw, obj=obj, field=f"status.resourceClaimStatuses[{i}]")
+        name = fields.string(entry.get("name"), obj=obj, field=f"status.resourceClaimStatuses[{i}].name")
+        made = fields.string(
             entry.get("resourceClaimName"), obj=obj, field=f"status.resourceClaimStatuses[{i}].resourceClaimName"
         )
         if name and made:
             generated[name] = made
     claims: list[PodClaim] = []
-    for i, raw in enumerate(_list(spec.get("resourceClaims"), obj=obj, field="spec.resourceClaims")):
+    for i, raw in enumerate(fields.sequence(spec.get("resourceClaims"), obj=obj, field="spec.resourceClaims")):
         where = f"spec.resourceClaims[{i}]"
-        entry = _map(raw, obj=obj, field=where)
-        name = _str(entry.get("name"), obj=obj, field=f"{where}.name", required=True)
-        claim = _str(entry.get("resourceClaimName"), obj=obj, field=f"{where}.resourceClaimName")
-        template = _str(entry.get("resourceClaimTemplateName"), obj=obj, field=f"{where}.resourceClaimTemplateName")
+        entry = fields.mapping(raw, obj=obj, field=where)
+        name = fields.string(entry.get("name"), obj=obj, field=f"{where}.name", required=True)
+        claim = fields.string(entry.get("resourceClaimName"), obj=obj, field=f"{where}.resourceClaimName")
+        template = fields.string(
+            entry.get("resourceClaimTemplateName"), obj=obj, field=f"{where}.resourceClaimTemplateName"
+        )
         if bool(claim) == bool(template):
             raise InvalidObject(
                 "exactly one of resourceClaimName and resourceClaimTemplateName is required", obj=obj, field=where
@@ -265,32 +243,32 @@ def parse_pod_claims(spec: Mapping[str, object], status: Mapping[str, object], *
 
 def _selectors(raw: object, *, obj: str, field: str) -> tuple[api_cel.Expression, ...]:
     out: list[api_cel.Expression] = []
-    for i, item in enumerate(_list(raw, obj=obj, field=field)):
-        entry = _map(item, obj=obj, field=f"{field}[{i}]")
-        expr = _map(entry.get("cel"), obj=obj, field=f"{field}[{i}].cel")
-        source = _str(expr.get("expression"), obj=obj, field=f"{field}[{i}].cel.expression", required=True)
+    for i, item in enumerate(fields.sequence(raw, obj=obj, field=field)):
+        entry = fields.mapping(item, obj=obj, field=f"{field}[{i}]")
+        expr = fields.mapping(entry.get("cel"), obj=obj, field=f"{field}[{i}].cel")
+        source = fields.string(expr.get("expression"), obj=obj, field=f"{field}[{i}].cel.expression", required=True)
         out.append(api_cel.compile_expression(source, obj=obj, field=f"{field}[{i}].cel.expression"))
     return tuple(out)
 
 
 def parse_device_class(raw: Mapping[str, object]) -> DeviceClass:
-    meta = _map(raw.get("metadata"), obj="deviceclass", field="metadata")
-    name = _str(meta.get("name"), obj="deviceclass", field="metadata.name", required=True)
+    meta = fields.mapping(raw.get("metadata"), obj="deviceclass", field="metadata")
+    name = fields.string(meta.get("name"), obj="deviceclass", field="metadata.name", required=True)
     obj = f"deviceclass {name}"
-    spec = _map(raw.get("spec"), obj=obj, field="spec")
+    spec = fields.mapping(raw.get("spec"), obj=obj, field="spec")
     return DeviceClass(name, _selectors(spec.get("selectors"), obj=obj, field="spec.selectors"))
 
 
 def _attribute(raw: object, *, obj: str, field: str) -> api_cel.AttributeValue:
-    entry = _map(raw, obj=obj, field=field)
+    entry = fields.mapping(raw, obj=obj, field=field)
     if "bool" in entry and isinstance(entry["bool"], bool):
         return entry["bool"]
     if "int" in entry:
         return _int(entry["int"], obj=obj, field=f"{field}.int", default=0)
     if "string" in entry:
-        return _str(entry["string"], obj=obj, field=f"{field}.string")
+        return fields.string(entry["string"], obj=obj, field=f"{field}.string")
     if "version" in entry:
-        text = _str(entry["version"], obj=obj, field=f"{field}.version", required=True)
+        text = fields.string(entry["version"], obj=obj, field=f"{field}.version", required=True)
         try:
             api_cel.Version(text).key()
         except ValueError as exc:
@@ -300,32 +278,32 @@ def _attribute(raw: object, *, obj: str, field: str) -> api_cel.AttributeValue:
 
 
 def parse_resource_slice(raw: Mapping[str, object]) -> ResourceSlice:
-    meta = _map(raw.get("metadata"), obj="resourceslice", field="metadata")
-    name = _str(meta.get("name"), obj="resourceslice", field="metadata.name", required=True)
+    meta = fields.mapping(raw.get("metadata"), obj="resourceslice", field="metadata")
+    name = fields.string(meta.get("name"), obj="resourceslice", field="metadata.name", required=True)
     obj = f"resourceslice {name}"
-    spec = _map(raw.get("spec"), obj=obj, field="spec")
-    driver = _str(spec.get("driver"), obj=obj, field="spec.driver", required=True)
-    pool = _map(spec.get("pool"), obj=obj, field="spec.pool")
-    pool_name = _str(pool.get("name"), obj=obj, field="spec.pool.name", required=True)
+    spec = fields.mapping(raw.get("spec"), obj=obj, field="spec")
+    driver = fields.string(spec.get("driver"), obj=obj, field="spec.driver", required=True)
+    pool = fields.mapping(spec.get("pool"), obj=obj, field="spec.pool")
+    pool_name = fields.string(pool.get("name"), obj=obj, field="spec.pool.name", required=True)
     generation = _int(pool.get("generation"), obj=obj, field="spec.pool.generation", default=0)
     count = _int(pool.get("resourceSliceCount"), obj=obj, field="spec.pool.resourceSliceCount", default=1)
-    node = _str(spec.get("nodeName"), obj=obj, field="spec.nodeName")
+    node = fields.string(spec.get("nodeName"), obj=obj, field="spec.nodeName")
     terms: tuple[selectors.NodeSelectorTerm, ...] = ()
     if spec.get("nodeSelector") is not None:
         terms = api_volumes.parse_node_selector(spec.get("nodeSelector"), obj=obj, field="spec.nodeSelector")
     all_nodes = spec.get("allNodes") is True
     devices: list[Device] = []
-    for i, item in enumerate(_list(spec.get("devices"), obj=obj, field="spec.devices")):
+    for i, item in enumerate(fields.sequence(spec.get("devices"), obj=obj, field="spec.devices")):
         where = f"spec.devices[{i}]"
-        entry = _map(item, obj=obj, field=where)
-        device_name = _str(entry.get("name"), obj=obj, field=f"{where}.name", required=True)
+        entry = fields.mapping(item, obj=obj, field=where)
+        device_name = fields.string(entry.get("name"), obj=obj, field=f"{where}.name", required=True)
         attributes = {
             _qualified(str(k), driver): _attribute(v, obj=obj, field=f"{where}.attributes.{k}")
-            for k, v in _map(entry.get("attributes"), obj=obj, field=f"{where}.attributes").items()
+            for k, v in fields.mapping(entry.get("attributes"), obj=obj, field=f"{where}.attributes").items()
         }
         capacity: dict[str, int] = {}
-        for k, v in _map(entry.get("capacity"), obj=obj, field=f"{where}.capacity").items():
-            value = _map(v, obj=obj, field=f"{where}.capacity.{k}").get("value")
+        for k, v in fields.mapping(entry.get("capacity"), obj=obj, field=f"{where}.capacity").items():
+            value = fields.mapping(v, obj=obj, field=f"{where}.capacity.{k}").get("value")
             amount = api_quantity.parse_quantity(value, obj=obj, field=f"{where}.capacity.{k}.value")
             capacity[_qualified(str(k), driver)] = api_quantity.to_milli(amount)
         devices.append(Device(driver, pool_name, device_name, attributes, capacity, node, terms, all_nodes))
@@ -333,8 +311,8 @@ def parse_resource_slice(raw: Mapping[str, object]) -> ResourceSlice:
 
 
 def _choice(entry: Mapping[str, object], name: str, *, obj: str, field: str) -> Choice:
-    device_class = _str(entry.get("deviceClassName"), obj=obj, field=f"{field}.deviceClassName", required=True)
-    mode = _str(entry.get("allocationMode"), obj=obj, field=f"{field}.allocationMode") or EXACT_COUNT
+    device_class = fields.string(entry.get("deviceClassName"), obj=obj, field=f"{field}.deviceClassName", required=True)
+    mode = fields.string(entry.get("allocationMode"), obj=obj, field=f"{field}.allocationMode") or EXACT_COUNT
     if mode not in (EXACT_COUNT, ALL):
         raise InvalidObject(
             f"allocationMode {mode!r} is not ExactCount or All", obj=obj, field=f"{field}.allocationMode"
@@ -355,87 +333,89 @@ def _choice(entry: Mapping[str, object], name: str, *, obj: str, field: str) -> 
 def _allocation(raw: object, *, obj: str) -> Allocation | None:
     if raw is None:
         return None
-    entry = _map(raw, obj=obj, field="status.allocation")
-    devices = _map(entry.get("devices"), obj=obj, field="status.allocation.devices")
+    entry = fields.mapping(raw, obj=obj, field="status.allocation")
+    devices = fields.mapping(entry.get("devices"), obj=obj, field="status.allocation.devices")
     results: list[AllocatedDevice] = []
-    for i, item in enumerate(_list(devices.get("results"), obj=obj, field="status.allocation.devices.results")):
+    for i, item in enumerate(
+        fields.sequence(devices.get("results"), obj=obj, field="status.allocation.devices.results")
+    ):
         where = f"status.allocation.devices.results[{i}]"
-        r = _map(item, obj=obj, field=where)
+        r = fields.mapping(item, obj=obj, field=where)
         results.append(
             AllocatedDevice(
-                _str(r.get("request"), obj=obj, field=f"{where}.request"),
-                _str(r.get("driver"), obj=obj, field=f"{where}.driver", required=True),
-                _str(r.get("pool"), obj=obj, field=f"{where}.pool", required=True),
-                _str(r.get("device"), obj=obj, field=f"{where}.device", required=True),
+                fields.string(r.get("request"), obj=obj, field=f"{where}.request"),
+                fields.string(r.get("driver"), obj=obj, field=f"{where}.driver", required=True),
+                fields.string(r.get("pool"), obj=obj, field=f"{where}.pool", required=True),
+                fields.string(r.get("device"), obj=obj, field=f"{where}.device", required=True),
                 r.get("adminAccess") is True,
             )
         )
     node = ""
-    selector = _map(entry.get("nodeSelector"), obj=obj, field="status.allocation.nodeSelector")
-    for term in _list(selector.get("nodeSelectorTerms"), obj=obj, field="status.allocation.nodeSelector"):
-        for f in _list(
-            _map(term, obj=obj, field="status.allocation.nodeSelector").get("matchFields"), obj=obj, field=""
+    selector = fields.mapping(entry.get("nodeSelector"), obj=obj, field="status.allocation.nodeSelector")
+    for term in fields.sequence(selector.get("nodeSelectorTerms"), obj=obj, field="status.allocation.nodeSelector"):
+        for f in fields.sequence(
+            fields.mapping(term, obj=obj, field="status.allocation.nodeSelector").get("matchFields"), obj=obj, field=""
         ):
-            req = _map(f, obj=obj, field="status.allocation.nodeSelector")
-            values = _list(req.get("values"), obj=obj, field="status.allocation.nodeSelector")
+            req = fields.mapping(f, obj=obj, field="status.allocation.nodeSelector")
+            values = fields.sequence(req.get("values"), obj=obj, field="status.allocation.nodeSelector")
             if req.get("key") == "metadata.name" and req.get("operator") == "In" and len(values) == 1:
                 node = str(values[0])
     return Allocation(tuple(results), node)
 
 
 def parse_claim(raw: Mapping[str, object]) -> ResourceClaim:
-    meta = _map(raw.get("metadata"), obj="resourceclaim", field="metadata")
-    name = _str(meta.get("name"), obj="resourceclaim", field="metadata.name", required=True)
-    namespace = _str(meta.get("namespace"), obj="resourceclaim", field="metadata.namespace") or "default"
+    meta = fields.mapping(raw.get("metadata"), obj="resourceclaim", field="metadata")
+    name = fields.string(meta.get("name"), obj="resourceclaim", field="metadata.name", required=True)
+    namespace = fields.string(meta.get("namespace"), obj="resourceclaim", field="metadata.namespace") or "default"
     obj = f"resourceclaim {namespace}/{name}"
-    spec = _map(raw.get("spec"), obj=obj, field="spec")
-    devices = _map(spec.get("devices"), obj=obj, field="spec.devices")
+    spec = fields.mapping(raw.get("spec"), obj=obj, field="spec")
+    devices = fields.mapping(spec.get("devices"), obj=obj, field="spec.devices")
     requests: list[Request] = []
-    for i, item in enumerate(_list(devices.get("requests"), obj=obj, field="spec.devices.requests")):
+    for i, item in enumerate(fields.sequence(devices.get("requests"), obj=obj, field="spec.devices.requests")):
         where = f"spec.devices.requests[{i}]"
-        entry = _map(item, obj=obj, field=where)
-        request_name = _str(entry.get("name"), obj=obj, field=f"{where}.name", required=True)
+        entry = fields.mapping(item, obj=obj, field=where)
+        request_name = fields.string(entry.get("name"), obj=obj, field=f"{where}.name", required=True)
         if entry.get("firstAvailable") is not None:
-            subs = _list(entry.get("firstAvailable"), obj=obj, field=f"{where}.firstAvailable")
+            subs = fields.sequence(entry.get("firstAvailable"), obj=obj, field=f"{where}.firstAvailable")
             if not subs:
                 raise InvalidObject("needs at least one alternative", obj=obj, field=f"{where}.firstAvailable")
             choices = []
             for j, sub in enumerate(subs):
                 sub_where = f"{where}.firstAvailable[{j}]"
-                sub_entry = _map(sub, obj=obj, field=sub_where)
-                sub_name = _str(sub_entry.get("name"), obj=obj, field=f"{sub_where}.name", required=True)
+                sub_entry = fields.mapping(sub, obj=obj, field=sub_where)
+                sub_name = fields.string(sub_entry.get("name"), obj=obj, field=f"{sub_where}.name", required=True)
                 choices.append(_choice(sub_entry, f"{request_name}/{sub_name}", obj=obj, field=sub_where))
             requests.append(Request(request_name, tuple(choices)))
         else:
-            exactly = _map(entry.get("exactly"), obj=obj, field=f"{where}.exactly")
+            exactly = fields.mapping(entry.get("exactly"), obj=obj, field=f"{where}.exactly")
             if not exactly:
                 raise InvalidObject("needs exactly or firstAvailable", obj=obj, field=where)
             requests.append(Request(request_name, (_choice(exactly, request_name, obj=obj, field=f"{where}.exactly"),)))
     names = {r.name for r in requests}
     constraints: list[Constraint] = []
-    for i, item in enumerate(_list(devices.get("constraints"), obj=obj, field="spec.devices.constraints")):
+    for i, item in enumerate(fields.sequence(devices.get("constraints"), obj=obj, field="spec.devices.constraints")):
         where = f"spec.devices.constraints[{i}]"
-        entry = _map(item, obj=obj, field=where)
-        applies = tuple(str(r) for r in _list(entry.get("requests"), obj=obj, field=f"{where}.requests"))
+        entry = fields.mapping(item, obj=obj, field=where)
+        applies = tuple(str(r) for r in fields.sequence(entry.get("requests"), obj=obj, field=f"{where}.requests"))
         for r in applies:
             if r.split("/")[0] not in names:
                 raise InvalidObject(f"no request named {r!r}", obj=obj, field=f"{where}.requests")
-        attribute = _str(entry.get("matchAttribute"), obj=obj, field=f"{where}.matchAttribute")
+        attribute = fields.string(entry.get("matchAttribute"), obj=obj, field=f"{where}.matchAttribute")
         if not attribute:
             raise InvalidObject("only matchAttribute constraints are supported", obj=obj, field=where)
         if "/" not in attribute:
             raise InvalidObject("must be a qualified name (domain/attribute)", obj=obj, field=f"{where}.matchAttribute")
         constraints.append(Constraint(applies, attribute))
-    status = _map(raw.get("status"), obj=obj, field="status")
+    status = fields.mapping(raw.get("status"), obj=obj, field="status")
     reserved: list[Consumer] = []
-    for i, item in enumerate(_list(status.get("reservedFor"), obj=obj, field="status.reservedFor")):
-        entry = _map(item, obj=obj, field=f"status.reservedFor[{i}]")
+    for i, item in enumerate(fields.sequence(status.get("reservedFor"), obj=obj, field="status.reservedFor")):
+        entry = fields.mapping(item, obj=obj, field=f"status.reservedFor[{i}]")
         reserved.append(
             Consumer(str(entry.get("resource") or ""), str(entry.get("name") or ""), str(entry.get("uid") or ""))
         )
     owner = ""
-    for item in _list(meta.get("ownerReferences"), obj=obj, field="metadata.ownerReferences"):
-        owner_ref = _map(item, obj=obj, field="metadata.ownerReferences")
+    for item in fields.sequence(meta.get("ownerReferences"), obj=obj, field="metadata.ownerReferences"):
+        owner_ref = fields.mapping(item, obj=obj, field="metadata.ownerReferences")
         if owner_ref.get("kind") == "Pod" and owner_ref.get("controller") is True:
             owner = str(owner_ref.get("uid") or "")
     return ResourceClaim(
@@ -449,7 +429,7 @@ def parse_claim(raw: Mapping[str, object]) -> ResourceClaim:
         bool(meta.get("deletionTimestamp")),
         owner,
         str(meta.get("resourceVersion") or ""),
-        tuple(str(f) for f in _list(meta.get("finalizers"), obj=obj, field="metadata.finalizers")),
+        tuple(str(f) for f in fields.sequence(meta.get("finalizers"), obj=obj, field="metadata.finalizers")),
     )
 
 

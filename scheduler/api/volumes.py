@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from scheduler.api import affinity as api_affinity
-from scheduler.api import quantity, selectors
+from scheduler.api import fields, quantity, selectors
 from scheduler.api.errors import InvalidObject
 
 READ_WRITE_ONCE_POD = "ReadWriteOncePod"
@@ -169,22 +169,6 @@ def claim_key(namespace: str, pod_claim: PodClaim) -> str:
 # --- parsing --------------------------------------------------------------------------------------------------
 
 
-def _map(raw: object, *, obj: str, field: str) -> Mapping[str, object]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise InvalidObject("expected a map", obj=obj, field=field)
-    return raw
-
-
-def _str(raw: object, *, obj: str, field: str) -> str:
-    if raw is None:
-        return ""
-    if not isinstance(raw, str):
-        raise InvalidObject(f"{raw!r} is not a string", obj=obj, field=field)
-    return raw
-
-
 def parse_pod_claims(spec: Mapping[str, object], *, pod_name: str, obj: str) -> tuple[PodClaim, ...]:
     """The claims of a pod's ``persistentVolumeClaim`` and ``ephemeral`` volumes, in ``spec.volumes`` order."""
     volumes = spec.get("volumes")
@@ -197,18 +181,18 @@ def parse_pod_claims(spec: Mapping[str, object], *, pod_name: str, obj: str) -> 
         where = f"spec.volumes[{i}]"
         if not isinstance(volume, Mapping):
             raise InvalidObject("expected a volume", obj=obj, field=where)
-        name = _str(volume.get("name"), obj=obj, field=f"{where}.name")
+        name = fields.string(volume.get("name"), obj=obj, field=f"{where}.name")
         source = volume.get("persistentVolumeClaim")
         if source is not None:
-            source = _map(source, obj=obj, field=f"{where}.persistentVolumeClaim")
-            claim = _str(source.get("claimName"), obj=obj, field=f"{where}.persistentVolumeClaim.claimName")
+            source = fields.mapping(source, obj=obj, field=f"{where}.persistentVolumeClaim")
+            claim = fields.string(source.get("claimName"), obj=obj, field=f"{where}.persistentVolumeClaim.claimName")
             if not claim:
                 raise InvalidObject(
                     "a claim name is required", obj=obj, field=f"{where}.persistentVolumeClaim.claimName"
                 )
             claims.append(PodClaim(claim, name, read_only=source.get("readOnly") is True))
         elif volume.get("ephemeral") is not None:
-            _map(volume.get("ephemeral"), obj=obj, field=f"{where}.ephemeral")
+            fields.mapping(volume.get("ephemeral"), obj=obj, field=f"{where}.ephemeral")
             if not name:
                 raise InvalidObject("an ephemeral volume needs a name", obj=obj, field=f"{where}.name")
             claims.append(PodClaim(f"{pod_name}-{name}", name, ephemeral=True))
@@ -252,11 +236,11 @@ def parse_claim(raw: Mapping[str, object]) -> Claim:
     meta, name = _meta(raw, "persistentvolumeclaim")
     namespace = str(meta.get("namespace") or "default")
     obj = f"persistentvolumeclaim {namespace}/{name}"
-    spec = _map(raw.get("spec"), obj=obj, field="spec")
-    status = _map(raw.get("status"), obj=obj, field="status")
-    annotations = _map(meta.get("annotations"), obj=obj, field="metadata.annotations")
-    resources = _map(spec.get("resources"), obj=obj, field="spec.resources")
-    requests = _map(resources.get("requests"), obj=obj, field="spec.resources.requests")
+    spec = fields.mapping(raw.get("spec"), obj=obj, field="spec")
+    status = fields.mapping(raw.get("status"), obj=obj, field="status")
+    annotations = fields.mapping(meta.get("annotations"), obj=obj, field="metadata.annotations")
+    resources = fields.mapping(spec.get("resources"), obj=obj, field="spec.resources")
+    requests = fields.mapping(resources.get("requests"), obj=obj, field="spec.resources.requests")
     selector = None
     if spec.get("selector") is not None:
         selector = api_affinity.parse_label_selector(spec.get("selector"), obj=obj, field="spec.selector")
@@ -267,12 +251,12 @@ def parse_claim(raw: Mapping[str, object]) -> Claim:
         namespace=namespace,
         name=name,
         uid=str(meta.get("uid") or ""),
-        storage_class=_str(storage_class, obj=obj, field="spec.storageClassName"),
+        storage_class=fields.string(storage_class, obj=obj, field="spec.storageClassName"),
         access_modes=_access_modes(spec.get("accessModes"), obj=obj, field="spec.accessModes"),
         request=_storage(requests.get("storage"), obj=obj, field="spec.resources.requests.storage"),
-        volume_mode=_str(spec.get("volumeMode"), obj=obj, field="spec.volumeMode") or "Filesystem",
+        volume_mode=fields.string(spec.get("volumeMode"), obj=obj, field="spec.volumeMode") or "Filesystem",
         selector=selector,
-        volume_name=_str(spec.get("volumeName"), obj=obj, field="spec.volumeName"),
+        volume_name=fields.string(spec.get("volumeName"), obj=obj, field="spec.volumeName"),
         phase=str(status.get("phase") or "Pending"),
         selected_node=str(annotations.get(ANNOTATION_SELECTED_NODE) or ""),
         owner=_controller(meta),
@@ -284,14 +268,14 @@ def parse_node_selector(raw: object, *, obj: str, field: str) -> tuple[selectors
     """A NodeSelector (``nodeSelectorTerms``): any one term must match."""
     if raw is None:
         return ()
-    selector = _map(raw, obj=obj, field=field)
+    selector = fields.mapping(raw, obj=obj, field=field)
     terms = selector.get("nodeSelectorTerms") or []
     if not isinstance(terms, list):
         raise InvalidObject("expected a list of terms", obj=obj, field=f"{field}.nodeSelectorTerms")
     parsed = []
     for i, term in enumerate(terms):
         where = f"{field}.nodeSelectorTerms[{i}]"
-        term = _map(term, obj=obj, field=where)
+        term = fields.mapping(term, obj=obj, field=where)
         parsed.append(
             selectors.NodeSelectorTerm(
                 labels=selectors.requirements(term.get("matchExpressions"), obj=obj, field=f"{where}.matchExpressions"),
@@ -305,34 +289,34 @@ def parse_volume(raw: Mapping[str, object]) -> Volume:
     """Parse a PersistentVolume."""
     meta, name = _meta(raw, "persistentvolume")
     obj = f"persistentvolume {name}"
-    spec = _map(raw.get("spec"), obj=obj, field="spec")
-    status = _map(raw.get("status"), obj=obj, field="status")
-    annotations = _map(meta.get("annotations"), obj=obj, field="metadata.annotations")
-    capacity = _map(spec.get("capacity"), obj=obj, field="spec.capacity")
-    node_affinity = _map(spec.get("nodeAffinity"), obj=obj, field="spec.nodeAffinity")
+    spec = fields.mapping(raw.get("spec"), obj=obj, field="spec")
+    status = fields.mapping(raw.get("status"), obj=obj, field="status")
+    annotations = fields.mapping(meta.get("annotations"), obj=obj, field="metadata.annotations")
+    capacity = fields.mapping(spec.get("capacity"), obj=obj, field="spec.capacity")
+    node_affinity = fields.mapping(spec.get("nodeAffinity"), obj=obj, field="spec.nodeAffinity")
     terms = parse_node_selector(node_affinity.get("required"), obj=obj, field="spec.nodeAffinity.required")
     if node_affinity.get("required") is not None and not terms:
         raise InvalidObject("a required node affinity needs a term", obj=obj, field="spec.nodeAffinity.required")
     ref = spec.get("claimRef")
     claim_ref = None
     if ref is not None:
-        ref = _map(ref, obj=obj, field="spec.claimRef")
+        ref = fields.mapping(ref, obj=obj, field="spec.claimRef")
         claim_ref = ClaimRef(
             namespace=str(ref.get("namespace") or "default"),
-            name=_str(ref.get("name"), obj=obj, field="spec.claimRef.name"),
+            name=fields.string(ref.get("name"), obj=obj, field="spec.claimRef.name"),
             uid=str(ref.get("uid") or ""),
         )
-    csi = _map(spec.get("csi"), obj=obj, field="spec.csi")
+    csi = fields.mapping(spec.get("csi"), obj=obj, field="spec.csi")
     storage_class = annotations.get(ANNOTATION_CLASS)
     if storage_class is None:
         storage_class = spec.get("storageClassName")
-    labels = _map(meta.get("labels"), obj=obj, field="metadata.labels")
+    labels = fields.mapping(meta.get("labels"), obj=obj, field="metadata.labels")
     return Volume(
         name=name,
-        storage_class=_str(storage_class, obj=obj, field="spec.storageClassName"),
+        storage_class=fields.string(storage_class, obj=obj, field="spec.storageClassName"),
         access_modes=_access_modes(spec.get("accessModes"), obj=obj, field="spec.accessModes"),
         capacity=_storage(capacity.get("storage"), obj=obj, field="spec.capacity.storage"),
-        volume_mode=_str(spec.get("volumeMode"), obj=obj, field="spec.volumeMode") or "Filesystem",
+        volume_mode=fields.string(spec.get("volumeMode"), obj=obj, field="spec.volumeMode") or "Filesystem",
         node_affinity=terms,
         claim_ref=claim_ref,
         phase=str(status.get("phase") or "Pending"),
@@ -356,18 +340,18 @@ def parse_storage_class(raw: Mapping[str, object]) -> StorageClass:
     terms = []
     for i, term in enumerate(topologies):
         where = f"allowedTopologies[{i}].matchLabelExpressions"
-        expressions = _map(term, obj=obj, field=f"allowedTopologies[{i}]").get("matchLabelExpressions") or []
+        expressions = fields.mapping(term, obj=obj, field=f"allowedTopologies[{i}]").get("matchLabelExpressions") or []
         if not isinstance(expressions, list):
             raise InvalidObject("expected a list of label expressions", obj=obj, field=where)
         # A topology term's expression is a key and the values it may take: an In requirement.
         as_requirements = [
-            {**_map(e, obj=obj, field=f"{where}[{j}]"), "operator": "In"} for j, e in enumerate(expressions)
+            {**fields.mapping(e, obj=obj, field=f"{where}[{j}]"), "operator": "In"} for j, e in enumerate(expressions)
         ]
         terms.append(selectors.NodeSelectorTerm(labels=selectors.requirements(as_requirements, obj=obj, field=where)))
-    annotations = _map(meta.get("annotations"), obj=obj, field="metadata.annotations")
+    annotations = fields.mapping(meta.get("annotations"), obj=obj, field="metadata.annotations")
     return StorageClass(
         name=name,
-        provisioner=_str(raw.get("provisioner"), obj=obj, field="provisioner"),
+        provisioner=fields.string(raw.get("provisioner"), obj=obj, field="provisioner"),
         binding_mode=str(mode),
         allowed_topologies=tuple(terms),
         default=str(annotations.get(ANNOTATION_DEFAULT_CLASS, "")).lower() == "true",
@@ -378,21 +362,21 @@ def parse_csi_node(raw: Mapping[str, object]) -> CsiNode:
     """Parse a CSINode (``storage.k8s.io/v1``): the attach limit of each driver that reports one."""
     _, name = _meta(raw, "csinode")
     obj = f"csinode {name}"
-    spec = _map(raw.get("spec"), obj=obj, field="spec")
+    spec = fields.mapping(raw.get("spec"), obj=obj, field="spec")
     drivers = spec.get("drivers") or []
     if not isinstance(drivers, list):
         raise InvalidObject("expected a list of drivers", obj=obj, field="spec.drivers")
     limits: dict[str, int] = {}
     for i, driver in enumerate(drivers):
         where = f"spec.drivers[{i}]"
-        driver = _map(driver, obj=obj, field=where)
-        allocatable = _map(driver.get("allocatable"), obj=obj, field=f"{where}.allocatable")
+        driver = fields.mapping(driver, obj=obj, field=where)
+        allocatable = fields.mapping(driver.get("allocatable"), obj=obj, field=f"{where}.allocatable")
         count = allocatable.get("count")
         if count is None:
             continue
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise InvalidObject(f"{count!r} is not a count", obj=obj, field=f"{where}.allocatable.count")
-        limits[_str(driver.get("name"), obj=obj, field=f"{where}.name")] = count
+        limits[fields.string(driver.get("name"), obj=obj, field=f"{where}.name")] = count
     return CsiNode(name=name, limits=limits)
 
 

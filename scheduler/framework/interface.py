@@ -28,6 +28,7 @@ from scheduler.api.dra import ClaimAllocation
 from scheduler.api.pod import PodRequest
 from scheduler.api.volumes import ClaimBinding
 from scheduler.cache.state import Snapshot
+from scheduler.kernels import layout
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -96,6 +97,13 @@ class CycleState:
     @property
     def whole_k(self) -> int:
         return self.pod.gpu.count if self.pod.gpu.whole else 0
+
+
+def refused_everywhere(snapshot: Snapshot, code: Code, reason: str, plugin: str) -> Status:
+    """A pre-filter's refusal: the pod fits no node, said as kube-scheduler says it
+    (``0/N nodes are available: <reason>.``, N the nodes the cluster has)."""
+    nodes = int((snapshot.arrays.base_reason != layout.ABSENT).sum())
+    return Status(code, f"0/{nodes} nodes are available: {reason}.", plugin)
 
 
 @runtime_checkable

@@ -41,6 +41,7 @@ from scheduler.api.dra import ClaimAllocation
 from scheduler.api.errors import InvalidObject
 from scheduler.cache.dra import DeviceStore
 from scheduler.framework.interface import Decision
+from scheduler.k8s import informer
 from scheduler.k8s.client import Answer, Client
 from scheduler.k8s.informer import Informer
 
@@ -90,25 +91,24 @@ class DeviceWatches:
         upsert: Callable[[Any], bool],
         remove: Callable[[str], bool],
     ) -> None:
-        meta = body.get("metadata")
-        meta = meta if isinstance(meta, Mapping) else {}
-        name = str(meta.get("name") or "")
-        key = f"{meta.get('namespace') or 'default'}/{name}" if namespaced else name
+        key, changed, error = informer.feed(
+            body,
+            deleted,
+            word=word,
+            namespaced=namespaced,
+            parse=parse,
+            upsert=upsert,
+            remove=remove,
+            invalid=self._invalid,
+        )
+        # The pods that need an object that cannot be read say why (the dra plugin reads this).
         where = f"{word} {key}"
-        if deleted:
-            changed = remove(key)
-            changed = self.store.unreadable.pop(where, None) is not None or changed
+        if error is not None:
+            why = f"{error.field}: {error.reason}" if error.field else error.reason
+            changed = self.store.unreadable.get(where) != why or changed
+            self.store.unreadable[where] = why
         else:
-            try:
-                parsed = parse(body)
-            except InvalidObject as exc:
-                self._invalid(word, key, exc)
-                changed = remove(key)  # what cannot be read is not used, and the pods that need it say why
-                changed = self.store.unreadable.get(where) != exc.reason or changed
-                self.store.unreadable[where] = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
-            else:
-                changed = upsert(parsed)
-                changed = self.store.unreadable.pop(where, None) is not None or changed
+            changed = self.store.unreadable.pop(where, None) is not None or changed
         if changed and self.store.listed:
             # A claim changes its own pods' GPU count; a class may change every pod's (whether it selects GPUs).
             claims = {key} if word == "resourceclaim" else set(self.store.claims) if word == "deviceclass" else set()

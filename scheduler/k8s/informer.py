@@ -31,6 +31,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from scheduler.api.errors import InvalidObject
 from scheduler.k8s.client import Answer, Client
 
 log = structlog.get_logger(__name__)
@@ -185,3 +186,31 @@ def _key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")
     return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+def feed(
+    body: Mapping[str, Any],
+    deleted: bool,
+    *,
+    word: str,
+    namespaced: bool,
+    parse: Callable[[Mapping[str, Any]], Any],
+    upsert: Callable[[Any], bool],
+    remove: Callable[[str], bool],
+    invalid: Callable[[str, str, InvalidObject], None],
+) -> tuple[str, bool, InvalidObject | None]:
+    """One watched object into a store: parsed and upserted, or removed when deleted or unreadable (what cannot be
+    read is not used, and ``invalid`` reports it). Returns its key (``ns/name`` or ``name``), whether the store
+    changed, and the error if it could not be read."""
+    meta = body.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = str(meta.get("name") or "")
+    key = f"{meta.get('namespace') or 'default'}/{name}" if namespaced else name
+    if deleted:
+        return key, remove(key), None
+    try:
+        parsed = parse(body)
+    except InvalidObject as exc:
+        invalid(word, key, exc)
+        return key, remove(key), exc
+    return key, upsert(parsed), None

@@ -36,6 +36,7 @@ from scheduler.api.errors import InvalidObject
 from scheduler.api.volumes import ClaimBinding
 from scheduler.cache.volumes import VolumeStore
 from scheduler.framework.interface import Decision
+from scheduler.k8s import informer
 from scheduler.k8s.client import Client
 from scheduler.k8s.informer import Informer
 
@@ -98,20 +99,16 @@ class VolumeWatches:
         upsert: Callable[[Any], bool],
         remove: Callable[[str], bool],
     ) -> None:
-        meta = body.get("metadata")
-        meta = meta if isinstance(meta, Mapping) else {}
-        name = str(meta.get("name") or "")
-        key = f"{meta.get('namespace') or 'default'}/{name}" if namespaced else name
-        if deleted:
-            changed = remove(key)
-        else:
-            try:
-                parsed = parse(body)
-            except InvalidObject as exc:
-                self._invalid(word, key, exc)
-                changed = remove(key)  # what cannot be read is not used
-            else:
-                changed = upsert(parsed)
+        _, changed, _ = informer.feed(
+            body,
+            deleted,
+            word=word,
+            namespaced=namespaced,
+            parse=parse,
+            upsert=upsert,
+            remove=remove,
+            invalid=self._invalid,
+        )
         if changed:
             if word == "persistentvolumeclaim":
                 self._claims_moved.set()

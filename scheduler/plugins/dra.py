@@ -161,8 +161,7 @@ class DynamicResources:
         return Status.success()
 
     def _refuse(self, snap: Snapshot, code: Code, reason: str) -> Status:
-        nodes = int((snap.arrays.base_reason != layout.ABSENT).sum())
-        return Status(code, f"0/{nodes} nodes are available: {reason}.", self.name)
+        return interface.refused_everywhere(snap, code, reason, self.name)
 
     # --- filter ----------------------------------------------------------------------------------------------
 
