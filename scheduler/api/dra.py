@@ -24,8 +24,6 @@ from scheduler.api import quantity as api_quantity
 from scheduler.api import volumes as api_volumes
 from scheduler.api.errors import InvalidObject
 
-GROUP = "resource.k8s.io"
-VERSION = "v1"
 GPU_DRIVER = "gpu.nvidia.com"
 #: ``allocationMode`` values.
 EXACT_COUNT = "ExactCount"

@@ -21,17 +21,20 @@ gangs and queue accounting see DRA GPUs as they see the device plugin's.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import structlog
 
 from scheduler.api import cel as api_cel
 from scheduler.api import dra as api_dra
 from scheduler.api import node as api_node
-from scheduler.api import selectors
 from scheduler.api.dra import ClaimAllocation, Device, DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.api.pod import PodRequest
 
 DeviceKey = tuple[str, str, str]
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +72,8 @@ class DeviceStore:
         self._taken: dict[DeviceKey, str] = {}
         #: (expression source, device key) -> whether it matches (False also when it cannot be evaluated).
         self._matches: dict[tuple[str, DeviceKey], bool] = {}
-        #: Messages of expressions that could not be evaluated, by (expression source, device key).
-        self.errors: dict[tuple[str, DeviceKey], str] = {}
+        #: Expressions whose evaluation failed on some device, told in the log once each.
+        self._told: set[str] = set()
         #: Classes and claims the watches delivered but could not read (left out), by name or key: why not.
         self.unreadable: dict[str, str] = {}
 
@@ -211,15 +214,10 @@ class DeviceStore:
         self._index()
         return {node: len(devices.gpus) for node, devices in self._by_node.items() if devices.gpus}
 
-    def reachable(self, device: Device, node: str, labels: Mapping[str, str]) -> bool:
-        """Whether a device of a slice for several nodes can be used from ``node``."""
-        if device.all_nodes:
-            return True
-        return selectors.node_matches(node, labels, {}, device.node_terms) if device.node_terms else False
-
     def matches(self, expression: api_cel.Expression, device: Device) -> bool:
-        """Whether ``device`` satisfies a selector expression (memoised; an evaluation error is recorded in
-        :attr:`errors` and counts as no match)."""
+        """Whether ``device`` satisfies a selector expression (memoised). An expression that cannot be evaluated
+        for the device (an attribute it lacks) does not match it, and the log says so once per expression;
+        kube-scheduler fails the whole allocation on such a device instead (a CEL runtime error)."""
         key = (expression.source, device.key)
         found = self._matches.get(key)
         if found is None:
@@ -227,7 +225,13 @@ class DeviceStore:
                 found = api_cel.matches(expression, device.variable())
             except api_cel.CelError as exc:
                 found = False
-                self.errors[key] = str(exc)
+                if expression.source not in self._told:
+                    self._told.add(expression.source)
+                    log.warning(
+                        "a device selector cannot be evaluated for a device: it does not match",
+                        device=device.key,
+                        error=str(exc),
+                    )
             self._matches[key] = found
         return found
 
@@ -267,7 +271,6 @@ class DeviceStore:
         self._shared = tuple(shared)
         if old_keys != set(by_key) or any(self._by_key.get(k) != d for k, d in by_key.items()):
             self._matches.clear()
-            self.errors.clear()
         self._by_key = by_key
         self._indexed_at = self.devices_version
 
@@ -289,9 +292,6 @@ class DeviceStore:
         """The whole GPUs among an allocation's devices (admin access left out)."""
         found = (self.device(d.key) for d in allocation.devices if not d.admin_access)
         return [d for d in found if d is not None and api_dra.is_gpu(d)]
-
-    def claims_of(self, namespace: str, pod_claims: Iterable[api_dra.PodClaim]) -> list[ResourceClaim | None]:
-        return [self.claims.get(api_dra.claim_key(namespace, c)) if c.claim_name else None for c in pod_claims]
 
 
 _NONE = NodeDevices((), ())
