@@ -14,7 +14,8 @@ same with client QPS and burst raised by a KubeSchedulerConfiguration), ``gpusch
 pods) and ``gangs`` (gpusched alone, ``--gangs`` PodGroups of ``--gang-size`` pods; kube-scheduler has no gangs).
 ``ceiling`` (backlog mode only) is benchmarks/null_binder.py: no decisions, no Events, bindings round-robin with
 ``--concurrency`` in flight and no client rate limit; its pods/s is what this API server takes on this machine,
-and the table gives every case as a fraction of it when it ran in the same invocation.
+and the table gives every case as a fraction of it when it ran in the same invocation. ``ceiling-events`` is the
+same binder writing a ``Scheduled`` Event per pod after its binding, as the schedulers do.
 ``kube-scheduler-qps-anti`` and ``gpusched-anti`` are the QPS-matched pair with required pod anti-affinity on
 every pod: ``--apps`` apps of equal size (label ``app``), each pod kept off any node that runs a pod of its own
 app (topology key ``kubernetes.io/hostname``), as replicas of an inference service are spread.
@@ -54,6 +55,7 @@ from localcluster import LocalCluster  # noqa: E402
 
 CASES = (
     "ceiling",
+    "ceiling-events",
     "kube-scheduler",
     "kube-scheduler-qps",
     "gpusched",
@@ -300,8 +302,9 @@ async def run_burst(
         await watch.wait_for(len(manifests), timeout=timeout)
         watch.stop()
         bound = watch.bound_at
-        # The null binder writes no Events (it is the floor of the work a scheduler does).
-        events = 0 if scheduler_name == NULL_BINDER else await scheduled_events(api, len(bound), timeout=60.0)
+        # The null binder writes no Events (it is the floor of the work a scheduler does), but in ceiling-events.
+        quiet = scheduler_name == NULL_BINDER and case != "ceiling-events"
+        events = 0 if quiet else await scheduled_events(api, len(bound), timeout=60.0)
         latencies = [bound[name] - created_at[name] for name in bound if name in created_at]
         # With nothing bound, the case took the whole wait.
         seconds = (max(bound.values()) if bound else time.monotonic()) - started
@@ -356,7 +359,7 @@ async def scheduled_events(api: Api, expected: int, *, timeout: float) -> int:
 
 def run_case(case: str, args: argparse.Namespace) -> Result | str:
     """One case on a fresh cluster: a Result, or why the case could not run."""
-    if case == "ceiling" and args.mode != "backlog":
+    if case in ("ceiling", "ceiling-events") and args.mode != "backlog":
         return "the null binder lists a backlog once: run it with --mode backlog"
     gpusched_case = case in ("gpusched", "gangs", "gpusched-anti")
     if gpusched_case:
@@ -400,7 +403,7 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
                 start = replica.start
             else:
                 replica.start().wait_ready(timeout=180).wait_leader()
-        elif case == "ceiling":
+        elif case in ("ceiling", "ceiling-events"):
             assert cluster.pki is not None
 
             def start_binder() -> None:
@@ -408,6 +411,7 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
                 argv += ["--ca", str(cluster.pki.ca_crt), "--cert", str(cluster.pki.admin_crt)]
                 argv += ["--key", str(cluster.pki.admin_key), "--namespace", NAMESPACE]
                 argv += ["--scheduler-name", NULL_BINDER, "--concurrency", str(args.binder_concurrency)]
+                argv += ["--events"] if case == "ceiling-events" else []
                 binder.append(subprocess.Popen(argv))
 
             start = start_binder
@@ -420,7 +424,7 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
             elif peer is not None:
                 scheduler_name = peer_schedulers.scheduler_name(peer)
             else:
-                scheduler_name = NULL_BINDER if case == "ceiling" else "default-scheduler"
+                scheduler_name = NULL_BINDER if case in ("ceiling", "ceiling-events") else "default-scheduler"
             return asyncio.run(
                 run_burst(
                     cluster,
