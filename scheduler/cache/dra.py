@@ -209,6 +209,11 @@ class DeviceStore:
         """The node's whole GPUs published through DRA, in GPU-index order."""
         return self.node_devices(node).gpus
 
+    def sample_gpu(self) -> Device | None:
+        """A whole GPU some node publishes (the first node's first, in the index's order), None if none does."""
+        self._index()
+        return next((devices.gpus[0] for devices in self._by_node.values() if devices.gpus), None)
+
     def gpu_nodes(self) -> dict[str, int]:
         """Node name -> how many whole GPUs it publishes through DRA (nodes with none are not listed)."""
         self._index()
@@ -332,11 +337,10 @@ def _selects_gpus(store: DeviceStore, choice: api_dra.Choice) -> bool:
     device_class = store.classes.get(choice.device_class)
     if device_class is None:
         return False
-    gpus = [d for node in store.gpu_nodes() for d in store.gpus(node)[:1]]
-    if not gpus:
+    sample = store.sample_gpu()
+    if sample is None:
         # No GPU published yet: read the class by its selectors' text (NVIDIA's gpu.nvidia.com class).
         return any(api_dra.GPU_DRIVER in e.source for e in device_class.selectors)
-    sample = gpus[0]
     return all(store.matches(e, sample) for e in device_class.selectors)
 
 
