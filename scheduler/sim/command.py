@@ -248,7 +248,7 @@ def compare_tune(
             workload = protocol.inflate(pods, capacity, ratio, seed)
             label = f"{name} seed {seed}"
             run = engine.run_arrivals(
-                nodes,
+                protocol.tie_order(nodes, seed),
                 workload,
                 policies.build(name, shapes=shapes, seed=seed),
                 shapes=shapes,

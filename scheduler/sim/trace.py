@@ -129,7 +129,7 @@ def _time(row: dict[str, str], column: str, where: str) -> float | None:
 
 
 def load_nodes(path: str | Path) -> list[NodeSpec]:
-    """Nodes in file order (the FGD protocol breaks ties by this order)."""
+    """Nodes in file order (ties go to the first by name; `--tune` renames them first, see protocol.tie_order)."""
     path = Path(path)
     nodes = []
     names = set()

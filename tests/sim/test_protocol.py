@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from scheduler.sim import protocol
-from scheduler.sim.trace import PodSpec
+from scheduler.sim.trace import NodeSpec, PodSpec
 
 CAPACITY = 8000.0  # e.g. 2 nodes x 4 GPUs
 
@@ -45,6 +45,24 @@ def test_inflate_is_shuffled_deterministically_by_the_seed() -> None:
     others = [protocol.inflate(PODS, CAPACITY, 1.3, seed) for seed in range(8, 12)]
     assert all(other != first for other in others)
     assert [p.name for p in first[: len(PODS)]] != [p.name for p in PODS]  # the trace's pods are shuffled too
+
+
+def test_inflate_puts_the_trace_first_and_the_samples_after_it() -> None:
+    # As the authors' simulator does: the trace's pods shuffled, then the samples appended in the order drawn.
+    workload = protocol.inflate(PODS, CAPACITY, 1.3, 5)
+    assert sorted(p.name for p in workload[: len(PODS)]) == sorted(p.name for p in PODS)
+
+
+def test_tie_order_renames_nodes_with_a_seeded_prefix() -> None:
+    nodes = [NodeSpec(f"node-{i:02d}", 32000, 65536, 8, "V100") for i in range(12)]
+    renamed = protocol.tie_order(nodes, 42)
+    assert [n.name.split("-", 1)[1] for n in renamed] == [n.name for n in nodes]  # file order kept
+    assert sorted(int(n.name.split("-", 1)[0]) for n in renamed) == list(range(12))  # a permutation
+    assert [n.cpu_milli for n in renamed] == [n.cpu_milli for n in nodes]
+    assert protocol.tie_order(nodes, 42) == renamed
+    by_name = [n.name.split("-", 1)[1] for n in sorted(renamed, key=lambda n: n.name)]
+    assert by_name != [n.name for n in nodes]  # ties no longer follow the file
+    assert protocol.tie_order(nodes, 43) != renamed
 
 
 def test_inflate_adds_nothing_when_the_trace_already_asks_for_more() -> None:
