@@ -205,9 +205,37 @@ class Kube:
 
     def apply_crds(self) -> None:
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
-        for path in sorted(CRDS.glob("*.yaml")):
+        paths = sorted(CRDS.glob("*.yaml"))
+        for path in paths:
             name = yaml.safe_load(path.read_text())["metadata"]["name"]
             self.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{name}")
+        self.warm_lists(paths)
+
+    def warm_lists(self, crd_files: Iterable[Path], timeout: float = 60.0) -> None:
+        """List every custom resource type of ``crd_files`` until the API server answers.
+
+        An API server builds the storage of a custom resource type, and its watch cache, at the first request
+        for it; until the cache has listed etcd it answers ``429 storage is (re)initializing`` with a Retry-After
+        of one second. In a running cluster that happened long ago; on the fresh control plane of a test or a
+        benchmark it would happen to whichever client asks first, so the types are asked for here, before any
+        scheduler starts (``established`` on the CRD does not cover it)."""
+        deadline = time.monotonic() + timeout
+        for path in crd_files:
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not doc or doc.get("kind") != "CustomResourceDefinition":
+                    continue
+                spec = doc["spec"]
+                versions = [v["name"] for v in spec.get("versions", []) if v.get("served", True)]
+                for version in versions[:1]:
+                    url = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
+                    while True:
+                        try:
+                            self.request("GET", url, query={"limit": "1"})
+                            break
+                        except APIError as exc:
+                            if exc.status != 429 or time.monotonic() > deadline:
+                                raise
+                            time.sleep(0.1)
 
     def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels or {})}}

@@ -328,6 +328,7 @@ def apply_crds(cluster: LocalCluster, bin_dir: Path, peer: str) -> None:
         k.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
     for path in files:
         k.kubectl("wait", "--for=condition=established", "--timeout=60s", "-f", str(path))
+    k.warm_lists(files)  # as for gpusched's own types: no scheduler meets a cold watch cache
 
 
 def groups_named(cluster: LocalCluster, peer: str, namespace: str) -> int:
