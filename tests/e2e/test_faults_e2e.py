@@ -34,10 +34,14 @@ import functools
 import json
 import os
 import random
+import re
+import shutil
+import tempfile
 import time
 import urllib.error
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import invariants as inv
@@ -576,6 +580,33 @@ def _check(sched: Scenario, run: Run, work: Workload, replicas: Replicas, watche
         run.figures.setdefault("log_lines", {})[r.identity] = len(lines)
         run.violate("no traceback in the replicas' logs", [f"{r.identity} {t}" for t in inv.tracebacks(lines)])
     run.violate("no replica exits by itself", replicas.crashes)
+    if run.violations:
+        _keep_logs(run, replicas)
+
+
+#: How a violation names a pod: ``pod <namespace>/<name>`` (invariants.py).
+_POD_NAMED = re.compile(r"\bpod ([a-z0-9.-]+/[a-z0-9.-]+)")
+
+
+def _keep_logs(run: Run, replicas: Replicas) -> None:
+    """What the replicas logged about each pod a violation names, into the report (CI keeps only the test's
+    output), and a copy of the whole logs in a folder the test does not delete afterwards."""
+    named = sorted({m for found in run.violations.values() for v in found for m in _POD_NAMED.findall(v)})[:10]
+    keep = Path(tempfile.mkdtemp(prefix=f"gpusched-faults-seed{run.seed}-"))
+    excerpts: dict[str, list[str]] = {}
+    for r in replicas.all:
+        with contextlib.suppress(OSError):
+            shutil.copy(r.log_path, keep / r.log_path.name)
+        try:
+            lines = r.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for pod in named:
+            hits = [line for line in lines if f'"{pod}"' in line or f"{pod}:" in line or f"{pod} " in line]
+            if hits:
+                excerpts.setdefault(pod, []).extend(f"{r.identity}: {line[:400]}" for line in hits[-15:])
+    run.figures["logs_kept_in"] = str(keep)
+    run.figures["log_lines_about_violating_pods"] = excerpts or "no log line names them"
 
 
 def _report(run: Run) -> None:

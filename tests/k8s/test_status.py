@@ -232,7 +232,8 @@ async def test_a_gang_that_does_not_fit_tells_every_member(fake: FakeApiServer, 
     for i in range(2):
         operator.pod_event(pod(f"train-{i}", 4, labels={"gpusched.io/pod-group": "train"}))
     operator.listed()
-    await eventually(lambda: len(fake.requests("PATCH", "/pods/train-1/status")) > 0)
+    # The members' conditions are written concurrently, in no set order: wait for both.
+    await eventually(lambda: all(fake.requests("PATCH", f"/pods/train-{i}/status") for i in range(2)))
     for i in range(2):
         message = str(_pod_condition(fake, f"train-{i}")["message"])
         assert message.startswith("waiting for gang default/train: 0 of 2 members placed; "), message
