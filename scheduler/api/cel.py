@@ -22,10 +22,10 @@ error (guard it with ``has()`` or ``in``): :func:`matches` raises :class:`CelErr
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-import importlib
 from functools import cache
 from typing import Any
 

@@ -4,6 +4,7 @@ and no peer binary needed (those are for the benchmark itself); well under a sec
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from collections import Counter
@@ -98,3 +99,8 @@ def test_the_benchmark_runs_each_peer_case_with_that_peers_gangs() -> None:
     slower = bench.Result(case="y", pods=8, bound=8, seconds=4.0, pods_per_s=2.0, p50_s=1.0, p99_s=2.0)
     lines = bench.peer_ratios({"gangs": result, "volcano-gangs": slower, "coscheduling-gangs": "not run: why"})
     assert lines == ["gangs / volcano-gangs: 2.00x pods/s"]
+    # And the rate once each was running (from its own first bind), where the script could measure it.
+    result = dataclasses.replace(result, running_pods_per_s=6.0)
+    slower = dataclasses.replace(slower, running_pods_per_s=4.0)
+    lines = bench.peer_ratios({"gangs": result, "volcano-gangs": slower})
+    assert lines == ["gangs / volcano-gangs: 2.00x pods/s, 1.50x after each one's first bind"]
