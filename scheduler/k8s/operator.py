@@ -63,9 +63,10 @@ from scheduler.queue.scheduling import SchedulingQueue
 
 log = structlog.get_logger(__name__)
 
-#: The listings readiness waits for: the informers' (nodes, pods) and kopf's (PodGroups and Queues, see
-#: ``scheduler.k8s.handlers``).
-LISTINGS = frozenset({"nodes", "pods", "custom resources"})
+#: The listings readiness waits for: the informers' (nodes, pods; Services, which the default spread reads, and
+#: PodDisruptionBudgets, which preemption must respect from its first decision) and kopf's (PodGroups and
+#: Queues, see ``scheduler.k8s.handlers``).
+LISTINGS = frozenset({"nodes", "pods", "services", "poddisruptionbudgets", "custom resources"})
 #: Seconds between writes of PodGroup and Queue status (per object; unchanged values are not written).
 STATUS_INTERVAL_S = 2.0
 #: Seconds between additions to the queues' usage history.

@@ -281,6 +281,7 @@ async def _supervise(
             list_method=client.core.list_service_for_all_namespaces,
             on_event=operator.service_event,
             known=operator.service_keys,
+            on_listed=operator.part_listed,
         ),
         "poddisruptionbudgets": Informer(
             client,
@@ -288,6 +289,7 @@ async def _supervise(
             list_method=client.policy.list_pod_disruption_budget_for_all_namespaces,
             on_event=operator.pdb_event,
             known=operator.budget_keys,
+            on_listed=operator.part_listed,
         ),
     }
     # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (scheduler.k8s.volumes).

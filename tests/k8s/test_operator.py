@@ -94,6 +94,23 @@ async def test_no_decision_before_the_first_full_listing(fake: FakeApiServer, op
     assert events(fake, "Scheduled")[0]["message"] == f"Successfully assigned default/train to gpu-0 (GPUs {gpus})"
 
 
+async def test_readiness_waits_for_the_disruption_budgets_and_services_too(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    # Preemption must weigh every PodDisruptionBudget from its first decision, and the default spread every
+    # Service: kube-scheduler waits for those informers too before it schedules.
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0"))
+    operator.pod_event(pod("train", 2))
+    for part in ("nodes", "pods", "custom resources", "services"):
+        operator.part_listed(part)
+    await asyncio.sleep(0.2)
+    assert bound(fake) == {} and not operator.ready
+    operator.part_listed("poddisruptionbudgets")
+    assert operator.ready
+    await eventually(lambda: "train" in bound(fake))
+
+
 async def test_bound_pods_of_any_scheduler_count_and_the_pending_pod_is_told_why(
     fake: FakeApiServer, operator: Operator
 ) -> None:
