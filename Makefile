@@ -14,7 +14,7 @@ IMAGE ?= gpusched:dev
 .PHONY: install demo test lint unit e2e conformance bench image clean
 
 # pip is quiet (its output is long); these lines say what is happening. The first install downloads numba,
-# llvmlite, numpy, matplotlib, the Kubernetes client, mypy and ruff: about 90 s on the project's machine.
+# llvmlite, numpy, matplotlib (the plots extra), the Kubernetes client, mypy and ruff: about 90 s on the project's machine.
 $(STAMP): pyproject.toml
 	@echo "install: creating the virtualenv $(VENV) with $$($(PYTHON) --version 2>&1)"
 	@$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -m pip install --quiet --upgrade pip
 	@echo "install: installing gpusched and its dev tools into $(VENV) (about 90 s and 635 MB the first time;" \
 	  "pip's own messages are off)"
-	@$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@$(BIN)/python -m pip install --quiet -e '.[dev,plots]'
 	@touch $(STAMP)
 	@echo "install: done, $(VENV) takes $$(du -sh $(VENV) | cut -f1)"
 

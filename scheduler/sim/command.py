@@ -8,6 +8,7 @@ creation and deletion times instead.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import sys
@@ -137,6 +138,12 @@ def check(args: argparse.Namespace) -> None:
     if args.json:
         check_output(args.json, "--json")
     if args.plot:
+        if importlib.util.find_spec("matplotlib") is None:
+            raise InvalidObject(
+                "drawing charts needs matplotlib, an optional dependency: pip install 'gpusched[plots]'",
+                obj="gpusched simulate",
+                field="--plot",
+            )
         check_output(args.plot, "--plot")
         suffix = Path(args.plot).suffix.lower().lstrip(".")
         if suffix not in PLOT_FORMATS:

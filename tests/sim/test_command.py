@@ -106,6 +106,21 @@ def test_replay_of_the_tiny_trace(trace_files: tuple[Path, Path], tmp_path: Path
         assert result["time_weighted_alloc"] == pytest.approx(100 * area / (7000 * 16000))
 
 
+def test_plot_without_matplotlib_says_how_to_get_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # matplotlib is an optional dependency (the `plots` extra), left out of the operator image.
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    assert _simulate("--plot", f"{tmp_path}/out.png") == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "--plot" in err and "pip install 'gpusched[plots]'" in _one_line(err)
+    assert not (tmp_path / "out.png").exists()
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
