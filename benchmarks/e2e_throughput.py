@@ -79,6 +79,8 @@ GANGS_OF = {"gangs": "gpusched", "volcano-gangs": "volcano", "coscheduling-gangs
 NAMESPACE = "bench"
 #: The schedulerName of the ceiling case's pods: nobody else binds them.
 NULL_BINDER = "null-binder"
+#: The cases the null binder runs (benchmarks/null_binder.py), with and without its Events.
+NULL_BINDER_CASES = ("ceiling", "ceiling-events")
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,11 +315,11 @@ async def run_burst(
         events = 0 if quiet else await scheduled_events(api, len(bound), timeout=60.0)
         latencies = [bound[name] - created_at[name] for name in bound if name in created_at]
         # With nothing bound, the case took the whole wait.
-        seconds = (max(bound.values()) if bound else time.monotonic()) - started
+        first, last = (min(bound.values()), max(bound.values())) if bound else (started, time.monotonic())
+        seconds = last - started
         if len(bound) < len(manifests):
             note += f"; only {len(bound)} of {len(manifests)} bound within {timeout:.0f} s"
-        first = min(bound.values()) if bound else started
-        running = (max(bound.values()) - first) if len(bound) > 1 else 0.0
+        running = last - first if len(bound) > 1 else 0.0
         return Result(
             case=case,
             pods=len(manifests),
@@ -369,7 +371,7 @@ async def scheduled_events(api: Api, expected: int, *, timeout: float) -> int:
 
 def run_case(case: str, args: argparse.Namespace) -> Result | str:
     """One case on a fresh cluster: a Result, or why the case could not run."""
-    if case in ("ceiling", "ceiling-events") and args.mode != "backlog":
+    if case in NULL_BINDER_CASES and args.mode != "backlog":
         return "the null binder lists a backlog once: run it with --mode backlog"
     gpusched_case = case in ("gpusched", "gangs", "gpusched-anti")
     if gpusched_case:
@@ -413,7 +415,7 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
                 start = replica.start
             else:
                 replica.start().wait_ready(timeout=180).wait_leader()
-        elif case in ("ceiling", "ceiling-events"):
+        elif case in NULL_BINDER_CASES:
             assert cluster.pki is not None
 
             def start_binder() -> None:
@@ -434,7 +436,7 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
             elif peer is not None:
                 scheduler_name = peer_schedulers.scheduler_name(peer)
             else:
-                scheduler_name = NULL_BINDER if case in ("ceiling", "ceiling-events") else "default-scheduler"
+                scheduler_name = NULL_BINDER if case in NULL_BINDER_CASES else "default-scheduler"
             return asyncio.run(
                 run_burst(
                     cluster,

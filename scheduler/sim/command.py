@@ -248,14 +248,16 @@ def compare_tune(
     key = str(top)
     _warm_up(nodes, pods, names, shapes)
     results: dict[str, dict[str, Any]] = {}
+    # Every policy meets the same workload and node order for a seed: made once per seed, not per policy.
+    inputs = {seed: (protocol.inflate(pods, capacity, ratio, seed), protocol.tie_order(nodes, seed)) for seed in seeds}
     for name in names:
         per_seed: list[dict[str, Any]] = []
         curves = []
         for seed in seeds:
-            workload = protocol.inflate(pods, capacity, ratio, seed)
+            workload, seed_nodes = inputs[seed]
             label = f"{name} seed {seed}"
             run = engine.run_arrivals(
-                protocol.tie_order(nodes, seed),
+                seed_nodes,
                 workload,
                 policies.build(name, shapes=shapes, seed=seed),
                 shapes=shapes,

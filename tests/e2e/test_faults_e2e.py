@@ -572,35 +572,35 @@ def _check(sched: Scenario, run: Run, work: Workload, replicas: Replicas, watche
 
     run.violate("every pending pod has a reason", _poll_check(reasons_check, timeout=30))
 
+    logs: dict[str, list[str]] = {}
     for r in replicas.all:
         try:
             lines = r.log_path.read_text(errors="replace").splitlines()
         except OSError as exc:
             lines = [f"<no log: {exc}>"]
+        logs[r.identity] = lines
         run.figures.setdefault("log_lines", {})[r.identity] = len(lines)
         run.violate("no traceback in the replicas' logs", [f"{r.identity} {t}" for t in inv.tracebacks(lines)])
     run.violate("no replica exits by itself", replicas.crashes)
     if run.violations:
-        _keep_logs(run, replicas)
+        _keep_logs(run, replicas, logs)
 
 
 #: How a violation names a pod: ``pod <namespace>/<name>`` (invariants.py).
 _POD_NAMED = re.compile(r"\bpod ([a-z0-9.-]+/[a-z0-9.-]+)")
 
 
-def _keep_logs(run: Run, replicas: Replicas) -> None:
-    """What the replicas logged about each pod a violation names, into the report (CI keeps only the test's
-    output), and a copy of the whole logs in a folder the test does not delete afterwards."""
+def _keep_logs(run: Run, replicas: Replicas, logs: dict[str, list[str]]) -> None:
+    """What the replicas logged (``logs``, by identity, as _check read them) about each pod a violation names,
+    into the report (CI keeps only the test's output), and a copy of the whole logs in a folder the test does
+    not delete afterwards."""
     named = sorted({m for found in run.violations.values() for v in found for m in _POD_NAMED.findall(v)})[:10]
     keep = Path(tempfile.mkdtemp(prefix=f"gpusched-faults-seed{run.seed}-"))
     excerpts: dict[str, list[str]] = {}
     for r in replicas.all:
         with contextlib.suppress(OSError):
             shutil.copy(r.log_path, keep / r.log_path.name)
-        try:
-            lines = r.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            continue
+        lines = logs.get(r.identity, [])
         for pod in named:
             hits = [line for line in lines if f'"{pod}"' in line or f"{pod}:" in line or f"{pod} " in line]
             if hits:
