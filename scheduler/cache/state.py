@@ -618,6 +618,11 @@ class Snapshot:
     # --- node metadata, read-only ---------------------------------------------------------------------------
 
     @property
+    def node_count(self) -> int:
+        """How many nodes the cluster has (the arrays have more slots: they grow by doubling)."""
+        return self._cache.node_count
+
+    @property
     def taints(self) -> Mapping[int, tuple[Taint, ...]]:
         """Node slot -> its taints (slots without taints are not listed)."""
         return MappingProxyType(self._cache.taints)

@@ -91,19 +91,22 @@ def fit(
     gmem: float,
     node_reason: I8,
     out: I8,
+    *,
+    nodes: int | None = None,
 ) -> I8:
     """Write into ``out`` (int8, one per node) why each node cannot hold the pod, or ``layout.FIT``.
 
     ``req`` is the pod's request per column; ``k`` GPUs of ``m`` milli each (``m`` = 1000: whole GPUs, which need
     fully free devices; less: one shared device with ``m`` milli and ``gmem`` bytes free). ``model_ok[id]`` says
-    which GPU models are allowed unless ``any_model``.
+    which GPU models are allowed unless ``any_model``. ``nodes``: how many of the rows hold a node (the cache's
+    arrays have room to grow, up to twice its nodes); it, not the row count, picks the parallel twin.
     """
     n_nodes, n_res = cap.shape
     if used.shape != cap.shape or req.shape != (n_res,) or out.shape != (n_nodes,):
         raise ValueError("fit: cap, used, req and out disagree in shape")
     if gpu_free.shape[0] != n_nodes or gpu_mem_free.shape != gpu_free.shape or node_reason.shape != (n_nodes,):
         raise ValueError("fit: GPU table or node_reason disagree with cap in shape")
-    pick(_FIT, n_nodes)(
+    pick(_FIT, n_nodes if nodes is None else nodes)(
         cap,
         used,
         req,

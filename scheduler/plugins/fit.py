@@ -75,4 +75,5 @@ class Fit:
             float(gpu.memory),
             reasons.copy(),
             reasons,
+            nodes=snap.node_count,
         )

@@ -22,7 +22,13 @@ class Gang:
         taken: Mapping[int, int] | None = state.data.get(GANG_SLOTS)
         if not taken:
             return False
-        most = max(taken.values())
-        counts = np.fromiter((taken.get(int(n), 0) for n in nodes), dtype=np.float64, count=nodes.shape[0])
-        out[:] = np.where(counts > 0, 50.0 + 50.0 * counts / most, 0.0)
+        # Vectorised over the feasible nodes (thousands) against the few nodes the gang holds: a lookup per node
+        # in Python was a sixth of a gang's cycle at 5,000 nodes.
+        rows = np.fromiter(taken.keys(), dtype=np.int64, count=len(taken))
+        slots = np.fromiter(taken.values(), dtype=np.float64, count=len(taken))
+        order = np.argsort(rows)
+        rows, slots = rows[order], slots[order]
+        at = np.minimum(np.searchsorted(rows, nodes), rows.shape[0] - 1)
+        counts = np.where(rows[at] == nodes, slots[at], 0.0)
+        out[:] = np.where(counts > 0, 50.0 + 50.0 * counts / slots.max(), 0.0)
         return True

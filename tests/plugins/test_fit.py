@@ -196,3 +196,29 @@ def test_a_removed_node_is_not_counted() -> None:
     cluster = Cluster([objects.node("a", cpu="1"), objects.node("b", cpu="1")])
     cluster.cache.remove_node("a")
     assert _message(cluster, objects.pod("p", cpu="2")) == "0/1 nodes are available: 1 Insufficient cpu."
+
+
+def test_the_parallel_twin_is_chosen_by_the_nodes_not_by_the_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The cache's arrays grow by doubling: 70 nodes live in 128 slots. Which twin runs must follow the 70 (a
+    # cluster of 5,000 nodes in 8,192 slots ran fit on every core, on a machine where that is slower).
+    from scheduler.kernels import _jit
+    from scheduler.kernels import fit as fit_kernel
+
+    cluster = Cluster([objects.node(f"n{i:02d}") for i in range(70)])
+    assert cluster.cache.arrays.slots == 128
+    serial, parallel = fit_kernel._FIT
+    called: list[str] = []
+
+    def spy(name: str, twin: Any) -> Any:
+        def run(*args: Any) -> Any:
+            called.append(name)
+            return twin(*args)
+
+        return run
+
+    monkeypatch.setattr(fit_kernel, "_FIT", (spy("serial", serial), spy("parallel", parallel)))
+    monkeypatch.setattr(_jit, "PARALLEL_MIN_NODES", 100)
+    assert cluster.place(objects.pod("p", cpu="1"))[0] is not None
+    monkeypatch.setattr(_jit, "PARALLEL_MIN_NODES", 70)
+    assert cluster.place(objects.pod("q", cpu="1"))[0] is not None
+    assert called == ["serial", "parallel"]
