@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The environment markers are evaluated for the image's platform: CPython 3.11 on Linux.
@@ -26,13 +27,9 @@ ENVIRONMENT = {
 }
 
 
-def _canonical(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
-
-
 def _closure(names: list[str]) -> set[str]:
     seen: set[str] = set()
-    stack = [_canonical(n) for n in names]
+    stack = [canonicalize_name(n) for n in names]
     while stack:
         name = stack.pop()
         if name in seen:
@@ -41,7 +38,7 @@ def _closure(names: list[str]) -> set[str]:
         for raw in md.requires(name) or []:
             requirement = Requirement(raw)
             if requirement.marker is None or requirement.marker.evaluate(ENVIRONMENT):
-                stack.append(_canonical(requirement.name))
+                stack.append(canonicalize_name(requirement.name))
     return seen
 
 
@@ -50,7 +47,7 @@ def _locked() -> dict[str, str]:
     for line in (ROOT / "requirements.lock").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             name, _, version = line.partition("==")
-            pins[_canonical(name)] = version
+            pins[canonicalize_name(name)] = version
     return pins
 
 

@@ -25,10 +25,10 @@ class Gang:
         # Vectorised over the feasible nodes (thousands) against the few nodes the gang holds: a lookup per node
         # in Python was a sixth of a gang's cycle at 5,000 nodes.
         rows = np.fromiter(taken.keys(), dtype=np.int64, count=len(taken))
-        slots = np.fromiter(taken.values(), dtype=np.float64, count=len(taken))
+        members = np.fromiter(taken.values(), dtype=np.float64, count=len(taken))
         order = np.argsort(rows)
-        rows, slots = rows[order], slots[order]
+        rows, members = rows[order], members[order]
         at = np.minimum(np.searchsorted(rows, nodes), rows.shape[0] - 1)
-        counts = np.where(rows[at] == nodes, slots[at], 0.0)
-        out[:] = np.where(counts > 0, 50.0 + 50.0 * counts / slots.max(), 0.0)
+        counts = np.where(rows[at] == nodes, members[at], 0.0)
+        out[:] = np.where(counts > 0, 50.0 + 50.0 * counts / members.max(), 0.0)
         return True
