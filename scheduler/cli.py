@@ -92,7 +92,7 @@ def _bench_kernels(args: argparse.Namespace) -> int:
 def _node_topology(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from scheduler.api import gputopo
+    from scheduler.api import gputopo, nvidia_smi
 
     try:
         text = Path(args.from_nvidia_smi).read_text()
@@ -100,7 +100,7 @@ def _node_topology(args: argparse.Namespace) -> int:
         raise InvalidObject(f"cannot read: {exc.strerror}", obj=f"file {args.from_nvidia_smi}") from None
     except UnicodeDecodeError:
         raise InvalidObject("not text", obj=f"file {args.from_nvidia_smi}") from None
-    print(gputopo.to_annotation(gputopo.from_nvidia_smi(text, source=args.from_nvidia_smi)))
+    print(gputopo.to_annotation(nvidia_smi.read(text, source=args.from_nvidia_smi)))
     return 0
 
 

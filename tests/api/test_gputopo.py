@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import gputopo
+from scheduler.api import gputopo, nvidia_smi
 from scheduler.api.errors import InvalidObject
 from scheduler.api.gputopo import Gpu, GpuTopology, Link
 
@@ -25,9 +25,9 @@ def sample(name: str) -> str:
     return (DATA / name).read_text()
 
 
-NVSWITCH = gputopo.from_nvidia_smi(sample("hgx-h100-nvswitch.txt"))
-PCIE = gputopo.from_nvidia_smi(sample("pcie-l40s-2numa.txt"))
-PAIRS = gputopo.from_nvidia_smi(sample("nvlink-pairs-4gpu.txt"))
+NVSWITCH = nvidia_smi.read(sample("hgx-h100-nvswitch.txt"))
+PCIE = nvidia_smi.read(sample("pcie-l40s-2numa.txt"))
+PAIRS = nvidia_smi.read(sample("nvlink-pairs-4gpu.txt"))
 
 
 # --- nvidia-smi topo -m ----------------------------------------------------------------------------------------
@@ -88,21 +88,21 @@ def test_a_node_with_nvlink_pairs() -> None:
 def test_pasted_matrices_with_spaces_crlf_and_text_around_them_are_read_alike() -> None:
     text = sample("nvlink-pairs-4gpu.txt")
     spaced = "$ nvidia-smi topo -m\r\n" + text.replace("\t", "    ").replace("\n", "\r\n")
-    assert gputopo.from_nvidia_smi(spaced) == PAIRS
+    assert nvidia_smi.read(spaced) == PAIRS
     no_legend = text.split("Legend:")[0]
-    assert gputopo.from_nvidia_smi(no_legend) == PAIRS
+    assert nvidia_smi.read(no_legend) == PAIRS
 
 
 def test_an_old_driver_matrix_with_soc_and_cpu_affinity_only() -> None:
     text = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSOC\t0-11\nGPU1\tSOC\t X \t12-23\n"
-    topo = gputopo.from_nvidia_smi(text)
+    topo = nvidia_smi.read(text)
     assert topo == GpuTopology((Gpu(0), Gpu(1)))
     assert topo.link[0, 1] == Link.SYSTEM
 
 
 def test_numa_affinity_of_several_nodes_or_na_is_unknown() -> None:
     text = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\tN/A\nGPU1\tPHB\t X \t0-63\t0-1\n"
-    assert [gpu.numa for gpu in gputopo.from_nvidia_smi(text).gpus] == [-1, -1]
+    assert [gpu.numa for gpu in nvidia_smi.read(text).gpus] == [-1, -1]
 
 
 def garble(name: str, line: int, old: str, new: str) -> str:
@@ -136,7 +136,7 @@ def garble(name: str, line: int, old: str, new: str) -> str:
 )
 def test_garbled_nvidia_smi_output_is_refused_with_the_line(text: str, where: str, words: str) -> None:
     with pytest.raises(InvalidObject) as error:
-        gputopo.from_nvidia_smi(text, source="topo.txt")
+        nvidia_smi.read(text, source="topo.txt")
     assert error.value.obj == (f"topo.txt {where}" if where else "topo.txt")
     assert words in error.value.reason
 
@@ -149,7 +149,7 @@ def test_gpus_sharing_a_switch_only_through_each_other_are_refused() -> None:
         "GPU2\tNODE\tPIX\t X \t0-7\t0\n"
     )
     with pytest.raises(InvalidObject, match="share a PCIe switch through other devices, but are NODE apart"):
-        gputopo.from_nvidia_smi(text)
+        nvidia_smi.read(text)
 
 
 # --- the annotation --------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scheduler.api import gputopo
+from scheduler.api import gputopo, nvidia_smi
 from tests.api import objects
 from tests.core.harness import Cluster
 
@@ -16,7 +16,7 @@ PROFILE = ("fit", "gpu", "topology")
 
 
 def _annotation(sample: str) -> str:
-    return gputopo.to_annotation(gputopo.from_nvidia_smi((DATA / sample).read_text()))
+    return gputopo.to_annotation(nvidia_smi.read((DATA / sample).read_text()))
 
 
 def _node(name: str, sample: str | None, gpus: int) -> dict[str, Any]:
@@ -30,7 +30,7 @@ def _bound(name: str, node: str, ids: str) -> dict[str, Any]:
 
 
 def test_two_gpus_on_the_nvlink_pairs_node_take_a_pair() -> None:
-    topo = gputopo.from_nvidia_smi((DATA / "nvlink-pairs-4gpu.txt").read_text())
+    topo = nvidia_smi.read((DATA / "nvlink-pairs-4gpu.txt").read_text())
     # Two 2-GPU pods: each gets a whole NVLink pair, never one GPU of each.
     cluster = Cluster([_node("n", "nvlink-pairs-4gpu.txt", 4)], PROFILE)
     _, ids = cluster.place(objects.pod("p", gpus=2))
@@ -40,7 +40,7 @@ def test_two_gpus_on_the_nvlink_pairs_node_take_a_pair() -> None:
 
 
 def test_a_single_gpu_leaves_the_free_nvlink_pair_whole() -> None:
-    topo = gputopo.from_nvidia_smi((DATA / "nvlink-pairs-4gpu.txt").read_text())
+    topo = nvidia_smi.read((DATA / "nvlink-pairs-4gpu.txt").read_text())
     pair = next(g.gpus for g in topo.groups if g.link == gputopo.Link.NVLINK)
     other = sorted(set(range(4)) - set(pair))
     # One GPU of the other pair is busy: a one-GPU pod takes its partner, not half of the free pair.
@@ -50,7 +50,7 @@ def test_a_single_gpu_leaves_the_free_nvlink_pair_whole() -> None:
 
 
 def test_four_gpus_on_the_pcie_node_stay_on_one_numa_node() -> None:
-    topo = gputopo.from_nvidia_smi((DATA / "pcie-l40s-2numa.txt").read_text())
+    topo = nvidia_smi.read((DATA / "pcie-l40s-2numa.txt").read_text())
     numa = [g.numa for g in topo.gpus]
     cluster = Cluster([_node("n", "pcie-l40s-2numa.txt", 8)], PROFILE, bound=[_bound("busy", "n", "0")])
     _, ids = cluster.place(objects.pod("p", gpus=4))
@@ -58,7 +58,7 @@ def test_four_gpus_on_the_pcie_node_stay_on_one_numa_node() -> None:
 
 
 def test_single_gpus_on_the_nvswitch_node_fill_one_numa_node_first() -> None:
-    topo = gputopo.from_nvidia_smi((DATA / "hgx-h100-nvswitch.txt").read_text())
+    topo = nvidia_smi.read((DATA / "hgx-h100-nvswitch.txt").read_text())
     numa = [g.numa for g in topo.gpus]
     cluster = Cluster([_node("n", "hgx-h100-nvswitch.txt", 8)], PROFILE)
     taken = [cluster.place(objects.pod(f"p{i}", gpus=1))[1][0] for i in range(4)]
@@ -73,7 +73,7 @@ def test_without_the_annotation_devices_are_the_lowest_free_ones() -> None:
 def test_a_multi_gpu_pod_prefers_the_node_where_it_fits_an_nvlink_pair() -> None:
     # Node "a" (first by slot) has one GPU of each pair busy: 2 free GPUs joined only across sockets.
     # Node "b" has a whole pair free. The pod goes to "b" and lands on NVLink.
-    topo = gputopo.from_nvidia_smi((DATA / "nvlink-pairs-4gpu.txt").read_text())
+    topo = nvidia_smi.read((DATA / "nvlink-pairs-4gpu.txt").read_text())
     pairs = [g.gpus for g in topo.groups if g.link == gputopo.Link.NVLINK]
     halves = f"{pairs[0][0]},{pairs[1][0]}"
     cluster = Cluster(
@@ -95,7 +95,7 @@ def test_a_multi_gpu_pod_prefers_the_node_where_it_fits_an_nvlink_pair() -> None
 def test_nodes_of_several_models_and_unknown_ones_are_scored_each_by_its_own_topology() -> None:
     # One cycle scores all nodes together: a node without the annotation, a PCIe node and two NVLink-pair nodes
     # (one with a whole pair free, listed last). The pod goes to the node offering NVLink, on a pair.
-    topo = gputopo.from_nvidia_smi((DATA / "nvlink-pairs-4gpu.txt").read_text())
+    topo = nvidia_smi.read((DATA / "nvlink-pairs-4gpu.txt").read_text())
     pairs = [g.gpus for g in topo.groups if g.link == gputopo.Link.NVLINK]
     halves = f"{pairs[0][0]},{pairs[1][0]}"
     nodes = [
