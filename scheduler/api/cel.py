@@ -23,16 +23,15 @@ error (guard it with ``has()`` or ``in``): :func:`matches` raises :class:`CelErr
 from __future__ import annotations
 
 import importlib
+import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import cache
 from typing import Any
 
-from scheduler.api import quantity as api_quantity
+from scheduler.api import cel_library
 from scheduler.api.errors import InvalidObject
-
-_SEMVER = "semver:"
 
 
 class CelError(ValueError):
@@ -59,13 +58,20 @@ class Expression:
     source: str
     program: Any
     where: str = ""
+    #: The attribute and capacity domains the expression names literally: Kubernetes reads a domain a device does
+    #: not have as an empty map (so ``has(device.attributes["other.com"].x)`` is false, not an error).
+    domains: tuple[str, ...] = ()
 
 
 @cache
 def _cel() -> Any:
     # Imported at the first expression, not with the scheduler: the package's __init__ also loads its
     # command-line interface (prompt_toolkit), 75 ms of a start-up that clusters without DRA never use.
-    return importlib.import_module("cel")
+    module = importlib.import_module("cel")
+    # The binding logs a warning for every function that raises; a device that cannot be evaluated is reported
+    # once by the caller (scheduler.cache.dra), with the object and field.
+    logging.getLogger("cel").setLevel(logging.ERROR)
+    return module
 
 
 def compile_expression(source: str, *, obj: str, field: str) -> Expression:
@@ -76,7 +82,10 @@ def compile_expression(source: str, *, obj: str, field: str) -> Expression:
         program = _cel().compile(source)
     except Exception as exc:
         raise InvalidObject(f"not a valid CEL expression: {exc}", obj=obj, field=field) from exc
-    return Expression(source, program, f"{obj} field {field}")
+    return Expression(source, program, f"{obj} field {field}", tuple(sorted(set(_DOMAIN.findall(source)))))
+
+
+_DOMAIN = re.compile(r"""\.(?:attributes|capacity)\s*\[\s*['"]([^'"\\]+)['"]\s*\]""")
 
 
 def device_variable(
@@ -93,7 +102,7 @@ def device_variable(
     caps: dict[str, dict[str, Any]] = {}
     for name, amount in capacity.items():
         domain, _, ident = name.rpartition("/")
-        caps.setdefault(domain or driver, {})[ident] = int(amount)
+        caps.setdefault(domain or driver, {})[ident] = cel_library.quantity_value(int(amount))
     attrs.setdefault(driver, {})
     caps.setdefault(driver, {})
     return {"driver": driver, "attributes": attrs, "capacity": caps}
@@ -103,7 +112,7 @@ def matches(expression: Expression, device: Mapping[str, Any]) -> bool:
     """Whether ``device`` (from :func:`device_variable`) satisfies ``expression``; :class:`CelError` if it cannot
     be evaluated for it."""
     try:
-        result = expression.program.execute(_context(device))
+        result = expression.program.execute(_context(device, expression.domains))
     except Exception as exc:
         raise CelError(f"{expression.where}: {exc}") from exc
     if not isinstance(result, bool):
@@ -115,71 +124,24 @@ def matches(expression: Expression, device: Mapping[str, Any]) -> bool:
 
 
 def _to_cel(value: AttributeValue) -> Any:
-    return f"{_SEMVER}{value.text}" if isinstance(value, Version) else value
-
-
-def _quantity(text: str) -> int:
-    try:
-        return api_quantity.to_milli(api_quantity.parse_quantity(text, field="quantity()"))
-    except InvalidObject as exc:
-        raise ValueError(f"quantity({text!r}): {exc.reason}") from exc
-
-
-def _semver(text: str) -> str:
-    _semver_key(text)  # raises on a bad version
-    return f"{_SEMVER}{text}"
+    return f"{cel_library.SEMVER}{value.text}" if isinstance(value, Version) else value
 
 
 def _semver_key(text: str) -> tuple[int, int, int, tuple[tuple[int, int | str], ...]]:
-    core, _, pre = text.partition("+")[0].partition("-")
-    parts = core.split(".")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise ValueError(f"{text!r} is not a semantic version (MAJOR.MINOR.PATCH)")
-    # A pre-release sorts before its release: (1, ()) for the release, (0, identifiers) before it.
-    ids: tuple[tuple[int, int | str], ...] = (
-        tuple((0, int(p)) if p.isdigit() else (1, p) for p in pre.split(".")) if pre else ((2, 0),)
-    )
-    return int(parts[0]), int(parts[1]), int(parts[2]), ids
+    return cel_library.semver_key(text)
 
 
-def _ordered(value: Any) -> Any:
-    if isinstance(value, str) and value.startswith(_SEMVER):
-        return _semver_key(value[len(_SEMVER) :])
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{value!r} is neither a quantity nor a semantic version")
-    return value
-
-
-def _compare(a: Any, b: Any) -> int:
-    x, y = _ordered(a), _ordered(b)
-    if type(x) is not type(y) and not (isinstance(x, int | float) and isinstance(y, int | float)):
-        raise ValueError("cannot compare a quantity with a version")
-    return int((x > y) - (x < y))
-
-
-_FUNCTIONS: dict[str, Any] = {
-    "quantity": _quantity,
-    "semver": _semver,
-    "compareTo": _compare,
-    "isGreaterThan": lambda a, b: _compare(a, b) > 0,
-    "isLessThan": lambda a, b: _compare(a, b) < 0,
-    "sign": lambda a: (_ordered(a) > 0) - (_ordered(a) < 0),
-    "asInteger": lambda a: int(Fraction(int(a), 1000)) if int(a) % 1000 == 0 else _not_integer(a),
-    "isInteger": lambda a: int(a) % 1000 == 0,
-    "asApproximateFloat": lambda a: int(a) / 1000.0,
-    "major": lambda v: _semver_key(str(v)[len(_SEMVER) :])[0],
-    "minor": lambda v: _semver_key(str(v)[len(_SEMVER) :])[1],
-    "patch": lambda v: _semver_key(str(v)[len(_SEMVER) :])[2],
-}
-
-
-def _not_integer(a: Any) -> Any:
-    raise ValueError(f"quantity {int(a) / 1000} is not an integer")
-
-
-def _context(device: Mapping[str, Any]) -> Any:
+def _context(device: Mapping[str, Any], domains: tuple[str, ...]) -> Any:
+    if domains:
+        device = {
+            **device,
+            "attributes": {**{domain: {} for domain in domains}, **device["attributes"]},
+            "capacity": {**{domain: {} for domain in domains}, **device["capacity"]},
+        }
     context = _cel().Context()
-    for name, function in _FUNCTIONS.items():
+    for name, function in cel_library.FUNCTIONS.items():
         context.add_function(name, function)
+    for name, value in cel_library.NAMESPACES.items():
+        context.add_variable(name, value)
     context.add_variable("device", dict(device))
     return context

@@ -61,6 +61,15 @@ def test_an_attribute_the_device_lacks_is_an_error_not_a_silent_match() -> None:
     assert not _matches("has(device.attributes['gpu.nvidia.com'].nvlinkDomain)", _device())
 
 
+def test_nvidias_quickstart_selector_uses_the_strings_library() -> None:
+    # NVIDIA's DRA driver demo (gpu-test6); tests/api/test_cel_reference.py holds every library function against
+    # Kubernetes' own evaluator, this one runs without Go.
+    expression = "device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('^.*a100.*$')"
+    assert not _matches(expression, _device())  # an H100
+    assert _matches(expression, _device(productName={"string": "NVIDIA A100-SXM4-40GB"}))
+    assert _matches("!has(device.attributes['other.example.com'].x)", _device())
+
+
 def test_a_broken_expression_names_the_object_and_field() -> None:
     raw = dra.gpu_class("broken", "device.driver ==")
     with pytest.raises(InvalidObject) as err:
