@@ -35,6 +35,9 @@ ALLOCATION_MAX = 32
 
 _NUMBER = re.compile(r"(\d+)")
 
+#: Counter name -> amount in milli-units.
+Counters = tuple[tuple[str, int], ...]
+
 
 @dataclass(frozen=True, slots=True)
 class Device:
@@ -51,6 +54,9 @@ class Device:
     node: str = ""
     node_terms: tuple[selectors.NodeSelectorTerm, ...] = ()
     all_nodes: bool = False
+    #: The shared counters it consumes when allocated (a partitionable device, such as a MIG placement): counter
+    #: set name (of its pool) -> counters.
+    consumes: tuple[tuple[str, Counters], ...] = ()
     #: (driver, pool, name): how allocations name it (kept, not rebuilt: the allocator reads it a million times).
     key: tuple[str, str, str] = field(init=False, repr=False, compare=False)
 
@@ -75,6 +81,8 @@ class ResourceSlice:
     node: str = ""
     node_terms: tuple[selectors.NodeSelectorTerm, ...] = ()
     all_nodes: bool = False
+    #: Counter sets its pool's devices consume (``spec.sharedCounters``): name -> counters.
+    counter_sets: tuple[tuple[str, Counters], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,8 +312,36 @@ def parse_resource_slice(raw: Mapping[str, object]) -> ResourceSlice:
             value = fields.mapping(v, obj=obj, field=f"{where}.capacity.{k}").get("value")
             amount = api_quantity.parse_quantity(value, obj=obj, field=f"{where}.capacity.{k}.value")
             capacity[_qualified(str(k), driver)] = api_quantity.to_milli(amount)
-        devices.append(Device(driver, pool_name, device_name, attributes, capacity, node, terms, all_nodes))
-    return ResourceSlice(name, driver, pool_name, generation, max(count, 1), tuple(devices), node, terms, all_nodes)
+        consumes: list[tuple[str, Counters]] = []
+        for j, use in enumerate(
+            fields.sequence(entry.get("consumesCounters"), obj=obj, field=f"{where}.consumesCounters")
+        ):
+            at = f"{where}.consumesCounters[{j}]"
+            use_map = fields.mapping(use, obj=obj, field=at)
+            counter_set = fields.string(use_map.get("counterSet"), obj=obj, field=f"{at}.counterSet", required=True)
+            consumes.append((counter_set, _counters(use_map.get("counters"), obj=obj, field=f"{at}.counters")))
+        devices.append(
+            Device(driver, pool_name, device_name, attributes, capacity, node, terms, all_nodes, tuple(consumes))
+        )
+    counter_sets: list[tuple[str, Counters]] = []
+    for i, item in enumerate(fields.sequence(spec.get("sharedCounters"), obj=obj, field="spec.sharedCounters")):
+        at = f"spec.sharedCounters[{i}]"
+        entry = fields.mapping(item, obj=obj, field=at)
+        set_name = fields.string(entry.get("name"), obj=obj, field=f"{at}.name", required=True)
+        counter_sets.append((set_name, _counters(entry.get("counters"), obj=obj, field=f"{at}.counters")))
+    return ResourceSlice(
+        name, driver, pool_name, generation, max(count, 1), tuple(devices), node, terms, all_nodes, tuple(counter_sets)
+    )
+
+
+def _counters(raw: object, *, obj: str, field: str) -> Counters:
+    """``{name: {value: quantity}}`` -> sorted (name, milli-units) pairs."""
+    out: list[tuple[str, int]] = []
+    for name, counter in fields.mapping(raw, obj=obj, field=field).items():
+        value = fields.mapping(counter, obj=obj, field=f"{field}.{name}").get("value")
+        amount = api_quantity.parse_quantity(value, obj=obj, field=f"{field}.{name}.value")
+        out.append((str(name), api_quantity.to_milli(amount)))
+    return tuple(sorted(out))
 
 
 def _choice(entry: Mapping[str, object], name: str, *, obj: str, field: str) -> Choice:

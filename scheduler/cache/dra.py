@@ -13,6 +13,12 @@ take a device), plus the devices of allocations assumed for a pod until the watc
 the pod's decision fails. So a device is never handed to two claims, whatever order the watch and the decisions
 come in, and all of it is derived again from the cluster after a restart.
 
+Partitionable devices (KEP 4815, how NVIDIA's driver publishes dynamic MIG): a pool's slices declare counter sets
+(``sharedCounters``), and each device says what it consumes of them (a full GPU all of its set, a MIG placement its
+memory slices and compute). A device is free only while every counter it consumes has that much left once the
+devices taken are counted (:meth:`DeviceStore.budget`, :class:`CounterBudget`), so a full GPU and its partitions,
+or two overlapping partitions, are never handed out together, inside a what-if as after a restart.
+
 GPUs: the whole GPUs of NVIDIA's DRA driver (``api_dra.is_gpu``) on a node, in their order, are that node's GPUs for
 the rest of the scheduler (:meth:`gpus`): the operator gives the node that many GPU slots, so fit, the scores,
 gangs and queue accounting see DRA GPUs as they see the device plugin's.
@@ -21,7 +27,7 @@ gangs and queue accounting see DRA GPUs as they see the device plugin's.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 import structlog
@@ -33,6 +39,8 @@ from scheduler.api.dra import ClaimAllocation, Device, DeviceClass, ResourceClai
 from scheduler.api.pod import PodRequest
 
 DeviceKey = tuple[str, str, str]
+#: (driver, pool, counter set name).
+CounterSetKey = tuple[str, str, str]
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +73,9 @@ class DeviceStore:
         self._by_node: dict[str, NodeDevices] = {}
         self._shared: tuple[Device, ...] = ()
         self._by_key: dict[DeviceKey, Device] = {}
+        #: The counter sets of the pools in force, and the devices that consume some.
+        self._counter_sets: dict[CounterSetKey, dict[str, int]] = {}
+        self._consuming: dict[DeviceKey, Device] = {}
         #: Device key -> the claims holding it (written or assumed allocations, admin access aside), kept as claims
         #: and decisions come and go; claim key -> the devices it holds.
         self._holders: dict[DeviceKey, set[str]] = {}
@@ -254,10 +265,13 @@ class DeviceStore:
         local: dict[str, list[Device]] = {}
         shared: list[Device] = []
         by_key: dict[DeviceKey, Device] = {}
+        counter_sets: dict[CounterSetKey, dict[str, int]] = {}
         for slices in complete.values():
             if len(slices) < max(s.slice_count for s in slices):
                 continue  # the driver is still writing this generation
             for s in sorted(slices, key=lambda s: s.name):
+                for set_name, counters in s.counter_sets:
+                    counter_sets.setdefault((s.driver, s.pool, set_name), dict(counters))
                 for device in s.devices:
                     if device.key in by_key:
                         continue  # a device twice in one pool: the first slice by name wins, as a stable rule
@@ -274,10 +288,25 @@ class DeviceStore:
             for node, devices in local.items()
         }
         self._shared = tuple(shared)
+        self._counter_sets = counter_sets
+        self._consuming = {key: d for key, d in by_key.items() if d.consumes}
         if old_keys != set(by_key) or any(self._by_key.get(k) != d for k, d in by_key.items()):
             self._matches.clear()
         self._by_key = by_key
         self._indexed_at = self.devices_version
+
+    def budget(self, taken: Set[DeviceKey]) -> CounterBudget:
+        """What the counter sets have left once the devices ``taken`` are counted."""
+        self._index()
+        consumed: dict[CounterSetKey, dict[str, int]] = {}
+        held = (
+            (d for key, d in self._consuming.items() if key in taken)
+            if len(self._consuming) <= len(taken)
+            else (self._consuming[key] for key in taken if key in self._consuming)
+        )
+        for device in held:
+            _add(consumed, device, 1)
+        return CounterBudget(self._counter_sets, consumed)
 
     def owns(self, key: str, pod: PodRequest) -> bool:
         """Whether a claim is ``pod``'s own: made from its template, or used by it alone (reserved for it only, or
@@ -300,6 +329,69 @@ class DeviceStore:
 
 
 _NONE = NodeDevices((), ())
+
+
+class CounterBudget:
+    """The counters left in each counter set while an allocation is searched: devices are taken and given back as
+    the search goes, and a device fits while every counter it consumes has that much left (a counter set its pool
+    does not declare has nothing)."""
+
+    def __init__(
+        self, sets: Mapping[CounterSetKey, Mapping[str, int]], consumed: dict[CounterSetKey, dict[str, int]]
+    ) -> None:
+        self._sets = sets
+        self._consumed = consumed
+
+    def fits(self, device: Device, *also: Device) -> bool:
+        """Whether ``device`` (and ``also``, taken with it) fit in what is left."""
+        if not device.consumes and not any(d.consumes for d in also):
+            return True
+        need: dict[CounterSetKey, dict[str, int]] = {}
+        for d in (device, *also):
+            _add(need, d, 1)
+        for key, counters in need.items():
+            limit = self._sets.get(key)
+            if limit is None:
+                return False
+            used = self._consumed.get(key, {})
+            if any(used.get(name, 0) + amount > limit.get(name, 0) for name, amount in counters.items()):
+                return False
+        return True
+
+    def take(self, devices: Sequence[Device]) -> None:
+        for device in devices:
+            _add(self._consumed, device, 1)
+
+    def give(self, devices: Sequence[Device]) -> None:
+        for device in devices:
+            _add(self._consumed, device, -1)
+
+    def fullness(self, device: Device) -> float:
+        """How used the counter sets ``device`` consumes already are (0 untouched .. 1 full), on average over their
+        counters: a partition goes to the fullest GPU it fits, so that whole GPUs stay whole."""
+        shares = [
+            self._consumed.get((device.driver, device.pool, name), {}).get(counter, 0) / limit
+            for name, _counters in device.consumes
+            for counter, limit in self._sets.get((device.driver, device.pool, name), {}).items()
+            if limit > 0
+        ]
+        return sum(shares) / len(shares) if shares else 0.0
+
+    def share(self, device: Device) -> float:
+        """How much of its counter sets ``device`` consumes, each counter as a share of its set's (a 4g placement
+        more than a 1g)."""
+        total = 0.0
+        for set_name, counters in device.consumes:
+            limits = self._sets.get((device.driver, device.pool, set_name), {})
+            total += sum(amount / limits[name] for name, amount in counters if limits.get(name))
+        return total
+
+
+def _add(into: dict[CounterSetKey, dict[str, int]], device: Device, sign: int) -> None:
+    for set_name, counters in device.consumes:
+        totals = into.setdefault((device.driver, device.pool, set_name), {})
+        for name, amount in counters:
+            totals[name] = totals.get(name, 0) + sign * amount
 
 
 def claim_gpus(store: DeviceStore, pod: PodRequest) -> int | None:

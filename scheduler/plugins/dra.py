@@ -47,7 +47,7 @@ import numpy as np
 from scheduler.api import dra as api_dra
 from scheduler.api.dra import AllocatedDevice, Allocation, ClaimAllocation, Device, ResourceClaim
 from scheduler.cache import dra as cache_dra
-from scheduler.cache.dra import DeviceKey, DeviceStore
+from scheduler.cache.dra import CounterBudget, DeviceKey, DeviceStore
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
 from scheduler.framework import interface
@@ -309,15 +309,19 @@ def _taken(snap: Snapshot) -> set[DeviceKey]:
 def allocate(
     claims: Sequence[ResourceClaim], devices: Sequence[Device], taken: set[DeviceKey], store: DeviceStore
 ) -> dict[str, tuple[AllocatedDevice, ...]] | None:
-    """Devices for every claim from ``devices`` (none of ``taken``), claim after claim; None if one cannot be met."""
+    """Devices for every claim from ``devices`` (none of ``taken``, and none whose shared counters are used up),
+    claim after claim; None if one cannot be met."""
     used: set[DeviceKey] = set()
+    budget = store.budget(taken)
     out: dict[str, tuple[AllocatedDevice, ...]] = {}
     for claim in claims:
-        result = _allocate_claim(claim, devices, taken, used, store)
+        result = _allocate_claim(claim, devices, taken, used, store, budget)
         if result is None:
             return None
         out[claim.key] = result
-        used.update(d.key for d in result if not d.admin_access)
+        held = [d.key for d in result if not d.admin_access]
+        used.update(held)
+        budget.take([device for key in held if (device := store.device(key)) is not None])
     return out
 
 
@@ -327,6 +331,7 @@ def _allocate_claim(
     taken: set[DeviceKey],
     used: set[DeviceKey],
     store: DeviceStore,
+    budget: CounterBudget,
 ) -> tuple[AllocatedDevice, ...] | None:
     requests = claim.requests
     constraints = claim.constraints
@@ -357,16 +362,26 @@ def _allocate_claim(
             if choice.mode == api_dra.ALL:
                 if not matching or len(matching) > api_dra.ALLOCATION_MAX:
                     continue
-                if not choice.admin_access and any(d.key in taken or d.key in used or d.key in mine for d in matching):
+                if not choice.admin_access and (
+                    any(d.key in taken or d.key in used or d.key in mine for d in matching)
+                    or not budget.fits(matching[0], *matching[1:])
+                ):
                     continue
                 picks: Iterator[list[Device]] = iter([matching])
             else:
                 free = [
                     d
                     for d in matching
-                    if choice.admin_access or (d.key not in taken and d.key not in used and d.key not in mine)
+                    if choice.admin_access
+                    or (d.key not in taken and d.key not in used and d.key not in mine and budget.fits(d))
                 ]
-                picks = _picks(free, choice.count, [(a, fixed.get(ci)) for ci, a in zip(bound, attrs, strict=True)])
+                picks = _picks(
+                    free,
+                    choice.count,
+                    [(a, fixed.get(ci)) for ci, a in zip(bound, attrs, strict=True)],
+                    None if choice.admin_access else budget,
+                    devices,
+                )
             for pick in picks:
                 values = [pick[0].attribute(a) if pick else None for a in attrs]
                 if any(v is None for v in values) or any(
@@ -375,15 +390,20 @@ def _allocate_claim(
                     continue
                 if any(ci in fixed and fixed[ci] != v for ci, v in zip(bound, values, strict=True)):
                     continue
+                holds = [] if choice.admin_access else pick
+                if holds and not budget.fits(holds[0], *holds[1:]):
+                    continue
                 newly = [ci for ci in bound if ci not in fixed]
                 for ci, v in zip(bound, values, strict=True):
                     fixed.setdefault(ci, v)
                 added = [AllocatedDevice(choice.name, d.driver, d.pool, d.name, choice.admin_access) for d in pick]
                 chosen.extend(added)
-                keys = [d.key for d in pick if not choice.admin_access]
+                keys = [d.key for d in holds]
                 mine.update(keys)
+                budget.take(holds)
                 if step(i + 1):
                     return True
+                budget.give(holds)
                 del chosen[len(chosen) - len(added) :]
                 mine.difference_update(keys)
                 for ci in newly:
@@ -394,7 +414,13 @@ def _allocate_claim(
     return tuple(chosen) if step(0) else None
 
 
-def _picks(free: list[Device], count: int, constraints: list[tuple[str, object]]) -> Iterator[list[Device]]:
+def _picks(
+    free: list[Device],
+    count: int,
+    constraints: list[tuple[str, object]],
+    budget: CounterBudget | None,
+    reach: Sequence[Device] = (),
+) -> Iterator[list[Device]]:
     """The device sets a request may take, best first: by constraint value if constrained, else the tightest."""
     if len(free) < count:
         return
@@ -410,14 +436,24 @@ def _picks(free: list[Device], count: int, constraints: list[tuple[str, object]]
                 groups.setdefault(key, []).append(d)
         for group in sorted(groups.values(), key=lambda g: (len(g), api_dra.gpu_order(g[0]))):
             if len(group) >= count:
-                yield _tightest(group, count)
+                pick = _tightest(group, count, budget, reach)
+                if len(pick) == count:
+                    yield pick
         return
     if len(free) >= count:
-        yield _tightest(free, count)
+        pick = _tightest(free, count, budget, reach)
+        if len(pick) == count:
+            yield pick
 
 
-def _tightest(free: list[Device], count: int) -> list[Device]:
-    """``count`` devices from as few PCIe roots as possible, the fullest root that can hold them all first."""
+def _tightest(
+    free: list[Device], count: int, budget: CounterBudget | None = None, reach: Sequence[Device] = ()
+) -> list[Device]:
+    """``count`` devices from as few PCIe roots as possible, the fullest root that can hold them all first; for
+    partitionable devices, one at a time the one that keeps the most room (:func:`_keeps_room`). Fewer than
+    ``count`` when the shared counters cannot hold that many. ``reach`` is every device the node reaches."""
+    if budget is not None and any(d.consumes for d in free):
+        return _keeps_room(free, count, budget, reach)
     roots: dict[object, list[Device]] = {}
     for d in sorted(free, key=api_dra.gpu_order):
         roots.setdefault(d.attribute(PCIE_ROOT), []).append(d)
@@ -429,4 +465,35 @@ def _tightest(free: list[Device], count: int) -> list[Device]:
         out.extend(group[: count - len(out)])
         if len(out) == count:
             break
+    return out
+
+
+def _keeps_room(free: list[Device], count: int, budget: CounterBudget, reach: Sequence[Device]) -> list[Device]:
+    """Partitions (MIG placements) chosen as FGD chooses nodes, inside a GPU: the partition goes to the fullest
+    counter set (GPU) it fits, so that untouched GPUs stay whole for full-GPU and large profiles; on that GPU, to
+    the placement after which the other placements still possible there are the largest (a 1g slice at the edge of
+    the memory slices rather than in the middle, where it would rule out the 4g and 3g placements)."""
+    out: list[Device] = []
+    sharing: dict[tuple[str, str, str], list[Device]] = {}
+    for d in reach or free:
+        for set_name, _counters in d.consumes:
+            sharing.setdefault((d.driver, d.pool, set_name), []).append(d)
+    for _ in range(count):
+        best: Device | None = None
+        best_key: tuple[float, float, tuple[object, ...]] | None = None
+        for d in free:
+            if d in out or not budget.fits(d, *out):
+                continue
+            neighbours = {n.key: n for name, _c in d.consumes for n in sharing.get((d.driver, d.pool, name), ())}
+            room = sum(
+                budget.share(n)
+                for key, n in neighbours.items()
+                if key != d.key and n not in out and budget.fits(n, d, *out)
+            )
+            key = (-budget.fullness(d), -room, api_dra.gpu_order(d))
+            if best_key is None or key < best_key:
+                best, best_key = d, key
+        if best is None:
+            break
+        out.append(best)
     return out

@@ -147,3 +147,83 @@ def with_claims(raw: dict[str, Any], *claims: str, templates: dict[str, str] | N
     if statuses:
         raw.setdefault("status", {})["resourceClaimStatuses"] = statuses
     return raw
+
+
+MIG_CLASS = "mig.nvidia.com"
+#: H100 MIG profiles: name -> (memory slices, compute slices, the memory slices a placement may start at).
+MIG_PROFILES: dict[str, tuple[int, int, tuple[int, ...]]] = {
+    "1g.10gb": (1, 1, (0, 1, 2, 3, 4, 5, 6)),
+    "2g.20gb": (2, 2, (0, 2, 4)),
+    "3g.40gb": (4, 3, (0, 4)),
+    "4g.40gb": (4, 4, (0,)),
+    "7g.80gb": (8, 7, (0,)),
+}
+
+
+def mig_class() -> dict[str, Any]:
+    """NVIDIA's ``mig.nvidia.com`` DeviceClass (MIG devices of its driver)."""
+    expression = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'mig'"
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": MIG_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def mig_slices(node: str, gpus: int = 8) -> list[dict[str, Any]]:
+    """A node's H100s as NVIDIA's driver publishes dynamic MIG (partitionable devices, KEP 4815): one slice of counter
+    sets, one per GPU (eight memory slices and seven compute slices), and one slice of devices: each full GPU, which
+    consumes its whole set, and every MIG placement, which consumes its memory slices and compute slices."""
+    counter_sets = []
+    devices: list[dict[str, Any]] = []
+    for i in range(gpus):
+        counters = {f"memory-slice-{m}": {"value": "1"} for m in range(8)}
+        counters["compute-slices"] = {"value": "7"}
+        counter_sets.append({"name": f"gpu-{i}-counters", "counters": counters})
+        base = {"uuid": {"string": f"GPU-{node}-{i:04d}"}, "productName": {"string": "NVIDIA H100 80GB HBM3"}}
+        root = {PCIE_ROOT: {"string": f"pci0000:{i // 4:02x}"}}
+        devices.append(
+            {
+                "name": f"gpu-{i}",
+                "attributes": {"type": {"string": "gpu"}, "index": {"int": i}, **base, **root},
+                "capacity": {"memory": {"value": "80Gi"}},
+                "consumesCounters": [{"counterSet": f"gpu-{i}-counters", "counters": counters}],
+            }
+        )
+        for profile, (memory, compute, starts) in MIG_PROFILES.items():
+            for start in starts:
+                used = {f"memory-slice-{m}": {"value": "1"} for m in range(start, start + memory)}
+                used["compute-slices"] = {"value": str(compute)}
+                devices.append(
+                    {
+                        "name": f"gpu-{i}-mig-{profile}-{start}",
+                        "attributes": {
+                            "type": {"string": "mig"},
+                            "profile": {"string": profile},
+                            "parentIndex": {"int": i},
+                            **base,
+                            **root,
+                        },
+                        "capacity": {"memory": {"value": f"{10 * memory}Gi"}},
+                        "consumesCounters": [{"counterSet": f"gpu-{i}-counters", "counters": used}],
+                    }
+                )
+    pool = {"name": node, "generation": 1, "resourceSliceCount": 2}
+    head = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice"}
+    return [
+        {
+            **head,
+            "metadata": {"name": f"{node}-counters"},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": pool, "sharedCounters": counter_sets},
+        },
+        {
+            **head,
+            "metadata": {"name": f"{node}-devices"},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": pool, "devices": devices},
+        },
+    ]
+
+
+def mig_request(profile: str, name: str = "mig") -> dict[str, Any]:
+    return request(name, device_class=MIG_CLASS, selectors=[f"device.attributes['{DRIVER}'].profile == '{profile}'"])
