@@ -89,6 +89,8 @@ class ResourceSlice:
 class DeviceClass:
     name: str
     selectors: tuple[api_cel.Expression, ...] = ()
+    #: The extended resource a pod may ask for to get devices of this class (``spec.extendedResourceName``).
+    extended_resource: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +264,11 @@ def parse_device_class(raw: Mapping[str, object]) -> DeviceClass:
     name = fields.string(meta.get("name"), obj="deviceclass", field="metadata.name", required=True)
     obj = f"deviceclass {name}"
     spec = fields.mapping(raw.get("spec"), obj=obj, field="spec")
-    return DeviceClass(name, _selectors(spec.get("selectors"), obj=obj, field="spec.selectors"))
+    return DeviceClass(
+        name,
+        _selectors(spec.get("selectors"), obj=obj, field="spec.selectors"),
+        fields.string(spec.get("extendedResourceName"), obj=obj, field="spec.extendedResourceName"),
+    )
 
 
 def _attribute(raw: object, *, obj: str, field: str) -> api_cel.AttributeValue:

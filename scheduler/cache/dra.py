@@ -85,6 +85,9 @@ class DeviceStore:
         self._matches: dict[tuple[str, DeviceKey], bool] = {}
         #: Expressions whose evaluation failed on some device, told in the log once each.
         self._told: set[str] = set()
+        #: Nodes whose GPU slots are the GPUs they publish through DRA (no device plugin's ``nvidia.com/gpu``), as
+        #: :func:`with_gpus` last read them: a pod asking ``nvidia.com/gpu`` without a claim cannot run there.
+        self.dra_gpu_nodes: set[str] = set()
         #: Classes and claims the watches delivered but could not read (left out), by name or key: why not.
         self.unreadable: dict[str, str] = {}
 
@@ -215,6 +218,14 @@ class DeviceStore:
     def device(self, key: DeviceKey) -> Device | None:
         self._index()
         return self._by_key.get(key)
+
+    def extended_resource_class(self, resource: str) -> DeviceClass | None:
+        """The DeviceClass that maps an extended resource to DRA: by ``extendedResourceName``, or implicitly
+        (``deviceclass.resource.kubernetes.io/<class>``)."""
+        implicit = resource.removeprefix("deviceclass.resource.kubernetes.io/")
+        if implicit != resource:
+            return self.classes.get(implicit)
+        return next((c for c in self.classes.values() if c.extended_resource == resource), None)
 
     def gpus(self, node: str) -> tuple[Device, ...]:
         """The node's whole GPUs published through DRA, in GPU-index order."""
@@ -438,10 +449,13 @@ def _selects_gpus(store: DeviceStore, choice: api_dra.Choice) -> bool:
 
 def with_gpus(info: api_node.NodeInfo, store: DeviceStore) -> api_node.NodeInfo:
     """A node that publishes whole GPUs through DRA and has none from a device plugin has those GPUs: their count,
-    the smallest of their memories, the first one's product name."""
+    the smallest of their memories, the first one's product name (and the store notes the node in
+    :attr:`DeviceStore.dra_gpu_nodes`)."""
     gpus = store.gpus(info.name)
     if not gpus or info.gpus:
+        store.dra_gpu_nodes.discard(info.name)
         return info
+    store.dra_gpu_nodes.add(info.name)
     memory = min(d.capacity.get(f"{d.driver}/memory", 0) for d in gpus) // 1000
     product = gpus[0].attribute("productName")
     return dataclasses.replace(

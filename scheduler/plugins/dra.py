@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.api import dra as api_dra
+from scheduler.api import resources
 from scheduler.api.dra import AllocatedDevice, Allocation, ClaimAllocation, Device, ResourceClaim
 from scheduler.cache import dra as cache_dra
 from scheduler.cache.dra import CounterBudget, DeviceKey, DeviceStore
@@ -59,7 +60,7 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 _WAKES = frozenset(
     {ClusterEvent.DEVICE_CHANGED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_UPDATED, ClusterEvent.POD_DELETED}
 )
-_CODES = frozenset({layout.DRA_CANNOT_ALLOCATE, layout.DRA_CLAIM_NODE})
+_CODES = frozenset({layout.DRA_CANNOT_ALLOCATE, layout.DRA_CLAIM_NODE, layout.DRA_EXTENDED_RESOURCE})
 
 
 @dataclass(slots=True)
@@ -167,6 +168,7 @@ class DynamicResources:
 
     def filter(self, state: CycleState, reasons: I8) -> None:
         if not state.pod.resource_claims:
+            self._device_plugin_gpus(state, reasons)
             return
         plan: _Plan | None = state.data.get(PLAN)
         if plan is None:
@@ -221,6 +223,22 @@ class DynamicResources:
                 reasons[slot] = layout.DRA_CANNOT_ALLOCATE
             else:
                 plan.found[slot] = found
+
+    def _device_plugin_gpus(self, state: CycleState, reasons: I8) -> None:
+        """A pod asking whole GPUs of the device plugin (``nvidia.com/gpu``, no claim) does not fit a node whose
+        GPU slots are DRA's: the kubelet would refuse it there (no device plugin serves the resource). With a
+        DeviceClass that maps ``nvidia.com/gpu`` to DRA, kube-scheduler would allocate a claim for it; gpusched says
+        it does not yet."""
+        pod = state.pod
+        store = state.snapshot.devices
+        if not (pod.gpu.count and pod.gpu.whole and store.dra_gpu_nodes):
+            return
+        mapped = store.extended_resource_class(resources.GPU) is not None
+        reason = layout.DRA_EXTENDED_RESOURCE if mapped else layout.GPU_COUNT
+        names = state.snapshot.names
+        for slot in np.flatnonzero(reasons == layout.FIT).tolist():
+            if names[slot] in store.dra_gpu_nodes:
+                reasons[slot] = reason
 
     # --- reserve ---------------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.api import dra as api_dra
+from scheduler.api import node as api_node
 from scheduler.api import pod as api_pod
 from scheduler.api import podgroup as api_podgroup
 from scheduler.api.pod import PodRequest
@@ -364,3 +365,24 @@ def test_a_pods_own_claim_allocated_before_a_restart_keeps_its_gpus_with_the_pod
     before = cluster.pod(q).gpu.count
     cluster.scheduler.schedule(cluster.pod(q))
     assert before == cluster.pod(q).gpu.count == 3
+
+
+def test_a_pod_asking_the_device_plugins_gpus_is_not_bound_where_only_dra_has_gpus() -> None:
+    # A real kubelet refuses a pod asking nvidia.com/gpu on a node with no device plugin serving it.
+    cluster = DraCluster(("a",))
+    assert cluster.cache.nodes[0].info.gpus == 8  # its GPU slots are DRA's
+    result = cluster.schedule(objects.pod("bare", gpus=1))
+    assert result.decision is None
+    assert "Insufficient nvidia.com/gpu" in result.status.message
+    # A DeviceClass mapping nvidia.com/gpu to DRA (as NVIDIA's chart can): kube-scheduler would allocate a claim.
+    mapped = dra.gpu_class("mapped")
+    mapped["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    cluster.store.upsert_class(api_dra.parse_device_class(mapped))
+    result = cluster.schedule(objects.pod("bare2", gpus=1))
+    assert result.decision is None and "only through DRA" in result.status.message
+    # The same pod with a claim, and on a node whose device plugin serves nvidia.com/gpu, is placed.
+    cluster.claim(dra.claim("one", dra.request(count=1)))
+    assert cluster.devices(pod_with("with-claim", "one"))[0] == "a"
+    plugin_node = DraCluster(())
+    plugin_node.cache.upsert_node(api_node.parse_node(objects.node("b", gpus=8)))
+    assert plugin_node.schedule(objects.pod("bare3", gpus=1)).decision is not None
