@@ -23,6 +23,7 @@ from scheduler.api import fields, selectors
 from scheduler.api import quantity as api_quantity
 from scheduler.api import volumes as api_volumes
 from scheduler.api.errors import InvalidObject
+from scheduler.api.selectors import Toleration
 
 GPU_DRIVER = "gpu.nvidia.com"
 #: ``allocationMode`` values.
@@ -30,6 +31,8 @@ EXACT_COUNT = "ExactCount"
 ALL = "All"
 #: The most pods a claim may be reserved for (``ResourceClaimReservedForMaxSize``).
 RESERVED_FOR_MAX = 256
+#: Device taint effects that keep a device from being allocated unless tolerated.
+TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 #: The most devices one ``All`` request may take (``AllocationResultsMaxSize``).
 ALLOCATION_MAX = 32
 
@@ -57,6 +60,8 @@ class Device:
     #: The shared counters it consumes when allocated (a partitionable device, such as a MIG placement): counter
     #: set name (of its pool) -> counters.
     consumes: tuple[tuple[str, Counters], ...] = ()
+    #: Taints the driver put on it (``NoSchedule``/``NoExecute``: not allocated unless the request tolerates them).
+    taints: tuple[selectors.Taint, ...] = ()
     #: (driver, pool, name): how allocations name it (kept, not rebuilt: the allocator reads it a million times).
     key: tuple[str, str, str] = field(init=False, repr=False, compare=False)
 
@@ -104,6 +109,17 @@ class Choice:
     mode: str = EXACT_COUNT
     count: int = 1
     admin_access: bool = False
+    #: Device taints the request tolerates.
+    tolerations: tuple[Toleration, ...] = ()
+
+    def tolerates(self, device: Device) -> bool:
+        """Whether the request may get ``device``: every taint that keeps devices from new allocations
+        (``NoSchedule``, ``NoExecute``) is tolerated."""
+        return all(
+            any(t.tolerates(taint) for t in self.tolerations)
+            for taint in device.taints
+            if taint.effect in TAINT_EFFECTS
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +135,9 @@ class Constraint:
     #: The requests it applies to (all of the claim's when empty).
     requests: tuple[str, ...]
     #: Every device allocated for those requests has the same value of this qualified attribute.
-    match_attribute: str
+    match_attribute: str = ""
+    #: Every device allocated for those requests has a different value of this qualified attribute.
+    distinct_attribute: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,8 +344,21 @@ def parse_resource_slice(raw: Mapping[str, object]) -> ResourceSlice:
             use_map = fields.mapping(use, obj=obj, field=at)
             counter_set = fields.string(use_map.get("counterSet"), obj=obj, field=f"{at}.counterSet", required=True)
             consumes.append((counter_set, _counters(use_map.get("counters"), obj=obj, field=f"{at}.counters")))
+        taints = tuple(
+            selectors.Taint(
+                fields.string(t.get("key"), obj=obj, field=f"{where}.taints[{j}].key", required=True),
+                fields.string(t.get("value"), obj=obj, field=f"{where}.taints[{j}].value"),
+                fields.string(t.get("effect"), obj=obj, field=f"{where}.taints[{j}].effect", required=True),
+            )
+            for j, t in enumerate(
+                fields.mapping(item, obj=obj, field=f"{where}.taints[{j}]")
+                for j, item in enumerate(fields.sequence(entry.get("taints"), obj=obj, field=f"{where}.taints"))
+            )
+        )
         devices.append(
-            Device(driver, pool_name, device_name, attributes, capacity, node, terms, all_nodes, tuple(consumes))
+            Device(
+                driver, pool_name, device_name, attributes, capacity, node, terms, all_nodes, tuple(consumes), taints
+            )
         )
     counter_sets: list[tuple[str, Counters]] = []
     for i, item in enumerate(fields.sequence(spec.get("sharedCounters"), obj=obj, field="spec.sharedCounters")):
@@ -367,6 +398,7 @@ def _choice(entry: Mapping[str, object], name: str, *, obj: str, field: str) -> 
         mode,
         count if mode == EXACT_COUNT else 0,
         entry.get("adminAccess") is True,
+        selectors.parse_tolerations(entry.get("tolerations"), obj=obj, field=f"{field}.tolerations"),
     )
 
 
@@ -441,11 +473,13 @@ def parse_claim(raw: Mapping[str, object]) -> ResourceClaim:
             if r.split("/")[0] not in names:
                 raise InvalidObject(f"no request named {r!r}", obj=obj, field=f"{where}.requests")
         attribute = fields.string(entry.get("matchAttribute"), obj=obj, field=f"{where}.matchAttribute")
-        if not attribute:
-            raise InvalidObject("only matchAttribute constraints are supported", obj=obj, field=where)
-        if "/" not in attribute:
-            raise InvalidObject("must be a qualified name (domain/attribute)", obj=obj, field=f"{where}.matchAttribute")
-        constraints.append(Constraint(applies, attribute))
+        distinct = fields.string(entry.get("distinctAttribute"), obj=obj, field=f"{where}.distinctAttribute")
+        if bool(attribute) == bool(distinct):
+            raise InvalidObject("needs one of matchAttribute and distinctAttribute", obj=obj, field=where)
+        kind = "matchAttribute" if attribute else "distinctAttribute"
+        if "/" not in (attribute or distinct):
+            raise InvalidObject("must be a qualified name (domain/attribute)", obj=obj, field=f"{where}.{kind}")
+        constraints.append(Constraint(applies, attribute, distinct))
     status = fields.mapping(raw.get("status"), obj=obj, field="status")
     reserved: list[Consumer] = []
     for i, item in enumerate(fields.sequence(status.get("reservedFor"), obj=obj, field="status.reservedFor")):

@@ -132,18 +132,18 @@ def parse_node_affinity(spec: Mapping[str, object], *, obj: str) -> tuple[NodeSe
     return tuple(parsed)
 
 
-def parse_tolerations(raw: object, *, obj: str) -> tuple[Toleration, ...]:
+def parse_tolerations(raw: object, *, obj: str, field: str = "spec.tolerations") -> tuple[Toleration, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise InvalidObject("expected a list", obj=obj, field="spec.tolerations")
+        raise InvalidObject("expected a list", obj=obj, field=field)
     parsed = []
     for i, item in enumerate(raw):
         if not isinstance(item, Mapping):
-            raise InvalidObject("expected a toleration", obj=obj, field=f"spec.tolerations[{i}]")
+            raise InvalidObject("expected a toleration", obj=obj, field=f"{field}[{i}]")
         operator = item.get("operator") or "Equal"
         if operator not in ("Equal", "Exists"):
-            raise InvalidObject(f"unknown operator {operator!r}", obj=obj, field=f"spec.tolerations[{i}].operator")
+            raise InvalidObject(f"unknown operator {operator!r}", obj=obj, field=f"{field}[{i}].operator")
         parsed.append(
             Toleration(
                 key=str(item.get("key") or ""),

@@ -327,33 +327,53 @@ def _taken(snap: Snapshot) -> set[DeviceKey]:
 def allocate(
     claims: Sequence[ResourceClaim], devices: Sequence[Device], taken: set[DeviceKey], store: DeviceStore
 ) -> dict[str, tuple[AllocatedDevice, ...]] | None:
-    """Devices for every claim from ``devices`` (none of ``taken``, and none whose shared counters are used up),
-    claim after claim; None if one cannot be met."""
+    """Devices for every claim from ``devices`` (none of ``taken``, and none whose shared counters are used up);
+    None if they cannot all be met. Claim after claim, each claim's choices in its order of preference, and when a
+    later claim cannot be met, the earlier ones try their next choice (as kube-scheduler backtracks), up to
+    :data:`BACKTRACK_MAX` choices in all."""
     used: set[DeviceKey] = set()
     budget = store.budget(taken)
     out: dict[str, tuple[AllocatedDevice, ...]] = {}
-    for claim in claims:
-        result = _allocate_claim(claim, devices, taken, used, store, budget)
-        if result is None:
-            return None
-        out[claim.key] = result
-        held = [d.key for d in result if not d.admin_access]
-        used.update(held)
-        budget.take([device for key in held if (device := store.device(key)) is not None])
-    return out
+    tries = [BACKTRACK_MAX]
+
+    def place(k: int) -> bool:
+        if k == len(claims):
+            return True
+        for result in _allocations(claims[k], devices, taken, used, store, budget):
+            tries[0] -= 1
+            held = [d.key for d in result if not d.admin_access]
+            used.update(held)
+            out[claims[k].key] = result
+            if place(k + 1):
+                return True
+            used.difference_update(held)
+            del out[claims[k].key]
+            if tries[0] <= 0:
+                return False
+        return False
+
+    return out if place(0) else None
 
 
-def _allocate_claim(
+#: Choices tried for one pod's claims before the node is given up (backtracking across claims is exponential).
+BACKTRACK_MAX = 64
+
+
+def _allocations(
     claim: ResourceClaim,
     devices: Sequence[Device],
     taken: set[DeviceKey],
     used: set[DeviceKey],
     store: DeviceStore,
     budget: CounterBudget,
-) -> tuple[AllocatedDevice, ...] | None:
+) -> Iterator[tuple[AllocatedDevice, ...]]:
+    """The ways to meet ``claim``, best first. While one is being looked at (between two ``next``), its devices
+    are taken in ``budget``; they are given back before the next is made."""
     requests = claim.requests
     constraints = claim.constraints
     fixed: dict[int, object] = {}
+    #: distinctAttribute constraint -> the values its devices have so far.
+    seen: dict[int, list[object]] = {ci: [] for ci, c in enumerate(constraints) if c.distinct_attribute}
     chosen: list[AllocatedDevice] = []
     mine: set[DeviceKey] = set()
 
@@ -361,22 +381,27 @@ def _allocate_claim(
         named = constraints[index].requests
         return not named or request in named or choice in named
 
-    def step(i: int) -> bool:
+    def step(i: int) -> Iterator[tuple[AllocatedDevice, ...]]:
         if i == len(requests):
-            return True
+            yield tuple(chosen)
+            return
         request = requests[i]
         for choice in request.choices:
             device_class = store.classes.get(choice.device_class)
             if device_class is None:
                 continue
+            applying = [ci for ci in range(len(constraints)) if applies(ci, request.name, choice.name)]
+            bound = [ci for ci in applying if constraints[ci].match_attribute]
+            attrs = [constraints[ci].match_attribute for ci in bound]
+            distinct = [(ci, constraints[ci].distinct_attribute) for ci in applying if ci in seen]
             matching = [
                 d
                 for d in devices
-                if all(store.matches(e, d) for e in device_class.selectors)
+                if choice.tolerates(d)
+                and all(store.matches(e, d) for e in device_class.selectors)
                 and all(store.matches(e, d) for e in choice.selectors)
+                and all(d.attribute(a) is not None and d.attribute(a) not in seen[ci] for ci, a in distinct)
             ]
-            bound = [ci for ci in range(len(constraints)) if applies(ci, request.name, choice.name)]
-            attrs = [constraints[ci].match_attribute for ci in bound]
             if choice.mode == api_dra.ALL:
                 if not matching or len(matching) > api_dra.ALLOCATION_MAX:
                     continue
@@ -399,6 +424,7 @@ def _allocate_claim(
                     [(a, fixed.get(ci)) for ci, a in zip(bound, attrs, strict=True)],
                     None if choice.admin_access else budget,
                     devices,
+                    [a for _ci, a in distinct],
                 )
             for pick in picks:
                 values = [pick[0].attribute(a) if pick else None for a in attrs]
@@ -408,28 +434,32 @@ def _allocate_claim(
                     continue
                 if any(ci in fixed and fixed[ci] != v for ci, v in zip(bound, values, strict=True)):
                     continue
+                if any(len({d.attribute(a) for d in pick}) < len(pick) for _ci, a in distinct):
+                    continue
                 holds = [] if choice.admin_access else pick
                 if holds and not budget.fits(holds[0], *holds[1:]):
                     continue
                 newly = [ci for ci in bound if ci not in fixed]
                 for ci, v in zip(bound, values, strict=True):
                     fixed.setdefault(ci, v)
+                for ci, a in distinct:
+                    seen[ci].extend(d.attribute(a) for d in pick)
                 added = [AllocatedDevice(choice.name, d.driver, d.pool, d.name, choice.admin_access) for d in pick]
                 chosen.extend(added)
                 keys = [d.key for d in holds]
                 mine.update(keys)
                 budget.take(holds)
-                if step(i + 1):
-                    return True
+                yield from step(i + 1)
                 budget.give(holds)
                 del chosen[len(chosen) - len(added) :]
                 mine.difference_update(keys)
                 for ci in newly:
                     del fixed[ci]
+                for ci, _a in distinct:
+                    del seen[ci][len(seen[ci]) - len(pick) :]
             # The first alternative that can be met is the one taken (firstAvailable); else the next is tried.
-        return False
 
-    return tuple(chosen) if step(0) else None
+    yield from step(0)
 
 
 def _picks(
@@ -438,9 +468,16 @@ def _picks(
     constraints: list[tuple[str, object]],
     budget: CounterBudget | None,
     reach: Sequence[Device] = (),
+    distinct: Sequence[str] = (),
 ) -> Iterator[list[Device]]:
-    """The device sets a request may take, best first: by constraint value if constrained, else the tightest."""
+    """The device sets a request may take, best first: by constraint value if constrained, else the tightest;
+    under ``distinct`` attributes, devices that each have a value of them no other device of the set has."""
     if len(free) < count:
+        return
+    if distinct and count > 1:
+        pick = _distinct_pick(free, count, distinct, budget)
+        if len(pick) == count:
+            yield pick
         return
     for attribute, value in constraints:
         if value is not None:
@@ -481,6 +518,27 @@ def _tightest(
     out: list[Device] = []
     for group in sorted(roots.values(), key=lambda g: (-len(g), api_dra.gpu_order(g[0]))):
         out.extend(group[: count - len(out)])
+        if len(out) == count:
+            break
+    return out
+
+
+def _distinct_pick(
+    free: list[Device], count: int, distinct: Sequence[str], budget: CounterBudget | None
+) -> list[Device]:
+    """``count`` devices, in the tightest order, each with values of the ``distinct`` attributes none of the others
+    has (fewer when there are not that many)."""
+    out: list[Device] = []
+    values: list[set[object]] = [set() for _ in distinct]
+    for d in _tightest(free, len(free), budget) if budget is None else sorted(free, key=api_dra.gpu_order):
+        mine = [d.attribute(a) for a in distinct]
+        if any(v in vs for v, vs in zip(mine, values, strict=True)):
+            continue
+        if budget is not None and not budget.fits(d, *out):
+            continue
+        out.append(d)
+        for v, vs in zip(mine, values, strict=True):
+            vs.add(v)
         if len(out) == count:
             break
     return out

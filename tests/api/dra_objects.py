@@ -75,8 +75,11 @@ def request(
     selectors: Sequence[str] = (),
     mode: str = "",
     admin: bool = False,
+    tolerations: Sequence[dict[str, str]] = (),
 ) -> dict[str, Any]:
     exactly: dict[str, Any] = {"deviceClassName": device_class}
+    if tolerations:
+        exactly["tolerations"] = list(tolerations)
     if mode == "All":
         exactly["allocationMode"] = "All"
     else:
@@ -88,10 +91,14 @@ def request(
     return {"name": name, "exactly": exactly}
 
 
-def claim_spec(*requests: dict[str, Any], same: str = "", same_for: Sequence[str] = ()) -> dict[str, Any]:
+def claim_spec(
+    *requests: dict[str, Any], same: str = "", same_for: Sequence[str] = (), distinct: str = ""
+) -> dict[str, Any]:
     devices: dict[str, Any] = {"requests": list(requests) or [request()]}
     if same:
         devices["constraints"] = [{"matchAttribute": same, **({"requests": list(same_for)} if same_for else {})}]
+    if distinct:
+        devices.setdefault("constraints", []).append({"distinctAttribute": distinct})
     return {"devices": devices}
 
 
@@ -100,6 +107,7 @@ def claim(
     *requests: dict[str, Any],
     namespace: str = "default",
     same: str = "",
+    distinct: str = "",
     owner: str = "",
     allocation: dict[str, Any] | None = None,
     reserved_for: Sequence[str] = (),
@@ -118,7 +126,7 @@ def claim(
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": meta,
-        "spec": claim_spec(*requests, same=same),
+        "spec": claim_spec(*requests, same=same, distinct=distinct),
         "status": status,
     }
 

@@ -386,3 +386,55 @@ def test_a_pod_asking_the_device_plugins_gpus_is_not_bound_where_only_dra_has_gp
     plugin_node = DraCluster(())
     plugin_node.cache.upsert_node(api_node.parse_node(objects.node("b", gpus=8)))
     assert plugin_node.schedule(objects.pod("bare3", gpus=1)).decision is not None
+
+
+def test_distinct_attribute_gives_devices_with_different_values_or_fails() -> None:
+    # Two GPUs under different PCIe roots (e.g. one per NUMA node for two processes): kube-scheduler's
+    # distinctAttribute. Each node has two roots of four GPUs.
+    cluster = DraCluster(("a",))
+    cluster.claim(dra.claim("spread", dra.request(count=2), distinct=dra.PCIE_ROOT))
+    _, names, _ = cluster.devices(pod_with("p", "spread"))
+    roots = {cluster.store.device((dra.DRIVER, "a", n)).attribute(dra.PCIE_ROOT) for n in names}  # type: ignore[union-attr]
+    assert len(roots) == 2
+    cluster.claim(dra.claim("three", dra.request(count=3), distinct=dra.PCIE_ROOT))
+    result = cluster.schedule(pod_with("q", "three"))
+    assert result.decision is None and "cannot allocate all claims" in result.status.message
+
+
+def test_a_tainted_device_is_given_only_to_a_request_that_tolerates_it() -> None:
+    cluster = DraCluster((), gpus=2)
+    cluster.cache.upsert_node(api_node.parse_node(objects.node("a")))
+    raw = dra.gpu_slice("a", 2)
+    raw["spec"]["devices"][0]["taints"] = [{"key": "example.com/unhealthy", "value": "ecc", "effect": "NoSchedule"}]
+    raw["spec"]["devices"][1]["taints"] = [{"key": "example.com/note", "effect": "None"}]
+    cluster.slice(raw)
+    cluster.claim(dra.claim("plain", dra.request(count=2)))
+    assert cluster.schedule(pod_with("p", "plain")).decision is None
+    cluster.claim(dra.claim("one", dra.request(count=1)))
+    assert cluster.devices(pod_with("q", "one"))[1] == ["gpu-1"]  # effect None keeps nobody away
+    tolerate = [{"key": "example.com/unhealthy", "operator": "Exists", "effect": "NoSchedule"}]
+    cluster.claim(dra.claim("tolerant", dra.request(count=1, tolerations=tolerate)))
+    assert cluster.devices(pod_with("r", "tolerant"))[1] == ["gpu-0"]
+
+
+def test_a_pods_claims_backtrack_when_a_later_claim_cannot_be_met() -> None:
+    # The first claim prefers four GPUs and would take a whole PCIe root; the second needs a whole root of four.
+    # Allocated one after the other without going back, the node does not fit; kube-scheduler's allocator goes back
+    # to the first claim's next alternative, and so does gpusched's.
+    cluster = DraCluster(("a",))
+    raw = dra.claim("flex")
+    raw["spec"]["devices"]["requests"] = [
+        {
+            "name": "gpus",
+            "firstAvailable": [
+                {"name": "four", "deviceClassName": dra.GPU_CLASS, "count": 4},
+                {"name": "two", "deviceClassName": dra.GPU_CLASS, "count": 2},
+            ],
+        }
+    ]
+    cluster.claim(raw)
+    cluster.claim(dra.claim("root", dra.request(count=4), same=dra.PCIE_ROOT))
+    cluster.claim(dra.claim("more", dra.request(count=2)))
+    pod = dra.with_claims(objects.pod("p"), "flex", "root", "more")
+    node, names, _ = cluster.devices(pod)
+    assert node == "a" and len(names) == 8
