@@ -180,9 +180,10 @@ def mig_class() -> dict[str, Any]:
 
 
 def mig_slices(node: str, gpus: int = 8) -> list[dict[str, Any]]:
-    """A node's H100s as NVIDIA's driver publishes dynamic MIG (partitionable devices, KEP 4815): one slice of counter
-    sets, one per GPU (eight memory slices and seven compute slices), and one slice of devices: each full GPU, which
-    consumes its whole set, and every MIG placement, which consumes its memory slices and compute slices."""
+    """A node's H100s (at most 8) as NVIDIA's driver publishes dynamic MIG (partitionable devices, KEP 4815): a slice
+    of counter sets, one per GPU (eight memory slices and seven compute slices), and slices of devices: each full
+    GPU, which consumes its whole set, and every MIG placement, which consumes its memory slices and compute
+    slices."""
     counter_sets = []
     devices: list[dict[str, Any]] = []
     for i in range(gpus):
@@ -217,19 +218,19 @@ def mig_slices(node: str, gpus: int = 8) -> list[dict[str, Any]]:
                         "consumesCounters": [{"counterSet": f"gpu-{i}-counters", "counters": used}],
                     }
                 )
-    pool = {"name": node, "generation": 1, "resourceSliceCount": 2}
+    # The API server takes at most 64 devices a slice when they consume counters, and 8 counter sets: the counter
+    # sets go in one slice, the devices in slices of four GPUs (15 devices each).
+    per_gpu = 1 + sum(len(starts) for _m, _c, starts in MIG_PROFILES.values())
+    groups = [devices[i : i + 4 * per_gpu] for i in range(0, len(devices), 4 * per_gpu)]
+    pool = {"name": node, "generation": 1, "resourceSliceCount": 1 + len(groups)}
     head = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice"}
+    spec = {"driver": DRIVER, "nodeName": node, "pool": pool}
     return [
-        {
-            **head,
-            "metadata": {"name": f"{node}-counters"},
-            "spec": {"driver": DRIVER, "nodeName": node, "pool": pool, "sharedCounters": counter_sets},
-        },
-        {
-            **head,
-            "metadata": {"name": f"{node}-devices"},
-            "spec": {"driver": DRIVER, "nodeName": node, "pool": pool, "devices": devices},
-        },
+        {**head, "metadata": {"name": f"{node}-counters"}, "spec": {**spec, "sharedCounters": counter_sets}},
+        *(
+            {**head, "metadata": {"name": f"{node}-devices-{i}"}, "spec": {**spec, "devices": group}}
+            for i, group in enumerate(groups)
+        ),
     ]
 
 
