@@ -206,7 +206,7 @@ def mig_slices(node: str, gpus: int = 8) -> list[dict[str, Any]]:
                 used["compute-slices"] = {"value": str(compute)}
                 devices.append(
                     {
-                        "name": f"gpu-{i}-mig-{profile}-{start}",
+                        "name": f"gpu-{i}-mig-{profile.replace('.', '-')}-{start}",
                         "attributes": {
                             "type": {"string": "mig"},
                             "profile": {"string": profile},

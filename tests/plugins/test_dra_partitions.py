@@ -67,9 +67,9 @@ def test_a_full_gpu_and_its_partitions_are_never_handed_out_together() -> None:
 
 def test_overlapping_placements_are_never_handed_out_together() -> None:
     cluster = mig_cluster()
-    assert place(cluster, "a", dra.mig_request("4g.40gb")) == ["gpu-0-mig-4g.40gb-0"]
+    assert place(cluster, "a", dra.mig_request("4g.40gb")) == ["gpu-0-mig-4g-40gb-0"]
     # The 4g holds memory slices 0-3 and 4 of the 7 compute slices: a 3g fits only at slices 4-7, then nothing.
-    assert place(cluster, "b", dra.mig_request("3g.40gb")) == ["gpu-0-mig-3g.40gb-4"]
+    assert place(cluster, "b", dra.mig_request("3g.40gb")) == ["gpu-0-mig-3g-40gb-4"]
     assert place(cluster, "c", dra.mig_request("1g.10gb")) is None
     assert not over_consumed(cluster)
 
@@ -78,8 +78,8 @@ def test_a_small_partition_keeps_room_for_the_large_ones() -> None:
     cluster = mig_cluster()
     # First fit would put the 1g at memory slice 0, where it rules out the 4g and one of the two 3g placements.
     (small,) = place(cluster, "small", dra.mig_request("1g.10gb")) or [""]
-    assert small == "gpu-0-mig-1g.10gb-6"
-    assert place(cluster, "big", dra.mig_request("4g.40gb")) == ["gpu-0-mig-4g.40gb-0"]
+    assert small == "gpu-0-mig-1g-10gb-6"
+    assert place(cluster, "big", dra.mig_request("4g.40gb")) == ["gpu-0-mig-4g-40gb-0"]
     assert not over_consumed(cluster)
 
 

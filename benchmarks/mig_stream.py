@@ -1,0 +1,313 @@
+"""Dynamic MIG on a real API server: a seeded stream of MIG claims, pods leaving after their lifetimes, gpusched
+against kube-scheduler side by side, every counter checked from the API server's state afterwards.
+
+For each (scheduler, load, seed) a fresh local control plane (tests/e2e/localcluster.py) gets the same objects:
+
+- ``--nodes`` kwok nodes of 8 H100 GPUs published only through DRA, as NVIDIA's driver publishes dynamic MIG
+  (tests/api/dra_objects.py ``mig_slices``: per GPU a counter set of eight memory slices and seven compute slices,
+  the full GPU and every MIG placement of the 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb and 7g.80gb profiles consuming
+  from it), and NVIDIA's ``mig.nvidia.com`` DeviceClass;
+- a ResourceClaimTemplate per profile, and ``--claims`` pods, each taking one claim from a template, drawn from a
+  seeded mix (per 20 claims: 7 of 1g, 5 of 2g, 3 of 3g, 3 of 4g, 2 of 7g), arriving at seeded exponential gaps
+  chosen so that the offered load (compute slices asked times lifetime, over the cluster's compute slices) is
+  ``--load``, each with a seeded lifetime (uniform between ``--life`` / 2 and 3 ``--life`` / 2 seconds), counted
+  from its bind: then the pod is deleted (its claim goes with it).
+
+Reported per case: claims placed of those asked (a pod still pending ``--grace`` seconds after the last arrival is
+not placed), the placed share of the 4g and 7g claims, the compute slices in use on average over the stream (of
+the cluster's), pods placed per second of stream, and the counter sets over-consumed in any allocation the API
+server holds (read every second: it must be 0 for both).
+
+    .venv/bin/python benchmarks/mig_stream.py [--nodes 2] [--claims 120] [--loads 0.8,1.0,1.2] [--seeds 42,43,44]
+                                              [--life 20] [--cases kube-scheduler,gpusched] [--json FILE]
+
+Needs the control-plane binaries (tests/e2e/build-controlplane.sh) and, for gpusched, ``gpusched run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import platform
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+import dra_backlog  # noqa: E402
+import e2e_throughput  # noqa: E402
+import kube  # noqa: E402
+from e2e_throughput import Api  # noqa: E402
+from localcluster import LocalCluster  # noqa: E402
+
+from tests.api import dra_objects  # noqa: E402
+
+CASES = ("kube-scheduler", "gpusched")
+NAMESPACE = e2e_throughput.NAMESPACE
+RESOURCE = dra_backlog.RESOURCE
+GPUS_PER_NODE = 8
+COMPUTE_PER_GPU = 7
+#: Per 20 claims: profile -> how many.
+MIX = {"1g.10gb": 7, "2g.20gb": 5, "3g.40gb": 3, "4g.40gb": 3, "7g.80gb": 2}
+BIG = ("4g.40gb", "7g.80gb")
+
+
+@dataclass(slots=True)
+class Arrival:
+    name: str
+    profile: str
+    at: float
+    life: float
+
+
+@dataclass(slots=True)
+class Result:
+    case: str
+    load: float
+    seed: int
+    asked: int
+    placed: int = 0
+    big_asked: int = 0
+    big_placed: int = 0
+    compute_in_use: float = math.nan
+    stream_s: float = math.nan
+    over_consumed: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def pods_per_s(self) -> float:
+        return self.placed / self.stream_s if self.stream_s > 0 else math.nan
+
+
+def compute_slices(profile: str) -> int:
+    return dra_objects.MIG_PROFILES[profile][1]
+
+
+def stream(*, claims: int, load: float, life: float, nodes: int, seed: int) -> list[Arrival]:
+    """The seeded arrivals: profiles from the mix, lifetimes, and gaps that offer ``load`` of the compute slices."""
+    rng = random.Random(seed)
+    profiles = [p for p, n in MIX.items() for _ in range(n)]
+    chosen = [rng.choice(profiles) for _ in range(claims)]
+    mean_compute = sum(compute_slices(p) * n for p, n in MIX.items()) / sum(MIX.values())
+    capacity = nodes * GPUS_PER_NODE * COMPUTE_PER_GPU
+    rate = load * capacity / (mean_compute * life)  # arrivals per second
+    at = 0.0
+    out = []
+    for i, profile in enumerate(chosen):
+        out.append(Arrival(f"mig-{i:04d}", profile, at, rng.uniform(life / 2, 3 * life / 2)))
+        at += rng.expovariate(rate)
+    return out
+
+
+def template(profile: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": f"mig-{profile.replace('.', '-')}", "namespace": NAMESPACE},
+        "spec": {"spec": dra_objects.claim_spec(dra_objects.mig_request(profile, "mig"))},
+    }
+
+
+def mig_pod(arrival: Arrival, *, scheduler_name: str) -> dict[str, Any]:
+    manifest = kube.pod(arrival.name, scheduler_name=scheduler_name)
+    manifest["metadata"]["labels"]["profile"] = arrival.profile
+    name = f"mig-{arrival.profile.replace('.', '-')}"
+    manifest["spec"]["resourceClaims"] = [{"name": "mig", "resourceClaimTemplateName": name}]
+    manifest["spec"]["containers"][0]["resources"]["claims"] = [{"name": "mig"}]
+    return manifest
+
+
+async def delete(api: Api, path: str) -> None:
+    async with api.session.delete(api.server + path) as resp:
+        if resp.status not in (200, 202, 404):
+            raise RuntimeError(f"DELETE {path}: HTTP {resp.status}: {(await resp.text())[:300]}")
+
+
+async def over_consumed(api: Api) -> list[str]:
+    """Counters that the allocations the API server holds consume more of than their set has."""
+    slices = await dra_backlog.list_all(api, f"{RESOURCE}/resourceslices")
+    limits: dict[tuple[str, str, str], int] = {}
+    uses: dict[tuple[str, str], list[tuple[str, str, int]]] = {}
+    for s in slices:
+        pool = s["spec"]["pool"]["name"]
+        for counter_set in s["spec"].get("sharedCounters") or []:
+            for name, value in counter_set["counters"].items():
+                limits[(pool, counter_set["name"], name)] = int(value["value"])
+        for device in s["spec"].get("devices") or []:
+            uses[(pool, device["name"])] = [
+                (use["counterSet"], name, int(value["value"]))
+                for use in device.get("consumesCounters") or []
+                for name, value in use["counters"].items()
+            ]
+    used: Counter[tuple[str, str, str]] = Counter()
+    for claim in await dra_backlog.list_all(api, f"{RESOURCE}/resourceclaims"):
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            for counter_set, name, amount in uses.get((result["pool"], result["device"]), []):
+                used[(result["pool"], counter_set, name)] += amount
+    return [f"{k}: {v} > {limits.get(k, 0)}" for k, v in used.items() if v > limits.get(k, 0)]
+
+
+async def run_stream(
+    cluster: LocalCluster, *, case: str, arrivals: list[Arrival], nodes: int, grace: float, start: Any
+) -> Result:
+    api = Api(cluster, connections=64)
+    result = Result(case=case, load=0.0, seed=0, asked=len(arrivals))
+    try:
+        await api.post(f"{RESOURCE}/deviceclasses", dra_objects.mig_class())
+        names = [f"gpu-{i:05d}" for i in range(nodes)]
+        for n in names:
+            await api.post("/api/v1/nodes", kube.gpu_node(n, gpus=0))
+            for raw in dra_objects.mig_slices(n, GPUS_PER_NODE):
+                await api.post(f"{RESOURCE}/resourceslices", raw)
+        await api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        for profile in MIX:
+            await api.post(f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates", template(profile))
+        listed = await api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")
+        watch = e2e_throughput.BindWatch(api, listed["metadata"]["resourceVersion"])
+        watch.start()
+        await asyncio.to_thread(start)
+        await asyncio.sleep(2.0)  # the scheduler's first listing
+        began = time.monotonic()
+        by_name = {a.name: a for a in arrivals}
+        #: Pod -> when it is to be deleted (its bind plus its lifetime, seconds of the stream); deleted ones.
+        due: dict[str, float] = {}
+        deleted: set[str] = set()
+        samples: list[int] = []
+        problems: set[str] = set()
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        next_arrival = 0
+        end = arrivals[-1].at + grace
+        last_check = -1.0
+        while True:
+            now = time.monotonic() - began
+            while next_arrival < len(arrivals) and arrivals[next_arrival].at <= now:
+                arrival = arrivals[next_arrival]
+                await api.post(path, mig_pod(arrival, scheduler_name=dra_backlog.SCHEDULER_NAME[case]))
+                next_arrival += 1
+            for name, at in list(watch.bound_at.items()):
+                if name in by_name and name not in due:
+                    due[name] = at - began + by_name[name].life
+            for name in [n for n, t in due.items() if t <= now and n not in deleted]:
+                await delete(api, f"{path}/{name}")
+                deleted.add(name)
+            samples.append(sum(compute_slices(by_name[n].profile) for n in due if n not in deleted))
+            if now - last_check >= 1.0:
+                last_check = now
+                problems.update(await over_consumed(api))
+            if now >= end:
+                break
+            await asyncio.sleep(0.25)
+        watch.stop()
+        placed = [n for n in watch.bound_at if n in by_name]
+        result.placed = len(placed)
+        result.big_asked = sum(1 for a in arrivals if a.profile in BIG)
+        result.big_placed = sum(1 for n in placed if by_name[n].profile in BIG)
+        capacity = nodes * GPUS_PER_NODE * COMPUTE_PER_GPU
+        result.compute_in_use = sum(samples) / len(samples) / capacity if samples else math.nan
+        result.stream_s = end
+        result.over_consumed = len(problems)
+        result.problems = sorted(problems)[:5]
+        return result
+    finally:
+        await api.close()
+
+
+def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> Result | str:
+    arrivals = stream(claims=args.claims, load=load, life=args.life, nodes=args.nodes, seed=seed)
+    options: dict[str, Any] = {}
+    if case == "gpusched":
+        missing = kube.gpusched_run_available()
+        if missing is not None:
+            return f"`gpusched run` is not available in this checkout ({missing})"
+    else:
+        options = {"with_scheduler": True, "defer_scheduler": True, "scheduler_qps": 1000, "scheduler_burst": 2000}
+    with LocalCluster(verbose=False, **options) as cluster:
+        replica: kube.Gpusched | None = None
+        start: Any = cluster.start_scheduler
+        if case == "gpusched":
+            k = kube.Kube.of_local(cluster)
+            k.apply_crds()
+            k.ensure_namespace(kube.SYSTEM_NAMESPACE)
+            replica = kube.Gpusched(k, identity="bench", workdir=kube.scenario_workdir())
+            start = replica.start
+        try:
+            result = asyncio.run(
+                run_stream(cluster, case=case, arrivals=arrivals, nodes=args.nodes, grace=args.grace, start=start)
+            )
+        finally:
+            if replica is not None:
+                replica.stop()
+    result.load, result.seed = load, seed
+    return result
+
+
+def table(results: list[Result]) -> str:
+    rows = [
+        "| load | scheduler | claims placed | 4g/7g placed | compute in use | pods/s | counters over-consumed |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    groups: dict[tuple[float, str], list[Result]] = {}
+    for r in results:
+        groups.setdefault((r.load, r.case), []).append(r)
+    for (load, case), rs in sorted(groups.items()):
+        n = len(rs)
+        rows.append(
+            f"| {load:.1f} | {case} | {sum(r.placed for r in rs) / n:.1f} of {rs[0].asked} "
+            f"| {sum(r.big_placed for r in rs) / n:.1f} of {sum(r.big_asked for r in rs) / n:.1f} "
+            f"| {100 * sum(r.compute_in_use for r in rs) / n:.1f}% | {sum(r.pods_per_s for r in rs) / n:.2f} "
+            f"| {sum(r.over_consumed for r in rs)} |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--claims", type=int, default=120)
+    parser.add_argument("--loads", default="0.8,1.0,1.2")
+    parser.add_argument("--seeds", default="42,43,44")
+    parser.add_argument("--life", type=float, default=20.0, help="mean lifetime of a pod from its bind, seconds")
+    parser.add_argument("--grace", type=float, default=10.0, help="seconds after the last arrival a pod may bind")
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    cases = [c for c in args.cases.split(",") if c]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
+    results: list[Result] = []
+    for load in (float(x) for x in args.loads.split(",")):
+        for seed in (int(x) for x in args.seeds.split(",")):
+            for case in cases:
+                outcome = run_case(case, args, load=load, seed=seed)
+                if isinstance(outcome, str):
+                    print(f"[{case}] skipped: {outcome}", file=sys.stderr)
+                    continue
+                print(
+                    f"[{case}] load {load} seed {seed}: {outcome.placed}/{outcome.asked} placed, "
+                    f"{outcome.big_placed}/{outcome.big_asked} big, compute {100 * outcome.compute_in_use:.1f}%, "
+                    f"over-consumed {outcome.over_consumed} {outcome.problems}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                results.append(outcome)
+    print(f"{platform.node()}: {args.nodes} nodes of {GPUS_PER_NODE} H100, {args.claims} claims, life {args.life} s")
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    return 0 if all(r.over_consumed == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
