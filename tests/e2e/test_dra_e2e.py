@@ -212,3 +212,67 @@ def wait_message(sched: Scenario, pod: str, text: str) -> None:
         return None
 
     kube_mod.wait_until(found, timeout=60, what=f"FailedScheduling of {pod} saying {text!r}", describe=sched.describe)
+
+
+def test_dynamic_mig_partitions_never_over_consume_and_keep_room(sched: Scenario, devices: Devices) -> None:
+    # One H100 published as NVIDIA's driver publishes dynamic MIG (partitionable devices, counter sets): the API
+    # server takes the slices, gpusched writes allocations it accepts, and no counter is ever used twice.
+    name = f"{sched.name[:20]}-m"
+    sched.add_nodes([kube_mod.gpu_node(name, gpus=0)])
+    devices.post(f"{API}/deviceclasses", dra.mig_class() | {"metadata": {"name": f"{devices.gpu_class}-mig"}})
+    devices.post(f"{API}/deviceclasses", dra.gpu_class(devices.gpu_class))
+    for raw in dra.mig_slices(name, 1):
+        devices.post(f"{API}/resourceslices", raw)
+    for label, request in (
+        ("mig-1g", dra.mig_request("1g.10gb", "gpus")),
+        ("mig-4g", dra.mig_request("4g.40gb", "gpus")),
+        ("whole", dra.request(count=1, device_class=devices.gpu_class)),
+    ):
+        if label != "whole":
+            request["exactly"]["deviceClassName"] = f"{devices.gpu_class}-mig"
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": label},
+            "spec": {"spec": dra.claim_spec(request)},
+        }
+        devices.post(f"{API}/namespaces/{sched.namespace}/resourceclaimtemplates", body, cluster_scoped=False)
+    sched.start_gpusched()
+    sched.create_pod(dra_pod("small", template="mig-1g"))
+    (small,) = sched.wait_bound(["small"], timeout=60)
+    # The 1g goes where it keeps the 4g possible (memory slices 0-3 stay free together).
+    assert allocated(claim_of(small, devices)) == ["gpu-0-mig-1g-10gb-6"]
+    sched.create_pod(dra_pod("big", template="mig-4g"))
+    (big,) = sched.wait_bound(["big"], timeout=60)
+    assert allocated(claim_of(big, devices)) == ["gpu-0-mig-4g-40gb-0"]
+    # The full GPU consumes every counter of its set: it is not handed out while a partition holds some.
+    sched.create_pod(dra_pod("whole", template="whole"))
+    wait_message(sched, "whole", "cannot allocate all claims")
+    sched.delete_pod("small")
+    sched.delete_pod("big")
+    sched.wait_bound(["whole"], timeout=90)
+
+
+def test_nvidias_quickstart_selector_and_a_bare_gpu_pod_on_dra_nodes(sched: Scenario, devices: Devices) -> None:
+    name = f"{sched.name[:20]}-q"
+    sched.add_nodes([kube_mod.gpu_node(name, gpus=0)])
+    devices.post(f"{API}/deviceclasses", dra.gpu_class(devices.gpu_class))
+    devices.post(f"{API}/resourceslices", dra.gpu_slice(name, 2, product="NVIDIA A100-SXM4-40GB", name=f"{name}-gpus"))
+    # NVIDIA's gpu-test6 selects its GPU with Kubernetes' CEL strings library (lowerAscii).
+    selector = "device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('^.*a100.*$')"
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "a100"},
+        "spec": {"spec": dra.claim_spec(dra.request(device_class=devices.gpu_class, selectors=[selector]))},
+    }
+    devices.post(f"{API}/namespaces/{sched.namespace}/resourceclaimtemplates", body, cluster_scoped=False)
+    sched.start_gpusched()
+    sched.create_pod(dra_pod("selected", template="a100"))
+    (pod,) = sched.wait_bound(["selected"], timeout=60)
+    assert len(allocated(claim_of(pod, devices))) == 1
+    # A pod asking nvidia.com/gpu with no claim: no device plugin serves it on this node, so a kubelet would refuse
+    # it; it is never bound there.
+    sched.create_pod(kube_mod.pod("bare", gpus=1))
+    wait_message(sched, "bare", "Insufficient nvidia.com/gpu")
+    assert not sched.pod("bare")["spec"].get("nodeName")
