@@ -67,7 +67,7 @@ def events(fake: FakeApiServer, reason: str) -> list[dict[str, Any]]:
 
 
 async def flushed(op: Operator) -> None:
-    for writer in (op.recorder, op.conditions, op.group_status, op.queue_status):
+    for writer in (op.recorder, op.conditions, op.publisher.group_status, op.publisher.queue_status):
         assert await writer.flush()
 
 
@@ -357,7 +357,7 @@ async def test_a_preemptors_nominated_node_is_written_and_cleared(fake: FakeApiS
     # Wishes in quick succession: whatever is written, the last write is the last wish (never a stale node left).
     for node in ("gpu-2", "", "gpu-3", ""):
         operator.nominate(preemptor, node)
-    await eventually(lambda: not operator._nominations)
+    await eventually(lambda: not operator.adapter._nominations)
     assert written()[-1] is None and set(written()[2:]) <= {"gpu-2", "gpu-3", None}
 
 

@@ -11,7 +11,7 @@ import pytest
 from scheduler.api.pod import PodRequest
 from scheduler.core import tenancy
 from scheduler.k8s import client as k8s
-from scheduler.k8s import operator as operator_module
+from scheduler.k8s import publisher as publisher_module
 from scheduler.k8s.operator import Operator
 from scheduler.k8s.status import QUEUES, CustomStatusWriter, PodConditionWriter, StatusSettings, to_json
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
@@ -252,7 +252,7 @@ async def test_a_gang_that_does_not_fit_tells_every_member(fake: FakeApiServer, 
 async def test_podgroup_not_found_waits_for_the_same_apply(
     fake: FakeApiServer, operator: Operator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(operator_module, "GROUP_GRACE_S", 0.5)
+    monkeypatch.setattr(publisher_module, "GROUP_GRACE_S", 0.5)
     operator.set_leading(True)
     operator.node_event(node("gpu-0"))
     operator.listed()
