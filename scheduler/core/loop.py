@@ -217,8 +217,9 @@ class SchedulingLoop:
         may_help = self.hints.may_help(event, self.scheduler.cache.arrays, self.gate.still_gated)
         self.queue.move_all_to_active(event, may_help)
 
-    def bind_failed(self, pod: PodRequest, reason: str) -> None:
-        """A binding failed: release the pod's place and retry it alone (a gang keeps the others)."""
+    def bind_failed(self, pod: PodRequest, reason: str, *, backoff_s: float = 0.0) -> None:
+        """A binding failed: release the pod's place (its reservation in the cache, its queue's usage, its job's
+        member) and retry it alone (a gang keeps the others), not before ``backoff_s`` seconds."""
         self.scheduler.bind_failed(pod.key)
         if self.tenancy.release(pod.key):
             self.resort()
@@ -236,6 +237,9 @@ class SchedulingLoop:
             )
             job.refresh_phase(self.clock())
         self._enqueue(job)
+        if backoff_s > 0:
+            self.queue.back_off(pod.key, backoff_s)
+            self.queue.back_off(job.key, backoff_s)
 
     # --- what the operator, explain and metrics read -------------------------------------------------------------
 

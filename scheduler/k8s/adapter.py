@@ -237,22 +237,24 @@ class Adapter:
 
     def _on_failed(self, pod: PodRequest, reason: str, retry: bool, backoff: float) -> None:
         self._observe_bind(pod.key, "refused" if retry else "failed")
-        self.loop.scheduler.bind_failed(pod.key)
         if retry:
-            # The reservation is released now; the pod comes back only after its backoff, so a refusal that
-            # does not go away (a webhook) does not win the same GPUs every cycle.
-            asyncio.get_running_loop().call_later(backoff, self._retry, pod, reason)
-        # Otherwise the pod is gone or placed by someone else: the watch says which.
+            self._release(pod, reason, backoff)
+        else:
+            # The pod is gone or placed by someone else: its reservation goes, and the watch says which.
+            self.loop.scheduler.bind_failed(pod.key)
 
-    def _retry(self, pod: PodRequest, reason: str) -> None:
-        pending = self.feed.pending
-        if pod.key not in pending or self.cache.pod(pod.key) is not None:
-            return  # deleted, or placed meanwhile
-        self.loop.bind_failed(pod, reason)
-        current = pending[pod.key]
-        if current != pod:
-            # It changed while it was placed (its claims' GPUs, read again meanwhile): tried again as it is now.
-            self.loop.pod_pending(current)
+    def _release(self, pod: PodRequest, reason: str, backoff: float) -> None:
+        """The one release path of a binding that did not happen and may be tried again: the loop releases the
+        pod's place everywhere at once and queues it again, held back ``backoff`` seconds so that a refusal that
+        does not go away (a webhook) does not win the same GPUs every cycle."""
+        current = self.feed.pending.get(pod.key)
+        if current is None or not self.cache.is_assumed(pod.key):
+            # Deleted or unreadable meanwhile (the loop has let it go), or the watch showed it on a node: only
+            # the reservation, if any is left, goes.
+            self.loop.scheduler.bind_failed(pod.key)
+            return
+        # ``current``: the pod as it is now (its claims' GPUs may have been read again while it was placed).
+        self.loop.bind_failed(current, reason, backoff_s=backoff)
         self._wake()
 
     def _on_uncertain(self, key: str) -> None:
@@ -271,8 +273,7 @@ class Adapter:
         spec = answer.body.get("spec")
         if isinstance(spec, Mapping) and spec.get("nodeName"):
             return  # bound: the watch will confirm it
-        self.loop.scheduler.bind_failed(pod.key)
-        self._retry(pod, "the binding's outcome was unknown and the pod is still unbound")
+        self._release(pod, "the binding's outcome was unknown and the pod is still unbound", 0.0)
 
     def _observe_bind(self, key: str, result: str) -> None:
         self.metrics.binds.labels(result).inc()
