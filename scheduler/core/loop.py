@@ -48,7 +48,7 @@ from scheduler.core.holds import Holds
 from scheduler.core.jobs import GANG_PREFIX, Job, Jobs
 from scheduler.core.ports import Events, Evictor
 from scheduler.core.preemption import Preemptor
-from scheduler.core.tenancy import Tenancy, Vector, add_into, requests_of
+from scheduler.core.tenancy import QueueStatus, Tenancy, Vector, add_into, requests_of
 from scheduler.framework.interface import GANG_SLOTS, PENDING_PODS, Code
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
@@ -524,9 +524,9 @@ class SchedulingLoop:
             ],
         }
 
-    def queue_statuses(self) -> dict[str, dict[str, object]]:
-        """Every Queue's status as users read it: allocation, guarantee in use, borrowed, decayed usage, pending
-        pods and gangs, shares (the operator writes these to ``status``)."""
+    def queue_statuses(self) -> dict[str, QueueStatus]:
+        """Every Queue's status in numbers: allocation, guarantee in use, borrowed, decayed usage, pending pods and
+        gangs, shares (the operator writes these to ``status``)."""
         pending: dict[str, dict[str, float]] = {}
         pods: dict[str, int] = {}
         gangs: dict[str, int] = {}

@@ -121,16 +121,16 @@ class StatusPublisher:
         statuses = self.loop.queue_statuses()
         jobs = self._queue_jobs()
         for name in queues:
-            status = statuses.get(name)
-            if status is None:
+            numbers = statuses.get(name)
+            if numbers is None:
                 problem = self.queue_problems.get(name) or f"queue {name!r} could not be used"
                 self.queue_refused(name, problem)
                 continue
             self.queue_problems.pop(name, None)
-            status = dict(status)
-            status["pendingJobs"], status["admittedJobs"] = jobs.get(name, (0, 0))
-            status["conditions"] = [self._queue_accepted.condition(name, "True", "Accepted", "the queue is in use")]
-            self.queue_status.update(name, status)
+            body = k8s_status.queue_status(numbers)
+            body["pendingJobs"], body["admittedJobs"] = jobs.get(name, (0, 0))
+            body["conditions"] = [self._queue_accepted.condition(name, "True", "Accepted", "the queue is in use")]
+            self.queue_status.update(name, body)
         self._tell_waiting_pods(podgroups, pending, unreadable)
 
     def _queue_jobs(self) -> dict[str, tuple[int, int]]:
