@@ -17,24 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from scheduler.api.pod import PodRequest
-from scheduler.cache.state import Cache
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import Decision
 from scheduler.k8s import dra as k8s_dra
-from scheduler.k8s import status as k8s_status
 from scheduler.k8s import volumes as k8s_volumes
 from scheduler.k8s.binder import Binder, BinderSettings
-from scheduler.k8s.client import Client
 from scheduler.k8s.config import BindingConfig
-from scheduler.k8s.events import EventRecorder, rfc3339
+from scheduler.k8s.context import OperatorContext
+from scheduler.k8s.events import rfc3339
 from scheduler.k8s.feed import PodFeed
-from scheduler.k8s.metrics import Metrics
 from scheduler.k8s.publisher import StatusPublisher
 
 log = structlog.get_logger(__name__)
@@ -46,32 +43,18 @@ RECHECK_S = 5.0
 class Adapter:
     """The core's Binder, Events and Evictor in a cluster; see the module notes."""
 
-    def __init__(
-        self,
-        client: Client,
-        *,
-        cache: Cache,
-        metrics: Metrics,
-        recorder: EventRecorder,
-        conditions: k8s_status.PodConditionWriter,
-        binding: BindingConfig,
-        scheduler_name: str,
-        leading: Callable[[], bool],
-        wake: Callable[[], None],
-        spawn: Callable[[Any], None],
-        clock: Callable[[], float],
-    ) -> None:
-        self.client = client
-        self.cache = cache
-        self.metrics = metrics
-        self.recorder = recorder
-        self.conditions = conditions
+    def __init__(self, context: OperatorContext, *, binding: BindingConfig) -> None:
+        self.client = context.client
+        self.cache = context.cache
+        self.metrics = context.metrics
+        self.recorder = context.recorder
+        self.conditions = context.conditions
         self._binding = binding
-        self.scheduler_name = scheduler_name
-        self._leading = leading
-        self._wake = wake
-        self._spawn = spawn
-        self.clock = clock
+        self.scheduler_name = context.scheduler_name
+        self._leading = context.leading
+        self._wake = context.wake
+        self._spawn = context.spawn
+        self.clock = context.clock
         self.binder: Binder | None = None
         #: Pod key -> (the pod, the nominated node it should show; "" none) while a writer is at work for it.
         self._nominations: dict[str, tuple[PodRequest, str]] = {}

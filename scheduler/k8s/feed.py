@@ -41,16 +41,13 @@ from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
 from scheduler.api.resources import MILLI_PER_GPU, NO_GPU, GpuRequest
 from scheduler.cache import dra as cache_dra
-from scheduler.cache.state import Cache
 from scheduler.core.hints import ClusterEvent
 from scheduler.core.loop import SchedulingLoop
 from scheduler.k8s import dra as k8s_dra
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s import volumes as k8s_volumes
-from scheduler.k8s.client import Client
-from scheduler.k8s.events import EventRecorder
+from scheduler.k8s.context import OperatorContext
 from scheduler.k8s.grouper import Grouper
-from scheduler.k8s.metrics import Metrics
 from scheduler.k8s.publisher import StatusPublisher
 
 log = structlog.get_logger(__name__)
@@ -64,31 +61,16 @@ LISTINGS = frozenset({"nodes", "pods", "services", "poddisruptionbudgets", "cust
 class PodFeed:
     """The watches' objects into the cache and the loop; see the module notes."""
 
-    def __init__(
-        self,
-        client: Client,
-        *,
-        cache: Cache,
-        loop: SchedulingLoop,
-        metrics: Metrics,
-        recorder: EventRecorder,
-        conditions: k8s_status.PodConditionWriter,
-        publisher: StatusPublisher,
-        scheduler_name: str,
-        leading: Callable[[], bool],
-        wake: Callable[[], None],
-        spawn: Callable[[Any], None],
-    ) -> None:
-        self.cache = cache
+    def __init__(self, context: OperatorContext, *, loop: SchedulingLoop, publisher: StatusPublisher) -> None:
+        self.cache = cache = context.cache
         self.loop = loop
-        self.metrics = metrics
-        self.recorder = recorder
-        self.conditions = conditions
+        self.metrics = context.metrics
+        self.recorder = context.recorder
+        self.conditions = conditions = context.conditions
         self.publisher = publisher
-        #: The ``spec.schedulerName`` this operator serves (``gpusched run --scheduler-name``).
-        self.scheduler_name = scheduler_name
-        self._leading = leading
-        self._wake = wake
+        self.scheduler_name = context.scheduler_name
+        self._leading = context.leading
+        self._wake = context.wake
         #: Told the key of every pod that leaves, so that whoever keeps per-pod state drops it.
         self.on_pod_gone: list[Callable[[str], None]] = [conditions.forget, publisher.forget_pod]
         #: Whether the first full listing is in (readiness), and which of :data:`LISTINGS` are.
@@ -108,7 +90,9 @@ class PodFeed:
         #: "pod ns/name", "podgroup ns/name", "queue name", "node name" -> uid, for Events' involvedObject.
         self.uids: dict[str, str] = {}
         #: Owner reads and PodGroups for workloads' pods (``scheduler.k8s.grouper``); only the leader writes.
-        self.grouper = Grouper(client, may_write=leading, resolved=self._owners_read, spawn=spawn)
+        self.grouper = Grouper(
+            context.client, may_write=context.leading, resolved=self._owners_read, spawn=context.spawn
+        )
         #: Pods of ours without a PodGroup label whose owners are being read: key -> the pod as last seen.
         self.ungrouped: dict[str, Mapping[str, Any]] = {}
         #: scheduler-plugins PodGroups (``scheduling.x-k8s.io``) by key; a gpusched PodGroup of the same key wins.

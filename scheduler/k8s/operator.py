@@ -9,7 +9,8 @@
 - ``scheduler.k8s.publisher`` (:class:`~scheduler.k8s.publisher.StatusPublisher`): PodGroup, Queue and Topology
   status and the conditions of pods no cycle speaks about.
 
-The watches call the feed's ``*_event`` methods (the operator offers them under the same names). Invariants kept
+The three share one :class:`~scheduler.k8s.context.OperatorContext` (cache, metrics, Event and condition writers,
+the leadership flag). The watches call the feed's ``*_event`` methods (the operator offers them under the same names). Invariants kept
 here:
 
 - Scoring never runs in a handler: :meth:`Operator.run` is its own asyncio task, runs at most ``batch`` cycles
@@ -39,6 +40,7 @@ from scheduler.k8s import status as k8s_status
 from scheduler.k8s.adapter import Adapter
 from scheduler.k8s.client import Client
 from scheduler.k8s.config import OperatorConfig
+from scheduler.k8s.context import OperatorContext
 from scheduler.k8s.events import EventRecorder, EventSettings
 from scheduler.k8s.feed import LISTINGS, PodFeed
 from scheduler.k8s.metrics import Metrics
@@ -84,7 +86,6 @@ class Operator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_status = 0.0
         self._last_usage = time.monotonic()
-        leading = self._is_leading
         self.metrics = Metrics()
         self.cache = Cache()
         self.queue = SchedulingQueue(
@@ -93,19 +94,19 @@ class Operator:
         # The writers every part uses; what they write about pods and objects is the feed's (uids, pending pods).
         self.recorder = EventRecorder(client, settings=EventSettings(instance=identity), uid_of=self._uid_of)
         self.conditions = k8s_status.PodConditionWriter(client, still_pending=self._still_pending)
-        self.adapter = Adapter(
-            client,
+        context = OperatorContext(
+            client=client,
             cache=self.cache,
             metrics=self.metrics,
             recorder=self.recorder,
             conditions=self.conditions,
-            binding=config.binding,
             scheduler_name=scheduler_name,
-            leading=leading,
+            leading=self._is_leading,
             wake=self._wake.set,
             spawn=self._spawn,
             clock=clock,
         )
+        self.adapter = Adapter(context, binding=config.binding)
         self.scheduler = Scheduler(self.cache, Framework.build(config.profile), self.adapter)
         self.metrics.instrument(self.scheduler.framework)
         self.loop = SchedulingLoop(
@@ -117,28 +118,9 @@ class Operator:
             reserve_after_s=config.reserve_after_s,
         )
         self.publisher = StatusPublisher(
-            client,
-            loop=self.loop,
-            recorder=self.recorder,
-            conditions=self.conditions,
-            leading=leading,
-            may_write_topology=lambda: self.leading and self.feed.ready,
-            spawn=self._spawn,
-            clock=clock,
+            context, loop=self.loop, may_write_topology=lambda: self.leading and self.feed.ready
         )
-        self.feed = PodFeed(
-            client,
-            cache=self.cache,
-            loop=self.loop,
-            metrics=self.metrics,
-            recorder=self.recorder,
-            conditions=self.conditions,
-            publisher=self.publisher,
-            scheduler_name=scheduler_name,
-            leading=leading,
-            wake=self._wake.set,
-            spawn=self._spawn,
-        )
+        self.feed = PodFeed(context, loop=self.loop, publisher=self.publisher)
         self.adapter.serve(self.loop, self.feed, self.publisher)
         self.feed.on_pod_gone.append(self.adapter.forget)
         # The watches' entry points (``scheduler.k8s.run`` and ``.handlers`` feed them): the feed's.

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from scheduler.api import podgroup as api_podgroup
 from scheduler.api import queue as api_queue
 from scheduler.api.pod import PodRequest
 from scheduler.core.loop import SchedulingLoop
 from scheduler.k8s import status as k8s_status
-from scheduler.k8s.client import Client
-from scheduler.k8s.events import EventRecorder
+from scheduler.k8s.context import OperatorContext
 
 #: Seconds between writes of PodGroup and Queue status (per object; unchanged values are not written).
 STATUS_INTERVAL_S = 2.0
@@ -39,29 +37,23 @@ class StatusPublisher:
     """PodGroup, Queue and Topology status and the conditions of waiting pods; see the module notes."""
 
     def __init__(
-        self,
-        client: Client,
-        *,
-        loop: SchedulingLoop,
-        recorder: EventRecorder,
-        conditions: k8s_status.PodConditionWriter,
-        leading: Callable[[], bool],
-        may_write_topology: Callable[[], bool],
-        spawn: Callable[[Any], None],
-        clock: Callable[[], float],
+        self, context: OperatorContext, *, loop: SchedulingLoop, may_write_topology: Callable[[], bool]
     ) -> None:
+        client = context.client
         self.loop = loop
-        self.recorder = recorder
-        self.conditions = conditions
-        self._leading = leading
+        self.recorder = context.recorder
+        self.conditions = context.conditions
+        self._leading = context.leading
         settings = k8s_status.StatusSettings(interval=STATUS_INTERVAL_S)
         self.group_status = k8s_status.CustomStatusWriter(client, k8s_status.PODGROUPS, settings=settings)
         self.queue_status = k8s_status.CustomStatusWriter(client, k8s_status.QUEUES, settings=settings)
-        self.topology_status = k8s_status.TopologyStatusWriter(client, may_write=may_write_topology, spawn=spawn)
+        self.topology_status = k8s_status.TopologyStatusWriter(
+            client, may_write=may_write_topology, spawn=context.spawn
+        )
         #: Queues that cannot be used: name -> why (unreadable, or refused by the tree), for their status condition.
         self.queue_problems: dict[str, str] = {}
         #: Per queue, its Accepted condition.
-        self._queue_accepted = k8s_status.AcceptedConditions(clock)
+        self._queue_accepted = k8s_status.AcceptedConditions(context.clock)
         #: Pods naming a PodGroup not seen yet: key -> (since, time.monotonic(), the message once the grace is over).
         self._group_missing: dict[str, tuple[float, str]] = {}
         #: The last periodic message told per pod (members waiting for members), so an Event is written per change.
