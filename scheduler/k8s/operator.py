@@ -10,8 +10,8 @@
   status and the conditions of pods no cycle speaks about.
 
 The three share one :class:`~scheduler.k8s.context.OperatorContext` (cache, metrics, Event and condition writers,
-the leadership flag). The watches call the feed's ``*_event`` methods (the operator offers them under the same names). Invariants kept
-here:
+the leadership flag). The watches call the feed's ``*_event`` methods (the operator offers them under the same
+names). Invariants kept here:
 
 - Scoring never runs in a handler: :meth:`Operator.run` is its own asyncio task, runs at most ``batch`` cycles
   (or ``batch_seconds``) and then yields to the event loop, so watches and binds progress between batches.
