@@ -436,7 +436,7 @@ class Cache:
             ):
                 self._reindex(old.pod, pod, old.placement.slot)
                 old.pod = pod
-                old.assumed = False
+                self._confirmed(old)  # the watch shows an assumed pod on its node: the binding went through
                 return
             if same_node and not gpu_ids:
                 gpu_ids = old.placement.gpu_ids
@@ -526,12 +526,18 @@ class Cache:
         return placement
 
     def confirm(self, key: str) -> None:
-        """The binding went through."""
+        """The binding went through (the simulator's binder says so; in a cluster the watch does, through
+        :meth:`upsert_pod`: both end in :meth:`_confirmed`)."""
         entry = self._pods.get(key)
         if entry is not None:
-            entry.assumed = False
-            if entry.pod.resource_claims:
-                self.devices.confirm(key)
+            self._confirmed(entry)
+
+    def _confirmed(self, entry: PodEntry) -> None:
+        """The one confirm path: the pod holds its place for good, and the devices allocated for its ResourceClaims
+        are the claims' own from now on (the pod leaving no longer frees them; the claims' watch does)."""
+        entry.assumed = False
+        if entry.pod.resource_claims:
+            self.devices.confirm(entry.pod.key)
 
     def forget(self, key: str) -> None:
         """The binding failed: release what the pod was assumed to take."""

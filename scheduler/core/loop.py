@@ -48,7 +48,7 @@ from scheduler.core.holds import Holds
 from scheduler.core.jobs import GANG_PREFIX, Job, Jobs
 from scheduler.core.ports import Events, Evictor
 from scheduler.core.preemption import Preemptor
-from scheduler.core.tenancy import Tenancy, Vector, add_into, requests_of
+from scheduler.core.tenancy import QueueStatus, Tenancy, Vector, add_into, requests_of
 from scheduler.framework.interface import GANG_SLOTS, PENDING_PODS, Code
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
@@ -217,8 +217,9 @@ class SchedulingLoop:
         may_help = self.hints.may_help(event, self.scheduler.cache.arrays, self.gate.still_gated)
         self.queue.move_all_to_active(event, may_help)
 
-    def bind_failed(self, pod: PodRequest, reason: str) -> None:
-        """A binding failed: release the pod's place and retry it alone (a gang keeps the others)."""
+    def bind_failed(self, pod: PodRequest, reason: str, *, backoff_s: float = 0.0) -> None:
+        """A binding failed: release the pod's place (its reservation in the cache, its queue's usage, its job's
+        member) and retry it alone (a gang keeps the others), not before ``backoff_s`` seconds."""
         self.scheduler.bind_failed(pod.key)
         if self.tenancy.release(pod.key):
             self.resort()
@@ -236,6 +237,9 @@ class SchedulingLoop:
             )
             job.refresh_phase(self.clock())
         self._enqueue(job)
+        if backoff_s > 0:
+            self.queue.back_off(pod.key, backoff_s)
+            self.queue.back_off(job.key, backoff_s)
 
     # --- what the operator, explain and metrics read -------------------------------------------------------------
 
@@ -520,9 +524,9 @@ class SchedulingLoop:
             ],
         }
 
-    def queue_statuses(self) -> dict[str, dict[str, object]]:
-        """Every Queue's status as users read it: allocation, guarantee in use, borrowed, decayed usage, pending
-        pods and gangs, shares (the operator writes these to ``status``)."""
+    def queue_statuses(self) -> dict[str, QueueStatus]:
+        """Every Queue's status in numbers: allocation, guarantee in use, borrowed, decayed usage, pending pods and
+        gangs, shares (the operator writes these to ``status``)."""
         pending: dict[str, dict[str, float]] = {}
         pods: dict[str, int] = {}
         gangs: dict[str, int] = {}

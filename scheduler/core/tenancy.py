@@ -15,6 +15,7 @@ computation rejected the negative demand).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from scheduler.api import fairshare, resources
 from scheduler.api.errors import InvalidObject
@@ -24,6 +25,30 @@ from scheduler.cache.state import Cache
 from scheduler.kernels import layout
 
 Vector = dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """A queue's status in numbers, in the scheduler's units (CPU in milli-cores, memory in bytes, GPUs in GPUs):
+    ``scheduler.k8s.status`` writes it as Kubernetes quantities, the metrics read it as it is."""
+
+    #: What the queue (and, for a parent, its subtree) holds.
+    allocated: Vector
+    #: The part of ``allocated`` within the guarantee.
+    guaranteed_in_use: Vector
+    #: The part of ``allocated`` beyond the guarantee, per resource held beyond it.
+    borrowed: Vector
+    #: The decayed usage history.
+    decayed_usage: Vector
+    #: Pods (and gangs) waiting in the queue, summed up the tree.
+    pending_pods: int
+    pending_gangs: int
+    #: The weighted dominant share of allocation plus decayed usage.
+    dominant_share: float
+    #: The dominant share of the water-filled fair share.
+    fair_share: float
+    #: The leaf's sort key (share beyond guarantee over weight; lower goes first); None for a parent.
+    rank_share: float | None
 
 
 def request_of(pod: PodRequest) -> Vector:
@@ -284,8 +309,8 @@ class Tenancy:
 
     def statuses(
         self, *, pending: Mapping[str, Vector], pending_pods: Mapping[str, int], pending_gangs: Mapping[str, int]
-    ) -> dict[str, dict[str, object]]:
-        """Every queue's ``status`` as users read it (the operator writes it to the Queue object).
+    ) -> dict[str, QueueStatus]:
+        """Every queue's status in numbers (the operator writes it to the Queue object).
 
         ``pending`` is what each leaf's waiting work asks for (it and what the leaf holds are its demand for the
         fair share); the counts are per leaf, summed up the tree.
@@ -301,30 +326,24 @@ class Tenancy:
         pods = fairshare.subtree_totals(self.tree, {q: {"n": float(n)} for q, n in pending_pods.items()})
         gangs = fairshare.subtree_totals(self.tree, {q: {"n": float(n)} for q, n in pending_gangs.items()})
         keys = {leaf: self.rank(leaf) for leaf in self.tree.leaves()}
-        out: dict[str, dict[str, object]] = {}
+        out: dict[str, QueueStatus] = {}
         for name in self.tree:
             spec = self.tree.spec(name)
             held = totals[name]
             guaranteed = self.tree.guaranteed(name)
-            status: dict[str, object] = {
-                "allocated": _quantities(held),
-                "guaranteedInUse": _quantities({r: min(held.get(r, 0.0), amount) for r, amount in guaranteed.items()}),
-                "borrowed": _quantities(
-                    {r: held[r] - guaranteed.get(r, 0.0) for r in held if held[r] > guaranteed.get(r, 0.0)}
+            out[name] = QueueStatus(
+                allocated=dict(held),
+                guaranteed_in_use={r: min(held.get(r, 0.0), amount) for r, amount in guaranteed.items()},
+                borrowed={r: held[r] - guaranteed.get(r, 0.0) for r in held if held[r] > guaranteed.get(r, 0.0)},
+                decayed_usage=dict(history[name]),
+                pending_pods=int(pods[name].get("n", 0.0)),
+                pending_gangs=int(gangs[name].get("n", 0.0)),
+                dominant_share=fairshare.dominant_share(
+                    allocated=held, decayed_usage=history[name], capacity=capacity, weight=spec.weight
                 ),
-                "decayedUsage": _quantities(history[name]),
-                "pendingPods": int(pods[name].get("n", 0.0)),
-                "pendingGangs": int(gangs[name].get("n", 0.0)),
-                "dominantShare": _share(
-                    fairshare.dominant_share(
-                        allocated=held, decayed_usage=history[name], capacity=capacity, weight=spec.weight
-                    )
-                ),
-                "fairShare": _share(fair[name].dominant),
-            }
-            if name in keys:
-                status["rankShare"] = _share(keys[name][1][-1][0])
-            out[name] = status
+                fair_share=fair[name].dominant,
+                rank_share=keys[name][1][-1][0] if name in keys else None,
+            )
         return out
 
     # --- order -------------------------------------------------------------------------------------------------
@@ -343,45 +362,3 @@ class Tenancy:
             )
             self._stale = False
         return self._rank.get(leaf, (2, [(0.0, 0, leaf)]))
-
-
-def _quantities(vector: Mapping[str, float]) -> dict[str, str]:
-    """A resource vector as canonical Kubernetes quantity strings (see :func:`quantity`); zeros left out."""
-    out: dict[str, str] = {}
-    for name, amount in sorted(vector.items()):
-        text = quantity(name, amount)
-        if text != "0":
-            out[name] = text
-    return out
-
-
-#: Binary suffixes, largest first: a byte count divisible by one is shown with it (268435456 -> 256Mi).
-_BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
-_DECIMAL = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3))
-
-
-def _is_bytes(name: str) -> bool:
-    return name in (resources.MEMORY, "ephemeral-storage") or name.startswith("hugepages-") or "memory" in name
-
-
-def quantity(name: str, amount: float) -> str:
-    """One amount of resource ``name`` in the scheduler's units (CPU in milli-cores, memory and storage in bytes,
-    GPUs and the rest in units) as a canonical Kubernetes quantity: CPU ``2`` or ``2500m``, memory ``256Gi`` (or
-    ``1G``, or plain bytes when no suffix divides it), GPUs ``8`` or ``0.5``."""
-    if name == resources.CPU:
-        milli = round(amount)
-        return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
-    if _is_bytes(name):
-        count = round(amount)
-        for suffixes in (_BINARY, _DECIMAL):
-            for suffix, size in suffixes:
-                if count and count % size == 0:
-                    return f"{count // size}{suffix}"
-        return str(count)
-    if abs(amount - round(amount)) < 5e-4:
-        return str(round(amount))
-    return f"{amount:.3f}".rstrip("0")
-
-
-def _share(value: float) -> str:
-    return f"{value:.4f}"

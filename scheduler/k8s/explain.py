@@ -33,9 +33,11 @@ import numpy as np
 
 from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
-from scheduler.core import cycle, gang, tenancy
+from scheduler.core import cycle, gang
+from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import CycleState
 from scheduler.k8s import client as k8s_client
+from scheduler.k8s import status as k8s_status
 from scheduler.kernels import layout
 
 if TYPE_CHECKING:
@@ -153,8 +155,14 @@ def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
 
 
 def _amounts(vector: Mapping[str, float]) -> str:
-    text = ", ".join(f"{name} {amount}" for name, amount in tenancy._quantities(vector).items())
+    text = ", ".join(f"{name} {amount}" for name, amount in k8s_status.quantities(vector).items())
     return text or "nothing"
+
+
+def _queue_status(loop: SchedulingLoop, name: str) -> Mapping[str, object]:
+    """Queue ``name``'s status as its object shows it (empty if the queue is not in use)."""
+    status = loop.queue_statuses().get(name)
+    return k8s_status.queue_status(status) if status is not None else {}
 
 
 def _queue_lines(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
@@ -169,7 +177,7 @@ def _queue_lines(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
     position = loop.queue.position(key)
     where = dict(loop.queue.pending()).get(key, "")
     waiting = sum(1 for _, w in loop.queue.pending() if w == "active")
-    status = loop.queue_statuses().get(leaf, {})
+    status = _queue_status(loop, leaf)
     if position is not None:
         place = f"position {position + 1} of {waiting} ready to be tried"
     elif where == "unschedulable":
@@ -240,7 +248,7 @@ def explain_queue(operator: Operator, name: str) -> str:
             return f"queue {name}: not in use: {problem}"
         raise NotFound(f"queue {name}: no such Queue")
     spec = tree.spec(name)
-    status = loop.queue_statuses().get(name, {})
+    status = _queue_status(loop, name)
     leaves = sorted(tree.leaves(), key=loop.tenancy.rank)
     kind = "leaf" if tree.is_leaf(name) else "parent"
     lines = [f"queue {name}: {kind}, parent {spec.parent or '-'}, weight {spec.weight:g}, priority {spec.priority}"]

@@ -33,7 +33,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from scheduler.api import quantity, resources
+from scheduler.api import resources
 from scheduler.api.gputopo import ANNOTATION as GPU_TOPOLOGY
 from scheduler.api.pod import PodRequest
 from scheduler.core.framework import Framework
@@ -269,15 +269,18 @@ class Metrics:
             self.pending_jobs.labels(state).set(float(states.get(state, 0)))
 
         statuses = loop.queue_statuses()
-        allocated: dict[tuple[str, ...], float] = {}
-        for queue, status in statuses.items():
-            for name, text in _mapping(status.get("allocated")).items():
-                allocated[(queue, name)] = _base_quantity(name, text)
+        allocated: dict[tuple[str, ...], float] = {
+            (q, name): base_unit(name, amount)
+            for q, status in statuses.items()
+            for name, amount in status.allocated.items()
+            if amount
+        }
         self._set(self.queue_allocated, allocated)
         borrowed: dict[tuple[str, ...], float] = {
-            (q, name): _base_quantity(name, text)
+            (q, name): base_unit(name, amount)
             for q, status in statuses.items()
-            for name, text in _mapping(status.get("borrowed")).items()
+            for name, amount in status.borrowed.items()
+            if amount
         }
         self._set(self.queue_borrowed, borrowed)
         guaranteed: dict[tuple[str, ...], float] = {}
@@ -291,12 +294,11 @@ class Metrics:
         self._set(self.queue_guaranteed, guaranteed)
         self._set(self.queue_limit, limit)
         self._set(self.queue_borrowing_limit, borrowing)
-        for gauge, field in (
-            (self.queue_share, "dominantShare"),
-            (self.queue_rank_share, "rankShare"),
-            (self.queue_fair_share, "fairShare"),
-        ):
-            self._set(gauge, {(q,): float(str(st[field])) for q, st in statuses.items() if field in st})
+        self._set(self.queue_share, {(q,): st.dominant_share for q, st in statuses.items()})
+        self._set(self.queue_fair_share, {(q,): st.fair_share for q, st in statuses.items()})
+        self._set(
+            self.queue_rank_share, {(q,): st.rank_share for q, st in statuses.items() if st.rank_share is not None}
+        )
 
         a = loop.scheduler.cache.arrays
         usable = a.base_reason != layout.ABSENT
@@ -351,12 +353,3 @@ class _Timed:
 
 def _plugin_name(plugin: Any) -> str:
     return str(getattr(plugin, "name", "") or type(plugin).__name__)
-
-
-def _mapping(value: object) -> Mapping[str, str]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _base_quantity(name: str, text: str) -> float:
-    """A status quantity string (``2500m``, ``256Gi``, ``0.5``) in base units."""
-    return float(quantity.parse_quantity(text, obj=f"resource {name}"))

@@ -293,9 +293,9 @@ async def _supervise(
         ),
     }
     # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (scheduler.k8s.volumes).
-    informers.update(k8s_volumes.informers(client, operator.volumes))
+    informers.update(k8s_volumes.informers(client, operator.feed.volumes))
     # DeviceClasses, ResourceSlices and ResourceClaims (scheduler.k8s.dra).
-    informers.update(k8s_dra.informers(client, operator.devices))
+    informers.update(k8s_dra.informers(client, operator.feed.devices))
     for kind, informer in informers.items():
         tasks[kind] = asyncio.create_task(informer.run(), name=f"gpusched {kind}")
     lease: LeaseThread | None = None

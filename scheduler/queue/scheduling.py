@@ -260,6 +260,20 @@ class SchedulingQueue:
         # Last: the heaps' orderings read the entries.
         del self._entries[key]
 
+    def back_off(self, key: str, seconds: float) -> None:
+        """Keep ``key`` out of active for ``seconds`` from now (a binding the API server refused: the binder's
+        backoff, which grows per refusal of the pod). In active it moves to backoff; in backoff or the pool it
+        waits at least that long; a key not queued, or in flight, is left as it is."""
+        entry = self._entries.get(key)
+        if entry is None or key in self._in_flight:
+            return
+        entry.ready_at = max(entry.ready_at, self._clock() + seconds)
+        if key in self._active:
+            self._active.remove(key)
+            self._backoff.push(key)
+        elif key in self._backoff:
+            self._backoff.fix(key)
+
     def move_all_to_active(self, event: str, may_help: Callable[[QueueItem], bool] | None = None) -> int:
         """A cluster event (``event`` names it: node added, pod deleted, queue changed...) that may let waiting
         items fit: every unschedulable item goes to active, or to backoff if its backoff has not run yet.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
 from scheduler.api import pod as api_pod
 from scheduler.api.podgroup import PodGroup
@@ -433,17 +434,19 @@ def test_queue_status_reports_allocation_guarantee_borrowing_and_pending_work() 
         loop.pod_pending(_pod(f"g{i}", 1, queue="prod", group="g"))
     loop.run_until_idle()
     status = loop.queue_statuses()
-    assert status["batch"]["allocated"] == {"cpu": "7", "nvidia.com/gpu": "14"}
-    assert status["batch"]["borrowed"] == status["batch"]["allocated"]
-    assert status["batch"]["pendingPods"] == 0
-    assert status["prod"]["allocated"]["nvidia.com/gpu"] == "2"
-    assert status["prod"]["guaranteedInUse"] == {"nvidia.com/gpu": "2"}
-    assert status["prod"]["borrowed"] == {"cpu": "1"}
+    # In the scheduler's units (CPU in milli-cores); scheduler.k8s.status writes them as quantities.
+    assert _held(status["batch"].allocated) == {"cpu": 7000.0, "nvidia.com/gpu": 14.0}
+    assert _held(status["batch"].borrowed) == _held(status["batch"].allocated)
+    assert status["batch"].pending_pods == 0
+    assert status["prod"].allocated["nvidia.com/gpu"] == 2.0
+    assert status["prod"].guaranteed_in_use == {"nvidia.com/gpu": 2.0}
+    assert _held(status["prod"].borrowed) == {"cpu": 1000.0}
     # prod1 and the gang of two wait.
-    assert (status["prod"]["pendingPods"], status["prod"]["pendingGangs"]) == (3, 1)
+    assert (status["prod"].pending_pods, status["prod"].pending_gangs) == (3, 1)
     # Fair share of GPUs, water-filled: prod asks for 2 + 4, gets its guarantee of 4 and half the rest: 6 of 16.
-    assert status["prod"]["fairShare"] == "0.3750"
-    assert float(str(status["prod"]["rankShare"])) < 0 < float(str(status["batch"]["rankShare"]))
+    assert status["prod"].fair_share == pytest.approx(0.375)
+    prod_rank, batch_rank = status["prod"].rank_share, status["batch"].rank_share
+    assert prod_rank is not None and batch_rank is not None and prod_rank < 0 < batch_rank
     assert "default" in status
 
 
@@ -532,7 +535,7 @@ def test_a_restart_charges_gang_members_to_their_podgroups_queue_in_any_order() 
         assert loop.held("capped") == {"cpu": 2000.0, "nvidia.com/gpu": 8.0}
         assert loop.held("default").get("nvidia.com/gpu", 0.0) == 0.0
         status = loop.queue_statuses()["capped"]
-        assert status["allocated"] == {"cpu": "2", "nvidia.com/gpu": "8"}
+        assert _held(status.allocated) == {"cpu": 2000.0, "nvidia.com/gpu": 8.0}
         loop.pod_pending(_pod("one", 1, queue="capped"))
         loop.run_until_idle()
         assert _placed(cluster) == []
@@ -574,3 +577,8 @@ def test_limits_hold_at_every_level_of_the_tree() -> None:
     assert loop.tenancy.over_ceiling("a", {"nvidia.com/gpu": 4.0}) == (
         "queue 'org' would hold 11 nvidia.com/gpu, above its ceiling 10"
     )
+
+
+def _held(vector: dict[str, float]) -> dict[str, float]:
+    """The resources a status vector holds some of."""
+    return {name: amount for name, amount in vector.items() if amount}

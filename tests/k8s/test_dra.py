@@ -46,13 +46,13 @@ def dra_pod(name: str, claim: str, *, shared: bool = False) -> dict[str, Any]:
 def setup(operator: Operator, fake: FakeApiServer, *claims: dict[str, Any]) -> None:
     operator.set_leading(True)
     operator.node_event(gpu_node("gpu-0"))
-    operator.devices.class_event(dra.gpu_class())
-    operator.devices.slice_event(dra.gpu_slice("gpu-0", 8))
+    operator.feed.devices.class_event(dra.gpu_class())
+    operator.feed.devices.slice_event(dra.gpu_slice("gpu-0", 8))
     for raw in claims:
         stored = fake.store_resource_claim(copy.deepcopy(raw))
-        operator.devices.claim_event(stored)
+        operator.feed.devices.claim_event(stored)
     for kind in k8s_dra.KINDS:
-        operator.devices.part_listed(kind)
+        operator.feed.devices.part_listed(kind)
 
 
 async def test_the_allocation_and_reservation_are_written_before_the_binding(
@@ -140,10 +140,10 @@ async def test_pods_get_their_gpus_from_claims_whatever_order_the_watches_delive
     operator.pod_event(dra_pod("p", "p-gpus"))  # before its claim, its class, its node's slice and the node
     assert operator.pending["default/p"].gpu.count == 0
     for kind in k8s_dra.KINDS:
-        operator.devices.part_listed(kind)
-    operator.devices.claim_event(dra.claim("p-gpus", dra.request(count=4), owner="p"))
-    operator.devices.class_event(dra.gpu_class())
-    operator.devices.slice_event(dra.gpu_slice("gpu-0", 8))
+        operator.feed.devices.part_listed(kind)
+    operator.feed.devices.claim_event(dra.claim("p-gpus", dra.request(count=4), owner="p"))
+    operator.feed.devices.class_event(dra.gpu_class())
+    operator.feed.devices.slice_event(dra.gpu_slice("gpu-0", 8))
     operator.node_event(gpu_node("gpu-0"))
     assert operator.cache.nodes[0].info.gpus == 8
     assert operator.pending["default/p"].gpu.count == 4
@@ -151,7 +151,7 @@ async def test_pods_get_their_gpus_from_claims_whatever_order_the_watches_delive
 
 async def test_an_unreadable_class_is_reported_and_left_out(fake: FakeApiServer, operator: Operator) -> None:
     operator.set_leading(True)
-    operator.devices.class_event(dra.gpu_class("broken", "device.driver =="))
+    operator.feed.devices.class_event(dra.gpu_class("broken", "device.driver =="))
     await eventually(lambda: bool(events(fake, "InvalidObject")))
     await flushed(operator)
     (event,) = events(fake, "InvalidObject")
@@ -165,7 +165,7 @@ async def test_a_pod_whose_claim_cannot_be_read_says_why_and_goes_once_it_is_fix
     setup(operator, fake)
     broken = dra.claim("p-gpus", dra.request(count=1), owner="p")
     broken["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": "device.driver =="}}]
-    operator.devices.claim_event(fake.store_resource_claim(copy.deepcopy(broken)))
+    operator.feed.devices.claim_event(fake.store_resource_claim(copy.deepcopy(broken)))
     operator.pod_event(dra_pod("p", "p-gpus"))
     operator.listed()
     await eventually(lambda: bool(events(fake, "FailedScheduling")))
@@ -176,5 +176,5 @@ async def test_a_pod_whose_claim_cannot_be_read_says_why_and_goes_once_it_is_fix
     )
     assert any("resourceclaim default/p-gpus" in e["message"] for e in events(fake, "InvalidObject"))
     fixed = fake.store_resource_claim(copy.deepcopy(dra.claim("p-gpus", dra.request(count=1), owner="p")))
-    operator.devices.claim_event(fixed)
+    operator.feed.devices.claim_event(fixed)
     await eventually(lambda: "p" in bound(fake), timeout=10)

@@ -111,7 +111,7 @@ async def test_only_the_leader_writes_and_a_new_leader_creates_what_it_saw(
     operator.listed()
     for i in range(2):
         operator.pod_event(member("ddp", i))
-    await eventually(lambda: "ddp-0" not in operator.ungrouped and "ddp-1" not in operator.ungrouped)
+    await eventually(lambda: "ddp-0" not in operator.feed.ungrouped and "ddp-1" not in operator.feed.ungrouped)
     assert created(fake) == []
     operator.set_leading(True)
     await eventually(lambda: len(created(fake)) == 1)
@@ -165,7 +165,7 @@ async def test_the_gang_gets_the_namespace_queue(fake: FakeApiServer, operator: 
 async def test_an_owner_read_that_fails_is_retried_and_the_pod_waits_meanwhile(
     fake: WorkloadApi, operator: Operator
 ) -> None:
-    operator.grouper.retry_s = 0.1
+    operator.feed.grouper.retry_s = 0.1
     fake.custom["jobs"] = [job("ddp", 1)]
     fake.unavailable = 3
     operator.set_leading(True)
@@ -173,7 +173,7 @@ async def test_an_owner_read_that_fails_is_retried_and_the_pod_waits_meanwhile(
     operator.listed()
     operator.pod_event(member("ddp", 0))
     await asyncio.sleep(0.15)
-    assert bound(fake) == {} and "default/ddp-0" in operator.ungrouped  # never placed as a single pod meanwhile
+    assert bound(fake) == {} and "default/ddp-0" in operator.feed.ungrouped  # never placed as a single pod meanwhile
     await eventually(lambda: len(created(fake)) == 1)
     operator.podgroup_event(from_api(fake, "job-ddp"))
     await eventually(lambda: "ddp-0" in bound(fake))

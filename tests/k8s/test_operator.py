@@ -67,7 +67,7 @@ def events(fake: FakeApiServer, reason: str) -> list[dict[str, Any]]:
 
 
 async def flushed(op: Operator) -> None:
-    for writer in (op.recorder, op.conditions, op.group_status, op.queue_status):
+    for writer in (op.recorder, op.conditions, op.publisher.group_status, op.publisher.queue_status):
         assert await writer.flush()
 
 
@@ -296,6 +296,38 @@ async def test_bind_outcomes_feed_back(fake: FakeApiServer, operator: Operator) 
     assert 'gpusched_binds_total{result="refused"} 2.0' in metrics
 
 
+async def test_a_refused_binding_is_released_once_and_retried_once(
+    fake: FakeApiServer, operator: Operator, monkeypatch: Any
+) -> None:
+    # One release path: the refusal releases the pod's place everywhere at once (its GPUs in the cache, its
+    # queue's usage, its job's member) and the pod is tried again once, after the binder's backoff.
+    released: list[str] = []
+    forget = operator.scheduler.bind_failed
+
+    def counted(key: str) -> None:
+        released.append(key)
+        forget(key)
+
+    monkeypatch.setattr(operator.scheduler, "bind_failed", counted)
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0", gpus=2))
+    operator.listed()
+    fake.bind_answers["refused"] = Canned(403, status(403, "Forbidden", "admission webhook denied the request"))
+    operator.pod_event(pod("refused", 1))
+    await eventually(lambda: len(fake.requests("POST", "/pods/refused/binding")) == 1)
+    await eventually(lambda: operator.cache.pod("default/refused") is None)
+    job = operator.loop.job_of("default/refused")
+    assert job is not None and "default/refused" in job.pending and "default/refused" not in job.placed
+    assert operator.loop.held(job.queue).get("nvidia.com/gpu", 0.0) == 0.0
+    del fake.bind_answers["refused"]
+    await eventually(lambda: "default/refused" not in operator.pending, timeout=5)
+    await operator.adapter.drain()
+    assert len(fake.requests("POST", "/pods/refused/binding")) == 2
+    assert released == ["default/refused"]
+    await flushed(operator)
+    assert len(events(fake, "FailedBinding")) == 1
+
+
 async def test_a_gang_is_bound_whole_and_its_status_written(fake: FakeApiServer, operator: Operator) -> None:
     operator.set_leading(True)
     operator.node_event(node("gpu-0", gpus=4))
@@ -357,7 +389,7 @@ async def test_a_preemptors_nominated_node_is_written_and_cleared(fake: FakeApiS
     # Wishes in quick succession: whatever is written, the last write is the last wish (never a stale node left).
     for node in ("gpu-2", "", "gpu-3", ""):
         operator.nominate(preemptor, node)
-    await eventually(lambda: not operator._nominations)
+    await eventually(lambda: not operator.adapter._nominations)
     assert written()[-1] is None and set(written()[2:]) <= {"gpu-2", "gpu-3", None}
 
 

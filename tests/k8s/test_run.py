@@ -323,4 +323,4 @@ def test_explain_with_a_kubeconfig_that_is_not_one_is_one_line(
 
 
 def _listed(started: Started) -> set[str]:
-    return set(started.operators[0]._listed) if started.operators else set()
+    return set(started.operators[0].feed._listed) if started.operators else set()

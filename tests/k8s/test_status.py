@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 
 from scheduler.api.pod import PodRequest
-from scheduler.core import tenancy
 from scheduler.k8s import client as k8s
-from scheduler.k8s import operator as operator_module
+from scheduler.k8s import publisher as publisher_module
 from scheduler.k8s.operator import Operator
-from scheduler.k8s.status import QUEUES, CustomStatusWriter, PodConditionWriter, StatusSettings, to_json
+from scheduler.k8s.status import QUEUES, CustomStatusWriter, PodConditionWriter, StatusSettings, quantity, to_json
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
 from tests.k8s.test_operator import node, pod, podgroup
 
@@ -252,7 +251,7 @@ async def test_a_gang_that_does_not_fit_tells_every_member(fake: FakeApiServer, 
 async def test_podgroup_not_found_waits_for_the_same_apply(
     fake: FakeApiServer, operator: Operator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(operator_module, "GROUP_GRACE_S", 0.5)
+    monkeypatch.setattr(publisher_module, "GROUP_GRACE_S", 0.5)
     operator.set_leading(True)
     operator.node_event(node("gpu-0"))
     operator.listed()
@@ -318,9 +317,9 @@ async def test_a_bad_gpu_topology_annotation_is_told_on_the_node(fake: FakeApiSe
 
 
 def test_quantities_are_canonical() -> None:
-    assert tenancy.quantity("cpu", 2000) == "2"
-    assert tenancy.quantity("cpu", 2500) == "2500m"
-    assert tenancy.quantity("memory", 274877906944) == "256Gi"
-    assert tenancy.quantity("memory", 10**9) == "1G"
-    assert tenancy.quantity("nvidia.com/gpu", 0.5) == "0.5"
-    assert tenancy.quantity("nvidia.com/gpu", 8.0) == "8"
+    assert quantity("cpu", 2000) == "2"
+    assert quantity("cpu", 2500) == "2500m"
+    assert quantity("memory", 274877906944) == "256Gi"
+    assert quantity("memory", 10**9) == "1G"
+    assert quantity("nvidia.com/gpu", 0.5) == "0.5"
+    assert quantity("nvidia.com/gpu", 8.0) == "8"

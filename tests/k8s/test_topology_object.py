@@ -76,7 +76,7 @@ def member(group: str, i: int) -> dict[str, Any]:
 @pytest.fixture
 async def operator(client: k8s.Client) -> AsyncIterator[Operator]:
     op = Operator(client, k8s_config.parse({}), identity="test")
-    op.topology_status.poll_s = 0.02
+    op.publisher.topology_status.poll_s = 0.02
     await op.start()
     task = asyncio.create_task(op.run())
     yield op
@@ -174,7 +174,7 @@ async def test_deleting_the_topology_restores_the_built_in_levels(fake: FakeApiS
     operator.listed()
     operator.topology_event(topology(CUSTOM_LEVELS), deleted=True)
     assert operator.cache.topology == api_topology.DEFAULT_TOPOLOGY
-    assert operator.topology is None
+    assert operator.feed.topology is None
     a, b = await submit_gang(operator, fake, "again", "rack")
     assert NODES[a][2] == NODES[b][2]  # one built-in rack again
 
@@ -189,7 +189,7 @@ async def test_an_invalid_topology_keeps_the_levels_in_use_and_is_reported(
     # Bypassing the CRD's validation (an older API server): the hostname level must be the narrowest.
     bad = topology([{"nodeLabel": api_topology.LABEL_HOSTNAME}, *CUSTOM_LEVELS], generation=2)
     operator.topology_event(bad)
-    assert operator.cache.topology is custom and operator.topology is custom
+    assert operator.cache.topology is custom and operator.feed.topology is custom
     assert await operator.recorder.flush()
     invalid = events(fake, "InvalidObject")
     assert len(invalid) == 1

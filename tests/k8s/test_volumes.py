@@ -45,7 +45,7 @@ def with_claim(raw: dict[str, Any], name: str) -> dict[str, Any]:
 
 def listed(operator: Operator) -> None:
     for kind in k8s_volumes.KINDS:
-        operator.volumes.part_listed(kind)
+        operator.feed.volumes.part_listed(kind)
 
 
 async def test_provisioning_is_asked_for_the_node_and_the_pod_is_bound_once_its_claim_is(
@@ -53,8 +53,8 @@ async def test_provisioning_is_asked_for_the_node_and_the_pod_is_bound_once_its_
 ) -> None:
     operator.set_leading(True)
     operator.node_event(node("gpu-0"))
-    operator.volumes.class_event(CSI_CLASS)
-    operator.volumes.claim_event(claim("data"))
+    operator.feed.volumes.class_event(CSI_CLASS)
+    operator.feed.volumes.claim_event(claim("data"))
     listed(operator)
     operator.pod_event(with_claim(pod("notebook"), "data"))
     operator.listed()
@@ -64,7 +64,7 @@ async def test_provisioning_is_asked_for_the_node_and_the_pod_is_bound_once_its_
     assert patch.content_type == "application/merge-patch+json"
     await asyncio.sleep(0.3)
     assert bound(fake) == {}  # the claim is not bound yet: neither is the pod
-    operator.volumes.claim_event(claim("data", volume="pvc-1234"))
+    operator.feed.volumes.claim_event(claim("data", volume="pvc-1234"))
     await eventually(lambda: "notebook" in bound(fake))
     assert bound(fake)["notebook"]["target"]["name"] == "gpu-0"
 
@@ -72,11 +72,11 @@ async def test_provisioning_is_asked_for_the_node_and_the_pod_is_bound_once_its_
 async def test_a_claim_that_never_binds_fails_the_binding_with_an_event_and_the_pod_is_tried_again(
     fake: FakeApiServer, operator: Operator
 ) -> None:
-    operator.volume_binder.settings = k8s_volumes.VolumeBindingSettings(timeout_s=0.3)
+    operator.adapter.volume_binder.settings = k8s_volumes.VolumeBindingSettings(timeout_s=0.3)
     operator.set_leading(True)
     operator.node_event(node("gpu-0"))
-    operator.volumes.class_event(CSI_CLASS)
-    operator.volumes.claim_event(claim("data"))
+    operator.feed.volumes.class_event(CSI_CLASS)
+    operator.feed.volumes.claim_event(claim("data"))
     listed(operator)
     operator.pod_event(with_claim(pod("notebook"), "data"))
     operator.listed()
@@ -100,9 +100,9 @@ async def test_pods_with_claims_wait_until_the_volumes_are_listed(fake: FakeApiS
     await flushed(operator)
     (event,) = events(fake, "FailedScheduling")
     assert "not listed yet" in event["message"]  # not "not found": the claim may well exist
-    operator.volumes.class_event(CSI_CLASS)
-    operator.volumes.claim_event(claim("data", volume="pv-1"))
-    operator.volumes.volume_event(
+    operator.feed.volumes.class_event(CSI_CLASS)
+    operator.feed.volumes.claim_event(claim("data", volume="pv-1"))
+    operator.feed.volumes.volume_event(
         {"metadata": {"name": "pv-1"}, "spec": {"capacity": {"storage": "1Gi"}}, "status": {"phase": "Bound"}}
     )
     listed(operator)
@@ -112,7 +112,7 @@ async def test_pods_with_claims_wait_until_the_volumes_are_listed(fake: FakeApiS
 
 async def test_an_unreadable_volume_is_reported_and_left_out(fake: FakeApiServer, operator: Operator) -> None:
     operator.set_leading(True)
-    operator.volumes.volume_event({"metadata": {"name": "pv-bad"}, "spec": {"accessModes": ["Sometimes"]}})
+    operator.feed.volumes.volume_event({"metadata": {"name": "pv-bad"}, "spec": {"accessModes": ["Sometimes"]}})
     await eventually(lambda: bool(events(fake, "InvalidObject")))
     await flushed(operator)
     (event,) = events(fake, "InvalidObject")

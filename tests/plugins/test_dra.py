@@ -104,6 +104,27 @@ def test_no_device_is_given_twice_and_a_failed_binding_frees_them() -> None:
     assert cluster.devices(pod_with("py", "y"))[1] == ["gpu-0"]
 
 
+def test_a_binding_confirmed_by_the_watch_keeps_the_devices_as_the_simulators_confirm_does() -> None:
+    # The watch shows the pod on its node before it shows the claim's allocation; the pod is then deleted. The
+    # devices belong to the claim (allocated in the API server) until the claim's watch says otherwise, whichever
+    # way the binding was confirmed: by the simulator's binder (Cache.confirm) or by the watch (upsert_pod).
+    for confirm in ("binder", "watch"):
+        cluster = DraCluster(("a",), gpus=2)
+        cluster.claim(dra.claim("x", dra.request(count=2)))
+        _, names, ids = cluster.devices(pod_with("px", "x"))
+        if confirm == "binder":
+            cluster.cache.confirm("default/px")
+        else:
+            annotations = {"gpusched.io/gpu-ids": ",".join(str(i) for i in ids)}
+            raw = dra.with_claims(objects.pod("px", node_name="a", annotations=annotations), "x")
+            cluster.cache.upsert_pod(cluster.pod(raw))
+            assert not cluster.cache.is_assumed("default/px")
+        cluster.cache.remove_pod("default/px")
+        assert sorted(d for _, _, d in cluster.store.taken()) == names, confirm
+        cluster.claim(dra.claim("y", dra.request(count=1)))
+        assert cluster.schedule(pod_with("py", "y")).decision is None, confirm
+
+
 def test_devices_allocated_in_a_claims_status_are_taken_even_with_no_pod_known() -> None:
     # kube-scheduler (or a restart ago, gpusched) allocated gpu-0..5: what is left is derived from the claims alone.
     cluster = DraCluster(("a",))

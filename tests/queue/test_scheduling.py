@@ -126,6 +126,24 @@ def test_backoff_never_overflows() -> None:
     assert q.next_wakeup() == clock.now + 30.0
 
 
+def test_a_refused_binding_waits_its_backoff_and_an_update_does_not_cut_it_short() -> None:
+    clock = FakeClock()
+    q = _queue(clock)
+    q.add(_item("ns/p"))
+    q.back_off("ns/p", 4.0)
+    assert q.pop() is None and q.next_wakeup() == clock.now + 4.0
+    q.update(_item("ns/p", priority=5))
+    q.back_off("ns/p", 1.0)  # a shorter wait does not shorten the one running
+    clock.advance(3.9)
+    assert q.pop() is None
+    clock.advance(0.1)
+    assert _pop(q).priority == 5
+    q.back_off("ns/p", 4.0)  # in flight: the requeue decides
+    q.back_off("ns/unknown", 4.0)
+    q.done("ns/p")
+    assert len(q) == 0
+
+
 def test_unschedulable_waits_for_a_cluster_event() -> None:
     clock = FakeClock()
     q = _queue(clock)
