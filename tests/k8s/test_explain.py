@@ -304,3 +304,27 @@ async def test_no_user_text_shows_a_python_repr(fake: FakeApiServer, operator: O
     assert len(texts) > 30
     assert any("Never fits as the cluster is" in t for t in texts)
     assert any("inside its topology (preferred level host)" in t for t in texts)
+
+
+async def test_explain_refuses_claims_a_profile_without_dra_cannot_allocate_as_the_cycle_does(
+    client: k8s.Client,
+) -> None:
+    config = k8s_config.parse({"profile": {"plugins": ["node_rules", "fit", "gpu"]}})
+    op = Operator(client, config, identity="leader-0")
+    await op.start()
+    op.set_leading(True)
+    try:
+        op.node_event(node("gpu-0", gpus=8))
+        raw = pod("claims", 0)
+        raw["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "c"}]  # type: ignore[index]
+        op.pod_event(raw)
+        op.listed()
+        op.loop.run_until_idle()
+        said = op.conditions.said["default/claims"]
+        assert "has no dra plugin to allocate the pod's ResourceClaims" in said
+        text = explain.answer(op, "claims")
+        # Before explain ran the cycle's own filter, it skipped this check and said every node passed.
+        assert "pass every filter" not in text
+        assert f"  {said}" in text.splitlines()
+    finally:
+        await op.close()
