@@ -61,7 +61,7 @@ def pod_never_fits(snapshot: Snapshot, pod: PodRequest, request: npt.NDArray[np.
     present = reasons != layout.ABSENT
     if not present.any():
         return ""
-    ruled_out = present & np.isin(reasons, NODE_RULES) & ~_passing_taint(snapshot, pod, reasons)
+    ruled_out = present & _node_rules(reasons) & ~_passing_taint(snapshot, pod, reasons)
     ruled_out |= present & (reasons == layout.TOPOLOGY) & _unlabelled(snapshot, pod)
     if pod.gpu.count and pod.gpu.models:
         # A node that failed first for something else may have a GPU model the pod does not allow as well.
@@ -93,6 +93,14 @@ def pod_never_fits(snapshot: Snapshot, pod: PodRequest, request: npt.NDArray[np.
     return f"{NEVER}: {'; '.join(parts)}; {change}."
 
 
+def _node_rules(reasons: np.ndarray) -> Mask:
+    """The nodes that failed for one of :data:`NODE_RULES` (three comparisons: cheaper than ``np.isin``)."""
+    ruled = np.zeros(reasons.shape[0], dtype=bool)
+    for code in NODE_RULES:
+        ruled |= reasons == code
+    return ruled
+
+
 def _required_level(snapshot: Snapshot, pod: PodRequest) -> int | None:
     """The level a plain pod's ``gpusched.io/topology-required`` names (a gang's domains are the gang's)."""
     if pod.pod_group or not pod.topology.required:
@@ -114,14 +122,17 @@ def _unlabelled(snapshot: Snapshot, pod: PodRequest) -> Mask:
 
 def _passing_taint(snapshot: Snapshot, pod: PodRequest, reasons: np.ndarray) -> Mask:
     """The nodes out for a taint that clears on its own (:data:`PASSING_TAINTS`)."""
+    tainted = reasons == layout.TAINT
     passing = np.zeros(reasons.shape[0], dtype=bool)
-    seen: dict[tuple[selectors.Taint, ...], bool] = {}  # nodes of one pool share their taints: look each set up once
-    for slot in np.flatnonzero(reasons == layout.TAINT).tolist():
-        taints = snapshot.taints.get(slot, ())
-        if taints not in seen:
-            taint = selectors.untolerated(taints, pod.tolerations)
-            seen[taints] = taint is not None and taint.key.startswith(PASSING_TAINTS)
-        passing[slot] = seen[taints]
+    if not tainted.any():
+        return passing
+    ids, sets = snapshot.taint_index()
+    passing_set = np.zeros(len(sets) + 1, dtype=bool)  # the last entry stands for -1: no taint
+    size = min(ids.shape[0], reasons.shape[0])
+    for at in np.flatnonzero(np.bincount(ids[:size][tainted[:size]] + 1, minlength=len(sets) + 1)[1:]).tolist():
+        taint = selectors.untolerated(sets[at], pod.tolerations)
+        passing_set[at] = taint is not None and taint.key.startswith(PASSING_TAINTS)
+    passing[:size] = tainted[:size] & passing_set[ids[:size]]
     return passing
 
 
@@ -180,11 +191,12 @@ def _changes(snapshot: Snapshot, pod: PodRequest, reasons: np.ndarray, nodes: Ma
     changes: list[str] = []
     codes = set(reasons[nodes].tolist())
     if layout.TAINT in codes:
+        slots = np.flatnonzero(nodes & (reasons == layout.TAINT))
         taints = sorted(
             {
                 f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
-                for slot in np.flatnonzero(nodes & (reasons == layout.TAINT)).tolist()
-                if (t := selectors.untolerated(snapshot.taints.get(slot, ()), pod.tolerations)) is not None
+                for t, _ in reason_texts.untolerated_taints(snapshot, pod, slots)
+                if t is not None
             }
         )
         changes.append(f"it tolerates {', '.join(taints)} (or the taint is removed)")

@@ -51,17 +51,25 @@ def taint_text(taint: selectors.Taint) -> str:
     return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
 
 
+def untolerated_taints(
+    snapshot: Snapshot, pod: PodRequest, slots: npt.NDArray[np.int64]
+) -> list[tuple[selectors.Taint | None, int]]:
+    """For the nodes ``slots``: each first taint ``pod`` does not tolerate (None where it tolerates them all), with
+    how many of the nodes it keeps off; looked up once per distinct set of taints, not once per node."""
+    ids, sets = snapshot.taint_index()
+    counts = np.bincount(ids[slots] + 1, minlength=len(sets) + 1)  # entry 0 counts the nodes without taints
+    out: list[tuple[selectors.Taint | None, int]] = []
+    for at in np.flatnonzero(counts).tolist():
+        taint = selectors.untolerated(sets[at - 1], pod.tolerations) if at > 0 else None
+        out.append((taint, int(counts[at])))
+    return out
+
+
 def taint_texts(snapshot: Snapshot, pod: PodRequest, slots: npt.NDArray[np.int64]) -> Counter[str]:
     """The taint reasons of the nodes ``slots`` (each failed for a taint): how many nodes name each taint."""
     texts: Counter[str] = Counter()
-    said: dict[tuple[selectors.Taint, ...], str] = {}  # nodes of one pool share their taints: look each set up once
-    for slot in slots.tolist():
-        taints = snapshot.taints.get(slot, ())
-        text = said.get(taints)
-        if text is None:
-            taint = selectors.untolerated(taints, pod.tolerations)
-            text = said[taints] = taint_text(taint) if taint is not None else "node(s) had untolerated taint"
-        texts[text] += 1
+    for taint, count in untolerated_taints(snapshot, pod, slots):
+        texts[taint_text(taint) if taint is not None else REASONS[layout.TAINT]] += count
     return texts
 
 

@@ -78,3 +78,19 @@ def test_a_gang_never_fits_when_its_members_cannot_have_nodes_at_once() -> None:
     )
     members = [api_pod.parse_pod(objects.pod(f"m{i}", gpus=4)) for i in range(3)]
     assert gang.never_fits(cluster.cache.snapshot(), members) == ""
+
+
+def test_the_taint_named_follows_the_nodes_updates() -> None:
+    from scheduler.api import node as api_node
+
+    cluster = Cluster([objects.node("a", gpus=8, taints=[{"key": "one", "value": "1", "effect": "NoSchedule"}])])
+    assert "untolerated taint {one: 1}" in _message(cluster, objects.pod("p", gpus=1))
+    cluster.cache.upsert_node(
+        api_node.parse_node(objects.node("a", gpus=8, taints=[{"key": "two", "value": "", "effect": "NoExecute"}]))
+    )
+    message = _message(cluster, objects.pod("p", gpus=1))
+    assert "untolerated taint {two: }" in message and "one" not in message
+    assert message.endswith("it fits there once it tolerates two:NoExecute (or the taint is removed).")
+    cluster.cache.remove_node("a")
+    cluster.cache.upsert_node(api_node.parse_node(objects.node("b", gpus=8)))
+    assert cluster.place(objects.pod("p", gpus=1))[0] == "b"
