@@ -123,13 +123,27 @@ def gang_pod(name: str, gpus: int, group: str = "job") -> dict[str, object]:
     return pod(name, gpus, labels={"gpusched.io/pod-group": group})
 
 
+def run_gang(operator: Operator, name: str, members: int, gpus: int, **spec: object) -> str:
+    """Create a PodGroup (``spec`` added to its spec) and its members, run the loop; the gang's Scheduled message."""
+    group = podgroup(name, members)
+    group["spec"].update(spec)
+    operator.podgroup_event(group)
+    for i in range(members):
+        operator.pod_event(gang_pod(f"{name}-{i}", gpus, group=name))
+    operator.listed()
+    operator.loop.run_until_idle()
+    job = operator.loop.gang(f"default/{name}")
+    assert job is not None
+    return job.conditions["Scheduled"].message
+
+
 async def test_explain_sees_the_nodes_held_for_a_preemptor_as_the_cycle_does(operator: Operator) -> None:
     operator.node_event(node("gpu-0", gpus=8))
     operator.pod_event(pod("low", 8))
     operator.listed()
     operator.loop.run_until_idle()
     urgent = pod("urgent", 8)
-    urgent["spec"]["priority"] = 100  # type: ignore[index]
+    urgent["spec"]["priority"] = 100
     operator.pod_event(urgent)
     operator.loop.run_until_idle()  # evicts "low", which is still there: gpu-0 is nominated for "urgent"
     operator.node_event(node("gpu-1", gpus=8))
@@ -162,11 +176,7 @@ async def test_a_pod_larger_than_any_node_is_told_it_never_fits_not_to_wait(oper
 async def test_a_gang_member_kept_off_by_taints_is_told_which_taint_not_to_wait_for_gpus(operator: Operator) -> None:
     operator.node_event(tainted("gpu-0", gpus=8))
     operator.node_event(tainted("gpu-1", gpus=8))
-    operator.podgroup_event(podgroup("job", 2))
-    for i in range(2):
-        operator.pod_event(gang_pod(f"job-{i}", 2))
-    operator.listed()
-    operator.loop.run_until_idle()
+    message = run_gang(operator, "job", 2, 2)
     never = (
         "Never fits as the cluster is: of the nodes with room for it, 2 node(s) had untolerated taint"
         " {maintenance: yes}; it fits there once it tolerates maintenance=yes:NoSchedule (or the taint is removed)."
@@ -174,9 +184,8 @@ async def test_a_gang_member_kept_off_by_taints_is_told_which_taint_not_to_wait_
     text = explain.answer(operator, "job-0")
     assert never in text
     assert "must free up" not in text
-    condition = operator.loop.gang("default/job").conditions["Scheduled"]  # type: ignore[union-attr]
-    assert condition.message.endswith(never)
-    assert "0/2 nodes are available: 2 node(s) had untolerated taint {maintenance: yes}." in condition.message
+    assert message.endswith(never)
+    assert "0/2 nodes are available: 2 node(s) had untolerated taint {maintenance: yes}." in message
     group = explain.answer(operator, "podgroup/job")
     assert "placing 2 members together now fails: member job-0 of 2 fits nowhere: 0/2 nodes" in group
     assert group.count(never) == 2  # the condition, and the what-if that reaches the same
@@ -186,17 +195,12 @@ async def test_a_gang_larger_than_the_cluster_is_told_the_clusters_size(operator
     for i in range(6):
         operator.node_event(node(f"gpu-{i}", gpus=8))
     operator.pod_event(pod("busy", 7, scheduler="default-scheduler", node_name="gpu-0"))
-    operator.podgroup_event(podgroup("huge", 10))
-    for i in range(10):
-        operator.pod_event(gang_pod(f"huge-{i}", 8, group="huge"))
-    operator.listed()
-    operator.loop.run_until_idle()
+    message = run_gang(operator, "huge", 10, 8)
     never = (
         "Never fits as the cluster is: the job needs 80 whole GPUs and the cluster has 48 in all (at most 8 on a"
         " node); it fits once nodes join, or it asks for fewer members or GPUs."
     )
-    condition = operator.loop.gang("default/huge").conditions["Scheduled"]  # type: ignore[union-attr]
-    assert condition.message == never
+    assert message == never
     assert operator.conditions.said["default/huge-0"].endswith(never)
     assert f"placing 10 members together now fails: {never}" in explain.answer(operator, "podgroup/huge")
 
@@ -204,26 +208,19 @@ async def test_a_gang_larger_than_the_cluster_is_told_the_clusters_size(operator
 async def test_the_gang_what_if_keeps_the_topology_and_names_a_level_label_no_node_has(operator: Operator) -> None:
     for i in range(2):
         operator.node_event(node(f"gpu-{i}", gpus=8))
-    group = podgroup("job", 2)
-    group["spec"]["topology"] = {"required": "rack"}  # type: ignore[index]
-    operator.podgroup_event(group)
-    for i in range(2):
-        operator.pod_event(gang_pod(f"job-{i}", 4))
-    operator.listed()
-    operator.loop.run_until_idle()
+    message = run_gang(operator, "job", 2, 4, topology={"required": "rack"})
     never = (
         "Never fits as the cluster is: no node has the label network.topology.gpusched.io/rack of level rack; it fits"
         " once nodes are labelled"
     )
-    condition = operator.loop.gang("default/job").conditions["Scheduled"]  # type: ignore[union-attr]
-    assert condition.message == never
+    assert message == never
     text = explain.answer(operator, "podgroup/job")
     # Before, the what-if ignored the topology: "a placement exists now ... or for its topology (TopologyConstraint(".
     assert f"placing 2 members together now fails: {never}" in text
     assert "a placement exists" not in text
 
     labelled = node("gpu-0", gpus=8)
-    labelled["metadata"]["labels"] = {"network.topology.gpusched.io/rack": "r1"}  # type: ignore[index]
+    labelled["metadata"]["labels"] = {"network.topology.gpusched.io/rack": "r1"}
     operator.node_event(labelled)
     text = explain.answer(operator, "podgroup/job")
     assert "a placement exists now for 2 members (on gpu-0, inside its topology (required level rack))" in text
@@ -232,7 +229,7 @@ async def test_the_gang_what_if_keeps_the_topology_and_names_a_level_label_no_no
 async def test_a_plain_pod_requiring_a_level_no_node_is_labelled_with_never_fits(operator: Operator) -> None:
     operator.node_event(node("gpu-0", gpus=8))
     raw = pod("ranked", 2)
-    raw["metadata"]["annotations"] = {"gpusched.io/topology-required": "rack"}  # type: ignore[index]
+    raw["metadata"]["annotations"] = {"gpusched.io/topology-required": "rack"}
     operator.pod_event(raw)
     operator.listed()
     operator.loop.run_until_idle()
@@ -258,17 +255,17 @@ async def test_no_user_text_shows_a_python_repr(fake: FakeApiServer, operator: O
     operator.node_event(node("gpu-0", gpus=8))
     operator.node_event(tainted("gpu-1", gpus=8))
     labelled = node("gpu-2", gpus=4)
-    labelled["metadata"]["labels"] = {"network.topology.gpusched.io/rack": "r1", "pool": "a"}  # type: ignore[index]
+    labelled["metadata"]["labels"] = {"network.topology.gpusched.io/rack": "r1", "pool": "a"}
     operator.node_event(labelled)
     operator.pod_event(pod("fits", 1, labels={"gpusched.io/queue": "team-a"}))
     operator.pod_event(pod("too-big", 9))
     operator.pod_event(pod("no-queue", 1, labels={"gpusched.io/queue": "nope"}))
     operator.pod_event(pod("no-group", 1, labels={"gpusched.io/pod-group": "ghost"}))
     selector = pod("selective", 1)
-    selector["spec"]["nodeSelector"] = {"pool": "b"}  # type: ignore[index]
+    selector["spec"]["nodeSelector"] = {"pool": "b"}
     operator.pod_event(selector)
     ranked = pod("ranked", 2)
-    ranked["metadata"]["annotations"] = {"gpusched.io/topology-required": "block"}  # type: ignore[index]
+    ranked["metadata"]["annotations"] = {"gpusched.io/topology-required": "block"}
     operator.pod_event(ranked)
     for name, members, gpus, topology in (
         ("huge", 3, 8, {}),
@@ -278,13 +275,13 @@ async def test_no_user_text_shows_a_python_repr(fake: FakeApiServer, operator: O
         ("partial", 3, 1, {}),
     ):
         group = podgroup(name, members)
-        group["spec"]["topology"] = topology  # type: ignore[index]
+        group["spec"]["topology"] = topology
         operator.podgroup_event(group)
         for i in range(members if name != "partial" else 1):
             operator.pod_event(gang_pod(f"{name}-{i}", gpus, group=name))
     # A gang its queue's limit holds back while a placement inside its topology exists.
     capped = podgroup("capped", 2)
-    capped["spec"].update(queue="capped", topology={"preferred": "host"})  # type: ignore[attr-defined]
+    capped["spec"].update(queue="capped", topology={"preferred": "host"})
     operator.podgroup_event(capped)
     for i in range(2):
         operator.pod_event(pod(f"capped-{i}", 1, labels={"gpusched.io/pod-group": "capped"}))
@@ -295,7 +292,7 @@ async def test_no_user_text_shows_a_python_repr(fake: FakeApiServer, operator: O
     texts += list(operator.conditions.said.values())
     for job in operator.loop.jobs.gangs():
         texts += [c.message for c in job.conditions.values()]
-        texts.append(explain.answer(operator, f"podgroup/{job.group.name}"))  # type: ignore[union-attr]
+        texts.append(explain.answer(operator, f"podgroup/{job.key.split('/', 1)[1]}"))
     for key in list(operator.pending):
         texts.append(explain.answer(operator, key.split("/", 1)[1]))
     texts += [explain.answer(operator, "queue/team-a"), explain.answer(operator, "queue/default")]
@@ -316,7 +313,7 @@ async def test_explain_refuses_claims_a_profile_without_dra_cannot_allocate_as_t
     try:
         op.node_event(node("gpu-0", gpus=8))
         raw = pod("claims", 0)
-        raw["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "c"}]  # type: ignore[index]
+        raw["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "c"}]
         op.pod_event(raw)
         op.listed()
         op.loop.run_until_idle()
