@@ -13,6 +13,9 @@ Two halves:
 
 Units are Kubernetes quantities (``2500m`` CPU, ``256Gi`` memory, ``0.5`` GPUs). The free-GPU figure counts only
 nodes the pod may use (not tainted against it, selected, schedulable); a gang member says it waits for its gang.
+The filtering and a gang's what-if are the cycle's own (``Scheduler.filter``, ``gang.try_gang``), with the nodes the
+loop holds for other jobs, so explain cannot disagree with a cycle; work no node could ever hold as the cluster is
+says so, and what would change it (``scheduler.core.capacity``), instead of what would have to free up.
 """
 
 from __future__ import annotations
