@@ -21,7 +21,7 @@ until one holds the whole gang:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -227,15 +227,22 @@ def resolve_levels(
     return levels, None
 
 
-def member_context(scheduler: Scheduler, group: PodGroup, slots: Mapping[int, int]) -> dict[str, Any]:
-    """For a member placed after its gang (beyond ``minMember``, or after a bind failure): the domain of the
-    required level its placed members are in, so it joins them there. Empty without a required level."""
+def member_context(scheduler: Scheduler, group: PodGroup, placed: Iterable[str]) -> dict[str, Any]:
+    """For a member placed after its gang (beyond ``minMember``, or after a bind failure), what its cycle gets: the
+    nodes its ``placed`` siblings are on (the ``gang`` score prefers them) and, with a required level, the domain
+    of that level they are in, so it joins them there (the loop's cycle and ``gpusched explain`` both use it)."""
+    slots: dict[int, int] = {}
+    for key in placed:
+        entry = scheduler.cache.pod(key)
+        if entry is not None:
+            slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
+    context: dict[str, Any] = {GANG_SLOTS: slots}
     (required, _), problem = resolve_levels(scheduler, group.topology, obj=f"podgroup {group.key}")
     if problem is not None or required is None or not slots:
-        return {}
+        return context
     column = _column(scheduler, required, scheduler.cache.arrays.slots)
     domain = int(column[next(iter(slots))])
-    return {TOPOLOGY_SLOTS: column == domain} if domain >= 0 else {}
+    return {**context, TOPOLOGY_SLOTS: column == domain} if domain >= 0 else context
 
 
 def free_gpus(arrays: ClusterArrays, context: Mapping[str, Any] | None = None) -> tuple[Mask, npt.NDArray[np.int64]]:

@@ -124,8 +124,14 @@ def _job_key(operator: Operator, pod: api_pod.PodRequest) -> str:
 
 def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
     snapshot = operator.cache.snapshot()
-    # The cycle's own filtering (Scheduler.filter), with the nodes held for other jobs: what a cycle would find now.
-    filtered = operator.scheduler.filter(pod, snapshot, _cycle_context(operator, _job_key(operator, pod)))
+    # The cycle's own filtering (Scheduler.filter), with what the loop gives the cycle: the nodes held for other
+    # jobs, and for a member placed after its gang, its siblings' nodes and topology domain.
+    key = _job_key(operator, pod)
+    context = _cycle_context(operator, key)
+    job = operator.loop.job_of(pod.key)
+    if job is not None and job.group is not None and key == pod.key:
+        context.update(gang.member_context(operator.scheduler, job.group, job.placed))
+    filtered = operator.scheduler.filter(pod, snapshot, context)
     reasons = filtered.reasons
     if reasons is None:
         return [f"  {filtered.status.message}"]

@@ -325,3 +325,18 @@ async def test_explain_refuses_claims_a_profile_without_dra_cannot_allocate_as_t
         assert f"  {said}" in text.splitlines()
     finally:
         await op.close()
+
+
+async def test_a_member_after_its_gang_is_explained_inside_its_siblings_domain(operator: Operator) -> None:
+    for name, rack in (("gpu-a", "r1"), ("gpu-b", "r2")):
+        labelled = node(name, gpus=8)
+        labelled["metadata"]["labels"] = {"network.topology.gpusched.io/rack": rack}
+        operator.node_event(labelled)
+    run_gang(operator, "job", 1, 8, topology={"required": "rack"})
+    operator.pod_event(gang_pod("job-late", 8))
+    operator.loop.run_until_idle()
+    said = operator.conditions.said["default/job-late"]
+    assert "1 node(s) outside the job's topology domain" in said, said
+    text = explain.answer(operator, "job-late")
+    # Before, explain left out the domain its placed sibling keeps it in and said the other rack's node passed.
+    assert "nodes: 0 of 2 pass every filter" in text and "1 node(s) outside the job's topology domain" in text
