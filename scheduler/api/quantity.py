@@ -95,3 +95,32 @@ def to_milli(quantity: Fraction) -> int:
 def to_units(quantity: Fraction) -> int:
     """The quantity in whole units, rounded up (memory in bytes, extended resources in units)."""
     return math.ceil(quantity)
+
+
+#: Binary suffixes, largest first: a byte count divisible by one is shown with it (268435456 -> 256Mi).
+_SHOWN_BINARY = tuple((suffix, int(size)) for suffix, size in sorted(_BINARY.items(), key=lambda item: -item[1]))
+_SHOWN_DECIMAL = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3))
+
+
+def _is_bytes(name: str) -> bool:
+    return name in ("memory", "ephemeral-storage") or name.startswith("hugepages-") or "memory" in name
+
+
+def text(name: str, amount: float) -> str:
+    """One amount of resource ``name`` in the scheduler's units (CPU in milli-cores, memory and storage in bytes,
+    GPUs and the rest in units) as a canonical Kubernetes quantity: CPU ``2`` or ``2500m``, memory ``256Gi`` (or
+    ``1G``, or plain bytes when no suffix divides it), GPUs ``8`` or ``0.5``. The one formatter of quantities: the
+    status publisher's and the messages' (``scheduler.k8s.status``, ``scheduler.core.capacity``)."""
+    if name == "cpu":
+        milli = round(amount)
+        return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+    if _is_bytes(name):
+        count = round(amount)
+        for suffixes in (_SHOWN_BINARY, _SHOWN_DECIMAL):
+            for suffix, size in suffixes:
+                if count and count % size == 0:
+                    return f"{count // size}{suffix}"
+        return str(count)
+    if abs(amount - round(amount)) < 5e-4:
+        return str(round(amount))
+    return f"{amount:.3f}".rstrip("0")

@@ -165,11 +165,17 @@ def parse_taints(raw: object, *, obj: str) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
+def untolerated(taints: Sequence[Taint], tolerations: Sequence[Toleration]) -> Taint | None:
+    """The first NoSchedule / NoExecute taint no toleration matches (the one kube-scheduler names), or None."""
+    for taint in taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not any(t.tolerates(taint) for t in tolerations):
+            return taint
+    return None
+
+
 def tolerated(taints: Sequence[Taint], tolerations: Sequence[Toleration]) -> bool:
     """Whether every NoSchedule / NoExecute taint is tolerated (PreferNoSchedule does not filter)."""
-    return all(
-        any(t.tolerates(taint) for t in tolerations) for taint in taints if taint.effect in ("NoSchedule", "NoExecute")
-    )
+    return untolerated(taints, tolerations) is None
 
 
 def node_matches(

@@ -96,6 +96,8 @@ class Cache:
         self.nodes: dict[int, NodeEntry] = {}
         self.labels = LabelIndex()
         self.taints: dict[int, tuple[Taint, ...]] = {}
+        #: (per slot: index into the list of distinct taint sets or -1, the sets), built on demand; None when stale.
+        self._taint_index: tuple[I64, list[tuple[Taint, ...]]] | None = None
         #: Node slot -> its PreferNoSchedule taints (a score, not a filter); slots without them are not listed.
         self.soft_taints: dict[int, tuple[Taint, ...]] = {}
         self._pods: dict[str, PodEntry] = {}
@@ -198,6 +200,8 @@ class Cache:
         self.labels.assign(slot, info.labels)
         # Only nodes with taints that filter are listed, so the filter loops over them alone.
         taints = tuple(t for t in info.taints if t.effect in ("NoSchedule", "NoExecute"))
+        if taints != self.taints.get(slot, ()):
+            self._taint_index = None
         if taints:
             self.taints[slot] = taints
         else:
@@ -262,7 +266,8 @@ class Cache:
         self._topology_index = None
         self.gpu_topology_problems.pop(name, None)
         self.labels.clear(slot)
-        self.taints.pop(slot, None)
+        if self.taints.pop(slot, None) is not None:
+            self._taint_index = None
         self.soft_taints.pop(slot, None)
         a = self.arrays
         a.touch(slot)
@@ -334,6 +339,21 @@ class Cache:
     def gpu_topology(self, slot: int) -> GpuTopology | None:
         """The node's GPU topology from its annotation; None without one (or with a refused one)."""
         return self._gpu_topology.get(slot)
+
+    def taint_index(self) -> tuple[I64, list[tuple[Taint, ...]]]:
+        """The nodes' filtering taints as an array: per slot an index into the returned list of distinct taint sets,
+        -1 for a node without (read-only; nodes of one pool share a set, so a question about every tainted node is
+        asked once per set, without a Python loop over the nodes)."""
+        index = self._taint_index
+        if index is not None and index[0].shape[0] == self.arrays.slots:
+            return index
+        distinct: dict[tuple[Taint, ...], int] = {}
+        ids = np.full(self.arrays.slots, -1, dtype=np.int64)
+        for slot, taints in self.taints.items():
+            ids[slot] = distinct.setdefault(taints, len(distinct))
+        ids.setflags(write=False)
+        self._taint_index = (ids, list(distinct))
+        return self._taint_index
 
     def name_rank(self) -> I64:
         """Per node slot, the node's place in name order (slots without a node last); read-only."""
@@ -637,6 +657,10 @@ class Snapshot:
     def soft_taints(self) -> Mapping[int, tuple[Taint, ...]]:
         """Node slot -> its PreferNoSchedule taints (slots without them are not listed)."""
         return MappingProxyType(self._cache.soft_taints)
+
+    def taint_index(self) -> tuple[I64, list[tuple[Taint, ...]]]:
+        """Per slot, an index into the distinct taint sets (-1: none), and the sets (``Cache.taint_index``)."""
+        return self._cache.taint_index()
 
     def select(
         self, node_selector: Mapping[str, str], affinity: tuple[selectors.NodeSelectorTerm, ...]

@@ -15,46 +15,11 @@ import numpy as np
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Cache, Snapshot
+from scheduler.core import capacity, reason_texts
 from scheduler.core.framework import Framework
 from scheduler.framework import interface
 from scheduler.framework.interface import Code, CycleState, Decision, Status
 from scheduler.kernels import layout
-
-_REASONS = {
-    layout.UNSCHEDULABLE: "node(s) were unschedulable",
-    layout.TAINT: "node(s) had untolerated taint",
-    layout.SELECTOR: "node(s) didn't match Pod's node affinity/selector",
-    layout.GPU_MODEL: "GPU model not allowed",
-    layout.GPU_COUNT: "Insufficient nvidia.com/gpu",
-    layout.GPU_SHARE: "no GPU with enough free share",
-    layout.GPU_MEMORY_SHORT: "Insufficient GPU memory",
-    layout.RESERVED: "node(s) reserved for a waiting job",
-    layout.TOPOLOGY: "node(s) outside the job's topology domain",
-    layout.PORTS: "node(s) didn't have free ports for the requested pod ports",
-    layout.POD_AFFINITY: "node(s) didn't match pod affinity rules",
-    layout.POD_ANTI_AFFINITY: "node(s) didn't match pod anti-affinity rules",
-    layout.EXISTING_ANTI_AFFINITY: "node(s) didn't satisfy existing pods anti-affinity rules",
-    layout.SPREAD: "node(s) didn't match pod topology spread constraints",
-    layout.SPREAD_MISSING_LABEL: "node(s) didn't match pod topology spread constraints (missing required label)",
-    layout.VOLUME_NODE_CONFLICT: "node(s) had volume node affinity conflict",
-    layout.VOLUME_BIND_CONFLICT: "node(s) didn't find available persistent volumes to bind",
-    layout.VOLUME_MISSING: "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)",
-    layout.VOLUME_ZONE: "node(s) had no available volume zone",
-    layout.VOLUME_LIMIT: "node(s) exceed max volume count",
-    layout.DRA_CANNOT_ALLOCATE: "cannot allocate all claims",
-    layout.DRA_CLAIM_NODE: "node(s) did not match the node of an allocated ResourceClaim",
-    layout.DRA_EXTENDED_RESOURCE: (
-        "node(s) provide nvidia.com/gpu only through DRA (DeviceClass extendedResourceName), which gpusched does not "
-        "allocate yet: ask for the GPUs with a ResourceClaim"
-    ),
-}
-
-
-def reason_text(code: int, columns: list[str]) -> str:
-    if code >= layout.RESOURCE:
-        column = code - layout.RESOURCE
-        return f"Insufficient {columns[column] if column < len(columns) else 'resource'}"
-    return _REASONS.get(code, f"reason {code}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,20 +30,30 @@ class Diagnosis:
     counts: tuple[tuple[str, int], ...] = ()
     #: The reason codes (``scheduler.kernels.layout``) nodes failed for, for the queueing hints.
     codes: tuple[int, ...] = ()
+    #: Why no node ever can hold the pod as the cluster is, and what would change it; "" if it waits for room.
+    never: str = ""
 
     def message(self) -> str:
+        """kube-scheduler's sentence (which tools and tests match on), then whether it waits or never fits."""
         parts = ", ".join(f"{n} {text}" for text, n in self.counts)
-        return f"0/{self.nodes} nodes are available: {parts}." if parts else f"0/{self.nodes} nodes are available."
+        said = f"0/{self.nodes} nodes are available: {parts}." if parts else f"0/{self.nodes} nodes are available."
+        return f"{said} {self.never}" if self.never else said
 
 
-def diagnose(reasons: np.ndarray, columns: list[str]) -> Diagnosis:
+def diagnose(reasons: np.ndarray, snapshot: Snapshot, pod: PodRequest, request: np.ndarray) -> Diagnosis:
+    """Count the nodes per reason (a taint named per node, as kube-scheduler does), and say whether the pod never
+    fits as the cluster is (``scheduler.core.capacity``)."""
     present = reasons[reasons != layout.ABSENT]
     codes, counts = np.unique(present[present != layout.FIT], return_counts=True)
     by_text: Counter[str] = Counter()
     for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
-        by_text[reason_text(code, columns)] += count
+        if code == layout.TAINT:
+            by_text.update(reason_texts.taint_texts(snapshot, pod, np.flatnonzero(reasons == layout.TAINT)))
+        else:
+            by_text[reason_texts.reason_text(code, snapshot.columns)] += count
     ordered = tuple(sorted(by_text.items(), key=lambda kv: (-kv[1], kv[0])))
-    return Diagnosis(int(present.shape[0]), ordered, tuple(int(c) for c in codes.tolist()))
+    never = capacity.pod_never_fits(snapshot, pod, request, reasons)
+    return Diagnosis(int(present.shape[0]), ordered, tuple(int(c) for c in codes.tolist()), never)
 
 
 @dataclass(slots=True)
@@ -87,6 +62,18 @@ class Result:
     decision: Decision | None = None
     diagnosis: Diagnosis | None = None
     state: CycleState | None = field(default=None, repr=False)
+
+
+@dataclass(slots=True)
+class Filtered:
+    """What the filters made of a pod on a snapshot (:meth:`Scheduler.filter`)."""
+
+    state: CycleState
+    #: Not ok: the pod was refused before any node was looked at (a pre-filter, a profile without dra).
+    status: Status
+    #: Per node slot, the first reason it cannot take the pod (``scheduler.kernels.layout``), or ``FIT``; None when
+    #: refused before any node was looked at.
+    reasons: np.ndarray | None = None
 
 
 class NoBinding:
@@ -125,32 +112,15 @@ class Scheduler:
 
         ``context`` is copied into the cycle state's data (a gang's cycle passes the nodes it already uses).
         """
-        state = CycleState(pod=pod, snapshot=snapshot, request=snapshot.request_vector(pod))
-        if pod.resource_claims and not self._allocates_claims:
-            message = (
-                f"the profile {self.framework.config.name!r} has no dra plugin to allocate the pod's ResourceClaims"
-            )
-            return Result(Status(Code.UNRESOLVABLE, message, "dra"), state=state)
-        if context:
-            state.data.update(context)
+        filtered = self.filter(pod, snapshot, context)
+        state, reasons = filtered.state, filtered.reasons
+        if reasons is None:
+            return Result(filtered.status, state=state)
         fw = self.framework
-        for pre in fw.pre_filters:
-            status = pre.pre_filter(state)
-            if not status.ok:
-                return Result(status, state=state)
-        reasons = snapshot.arrays.base_reason.copy()
-        reserved = state.data.get(interface.RESERVED_SLOTS)
-        if reserved is not None:
-            # Nodes nominated for a preemptor or reserved for a starving job (scheduler.core.holds): part of the
-            # core path, so a profile cannot leave them out.
-            size = min(reserved.shape[0], reasons.shape[0])
-            reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = layout.RESERVED
-        for filter_plugin in fw.filters:
-            filter_plugin.filter(state, reasons)
         feasible = np.flatnonzero(reasons == layout.FIT).astype(np.int64)
         state.feasible = feasible
         if feasible.shape[0] == 0:
-            diagnosis = diagnose(reasons, snapshot.columns)
+            diagnosis = diagnose(reasons, snapshot, pod, state.request)
             return Result(Status(Code.UNSCHEDULABLE, diagnosis.message(), "filter"), diagnosis=diagnosis, state=state)
         total = np.zeros(feasible.shape[0])
         if fw.scorers:
@@ -184,6 +154,32 @@ class Scheduler:
         volumes = tuple(state.data.get(interface.VOLUME_BINDINGS, ()))
         claims = tuple(state.data.get(interface.DEVICE_CLAIMS, ()))
         return Result(Status.success(), Decision(pod, node, gpu_ids, volumes, claims), state=state)
+
+    def filter(self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None = None) -> Filtered:
+        """The cycle's filtering, the one the cycle and ``gpusched explain`` both run: the profile's check for
+        ResourceClaims, the pre-filters, the nodes held for other jobs, then every filter plugin."""
+        state = CycleState(pod=pod, snapshot=snapshot, request=snapshot.request_vector(pod))
+        if pod.resource_claims and not self._allocates_claims:
+            message = (
+                f"the profile {self.framework.config.name!r} has no dra plugin to allocate the pod's ResourceClaims"
+            )
+            return Filtered(state, Status(Code.UNRESOLVABLE, message, "dra"))
+        if context:
+            state.data.update(context)
+        for pre in self.framework.pre_filters:
+            status = pre.pre_filter(state)
+            if not status.ok:
+                return Filtered(state, status)
+        reasons = snapshot.arrays.base_reason.copy()
+        reserved = state.data.get(interface.RESERVED_SLOTS)
+        if reserved is not None:
+            # Nodes nominated for a preemptor or reserved for a starving job (scheduler.core.holds): part of the
+            # core path, so a profile cannot leave them out.
+            size = min(reserved.shape[0], reasons.shape[0])
+            reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = layout.RESERVED
+        for filter_plugin in self.framework.filters:
+            filter_plugin.filter(state, reasons)
+        return Filtered(state, Status.success(), reasons)
 
     def wakes(self, diagnosis: Diagnosis | None) -> frozenset[interface.ClusterEvent] | None:
         """The cluster events that may let a pod that failed with ``diagnosis`` fit (None: any event may): the

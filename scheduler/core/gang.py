@@ -21,7 +21,7 @@ until one holds the whole gang:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.topology import TopologyConstraint
 from scheduler.cache.arrays import ClusterArrays
 from scheduler.cache.state import Snapshot
+from scheduler.core import capacity
 from scheduler.core.cycle import Diagnosis, Scheduler
 from scheduler.framework.interface import GANG_SLOTS, RESERVED_SLOTS, TOPOLOGY_SLOTS, Code, Decision, Status
 from scheduler.kernels import layout
@@ -87,8 +88,9 @@ def min_resources_short(scheduler: Scheduler, group: PodGroup) -> str:
     return ", ".join(short)
 
 
-def whole_gpus_short(free_per_node: npt.NDArray[np.int64], needs: Sequence[int]) -> str:
+def whole_gpus_short(free_per_node: npt.NDArray[np.int64], needs: Sequence[int], *, held: str = "free") -> str:
     """Why members needing ``needs`` whole GPUs each cannot fit on nodes with ``free_per_node`` free, or "".
+    ``held`` says what the figures count (``free`` GPUs, or the nodes' GPUs ``in all``).
 
     A necessary condition, exact when all members are the same size: for every size ``c`` asked for, the members
     needing ``c`` or more fit only if the nodes hold that many disjoint groups of ``c`` free GPUs, i.e.
@@ -99,7 +101,8 @@ def whole_gpus_short(free_per_node: npt.NDArray[np.int64], needs: Sequence[int])
     total = sum(needs)
     free_whole = int(free_per_node.sum())
     if total > free_whole:
-        return f"the job needs {total} whole GPUs and the cluster has {free_whole} free"
+        most = int(free_per_node.max()) if free_per_node.size else 0
+        return f"the job needs {total} whole GPUs and the cluster has {free_whole} {held} (at most {most} on a node)"
     wanted = sorted(needs, reverse=True)
     for size in sorted(set(wanted), reverse=True):
         members = sum(1 for n in wanted if n >= size)
@@ -110,6 +113,17 @@ def whole_gpus_short(free_per_node: npt.NDArray[np.int64], needs: Sequence[int])
                 f"such group(s)"
             )
     return ""
+
+
+def never_fits(snapshot: Snapshot, members: Sequence[PodRequest]) -> str:
+    """ "" unless the whole GPUs ``members`` ask together can never be had at once on the cluster's schedulable nodes,
+    even with nothing else on them; then the sentence that says so and what would change it."""
+    a = snapshot.arrays
+    per_node = a.gpu_count[a.base_reason == layout.FIT].astype(np.int64)
+    short = whole_gpus_short(per_node, [p.gpu.count for p in members if p.gpu.whole], held="in all")
+    if not short:
+        return ""
+    return f"{capacity.NEVER}: {short}; it fits once nodes join, or it asks for fewer members or GPUs."
 
 
 def gpus_short(scheduler: Scheduler, members: Sequence[PodRequest]) -> str:
@@ -132,7 +146,24 @@ def place_gang(
     scheduler: Scheduler, group: PodGroup, members: Sequence[PodRequest], context: Mapping[str, Any] | None = None
 ) -> GangResult:
     """Place ``members`` all together or not at all; on success they are assumed and handed to the binder."""
-    short = gpus_short(scheduler, members)
+    result = try_gang(scheduler, group, members, context)
+    if not result.status.ok:
+        return result
+    for decision in result.decisions:
+        scheduler.cache.assume(decision.pod, decision.node, decision.gpu_ids, decision.volumes, decision.claims)
+    for decision in result.decisions:
+        scheduler.binder.bind(decision)
+    return result
+
+
+def try_gang(
+    scheduler: Scheduler, group: PodGroup, members: Sequence[PodRequest], context: Mapping[str, Any] | None = None
+) -> GangResult:
+    """Everything :func:`place_gang` decides, and nothing it does: on a snapshot rolled back afterwards, the
+    decisions if all ``members`` fit together now (topology kept), else why not. ``gpusched explain`` runs it too,
+    so what it says and the gang's condition cannot disagree."""
+    snapshot = scheduler.cache.snapshot()
+    short = never_fits(snapshot, members) or gpus_short(scheduler, members)
     if short:
         return GangResult(Status(Code.UNSCHEDULABLE, short, "gang"))
     short = min_resources_short(scheduler, group)
@@ -140,7 +171,6 @@ def place_gang(
         return GangResult(
             Status(Code.UNSCHEDULABLE, f"not enough free in the cluster for minResources: {short}", "gang")
         )
-    snapshot = scheduler.cache.snapshot()
     masks, problem = topology_plan(scheduler, group.topology, members, context, obj=f"podgroup {group.key}")
     if problem is not None:
         return GangResult(problem)
@@ -154,12 +184,6 @@ def place_gang(
             snapshot.rollback(token)
         if result.status.ok:
             break
-    if not result.status.ok:
-        return result
-    for decision in result.decisions:
-        scheduler.cache.assume(decision.pod, decision.node, decision.gpu_ids, decision.volumes, decision.claims)
-    for decision in result.decisions:
-        scheduler.binder.bind(decision)
     return result
 
 
@@ -203,15 +227,22 @@ def resolve_levels(
     return levels, None
 
 
-def member_context(scheduler: Scheduler, group: PodGroup, slots: Mapping[int, int]) -> dict[str, Any]:
-    """For a member placed after its gang (beyond ``minMember``, or after a bind failure): the domain of the
-    required level its placed members are in, so it joins them there. Empty without a required level."""
+def member_context(scheduler: Scheduler, group: PodGroup, placed: Iterable[str]) -> dict[str, Any]:
+    """For a member placed after its gang (beyond ``minMember``, or after a bind failure), what its cycle gets: the
+    nodes its ``placed`` siblings are on (the ``gang`` score prefers them) and, with a required level, the domain
+    of that level they are in, so it joins them there (the loop's cycle and ``gpusched explain`` both use it)."""
+    slots: dict[int, int] = {}
+    for key in placed:
+        entry = scheduler.cache.pod(key)
+        if entry is not None:
+            slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
+    context: dict[str, Any] = {GANG_SLOTS: slots}
     (required, _), problem = resolve_levels(scheduler, group.topology, obj=f"podgroup {group.key}")
     if problem is not None or required is None or not slots:
-        return {}
+        return context
     column = _column(scheduler, required, scheduler.cache.arrays.slots)
     domain = int(column[next(iter(slots))])
-    return {TOPOLOGY_SLOTS: column == domain} if domain >= 0 else {}
+    return {**context, TOPOLOGY_SLOTS: column == domain} if domain >= 0 else context
 
 
 def free_gpus(arrays: ClusterArrays, context: Mapping[str, Any] | None = None) -> tuple[Mask, npt.NDArray[np.int64]]:
@@ -318,18 +349,28 @@ def topology_plan(
 def _none_holds(
     scheduler: Scheduler, level: int, column: npt.NDArray[np.int64], free: npt.NDArray[np.int64], needs: list[int]
 ) -> str:
-    name = scheduler.cache.topology.level_label(level)
+    """Why no domain of ``level`` can hold the job now, or never can as the cluster is (no node has the level's
+    label; the largest domain has fewer GPUs in all than the job asks)."""
+    topology = scheduler.cache.topology
+    name, label = topology.level_label(level), topology.levels[level]
+    a = scheduler.cache.arrays
+    present = a.base_reason != layout.ABSENT
+    if not (present & (column >= 0)).any():
+        return f"{capacity.NEVER}: no node has the label {label} of level {name}; it fits once nodes are labelled"
+    asked = f"{sum(needs)} GPUs" if sum(needs) else "the gang"
     totals = api_topology.domain_free(column, free)
     largest = int(totals.max()) if totals.size else 0
-    present = scheduler.cache.arrays.base_reason != layout.ABSENT
-    outside = int((present & (column < 0)).sum())
-    message = f"no {name} can hold {sum(needs)} GPUs" if sum(needs) else f"no {name} can hold the gang"
-    if not totals.size:
-        message += f": no node is in any {name}"
+    in_all = api_topology.domain_free(column, np.where(a.base_reason == layout.FIT, a.gpu_count, 0).astype(np.int64))
+    most = int(in_all.max()) if in_all.size else 0
+    if most < sum(needs):
+        message = f"{capacity.NEVER}: no {name} can hold {asked}: the largest has {most} GPUs in all"
     else:
-        message += f": largest free {largest}"
+        message = f"no {name} can hold {asked}: largest free {largest}"
         if needs and largest >= sum(needs):
             message += f", but not as {len(needs)} members of {'/'.join(str(n) for n in sorted(set(needs)))} GPUs"
-    if outside and totals.size:
-        message += f"; {outside} node{'s' if outside > 1 else ''} outside every {name}"
+    outside = int((present & (column < 0)).sum())
+    if outside:
+        message += f"; {outside} node{'s' if outside > 1 else ''} outside every {name} (no label {label})"
+    if most < sum(needs):
+        message += f"; it fits once a {name} that large forms, or it asks for fewer GPUs"
     return message

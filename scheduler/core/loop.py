@@ -49,7 +49,7 @@ from scheduler.core.jobs import GANG_PREFIX, Job, Jobs
 from scheduler.core.ports import Events, Evictor
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import QueueStatus, Tenancy, Vector, add_into, requests_of
-from scheduler.framework.interface import GANG_SLOTS, PENDING_PODS, Code
+from scheduler.framework.interface import PENDING_PODS, Code
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
 __all__ = ["GANG_PREFIX", "ClusterEvent", "Events", "Evictor", "Job", "SchedulingLoop"]
@@ -370,12 +370,7 @@ class SchedulingLoop:
                 self._enqueue(job)
                 return
             # A member beyond minMember, or one whose binding failed: place it near the others.
-            slots: dict[int, int] = {}
-            for member in job.placed:
-                entry = self.scheduler.cache.pod(member)
-                if entry is not None:
-                    slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
-            context = {GANG_SLOTS: slots, **gang.member_context(self.scheduler, job.group, slots)}
+            context = gang.member_context(self.scheduler, job.group, job.placed)
         context = {**self._context(item.key), **context}
         _, over = self.gate.held_back(item.queue, requests_of([pod]), item.key)
         if over:

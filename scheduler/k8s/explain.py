@@ -13,6 +13,9 @@ Two halves:
 
 Units are Kubernetes quantities (``2500m`` CPU, ``256Gi`` memory, ``0.5`` GPUs). The free-GPU figure counts only
 nodes the pod may use (not tainted against it, selected, schedulable); a gang member says it waits for its gang.
+The filtering and a gang's what-if are the cycle's own (``Scheduler.filter``, ``gang.try_gang``), with the nodes the
+loop holds for other jobs, so explain cannot disagree with a cycle; work no node could ever hold as the cluster is
+says so, and what would change it (``scheduler.core.capacity``), instead of what would have to free up.
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ import numpy as np
 
 from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
-from scheduler.core import cycle, gang
+from scheduler.api.topology import TopologyConstraint
+from scheduler.core import capacity, gang, reason_texts
 from scheduler.core.loop import SchedulingLoop
-from scheduler.framework.interface import CycleState
+from scheduler.framework.interface import PENDING_PODS
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import status as k8s_status
 from scheduler.kernels import layout
@@ -108,17 +112,31 @@ def explain_pod(operator: Operator, key: str) -> str:
     return "\n".join(lines)
 
 
+def _cycle_context(operator: Operator, job_key: str) -> dict[str, Any]:
+    """What the loop gives job ``job_key``'s cycles (as ``SchedulingLoop._context``): the nodes held for other jobs
+    (nominations, reservations), and the waiting demand some scores look ahead at."""
+    return {**operator.loop.holds.context(job_key), PENDING_PODS: operator.loop}
+
+
+def _job_key(operator: Operator, pod: api_pod.PodRequest) -> str:
+    """The key the queue and the holds know ``pod``'s work by: its gang's while the gang is not placed."""
+    job = operator.loop.job_of(pod.key)
+    return job.key if job is not None and job.group is not None and not job.satisfied else pod.key
+
+
 def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
     snapshot = operator.cache.snapshot()
-    framework = operator.scheduler.framework
-    state = CycleState(pod=pod, snapshot=snapshot, request=snapshot.request_vector(pod))
-    for pre in framework.pre_filters:
-        status = pre.pre_filter(state)
-        if not status.ok:
-            return [f"  {status.message}"]
-    reasons = snapshot.arrays.base_reason.copy()
-    for plugin in framework.filters:
-        plugin.filter(state, reasons)
+    # The cycle's own filtering (Scheduler.filter), with what the loop gives the cycle: the nodes held for other
+    # jobs, and for a member placed after its gang, its siblings' nodes and topology domain.
+    key = _job_key(operator, pod)
+    context = _cycle_context(operator, key)
+    job = operator.loop.job_of(pod.key)
+    if job is not None and job.group is not None and key == pod.key:
+        context.update(gang.member_context(operator.scheduler, job.group, job.placed))
+    filtered = operator.scheduler.filter(pod, snapshot, context)
+    reasons = filtered.reasons
+    if reasons is None:
+        return [f"  {filtered.status.message}"]
     names = snapshot.names
     failing: dict[str, list[str]] = defaultdict(list)
     fit = 0
@@ -129,12 +147,15 @@ def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
         if code == layout.FIT:
             fit += 1
         else:
-            failing[cycle.reason_text(code, snapshot.columns)].append(node)
+            failing[reason_texts.node_text(snapshot, pod, code, slot)].append(node)
     total = fit + sum(len(v) for v in failing.values())
     lines = [f"  nodes: {fit} of {total} pass every filter"]
     for reason, nodes in sorted(failing.items(), key=lambda kv: -len(kv[1])):
         more = f" and {len(nodes) - SHOWN} more" if len(nodes) > SHOWN else ""
         lines.append(f"    {len(nodes)} {reason}: {', '.join(sorted(nodes)[:SHOWN])}{more}")
+    never = capacity.pod_never_fits(snapshot, pod, filtered.state.request, reasons) if fit == 0 else ""
+    if never:
+        return [*lines, f"  {never}"]
     if pod.gpu.whole and pod.gpu.count:
         a = snapshot.arrays
         codes = reasons[: len(names)]
@@ -146,11 +167,13 @@ def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
             f"  GPUs: it needs {pod.gpu.count} whole GPUs on one node; the most free on one node it may use"
             f" (taints, selectors, cordons considered): {best} ({where})"
         )
-        if fit == 0 and best < pod.gpu.count:
+        if fit == 0 and eligible.size and best < pod.gpu.count:
             lines.append(
                 f"  to fit: {pod.gpu.count - best} more GPUs must free up on such a node, or a node with"
                 f" {pod.gpu.count} free GPUs it may use must join"
             )
+    if fit == 0:
+        lines.append("  it waits: what keeps it off each node above can change (room freed, holds released)")
     return lines
 
 
@@ -204,7 +227,7 @@ def explain_group(operator: Operator, key: str) -> str:
     ]
     for condition in state.conditions.values():
         lines.append(f"  {condition.type}={condition.status} {condition.reason}: {condition.message}")
-    need = group.min_member - len(state.placed)
+    need = group.min_member - len(state.placed) - len(state.succeeded)
     if need <= 0:
         return "\n".join([*lines, "  the gang is placed; remaining members are placed one by one"])
     if len(state.pending) < need:
@@ -216,27 +239,25 @@ def explain_group(operator: Operator, key: str) -> str:
             ]
         )
     members = gang.order_members(list(state.pending.values()))[:need]
-    short = gang.gpus_short(operator.scheduler, members)
-    if short:
-        lines.append(f"  placing {need} members together now fails: {short}")
+    # The cycle's own what-if (gang.try_gang: the cheap checks, the topology's domains, the nodes held for others),
+    # so what this says and the gang's Scheduled condition cannot disagree.
+    result = gang.try_gang(operator.scheduler, group, members, _cycle_context(operator, state.key))
+    if result.status.ok:
+        nodes = sorted({d.node for d in result.decisions})
+        kept = f", inside its topology ({_topology_text(group.topology)})" if group.topology else ""
+        lines.append(
+            f"  a placement exists now for {need} members (on {', '.join(nodes[:SHOWN])}"
+            f"{' ...' if len(nodes) > SHOWN else ''}{kept}): the gang waits its turn in the queue"
+        )
     else:
-        snapshot = operator.cache.snapshot()
-        token = snapshot.checkpoint()
-        try:
-            result = gang.what_if(operator.scheduler, snapshot, members)
-        finally:
-            snapshot.rollback(token)
-        if result.status.ok:
-            nodes = sorted({d.node for d in result.decisions})
-            lines.append(
-                f"  a placement exists now for {need} members (on {', '.join(nodes[:SHOWN])}"
-                f"{' ...' if len(nodes) > SHOWN else ''}): the gang waits its turn in the queue"
-                + (f" or for its topology ({group.topology})" if group.topology else "")
-            )
-        else:
-            lines.append(f"  placing {need} members together now fails: {result.status.message}")
+        lines.append(f"  placing {need} members together now fails: {result.status.message}")
     lines += _queue_lines(operator, members[0])
     return "\n".join(lines)
+
+
+def _topology_text(constraint: TopologyConstraint) -> str:
+    levels = (("required", constraint.required), ("preferred", constraint.preferred))
+    return ", ".join(f"{word} level {level}" for word, level in levels if level)
 
 
 def explain_queue(operator: Operator, name: str) -> str:

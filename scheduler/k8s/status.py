@@ -28,9 +28,9 @@ from typing import Any
 
 import structlog
 
-from scheduler.api import resources
 from scheduler.api import topology as api_topology
 from scheduler.api.pod import PodRequest
+from scheduler.api.quantity import text as quantity
 from scheduler.core import tenancy
 from scheduler.k8s import worker
 from scheduler.k8s.client import Answer, Client
@@ -392,34 +392,6 @@ def quantities(vector: Mapping[str, float]) -> dict[str, str]:
         if text != "0":
             out[name] = text
     return out
-
-
-#: Binary suffixes, largest first: a byte count divisible by one is shown with it (268435456 -> 256Mi).
-_BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
-_DECIMAL = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3))
-
-
-def _is_bytes(name: str) -> bool:
-    return name in (resources.MEMORY, "ephemeral-storage") or name.startswith("hugepages-") or "memory" in name
-
-
-def quantity(name: str, amount: float) -> str:
-    """One amount of resource ``name`` in the scheduler's units (CPU in milli-cores, memory and storage in bytes,
-    GPUs and the rest in units) as a canonical Kubernetes quantity: CPU ``2`` or ``2500m``, memory ``256Gi`` (or
-    ``1G``, or plain bytes when no suffix divides it), GPUs ``8`` or ``0.5``."""
-    if name == resources.CPU:
-        milli = round(amount)
-        return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
-    if _is_bytes(name):
-        count = round(amount)
-        for suffixes in (_BINARY, _DECIMAL):
-            for suffix, size in suffixes:
-                if count and count % size == 0:
-                    return f"{count // size}{suffix}"
-        return str(count)
-    if abs(amount - round(amount)) < 5e-4:
-        return str(round(amount))
-    return f"{amount:.3f}".rstrip("0")
 
 
 def share(value: float) -> str:

@@ -100,7 +100,8 @@ def test_the_cheap_check_refuses_members_that_cannot_share_nodes() -> None:
     members = [_member("odd", i, gpus=5) for i in range(3)]
     result = gang.place_gang(cluster.scheduler, PodGroup("default", "odd", min_member=3), members)
     assert result.status.message == (
-        "3 member(s) need 5+ whole GPUs on one node and the nodes have room for 2 such group(s)"
+        "Never fits as the cluster is: 3 member(s) need 5+ whole GPUs on one node and the nodes have room for 2 such"
+        " group(s); it fits once nodes join, or it asks for fewer members or GPUs."
     )
     assert _used_gpus(cluster) == 0.0
 

@@ -85,14 +85,18 @@ def test_no_rack_can_hold_it_says_why_and_holds_nothing() -> None:
     cluster = _cluster(RACKS)
     result = _place(cluster, "huge", 5, 8, required="rack")
     assert not result.status.ok
-    assert result.status.message == "no rack can hold 40 GPUs: largest free 32; 1 node outside every rack"
+    assert result.status.message == (
+        "Never fits as the cluster is: no rack can hold 40 GPUs: the largest has 32 GPUs in all; 1 node outside every"
+        " rack (no label network.topology.gpusched.io/rack); it fits once a rack that large forms, or it asks for"
+        " fewer GPUs"
+    )
     assert not cluster.binder.decisions and cluster.cache.arrays.used[:, 3].sum() == 0
 
 
 def test_a_required_level_is_never_left_even_when_the_cluster_has_room() -> None:
     cluster = _cluster({"a": ("b1", "r1"), "b": ("b1", "r2"), "c": ("b1", "r3")})
     result = _place(cluster, "g", 2, 8, required="rack")
-    assert not result.status.ok and "no rack can hold 16 GPUs: largest free 8" in result.status.message
+    assert not result.status.ok and "no rack can hold 16 GPUs: the largest has 8 GPUs in all" in result.status.message
 
 
 def test_preferred_keeps_one_domain_when_one_holds_the_gang_and_else_the_fewest() -> None:

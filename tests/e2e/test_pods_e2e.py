@@ -63,6 +63,9 @@ def test_unschedulable_pod_gets_an_event_and_a_condition(sched: Scenario) -> Non
     event = sched.wait_event("too-big", "FailedScheduling")
     assert event["type"] == "Warning"
     assert "nvidia.com/gpu" in event["message"], event["message"]
+    # Larger than any node: told it never fits as the cluster is, not to wait for GPUs to free up.
+    never = "Never fits as the cluster is: it asks 16 GPUs on one node and nodes have at most 8"
+    assert never in event["message"], event["message"]
 
     def unschedulable() -> dict[str, object] | None:
         cond = condition(sched.pod("too-big"), "PodScheduled")
@@ -70,7 +73,7 @@ def test_unschedulable_pod_gets_an_event_and_a_condition(sched: Scenario) -> Non
 
     cond = kube_mod.wait_until(unschedulable, timeout=30, what="PodScheduled=False on too-big", describe=sched.describe)
     assert cond["reason"] == "Unschedulable"
-    assert "nvidia.com/gpu" in str(cond["message"])
+    assert "nvidia.com/gpu" in str(cond["message"]) and never in str(cond["message"]), cond
     # The pod that fits is not held up by the one that does not.
     sched.wait_bound(["fits"])
     assert not node_of(sched.pod("too-big"))

@@ -24,8 +24,10 @@ def test_resources_must_fit() -> None:
     assert cluster.place(objects.pod("p", cpu="4", memory="8Gi"))[0] == "big"
     assert cluster.place(objects.pod("q", cpu="12"))[0] == "big"
     assert _message(cluster, objects.pod("r", cpu="3")) == "0/2 nodes are available: 2 Insufficient cpu."
+    # More than any node has, even empty: it does not wait for room that cannot come.
     assert _message(cluster, objects.pod("s", cpu=None, memory="100Gi")) == (
-        "0/2 nodes are available: 2 Insufficient memory."
+        "0/2 nodes are available: 2 Insufficient memory. Never fits as the cluster is: it asks memory 100Gi and"
+        " nodes have at most 64Gi; it fits once a node large enough joins, or it asks for less."
     )
 
 
@@ -38,12 +40,12 @@ def test_the_pods_allocatable_counts() -> None:
 
 def test_an_unknown_extended_resource_fits_nowhere_and_is_named() -> None:
     cluster = Cluster([objects.node("a"), objects.node("b"), objects.node("c", extra={"rdma/hca": "1"})])
-    assert _message(cluster, objects.pod("p", extra={"example.com/foo": "1"})) == (
-        "0/3 nodes are available: 3 Insufficient example.com/foo."
+    never = (
+        "0/3 nodes are available: 3 Insufficient example.com/foo. Never fits as the cluster is: it asks"
+        " example.com/foo 1 and nodes have none; it fits once a node large enough joins, or it asks for less."
     )
-    assert _message(cluster, objects.pod("q", extra={"example.com/foo": "1"})) == (
-        "0/3 nodes are available: 3 Insufficient example.com/foo."
-    )
+    assert _message(cluster, objects.pod("p", extra={"example.com/foo": "1"})) == never
+    assert _message(cluster, objects.pod("q", extra={"example.com/foo": "1"})) == never
     # Nothing else broke: the next pods schedule, known extended resources included.
     assert cluster.place(objects.pod("r", extra={"rdma/hca": "1"}))[0] == "c"
     assert cluster.place(objects.pod("s"))[0] == "a"
@@ -58,7 +60,9 @@ def test_the_diagnosis_counts_nodes_per_reason() -> None:
         ]
     )
     assert _message(cluster, objects.pod("p", gpus=2, models="A100")) == (
-        "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 GPU model not allowed."
+        "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 GPU model not allowed. Never fits as the cluster"
+        " is: it asks 2 GPUs on one node and the nodes it may use have at most 1; of the nodes with room for it, 1"
+        " GPU model not allowed; it fits there once it allows their GPU model (it asks A100)."
     )
 
 
@@ -75,7 +79,8 @@ def test_the_gpu_model_filter() -> None:
     assert cluster.place(objects.pod("q", milli=500, models="H100|A100"))[0] in {"a100", "h100"}
     assert cluster.place(objects.pod("r", gpus=1))[0] == "a10"  # no models: any GPU
     assert _message(cluster, objects.pod("s", gpus=1, models="V100")) == (
-        "0/4 nodes are available: 4 GPU model not allowed."
+        "0/4 nodes are available: 4 GPU model not allowed. Never fits as the cluster is: of the nodes with room for"
+        " it, 4 GPU model not allowed; it fits there once it allows their GPU model (it asks V100)."
     )
 
 
@@ -123,7 +128,10 @@ def test_taints_keep_out_pods_that_do_not_tolerate_them() -> None:
     tolerant = [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
     assert cluster.place(objects.pod("q", tolerations=tolerant))[0] == "a-tainted"
     assert _message(cluster, objects.pod("r", cpu="8")) == (
-        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint."
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: ml}. Never fits as"
+        " the cluster is: it asks cpu 8 and the nodes it may use have at most 4; of the nodes with room for it, 1"
+        " node(s) had untolerated taint {dedicated: ml}; it fits there once it tolerates dedicated=ml:NoSchedule (or"
+        " the taint is removed)."
     )
     assert cluster.place(objects.pod("s", cpu="8", tolerations=[{"operator": "Exists"}]))[0] == "a-tainted"
 
@@ -141,7 +149,9 @@ def test_node_selector() -> None:
     cluster = Cluster([objects.node("a"), objects.node("b", labels={"pool": "gpu"}), objects.node("c")])
     assert cluster.place(objects.pod("p", node_selector={"pool": "gpu"}))[0] == "b"
     assert _message(cluster, objects.pod("q", node_selector={"pool": "cpu"})) == (
-        "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+        "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. Never fits as the cluster is:"
+        " of the nodes with room for it, 3 node(s) didn't match Pod's node affinity/selector; it fits there once a"
+        " node is labelled pool=cpu (no node has that label)."
     )
 
 
@@ -183,6 +193,7 @@ def test_required_node_affinity(terms: list[dict[str, Any]], where: set[str]) ->
 
 def test_cordoned_nodes_take_nothing() -> None:
     cluster = Cluster([objects.node("a", unschedulable=True), objects.node("b", cpu="1")])
+    # A cordon is lifted after maintenance: the pod waits for it (no "Never fits").
     assert _message(cluster, objects.pod("p", cpu="2")) == (
         "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) were unschedulable."
     )
@@ -195,7 +206,7 @@ def test_an_empty_cluster() -> None:
 def test_a_removed_node_is_not_counted() -> None:
     cluster = Cluster([objects.node("a", cpu="1"), objects.node("b", cpu="1")])
     cluster.cache.remove_node("a")
-    assert _message(cluster, objects.pod("p", cpu="2")) == "0/1 nodes are available: 1 Insufficient cpu."
+    assert _message(cluster, objects.pod("p", cpu="2")).startswith("0/1 nodes are available: 1 Insufficient cpu.")
 
 
 def test_the_parallel_twin_is_chosen_by_the_nodes_not_by_the_slots(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -75,7 +75,7 @@ def test_every_reason_has_kube_schedulers_message() -> None:
     )
     # b counts as a domain with no pod (nodeTaintsPolicy Ignore by default): a would be 2 against 0.
     assert _failure(cluster, _pod("w", _constraint())) == (
-        f"0/3 nodes are available: 1 {SKEW}, 1 {MISSING}, 1 node(s) had untolerated taint."
+        f"0/3 nodes are available: 1 {SKEW}, 1 {MISSING}, 1 node(s) had untolerated taint {{dedicated: x}}."
     )
 
 
