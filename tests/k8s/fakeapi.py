@@ -18,6 +18,17 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from kubernetes_asyncio import client as k8s_client
+
+from scheduler.k8s import client as k8s
+
+
+def client_for(url: str, *, limiter: k8s.RateLimiter | None = None, timeout: float = 10.0) -> k8s.Client:
+    """A :class:`scheduler.k8s.client.Client` for a server that needs no credentials (a fake one); gpusched's own
+    clients come from a kubeconfig or the in-cluster files (:func:`scheduler.k8s.client.connect`)."""
+    return k8s.Client(
+        k8s_client.ApiClient(configuration=k8s_client.Configuration(host=url)), limiter=limiter, timeout=timeout
+    )
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pytest
 from scheduler.k8s import client as k8s
 from scheduler.k8s.config import LeaderElectionConfig
 from scheduler.k8s.leader import LeaderElector, LeaseThread
-from tests.k8s.fakeapi import FakeApiServer, eventually
+from tests.k8s.fakeapi import FakeApiServer, client_for, eventually
 
 FAST = LeaderElectionConfig(lease_duration_s=1.0, renew_deadline_s=0.5, retry_period_s=0.05)
 KEY = ("gpusched-system", "gpusched")
@@ -168,4 +168,4 @@ async def test_the_lease_is_renewed_while_the_main_event_loop_is_held() -> None:
 
 
 async def _connect(url: str) -> k8s.Client:
-    return k8s.for_host(url, timeout=2.0)
+    return client_for(url, timeout=2.0)

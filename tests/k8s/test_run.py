@@ -24,7 +24,7 @@ from scheduler.k8s import config as k8s_config
 from scheduler.k8s import run
 from scheduler.k8s.config import LeaderElectionConfig
 from scheduler.k8s.operator import Operator
-from tests.k8s.fakeapi import FakeApiServer, eventually
+from tests.k8s.fakeapi import FakeApiServer, client_for, eventually
 
 FAST = LeaderElectionConfig(lease_duration_s=30.0, renew_deadline_s=0.5, retry_period_s=0.05)
 LEASE = ("gpusched-system", "gpusched")
@@ -81,7 +81,7 @@ class Started:
                 started.operators.append(self)
 
         async def connect(settings: k8s.ClientSettings) -> k8s.Client:
-            return k8s.for_host(url, timeout=2.0)
+            return client_for(url, timeout=2.0)
 
         monkeypatch.setattr(run, "Operator", Caught)
         monkeypatch.setattr(k8s, "connect", connect)
