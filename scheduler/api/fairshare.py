@@ -170,18 +170,6 @@ class UsageHistory:
         """The queue's decayed usage now as an average allocation (the ``Ubar`` of dominant shares)."""
         return decayed_average(self.usage(queue), self.half_life(queue))
 
-    def averages(self) -> dict[str, Vector]:
-        """:meth:`average` of every queue with a history, by name."""
-        return {queue: self.average(queue) for queue in self.queues()}
-
-    def queues(self) -> list[str]:
-        return sorted(self._usage)
-
-    def forget(self, queue: str) -> None:
-        self._usage.pop(queue, None)
-        self._stamps.pop(queue, None)
-        self._half_lives.pop(queue, None)
-
     def _advance(self, queue: str) -> Vector:
         """Decay the stored usage to now, and return it (the stored dict itself)."""
         now = self._clock()

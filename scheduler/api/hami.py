@@ -224,34 +224,6 @@ def _whole(value: object, *, obj: str, field: str) -> int:
     return value
 
 
-def encode_register(devices: Sequence[Device]) -> str:
-    """The JSON form HAMi's device plugin writes (fields left out when zero or false, as Go's omitempty does)."""
-    entries = []
-    for d in devices:
-        entry: dict[str, object] = {
-            "id": d.uuid,
-            "index": d.index,
-            "count": d.count,
-            "devmem": d.memory_mib,
-            "devcore": d.cores,
-            "type": d.type,
-            "numa": d.numa,
-            "mode": d.mode,
-            "health": d.health,
-        }
-        entries.append({k: v for k, v in entry.items() if v or k == "id"})
-    return json.dumps(entries, separators=(",", ":"))
-
-
-def encode_register_text(devices: Sequence[Device]) -> str:
-    """The text form of HAMi's ``EncodeNodeDevices`` (nine fields a device)."""
-    return "".join(
-        f"{d.uuid},{d.count},{d.memory_mib},{d.cores},{d.type},{d.numa},{str(d.health).lower()},{d.index},{d.mode}"
-        + _DEVICE_END
-        for d in devices
-    )
-
-
 # --- the pod's allocation annotations ----------------------------------------------------------------------------
 
 
@@ -261,32 +233,6 @@ def encode_pod_devices(containers: Sequence[Sequence[ContainerDevice]]) -> str:
         "".join(f"{d.uuid},{d.type},{d.memory_mib},{d.cores}{_DEVICE_END}" for d in devices) + _CONTAINER_END
         for devices in containers
     )
-
-
-def decode_pod_devices(raw: str, *, obj: str, field: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-    """The per-container devices of :func:`encode_pod_devices`' form (empty containers kept, unlike HAMi's decoder,
-    which drops them: the position is what says which container)."""
-    if raw and not raw.endswith(_CONTAINER_END):
-        raise InvalidObject(f"{raw!r} does not end with {_CONTAINER_END!r}", obj=obj, field=field)
-    containers = []
-    for entry in raw.split(_CONTAINER_END)[:-1]:
-        devices = []
-        for item in entry.split(_DEVICE_END):
-            if not item:
-                continue
-            parts = item.split(",")
-            if len(parts) != 4 or not parts[0]:
-                raise InvalidObject(f"{item!r} is not 'UUID,type,memory,cores'", obj=obj, field=field)
-            devices.append(
-                ContainerDevice(
-                    uuid=parts[0],
-                    type=parts[1],
-                    memory_mib=_whole(parts[2], obj=obj, field=field),
-                    cores=_whole(parts[3], obj=obj, field=field),
-                )
-            )
-        containers.append(tuple(devices))
-    return tuple(containers)
 
 
 def allocation(

@@ -116,10 +116,6 @@ class PodRequest:
         """A pod that no longer holds resources."""
         return self.phase in ("Succeeded", "Failed")
 
-    @property
-    def has_node_constraints(self) -> bool:
-        return bool(self.node_selector or self.affinity or self.tolerations)
-
 
 def _container_requests(container: Mapping[str, object], *, obj: str, where: str) -> ResourceList:
     res = container.get("resources") or {}

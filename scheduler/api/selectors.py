@@ -48,12 +48,6 @@ class NodeSelectorTerm:
     labels: tuple[Requirement, ...] = ()
     fields: tuple[Requirement, ...] = ()
 
-    def matches(self, node_name: str, labels: Mapping[str, str]) -> bool:
-        if not self.labels and not self.fields:
-            return False  # an empty term matches no node, as in Kubernetes
-        names = {"metadata.name": node_name}
-        return all(r.matches(labels) for r in self.labels) and all(r.matches(names) for r in self.fields)
-
 
 @dataclass(frozen=True, slots=True)
 class Taint:
@@ -176,15 +170,3 @@ def untolerated(taints: Sequence[Taint], tolerations: Sequence[Toleration]) -> T
 def tolerated(taints: Sequence[Taint], tolerations: Sequence[Toleration]) -> bool:
     """Whether every NoSchedule / NoExecute taint is tolerated (PreferNoSchedule does not filter)."""
     return untolerated(taints, tolerations) is None
-
-
-def node_matches(
-    node_name: str,
-    labels: Mapping[str, str],
-    node_selector: Mapping[str, str],
-    affinity: Sequence[NodeSelectorTerm],
-) -> bool:
-    """Whether a node satisfies a pod's nodeSelector and required node affinity."""
-    if any(labels.get(k) != v for k, v in node_selector.items()):
-        return False
-    return not affinity or any(term.matches(node_name, labels) for term in affinity)

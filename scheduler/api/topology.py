@@ -247,16 +247,6 @@ class DomainIndex:
     def domain_count(self, level: str | int) -> int:
         return len(self.values[self.level_index(level)])
 
-    def domain_sizes(self, level: str | int) -> I64:
-        """The number of nodes in each domain of the level."""
-        i = self.level_index(level)
-        column = self.ids[:, i]
-        return np.bincount(column[column >= 0], minlength=len(self.values[i])).astype(np.int64)
-
-    def members(self, level: str | int, domain: int) -> I64:
-        """The rows (indices into :attr:`nodes`) of the nodes in ``domain`` of the level."""
-        return np.flatnonzero(self.ids[:, self.level_index(level)] == domain).astype(np.int64)
-
     def unlabelled(self, level: str | int) -> tuple[str, ...]:
         """The nodes outside every domain of the level: no label, or an empty or malformed value."""
         return self._unlabelled[self.level_index(level)]

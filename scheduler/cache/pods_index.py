@@ -187,11 +187,6 @@ class PodIndex:
     def has(self, kind: str) -> bool:
         return kind in self._kinds
 
-    @property
-    def any_terms(self) -> bool:
-        """Whether some pod held carries an affinity term."""
-        return bool(self._kinds)
-
     def select(self, term: AffinityTerm) -> B:
         """Per pod id, whether the pod is held and selected by ``term`` (its namespaces and label selector)."""
         size = self.size

@@ -236,12 +236,6 @@ async def connect(settings: ClientSettings | None = None) -> Client:
     return Client(api, limiter=limiter, timeout=settings.timeout)
 
 
-def for_host(host: str, *, limiter: RateLimiter | None = None, timeout: float = 10.0) -> Client:
-    """A :class:`Client` for a server that needs no credentials (``kubectl proxy``, a fake API server in tests)."""
-    conf = k8s_client.Configuration(host=host)
-    return Client(k8s_client.ApiClient(configuration=conf), limiter=limiter, timeout=timeout)
-
-
 #: Environment variables that make aiohttp's ``trust_env`` matter (proxies, and a netrc file for credentials).
 _ENV_LOOKUPS = ("http_proxy", "https_proxy", "ws_proxy", "wss_proxy", "all_proxy", "no_proxy", "netrc")
 

@@ -30,7 +30,7 @@ deleted later is released by kube-controller-manager's resourceclaim controller 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -52,8 +52,10 @@ FINALIZER = "resource.kubernetes.io/delete-protection"
 WRITE_ATTEMPTS = 4
 
 
-class DeviceWatches:
+class DeviceWatches(informer.StoreWatches[DeviceStore]):
     """Feeds the device store from the watches (the ``on_event`` of the three informers)."""
+
+    kinds = KINDS
 
     def __init__(
         self,
@@ -62,47 +64,26 @@ class DeviceWatches:
         on_change: Callable[[set[str]], None],
         invalid: Callable[[str, str, InvalidObject], None],
     ) -> None:
-        self.store = store
+        super().__init__(store, invalid=invalid)
         self._on_change = on_change
-        self._invalid = invalid
-        self._listed: set[str] = set()
-        store.listed = False
+        s = store
+        Kind = informer.StoredKind
+        self._classes = Kind("deviceclass", False, api_dra.parse_device_class, s.upsert_class, s.remove_class)
+        self._slices = Kind("resourceslice", False, api_dra.parse_resource_slice, s.upsert_slice, s.remove_slice)
+        self._claims = Kind("resourceclaim", True, api_dra.parse_claim, s.upsert_claim, s.remove_claim)
 
-    def part_listed(self, kind: str) -> None:
-        self._listed.add(kind)
-        if self._listed >= set(KINDS) and not self.store.listed:
-            self.store.listed = True
-            log.info(
-                "devices listed",
-                classes=len(self.store.classes),
-                slices=len(self.store.slices),
-                claims=len(self.store.claims),
-            )
-            self._on_change(set(self.store.claims))
-
-    def _event(
-        self,
-        body: Mapping[str, Any],
-        deleted: bool,
-        *,
-        word: str,
-        namespaced: bool,
-        parse: Callable[[Mapping[str, Any]], Any],
-        upsert: Callable[[Any], bool],
-        remove: Callable[[str], bool],
-    ) -> None:
-        key, changed, error = informer.feed(
-            body,
-            deleted,
-            word=word,
-            namespaced=namespaced,
-            parse=parse,
-            upsert=upsert,
-            remove=remove,
-            invalid=self._invalid,
+    def all_listed(self) -> None:
+        log.info(
+            "devices listed",
+            classes=len(self.store.classes),
+            slices=len(self.store.slices),
+            claims=len(self.store.claims),
         )
+        self._on_change(set(self.store.claims))
+
+    def fed(self, kind: informer.StoredKind, key: str, changed: bool, error: InvalidObject | None) -> None:
         # The pods that need an object that cannot be read say why (the dra plugin reads this).
-        where = f"{word} {key}"
+        where = f"{kind.word} {key}"
         if error is not None:
             why = f"{error.field}: {error.reason}" if error.field else error.reason
             changed = self.store.unreadable.get(where) != why or changed
@@ -111,70 +92,35 @@ class DeviceWatches:
             changed = self.store.unreadable.pop(where, None) is not None or changed
         if changed and self.store.listed:
             # A claim changes its own pods' GPU count; a class may change every pod's (whether it selects GPUs).
-            claims = {key} if word == "resourceclaim" else set(self.store.claims) if word == "deviceclass" else set()
+            claims = {key} if kind is self._claims else set(self.store.claims) if kind is self._classes else set()
             self._on_change(claims)
 
     def class_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        s = self.store
-        self._event(
-            body,
-            deleted,
-            word="deviceclass",
-            namespaced=False,
-            parse=api_dra.parse_device_class,
-            upsert=s.upsert_class,
-            remove=s.remove_class,
-        )
+        self.feed(self._classes, body, deleted)
 
     def slice_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        s = self.store
-        self._event(
-            body,
-            deleted,
-            word="resourceslice",
-            namespaced=False,
-            parse=api_dra.parse_resource_slice,
-            upsert=s.upsert_slice,
-            remove=s.remove_slice,
-        )
+        self.feed(self._slices, body, deleted)
 
     def claim_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        s = self.store
-        self._event(
-            body,
-            deleted,
-            word="resourceclaim",
-            namespaced=True,
-            parse=api_dra.parse_claim,
-            upsert=s.upsert_claim,
-            remove=s.remove_claim,
-        )
+        self.feed(self._claims, body, deleted)
 
 
 def informers(client: Client, watches: DeviceWatches) -> dict[str, Informer]:
     """The list-then-watch loops of the three kinds, feeding ``watches``."""
     resource = k8s_client.ResourceV1Api(client.api)
     store = watches.store
-
-    def make(kind: str, method: Any, on_event: Any, known: Callable[[], Iterable[str]]) -> Informer:
-        return Informer(
-            client, kind=kind, list_method=method, on_event=on_event, known=known, on_listed=watches.part_listed
-        )
-
-    return {
-        "deviceclasses": make(
-            "deviceclasses", resource.list_device_class, watches.class_event, lambda: list(store.classes)
-        ),
-        "resourceslices": make(
-            "resourceslices", resource.list_resource_slice, watches.slice_event, lambda: list(store.slices)
-        ),
-        "resourceclaims": make(
-            "resourceclaims",
-            resource.list_resource_claim_for_all_namespaces,
-            watches.claim_event,
-            lambda: list(store.claims),
-        ),
-    }
+    return watches.informers(
+        client,
+        {
+            "deviceclasses": (resource.list_device_class, watches.class_event, lambda: list(store.classes)),
+            "resourceslices": (resource.list_resource_slice, watches.slice_event, lambda: list(store.slices)),
+            "resourceclaims": (
+                resource.list_resource_claim_for_all_namespaces,
+                watches.claim_event,
+                lambda: list(store.claims),
+            ),
+        },
+    )
 
 
 class ClaimWriter:

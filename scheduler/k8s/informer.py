@@ -19,6 +19,10 @@ hundreds of objects) stay with kopf (``scheduler.k8s.handlers``).
 
 Objects reach the operator in the order the API server sent them, on the event loop, one page or one event at a
 time, yielding between pages so the scheduling task and the binder keep going.
+
+:class:`StoreWatches` is what the watches of the cache's smaller stores share (DRA devices in
+``scheduler.k8s.dra``, volumes in ``scheduler.k8s.volumes``): a few kinds feed one store, each as its
+:class:`StoredKind` says, and the store counts as listed once every one of them is.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 import aiohttp
 import structlog
@@ -188,29 +193,87 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
 
 
-def feed(
-    body: Mapping[str, Any],
-    deleted: bool,
-    *,
-    word: str,
-    namespaced: bool,
-    parse: Callable[[Mapping[str, Any]], Any],
-    upsert: Callable[[Any], bool],
-    remove: Callable[[str], bool],
-    invalid: Callable[[str, str, InvalidObject], None],
-) -> tuple[str, bool, InvalidObject | None]:
-    """One watched object into a store: parsed and upserted, or removed when deleted or unreadable (what cannot be
-    read is not used, and ``invalid`` reports it). Returns its key (``ns/name`` or ``name``), whether the store
-    changed, and the error if it could not be read."""
-    meta = body.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    name = str(meta.get("name") or "")
-    key = f"{meta.get('namespace') or 'default'}/{name}" if namespaced else name
-    if deleted:
-        return key, remove(key), None
-    try:
-        parsed = parse(body)
-    except InvalidObject as exc:
-        invalid(word, key, exc)
-        return key, remove(key), exc
-    return key, upsert(parsed), None
+@dataclass(frozen=True, slots=True)
+class StoredKind:
+    """How the objects of one watched kind go into a store."""
+
+    #: The kind's word in Events and logs (``resourceclaim``).
+    word: str
+    #: Keys are ``ns/name`` (else ``name``).
+    namespaced: bool
+    #: The raw object into the store's type; raises :class:`InvalidObject`.
+    parse: Callable[[Mapping[str, Any]], Any]
+    #: Put a parsed object in; whether the store changed.
+    upsert: Callable[[Any], bool]
+    #: Take the object of a key out; whether the store changed.
+    remove: Callable[[str], bool]
+
+
+class ListedStore(Protocol):
+    """A store that says whether every kind feeding it has been listed (the pods that need it wait until then)."""
+
+    listed: bool
+
+
+StoreT = TypeVar("StoreT", bound=ListedStore)
+#: Per kind (plural resource name): its list method, the watches' method that takes its events, and the keys of the
+#: objects the store holds of it (what a relist reconciles).
+Lists = Mapping[str, tuple[Callable[..., Any], OnEvent, Callable[[], Iterable[str]]]]
+
+
+class StoreWatches(Generic[StoreT]):
+    """The watches of the kinds that feed one store: each object goes in through :meth:`feed` (what cannot be read
+    is reported to ``invalid`` and left out), and the store is listed once every kind of :attr:`kinds` is.
+    Subclasses say what the store's users are told (:meth:`all_listed`, :meth:`fed`)."""
+
+    #: The kinds (plural resource names) whose informers feed the store.
+    kinds: tuple[str, ...] = ()
+
+    def __init__(self, store: StoreT, *, invalid: Callable[[str, str, InvalidObject], None]) -> None:
+        self.store = store
+        self._invalid = invalid
+        self._listed: set[str] = set()
+        # Nothing is known until the listings are in.
+        store.listed = False
+
+    def part_listed(self, kind: str) -> None:
+        """The informer of ``kind`` has fed its first full listing."""
+        self._listed.add(kind)
+        if self._listed >= set(self.kinds) and not self.store.listed:
+            self.store.listed = True
+            self.all_listed()
+
+    def all_listed(self) -> None:
+        """Every kind has been listed (the store has just become listed); what the store's users are told."""
+
+    def feed(self, kind: StoredKind, body: Mapping[str, Any], deleted: bool) -> None:
+        """One watched object into the store: parsed and upserted, or removed when deleted or unreadable (what cannot
+        be read is not used, and is reported to ``invalid``); then :meth:`fed`."""
+        meta = body.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        name = str(meta.get("name") or "")
+        key = f"{meta.get('namespace') or 'default'}/{name}" if kind.namespaced else name
+        error: InvalidObject | None = None
+        if deleted:
+            changed = kind.remove(key)
+        else:
+            try:
+                changed = kind.upsert(kind.parse(body))
+            except InvalidObject as exc:
+                self._invalid(kind.word, key, exc)
+                error = exc
+                changed = kind.remove(key)
+        self.fed(kind, key, changed, error)
+
+    def fed(self, kind: StoredKind, key: str, changed: bool, error: InvalidObject | None) -> None:
+        """The object of ``key`` was fed: ``changed`` whether the store changed, ``error`` why it could not be
+        read. What the store's users are told."""
+
+    def informers(self, client: Client, lists: Lists) -> dict[str, Informer]:
+        """The list-then-watch loop of each kind of ``lists``, feeding these watches."""
+        return {
+            kind: Informer(
+                client, kind=kind, list_method=method, on_event=on_event, known=known, on_listed=self.part_listed
+            )
+            for kind, (method, on_event, known) in lists.items()
+        }

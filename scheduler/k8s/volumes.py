@@ -56,8 +56,11 @@ class VolumeBindingSettings:
     timeout_s: float = 120.0
 
 
-class VolumeWatches:
-    """Feeds the volume store from the watches (the ``on_event`` of the four informers)."""
+class VolumeWatches(informer.StoreWatches[VolumeStore]):
+    """Feeds the volume store from the watches (the ``on_event`` of the four informers); until all four are listed,
+    pods with claims wait (see the module notes)."""
+
+    kinds = KINDS
 
     def __init__(
         self,
@@ -66,103 +69,46 @@ class VolumeWatches:
         on_change: Callable[[], None],
         invalid: Callable[[str, str, InvalidObject], None],
     ) -> None:
-        self.store = store
+        super().__init__(store, invalid=invalid)
         self._on_change = on_change
-        self._invalid = invalid
-        self._listed: set[str] = set()
-        # Nothing is known until the listings are in: pods with claims wait (see the module notes).
-        store.listed = False
+        s = store
+        Kind = informer.StoredKind
+        self._claims = Kind("persistentvolumeclaim", True, api_volumes.parse_claim, s.upsert_claim, s.remove_claim)
+        self._volumes = Kind("persistentvolume", False, api_volumes.parse_volume, s.upsert_volume, s.remove_volume)
+        self._classes = Kind("storageclass", False, api_volumes.parse_storage_class, s.upsert_class, s.remove_class)
+        self._csi_nodes = Kind("csinode", False, api_volumes.parse_csi_node, s.upsert_csi_node, s.remove_csi_node)
         #: Set (and replaced) at every change of a claim: what PreBind waits on.
         self._claims_moved = asyncio.Event()
 
-    def part_listed(self, kind: str) -> None:
-        self._listed.add(kind)
-        if self._listed >= set(KINDS) and not self.store.listed:
-            self.store.listed = True
-            log.info(
-                "volumes listed",
-                claims=len(self.store.claims),
-                volumes=len(self.store.volumes),
-                classes=len(self.store.classes),
-                csinodes=len(self.store.csi_nodes),
-            )
-            self._on_change()
-
-    def _event(
-        self,
-        body: Mapping[str, Any],
-        deleted: bool,
-        *,
-        word: str,
-        namespaced: bool,
-        parse: Callable[[Mapping[str, Any]], Any],
-        upsert: Callable[[Any], bool],
-        remove: Callable[[str], bool],
-    ) -> None:
-        _, changed, _ = informer.feed(
-            body,
-            deleted,
-            word=word,
-            namespaced=namespaced,
-            parse=parse,
-            upsert=upsert,
-            remove=remove,
-            invalid=self._invalid,
+    def all_listed(self) -> None:
+        log.info(
+            "volumes listed",
+            claims=len(self.store.claims),
+            volumes=len(self.store.volumes),
+            classes=len(self.store.classes),
+            csinodes=len(self.store.csi_nodes),
         )
+        self._on_change()
+
+    def fed(self, kind: informer.StoredKind, key: str, changed: bool, error: InvalidObject | None) -> None:
         if changed:
-            if word == "persistentvolumeclaim":
+            if kind is self._claims:
                 self._claims_moved.set()
                 self._claims_moved = asyncio.Event()
             if self.store.listed:
                 self._on_change()
 
     def claim_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        s = self.store
-        self._event(
-            body,
-            deleted,
-            word="persistentvolumeclaim",
-            namespaced=True,
-            parse=api_volumes.parse_claim,
-            upsert=s.upsert_claim,
-            remove=s.remove_claim,
-        )
+        self.feed(self._claims, body, deleted)
 
     def volume_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        s = self.store
-        self._event(
-            body,
-            deleted,
-            word="persistentvolume",
-            namespaced=False,
-            parse=api_volumes.parse_volume,
-            upsert=s.upsert_volume,
-            remove=s.remove_volume,
-        )
+        self.feed(self._volumes, body, deleted)
 
     def class_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        s = self.store
-        self._event(
-            body,
-            deleted,
-            word="storageclass",
-            namespaced=False,
-            parse=api_volumes.parse_storage_class,
-            upsert=s.upsert_class,
-            remove=s.remove_class,
-        )
+        self.feed(self._classes, body, deleted)
 
     def csi_node_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        s = self.store
-        self._event(
-            body,
-            deleted,
-            word="csinode",
-            namespaced=False,
-            parse=api_volumes.parse_csi_node,
-            upsert=s.upsert_csi_node,
-            remove=s.remove_csi_node,
-        )
+        self.feed(self._csi_nodes, body, deleted)
 
     async def claims_moved(self, timeout: float) -> None:
         """Return when a claim changes next, or after ``timeout`` seconds."""
@@ -178,27 +124,23 @@ def informers(client: Client, watches: VolumeWatches) -> dict[str, Informer]:
     """The list-then-watch loops of the four kinds, feeding ``watches``."""
     storage = k8s_client.StorageV1Api(client.api)
     store = watches.store
-
-    def make(kind: str, method: Any, on_event: Any, known: Callable[[], Iterable[str]]) -> Informer:
-        return Informer(
-            client, kind=kind, list_method=method, on_event=on_event, known=known, on_listed=watches.part_listed
-        )
-
-    return {
-        "persistentvolumeclaims": make(
-            "persistentvolumeclaims",
-            client.core.list_persistent_volume_claim_for_all_namespaces,
-            watches.claim_event,
-            lambda: list(store.claims),
-        ),
-        "persistentvolumes": make(
-            "persistentvolumes", client.core.list_persistent_volume, watches.volume_event, lambda: list(store.volumes)
-        ),
-        "storageclasses": make(
-            "storageclasses", storage.list_storage_class, watches.class_event, lambda: list(store.classes)
-        ),
-        "csinodes": make("csinodes", storage.list_csi_node, watches.csi_node_event, lambda: list(store.csi_nodes)),
-    }
+    return watches.informers(
+        client,
+        {
+            "persistentvolumeclaims": (
+                client.core.list_persistent_volume_claim_for_all_namespaces,
+                watches.claim_event,
+                lambda: list(store.claims),
+            ),
+            "persistentvolumes": (
+                client.core.list_persistent_volume,
+                watches.volume_event,
+                lambda: list(store.volumes),
+            ),
+            "storageclasses": (storage.list_storage_class, watches.class_event, lambda: list(store.classes)),
+            "csinodes": (storage.list_csi_node, watches.csi_node_event, lambda: list(store.csi_nodes)),
+        },
+    )
 
 
 class VolumeBinder:

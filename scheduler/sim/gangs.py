@@ -6,15 +6,14 @@ cluster holds, and log-normal run times. Jobs can also be read from CSV:
 
     job,workers,gpus_per_worker,cpu_milli,memory_mib,arrival,duration
 
-The run is event-driven in simulated seconds and goes through the same scheduling loop and queue as the
-operator. After every step it checks that no gang is partly placed, and counts a deadlock whenever gangs wait,
-nothing runs, and still nothing could be placed.
+The run is event-driven in simulated seconds (the job event loop of ``scheduler.sim.jobsim``) and goes through the
+same scheduling loop and queue as the operator. After every step it checks that no gang is partly placed, and
+counts a deadlock whenever gangs wait, nothing runs, and still nothing could be placed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 import time
 from collections.abc import Sequence
@@ -30,13 +29,8 @@ from scheduler.api.pod import LABEL_POD_GROUP, PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.api.resources import GpuRequest
-from scheduler.cache.state import Cache
-from scheduler.core.cycle import Scheduler
-from scheduler.core.framework import Framework
-from scheduler.core.loop import ClusterEvent, SchedulingLoop
-from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
-from scheduler.queue.scheduling import SchedulingQueue
+from scheduler.sim import jobsim
 from scheduler.sim.trace import NodeSpec
 
 NAMESPACE = "jobs"
@@ -150,16 +144,6 @@ def _pods(job: Job) -> list[PodRequest]:
     ]
 
 
-class EventLog:
-    """Counts the Events the loop emits, by reason (the simulators' Events port)."""
-
-    def __init__(self) -> None:
-        self.count: dict[str, int] = {}
-
-    def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None:
-        self.count[reason] = self.count.get(reason, 0) + 1
-
-
 class _Evictor:
     """Collects the pods the loop preempts; the run removes them and resubmits their jobs."""
 
@@ -172,16 +156,6 @@ class _Evictor:
     def nominate(self, pod: PodRequest, node: str) -> None:
         # A simulated pod has no status to show it in; the run places it wherever its next cycle finds room.
         return None
-
-
-class Binder:
-    """Binds at once; the run confirms the bindings and tells the loop the pods run."""
-
-    def __init__(self) -> None:
-        self.bound: list[Decision] = []
-
-    def bind(self, decision: Decision) -> None:
-        self.bound.append(decision)
 
 
 @dataclass
@@ -205,6 +179,125 @@ class GangRun:
     preemptions: int = 0
 
 
+class GangSimulation(jobsim.JobSimulation):
+    """The gang scenario on the job event loop: what it measures as jobs start, wait, are preempted and end."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeSpec],
+        jobs: Sequence[Job],
+        config: ProfileConfig,
+        *,
+        queues: Sequence[QueueSpec] = (),
+        reserve_after_s: float | None = None,
+    ) -> None:
+        self.evictor = _Evictor()
+        super().__init__((n.info() for n in nodes), config, evictor=self.evictor, reserve_after_s=reserve_after_s)
+        if queues:
+            self.loop.queues_changed(list(queues))
+        self.jobs = jobs
+        self.capacity = float(sum(n.gpus for n in nodes))
+        self.by_name = {j.name: j for j in jobs}
+        self.pods = {j.name: _pods(j) for j in jobs}
+        #: GPUs held by each queue's running jobs, and their history.
+        self.held: dict[str, float] = {}
+        self.timeline: list[tuple[float, dict[str, float]]] = []
+        self.recorded = jobs[0].arrival if jobs else 0.0
+        #: Arrival and first start of each job that started; when each running job started.
+        self.first_start: dict[str, tuple[float, float]] = {}
+        self.started: dict[str, float] = {}
+        self.preempted_gpu_s = 0.0
+        self.preemptions = 0
+        self.running_gpus = 0.0
+        self.area = 0.0
+        self.last = jobs[0].arrival if jobs else 0.0
+        self.end = max((j.arrival for j in jobs), default=0.0)
+        self.partial = 0
+        self.deadlocks = 0
+        for job in jobs:
+            self.arrive(job.name, job.arrival)
+
+    def advance(self, t: float) -> None:
+        if t <= self.end:
+            self.area += self.running_gpus * (t - self.last)
+            self.last = t
+        self.loop.record_usage(self.now - self.recorded)
+        self.recorded = self.now
+
+    def arrived(self, name: str) -> None:
+        job = self.by_name[name]
+        group = PodGroup(NAMESPACE, job.name, min_member=job.workers, queue=job.queue, created=job.arrival)
+        self.submit(self.pods[name], group)
+
+    def departed(self, name: str) -> None:
+        job = self.by_name[name]
+        self.remove(self.pods[name], f"{NAMESPACE}/{name}")
+        self.running_gpus -= job.gpus
+        self.held[job.queue] -= job.gpus
+        self.pods_deleted()
+
+    def preempted(self) -> bool:
+        if not self.evictor.pods:
+            return False
+        victims = {pod.pod_group for pod in self.evictor.pods}
+        self.evictor.pods.clear()
+        for job_name in sorted(victims):
+            job = self.by_name[job_name]
+            if job_name in self.started:
+                self.preempted_gpu_s += job.gpus * (self.now - self.started.pop(job_name))
+                self.running_gpus -= job.gpus
+                self.held[job.queue] -= job.gpus
+            self.remove(self.pods[job_name], f"{NAMESPACE}/{job_name}")
+            self.resubmit(job_name)
+            self.preemptions += 1
+        self.pods_deleted()
+        return True
+
+    def stepped(self, *, bound: int) -> None:
+        for state in self.loop.jobs.gangs():
+            assert state.group is not None
+            placed = len(state.placed)
+            if 0 < placed < state.group.min_member:
+                self.partial += 1
+            job_name = state.group.name
+            if state.satisfied and job_name not in self.started:
+                self.started[job_name] = self.now
+                self.first_start.setdefault(job_name, (self.by_name[job_name].arrival, self.now))
+                job = self.by_name[job_name]
+                self.running_gpus += job.gpus
+                self.held[job.queue] = self.held.get(job.queue, 0.0) + job.gpus
+                self.depart(job_name, job.duration)
+        if not self.timeline or self.timeline[-1][1] != self.held:
+            self.timeline.append((self.now, dict(self.held)))
+        waiting = [s for s in self.loop.jobs.gangs() if not s.satisfied]
+        if waiting and self.running_gpus == 0 and bound == 0:
+            self.deadlocks += 1
+
+    def finished(self) -> bool:
+        return not self.events_left and all(s.satisfied for s in self.loop.jobs.gangs())
+
+    def result(self, wall_s: float) -> GangRun:
+        jobs = self.jobs
+        waits = np.array([self.first_start[j.name][1] - j.arrival for j in jobs if j.name in self.first_start])
+        span = max(self.end - (jobs[0].arrival if jobs else 0.0), 1e-9)
+        return GangRun(
+            partial_gangs=self.partial,
+            deadlocks=self.deadlocks,
+            gang_wait_mean_s=float(waits.mean()) if waits.size else math.nan,
+            gang_wait_p99_s=float(np.percentile(waits, 99)) if waits.size else math.nan,
+            gpu_allocation=100.0 * self.area / (span * self.capacity),
+            placed_gangs=len(self.first_start),
+            waiting_gangs=len(jobs) - len(self.first_start),
+            cycles=self.cycles,
+            wall_s=wall_s,
+            events=self.log.count,
+            timeline=self.timeline,
+            starts=self.first_start,
+            preempted_gpu_hours=self.preempted_gpu_s / 3600.0,
+            preemptions=self.preemptions,
+        )
+
+
 def run(
     nodes: Sequence[NodeSpec],
     jobs: Sequence[Job],
@@ -213,142 +306,7 @@ def run(
     queues: Sequence[QueueSpec] = (),
     reserve_after_s: float | None = None,
 ) -> GangRun:
-    now = 0.0
-    cache = Cache()
-    for node in nodes:
-        cache.upsert_node(node.info())
-    capacity = float(sum(n.gpus for n in nodes))
-    binder = Binder()
-    scheduler = Scheduler(cache, Framework.build(config), binder)
-    queue = SchedulingQueue(clock=lambda: now)
-    log = EventLog()
-    evictor = _Evictor()
-    loop = SchedulingLoop(
-        scheduler, queue, clock=lambda: now, events=log, evictor=evictor, reserve_after_s=reserve_after_s
-    )
-    if queues:
-        loop.queues_changed(list(queues))
-    by_name = {j.name: j for j in jobs}
-    held: dict[str, float] = {}
-    timeline: list[tuple[float, dict[str, float]]] = []
-    recorded = jobs[0].arrival if jobs else 0.0
-    pods = {j.name: _pods(j) for j in jobs}
-    events: list[tuple[float, int, str, int]] = [(j.arrival, 1, j.name, 0) for j in jobs]
-    run_of: dict[str, int] = {}
-    first_start: dict[str, tuple[float, float]] = {}
-    preempted_gpu_s = 0.0
-    preemptions = 0
-    heapq.heapify(events)
-    started: dict[str, float] = {}
-    running_gpus = 0.0
-    area = 0.0
-    last = jobs[0].arrival if jobs else 0.0
-    end = max((j.arrival for j in jobs), default=0.0)
-    partial = 0
-    deadlocks = 0
-    cycles = 0
     clock_start = time.perf_counter()
-
-    def preempt() -> bool:
-        """Remove what the loop preempted and resubmit those jobs; True if anything was."""
-        nonlocal running_gpus, preempted_gpu_s, preemptions
-        if not evictor.pods:
-            return False
-        victims = {pod.pod_group for pod in evictor.pods}
-        evictor.pods.clear()
-        for job_name in sorted(victims):
-            job = by_name[job_name]
-            if job_name in started:
-                preempted_gpu_s += job.gpus * (now - started.pop(job_name))
-                running_gpus -= job.gpus
-                held[job.queue] -= job.gpus
-            for pod in pods[job_name]:
-                cache.remove_pod(pod.key)
-                loop.pod_gone(pod.key)
-            loop.group_removed(f"{NAMESPACE}/{job_name}")
-            run_of[job_name] = run_of.get(job_name, 0) + 1
-            heapq.heappush(events, (now, 1, job_name, run_of[job_name]))
-            preemptions += 1
-        loop.cluster_event(ClusterEvent.POD_DELETED)
-        return True
-
-    def step() -> None:
-        nonlocal cycles, running_gpus, partial, deadlocks
-        placed_before = len(binder.bound)
-        cycles += loop.run_until_idle()
-        while preempt():
-            cycles += loop.run_until_idle()
-        for decision in binder.bound[placed_before:]:
-            cache.confirm(decision.pod.key)
-            loop.pod_placed(dataclasses.replace(decision.pod, node_name=decision.node, phase="Running"))
-        for state in loop.jobs.gangs():
-            assert state.group is not None
-            placed = len(state.placed)
-            if 0 < placed < state.group.min_member:
-                partial += 1
-            job_name = state.group.name
-            if state.satisfied and job_name not in started:
-                started[job_name] = now
-                first_start.setdefault(job_name, (by_name[job_name].arrival, now))
-                job = by_name[job_name]
-                running_gpus += job.gpus
-                held[job.queue] = held.get(job.queue, 0.0) + job.gpus
-                heapq.heappush(events, (now + job.duration, 0, job_name, run_of.get(job_name, 0)))
-        if not timeline or timeline[-1][1] != held:
-            timeline.append((now, dict(held)))
-        waiting = [s for s in loop.jobs.gangs() if not s.satisfied]
-        if waiting and running_gpus == 0 and len(binder.bound) == placed_before:
-            deadlocks += 1
-
-    while events or queue.next_wakeup() is not None:
-        wake = queue.next_wakeup()
-        if events and (wake is None or events[0][0] <= wake):
-            t, kind, name, run_number = heapq.heappop(events)
-            if kind == 0 and run_number != run_of.get(name, 0):
-                continue  # the departure of a run that was preempted
-        elif wake is not None:
-            t, kind, name, run_number = wake, 2, "", 0
-        else:
-            break
-        if t <= end:
-            area += running_gpus * (t - last)
-            last = t
-        now = max(now, t)
-        loop.record_usage(now - recorded)
-        recorded = now
-        job = by_name.get(name)
-        if kind == 1 and job is not None:
-            loop.group_upsert(
-                PodGroup(NAMESPACE, job.name, min_member=job.workers, queue=job.queue, created=job.arrival)
-            )
-            for pod in pods[name]:
-                loop.pod_pending(pod)
-        elif kind == 0 and job is not None:
-            for pod in pods[name]:
-                cache.remove_pod(pod.key)
-                loop.pod_gone(pod.key)
-            loop.group_removed(f"{NAMESPACE}/{name}")
-            running_gpus -= job.gpus
-            held[job.queue] -= job.gpus
-            loop.cluster_event(ClusterEvent.POD_DELETED)
-        step()
-        if not events and all(s.satisfied for s in loop.jobs.gangs()):
-            break
-    waits = np.array([first_start[j.name][1] - j.arrival for j in jobs if j.name in first_start])
-    span = max(end - (jobs[0].arrival if jobs else 0.0), 1e-9)
-    return GangRun(
-        partial_gangs=partial,
-        deadlocks=deadlocks,
-        gang_wait_mean_s=float(waits.mean()) if waits.size else math.nan,
-        gang_wait_p99_s=float(np.percentile(waits, 99)) if waits.size else math.nan,
-        gpu_allocation=100.0 * area / (span * capacity),
-        placed_gangs=len(first_start),
-        waiting_gangs=len(jobs) - len(first_start),
-        cycles=cycles,
-        wall_s=time.perf_counter() - clock_start,
-        events=log.count,
-        timeline=timeline,
-        starts=first_start,
-        preempted_gpu_hours=preempted_gpu_s / 3600.0,
-        preemptions=preemptions,
-    )
+    sim = GangSimulation(nodes, jobs, config, queues=queues, reserve_after_s=reserve_after_s)
+    sim.run()
+    return sim.result(time.perf_counter() - clock_start)

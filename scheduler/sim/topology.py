@@ -15,7 +15,6 @@ cliques over time (room for the next large job), and the GPU allocation over the
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 import time
 from collections.abc import Sequence
@@ -30,14 +29,10 @@ from scheduler.api.pod import ANNOTATION_TOPOLOGY_PREFERRED, LABEL_POD_GROUP, Po
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.resources import GpuRequest
 from scheduler.api.topology import NO_CONSTRAINT, TopologyConstraint
-from scheduler.cache.state import Cache
-from scheduler.core.cycle import Scheduler
-from scheduler.core.framework import Framework
-from scheduler.core.loop import ClusterEvent, SchedulingLoop
+from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
 from scheduler.kernels import layout
-from scheduler.queue.scheduling import SchedulingQueue
-from scheduler.sim import gangs
+from scheduler.sim import jobsim
 
 NAMESPACE = "topo"
 GPUS_PER_NODE = 8
@@ -176,116 +171,110 @@ class TopologyRun:
     events: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
+class TopologySimulation(jobsim.JobSimulation):
+    """The topology scenario on the job event loop: where each job's pods land, and the free cliques over time."""
+
+    def __init__(self, nodes: Sequence[NodeInfo], jobs: Sequence[Job], config: ProfileConfig, *, ignore: bool) -> None:
+        super().__init__(nodes, config)
+        self.jobs = jobs
+        self.ignore = ignore
+        self.ids = self.cache.domain_ids()
+        ids = self.ids
+        self.clique_of = ids[:, CLIQUE] if CLIQUE is not None else np.full(self.cache.arrays.slots, -1, dtype=np.int64)
+        clique_of = self.clique_of
+        self.clique_gpus = np.bincount(clique_of[clique_of >= 0], weights=self.cache.arrays.gpu_count[clique_of >= 0])
+        self.capacity = float(sum(n.gpus for n in nodes))
+        self.by_name = {j.name: j for j in jobs}
+        self.pods = {j.name: _pods(j, constrained=not ignore) for j in jobs}
+        #: Each job's nodes (slots), one per pod placed; when each job started.
+        self.nodes_of: dict[str, list[int]] = {}
+        self.started: dict[str, float] = {}
+        self.running_gpus = 0.0
+        self.start = jobs[0].arrival if jobs else 0.0
+        self.end = max((j.arrival for j in jobs), default=0.0)
+        self.last = self.start
+        self.alloc_area = 0.0
+        self.free_clique_area = 0.0
+        for job in jobs:
+            self.arrive(job.name, job.arrival)
+
+    def free_cliques(self) -> int:
+        a = self.cache.arrays
+        whole = (a.gpu_free >= layout.WHOLE).sum(axis=1)
+        inside = self.clique_of >= 0
+        free = np.bincount(self.clique_of[inside], weights=whole[inside], minlength=self.clique_gpus.shape[0])
+        return int((free >= self.clique_gpus).sum())
+
+    def advance(self, t: float) -> None:
+        if t <= self.end:
+            self.alloc_area += self.running_gpus * (t - self.last)
+            self.free_clique_area += self.free_cliques() * (t - self.last)
+            self.last = t
+
+    def arrived(self, name: str) -> None:
+        job = self.by_name[name]
+        group = None
+        if job.gang:
+            constraint = NO_CONSTRAINT if self.ignore else job.topology
+            group = PodGroup(NAMESPACE, job.name, min_member=job.workers, topology=constraint, created=job.arrival)
+        self.submit(self.pods[name], group)
+
+    def departed(self, name: str) -> None:
+        job = self.by_name[name]
+        self.remove(self.pods[name], f"{NAMESPACE}/{name}" if job.gang else None)
+        self.running_gpus -= job.gpus
+        self.pods_deleted()
+
+    def placed(self, decision: Decision) -> None:
+        job_name = decision.pod.pod_group or decision.pod.name
+        slot = self.cache.slot_of(decision.node)
+        assert slot is not None
+        self.nodes_of.setdefault(job_name, []).append(slot)
+
+    def stepped(self, *, bound: int) -> None:
+        for job_name, slots in self.nodes_of.items():
+            job = self.by_name[job_name]
+            if job_name not in self.started and len(slots) >= job.workers:
+                self.started[job_name] = self.now
+                self.running_gpus += job.gpus
+                self.depart(job_name, job.duration)
+
+    def finished(self) -> bool:
+        # Everything ran, or what waits cannot fit even in the empty cluster: nothing will change.
+        return not self.events_left and (len(self.started) == len(self.jobs) or self.running_gpus == 0)
+
+    def result(self, wall_s: float) -> TopologyRun:
+        jobs, ids, nodes_of, started = self.jobs, self.ids, self.nodes_of, self.started
+        preferred = [j for j in jobs if j.gang and j.topology.preferred and j.name in started]
+        in_one = sum(_domains(ids, nodes_of[j.name], j.topology.preferred) == 1 for j in preferred)
+        violations = sum(
+            _domains(ids, nodes_of[j.name], j.topology.required) != 1
+            for j in jobs
+            if j.gang and j.topology.required and j.name in started
+        )
+        waits = [started[j.name] - j.arrival for j in jobs if j.name in started]
+        span = max(self.end - self.start, 1e-9)
+        return TopologyRun(
+            one_domain_share=in_one / len(preferred) if preferred else math.nan,
+            required_violations=int(violations),
+            free_cliques_mean=self.free_clique_area / span,
+            gpu_allocation=100.0 * self.alloc_area / (span * self.capacity),
+            placed_jobs=len(started),
+            waiting_jobs=len(jobs) - len(started),
+            wait_mean_s=float(np.mean(waits)) if waits else math.nan,
+            cycles=self.cycles,
+            wall_s=wall_s,
+            events=self.log.count,
+        )
+
+
 def run(nodes: Sequence[NodeInfo], jobs: Sequence[Job], config: ProfileConfig, *, ignore: bool = False) -> TopologyRun:
     """Run ``jobs`` on ``nodes``; with ``ignore`` every topology constraint is dropped (the metrics still judge
     placements by the constraints as written)."""
     clock_start = time.perf_counter()
-    now = 0.0
-    cache = Cache()
-    for info in nodes:
-        cache.upsert_node(info)
-    binder = gangs.Binder()
-    scheduler = Scheduler(cache, Framework.build(config), binder)
-    queue = SchedulingQueue(clock=lambda: now)
-    log = gangs.EventLog()
-    loop = SchedulingLoop(scheduler, queue, clock=lambda: now, events=log)
-    ids = cache.domain_ids()
-    clique_of = ids[:, CLIQUE] if CLIQUE is not None else np.full(cache.arrays.slots, -1, dtype=np.int64)
-    clique_gpus = np.bincount(clique_of[clique_of >= 0], weights=cache.arrays.gpu_count[clique_of >= 0])
-    capacity = float(sum(n.gpus for n in nodes))
-    by_name = {j.name: j for j in jobs}
-    pods = {j.name: _pods(j, constrained=not ignore) for j in jobs}
-    events: list[tuple[float, int, str]] = [(j.arrival, 1, j.name) for j in jobs]
-    heapq.heapify(events)
-    nodes_of: dict[str, list[int]] = {}
-    started: dict[str, float] = {}
-    running_gpus = 0.0
-    start = jobs[0].arrival if jobs else 0.0
-    end = max((j.arrival for j in jobs), default=0.0)
-    last = start
-    alloc_area = 0.0
-    free_clique_area = 0.0
-    cycles = 0
-
-    def free_cliques() -> int:
-        a = cache.arrays
-        whole = (a.gpu_free >= layout.WHOLE).sum(axis=1)
-        inside = clique_of >= 0
-        free = np.bincount(clique_of[inside], weights=whole[inside], minlength=clique_gpus.shape[0])
-        return int((free >= clique_gpus).sum())
-
-    def step() -> None:
-        nonlocal cycles, running_gpus
-        before = len(binder.bound)
-        cycles += loop.run_until_idle()
-        for decision in binder.bound[before:]:
-            cache.confirm(decision.pod.key)
-            loop.pod_placed(dataclasses.replace(decision.pod, node_name=decision.node, phase="Running"))
-            job_name = decision.pod.pod_group or decision.pod.name
-            slot = cache.slot_of(decision.node)
-            assert slot is not None
-            nodes_of.setdefault(job_name, []).append(slot)
-        for job_name, slots in nodes_of.items():
-            job = by_name[job_name]
-            if job_name not in started and len(slots) >= job.workers:
-                started[job_name] = now
-                running_gpus += job.gpus
-                heapq.heappush(events, (now + job.duration, 0, job_name))
-
-    while events or queue.next_wakeup() is not None:
-        wake = queue.next_wakeup()
-        if events and (wake is None or events[0][0] <= wake):
-            t, kind, name = heapq.heappop(events)
-        elif wake is not None:
-            t, kind, name = wake, 2, ""
-        else:
-            break
-        if t <= end:
-            alloc_area += running_gpus * (t - last)
-            free_clique_area += free_cliques() * (t - last)
-            last = t
-        now = max(now, t)
-        job = by_name.get(name)
-        if kind == 1 and job is not None:
-            if job.gang:
-                constraint = NO_CONSTRAINT if ignore else job.topology
-                group = PodGroup(NAMESPACE, job.name, min_member=job.workers, topology=constraint, created=job.arrival)
-                loop.group_upsert(group)
-            for pod in pods[name]:
-                loop.pod_pending(pod)
-        elif kind == 0 and job is not None:
-            for pod in pods[name]:
-                cache.remove_pod(pod.key)
-                loop.pod_gone(pod.key)
-            if job.gang:
-                loop.group_removed(f"{NAMESPACE}/{name}")
-            running_gpus -= job.gpus
-            loop.cluster_event(ClusterEvent.POD_DELETED)
-        step()
-        if not events and (len(started) == len(jobs) or running_gpus == 0):
-            # Everything ran, or what waits cannot fit even in the empty cluster: nothing will change.
-            break
-    preferred = [j for j in jobs if j.gang and j.topology.preferred and j.name in started]
-    in_one = sum(_domains(ids, nodes_of[j.name], j.topology.preferred) == 1 for j in preferred)
-    violations = sum(
-        _domains(ids, nodes_of[j.name], j.topology.required) != 1
-        for j in jobs
-        if j.gang and j.topology.required and j.name in started
-    )
-    waits = [started[j.name] - j.arrival for j in jobs if j.name in started]
-    span = max(end - start, 1e-9)
-    return TopologyRun(
-        one_domain_share=in_one / len(preferred) if preferred else math.nan,
-        required_violations=int(violations),
-        free_cliques_mean=free_clique_area / span,
-        gpu_allocation=100.0 * alloc_area / (span * capacity),
-        placed_jobs=len(started),
-        waiting_jobs=len(jobs) - len(started),
-        wait_mean_s=float(np.mean(waits)) if waits else math.nan,
-        cycles=cycles,
-        wall_s=time.perf_counter() - clock_start,
-        events=log.count,
-    )
+    sim = TopologySimulation(nodes, jobs, config, ignore=ignore)
+    sim.run()
+    return sim.result(time.perf_counter() - clock_start)
 
 
 def _domains(ids: np.ndarray, slots: Sequence[int], level_name: str) -> int:

@@ -15,7 +15,7 @@ from scheduler.api import node as api_node
 from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
 from scheduler.api.resources import GpuRequest
-from tests.api import objects
+from tests.api import hami_annotations, objects
 
 MIB = 2**20
 UUIDS = [f"GPU-0000000{i}-5c87-89ac-b1a6-7b53aa24b0ec" for i in range(4)]
@@ -113,9 +113,9 @@ devices_strategy = st.lists(
 @given(devices_strategy)
 def test_register_round_trip_in_both_forms(devices: list[hami.Device]) -> None:
     in_order = sorted(devices, key=lambda d: d.index)  # stable: listing order among equal indices
-    assert list(hami.parse_register(hami.encode_register(devices), obj="node n")) == in_order
+    assert list(hami.parse_register(hami_annotations.encode_register(devices), obj="node n")) == in_order
     if devices:  # an empty text register is refused, as HAMi's decoder refuses it
-        assert list(hami.parse_register(hami.encode_register_text(devices), obj="node n")) == in_order
+        assert list(hami.parse_register(hami_annotations.encode_register_text(devices), obj="node n")) == in_order
 
 
 # --- the node ----------------------------------------------------------------------------------------------------
@@ -139,7 +139,7 @@ def test_unhealthy_and_mig_devices_are_left_out_and_told() -> None:
     devices = list(hami.parse_register(REGISTER_JSON, obj="n"))
     devices[1] = hami.Device(**{**_fields(devices[1]), "health": False})
     devices[2] = hami.Device(**{**_fields(devices[2]), "mode": "mig", "memory_mib": 40960})
-    node = api_node.parse_node(hami_node(hami.encode_register(devices)))
+    node = api_node.parse_node(hami_node(hami_annotations.encode_register(devices)))
     assert [d.uuid for d in node.hami_devices] == [UUIDS[0], UUIDS[3]]
     assert node.gpus == 2
     (problem,) = node.problems
@@ -148,7 +148,7 @@ def test_unhealthy_and_mig_devices_are_left_out_and_told() -> None:
 
 def test_devices_of_different_memory_count_as_the_smallest() -> None:
     devices = [hami.Device(uuid=UUIDS[0], memory_mib=40960), hami.Device(uuid=UUIDS[1], index=1, memory_mib=81920)]
-    assert api_node.parse_node(hami_node(hami.encode_register(devices))).gpu_memory == 40960 * MIB
+    assert api_node.parse_node(hami_node(hami_annotations.encode_register(devices))).gpu_memory == 40960 * MIB
 
 
 def test_an_unreadable_register_leaves_the_node_usable_without_gpus() -> None:
@@ -236,7 +236,7 @@ container_devices = st.lists(
 @given(container_devices)
 def test_pod_devices_round_trip(containers: tuple[tuple[hami.ContainerDevice, ...], ...]) -> None:
     encoded = hami.encode_pod_devices(containers)
-    assert hami.decode_pod_devices(encoded, obj="pod ns/p", field=hami.ALLOCATED) == containers
+    assert hami_annotations.decode_pod_devices(encoded) == containers
 
 
 # --- HAMi's resource names on pods -------------------------------------------------------------------------------

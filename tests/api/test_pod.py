@@ -152,7 +152,6 @@ def test_where_a_pod_is_and_what_constrains_it() -> None:
     assert pod.tolerations[0].key == "dedicated" and pod.tolerations[0].operator == "Exists"
     assert pod.affinity[0].labels[0].values == ("a", "b")
     assert pod.phase == "Running" and not pod.terminal
-    assert pod.has_node_constraints
     assert pod.scheduler_name == "gpusched"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.api import selectors
-from scheduler.api.selectors import NodeSelectorTerm, Requirement, Taint, Toleration
+from scheduler.api.selectors import Requirement, Taint, Toleration
 
 LABELS = {"zone": "a", "gpus": "8", "pool": "train"}
 
@@ -32,31 +32,6 @@ LABELS = {"zone": "a", "gpus": "8", "pool": "train"}
 )
 def test_requirements(requirement: Requirement, matches: bool) -> None:
     assert requirement.matches(LABELS) is matches
-
-
-def test_terms_are_ored_and_requirements_within_a_term_anded() -> None:
-    zone_b = NodeSelectorTerm(labels=(Requirement("zone", "In", ("b",)),))
-    zone_a_train = NodeSelectorTerm(labels=(Requirement("zone", "In", ("a",)), Requirement("pool", "In", ("train",))))
-    zone_a_infer = NodeSelectorTerm(labels=(Requirement("zone", "In", ("a",)), Requirement("pool", "In", ("infer",))))
-    assert selectors.node_matches("n1", LABELS, {}, (zone_b, zone_a_train))
-    assert not selectors.node_matches("n1", LABELS, {}, (zone_b, zone_a_infer))
-
-
-def test_an_empty_term_matches_no_node_and_no_terms_match_every_node() -> None:
-    assert not selectors.node_matches("n1", LABELS, {}, (NodeSelectorTerm(),))
-    assert selectors.node_matches("n1", LABELS, {}, ())
-
-
-def test_match_fields_select_by_node_name() -> None:
-    term = NodeSelectorTerm(fields=(Requirement("metadata.name", "In", ("n1",)),))
-    assert selectors.node_matches("n1", LABELS, {}, (term,))
-    assert not selectors.node_matches("n2", LABELS, {}, (term,))
-
-
-def test_node_selector_needs_every_label() -> None:
-    assert selectors.node_matches("n1", LABELS, {"zone": "a", "pool": "train"}, ())
-    assert not selectors.node_matches("n1", LABELS, {"zone": "a", "pool": "infer"}, ())
-    assert not selectors.node_matches("n1", LABELS, {"rack": "1"}, ())
 
 
 NO_SCHEDULE = Taint("dedicated", "ml", "NoSchedule")
@@ -112,4 +87,3 @@ def test_affinity_parsing_keeps_labels_and_fields_apart() -> None:
     (term,) = selectors.parse_node_affinity(spec, obj="pod p")
     assert term.labels == (Requirement("gpus", "Gt", ("4",)),)
     assert term.fields == (Requirement("metadata.name", "NotIn", ("n9",)),)
-    assert term.matches("n1", LABELS) and not term.matches("n9", LABELS)

@@ -7,9 +7,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import selectors
 from scheduler.api.selectors import NodeSelectorTerm, Requirement
 from scheduler.cache.labels import LabelIndex
+from tests.cache import node_selection
 
 KEYS = ("zone", "pool", "gpus")
 VALUES = ("a", "b", "1", "8", "-3")
@@ -71,7 +71,7 @@ def test_the_index_agrees_with_selectors(
     got = index.select(size, node_selector, affinity, names)
     for slot, node_labels in labels.items():
         assert index.labels(slot) == node_labels
-        assert got[slot] == selectors.node_matches(f"n{slot}", node_labels, node_selector, affinity), slot
+        assert got[slot] == node_selection.node_matches(f"n{slot}", node_labels, node_selector, affinity), slot
 
 
 def test_a_relabelled_node_leaves_its_old_values() -> None:
@@ -85,3 +85,42 @@ def test_a_relabelled_node_leaves_its_old_values() -> None:
     index.clear(1)
     exists = (NodeSelectorTerm(labels=(Requirement("pool", "Exists"),)),)
     np.testing.assert_array_equal(index.select(2, {}, exists, names), [True, False])
+
+
+# --- what a nodeSelector and required node affinity select -------------------------------------------------------
+
+LABELS = {"zone": "a", "gpus": "8", "pool": "train"}
+
+
+def selects(
+    name: str, labels: dict[str, str], node_selector: dict[str, str], affinity: tuple[NodeSelectorTerm, ...]
+) -> bool:
+    """Whether the index of one node ``name`` with ``labels`` selects it."""
+    index = LabelIndex()
+    index.assign(0, labels)
+    return bool(index.select(1, node_selector, affinity, [name])[0])
+
+
+def test_terms_are_ored_and_requirements_within_a_term_anded() -> None:
+    zone_b = NodeSelectorTerm(labels=(Requirement("zone", "In", ("b",)),))
+    zone_a_train = NodeSelectorTerm(labels=(Requirement("zone", "In", ("a",)), Requirement("pool", "In", ("train",))))
+    zone_a_infer = NodeSelectorTerm(labels=(Requirement("zone", "In", ("a",)), Requirement("pool", "In", ("infer",))))
+    assert selects("n1", LABELS, {}, (zone_b, zone_a_train))
+    assert not selects("n1", LABELS, {}, (zone_b, zone_a_infer))
+
+
+def test_an_empty_term_matches_no_node_and_no_terms_match_every_node() -> None:
+    assert not selects("n1", LABELS, {}, (NodeSelectorTerm(),))
+    assert selects("n1", LABELS, {}, ())
+
+
+def test_match_fields_select_by_node_name() -> None:
+    term = NodeSelectorTerm(fields=(Requirement("metadata.name", "In", ("n1",)),))
+    assert selects("n1", LABELS, {}, (term,))
+    assert not selects("n2", LABELS, {}, (term,))
+
+
+def test_node_selector_needs_every_label() -> None:
+    assert selects("n1", LABELS, {"zone": "a", "pool": "train"}, ())
+    assert not selects("n1", LABELS, {"zone": "a", "pool": "infer"}, ())
+    assert not selects("n1", LABELS, {"rack": "1"}, ())

@@ -638,7 +638,8 @@ the same order; the two runs go side by side (`--sequential`: one after the othe
 The gpusched compared: {source}.
 
 Building e2e.test: {E2E_BUILD_TIMES}. `make test` runs four quick SchedulerPredicates specs the same way
-(tests/e2e/test_conformance_e2e.py, `run.py --subset fast`); `.ci/run` builds e2e.test after the control plane.
+(tests/e2e/test_conformance_e2e.py, `run.py --subset fast`); `.ci/run` builds e2e.test after the control plane, and
+the test builds it with the same script when it is not in the cache, so a fresh clone's `make test` runs it too.
 
 To look into a failure: the runner prints its log directory first. In it, per scheduler, `e2e.log` (the specs'
 output, with the namespace's events and pods dumped on failure), `report/junit.xml`, `cluster/logs/` (etcd,

@@ -27,17 +27,7 @@ sys.path.insert(0, str(HERE))
 
 import kube as kube_mod  # noqa: E402
 from localcluster import LocalCluster, cached_binaries  # noqa: E402
-
-
-def required() -> bool:
-    """CI says the suite must run: nothing may skip for want of binaries or of ``gpusched run``."""
-    return os.environ.get("GPUSCHED_E2E_REQUIRED", "") not in ("", "0")
-
-
-def _skip_or_fail(reason: str) -> None:
-    if required():
-        pytest.fail(f"GPUSCHED_E2E_REQUIRED=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
+from skips import required, skip_or_fail  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -116,7 +106,7 @@ def scenario(kube: kube_mod.Kube, workdir: Path, request: pytest.FixtureRequest)
 def sched(scenario: kube_mod.Scenario, gpusched_missing: str | None) -> kube_mod.Scenario:
     """A scenario whose test runs ``gpusched run``: skips (or fails under GPUSCHED_E2E_REQUIRED=1) without it."""
     if gpusched_missing is not None:
-        _skip_or_fail(f"`gpusched run` is not available in this checkout ({gpusched_missing})")
+        skip_or_fail(f"`gpusched run` is not available in this checkout ({gpusched_missing})")
     return scenario
 
 

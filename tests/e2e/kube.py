@@ -75,8 +75,12 @@ def wait_until(
 ) -> Any:
     """Poll ``predicate`` until it returns something truthy and return it.
 
-    On timeout raise :class:`WaitTimeout` naming ``what``, with ``describe()`` (the state the test cares about)
-    and the last exception the predicate raised, so that the failure reads as a bug report.
+    What waiting can clear is waited out: an object not there yet (the API server's 404), and an API server or a
+    ``gpusched run`` briefly out of reach (429, 5xx, a refused or timed-out connection: the fault tests restart
+    them). Any other exception is the predicate's own (a KeyError on an answer it misread, a typo, a wrong
+    request) and is raised at once, not after the timeout. On timeout raise :class:`WaitTimeout` naming ``what``,
+    with ``describe()`` (the state the test cares about) and the last exception waited out, so that the failure
+    reads as a bug report.
     """
     deadline = time.monotonic() + timeout
     last_exc: BaseException | None = None
@@ -85,11 +89,9 @@ def wait_until(
             value = predicate()
             if value:
                 return value
-        except (WaitTimeout, ClusterError) as exc:
-            if not isinstance(exc, APIError):
-                raise
-            last_exc = exc
         except Exception as exc:
+            if not _passing(exc):
+                raise
             last_exc = exc
         if time.monotonic() >= deadline:
             parts = [f"timed out after {timeout:.0f}s waiting for {what}"]
@@ -103,6 +105,15 @@ def wait_until(
             raise WaitTimeout("; ".join(parts))
         time.sleep(interval)
         interval = min(interval * 1.3, 1.0)
+
+
+def _passing(exc: BaseException) -> bool:
+    """Whether waiting may clear ``exc`` (see :func:`wait_until`)."""
+    if isinstance(exc, APIError):
+        return exc.status in (404, 429) or exc.status >= 500
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code in (404, 429) or exc.code >= 500
+    return isinstance(exc, (urllib.error.URLError, ConnectionError, TimeoutError))
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 from kube import Scenario, gpu_ids_of, node_of
 
 from scheduler.api import hami
+from tests.api import hami_annotations
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +50,7 @@ def with_hami_resources(manifest: dict[str, Any], **per_gpu: str) -> dict[str, A
 def allocated(p: dict[str, Any]) -> tuple[tuple[hami.ContainerDevice, ...], ...]:
     annotations = p["metadata"].get("annotations") or {}
     assert annotations.get(hami.TO_ALLOCATE) == annotations.get(hami.ALLOCATED), annotations
-    return hami.decode_pod_devices(annotations.get(hami.ALLOCATED, ""), obj=p["metadata"]["name"], field="allocated")
+    return hami_annotations.decode_pod_devices(annotations.get(hami.ALLOCATED, ""))
 
 
 def test_bound_pods_name_the_uuids_of_the_gpus_gpusched_chose(sched: Scenario) -> None:

@@ -7,7 +7,6 @@ Skipped when the control-plane binaries are not built, unless ``GPUSCHED_E2E_REQ
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,30 +21,18 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from localcluster import GPU_RESOURCE, LocalCluster, free_port, wait_for  # noqa: E402
+from localcluster import GPU_RESOURCE, LocalCluster, cached_binaries, free_port, wait_for  # noqa: E402
+from skips import required  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
 REPO = HERE.parent.parent
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "kwok")
-
-
-def _cached_binaries() -> str | None:
-    if os.environ.get("GPUSCHED_E2E_BIN"):
-        return os.environ["GPUSCHED_E2E_BIN"]
-    root = Path(os.environ.get("GPUSCHED_E2E_CACHE") or Path.home() / ".cache" / "gpusched")
-    complete = [
-        d
-        for d in root.glob("bin-k8s-*")
-        if (d / "kwok-stages.yaml").is_file() and all(os.access(d / b, os.X_OK) for b in BINARIES)
-    ]
-    return str(max(complete, key=lambda d: d.stat().st_mtime)) if complete else None
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    bin_dir = _cached_binaries()
-    if bin_dir is None and os.environ.get("GPUSCHED_E2E_REQUIRED", "") in ("", "0"):
+    bin_dir = cached_binaries()
+    if bin_dir is None and not required():
         pytest.skip("control-plane binaries not built (tests/e2e/build-controlplane.sh) and GPUSCHED_E2E_BIN unset")
     with LocalCluster(bin_dir=bin_dir) as c:
         c.kubectl("apply", "-f", str(REPO / "crds"))  # plain manifests: crds/Kustomization is skipped

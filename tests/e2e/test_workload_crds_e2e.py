@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 import kube as kube_mod
 import pytest
 from kube import Kube, Scenario, node_of
+from skips import made_by
 
 pytestmark = pytest.mark.e2e
 
@@ -44,30 +44,12 @@ RAYCLUSTERS = "/apis/ray.io/v1/namespaces/{ns}/rayclusters"
 ARRIVAL_GAP = 0.7
 
 
-def _required() -> bool:
-    return os.environ.get("GPUSCHED_E2E_REQUIRED", "") not in ("", "0")
-
-
-def _skip_or_fail(reason: str) -> None:
-    if _required():
-        pytest.fail(f"GPUSCHED_E2E_REQUIRED=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 def _crds_dir() -> Path:
     """The fetched CRDs: GPUSCHED_E2E_WORKLOAD_CRDS, or what fetch-workload-crds.sh finds or downloads."""
     given = os.environ.get("GPUSCHED_E2E_WORKLOAD_CRDS")
     if given:
         return Path(given)
-    try:
-        out = subprocess.run(
-            [str(HERE / "fetch-workload-crds.sh")], capture_output=True, text=True, check=True, timeout=600
-        )
-    except subprocess.CalledProcessError as exc:
-        _skip_or_fail(f"fetch-workload-crds.sh could not get the CRDs from their modules: {exc.stderr.strip()[-2000:]}")
-    except (subprocess.TimeoutExpired, OSError) as exc:
-        _skip_or_fail(f"fetch-workload-crds.sh did not run: {exc!r}")
-    return Path(out.stdout.strip().splitlines()[-1])
+    return made_by(HERE / "fetch-workload-crds.sh", failed="could not get the CRDs from their modules", timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ import pytest
 import webhooks
 from kube import Kube, Scenario, node_of
 from localcluster import free_port
+from skips import made_by
 
 pytestmark = pytest.mark.e2e
 
@@ -36,33 +37,12 @@ JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"
 LWS = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets"
 
 
-def _required() -> bool:
-    return os.environ.get("GPUSCHED_E2E_REQUIRED", "") not in ("", "0")
-
-
-def _skip_or_fail(reason: str) -> None:
-    if _required():
-        pytest.fail(f"GPUSCHED_E2E_REQUIRED=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 def _controllers_dir() -> Path:
     """The built controllers: GPUSCHED_E2E_CONTROLLERS, or what build-workload-controllers.sh finds or builds."""
     given = os.environ.get("GPUSCHED_E2E_CONTROLLERS")
     if given:
         return Path(given)
-    started = time.monotonic()
-    try:
-        out = subprocess.run(
-            [str(HERE / "build-workload-controllers.sh")], capture_output=True, text=True, check=True, timeout=1800
-        )
-    except subprocess.CalledProcessError as exc:
-        _skip_or_fail(f"build-workload-controllers.sh failed: {exc.stderr.strip()[-2000:]}")
-    except (subprocess.TimeoutExpired, OSError) as exc:
-        _skip_or_fail(f"build-workload-controllers.sh did not run: {exc!r}")
-    if "building" in out.stderr:
-        print(f"\n[e2e] workload controllers built in {time.monotonic() - started:.0f}s")
-    return Path(out.stdout.strip().splitlines()[-1])
+    return made_by(HERE / "build-workload-controllers.sh", failed="failed", timeout=1800)
 
 
 @dataclass(frozen=True)

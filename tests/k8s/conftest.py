@@ -9,7 +9,7 @@ import pytest
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s.operator import Operator
-from tests.k8s.fakeapi import FakeApiServer
+from tests.k8s.fakeapi import FakeApiServer, client_for
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ async def fake() -> AsyncIterator[FakeApiServer]:
 
 @pytest.fixture
 async def client(fake: FakeApiServer) -> AsyncIterator[k8s.Client]:
-    c = k8s.for_host(fake.url, timeout=2.0)
+    c = client_for(fake.url, timeout=2.0)
     yield c
     await c.close()
 

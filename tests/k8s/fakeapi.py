@@ -18,6 +18,21 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from kubernetes_asyncio import client as k8s_client
+
+from scheduler.k8s import client as k8s
+
+
+def client_for(
+    url: str, *, limiter: k8s.RateLimiter | None = None, timeout: float = 10.0, agent: str = ""
+) -> k8s.Client:
+    """A :class:`scheduler.k8s.client.Client` for a server that needs no credentials (a fake one), sending
+    ``agent`` as its User-Agent when given; gpusched's own clients come from a kubeconfig or the in-cluster files
+    (:func:`scheduler.k8s.client.connect`)."""
+    api = k8s_client.ApiClient(configuration=k8s_client.Configuration(host=url))
+    if agent:
+        api.user_agent = agent
+    return k8s.Client(api, limiter=limiter, timeout=timeout)
 
 
 @dataclass
@@ -26,6 +41,8 @@ class Seen:
     path: str
     body: Any
     content_type: str
+    #: The client's User-Agent (:func:`client_for` names one per replica).
+    agent: str = ""
 
 
 @dataclass
@@ -129,7 +146,9 @@ class FakeApiServer:
     async def _record(self, request: web.Request) -> Any:
         raw = await request.read()
         body = json.loads(raw) if raw else None
-        self.seen.append(Seen(request.method, request.path, body, request.content_type))
+        self.seen.append(
+            Seen(request.method, request.path, body, request.content_type, request.headers.get("User-Agent", ""))
+        )
         return body
 
     async def _answer(self, canned: Canned) -> web.Response:
@@ -205,6 +224,7 @@ class FakeApiServer:
             await asyncio.sleep(0.01)
 
     async def _get_lease(self, request: web.Request) -> web.Response:
+        await self._record(request)
         await self._lease_gate()
         lease = self.leases.get((request.match_info["ns"], request.match_info["name"]))
         if lease is None:

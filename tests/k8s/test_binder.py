@@ -17,7 +17,7 @@ from scheduler.framework.interface import Decision
 from scheduler.k8s import binder as binder_mod
 from scheduler.k8s import client as k8s
 from scheduler.k8s.binder import Binder, BinderSettings, Outcome
-from tests.k8s.fakeapi import Canned, FakeApiServer, status
+from tests.k8s.fakeapi import Canned, FakeApiServer, client_for, status
 
 ASSIGNED_ELSEWHERE = (
     'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned to node "{node}"'
@@ -174,7 +174,7 @@ async def test_5xx_is_uncertain(fake: FakeApiServer, client: k8s.Client, code: i
 
 async def test_timeout_is_uncertain(fake: FakeApiServer) -> None:
     fake.bind_answers["p"] = Canned(201, status(201), hang=True)
-    c = k8s.for_host(fake.url, timeout=0.2)
+    c = client_for(fake.url, timeout=0.2)
     try:
         outcomes = await bind_one(c, decision())
     finally:
@@ -184,7 +184,7 @@ async def test_timeout_is_uncertain(fake: FakeApiServer) -> None:
 
 
 async def test_connection_refused_is_uncertain() -> None:
-    c = k8s.for_host("http://127.0.0.1:9", timeout=1.0)
+    c = client_for("http://127.0.0.1:9", timeout=1.0)
     try:
         outcomes = await bind_one(c, decision())
     finally:
@@ -258,7 +258,7 @@ async def test_a_raising_callback_does_not_stop_the_binder(fake: FakeApiServer, 
 
 async def test_binds_share_the_client_qps_limit(fake: FakeApiServer) -> None:
     limiter = k8s.RateLimiter(qps=100, burst=2, clock=lambda: 0.0)  # a still clock: no refill while we look
-    c = k8s.for_host(fake.url, limiter=limiter)
+    c = client_for(fake.url, limiter=limiter)
     try:
         outcomes = Outcomes()
         b = make_binder(c, outcomes, max_in_flight=10)

@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestServer
 
 from scheduler.api.errors import InvalidObject
 from scheduler.k8s import client as k8s
+from tests.k8s.fakeapi import client_for
 
 
 def test_rate_limiter_reserves_in_order() -> None:
@@ -87,7 +88,7 @@ async def test_answers_not_exceptions() -> None:
     app.router.add_get("/api/v1/namespaces/ns/pods/p", text)
     server = TestServer(app)
     await server.start_server()
-    c = k8s.for_host(f"http://{server.host}:{server.port}", timeout=2.0)
+    c = client_for(f"http://{server.host}:{server.port}", timeout=2.0)
     try:
         answer = await c.call(c.core.read_namespaced_pod, name="p", namespace="ns")
         missing = await c.call(c.core.read_namespaced_pod, name="q", namespace="ns")
@@ -97,6 +98,17 @@ async def test_answers_not_exceptions() -> None:
     assert (answer.status, answer.ok, answer.answered, answer.retry_after) == (502, False, True, 3.0)
     assert answer.message == "<html>bad gateway</html>"
     assert missing.status == 404 and not missing.ok
+
+
+#: A kubeconfig of one server that nothing listens on (the client is made, never used).
+KUBECONFIG_ONE = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+    "users": [{"name": "u", "user": {"token": "t"}}],
+    "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+    "current-context": "ctx",
+}
 
 
 @pytest.mark.parametrize(("variable", "honoured"), [(None, False), ("HTTPS_PROXY", True), ("no_proxy", True)])
@@ -111,8 +123,9 @@ async def test_proxy_variables_are_honoured_only_when_set(
         monkeypatch.delenv(name.upper(), raising=False)
     if variable is not None:
         monkeypatch.setenv(variable, "http://proxy.invalid:3128")
-    client = k8s.for_host("http://127.0.0.1:1")
-    k8s._skip_env_lookups(client.api)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps(KUBECONFIG_ONE))
+    client = await k8s.connect(k8s.ClientSettings(kubeconfig=str(kubeconfig)))
     try:
         assert client.api.rest_client.pool_manager.trust_env is honoured
     finally:

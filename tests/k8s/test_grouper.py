@@ -3,7 +3,6 @@ the leader only, namespaces' default queues, scheduler-plugins PodGroups read as
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,7 +11,7 @@ from aiohttp import web
 
 from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import FakeApiServer, eventually, status
-from tests.k8s.test_operator import bound, node, pod
+from tests.k8s.test_operator import bound, flushed, node, pod, settled, waiting_for_gang
 
 
 class WorkloadApi(FakeApiServer):
@@ -95,8 +94,11 @@ async def test_an_indexed_job_becomes_one_gang_created_once_and_lands_whole(
         "controller": True,
     }
     operator.podgroup_event(from_api(fake, "job-ddp"))
-    await asyncio.sleep(0.2)
-    assert bound(fake) == {}  # 2 of 3 members: never placed alone
+    # 2 of 3 members: never placed alone; the members are told they wait for the third.
+    operator.publish_status()
+    await flushed(operator)
+    assert waiting_for_gang(fake) == {"ddp-0", "ddp-1"}
+    assert bound(fake) == {} and operator.cache.pod("default/ddp-0") is None
     operator.pod_event(member("ddp", 2))
     await eventually(lambda: len(bound(fake)) == 3)
     assert len(fake.requests("GET", "/jobs/ddp")) == 1  # the owner is read once
@@ -118,7 +120,7 @@ async def test_only_the_leader_writes_and_a_new_leader_creates_what_it_saw(
     # Another replica made it first: 409 is done, nothing is retried.
     fake.custom["podgroups"] = [created(fake)[0]]
     operator.pod_event(member("ddp", 0))
-    await asyncio.sleep(0.1)
+    await settled(operator)  # a creation started would be answered by now
     assert len(created(fake)) == 1
 
 
@@ -172,8 +174,10 @@ async def test_an_owner_read_that_fails_is_retried_and_the_pod_waits_meanwhile(
     operator.node_event(node("gpu-0"))
     operator.listed()
     operator.pod_event(member("ddp", 0))
-    await asyncio.sleep(0.15)
-    assert bound(fake) == {} and "default/ddp-0" in operator.feed.ungrouped  # never placed as a single pod meanwhile
+    # Two reads refused: the pod waits for its owner, never placed as a single pod meanwhile.
+    await eventually(lambda: len(fake.requests("GET", "/jobs/ddp")) >= 2)
+    assert "default/ddp-0" in operator.feed.ungrouped and operator.loop.job_of("default/ddp-0") is None
+    assert bound(fake) == {}
     await eventually(lambda: len(created(fake)) == 1)
     operator.podgroup_event(from_api(fake, "job-ddp"))
     await eventually(lambda: "ddp-0" in bound(fake))
@@ -196,8 +200,10 @@ async def test_a_scheduler_plugins_podgroup_is_a_gang(fake: FakeApiServer, opera
     labels = {"scheduling.x-k8s.io/pod-group": "nginx"}
     for i in range(2):
         operator.pod_event(pod(f"nginx-{i}", 2, labels=labels))
-    await asyncio.sleep(0.2)
-    assert bound(fake) == {}
+    operator.publish_status()
+    await flushed(operator)
+    assert waiting_for_gang(fake) == {"nginx-0", "nginx-1"}
+    assert bound(fake) == {} and operator.cache.pod("default/nginx-0") is None
     operator.pod_event(pod("nginx-2", 2, labels=labels))
     await eventually(lambda: len(bound(fake)) == 3)
     gang = operator.loop.gang("default/nginx")

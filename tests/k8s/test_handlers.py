@@ -16,7 +16,7 @@ from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import handlers
 from scheduler.k8s.operator import Operator
-from tests.k8s.fakeapi import eventually
+from tests.k8s.fakeapi import client_for, eventually
 
 
 async def test_only_index_and_event_handlers_are_registered(client: k8s.Client) -> None:
@@ -68,7 +68,7 @@ class Discovery:
 async def discovery() -> AsyncIterator[tuple[Discovery, k8s.Client]]:
     d = Discovery()
     await d.server.start_server()
-    c = k8s.for_host(f"http://{d.server.host}:{d.server.port}", timeout=2.0)
+    c = client_for(f"http://{d.server.host}:{d.server.port}", timeout=2.0)
     yield d, c
     await c.close()
     await d.server.close()

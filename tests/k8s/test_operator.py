@@ -71,12 +71,26 @@ async def flushed(op: Operator) -> None:
         assert await writer.flush()
 
 
+async def settled(op: Operator) -> None:
+    """Until the operator has acted on all it was given: its scheduling task has taken the last wake-up (it clears
+    the flag, then checks readiness and leadership and runs the cycles, without yielding in between) and the
+    background work it started (owner reads, PodGroup creations, deletions) is done. What it has not done by then,
+    it decided not to do."""
+    await eventually(lambda: not op._wake.is_set() and not op._tasks)
+
+
+def waiting_for_gang(fake: FakeApiServer) -> set[str]:
+    """The pods told that their gang waits for members (what the gate decided), after a status round."""
+    return {e["involvedObject"]["name"] for e in events(fake, "WaitingForGang")}
+
+
 async def test_no_decision_before_the_first_full_listing(fake: FakeApiServer, operator: Operator) -> None:
     operator.set_leading(True)
     operator.pod_event(pod("train", 2, labels={"gpusched.io/queue": "team-a"}))
     operator.node_event(node("gpu-0"))
-    await asyncio.sleep(0.2)
-    assert bound(fake) == {} and not operator.ready
+    await settled(operator)
+    assert not operator.ready and operator.loop.job_of("default/train") is None  # not even queued
+    assert bound(fake) == {} and operator.cache.pod("default/train") is None
 
     # The pod's queue arrives later in the listing: it must not be reported missing, nor wait.
     operator.queue_event({"metadata": {"name": "team-a", "uid": "uid-q"}, "spec": {}})
@@ -104,8 +118,9 @@ async def test_readiness_waits_for_the_disruption_budgets_and_services_too(
     operator.pod_event(pod("train", 2))
     for part in ("nodes", "pods", "custom resources", "services"):
         operator.part_listed(part)
-    await asyncio.sleep(0.2)
-    assert bound(fake) == {} and not operator.ready
+    await settled(operator)
+    assert not operator.ready and operator.loop.job_of("default/train") is None  # not even queued
+    assert bound(fake) == {} and operator.cache.pod("default/train") is None
     operator.part_listed("poddisruptionbudgets")
     assert operator.ready
     await eventually(lambda: "train" in bound(fake))
@@ -156,8 +171,10 @@ async def test_serving_default_scheduler_takes_pods_that_name_no_scheduler_and_l
         op.listed()
         await eventually(lambda: {"unnamed", "named"} <= set(bound(fake)))
         await eventually(lambda: bool(fake.requests("PATCH", "/pods/refused/status")))
-        await asyncio.sleep(0.2)
-        assert set(bound(fake)) == {"unnamed", "named"}  # a gpusched pod is another scheduler's now
+        await settled(op)
+        # A gpusched pod is another scheduler's now: not taken at the watch, so never tried.
+        assert "default/other" not in op.pending and op.loop.job_of("default/other") is None
+        assert set(bound(fake)) == {"unnamed", "named"}
         condition = fake.requests("PATCH", "/pods/refused/status")[-1].body["status"]["conditions"][0]
         assert "resourceClaims" in condition["message"]
     finally:
@@ -240,10 +257,11 @@ async def test_a_standby_keeps_a_warm_cache_and_decides_nothing_until_it_leads(
     operator.node_event(node("gpu-0"))
     operator.pod_event(pod("train", 1))
     operator.listed()
-    await asyncio.sleep(0.2)
+    await settled(operator)
     await flushed(operator)
     assert operator.ready and not operator.leading
-    assert bound(fake) == {} and fake.events == {}
+    assert operator.loop.job_of("default/train") is not None  # queued, and kept there
+    assert bound(fake) == {} and operator.cache.pod("default/train") is None and fake.events == {}
     operator.set_leading(True)
     await eventually(lambda: "train" in bound(fake))
 
@@ -256,8 +274,8 @@ async def test_losing_the_lease_stops_scheduling_at_once(fake: FakeApiServer, op
     await eventually(lambda: "first" in bound(fake))
     operator.set_leading(False)
     operator.pod_event(pod("second", 1))
-    await asyncio.sleep(0.2)
-    assert "second" not in bound(fake)
+    await settled(operator)
+    assert "second" not in bound(fake) and operator.cache.pod("default/second") is None
 
 
 async def test_bind_outcomes_feed_back(fake: FakeApiServer, operator: Operator) -> None:
@@ -274,7 +292,7 @@ async def test_bind_outcomes_feed_back(fake: FakeApiServer, operator: Operator) 
     fake.bind_answers["unsure"] = Canned(500, status(500, "InternalError", "etcd timeout"))
     operator.pod_event(pod("unsure", 1))
     await eventually(lambda: "unsure" in bound(fake))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: 'gpusched_binds_total{result="uncertain"} 1.0' in operator.metrics.exposition().decode())
     assert operator.cache.is_assumed("default/unsure")
     operator.pod_event(pod("unsure", 1, node_name="gpu-0"))
     assert not operator.cache.is_assumed("default/unsure")
@@ -284,9 +302,11 @@ async def test_bind_outcomes_feed_back(fake: FakeApiServer, operator: Operator) 
     fake.bind_answers["refused"] = Canned(403, status(403, "Forbidden", "admission webhook denied the request"))
     operator.pod_event(pod("refused", 1))
     await eventually(lambda: len(fake.requests("POST", "/pods/refused/binding")) == 1)
-    await eventually(lambda: operator.cache.pod("default/refused") is None)
-    await asyncio.sleep(0.5)
-    assert len(fake.requests("POST", "/pods/refused/binding")) == 1  # backoff: 1 s for the first refusal
+    await eventually(lambda: 'gpusched_binds_total{result="refused"} 1.0' in operator.metrics.exposition().decode())
+    # Released, and held in the queue's backoff until it ends (1 s for the first refusal).
+    assert operator.cache.pod("default/refused") is None
+    assert ("default/refused", "backoff") in operator.queue.pending()
+    assert len(fake.requests("POST", "/pods/refused/binding")) == 1
     await eventually(lambda: len(fake.requests("POST", "/pods/refused/binding")) == 2, timeout=3)
     await flushed(operator)
     assert "admission webhook denied" in events(fake, "FailedBinding")[0]["message"]
@@ -337,8 +357,11 @@ async def test_a_gang_is_bound_whole_and_its_status_written(fake: FakeApiServer,
     for member in members[:2]:
         operator.pod_event(member)
     operator.listed()
-    await asyncio.sleep(0.2)
-    assert bound(fake) == {}  # 2 of 3 members: the gang waits
+    # 2 of 3 members: the gang waits, and its members are told so.
+    operator.publish_status()
+    await flushed(operator)
+    assert waiting_for_gang(fake) == {"job-0", "job-1"}
+    assert bound(fake) == {} and all(operator.cache.pod(f"default/job-{i}") is None for i in range(2))
     operator.pod_event(members[2])
     await eventually(lambda: len(bound(fake)) == 3)
     for member in members:

@@ -24,7 +24,8 @@ from scheduler.k8s import config as k8s_config
 from scheduler.k8s import run
 from scheduler.k8s.config import LeaderElectionConfig
 from scheduler.k8s.operator import Operator
-from tests.k8s.fakeapi import FakeApiServer, eventually
+from tests.k8s.fakeapi import FakeApiServer, client_for, eventually
+from tests.k8s.test_operator import settled
 
 FAST = LeaderElectionConfig(lease_duration_s=30.0, renew_deadline_s=0.5, retry_period_s=0.05)
 LEASE = ("gpusched-system", "gpusched")
@@ -81,11 +82,20 @@ class Started:
                 started.operators.append(self)
 
         async def connect(settings: k8s.ClientSettings) -> k8s.Client:
-            return k8s.for_host(url, timeout=2.0)
+            return client_for(url, timeout=2.0)
 
         monkeypatch.setattr(run, "Operator", Caught)
         monkeypatch.setattr(k8s, "connect", connect)
         monkeypatch.setattr(run, "warm_kernels", warm_up or (lambda config: 2))
+
+
+async def standby(quiet: QuietFakeApi, started: Started) -> None:
+    """Until the replica has read the other holder's lease a few times (each read is a decision to stay standby)
+    and its scheduling task has taken its last wake-up."""
+    await eventually(lambda: len(quiet.requests("GET", f"/leases/{LEASE[1]}")) >= 3)
+    (operator,) = started.operators
+    assert not operator.leading
+    await settled(operator)
 
 
 def config() -> k8s_config.OperatorConfig:
@@ -103,15 +113,12 @@ async def test_a_standby_stops_soon_after_the_stop_signal(quiet: QuietFakeApi, m
     serving = asyncio.create_task(run.serve(arguments(), config(), stop=stop))
     await eventually(lambda: bool(started.operators))
     await eventually(lambda: "nodes" in _listed(started))
-    await asyncio.sleep(0.3)  # several lease retries: it has seen the other holder, and the scheduling task idles
-    assert not started.operators[0].leading
-    loop = asyncio.get_running_loop()
-    stopped = loop.time()
+    await standby(quiet, started)
     stop.set()
-    # Before the fix serve() waited forever on the scheduling task, whose cancel asyncio.wait_for had swallowed.
+    # Before the fix serve() waited forever on the scheduling task, whose cancel asyncio.wait_for had swallowed
+    # (the lease it waits for is held for 300 s: only a hang would reach the guard's 15 s).
     status = await asyncio.wait_for(serving, timeout=15)
     assert status == 0
-    assert loop.time() - stopped < 5
     assert quiet.leases[LEASE]["spec"]["holderIdentity"] == "other"
 
 
@@ -137,13 +144,9 @@ async def test_a_standby_whose_scheduling_task_loses_a_cancel_still_stops(
     stop = asyncio.Event()
     serving = asyncio.create_task(run.serve(arguments(), config(), stop=stop))
     await eventually(lambda: "nodes" in _listed(started))
-    await asyncio.sleep(0.3)
-    assert not started.operators[0].leading
-    loop = asyncio.get_running_loop()
-    stopped = loop.time()
+    await standby(quiet, started)
     stop.set()
     assert await asyncio.wait_for(serving, timeout=15) == 0
-    assert loop.time() - stopped < 5
 
 
 async def test_ending_a_task_is_bounded_even_when_it_ignores_cancels() -> None:
@@ -170,10 +173,9 @@ async def test_ending_a_task_is_bounded_even_when_it_ignores_cancels() -> None:
 
     task = asyncio.create_task(ignores_cancels())
     await asyncio.sleep(0)
-    loop = asyncio.get_running_loop()
-    began = loop.time()
-    assert not await run._end(task, grace=0.05, limit=0.3)  # left behind, not awaited forever
-    assert loop.time() - began < 1 and swallowed >= 2
+    # Left behind after the limit, not awaited forever (the guard is far above the 0.3 s limit).
+    assert not await asyncio.wait_for(run._end(task, grace=0.05, limit=0.3), timeout=15)
+    assert swallowed >= 2 and not task.done()  # cancelled again after the grace, and still running
     ignoring = False
     task.cancel()
     await asyncio.wait({task}, timeout=1)
@@ -184,11 +186,8 @@ async def test_a_leader_releases_the_lease_and_stops(quiet: QuietFakeApi, monkey
     stop = asyncio.Event()
     serving = asyncio.create_task(run.serve(arguments(), config(), stop=stop))
     await eventually(lambda: bool(started.operators) and started.operators[0].leading)
-    loop = asyncio.get_running_loop()
-    stopped = loop.time()
     stop.set()
     assert await asyncio.wait_for(serving, timeout=15) == 0
-    assert loop.time() - stopped < 5
     assert quiet.leases[LEASE]["spec"]["holderIdentity"] == ""  # handed over, not left to expire
 
 
@@ -217,7 +216,7 @@ async def test_a_task_that_fails_stops_everything_and_exits_non_zero(
     started = Started(monkeypatch, quiet.url)
 
     async def crash(self: Operator) -> None:
-        await asyncio.sleep(0.3)
+        await eventually(lambda: self.leading)  # so that the shutdown has a lease to hand over
         raise ValueError("demand of queue prod for nvidia.com/gpu is -3.55e-15, not a number >= 0")
 
     monkeypatch.setattr(Operator, "run", crash)
@@ -272,19 +271,17 @@ def test_run_against_an_unreachable_api_server_ends_on_sigterm(tmp_path: Path) -
                 break
         assert process.poll() is None, "".join(lines)
         process.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
         time.sleep(0.2)
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)  # a second signal must not raise
+        # It ends on its own (the guard only stops a hang: the retries it was in would go on forever).
         rest = process.communicate(timeout=20)[1]
-        took = time.monotonic() - sent
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
     text = "".join(lines) + rest
     assert process.returncode == 0, text
-    assert took < 10, text
     assert "Traceback" not in text and "InvalidStateError" not in text
 
 

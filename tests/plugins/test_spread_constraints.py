@@ -15,6 +15,7 @@ from scheduler.api import selectors
 from scheduler.core import gang
 from scheduler.framework.interface import Code
 from tests.api import objects
+from tests.cache import node_selection
 from tests.core.harness import Cluster
 
 PLUGINS: tuple[Any, ...] = ("fit", "topology_spread", "gpu")
@@ -181,7 +182,7 @@ def _brute(
             for other, (other_labels, taints) in info.items():
                 if not all(k.topology_key in other_labels for k in hard):
                     continue
-                if c.honor_affinity and not selectors.node_matches(
+                if c.honor_affinity and not node_selection.node_matches(
                     other, other_labels, pod.node_selector, pod.affinity
                 ):
                     continue
