@@ -133,6 +133,9 @@ class Operator:
         #: The lease thread's own view (``scheduler.k8s.leader.LeaseThread``), read before every decision: it stops
         #: deciding the moment the lease is lost, even before ``set_leading(False)`` reaches this event loop.
         self.lease_held: Callable[[], bool] = lambda: True
+        #: Why the API server refuses this replica the lease (``LeaseThread.refusal``; empty: nothing refused), for
+        #: readiness (``scheduler.k8s.health``).
+        self.lease_refusal: Callable[[], str] = lambda: ""
         #: Pods of ours waiting for a node, by key.
         self.pending: dict[str, PodRequest] = {}
         #: When each pending pod was first seen (time.monotonic()), for the end-to-end latency.
