@@ -488,6 +488,7 @@ class Operator:
         old = self.queues.get(name)
         if deleted:
             self.queues.pop(name, None)
+            self.loop.tenancy.set_unreadable(name, "")
             self.uids.pop(f"queue {name}", None)
             self.queue_status.forget(name)
             self._queue_accepted.forget(name)
@@ -496,9 +497,12 @@ class Operator:
                 spec = api_queue.parse_queue(body)
             except InvalidObject as exc:
                 self._invalid("queue", name, exc)
-                # A queue that cannot be read holds no work: its pods wait (with an Event) until it is fixed.
+                # A queue that cannot be read holds no work: its pods wait (with an Event) until it is fixed, told
+                # that it is not accepted and why (not that it does not exist).
                 self.queues.pop(name, None)
+                self.loop.tenancy.set_unreadable(name, str(exc.located(obj="")))
             else:
+                self.loop.tenancy.set_unreadable(name, "")
                 self.uids[f"queue {name}"] = str(meta.get("uid") or "")
                 self.queues[name] = spec
         if self.queues.get(name) == old:
@@ -768,7 +772,7 @@ class Operator:
         if not self.leading:
             return
         self.recorder.emit(obj=obj, kind=kind, reason=reason, message=message)
-        if reason not in ("FailedScheduling", "QueueNotFound"):
+        if reason not in ("FailedScheduling", "QueueNotFound", "QueueNotAccepted"):
             return
         if word == "pod" and key in self.pending:
             self.conditions.unschedulable(self.pending[key], message)

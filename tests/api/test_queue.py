@@ -187,9 +187,11 @@ def test_the_crd_defaults_and_enums_match_the_parser() -> None:
     assert tuple(preemption["reclaim"]["enum"]) == queue.RECLAIM
     assert preemption["withinQueue"]["default"] == defaults.within_queue
     assert preemption["reclaim"]["default"] == defaults.reclaim
-    # What `kubectl get gq` shows (issue 17's columns); `-o wide` adds the priority-1 ones.
+    # What `kubectl get gq` shows (issue 17's columns, and whether the queue is in use first: issue 32); `-o wide`
+    # adds the priority-1 ones.
     columns = [column["name"] for column in version["additionalPrinterColumns"] if not column.get("priority")]
     assert columns == [
+        "Accepted",
         "GPU Guarantee",
         "GPU Limit",
         "GPU Allocated",
@@ -200,7 +202,11 @@ def test_the_crd_defaults_and_enums_match_the_parser() -> None:
         "Age",
     ]
     wide = [column["name"] for column in version["additionalPrinterColumns"] if column.get("priority")]
-    assert {"Parent", "Weight", "Pending Pods", "GPU Borrowed", "Accepted"} <= set(wide)
+    assert {"Parent", "Weight", "Pending Pods", "GPU Borrowed"} <= set(wide)
+    # The limit comes from the status, where the scheduler writes "none" for no limit (a blank said nothing).
+    limit = next(column for column in version["additionalPrinterColumns"] if column["name"] == "GPU Limit")
+    assert limit["jsonPath"] == ".status.gpuLimit"
+    assert "gpuLimit" in version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
 
 
 # --- the tree -------------------------------------------------------------------------------------------------
