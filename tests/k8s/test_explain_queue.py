@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
-from scheduler.k8s import client as k8s
-from scheduler.k8s import config as k8s_config
 from scheduler.k8s import explain
 from scheduler.k8s.operator import Operator
 from tests.k8s.test_operator import node, pod
 
 
-@pytest.fixture
-async def operator(client: k8s.Client) -> AsyncIterator[Operator]:
-    op = Operator(client, k8s_config.parse({}), identity="leader-0")
-    await op.start()
-    op.set_leading(True)
-    yield op
-    await op.close()
-
-
-async def test_a_gpu_only_queue_borrows_no_cpu_or_memory(operator: Operator) -> None:
+async def test_a_gpu_only_queue_borrows_no_cpu_or_memory(leader: Operator) -> None:
+    operator = leader
     operator.queue_event({"metadata": {"name": "team-a"}, "spec": {"guaranteed": {"nvidia.com/gpu": "4"}}})
     operator.node_event(node("gpu-0", gpus=8))
     operator.pod_event(pod("a", 2, cpu="2500m", labels={"gpusched.io/queue": "team-a"}))
@@ -33,7 +19,8 @@ async def test_a_gpu_only_queue_borrows_no_cpu_or_memory(operator: Operator) -> 
     assert "holds: cpu 2500m, nvidia.com/gpu 2; borrowed: nothing" in text
 
 
-async def test_a_pod_of_a_queue_that_is_not_accepted_is_told_why(operator: Operator) -> None:
+async def test_a_pod_of_a_queue_that_is_not_accepted_is_told_why(leader: Operator) -> None:
+    operator = leader
     operator.queue_event({"metadata": {"name": "orphan"}, "spec": {"parent": "ml"}})
     operator.queue_event({"metadata": {"name": "odd"}, "spec": {"guaranteed": {"nvidia.com/gpu": "1.5"}}})
     operator.node_event(node("gpu-0", gpus=8))
