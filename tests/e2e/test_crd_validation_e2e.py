@@ -105,7 +105,7 @@ def test_valid_podgroup_gets_its_defaults(scenario: kube_mod.Scenario) -> None:
         ),
         (
             "fracborrow",
-            {"borrowing": {"limit": {"nvidia.com/gpu": 0.5}}},
+            {"borrowing": {"limit": {"nvidia.com/gpu": "500m"}}},
             "spec.borrowing.limit[nvidia.com/gpu]",
             "spec.borrowing.limit.nvidia.com/gpu must be a whole number of GPUs",
         ),
