@@ -58,6 +58,9 @@ class Gate:
         self.gated: dict[str, Vector] = {}
         #: Work whose queue does not exist (yet): leaf -> queue key -> the pod or PodGroup.
         self.waiting: dict[str, dict[str, PodRequest | PodGroup]] = {}
+        #: Per waiting key, how many members it had when it was last told (a gang's members that come later are
+        #: told too).
+        self._told: dict[str, int] = {}
 
     def queue_problem(self, leaf: str) -> tuple[str, str]:
         """(reason, message) why ``leaf`` cannot take work now, or ("", "")."""
@@ -68,14 +71,18 @@ class Gate:
             return QUEUE_NOT_ACCEPTED, f"{problem}; waiting until it is"
         return QUEUE_NOT_FOUND, f"{problem}; waiting for it"
 
-    def hold_for_queue(self, leaf: str, obj: str, key: str, held: PodRequest | PodGroup, events: Events) -> bool:
-        """Hold work whose queue cannot take it (with an Event the first time); True if held."""
+    def hold_for_queue(
+        self, leaf: str, obj: str, key: str, held: PodRequest | PodGroup, events: Events, *, members: int = 1
+    ) -> bool:
+        """Hold work whose queue cannot take it (with an Event the first time, and again when a gang has more
+        ``members`` waiting than when it was told); True if held."""
         reason, message = self.queue_problem(leaf)
         if not reason:
             return False
         waiting = self.waiting.setdefault(leaf, {})
-        if key not in waiting:
+        if key not in waiting or members > self._told.get(key, 0):
             events.emit(obj=obj, kind="Warning", reason=reason, message=message)
+            self._told[key] = members
         waiting[key] = held
         return True
 
@@ -84,13 +91,16 @@ class Gate:
         out: list[PodRequest | PodGroup] = []
         for leaf in list(self.waiting):
             if not self.tenancy.problem(leaf):
-                out.extend(self.waiting.pop(leaf).values())
+                for key, held in self.waiting.pop(leaf).items():
+                    self._told.pop(key, None)
+                    out.append(held)
         return out
 
     def drop_waiting(self, key: str) -> None:
         """Pod ``key`` is gone: it waits for no queue."""
         for held in self.waiting.values():
             held.pop(key, None)
+        self._told.pop(key, None)
 
     def held_back(self, leaf: str, request: Mapping[str, float], key: str) -> tuple[str, str]:
         """(reason, message) if ``leaf`` may not start the job ``key`` asking for ``request`` now, else ("", "")."""

@@ -439,7 +439,9 @@ class SchedulingLoop:
             self.queue.update(QueueItem(pod.key, pod.priority, pod.created, leaf, pod))
             return
         group = job.group
-        if self.gate.hold_for_queue(leaf, f"podgroup {group.key}", job.key, group, self.events):
+        if self.gate.hold_for_queue(
+            leaf, f"podgroup {group.key}", job.key, group, self.events, members=len(job.pending)
+        ):
             # The PodGroup says it too, not only its members (its REASON column was empty).
             job.set_condition("Scheduled", "False", *self.gate.queue_problem(leaf), self.clock())
             return
