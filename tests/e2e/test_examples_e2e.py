@@ -198,13 +198,14 @@ def test_every_example_workload_schedules_on_the_kind_walkthrough_nodes(sched: S
                 pods = [p for p in sched.pods() if not p["metadata"].get("deletionTimestamp")]
                 return pods if len(pods) == expected and all(node_of(p) for p in pods) else None
 
-            placed = kube_mod.wait_until(
+            # Bound is what is checked here; double bookings are the invariant tests' (HAMi's shared pods carry
+            # nvidia.com/gpu: 1 each and share one GPU, which check_no_overcommit would count as whole GPUs).
+            kube_mod.wait_until(
                 bound,
                 timeout=90,
                 what=f"the {expected} pods of {path.relative_to(ROOT)} bound",
                 describe=sched.describe,
             )
-            kube_mod.check_no_overcommit(placed, sched.my_nodes())
             sched.kube.kubectl("delete", "-n", sched.namespace, "-f", str(path), "--wait=false")
             sched.kube.request(
                 "DELETE", kube_mod.Kube.pods_path(sched.namespace), query={"gracePeriodSeconds": "0"}, timeout=60
