@@ -160,9 +160,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     why = add(
         "explain",
-        "why a pod (or podgroup/NAME) is pending",
-        "Say why a pod or a gang is pending, from the cluster as it is now: which filters fail on how many nodes, "
-        "its queue and its place there. Reads only; writes nothing.",
+        "why a pod or podgroup/NAME is pending, or how queue/NAME stands",
+        "Say why a pod or a gang (podgroup/NAME) is pending, from the cluster as it is now: which filters fail on how "
+        "many nodes, its queue and its place there; or how a queue (queue/NAME) stands: its guarantee, limit, what it "
+        "holds and borrows, its waiting work and its shares. Reads only; writes nothing.",
     )
     if command == "explain":
         from scheduler.k8s import explain

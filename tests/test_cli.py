@@ -156,6 +156,15 @@ def test_every_option_shows_its_default(words: list[str], shown: list[str], caps
         assert part in text
 
 
+def test_the_help_names_every_target_explain_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    _help()
+    listed = " ".join(capsys.readouterr().out.split())
+    assert "podgroup/NAME" in listed and "queue/NAME" in listed
+    _help("explain")
+    own = " ".join(capsys.readouterr().out.split())
+    assert "podgroup/NAME" in own and "queue/NAME" in own
+
+
 @pytest.mark.parametrize("command", ["run", "explain", "simulate", "trace", "bench", "node-topology"])
 def test_every_command_says_what_it_is_for(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     _help(command)

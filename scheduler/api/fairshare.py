@@ -351,6 +351,16 @@ def blended_usage(allocated: Mapping[str, float], decayed_usage: Mapping[str, fl
     return {name: (allocated.get(name, 0.0) + decayed_usage.get(name, 0.0)) / 2.0 for name in names}
 
 
+def counted_resources(tree: QueueTree, name: str) -> frozenset[str] | None:
+    """The resources queue ``name`` is ranked and said to borrow on; None: all of them.
+
+    Like Kueue's covered resources: a queue that bounds some resources (a guarantee or a limit) is counted on those
+    only (a queue guaranteed GPUs is not "borrowing" the CPU its GPU jobs come with); one that bounds none, on all.
+    """
+    named = frozenset(tree.guaranteed(name).keys() | tree.spec(name).limit.keys())
+    return named or None
+
+
 def borrowed_share(
     *, usage: Mapping[str, float], guaranteed: Mapping[str, float], capacity: Mapping[str, float], weight: float
 ) -> float:
@@ -396,10 +406,8 @@ def leaf_keys(
     shares = {}
     for name in tree:
         guaranteed = tree.guaranteed(name)
-        # Like Kueue's covered resources: a queue that bounds some resources is ranked on those (a queue
-        # guaranteed GPUs is not "borrowing" the CPU its GPU jobs come with); one that bounds none, on all.
-        named = guaranteed.keys() | tree.spec(name).limit.keys()
-        counted = {r: total for r, total in capacity.items() if r in named} if named else capacity
+        named = counted_resources(tree, name)
+        counted = {r: total for r, total in capacity.items() if r in named} if named is not None else capacity
         shares[name] = borrowed_share(
             usage=usage_totals[name], guaranteed=guaranteed, capacity=counted, weight=tree.spec(name).weight
         )

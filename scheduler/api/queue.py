@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar, get_args
 
-from scheduler.api import resources
+from scheduler.api import quantity, resources
 from scheduler.api.errors import InvalidObject
 from scheduler.api.resources import ResourceList
 
@@ -131,8 +131,8 @@ def parse_queue(raw: Mapping[str, object]) -> QueueSpec:
     weight = spec.get("weight", 1)
     if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) or weight <= 0:
         raise InvalidObject(f"{weight!r} is not a number > 0", obj=obj, field="spec.weight")
-    guaranteed = resources.parse_resource_list(spec.get("guaranteed"), obj=obj, field="spec.guaranteed")
-    limit = resources.parse_resource_list(spec.get("limit"), obj=obj, field="spec.limit")
+    guaranteed = _resource_list(spec.get("guaranteed"), obj=obj, field="spec.guaranteed")
+    limit = _resource_list(spec.get("limit"), obj=obj, field="spec.limit")
     for resource in sorted(guaranteed.keys() & limit.keys()):
         if limit[resource] < guaranteed[resource]:
             raise InvalidObject(
@@ -180,8 +180,28 @@ def _sharing(spec: Mapping[object, object], key: str, *, obj: str) -> tuple[bool
     allowed = raw.get("allowed", True)
     if not isinstance(allowed, bool):
         raise InvalidObject(f"{allowed!r} is not true or false", obj=obj, field=f"spec.{key}.allowed")
-    limit = resources.parse_resource_list(raw.get("limit"), obj=obj, field=f"spec.{key}.limit")
+    limit = _resource_list(raw.get("limit"), obj=obj, field=f"spec.{key}.limit")
     return allowed, limit
+
+
+def _resource_list(raw: object, *, obj: str, field: str) -> ResourceList:
+    """A resource list of the spec; whole GPUs (``nvidia.com/gpu``) only in whole numbers.
+
+    A fraction of a whole GPU would be rounded up to the next GPU by the parser (``1.5`` counted as 2, while the
+    object still shows 1.5), so it is refused instead; a share of a GPU is asked for in ``gpusched.io/gpu-milli``.
+    The CRD refuses it at ``kubectl apply`` already; this catches an object that got past an older CRD.
+    """
+    parsed = resources.parse_resource_list(raw, obj=obj, field=field)
+    if isinstance(raw, Mapping) and resources.GPU in raw:
+        amount = quantity.parse_quantity(raw[resources.GPU], obj=obj, field=f"{field}.{resources.GPU}")
+        if amount.denominator != 1:
+            raise InvalidObject(
+                f"{raw[resources.GPU]} is not a whole number of GPUs ({resources.GPU} counts whole GPUs; a share"
+                f" of a GPU is {resources.GPU_MILLI})",
+                obj=obj,
+                field=f"{field}.{resources.GPU}",
+            )
+    return parsed
 
 
 def _choice(value: object, choices: tuple[_C, ...], obj: str, key: str) -> _C:

@@ -6,8 +6,9 @@ waiting for room (``Tenancy.fair_share_gate``): ordering alone lets the small jo
 freed GPU from a queue whose jobs are large. The gate stays work-conserving: with nobody starving, anyone may take
 more.
 
-Work for a queue that does not exist (or is not a leaf) waits here, with an Event the first time, and is let in
-as soon as the queue appears (:meth:`Gate.admitted`).
+Work for a queue that does not exist (or is not a leaf, or exists but is not accepted: its parent is missing, it
+cannot be read) waits here, with an Event the first time (``QueueNotFound``, or ``QueueNotAccepted`` with the
+queue's own reason), and is let in as soon as the queue can take it (:meth:`Gate.admitted`).
 
 State kept here and nowhere else: the jobs that failed for lack of room (the *starving* demand, per leaf, with its
 per-leaf sum kept as jobs come and go), the jobs the gate held back (for the queueing hint that wakes them), and
@@ -27,6 +28,10 @@ from scheduler.queue.scheduling import QueueItem
 
 QUEUE_LIMIT = "QueueLimit"
 FAIR_SHARE = "FairShare"
+#: Why work waits for its queue: there is none of that name (or it is not a leaf), or it is there but not accepted.
+QUEUE_NOT_FOUND = "QueueNotFound"
+QUEUE_NOT_ACCEPTED = "QueueNotAccepted"
+QUEUE_WAITS = frozenset({QUEUE_NOT_FOUND, QUEUE_NOT_ACCEPTED})
 #: The queueing hint for a job the gate held back: what it holds changes as pods leave; the limits and fair shares
 #: with the Queues; fair shares with the cluster's capacity; the gate with the starving jobs placed.
 WAKES = frozenset(
@@ -53,15 +58,31 @@ class Gate:
         self.gated: dict[str, Vector] = {}
         #: Work whose queue does not exist (yet): leaf -> queue key -> the pod or PodGroup.
         self.waiting: dict[str, dict[str, PodRequest | PodGroup]] = {}
+        #: Per waiting key, how many members it had when it was last told (a gang's members that come later are
+        #: told too).
+        self._told: dict[str, int] = {}
 
-    def hold_for_queue(self, leaf: str, obj: str, key: str, held: PodRequest | PodGroup, events: Events) -> bool:
-        """Hold work whose queue cannot take it (with an Event the first time); True if held."""
+    def queue_problem(self, leaf: str) -> tuple[str, str]:
+        """(reason, message) why ``leaf`` cannot take work now, or ("", "")."""
         problem = self.tenancy.problem(leaf)
         if not problem:
+            return "", ""
+        if leaf in self.tenancy.refused and leaf not in self.tenancy.tree:
+            return QUEUE_NOT_ACCEPTED, f"{problem}; waiting until it is"
+        return QUEUE_NOT_FOUND, f"{problem}; waiting for it"
+
+    def hold_for_queue(
+        self, leaf: str, obj: str, key: str, held: PodRequest | PodGroup, events: Events, *, members: int = 1
+    ) -> bool:
+        """Hold work whose queue cannot take it (with an Event the first time, and again when a gang has more
+        ``members`` waiting than when it was told); True if held."""
+        reason, message = self.queue_problem(leaf)
+        if not reason:
             return False
         waiting = self.waiting.setdefault(leaf, {})
-        if key not in waiting:
-            events.emit(obj=obj, kind="Warning", reason="QueueNotFound", message=f"{problem}; waiting for it")
+        if key not in waiting or members > self._told.get(key, 0):
+            events.emit(obj=obj, kind="Warning", reason=reason, message=message)
+            self._told[key] = members
         waiting[key] = held
         return True
 
@@ -70,13 +91,16 @@ class Gate:
         out: list[PodRequest | PodGroup] = []
         for leaf in list(self.waiting):
             if not self.tenancy.problem(leaf):
-                out.extend(self.waiting.pop(leaf).values())
+                for key, held in self.waiting.pop(leaf).items():
+                    self._told.pop(key, None)
+                    out.append(held)
         return out
 
     def drop_waiting(self, key: str) -> None:
         """Pod ``key`` is gone: it waits for no queue."""
         for held in self.waiting.values():
             held.pop(key, None)
+        self._told.pop(key, None)
 
     def held_back(self, leaf: str, request: Mapping[str, float], key: str) -> tuple[str, str]:
         """(reason, message) if ``leaf`` may not start the job ``key`` asking for ``request`` now, else ("", "")."""

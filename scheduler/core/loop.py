@@ -438,8 +438,19 @@ class SchedulingLoop:
             self.queue.update(QueueItem(pod.key, pod.priority, pod.created, leaf, pod))
             return
         group = job.group
-        if self.gate.hold_for_queue(leaf, f"podgroup {group.key}", job.key, group, self.events):
+        if self.gate.hold_for_queue(
+            leaf, f"podgroup {group.key}", job.key, group, self.events, members=len(job.pending)
+        ):
+            # The PodGroup says it too, not only its members (its REASON column was empty).
+            job.set_condition("Scheduled", "False", *self.gate.queue_problem(leaf), self.clock())
             return
+        scheduled = job.conditions.get("Scheduled")
+        if scheduled is not None and scheduled.reason in gate.QUEUE_WAITS:
+            # Its queue takes it now: what it waits for next comes with its next attempt (or its members).
+            job.set_condition(
+                "Scheduled", "False", "Queued", f"queue {leaf!r} takes it; it waits for its turn", self.clock()
+            )
+            job.refresh_phase(self.clock())
         if _alone_allowed(job):
             self.queue.remove(job.key)
             for pod in job.pending.values():

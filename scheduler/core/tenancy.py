@@ -49,6 +49,8 @@ class QueueStatus:
     fair_share: float
     #: The leaf's sort key (share beyond guarantee over weight; lower goes first); None for a parent.
     rank_share: float | None
+    #: The queue's GPU limit (the LIMIT column), None when it has none.
+    gpu_limit: float | None = None
 
 
 def request_of(pod: PodRequest) -> Vector:
@@ -105,20 +107,41 @@ class Tenancy:
         #: Every queue's subtree allocation; None when an allocation or the tree changed since.
         self._totals: dict[str, Vector] | None = None
         self._stale = True
+        #: Queues that exist but are not in use, with why: left out of the tree (an unknown parent, a cycle,
+        #: guarantees above the parent's), or unreadable (:meth:`set_unreadable`).
+        self.refused: dict[str, str] = {}
+        self._left_out: dict[str, str] = {}
+        self._unreadable: dict[str, str] = {}
 
     # --- queues ------------------------------------------------------------------------------------------------
 
     def set_queues(self, specs: Iterable[QueueSpec]) -> list[InvalidObject]:
         """Take the cluster's Queues; returns the ones that could not be used (cycles, unknown parents, ...)."""
         self.tree, problems = QueueTree.build(specs)
+        self._left_out = {
+            problem.obj.removeprefix("queue "): problem.reason
+            for problem in problems
+            if problem.obj.removeprefix("queue ") not in self.tree
+        }
+        self.refused = {**self._unreadable, **self._left_out}
         self.history.configure(self.tree)
         self._stale = True
         self._fair = None
         self._totals = None
         return problems
 
+    def set_unreadable(self, name: str, reason: str) -> None:
+        """Queue ``name`` exists but cannot be read (``reason``), or can again (``reason`` empty)."""
+        if reason:
+            self._unreadable[name] = reason
+        else:
+            self._unreadable.pop(name, None)
+        self.refused = {**self._unreadable, **self._left_out}
+
     def problem(self, leaf: str) -> str:
         """Why work cannot be queued in ``leaf`` (empty if it can)."""
+        if leaf not in self.tree and leaf in self.refused:
+            return f"queue {leaf!r} is not accepted: {self.refused[leaf]}"
         if leaf not in self.tree:
             return f"queue {leaf!r} does not exist"
         if not self.tree.is_leaf(leaf):
@@ -331,10 +354,17 @@ class Tenancy:
             spec = self.tree.spec(name)
             held = totals[name]
             guaranteed = self.tree.guaranteed(name)
+            counted = fairshare.counted_resources(self.tree, name)
             out[name] = QueueStatus(
                 allocated=dict(held),
                 guaranteed_in_use={r: min(held.get(r, 0.0), amount) for r, amount in guaranteed.items()},
-                borrowed={r: held[r] - guaranteed.get(r, 0.0) for r in held if held[r] > guaranteed.get(r, 0.0)},
+                # Only what the queue is ranked on: a queue guaranteed GPUs does not borrow the CPU and memory its
+                # GPU pods come with (it showed them borrowed while its GPU column was blank).
+                borrowed={
+                    r: held[r] - guaranteed.get(r, 0.0)
+                    for r in held
+                    if (counted is None or r in counted) and held[r] > guaranteed.get(r, 0.0)
+                },
                 decayed_usage=dict(history[name]),
                 pending_pods=int(pods[name].get("n", 0.0)),
                 pending_gangs=int(gangs[name].get("n", 0.0)),
@@ -343,6 +373,7 @@ class Tenancy:
                 ),
                 fair_share=fair[name].dominant,
                 rank_share=keys[name][1][-1][0] if name in keys else None,
+                gpu_limit=spec.limit.get(resources.GPU),
             )
         return out
 

@@ -124,7 +124,7 @@ class Adapter:
         if not self._leading():
             return
         self.recorder.emit(obj=obj, kind=kind, reason=reason, message=message)
-        if reason not in ("FailedScheduling", "QueueNotFound"):
+        if reason not in ("FailedScheduling", "QueueNotFound", "QueueNotAccepted"):
             return
         pending = self.feed.pending
         if word == "pod" and key in pending:

@@ -9,7 +9,9 @@ Two halves:
   that is rolled back. Only the leader answers (a standby's queue does not move): 503 elsewhere.
 - :func:`main` is the command (``gpusched explain``, or ``kubectl gpusched explain`` through :func:`kubectl_main`):
   it asks ``--url`` when given, else the scheduler's pods through the API server's pod proxy (no port-forward),
-  the leader first, and prints the answer on stdout; anything else (errors, timing) goes to stderr.
+  the Lease's holder first, else the address the leader published on its Lease (a ``gpusched run`` outside the
+  cluster: ``scheduler.k8s.leader``), and prints the answer on stdout; anything else (errors, timing) goes to
+  stderr.
 
 Units are Kubernetes quantities (``2500m`` CPU, ``256Gi`` memory, ``0.5`` GPUs). The free-GPU figure counts only
 nodes the pod may use (not tainted against it, selected, schedulable); a gang member says it waits for its gang.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import time
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import numpy as np
+from kubernetes_asyncio.client import CoordinationV1Api
 
 from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
@@ -41,7 +45,9 @@ from scheduler.core import capacity, gang, reason_texts
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import PENDING_PODS
 from scheduler.k8s import client as k8s_client
+from scheduler.k8s import logs
 from scheduler.k8s import status as k8s_status
+from scheduler.k8s.leader import EXPLAIN_URL_ANNOTATION
 from scheduler.kernels import layout
 
 if TYPE_CHECKING:
@@ -311,12 +317,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="a kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
     parser.add_argument("--context", help="a context of the kubeconfig")
     parser.add_argument(
-        "--scheduler-namespace", default="gpusched-system", help="where the scheduler's pods run (default: %(default)s)"
+        "--scheduler-namespace",
+        default="gpusched-system",
+        help="where the scheduler's pods and its Lease are (gpusched run's --namespace; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--lease-name",
+        default="gpusched",
+        help="the scheduler's Lease (gpusched run's --lease-name; default: %(default)s)",
     )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer (default: 5)")
 
 
 def main(args: argparse.Namespace) -> int:
+    # The command's output is its answer: the library's info lines (the API client's "api client ready") are for
+    # `gpusched run`'s log, not for a user's terminal; warnings and errors still show, on stderr.
+    logs.configure("auto", level=logging.WARNING)
     started = time.monotonic()
     code, text, source = asyncio.run(_ask(args))
     elapsed = time.monotonic() - started
@@ -349,13 +365,7 @@ def query(target: str, namespace: str) -> str:
 async def _ask(args: argparse.Namespace) -> tuple[int, str, str]:
     """(HTTP status, the answer or why there is none, who answered)."""
     if args.url:
-        url = f"{args.url.rstrip('/')}/explain?{query(args.target, args.namespace)}"
-        timeout = aiohttp.ClientTimeout(total=args.timeout)
-        try:
-            async with aiohttp.ClientSession(timeout=timeout) as http, http.get(url) as response:
-                return response.status, _text(await response.read()), args.url
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            return 0, f"cannot reach {args.url}: {type(exc).__name__}: {exc}", args.url
+        return await _ask_url(args.url, args)
     settings = k8s_client.ClientSettings(
         kubeconfig=args.kubeconfig or os.environ.get("KUBECONFIG") or None,
         context=args.context,
@@ -369,19 +379,45 @@ async def _ask(args: argparse.Namespace) -> tuple[int, str, str]:
         await client.close()
 
 
+async def _ask_url(base: str, args: argparse.Namespace) -> tuple[int, str, str]:
+    url = f"{base.rstrip('/')}/explain?{query(args.target, args.namespace)}"
+    timeout = aiohttp.ClientTimeout(total=args.timeout)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as http, http.get(url) as response:
+            return response.status, _text(await response.read()), base
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return 0, f"cannot reach {base}: {type(exc).__name__}: {exc}", base
+
+
+async def _lease(client: k8s_client.Client, args: argparse.Namespace) -> tuple[str, str]:
+    """(holder, the address it published) of the scheduler's Lease; empty where there is none (no Lease, none
+    readable, released, or a leader that published nothing)."""
+    got = await client.call(
+        CoordinationV1Api(client.api).read_namespaced_lease,
+        name=args.lease_name,
+        namespace=args.scheduler_namespace,
+    )
+    if not got.ok:
+        return "", ""
+    holder = str((got.body.get("spec") or {}).get("holderIdentity") or "")
+    annotations = (got.body.get("metadata") or {}).get("annotations") or {}
+    return holder, str(annotations.get(EXPLAIN_URL_ANNOTATION) or "") if holder else ""
+
+
 async def _ask_pods(client: k8s_client.Client, args: argparse.Namespace) -> tuple[int, str, str]:
-    """Ask each running scheduler pod through the API server's pod proxy until the leader answers."""
+    """Ask the running scheduler pods through the API server's pod proxy (the Lease's holder first) until the
+    leader answers; else the address the leader published on its Lease (a scheduler run outside the cluster)."""
     ns = args.scheduler_namespace
+    holder, published = await _lease(client, args)
     listing = await client.call(client.core.list_namespaced_pod, ns, label_selector=POD_SELECTOR)
-    if not listing.ok:
+    if not listing.ok and not published:
         return listing.status, f"cannot list the scheduler's pods in {ns}: {listing.message}", ns
     pods = [
         str((item.get("metadata") or {}).get("name"))
-        for item in listing.body.get("items", [])
+        for item in (listing.body.get("items", []) if listing.ok else [])
         if (item.get("status") or {}).get("phase") == "Running"
     ]
-    if not pods:
-        return 0, f"no running scheduler pod in {ns} (label {POD_SELECTOR}); use --url to name one", ns
+    pods.sort(key=lambda name: name != holder)  # the holder first; the others keep their order
     last = (0, "no answer", ns)
     for name in pods:
         reply = await client.call(
@@ -395,6 +431,16 @@ async def _ask_pods(client: k8s_client.Client, args: argparse.Namespace) -> tupl
         if reply.status != 503:
             return reply.status, text, f"pod {ns}/{name}"
         last = (reply.status, text, f"pod {ns}/{name}")
+    if published:
+        code, text, source = await _ask_url(published, args)
+        return code, text, f"{source} (the leader {holder}, from Lease {ns}/{args.lease_name})"
+    if not pods:
+        return (
+            0,
+            f"no running scheduler pod in {ns} (label {POD_SELECTOR}), and no leader published its address on Lease "
+            f"{ns}/{args.lease_name}; use --url to name one",
+            ns,
+        )
     return last
 
 

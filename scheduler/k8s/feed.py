@@ -467,6 +467,7 @@ class PodFeed:
         old = self.queues.get(name)
         if deleted:
             self.queues.pop(name, None)
+            self.loop.tenancy.set_unreadable(name, "")
             self.uids.pop(f"queue {name}", None)
             self.publisher.forget_queue(name)
         else:
@@ -474,9 +475,12 @@ class PodFeed:
                 spec = api_queue.parse_queue(body)
             except InvalidObject as exc:
                 self.invalid("queue", name, exc)
-                # A queue that cannot be read holds no work: its pods wait (with an Event) until it is fixed.
+                # A queue that cannot be read holds no work: its pods wait (with an Event) until it is fixed, told
+                # that it is not accepted and why (not that it does not exist).
                 self.queues.pop(name, None)
+                self.loop.tenancy.set_unreadable(name, str(exc.located(obj="")))
             else:
+                self.loop.tenancy.set_unreadable(name, "")
                 self.uids[f"queue {name}"] = str(meta.get("uid") or "")
                 self.queues[name] = spec
         if self.queues.get(name) == old:

@@ -1,8 +1,11 @@
 """Health and metrics endpoints on aiohttp (already there for kubernetes_asyncio and kopf).
 
 Health port: ``/healthz`` answers 200 while the event loop runs (a blocked loop cannot answer: that is the
-point); ``/readyz`` 200 once the first full listing is in the cache, 503 before (standbys are ready too);
-``/leader`` 200 ``leader`` on the replica that schedules, 503 ``standby`` elsewhere; ``/explain?target=...&
+point); ``/readyz`` 200 once the first full listing is in the cache, 503 before (standbys are ready too), and 503
+``not leading and cannot lead: <reason>`` on a replica that does not lead and whose Lease the API server refuses
+(its namespace does not exist, RBAC forbids it: ``scheduler.k8s.leader``), so that such a replica shows in
+``kubectl get pods`` instead of idling silently; ``/leader`` 200 ``leader`` on the replica that schedules, 503
+``standby`` elsewhere (or the refusal); ``/explain?target=...&
 namespace=...`` answers ``gpusched explain`` from the leader's live state (JSON ``{"answer": text}``; 404 for an
 object the scheduler does not know, 503 on a standby; see ``scheduler.k8s.explain``). Metrics port: ``/metrics``
 in the Prometheus text format, with the state gauges recomputed for each scrape.
@@ -39,14 +42,17 @@ def health_app(operator: Operator) -> web.Application:
         return web.Response(text="ok")
 
     async def readyz(_: web.Request) -> web.Response:
-        if operator.ready:
-            return web.Response(text="ready")
-        return web.Response(status=503, text="warming up: the first listing is not in the cache yet")
+        if not operator.ready:
+            return web.Response(status=503, text="warming up: the first listing is not in the cache yet")
+        refused = _cannot_lead(operator)
+        if refused:
+            return web.Response(status=503, text=refused)
+        return web.Response(text="ready")
 
     async def leader(_: web.Request) -> web.Response:
         if operator.leading:
             return web.Response(text="leader")
-        return web.Response(status=503, text="standby")
+        return web.Response(status=503, text=_cannot_lead(operator) or "standby")
 
     async def explained(request: web.Request) -> web.Response:
         status, body = explain.reply(operator, request.query)
@@ -58,6 +64,13 @@ def health_app(operator: Operator) -> web.Application:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/leader", leader)
     return app
+
+
+def _cannot_lead(operator: Operator) -> str:
+    """ "not leading and cannot lead: <reason>" on a replica the API server refuses the Lease, else "" (a standby
+    that could take the lease over is ready)."""
+    refusal = "" if operator.leading else operator.lease_refusal()
+    return f"not leading and cannot lead: {refusal}" if refusal else ""
 
 
 def metrics_app(operator: Operator) -> web.Application:

@@ -13,6 +13,16 @@ The algorithm is client-go's leaderelection, written on the shared :class:`Clien
 
 ``on_change(True|False)`` is called on the event loop whenever leadership starts or stops.
 
+A replica that the API server refuses (the Lease's namespace does not exist, RBAC forbids the Lease, the body is
+invalid) would otherwise retry quietly for ever, a standby that never leads. So a refused read, create or update
+is logged with the API server's reason (once per new reason, as an error), kept in :attr:`LeaderElector.refusal`
+until an attempt succeeds, and the health server's ``/readyz`` answers "not leading and cannot lead: <reason>"
+while it is set (``scheduler.k8s.health``). A conflict (409, another replica won the race), a 429 and no answer at
+all are not refusals: they are retried and say nothing about whether this replica could lead.
+
+The leader writes where its ``/explain`` answers on the Lease (annotation :data:`EXPLAIN_URL_ANNOTATION`), so
+that ``gpusched explain`` finds a leader that runs outside the cluster (``gpusched run`` on a laptop).
+
 :class:`LeaseThread` runs the election on a thread of its own, with its own event loop and its own client (and
 so its own QPS budget): however long the scheduling loop holds the main event loop (a batch of cycles, a listing
 of 100,000 pods) and however many bindings wait for the main client's rate limiter, the Lease is renewed on time.
@@ -41,6 +51,10 @@ log = structlog.get_logger(__name__)
 
 #: Seconds a clean shutdown waits for the lease's release (read and update) before it goes on without it.
 RELEASE_TIMEOUT_S = 3.0
+#: The Lease annotation where the leader says where its health server's ``/explain`` answers (``http://host:port``).
+EXPLAIN_URL_ANNOTATION = "gpusched.io/explain-url"
+#: Answers that are not a refusal: a conflict (another replica won the race) and a rate limit are retried.
+_NOT_REFUSALS = (409, 429)
 
 
 class _Attempt(enum.Enum):
@@ -60,6 +74,7 @@ class LeaderElector:
         config: LeaderElectionConfig,
         on_change: Callable[[bool], None],
         clock: Callable[[], float] = time.monotonic,
+        explain_url: str = "",
     ) -> None:
         self.client = client
         self.api = k8s_client.CoordinationV1Api(client.api)
@@ -75,6 +90,11 @@ class LeaderElector:
         self._observed: tuple[str, str] = ("", "")
         self._observed_at = -float("inf")
         self.transitions = 0
+        #: Written on the Lease while this replica holds it (:data:`EXPLAIN_URL_ANNOTATION`); empty: nothing.
+        self.explain_url = explain_url
+        #: Why the API server refused this replica's last attempt (empty once an attempt succeeds): it cannot
+        #: lead until that changes.
+        self.refusal = ""
 
     async def run(self) -> None:
         """Take and keep the lease until cancelled; then release it if held."""
@@ -125,9 +145,13 @@ class LeaderElector:
         if got.status == 404:
             body = self._body(now, acquire=now, transitions=0)
             created = await self.client.call(self.api.create_namespaced_lease, namespace=self.namespace, body=body)
-            return _Attempt.HELD if created.ok else _Attempt.UNKNOWN
+            if created.ok:
+                self._accepted()
+                return _Attempt.HELD
+            self._refused("create", created)
+            return _Attempt.UNKNOWN
         if not got.ok:
-            _log_refusal("read", got)
+            self._refused("read", got)
             return _Attempt.UNKNOWN
         meta = _map(got.body.get("metadata"))
         spec = _map(got.body.get("spec"))
@@ -139,6 +163,7 @@ class LeaderElector:
         mine = holder == self.identity
         expired = self._clock() - self._observed_at >= float(spec.get("leaseDurationSeconds") or 0)
         if holder and not mine and not expired:
+            self._accepted()
             return _Attempt.OTHER
         transitions = int(spec.get("leaseTransitions") or 0)
         acquire = str(spec.get("acquireTime") or now) if mine else now
@@ -150,10 +175,33 @@ class LeaderElector:
         if updated.ok:
             self._observed = (self.identity, now)
             self._observed_at = self._clock()
+            self._accepted()
             return _Attempt.HELD
-        if updated.status != 409:
-            _log_refusal("update", updated)
+        self._refused("update", updated)
         return _Attempt.UNKNOWN
+
+    def _refused(self, what: str, answer: Answer) -> None:
+        """The API server did not take this attempt: remember and log why if it refused (see the module notes)."""
+        lease = f"{self.namespace}/{self.name}"
+        if not answer.answered or answer.status in _NOT_REFUSALS or answer.status >= 500:
+            # Retried; a server that does not answer or is unavailable says nothing about this replica.
+            log.warning("lease " + what + " failed; retrying", lease=lease, status=answer.status, error=answer.message)
+            return
+        refusal = f"the API server refused to {what} Lease {lease}: {answer.message} ({answer.status})"
+        if answer.status == 404 and _names_kind(answer, "namespaces"):
+            refusal = (
+                f"namespace {self.namespace} does not exist, so Lease {lease} cannot be created: create it "
+                f"(kubectl create namespace {self.namespace}) or pass --namespace ({answer.message})"
+            )
+        if refusal != self.refusal:
+            log.error("cannot lead", reason=refusal, lease=lease, identity=self.identity)
+        self.refusal = refusal
+
+    def _accepted(self) -> None:
+        """An attempt went through: whatever was refused before is not in the way any more."""
+        if self.refusal:
+            log.info("the lease can be taken again", lease=f"{self.namespace}/{self.name}", was=self.refusal)
+        self.refusal = ""
 
     async def _release(self) -> None:
         got = await self.client.call(self.api.read_namespaced_lease, name=self.name, namespace=self.namespace)
@@ -171,7 +219,11 @@ class LeaderElector:
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": self.name, "namespace": self.namespace},
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "annotations": {EXPLAIN_URL_ANNOTATION: self.explain_url} if self.explain_url else {},
+            },
             "spec": {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": max(1, round(self.config.lease_duration_s)),
@@ -200,9 +252,16 @@ class LeaseThread:
         config: LeaderElectionConfig,
         on_change: Callable[[bool], None],
         loop: asyncio.AbstractEventLoop,
+        explain_url: str = "",
     ) -> None:
         self._connect = connect
-        self._kwargs: dict[str, Any] = {"namespace": namespace, "name": name, "identity": identity, "config": config}
+        self._kwargs: dict[str, Any] = {
+            "namespace": namespace,
+            "name": name,
+            "identity": identity,
+            "config": config,
+            "explain_url": explain_url,
+        }
         self._on_change = on_change
         self._main = loop
         self.leading = False
@@ -212,6 +271,12 @@ class LeaseThread:
         self._started = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="gpusched lease", daemon=True)
+
+    @property
+    def refusal(self) -> str:
+        """Why the API server refuses this replica the lease (empty: nothing refused); safe from any thread."""
+        elector = self.elector
+        return elector.refusal if elector is not None else ""
 
     def start(self) -> None:
         self._thread.start()
@@ -276,5 +341,7 @@ def _map(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _log_refusal(what: str, answer: Answer) -> None:
-    log.warning("lease " + what + " failed", status=answer.status, error=answer.message)
+def _names_kind(answer: Answer, kind: str) -> bool:
+    """Whether a Status answer is about an object of ``kind`` (its ``details.kind``)."""
+    details = _map(answer.body.get("details"))
+    return details.get("kind") == kind

@@ -2,6 +2,11 @@
 
 The standard library's loggers (kopf, aiohttp, kubernetes_asyncio) go through the same renderer, so a cluster's
 log pipeline sees one format.
+
+kopf logs every failed attempt of a request it retries as an ERROR ("Request attempt #1/9 failed; will retry"): a
+replica started with its API server logged three of them while the server's storage initialised, and then
+worked. A retry is not an error, so those lines are told at INFO (:class:`RetryIsNotAnError`); the attempt kopf
+gives up after ("failed; escalating") and everything else stays as kopf logs it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ def configure(fmt: Format = "auto", *, level: int = logging.INFO) -> str:
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RetryIsNotAnError())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=shared,
@@ -47,3 +53,16 @@ def configure(fmt: Format = "auto", *, level: int = logging.INFO) -> str:
     root.handlers[:] = [handler]
     root.setLevel(level)
     return chosen
+
+
+class RetryIsNotAnError(logging.Filter):
+    """Tells kopf's "Request attempt ... failed; will retry" at INFO instead of ERROR (see the module notes)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            record.levelno == logging.ERROR
+            and record.name.startswith("kopf")
+            and "failed; will retry" in record.getMessage()
+        ):
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        return True

@@ -82,6 +82,9 @@ class Operator:
         #: The lease thread's own view (``scheduler.k8s.leader.LeaseThread``), read before every decision: it stops
         #: deciding the moment the lease is lost, even before ``set_leading(False)`` reaches this event loop.
         self.lease_held: Callable[[], bool] = lambda: True
+        #: Why the API server refuses this replica the lease (``LeaseThread.refusal``; empty: nothing refused), for
+        #: readiness (``scheduler.k8s.health``).
+        self.lease_refusal: Callable[[], str] = lambda: ""
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_status = 0.0

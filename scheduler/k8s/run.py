@@ -87,6 +87,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="0.0.0.0",
         help="the address the health and metrics servers listen on (127.0.0.1: this host only; :: for IPv6)",
     )
+    parser.add_argument(
+        "--advertise-address",
+        help="the address the leader publishes on its Lease for gpusched explain (default: --bind-address, or the "
+        "loopback address when that is all interfaces: right for gpusched run on the machine explain runs on)",
+    )
     parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
 
 
@@ -236,7 +241,9 @@ async def _serve(
         )
         stack.push_async_callback(servers.close)
         log.info("serving", health_port=servers.health_port, metrics_port=servers.metrics_port, identity=identity)
-        status = await _supervise(args, config, operator, client, settings, stop, signals)
+        advertised = str(getattr(args, "advertise_address", None) or getattr(args, "bind_address", "0.0.0.0"))
+        published = explain_url(advertised, servers.health_port)
+        status = await _supervise(args, config, operator, client, settings, stop, signals, explain_url=published)
     return status
 
 
@@ -248,6 +255,8 @@ async def _supervise(
     settings: k8s_client.ClientSettings,
     stop: asyncio.Event,
     signals: _Signals,
+    *,
+    explain_url: str = "",
 ) -> int:
     """Start the tasks, wait for a stop or for one of them to end, then end them all in order (bounded)."""
     kopf_stop = asyncio.Event()
@@ -311,10 +320,12 @@ async def _supervise(
             config=config.leader_election,
             on_change=operator.set_leading,
             loop=asyncio.get_running_loop(),
+            explain_url=explain_url,
         )
         lease.start()
         held = lease
         operator.lease_held = lambda: held.leading
+        operator.lease_refusal = lambda: held.refusal
         tasks["lease"] = asyncio.create_task(lease.wait(), name="gpusched lease")
     else:
         operator.set_leading(True)
@@ -344,6 +355,19 @@ async def _supervise(
         if task.done() and not task.cancelled() and task.exception() is not None and task not in done:
             log.warning("task failed while stopping", task=name, error=repr(task.exception()))
     return status
+
+
+def explain_url(address: str, port: int) -> str:
+    """Where this replica's ``/explain`` answers, as the leader publishes it on the Lease.
+
+    An address that means "all interfaces" names no host to reach: the loopback address of the same family stands
+    for it (``gpusched run`` on the machine ``gpusched explain`` runs on); in a cluster, pass the pod's IP as
+    ``--advertise-address``.
+    """
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(address.strip(), address.strip())
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address in a URL
+    return f"http://{host}:{port}"
 
 
 async def _end(

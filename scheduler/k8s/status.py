@@ -28,6 +28,7 @@ from typing import Any
 
 import structlog
 
+from scheduler.api import resources
 from scheduler.api import topology as api_topology
 from scheduler.api.pod import PodRequest
 from scheduler.api.quantity import text as quantity
@@ -378,6 +379,8 @@ def queue_status(status: tenancy.QueueStatus) -> Body:
         "pendingGangs": status.pending_gangs,
         "dominantShare": share(status.dominant_share),
         "fairShare": share(status.fair_share),
+        # The LIMIT column: "none" says there is none, where a blank would leave it to guessing.
+        "gpuLimit": "none" if status.gpu_limit is None else quantity(resources.GPU, status.gpu_limit),
     }
     if status.rank_share is not None:
         body["rankShare"] = share(status.rank_share)

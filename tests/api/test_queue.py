@@ -80,6 +80,11 @@ def test_zero_half_life_is_accepted_and_means_no_history() -> None:
         (raw(guaranteed={"cpu": "2"}, limit={"cpu": "1500m"}), "spec.limit.cpu"),
         (raw(guaranteed={"memory": "2Gi"}, limit={"memory": "2000Mi"}), "spec.limit.memory"),
         (raw(guaranteed={GPU: "lots"}), f"spec.guaranteed.{GPU}"),
+        (raw(guaranteed={GPU: "1.5"}), f"spec.guaranteed.{GPU}"),
+        (raw(limit={GPU: 2.5}), f"spec.limit.{GPU}"),
+        (raw(limit={GPU: "500m"}), f"spec.limit.{GPU}"),
+        (raw(borrowing={"limit": {GPU: "0.5"}}), f"spec.borrowing.limit.{GPU}"),
+        (raw(lending={"limit": {GPU: "1500m"}}), f"spec.lending.limit.{GPU}"),
         (raw(guaranteed={GPU: "-1"}), f"spec.guaranteed.{GPU}"),
         (raw(guaranteed=[GPU]), "spec.guaranteed"),
         (raw(limit={"memory": "1 Gi"}), "spec.limit.memory"),
@@ -182,9 +187,11 @@ def test_the_crd_defaults_and_enums_match_the_parser() -> None:
     assert tuple(preemption["reclaim"]["enum"]) == queue.RECLAIM
     assert preemption["withinQueue"]["default"] == defaults.within_queue
     assert preemption["reclaim"]["default"] == defaults.reclaim
-    # What `kubectl get gq` shows (issue 17's columns); `-o wide` adds the priority-1 ones.
+    # What `kubectl get gq` shows (issue 17's columns, and whether the queue is in use first: issue 32); `-o wide`
+    # adds the priority-1 ones.
     columns = [column["name"] for column in version["additionalPrinterColumns"] if not column.get("priority")]
     assert columns == [
+        "Accepted",
         "GPU Guarantee",
         "GPU Limit",
         "GPU Allocated",
@@ -195,7 +202,11 @@ def test_the_crd_defaults_and_enums_match_the_parser() -> None:
         "Age",
     ]
     wide = [column["name"] for column in version["additionalPrinterColumns"] if column.get("priority")]
-    assert {"Parent", "Weight", "Pending Pods", "GPU Borrowed", "Accepted"} <= set(wide)
+    assert {"Parent", "Weight", "Pending Pods", "GPU Borrowed"} <= set(wide)
+    # The limit comes from the status, where the scheduler writes "none" for no limit (a blank said nothing).
+    limit = next(column for column in version["additionalPrinterColumns"] if column["name"] == "GPU Limit")
+    assert limit["jsonPath"] == ".status.gpuLimit"
+    assert "gpuLimit" in version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
 
 
 # --- the tree -------------------------------------------------------------------------------------------------

@@ -70,6 +70,52 @@ def test_a_gang_in_an_unknown_queue_waits_too() -> None:
     assert sorted(_placed(cluster)) == ["g-0", "g-1"]
 
 
+def test_work_of_a_queue_that_exists_but_is_not_accepted_is_told_why() -> None:
+    cluster, loop, _, events = _loop()
+    loop.queues_changed([QueueSpec(name="orphan", parent="ml")])  # its parent is missing
+    loop.pod_pending(_pod("p", 1, queue="orphan"))
+    loop.group_upsert(PodGroup("default", "g", min_member=2, queue="orphan"))
+    loop.pod_pending(_pod("g-0", 1, group="g"))
+    loop.pod_pending(_pod("g-1", 1, group="g"))
+    loop.run_until_idle()
+    assert _placed(cluster) == []
+    said = "queue 'orphan' is not accepted: its parent queue 'ml' does not exist; waiting until it is"
+    assert events.reasons("pod default/p") == ["QueueNotAccepted"]
+    assert events.messages("pod default/p") == [said]
+    assert set(events.messages("podgroup default/g")) == {said}
+    # The PodGroup carries the condition too (its REASON column was empty), not only its members.
+    condition = loop.group_status("default/g")["conditions"][0]  # type: ignore[index]
+    assert (condition["reason"], condition["message"]) == ("QueueNotAccepted", said)
+
+    loop.queues_changed([QueueSpec(name="orphan", parent="ml"), QueueSpec(name="ml")])
+    loop.run_until_idle()
+    assert sorted(_placed(cluster)) == ["g-0", "g-1", "p"]
+    condition = loop.group_status("default/g")["conditions"][0]  # type: ignore[index]
+    assert condition["reason"] == "Scheduled"
+
+
+def test_a_gang_waiting_for_a_missing_queue_says_so_in_its_own_status() -> None:
+    _, loop, _, events = _loop()
+    loop.group_upsert(PodGroup("default", "g", min_member=2, queue="batch"))
+    loop.pod_pending(_pod("g-0", 1, group="g"))
+    loop.pod_pending(_pod("g-1", 1, group="g"))
+    loop.run_until_idle()
+    condition = loop.group_status("default/g")["conditions"][0]  # type: ignore[index]
+    assert (condition["status"], condition["reason"]) == ("False", "QueueNotFound")
+    assert condition["message"] == "queue 'batch' does not exist; waiting for it"
+    # Told again as each member came (the operator tells the waiting members from the PodGroup's Event): members
+    # created after their PodGroup were told nothing.
+    assert events.reasons("podgroup default/g") == ["QueueNotFound"] * 3
+
+
+def test_a_queue_with_a_gpu_limit_shows_it_and_one_without_says_none() -> None:
+    _, loop, _, _ = _loop()
+    loop.queues_changed([QueueSpec(name="capped", limit={"nvidia.com/gpu": 4}), QueueSpec(name="open")])
+    status = loop.queue_statuses()
+    # In numbers here; the status publisher writes them as "4" and "none" (tests/k8s/test_status.py).
+    assert (status["capped"].gpu_limit, status["open"].gpu_limit) == (4, None)
+
+
 def test_a_queue_never_exceeds_its_limit() -> None:
     cluster, loop, clock, events = _loop()
     loop.queues_changed([QueueSpec(name="team", limit={"nvidia.com/gpu": 4})])
@@ -171,7 +217,11 @@ def test_bad_queues_are_reported_and_the_rest_still_works() -> None:
     loop.pod_pending(_pod("q", 1, queue="x"))
     loop.run_until_idle()
     assert _placed(cluster) == ["p"]
-    assert events.reasons("pod default/q") == ["QueueNotFound"]
+    # x exists: q is told it is not accepted, and why (it was told that x does not exist).
+    assert events.reasons("pod default/q") == ["QueueNotAccepted"]
+    assert events.messages("pod default/q") == [
+        "queue 'x' is not accepted: its parents form a cycle: x -> y -> x; waiting until it is"
+    ]
 
 
 def test_releases_free_the_queue() -> None:
@@ -440,7 +490,10 @@ def test_queue_status_reports_allocation_guarantee_borrowing_and_pending_work() 
     assert status["batch"].pending_pods == 0
     assert status["prod"].allocated["nvidia.com/gpu"] == 2.0
     assert status["prod"].guaranteed_in_use == {"nvidia.com/gpu": 2.0}
-    assert _held(status["prod"].borrowed) == {"cpu": 1000.0}
+    # prod is guaranteed GPUs only: the CPU its GPU pods come with is not borrowed (it said {"cpu": "1"} while its
+    # GPU column was blank); batch names nothing, so everything it holds counts.
+    assert _held(status["prod"].borrowed) == {}
+    assert (status["prod"].gpu_limit, status["batch"].gpu_limit) == (None, None)
     # prod1 and the gang of two wait.
     assert (status["prod"].pending_pods, status["prod"].pending_gangs) == (3, 1)
     # Fair share of GPUs, water-filled: prod asks for 2 + 4, gets its guarantee of 4 and half the rest: 6 of 16.

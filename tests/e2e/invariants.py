@@ -38,7 +38,9 @@ LABEL_POD_GROUP_COMPAT = "scheduling.x-k8s.io/pod-group"
 LABEL_QUEUE = "gpusched.io/queue"
 DEFAULT_QUEUE = "default"
 #: Event reasons that say why a pod (or its PodGroup) is still waiting.
-PENDING_REASONS = frozenset({"FailedScheduling", "PodGroupNotFound", "QueueNotFound", "InvalidObject"})
+PENDING_REASONS = frozenset(
+    {"FailedScheduling", "PodGroupNotFound", "QueueNotFound", "QueueNotAccepted", "InvalidObject"}
+)
 #: Tolerances for comparing a queue's status with the sum of its pods: the status writes GPUs with three
 #: decimals and CPU in whole milli-cores.
 TOLERANCE = {GPU: 0.0015, CPU: 0.0015, MEMORY: 1.0}

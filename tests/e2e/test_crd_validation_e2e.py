@@ -91,10 +91,38 @@ def test_valid_podgroup_gets_its_defaults(scenario: kube_mod.Scenario) -> None:
             "limit of nvidia.com/gpu is below its guarantee",
         ),
         ("self", {"parent": "self"}, "spec.parent", "a queue cannot be its own parent"),
+        (
+            "frac",
+            {"guaranteed": {"nvidia.com/gpu": "1.5"}},
+            "spec.guaranteed[nvidia.com/gpu]",
+            "spec.guaranteed.nvidia.com/gpu must be a whole number of GPUs",
+        ),
+        (
+            "fraclim",
+            {"limit": {"nvidia.com/gpu": "2500m"}},
+            "spec.limit[nvidia.com/gpu]",
+            "spec.limit.nvidia.com/gpu must be a whole number of GPUs",
+        ),
+        (
+            "fracborrow",
+            {"borrowing": {"limit": {"nvidia.com/gpu": "500m"}}},
+            "spec.borrowing.limit[nvidia.com/gpu]",
+            "spec.borrowing.limit.nvidia.com/gpu must be a whole number of GPUs",
+        ),
         ("recl", {"preemption": {"reclaim": "Sometimes"}}, "spec.preemption.reclaim", "Unsupported value"),
         ("hl", {"usageHalfLifeSeconds": -1}, "spec.usageHalfLifeSeconds", "greater than or equal to 0"),
     ],
-    ids=["weight-0", "negative-guarantee", "limit-below-guarantee", "own-parent", "bad-reclaim", "negative-half-life"],
+    ids=[
+        "weight-0",
+        "negative-guarantee",
+        "limit-below-guarantee",
+        "own-parent",
+        "fractional-gpu-guarantee",
+        "fractional-gpu-limit",
+        "fractional-gpu-borrowing",
+        "bad-reclaim",
+        "negative-half-life",
+    ],
 )
 def test_invalid_queue_is_refused(
     scenario: kube_mod.Scenario, name: str, spec: dict[str, Any], field: str, words: str

@@ -1,5 +1,6 @@
-"""The examples users copy, applied as written: every YAML object in docs/, README.md and examples/, and the kind
-example run end to end through ``gpusched run``.
+"""The examples users copy, applied as written: every YAML object in docs/, README.md and examples/, the kind
+example run end to end through ``gpusched run``, and every example workload of examples/ scheduled on the kind
+walkthrough's nodes as shipped (its fake GPU nodes, taint included, and its queues).
 
 An example that the API server refuses, or that gpusched does not schedule as its text says, is a defect users
 meet first; these tests keep docs and code from drifting apart (docs said `q` where the short name is `gq`).
@@ -129,3 +130,87 @@ def test_the_kind_example_runs_as_written(sched: Scenario) -> None:
     assert gang, "the example has a gang"
     assert len({cliques[node_of(p)] for p in gang}) == 1, [node_of(p) for p in gang]
     kube_mod.check_no_overcommit(sched.pods(), sched.my_nodes())
+
+
+#: The kind walkthrough (examples/kind/README.md): what it puts in the cluster before any workload.
+KIND = ROOT / "examples" / "kind"
+#: Kinds a workload example creates (anything else in its files is set-up: a Queue, a claim template).
+WORKLOAD_KINDS = ("Pod", "Job", "PodGroup")
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if isinstance(doc, dict) and doc.get("kind")]
+
+
+def _workload_files() -> list[Path]:
+    """Every file of examples/ that creates pods, but the kind walkthrough's own set-up."""
+    files = []
+    for path in sorted(ROOT.glob("examples/*/*.yaml")):
+        kinds = {doc["kind"] for doc in _documents(path)}
+        if kinds & set(WORKLOAD_KINDS):
+            files.append(path)
+    return files
+
+
+def _pods_expected(docs: list[dict[str, Any]]) -> int:
+    """The pods a file's objects make at once: its Pods, and each Job's parallelism."""
+    pods = sum(1 for doc in docs if doc["kind"] == "Pod")
+    jobs = sum(int(doc["spec"].get("parallelism", 1)) for doc in docs if doc["kind"] == "Job")
+    return pods + jobs
+
+
+def test_every_example_workload_schedules_on_the_kind_walkthrough_nodes(sched: Scenario) -> None:
+    """Each workload of examples/ (kind's, k3d's, the Indexed Job, HAMi's and DRA's pods), applied with kubectl as
+    written, on the nodes and queues of the kind walkthrough as shipped, one file after the other: every pod it
+    makes binds. The workloads, hami and dra examples lacked the fake nodes' toleration, and their queue
+    ``team-a`` was made nowhere: their pods waited for ever."""
+    workloads = _workload_files()
+    assert {p.relative_to(ROOT).as_posix() for p in workloads} >= {
+        "examples/kind/workload.yaml",
+        "examples/workloads/indexed-job.yaml",
+        "examples/hami/pod.yaml",
+        "examples/dra/gpu-claims.yaml",
+    }
+    # The walkthrough's cluster: its fake nodes and what comes with them (a DeviceClass, ResourceSlices), then
+    # its queues, in the order its README applies them.
+    made: list[tuple[str, str]] = []
+    try:
+        for path in sorted(KIND.glob("fake-*.yaml")):
+            for doc in _documents(path):
+                if doc["kind"] == "Node":
+                    sched.add_node(doc, wait_ready=False)
+                else:
+                    sched.kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+                    made.append((doc["kind"].lower(), doc["metadata"]["name"]))
+        for name in list(sched.nodes):
+            sched.wait_node_ready(name)
+        for queue in _documents(KIND / "queues.yaml"):
+            sched.create_queue(queue)
+        sched.start_gpusched()
+
+        for path in workloads:
+            docs = _documents(path)
+            sched.queues.extend(doc["metadata"]["name"] for doc in docs if doc["kind"] == "Queue")
+            sched.kube.kubectl("apply", "-n", sched.namespace, "-f", str(path))
+            expected = _pods_expected(docs)
+
+            def bound(expected: int = expected) -> list[dict[str, Any]] | None:
+                pods = [p for p in sched.pods() if not p["metadata"].get("deletionTimestamp")]
+                return pods if len(pods) == expected and all(node_of(p) for p in pods) else None
+
+            # Bound is what is checked here; double bookings are the invariant tests' (HAMi's shared pods carry
+            # nvidia.com/gpu: 1 each and share one GPU, which check_no_overcommit would count as whole GPUs).
+            kube_mod.wait_until(
+                bound,
+                timeout=90,
+                what=f"the {expected} pods of {path.relative_to(ROOT)} bound",
+                describe=sched.describe,
+            )
+            sched.kube.kubectl("delete", "-n", sched.namespace, "-f", str(path), "--wait=false")
+            sched.kube.request(
+                "DELETE", kube_mod.Kube.pods_path(sched.namespace), query={"gracePeriodSeconds": "0"}, timeout=60
+            )
+            kube_mod.wait_until(lambda: not sched.pods(), timeout=60, what=f"the pods of {path.name} gone")
+    finally:
+        for kind, name in reversed(made):
+            sched.kube.kubectl("delete", kind, name, "--ignore-not-found", "--wait=false", check=False)

@@ -6,6 +6,7 @@ Skipped when the control-plane binaries are not built, unless ``GPUSCHED_E2E_REQ
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -52,10 +53,12 @@ def _get(url: str) -> tuple[int, str]:
         return 0, ""
 
 
-@pytest.fixture
-def operator(cluster: LocalCluster, tmp_path: Path) -> Iterator[tuple[int, int]]:
+@contextlib.contextmanager
+def _gpusched_run(cluster: LocalCluster, tmp_path: Path, *extra: str) -> Iterator[tuple[int, int, Path]]:
+    """``gpusched run`` on ``cluster`` with ``extra`` arguments: (health port, metrics port, its log file)."""
     health, metrics = free_port(), free_port()
-    log = (tmp_path / "gpusched.log").open("w")
+    path = tmp_path / "gpusched.log"
+    log = path.open("w")
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -70,15 +73,14 @@ def operator(cluster: LocalCluster, tmp_path: Path) -> Iterator[tuple[int, int]]
             str(metrics),
             "--log-format",
             "json",
+            *extra,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=REPO,
     )
     try:
-        wait_for(lambda: _get(f"http://127.0.0.1:{health}/leader") == (200, "leader"), 60, "gpusched leads")
-        wait_for(lambda: _get(f"http://127.0.0.1:{health}/readyz")[0] == 200, 60, "gpusched ready")
-        yield health, metrics
+        yield health, metrics, path
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -86,7 +88,15 @@ def operator(cluster: LocalCluster, tmp_path: Path) -> Iterator[tuple[int, int]]
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
-        print((tmp_path / "gpusched.log").read_text()[-4000:])
+        print(path.read_text()[-4000:])
+
+
+@pytest.fixture
+def operator(cluster: LocalCluster, tmp_path: Path) -> Iterator[tuple[int, int]]:
+    with _gpusched_run(cluster, tmp_path) as (health, metrics, _):
+        wait_for(lambda: _get(f"http://127.0.0.1:{health}/leader") == (200, "leader"), 60, "gpusched leads")
+        wait_for(lambda: _get(f"http://127.0.0.1:{health}/readyz")[0] == 200, 60, "gpusched ready")
+        yield health, metrics
 
 
 def test_gpu_pod_is_bound_by_gpusched_and_runs(cluster: LocalCluster, operator: tuple[int, int]) -> None:
@@ -140,3 +150,53 @@ def test_manifests_apply_on_a_real_api_server(cluster: LocalCluster) -> None:
         "service/gpusched-metrics",
     ):
         assert created in text
+
+
+def test_a_missing_lease_namespace_is_named_and_readiness_says_it_cannot_lead(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """``gpusched run --namespace no-such-ns`` used to reach "cache warm" and idle silently, ready and never
+    leading. Now it names the namespace in an error line and is not ready until the namespace exists; then it
+    leads without a restart, publishes where its explain answers on the Lease, and ``gpusched explain`` (no
+    scheduler pod in the cluster) finds it there."""
+    ns = "gpusched-e2e-missing"
+    with _gpusched_run(cluster, tmp_path, "--namespace", ns, "--bind-address", "127.0.0.1") as (health, _, log):
+        readyz = f"http://127.0.0.1:{health}/readyz"
+        wait_for(lambda: _get(readyz)[0] == 503 and "cannot lead" in _get(readyz)[1], 90, "readyz says why")
+        text = _get(readyz)[1]
+        assert text.startswith(f"not leading and cannot lead: namespace {ns} does not exist"), text
+        assert f"kubectl create namespace {ns}" in text
+        assert _get(f"http://127.0.0.1:{health}/leader") == (503, text)
+        lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+        refused = [line for line in lines if line.get("event") == "cannot lead"]
+        assert len(refused) == 1 and refused[0]["level"] == "error", refused
+        assert f'namespaces "{ns}" not found' in refused[0]["reason"]  # the API server's own words
+
+        cluster.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+        wait_for(lambda: _get(f"http://127.0.0.1:{health}/leader") == (200, "leader"), 30, "gpusched leads")
+        assert _get(readyz) == (200, "ready")
+        lease = cluster.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/gpusched")
+        assert lease["metadata"]["annotations"]["gpusched.io/explain-url"] == f"http://127.0.0.1:{health}"
+
+        explained = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "scheduler.cli",
+                "explain",
+                "queue/default",
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "--scheduler-namespace",
+                ns,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout.startswith("queue default"), explained.stdout
+    # stderr says who answered and nothing else (no log line).
+    assert explained.stderr.strip().splitlines() == [explained.stderr.strip()], explained.stderr
+    assert f"http://127.0.0.1:{health}" in explained.stderr and "answered by" in explained.stderr

@@ -123,7 +123,7 @@ def test_what_kubectl_shows(sched: Scenario, topology: dict[str, Any]) -> None:
     for header in ("FAIR SHARE", "RANK SHARE", "MEMORY ALLOCATED", "LEVELS", "ACCEPTED"):
         assert header in table, table
     queue_line = next(line for line in table.splitlines() if line.startswith(f"queue.scheduling.gpusched.io/{ns}-a"))
-    assert "2500m" not in queue_line.split()[3:4], queue_line  # GPU ALLOCATED is GPUs
+    assert "2500m" not in queue_line.split()[4:5], queue_line  # GPU ALLOCATED is GPUs (after ACCEPTED and LIMIT)
     status = sched.kube.request("GET", kube_mod.Kube.custom_path("queues", name=f"{ns}-a"))["status"]
     assert status["allocated"]["nvidia.com/gpu"] == "8" and status["allocated"]["cpu"] == "3", status
     topo_line = next(line for line in table.splitlines() if line.startswith("topology."))

@@ -38,3 +38,13 @@ async def operator(client: k8s.Client) -> AsyncIterator[Operator]:
     with contextlib.suppress(asyncio.CancelledError):
         await task
     await op.close()
+
+
+@pytest.fixture
+async def leader(client: k8s.Client) -> AsyncIterator[Operator]:
+    """An operator with the default config that leads, its scheduling task not running (the test drives the loop)."""
+    op = Operator(client, k8s_config.parse({}), identity="leader-0")
+    await op.start()
+    op.set_leading(True)
+    yield op
+    await op.close()

@@ -93,6 +93,8 @@ class FakeApiServer:
         self.lease_rv = 0
         #: While set, lease requests hang (an API server the leader cannot reach).
         self.leases_unreachable = False
+        #: Namespaces that do not exist: a Lease cannot be created there (404, as the API server answers).
+        self.missing_namespaces: set[str] = set()
         #: (namespace, name) -> ResourceClaim, with the API server's optimistic concurrency on PUT (resource.k8s.io).
         self.resource_claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.claim_rv = 0
@@ -107,6 +109,7 @@ class FakeApiServer:
         app.router.add_delete("/api/v1/namespaces/{ns}/pods/{name}", self._delete_pod)
         app.router.add_get("/api/v1/nodes", self._list_nodes)
         app.router.add_get("/api/v1/pods", self._list_pods)
+        app.router.add_get("/api/v1/namespaces/{ns}/pods", self._list_namespaced_pods)
         app.router.add_get("/apis/{group}/{version}/{plural}", self._list_custom)
         app.router.add_get("/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}", self._get_custom)
         leases = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
@@ -191,6 +194,13 @@ class FakeApiServer:
             meta["continue"] = str(start + limit)
         return web.json_response({"items": page, "metadata": meta})
 
+    async def _list_namespaced_pods(self, request: web.Request) -> web.Response:
+        """The pods of one namespace (no paging, no selector: what ``gpusched explain`` lists)."""
+        await self._record(request)
+        ns = request.match_info["ns"]
+        items = [pod for pod in self.pods.values() if (pod.get("metadata") or {}).get("namespace") == ns]
+        return web.json_response({"items": items, "metadata": {"resourceVersion": str(self.list_rv)}})
+
     async def _watch_pods(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse()
         await response.prepare(request)
@@ -235,6 +245,10 @@ class FakeApiServer:
         await self._lease_gate()
         body = await self._record(request)
         key = (request.match_info["ns"], body["metadata"]["name"])
+        if key[0] in self.missing_namespaces:
+            missing = status(404, "NotFound", f'namespaces "{key[0]}" not found')
+            missing["details"] = {"name": key[0], "kind": "namespaces"}
+            return web.json_response(missing, status=404)
         if key in self.leases:
             return web.json_response(status(409, "AlreadyExists", "leases already exists"), status=409)
         return web.json_response(self._store_lease(key, body), status=201)

@@ -44,3 +44,26 @@ async def test_endpoints_follow_warm_up_and_leadership(client: k8s.Client) -> No
         "gpusched_pending_gangs",
     ):
         assert f"# TYPE {name} " in text
+
+
+async def test_a_replica_refused_the_lease_is_not_ready_and_says_why(client: k8s.Client) -> None:
+    op = Operator(client, k8s_config.parse({}), identity="test")
+    refusal = ["namespace no-such-ns does not exist, so Lease no-such-ns/gpusched cannot be created"]
+    op.lease_refusal = lambda: refusal[0]
+    servers = await health.serve(op, health_port=0, metrics_port=0, host="127.0.0.1")
+    base = f"http://127.0.0.1:{servers.health_port}"
+
+    async def get(path: str) -> tuple[int, str]:
+        async with aiohttp.ClientSession() as http, http.get(base + path) as r:
+            return r.status, await r.text()
+
+    try:
+        op.listed()
+        said = f"not leading and cannot lead: {refusal[0]}"
+        assert await get("/readyz") == (503, said)
+        assert await get("/leader") == (503, said)
+        refusal[0] = ""  # the namespace was created: a standby that can lead is ready
+        assert await get("/readyz") == (200, "ready")
+        assert await get("/leader") == (503, "standby")
+    finally:
+        await servers.close()

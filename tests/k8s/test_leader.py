@@ -9,10 +9,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+import structlog.testing
 
 from scheduler.k8s import client as k8s
 from scheduler.k8s.config import LeaderElectionConfig
-from scheduler.k8s.leader import LeaderElector, LeaseThread
+from scheduler.k8s.leader import EXPLAIN_URL_ANNOTATION, LeaderElector, LeaseThread
 from tests.k8s.fakeapi import FakeApiServer, client_for, eventually
 
 FAST = LeaderElectionConfig(lease_duration_s=1.0, renew_deadline_s=0.5, retry_period_s=0.05)
@@ -31,6 +32,7 @@ class Replica:
         *,
         clock: Callable[[], float] = time.monotonic,
         owned: k8s.Client | None = None,
+        explain_url: str = "",
     ) -> None:
         self.changes: list[bool] = []
         self.owned = owned
@@ -42,6 +44,7 @@ class Replica:
             config=config,
             on_change=self.changes.append,
             clock=clock,
+            explain_url=explain_url,
         )
         self.task = asyncio.create_task(self.elector.run())
 
@@ -195,3 +198,50 @@ async def test_the_lease_is_renewed_while_the_main_event_loop_is_held() -> None:
 
 async def _connect(url: str) -> k8s.Client:
     return client_for(url, timeout=2.0)
+
+
+async def test_a_missing_namespace_is_named_until_it_exists(
+    fake: FakeApiServer, client: k8s.Client, replicas: list[Replica]
+) -> None:
+    fake.missing_namespaces.add(KEY[0])
+    with structlog.testing.capture_logs() as logs:
+        a = Replica(client, "a")
+        replicas.append(a)
+        await eventually(lambda: bool(a.elector.refusal))
+        assert a.elector.refusal.startswith(f"namespace {KEY[0]} does not exist")
+        assert f"kubectl create namespace {KEY[0]}" in a.elector.refusal
+        assert f'namespaces "{KEY[0]}" not found' in a.elector.refusal  # the API server's own words
+        # Several retries: still refused, and said once.
+        await eventually(lambda: sum(1 for r in fake.seen if r.method == "POST" and "leases" in r.path) >= 3)
+    errors = [line for line in logs if line["log_level"] == "error"]
+    assert [line["event"] for line in errors] == ["cannot lead"]
+    assert errors[0]["reason"] == a.elector.refusal
+    assert not a.leading
+
+    fake.missing_namespaces.clear()  # created: the replica leads, and is no longer refused
+    await eventually(lambda: a.leading)
+    assert a.elector.refusal == ""
+
+
+async def test_a_conflict_is_not_a_refusal(fake: FakeApiServer, client: k8s.Client, replicas: list[Replica]) -> None:
+    a = Replica(client, "a")
+    replicas.append(a)
+    await eventually(lambda: a.leading)
+    b = Replica(client, "b")
+    replicas.append(b)
+    await asyncio.sleep(0.3)
+    assert b.elector.refusal == ""  # another holder: b could lead, it waits
+
+
+async def test_the_leader_publishes_its_explain_address_on_the_lease(
+    fake: FakeApiServer, client: k8s.Client, replicas: list[Replica]
+) -> None:
+    a = Replica(client, "a", explain_url="http://127.0.0.1:18081")
+    replicas.append(a)
+    await eventually(lambda: a.leading)
+    assert fake.leases[KEY]["metadata"]["annotations"] == {EXPLAIN_URL_ANNOTATION: "http://127.0.0.1:18081"}
+    await a.stop()
+    b = Replica(client, "b", explain_url="http://10.0.0.9:8081")
+    replicas.append(b)
+    await eventually(lambda: b.leading)
+    assert fake.leases[KEY]["metadata"]["annotations"] == {EXPLAIN_URL_ANNOTATION: "http://10.0.0.9:8081"}

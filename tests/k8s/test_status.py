@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from scheduler.api.pod import PodRequest
+from scheduler.core import tenancy
 from scheduler.k8s import client as k8s
 from scheduler.k8s import publisher as publisher_module
+from scheduler.k8s import status as k8s_status
 from scheduler.k8s.operator import Operator
 from scheduler.k8s.status import QUEUES, CustomStatusWriter, PodConditionWriter, StatusSettings, quantity, to_json
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
@@ -323,3 +326,19 @@ def test_quantities_are_canonical() -> None:
     assert quantity("memory", 10**9) == "1G"
     assert quantity("nvidia.com/gpu", 0.5) == "0.5"
     assert quantity("nvidia.com/gpu", 8.0) == "8"
+
+
+def test_a_queues_gpu_limit_is_written_as_a_quantity_or_none() -> None:
+    numbers = tenancy.QueueStatus(
+        allocated={"nvidia.com/gpu": 2.0},
+        guaranteed_in_use={},
+        borrowed={},
+        decayed_usage={},
+        pending_pods=0,
+        pending_gangs=0,
+        dominant_share=0.0,
+        fair_share=0.0,
+        rank_share=None,
+    )
+    assert k8s_status.queue_status(numbers)["gpuLimit"] == "none"
+    assert k8s_status.queue_status(dataclasses.replace(numbers, gpu_limit=4.0))["gpuLimit"] == "4"
