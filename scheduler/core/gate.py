@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from scheduler.api.pod import PodRequest
-from scheduler.api.podgroup import PodGroup
+from scheduler.core.jobs import Job
 from scheduler.core.ports import Events
 from scheduler.core.tenancy import Tenancy, Vector, add_into
 from scheduler.framework.interface import ClusterEvent
@@ -51,23 +50,23 @@ class Gate:
         self.starving_totals: dict[str, Vector] = {}
         #: Jobs the fair-share gate held back, with what they ask for.
         self.gated: dict[str, Vector] = {}
-        #: Work whose queue does not exist (yet): leaf -> queue key -> the pod or PodGroup.
-        self.waiting: dict[str, dict[str, PodRequest | PodGroup]] = {}
+        #: Jobs whose queue does not exist (yet): leaf -> job key -> the job.
+        self.waiting: dict[str, dict[str, Job]] = {}
 
-    def hold_for_queue(self, leaf: str, obj: str, key: str, held: PodRequest | PodGroup, events: Events) -> bool:
-        """Hold work whose queue cannot take it (with an Event the first time); True if held."""
+    def hold_for_queue(self, leaf: str, obj: str, job: Job, events: Events) -> bool:
+        """Hold ``job`` if its queue cannot take it (with an Event the first time); True if held."""
         problem = self.tenancy.problem(leaf)
         if not problem:
             return False
         waiting = self.waiting.setdefault(leaf, {})
-        if key not in waiting:
+        if job.key not in waiting:
             events.emit(obj=obj, kind="Warning", reason="QueueNotFound", message=f"{problem}; waiting for it")
-        waiting[key] = held
+        waiting[job.key] = job
         return True
 
-    def admitted(self) -> list[PodRequest | PodGroup]:
-        """The work whose queue exists now (it leaves the waiting list; queue it again)."""
-        out: list[PodRequest | PodGroup] = []
+    def admitted(self) -> list[Job]:
+        """The jobs whose queue exists now (they leave the waiting list; queue them again)."""
+        out: list[Job] = []
         for leaf in list(self.waiting):
             if not self.tenancy.problem(leaf):
                 out.extend(self.waiting.pop(leaf).values())

@@ -45,14 +45,14 @@ from scheduler.core import gang, gate
 from scheduler.core.cycle import Scheduler
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
-from scheduler.core.jobs import GANG_PREFIX, Job, Jobs
+from scheduler.core.jobs import Attempt, Job, Jobs
 from scheduler.core.ports import Events, Evictor
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import Tenancy, Vector, add_into, requests_of
 from scheduler.framework.interface import GANG_SLOTS, PENDING_PODS, Code
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
-__all__ = ["GANG_PREFIX", "ClusterEvent", "Events", "Evictor", "Job", "SchedulingLoop"]
+__all__ = ["ClusterEvent", "Events", "Evictor", "Job", "SchedulingLoop"]
 
 
 class SchedulingLoop:
@@ -150,8 +150,8 @@ class SchedulingLoop:
         """The PodGroup was deleted: its waiting members wait again for a group of that name; its placed members
         count as pods of their own queues."""
         job, moved = self.jobs.group_removed(key)
-        self.queue.remove(GANG_PREFIX + key)
-        self._job_gone(GANG_PREFIX + key)
+        self.queue.remove(self.jobs.gang_key(key))
+        self._job_gone(self.jobs.gang_key(key))
         if job is not None:
             for pod_key in job.pending:
                 self.queue.remove(pod_key)
@@ -169,12 +169,11 @@ class SchedulingLoop:
         self._leaf_order = None
         self.resort()
         for held in self.gate.admitted():
-            if isinstance(held, PodGroup):
-                job = self.jobs.gang(held.key)
-                if job is not None:
-                    self._enqueue(job)
-            else:
-                self.pod_pending(held)
+            job = self.jobs.get(held.key)  # the job may have left while it waited
+            if job is not None:
+                self._demand_version += 1
+                self._enqueue(job)
+                job.refresh_phase(self.clock())
         self.cluster_event(ClusterEvent.QUEUE_CHANGED)
 
     def budget_upsert(self, budget: DisruptionBudget) -> None:
@@ -275,10 +274,15 @@ class SchedulingLoop:
         item = self.queue.pop()
         if item is None:
             return False
-        if item.key.startswith(GANG_PREFIX):
-            self._gang_cycle(item)
+        queued = self.jobs.queued(item.key)
+        if queued is None:
+            self.queue.done(item.key)
+            return True
+        job, alone = queued
+        if job.group is not None and alone is None:
+            self._gang_cycle(Attempt(job, item))
         else:
-            self._pod_cycle(item)
+            self._pod_cycle(Attempt(job, item, alone))
         return True
 
     def run_until_idle(self, limit: int = 1_000_000) -> int:
@@ -288,12 +292,10 @@ class SchedulingLoop:
             cycles += 1
         return cycles
 
-    def _gang_cycle(self, item: QueueItem) -> None:
-        job = self.jobs.get(item.key)
-        if job is None or job.group is None:
-            self.queue.done(item.key)
-            return
+    def _gang_cycle(self, attempt: Attempt) -> None:
+        job, item = attempt.job, attempt.item
         group = job.group
+        assert group is not None
         key = group.key
         now = self.clock()
         if job.first_attempt is None:
@@ -303,7 +305,7 @@ class SchedulingLoop:
             self.queue.done(item.key)
             self._enqueue(job)
             return
-        members = gang.order_members(list(job.pending.values()))[:need]
+        members = attempt.members = gang.order_members(list(job.pending.values()))[:need]
         held_reason, over = self.gate.held_back(item.queue, requests_of(members), item.key)
         if over:
             job.set_condition("Scheduled", "False", held_reason, over, now)
@@ -348,18 +350,21 @@ class SchedulingLoop:
             self.queue.requeue_error(item, message)
             return
         (required, _), problem = gang.resolve_levels(self.scheduler, group.topology, obj=f"podgroup {key}")
-        if problem is None and not self.preemptor.preempt(item, members, item.priority, f"podgroup {key}", required):
+        if problem is None and not self.preemptor.preempt(attempt, required):
             self.holds.reserve(item, members)
         self.hints.failed(item.key, members, self.scheduler.wakes(result.diagnosis))
         self.gate.starve(item.key, item.queue, requests_of(members))
         self.queue.requeue_unschedulable(item, message)
 
-    def _pod_cycle(self, item: QueueItem) -> None:
-        pod = item.payload
-        assert isinstance(pod, PodRequest)
-        job = self.jobs.of_pod(pod.key)
+    def _pod_cycle(self, attempt: Attempt) -> None:
+        job, item = attempt.job, attempt.item
+        pod = attempt.alone or next(iter(job.pending.values()), None)
+        if pod is None:
+            self.queue.done(item.key)
+            return
+        attempt.members = [pod]
         context: dict[str, Any] = {}
-        if job is not None and job.group is not None:
+        if job.group is not None:
             if not _alone_allowed(job):
                 # The gang lost its members meanwhile (preempted, deleted): this one waits to be placed with it.
                 self.queue.done(item.key)
@@ -383,15 +388,14 @@ class SchedulingLoop:
         if result.decision is not None and result.status.ok:
             self.queue.done(item.key)
             self._job_placed(item.key)
-            if job is not None:
-                self._placed(job, [pod])
+            self._placed(job, [pod])
             self.events.emit(
                 obj=f"pod {pod.key}",
                 kind="Normal",
                 reason="Scheduled",
                 message=_scheduled(pod.key, result.decision.node, result.decision.gpu_ids),
             )
-            if job is not None and job.group is not None:
+            if job.group is not None:
                 job.refresh_phase(self.clock())
             return
         message = result.status.message
@@ -399,7 +403,7 @@ class SchedulingLoop:
         if result.status.code == Code.ERROR:
             self.queue.requeue_error(item, message)
             return
-        if not self.preemptor.preempt(item, [pod], pod.priority, f"pod {pod.key}"):
+        if not self.preemptor.preempt(attempt):
             self.holds.reserve(item, [pod])
         self.hints.failed(item.key, [pod], self.scheduler.wakes(result.diagnosis))
         self.gate.starve(item.key, item.queue, requests_of([pod]))
@@ -420,10 +424,10 @@ class SchedulingLoop:
         """The pods waiting in the scheduling queue, a gang's pending members and single pods (``Demand``)."""
         pods: list[PodRequest] = []
         for item in self.queue.items():
-            if isinstance(item.payload, PodRequest):
-                pods.append(item.payload)
-            elif (job := self.jobs.get(item.key)) is not None:
-                pods.extend(job.pending.values())
+            queued = self.jobs.queued(item.key)
+            if queued is not None:
+                job, alone = queued
+                pods.extend([alone] if alone is not None else job.pending.values())
         return pods
 
     def _enqueue(self, job: Job) -> None:
@@ -434,24 +438,25 @@ class SchedulingLoop:
             pod = next(iter(job.pending.values()), None)
             if pod is None:
                 return
-            if self.gate.hold_for_queue(leaf, f"pod {pod.key}", pod.key, pod, self.events):
+            if self.gate.hold_for_queue(leaf, f"pod {pod.key}", job, self.events):
                 return
-            self.queue.update(QueueItem(pod.key, pod.priority, pod.created, leaf, pod))
+            self.queue.update(QueueItem(job.key, job.priority, job.created, leaf))
             return
         group = job.group
-        if self.gate.hold_for_queue(leaf, f"podgroup {group.key}", job.key, group, self.events):
+        if self.gate.hold_for_queue(leaf, f"podgroup {group.key}", job, self.events):
             return
         if _alone_allowed(job):
             self.queue.remove(job.key)
             for pod in job.pending.values():
-                self.queue.update(QueueItem(pod.key, max(pod.priority, group.priority), pod.created, leaf, pod))
+                # A member tried alone goes at its gang's priority if that is higher than its own.
+                self.queue.update(QueueItem(pod.key, max(pod.priority, group.priority), pod.created, leaf))
             return
         for pod_key in job.pending:
             self.queue.remove(pod_key)
         if not job.pending:
             self.queue.remove(job.key)
         elif job.exists >= group.min_member:
-            self.queue.update(QueueItem(job.key, job.priority, group.created, leaf, group.key))
+            self.queue.update(QueueItem(job.key, job.priority, job.created, leaf))
 
     def _placed(self, job: Job, pods: list[PodRequest]) -> None:
         """``pods`` of ``job`` were placed by this loop: they hold capacity in the job's queue from now on."""
@@ -527,16 +532,13 @@ class SchedulingLoop:
         pods: dict[str, int] = {}
         gangs: dict[str, int] = {}
         for item in self.queue.items():
-            if item.key.startswith(GANG_PREFIX):
-                job = self.jobs.get(item.key)
-                if job is None:
-                    continue
-                members = list(job.pending.values())
-                gangs[item.queue] = gangs.get(item.queue, 0) + 1
-            elif isinstance(item.payload, PodRequest):
-                members = [item.payload]
-            else:
+            queued = self.jobs.queued(item.key)
+            if queued is None:
                 continue
+            job, alone = queued
+            members = [alone] if alone is not None else list(job.pending.values())
+            if job.group is not None and alone is None:
+                gangs[item.queue] = gangs.get(item.queue, 0) + 1
             pods[item.queue] = pods.get(item.queue, 0) + len(members)
             add_into(pending.setdefault(item.queue, {}), requests_of(members))
         return self.tenancy.statuses(pending=pending, pending_pods=pods, pending_gangs=gangs)

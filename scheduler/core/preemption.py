@@ -28,7 +28,7 @@ from scheduler.api.pod import PREEMPT_NEVER, PodRequest
 from scheduler.core import reclaim
 from scheduler.core.cycle import Scheduler
 from scheduler.core.holds import Holds
-from scheduler.core.jobs import Jobs
+from scheduler.core.jobs import Attempt, Jobs
 from scheduler.core.ports import Events, Evictor
 from scheduler.core.tenancy import Tenancy, requests_of
 from scheduler.queue.scheduling import QueueItem
@@ -100,15 +100,13 @@ class Preemptor:
         self._candidates = (version, candidates)
         return candidates
 
-    def preempt(
-        self, item: QueueItem, pods: list[PodRequest], priority: int, obj: str, required_level: int | None = None
-    ) -> bool:
-        """Evict victims so that ``item`` (``pods`` at ``priority``) fits; True if it waits for victims now."""
+    def preempt(self, attempt: Attempt, required_level: int | None = None) -> bool:
+        """Evict victims so that ``attempt`` fits; True if it waits for victims now."""
         if self.evictor is None:
             return False
+        item, pods, priority, obj = attempt.item, attempt.members, attempt.priority, attempt.obj
         # A pod of its own (a gang's member placed alone near its gang keeps the gang's rules).
-        job = self.jobs.of_pod(pods[0].key) if isinstance(item.payload, PodRequest) and len(pods) == 1 else None
-        single = pods[0] if job is not None and job.group is None else None
+        single = pods[0] if attempt.job.group is None else None
         if single is not None and single.preemption_policy == PREEMPT_NEVER:
             return False  # kube-scheduler: "not eligible due to preemptionPolicy=Never."
         evicting = self.holds.still_evicting(item.key)

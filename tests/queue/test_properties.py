@@ -15,16 +15,14 @@ TIMEOUT_S = 20.0
 
 keys = st.sampled_from(KEYS)
 priorities = st.integers(min_value=-2, max_value=2)
-
-
-def _by_key_reversed(a: QueueItem, b: QueueItem) -> bool:
-    return a.key > b.key
+tenants = st.sampled_from(("a", "b", ""))
 
 
 class QueueMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.now = 0.0
+        #: The order pop must follow: by priority, then by the tenant queues' places once an order is set.
         self.less = priority_sort
         self.queue = SchedulingQueue(
             clock=lambda: self.now,
@@ -54,15 +52,15 @@ class QueueMachine(RuleBasedStateMachine):
             self.items[item.key] = item
             self.known.add(item.key)
 
-    @rule(key=keys, priority=priorities, created=st.integers(min_value=0, max_value=3))
-    def add(self, key: str, priority: int, created: int) -> None:
-        item = QueueItem(key=key, priority=priority, created=float(created))
+    @rule(key=keys, priority=priorities, created=st.integers(min_value=0, max_value=3), tenant=tenants)
+    def add(self, key: str, priority: int, created: int, tenant: str) -> None:
+        item = QueueItem(key=key, priority=priority, created=float(created), queue=tenant)
         self.queue.add(item)
         self._offer(item)
 
-    @rule(key=keys, priority=priorities)
-    def update(self, key: str, priority: int) -> None:
-        item = QueueItem(key=key, priority=priority, created=0.0, payload=priority)
+    @rule(key=keys, priority=priorities, tenant=tenants)
+    def update(self, key: str, priority: int, tenant: str) -> None:
+        item = QueueItem(key=key, priority=priority, created=0.0, queue=tenant)
         self.queue.update(item)
         self._offer(item)
 
@@ -130,9 +128,20 @@ class QueueMachine(RuleBasedStateMachine):
         self.now += seconds
 
     @rule(reverse=st.booleans())
-    def set_less(self, reverse: bool) -> None:
-        self.less = _by_key_reversed if reverse else priority_sort
-        self.queue.set_less(self.less)
+    def set_queue_order(self, reverse: bool) -> None:
+        places = {"b": 0, "a": 1} if reverse else {"a": 0, "b": 1}
+        self.queue.set_queue_order(places)
+
+        def by_place(a: QueueItem, b: QueueItem) -> bool:
+            last = len(places)
+            return (places.get(a.queue, last), -a.priority, a.created, a.key) < (
+                places.get(b.queue, last),
+                -b.priority,
+                b.created,
+                b.key,
+            )
+
+        self.less = by_place
 
     @rule()
     def nothing_is_lost(self) -> None:
@@ -184,8 +193,8 @@ def test_ordering_by_queue_places_pops_what_one_heap_over_every_item_would(
     ops: list[tuple[str, str, str, int, list[str]]],
 ) -> None:
     # The fast order (a heap per tenant queue, the queues' places swapped in O(1)) against the general one (one
-    # heap over every item, re-sorted by set_less), through the same adds, updates (a queue may change), removals,
-    # pops and new orders of the queues.
+    # heap over every item, built again for each new order), through the same adds, updates (a queue may change),
+    # removals, pops and new orders of the queues.
     places: dict[str, int] = {}
 
     def less(a: QueueItem, b: QueueItem) -> bool:
@@ -197,10 +206,16 @@ def test_ordering_by_queue_places_pops_what_one_heap_over_every_item_would(
             b.key,
         )
 
+    def rebuilt(queue: SchedulingQueue) -> SchedulingQueue:
+        # Every item is active here (each pop is done at once): the same items in a new heap, sorted by ``less``.
+        fresh = SchedulingQueue(clock=lambda: 0.0, less=less)
+        for item in queue.items():
+            fresh.add(QueueItem(item.key, item.priority, item.created, item.queue))
+        return fresh
+
     fast = SchedulingQueue(clock=lambda: 0.0)
-    slow = SchedulingQueue(clock=lambda: 0.0)
+    slow = SchedulingQueue(clock=lambda: 0.0, less=less)
     fast.set_queue_order(dict(places))
-    slow.set_less(less)
     for n, (op, key, queue, priority, order) in enumerate(ops):
         if op == "add":
             for q in (fast, slow):
@@ -217,5 +232,5 @@ def test_ordering_by_queue_places_pops_what_one_heap_over_every_item_would(
         else:
             places = {q: i for i, q in enumerate(order)}
             fast.set_queue_order(dict(places))
-            slow.set_less(less)
+            slow = rebuilt(slow)
         assert [k for k, w in fast.pending() if w == "active"] == [k for k, w in slow.pending() if w == "active"]
