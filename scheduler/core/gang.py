@@ -132,6 +132,21 @@ def place_gang(
     scheduler: Scheduler, group: PodGroup, members: Sequence[PodRequest], context: Mapping[str, Any] | None = None
 ) -> GangResult:
     """Place ``members`` all together or not at all; on success they are assumed and handed to the binder."""
+    result = plan_gang(scheduler, scheduler.cache.snapshot(), group, members, context)
+    if result.status.ok:
+        commit(scheduler, result.decisions)
+    return result
+
+
+def plan_gang(
+    scheduler: Scheduler,
+    snapshot: Snapshot,
+    group: PodGroup,
+    members: Sequence[PodRequest],
+    context: Mapping[str, Any] | None = None,
+) -> GangResult:
+    """Where ``members`` fit all together, tried on what-ifs of ``snapshot`` (each rolled back), or why they do not;
+    nothing is committed."""
     short = gpus_short(scheduler, members)
     if short:
         return GangResult(Status(Code.UNSCHEDULABLE, short, "gang"))
@@ -140,7 +155,6 @@ def place_gang(
         return GangResult(
             Status(Code.UNSCHEDULABLE, f"not enough free in the cluster for minResources: {short}", "gang")
         )
-    snapshot = scheduler.cache.snapshot()
     masks, problem = topology_plan(scheduler, group.topology, members, context, obj=f"podgroup {group.key}")
     if problem is not None:
         return GangResult(problem)
@@ -154,13 +168,16 @@ def place_gang(
             snapshot.rollback(token)
         if result.status.ok:
             break
-    if not result.status.ok:
-        return result
-    for decision in result.decisions:
-        scheduler.cache.assume(decision.pod, decision.node, decision.gpu_ids, decision.volumes, decision.claims)
-    for decision in result.decisions:
-        scheduler.binder.bind(decision)
     return result
+
+
+def commit(scheduler: Scheduler, decisions: Sequence[Decision]) -> None:
+    """Make ``decisions`` real as one statement: every pod assumed in the cache, then every one handed to the
+    binder (a binder that answers at once sees its siblings assumed already)."""
+    for decision in decisions:
+        scheduler.cache.assume(decision.pod, decision.node, decision.gpu_ids, decision.volumes, decision.claims)
+    for decision in decisions:
+        scheduler.binder.bind(decision)
 
 
 def what_if(

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import DEFAULT_QUEUE
+from scheduler.framework.interface import Status
 from scheduler.queue.scheduling import QueueItem
 
 #: What sets a gang's key apart from its pods' keys (the queue holds both); only :class:`Jobs` makes such keys.
@@ -149,6 +151,12 @@ class Attempt:
     alone: PodRequest | None = None
     #: The pods this cycle places, all or none (the session chooses them before the actions run).
     members: list[PodRequest] = field(default_factory=list)
+    #: What its cycles get from outside (held nodes, the waiting demand, a member's gang's nodes).
+    context: dict[str, Any] = field(default_factory=dict)
+    #: The topology level a whole gang must stay inside (its victims come from one domain of it), or None.
+    level: int | None = None
+    #: Why a whole gang's topology constraint cannot be kept (then nothing is evicted for it), or None.
+    unresolved: Status | None = None
 
     @property
     def key(self) -> str:

@@ -14,7 +14,9 @@ The loop orchestrates; each concern keeps its own state in a module of its own:
   whatever order pods and PodGroups arrive in), limits, ranks, fair shares;
 - ``scheduler.core.gate``: whether a queue may start a job now (limits, the fair-share gate), work waiting for a
   queue that does not exist;
-- ``scheduler.core.preemption`` and ``scheduler.core.reclaim``: victims for a job that does not fit;
+- ``scheduler.core.actions``: what a job taken from the queue goes through, in the profile's order (allocate,
+  then for a job that does not fit reclaim and preempt), each action in a module of its own;
+  ``scheduler.core.preemption`` and ``scheduler.core.reclaim``: the victims reclaim and preempt choose from;
 - ``scheduler.core.holds``: nominations and reservations, applied to every other job's cycles by the core;
 - ``scheduler.core.hints``: which cluster events may help which waiting jobs.
 
@@ -29,19 +31,20 @@ member keeps the other members' places and retries that member alone.
 Queue rules: work goes to the leaf queue of its job; work for a queue that does not exist (or is not a leaf)
 waits with an Event and is queued as soon as the queue appears; pending work is ordered by its queue's rank
 (below guarantee first, then the hierarchical borrowed share over weight, see ``scheduler.api.fairshare``), then
-by priority, then by age; a job that does not fit preempts, least disruptive first (``scheduler.core.preemption``).
+by priority, then by age; a job that does not fit preempts, least disruptive first (``scheduler.core.actions``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from scheduler.api.pdb import DisruptionBudget
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
-from scheduler.core import gang, gate
+from scheduler.core import actions, gang, gate
+from scheduler.core.actions import Verdict
 from scheduler.core.cycle import Scheduler
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
@@ -49,7 +52,7 @@ from scheduler.core.jobs import Attempt, Job, Jobs
 from scheduler.core.ports import Events, Evictor
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import Tenancy, Vector, add_into, requests_of
-from scheduler.framework.interface import GANG_SLOTS, PENDING_PODS, Code
+from scheduler.framework.interface import GANG_SLOTS, PENDING_PODS, Code, Decision, Status
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
 __all__ = ["ClusterEvent", "Events", "Evictor", "Job", "SchedulingLoop"]
@@ -80,6 +83,14 @@ class SchedulingLoop:
         self.holds = Holds(scheduler.cache, self.tenancy, clock=clock, reserve_after_s=reserve_after_s)
         self.hints = Hints()
         self.preemptor = Preemptor(scheduler, self.jobs, self.tenancy, self.holds, events=events, evictor=evictor)
+        #: The session's actions, in the profile's order (``allocate`` first).
+        self.actions = actions.build(
+            scheduler.framework.config.actions,
+            scheduler=scheduler,
+            preemptor=self.preemptor,
+            tenancy=self.tenancy,
+            events=events,
+        )
         self._demand_version = 0
         #: The leaf queues in rank order when the pending work was last sorted (see :meth:`resort`).
         self._leaf_order: list[str] | None = None
@@ -275,14 +286,13 @@ class SchedulingLoop:
         if item is None:
             return False
         queued = self.jobs.queued(item.key)
-        if queued is None:
+        attempt = Attempt(queued[0], item, queued[1]) if queued is not None else None
+        if attempt is None or not self._choose(attempt):
             self.queue.done(item.key)
+            if attempt is not None:
+                self._enqueue(attempt.job)  # what of it can be tried now (the gang whole, or its members alone)
             return True
-        job, alone = queued
-        if job.group is not None and alone is None:
-            self._gang_cycle(Attempt(job, item))
-        else:
-            self._pod_cycle(Attempt(job, item, alone))
+        self._cycle(attempt)
         return True
 
     def run_until_idle(self, limit: int = 1_000_000) -> int:
@@ -292,122 +302,118 @@ class SchedulingLoop:
             cycles += 1
         return cycles
 
-    def _gang_cycle(self, attempt: Attempt) -> None:
-        job, item = attempt.job, attempt.item
+    def _choose(self, attempt: Attempt) -> bool:
+        """Choose the pods ``attempt`` places and what its cycles get from outside; False if it cannot be tried as
+        it was queued (a gang not ready, or a member whose gang no longer holds its place)."""
+        job = attempt.job
         group = job.group
-        assert group is not None
-        key = group.key
-        now = self.clock()
-        if job.first_attempt is None:
-            job.first_attempt = now
-        need = group.min_member - len(job.placed) - len(job.succeeded)
-        if need <= 0 or len(job.pending) < need:
-            self.queue.done(item.key)
-            self._enqueue(job)
-            return
-        members = attempt.members = gang.order_members(list(job.pending.values()))[:need]
-        held_reason, over = self.gate.held_back(item.queue, requests_of(members), item.key)
-        if over:
-            job.set_condition("Scheduled", "False", held_reason, over, now)
-            self.events.emit(obj=f"podgroup {key}", kind="Warning", reason="FailedScheduling", message=over)
-            job.refresh_phase(now)
-            # Like a job without room: a deletion that leaves fewer free GPUs than it needs cannot let it start.
-            self.hints.failed(item.key, members, gate.WAKES)
-            self.queue.requeue_unschedulable(item, over)
-            return
-        result = gang.place_gang(self.scheduler, group, members, self._context(item.key))
-        if result.status.ok:
-            self.queue.done(item.key)
-            self._job_placed(item.key)
-            self._placed(job, [d.pod for d in result.decisions])
-            for decision in result.decisions:
-                self.events.emit(
-                    obj=f"pod {decision.pod.key}",
-                    kind="Normal",
-                    reason="Scheduled",
-                    message=_scheduled(decision.pod.key, decision.node, decision.gpu_ids),
-                )
-            job.last_schedule = now
-            job.set_condition("Scheduled", "True", "Scheduled", f"{len(result.decisions)} members placed together", now)
-            self.events.emit(
-                obj=f"podgroup {key}",
-                kind="Normal",
-                reason="Scheduled",
-                message=f"{len(result.decisions)} of {group.min_member} members placed together",
+        context = self._context(attempt.key)
+        if attempt.whole_gang:
+            assert group is not None
+            if job.first_attempt is None:
+                job.first_attempt = self.clock()
+            need = group.min_member - len(job.placed) - len(job.succeeded)
+            if need <= 0 or len(job.pending) < need:
+                return False
+            attempt.members = gang.order_members(list(job.pending.values()))[:need]
+            (attempt.level, _), attempt.unresolved = gang.resolve_levels(
+                self.scheduler, group.topology, obj=attempt.obj
             )
-            job.refresh_phase(now)
-            self._enqueue(job)
-            return
-        message = result.status.message
-        timed_out = now - job.first_attempt >= group.schedule_timeout_s
-        reason = "Unschedulable" if timed_out else "NotAllMembersFit"
-        if result.status.code == Code.UNRESOLVABLE and result.status.plugin == "topology":
-            reason = "InvalidTopology"
-        job.set_condition("Scheduled", "False", reason, message, now)
-        self.events.emit(obj=f"podgroup {key}", kind="Warning", reason="FailedScheduling", message=message)
-        job.refresh_phase(now)
-        if result.status.code == Code.ERROR:
-            self.queue.requeue_error(item, message)
-            return
-        (required, _), problem = gang.resolve_levels(self.scheduler, group.topology, obj=f"podgroup {key}")
-        if problem is None and not self.preemptor.preempt(attempt, required):
-            self.holds.reserve(item, members)
-        self.hints.failed(item.key, members, self.scheduler.wakes(result.diagnosis))
-        self.gate.starve(item.key, item.queue, requests_of(members))
-        self.queue.requeue_unschedulable(item, message)
-
-    def _pod_cycle(self, attempt: Attempt) -> None:
-        job, item = attempt.job, attempt.item
-        pod = attempt.alone or next(iter(job.pending.values()), None)
-        if pod is None:
-            self.queue.done(item.key)
-            return
-        attempt.members = [pod]
-        context: dict[str, Any] = {}
-        if job.group is not None:
+        else:
+            pod = attempt.alone or next(iter(job.pending.values()), None)
+            if pod is None:
+                return False
+            attempt.members = [pod]
+        if group is not None and not attempt.whole_gang:
             if not _alone_allowed(job):
-                # The gang lost its members meanwhile (preempted, deleted): this one waits to be placed with it.
-                self.queue.done(item.key)
-                self._enqueue(job)
-                return
+                return False  # the gang lost its members meanwhile (preempted, deleted): this one waits for it
             # A member beyond minMember, or one whose binding failed: place it near the others.
             slots: dict[int, int] = {}
             for member in job.placed:
                 entry = self.scheduler.cache.pod(member)
                 if entry is not None:
                     slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
-            context = {GANG_SLOTS: slots, **gang.member_context(self.scheduler, job.group, slots)}
-        context = {**self._context(item.key), **context}
-        _, over = self.gate.held_back(item.queue, requests_of([pod]), item.key)
+            context = {**context, GANG_SLOTS: slots, **gang.member_context(self.scheduler, group, slots)}
+        attempt.context = context
+        return True
+
+    def _cycle(self, attempt: Attempt) -> None:
+        """The session for one attempt: the queue gate, then the profile's actions in order until one places the
+        job or makes room for it; the failure tail, once, for any job that was not placed."""
+        item, members = attempt.item, attempt.members
+        reason, over = self.gate.held_back(item.queue, requests_of(members), item.key)
         if over:
-            self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedScheduling", message=over)
-            self.hints.failed(item.key, [pod], gate.WAKES)
+            self._not_placed(attempt, reason, over)
+            # Like a job without room: a deletion that leaves fewer free GPUs than it needs cannot let it start.
+            self.hints.failed(item.key, members, gate.WAKES)
             self.queue.requeue_unschedulable(item, over)
             return
-        result = self.scheduler.schedule(pod, context)
-        if result.decision is not None and result.status.ok:
-            self.queue.done(item.key)
-            self._job_placed(item.key)
-            self._placed(job, [pod])
+        allocate, *make_room = self.actions
+        outcome = allocate.run(attempt, self.scheduler.cache.snapshot())
+        if outcome.verdict is Verdict.PLACED:
+            self._allocated(attempt, [d.pod for d in outcome.decisions], outcome.decisions)
+            return
+        status = outcome.status
+        self._not_placed(attempt, self._reason(attempt, status), status.message)
+        if status.code == Code.ERROR:
+            self.queue.requeue_error(item, status.message)
+            return
+        if attempt.unresolved is None:
+            waits = False
+            for action in make_room:
+                if action.run(attempt, self.scheduler.cache.snapshot()).verdict is Verdict.WAITS:
+                    waits = True
+                    break
+            if not waits:
+                self.holds.reserve(item, members)
+        self.hints.failed(item.key, members, self.scheduler.wakes(outcome.diagnosis))
+        self.gate.starve(item.key, item.queue, requests_of(members))
+        self.queue.requeue_unschedulable(item, status.message)
+
+    def _reason(self, attempt: Attempt, status: Status) -> str:
+        """The reason of a gang's Scheduled=False condition after a cycle that did not place it."""
+        group, first = attempt.job.group, attempt.job.first_attempt
+        if status.code == Code.UNRESOLVABLE and status.plugin == "topology":
+            return "InvalidTopology"
+        timed_out = group is not None and first is not None and self.clock() - first >= group.schedule_timeout_s
+        return "Unschedulable" if timed_out else "NotAllMembersFit"
+
+    def _not_placed(self, attempt: Attempt, reason: str, message: str) -> None:
+        """Say why ``attempt`` was not placed: an Event, and for a whole gang its condition and phase."""
+        job, now = attempt.job, self.clock()
+        if attempt.whole_gang:
+            job.set_condition("Scheduled", "False", reason, message, now)
+        self.events.emit(obj=attempt.obj, kind="Warning", reason="FailedScheduling", message=message)
+        if attempt.whole_gang:
+            job.refresh_phase(now)
+
+    def _allocated(self, attempt: Attempt, pods: list[PodRequest], decisions: Sequence[Decision]) -> None:
+        """``attempt`` was placed: it leaves the queue, holds capacity in its queue, and says so."""
+        job, item, now = attempt.job, attempt.item, self.clock()
+        self.queue.done(item.key)
+        self._job_placed(item.key)
+        self._placed(job, pods)
+        for decision in decisions:
             self.events.emit(
-                obj=f"pod {pod.key}",
+                obj=f"pod {decision.pod.key}",
                 kind="Normal",
                 reason="Scheduled",
-                message=_scheduled(pod.key, result.decision.node, result.decision.gpu_ids),
+                message=_scheduled(decision.pod.key, decision.node, decision.gpu_ids),
             )
-            if job.group is not None:
-                job.refresh_phase(self.clock())
+        if not attempt.whole_gang:
+            job.refresh_phase(now)  # a gang's member joined it (a single pod has no phase of its own)
             return
-        message = result.status.message
-        self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedScheduling", message=message)
-        if result.status.code == Code.ERROR:
-            self.queue.requeue_error(item, message)
-            return
-        if not self.preemptor.preempt(attempt):
-            self.holds.reserve(item, [pod])
-        self.hints.failed(item.key, [pod], self.scheduler.wakes(result.diagnosis))
-        self.gate.starve(item.key, item.queue, requests_of([pod]))
-        self.queue.requeue_unschedulable(item, message)
+        assert job.group is not None
+        job.last_schedule = now
+        job.set_condition("Scheduled", "True", "Scheduled", f"{len(decisions)} members placed together", now)
+        self.events.emit(
+            obj=attempt.obj,
+            kind="Normal",
+            reason="Scheduled",
+            message=f"{len(decisions)} of {job.group.min_member} members placed together",
+        )
+        job.refresh_phase(now)
+        self._enqueue(job)
 
     # --- bookkeeping -------------------------------------------------------------------------------------------
 
