@@ -99,6 +99,15 @@ class Job:
         return len(self.placed) + len(self.succeeded) >= need
 
     @property
+    def alone_allowed(self) -> bool:
+        """Whether a gang's pending members may be placed one by one: the gang holds ``minMember`` placed members
+        (the rest join it), or all but one and some placed (a member whose binding failed rejoins its placed
+        siblings)."""
+        assert self.group is not None
+        missing = self.group.min_member - len(self.placed) - len(self.succeeded)
+        return missing <= 0 or (missing == 1 and bool(self.placed))
+
+    @property
     def exists(self) -> int:
         return len(self.pending) + len(self.placed)
 

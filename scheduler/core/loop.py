@@ -14,6 +14,8 @@ The loop orchestrates; each concern keeps its own state in a module of its own:
   whatever order pods and PodGroups arrive in), limits, ranks, fair shares;
 - ``scheduler.core.gate``: whether a queue may start a job now (limits, the fair-share gate), work waiting for a
   queue that does not exist;
+- ``scheduler.core.session``: one item taken from the queue, read as an attempt of its job: the queue gate, the
+  actions, and the failure tail, once, for any job;
 - ``scheduler.core.actions``: what a job taken from the queue goes through, in the profile's order (allocate,
   then for a job that does not fit reclaim and preempt), each action in a module of its own;
   ``scheduler.core.preemption`` and ``scheduler.core.reclaim``: the victims reclaim and preempt choose from;
@@ -36,23 +38,23 @@ by priority, then by age; a job that does not fit preempts, least disruptive fir
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from scheduler.api.pdb import DisruptionBudget
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
-from scheduler.core import actions, gang, gate
-from scheduler.core.actions import Verdict
+from scheduler.core import actions, gate
 from scheduler.core.cycle import Scheduler
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job, Jobs
 from scheduler.core.ports import Events, Evictor
 from scheduler.core.preemption import Preemptor
+from scheduler.core.session import Session
 from scheduler.core.tenancy import Tenancy, Vector, add_into, requests_of
-from scheduler.framework.interface import GANG_SLOTS, PENDING_PODS, Code, Decision, Status
+from scheduler.framework.interface import PENDING_PODS
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
 __all__ = ["ClusterEvent", "Events", "Evictor", "Job", "SchedulingLoop"]
@@ -90,6 +92,19 @@ class SchedulingLoop:
             preemptor=self.preemptor,
             tenancy=self.tenancy,
             events=events,
+        )
+        self.session = Session(
+            scheduler,
+            queue,
+            clock=clock,
+            events=events,
+            gate=self.gate,
+            holds=self.holds,
+            hints=self.hints,
+            actions=self.actions,
+            context=self._context,
+            placed=self._allocated,
+            enqueue=self._enqueue,
         )
         self._demand_version = 0
         #: The leaf queues in rank order when the pending work was last sorted (see :meth:`resort`).
@@ -141,11 +156,11 @@ class SchedulingLoop:
         self._job_gone(key)
         self.gate.drop_waiting(key)
         job = self.jobs.of_pod(key)
-        alone = job is not None and job.group is not None and _alone_allowed(job)
+        alone = job is not None and job.group is not None and job.alone_allowed
         job = self.jobs.pod_gone(key, finished=finished)
         if job is None or job.group is None:
             return
-        if alone and not _alone_allowed(job):
+        if alone and not job.alone_allowed:
             self._enqueue(job)  # its members beyond minMember wait for the gang now: never placed alone
         elif not job.pending:
             self.queue.remove(job.key)
@@ -286,13 +301,10 @@ class SchedulingLoop:
         if item is None:
             return False
         queued = self.jobs.queued(item.key)
-        attempt = Attempt(queued[0], item, queued[1]) if queued is not None else None
-        if attempt is None or not self._choose(attempt):
-            self.queue.done(item.key)
-            if attempt is not None:
-                self._enqueue(attempt.job)  # what of it can be tried now (the gang whole, or its members alone)
-            return True
-        self._cycle(attempt)
+        if queued is None:
+            self.queue.done(item.key)  # its job is gone
+        else:
+            self.session.run(Attempt(queued[0], item, queued[1]))
         return True
 
     def run_until_idle(self, limit: int = 1_000_000) -> int:
@@ -301,119 +313,6 @@ class SchedulingLoop:
         while cycles < limit and self.run_once():
             cycles += 1
         return cycles
-
-    def _choose(self, attempt: Attempt) -> bool:
-        """Choose the pods ``attempt`` places and what its cycles get from outside; False if it cannot be tried as
-        it was queued (a gang not ready, or a member whose gang no longer holds its place)."""
-        job = attempt.job
-        group = job.group
-        context = self._context(attempt.key)
-        if attempt.whole_gang:
-            assert group is not None
-            if job.first_attempt is None:
-                job.first_attempt = self.clock()
-            need = group.min_member - len(job.placed) - len(job.succeeded)
-            if need <= 0 or len(job.pending) < need:
-                return False
-            attempt.members = gang.order_members(list(job.pending.values()))[:need]
-            (attempt.level, _), attempt.unresolved = gang.resolve_levels(
-                self.scheduler, group.topology, obj=attempt.obj
-            )
-        else:
-            pod = attempt.alone or next(iter(job.pending.values()), None)
-            if pod is None:
-                return False
-            attempt.members = [pod]
-        if group is not None and not attempt.whole_gang:
-            if not _alone_allowed(job):
-                return False  # the gang lost its members meanwhile (preempted, deleted): this one waits for it
-            # A member beyond minMember, or one whose binding failed: place it near the others.
-            slots: dict[int, int] = {}
-            for member in job.placed:
-                entry = self.scheduler.cache.pod(member)
-                if entry is not None:
-                    slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
-            context = {**context, GANG_SLOTS: slots, **gang.member_context(self.scheduler, group, slots)}
-        attempt.context = context
-        return True
-
-    def _cycle(self, attempt: Attempt) -> None:
-        """The session for one attempt: the queue gate, then the profile's actions in order until one places the
-        job or makes room for it; the failure tail, once, for any job that was not placed."""
-        item, members = attempt.item, attempt.members
-        reason, over = self.gate.held_back(item.queue, requests_of(members), item.key)
-        if over:
-            self._not_placed(attempt, reason, over)
-            # Like a job without room: a deletion that leaves fewer free GPUs than it needs cannot let it start.
-            self.hints.failed(item.key, members, gate.WAKES)
-            self.queue.requeue_unschedulable(item, over)
-            return
-        allocate, *make_room = self.actions
-        outcome = allocate.run(attempt, self.scheduler.cache.snapshot())
-        if outcome.verdict is Verdict.PLACED:
-            self._allocated(attempt, [d.pod for d in outcome.decisions], outcome.decisions)
-            return
-        status = outcome.status
-        self._not_placed(attempt, self._reason(attempt, status), status.message)
-        if status.code == Code.ERROR:
-            self.queue.requeue_error(item, status.message)
-            return
-        if attempt.unresolved is None:
-            waits = False
-            for action in make_room:
-                if action.run(attempt, self.scheduler.cache.snapshot()).verdict is Verdict.WAITS:
-                    waits = True
-                    break
-            if not waits:
-                self.holds.reserve(item, members)
-        self.hints.failed(item.key, members, self.scheduler.wakes(outcome.diagnosis))
-        self.gate.starve(item.key, item.queue, requests_of(members))
-        self.queue.requeue_unschedulable(item, status.message)
-
-    def _reason(self, attempt: Attempt, status: Status) -> str:
-        """The reason of a gang's Scheduled=False condition after a cycle that did not place it."""
-        group, first = attempt.job.group, attempt.job.first_attempt
-        if status.code == Code.UNRESOLVABLE and status.plugin == "topology":
-            return "InvalidTopology"
-        timed_out = group is not None and first is not None and self.clock() - first >= group.schedule_timeout_s
-        return "Unschedulable" if timed_out else "NotAllMembersFit"
-
-    def _not_placed(self, attempt: Attempt, reason: str, message: str) -> None:
-        """Say why ``attempt`` was not placed: an Event, and for a whole gang its condition and phase."""
-        job, now = attempt.job, self.clock()
-        if attempt.whole_gang:
-            job.set_condition("Scheduled", "False", reason, message, now)
-        self.events.emit(obj=attempt.obj, kind="Warning", reason="FailedScheduling", message=message)
-        if attempt.whole_gang:
-            job.refresh_phase(now)
-
-    def _allocated(self, attempt: Attempt, pods: list[PodRequest], decisions: Sequence[Decision]) -> None:
-        """``attempt`` was placed: it leaves the queue, holds capacity in its queue, and says so."""
-        job, item, now = attempt.job, attempt.item, self.clock()
-        self.queue.done(item.key)
-        self._job_placed(item.key)
-        self._placed(job, pods)
-        for decision in decisions:
-            self.events.emit(
-                obj=f"pod {decision.pod.key}",
-                kind="Normal",
-                reason="Scheduled",
-                message=_scheduled(decision.pod.key, decision.node, decision.gpu_ids),
-            )
-        if not attempt.whole_gang:
-            job.refresh_phase(now)  # a gang's member joined it (a single pod has no phase of its own)
-            return
-        assert job.group is not None
-        job.last_schedule = now
-        job.set_condition("Scheduled", "True", "Scheduled", f"{len(decisions)} members placed together", now)
-        self.events.emit(
-            obj=attempt.obj,
-            kind="Normal",
-            reason="Scheduled",
-            message=f"{len(decisions)} of {job.group.min_member} members placed together",
-        )
-        job.refresh_phase(now)
-        self._enqueue(job)
 
     # --- bookkeeping -------------------------------------------------------------------------------------------
 
@@ -451,7 +350,7 @@ class SchedulingLoop:
         group = job.group
         if self.gate.hold_for_queue(leaf, f"podgroup {group.key}", job, self.events):
             return
-        if _alone_allowed(job):
+        if job.alone_allowed:
             self.queue.remove(job.key)
             for pod in job.pending.values():
                 # A member tried alone goes at its gang's priority if that is higher than its own.
@@ -463,6 +362,12 @@ class SchedulingLoop:
             self.queue.remove(job.key)
         elif job.exists >= group.min_member:
             self.queue.update(QueueItem(job.key, job.priority, job.created, leaf))
+
+    def _allocated(self, key: str, job: Job, pods: list[PodRequest]) -> None:
+        """Queue item ``key`` placed ``pods`` of ``job``: what it held and waited for is released, and the pods
+        hold capacity in the job's queue."""
+        self._job_placed(key)
+        self._placed(job, pods)
 
     def _placed(self, job: Job, pods: list[PodRequest]) -> None:
         """``pods`` of ``job`` were placed by this loop: they hold capacity in the job's queue from now on."""
@@ -548,17 +453,3 @@ class SchedulingLoop:
             pods[item.queue] = pods.get(item.queue, 0) + len(members)
             add_into(pending.setdefault(item.queue, {}), requests_of(members))
         return self.tenancy.statuses(pending=pending, pending_pods=pods, pending_gangs=gangs)
-
-
-def _alone_allowed(job: Job) -> bool:
-    """Whether a gang's pending members may be placed one by one: the gang holds ``minMember`` placed members (the
-    rest join it), or all but one and some placed (a member whose binding failed rejoins its placed siblings)."""
-    assert job.group is not None
-    missing = job.group.min_member - len(job.placed) - len(job.succeeded)
-    return missing <= 0 or (missing == 1 and bool(job.placed))
-
-
-def _scheduled(pod: str, node: str, gpu_ids: tuple[int, ...]) -> str:
-    # kube-scheduler's wording, which tools and Kubernetes' own e2e tests match on.
-    gpus = f" (GPUs {','.join(str(g) for g in gpu_ids)})" if gpu_ids else ""
-    return f"Successfully assigned {pod} to {node}{gpus}"
