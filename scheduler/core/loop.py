@@ -91,7 +91,6 @@ class SchedulingLoop:
             scheduler=scheduler,
             preemptor=self.preemptor,
             tenancy=self.tenancy,
-            events=events,
         )
         self.session = Session(
             scheduler,

@@ -142,6 +142,15 @@ class Preemptor:
         """``attempt`` found victims: a later search must not be skipped as fruitless."""
         del self.no_victims[attempt.key]
 
+    def make_room(
+        self, attempt: Attempt, victims: list[reclaim.Candidate], *, reason: str, event: str, message: str
+    ) -> None:
+        """Commit ``victims`` for ``attempt`` as one statement: the room they free nominated for it, every victim
+        evicted (``reason`` in their Events), and an Event ``event`` for the job."""
+        self.found(attempt)
+        self.evict(attempt.key, attempt.priority, victims, reason)
+        self.events.emit(obj=attempt.obj, kind="Normal", reason=event, message=message)
+
     def unnominate(self, key: str) -> None:
         """Clear the nominatedNodeName of single pod ``key``, if it has one."""
         nominated = self.nominations.pop(key, None)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from scheduler.queue.scheduling import QueueItem, SchedulingQueue, priority_sort
+from scheduler.queue.scheduling import Less, QueueItem, SchedulingQueue, priority_sort
 
 KEYS = tuple(f"ns/p{i}" for i in range(6))
 MAX_BACKOFF_S = 8.0
@@ -16,6 +16,21 @@ TIMEOUT_S = 20.0
 keys = st.sampled_from(KEYS)
 priorities = st.integers(min_value=-2, max_value=2)
 tenants = st.sampled_from(("a", "b", ""))
+
+
+def _by_place(places: dict[str, int]) -> Less:
+    """The order by tenant queue (in ``places``; a queue without a place last), then :func:`priority_sort`'s."""
+    last = len(places)
+
+    def less(a: QueueItem, b: QueueItem) -> bool:
+        return (places.get(a.queue, last), -a.priority, a.created, a.key) < (
+            places.get(b.queue, last),
+            -b.priority,
+            b.created,
+            b.key,
+        )
+
+    return less
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -131,17 +146,7 @@ class QueueMachine(RuleBasedStateMachine):
     def set_queue_order(self, reverse: bool) -> None:
         places = {"b": 0, "a": 1} if reverse else {"a": 0, "b": 1}
         self.queue.set_queue_order(places)
-
-        def by_place(a: QueueItem, b: QueueItem) -> bool:
-            last = len(places)
-            return (places.get(a.queue, last), -a.priority, a.created, a.key) < (
-                places.get(b.queue, last),
-                -b.priority,
-                b.created,
-                b.key,
-            )
-
-        self.less = by_place
+        self.less = _by_place(places)
 
     @rule()
     def nothing_is_lost(self) -> None:
@@ -197,24 +202,15 @@ def test_ordering_by_queue_places_pops_what_one_heap_over_every_item_would(
     # removals, pops and new orders of the queues.
     places: dict[str, int] = {}
 
-    def less(a: QueueItem, b: QueueItem) -> bool:
-        last = len(places)
-        return (places.get(a.queue, last), -a.priority, a.created, a.key) < (
-            places.get(b.queue, last),
-            -b.priority,
-            b.created,
-            b.key,
-        )
-
     def rebuilt(queue: SchedulingQueue) -> SchedulingQueue:
-        # Every item is active here (each pop is done at once): the same items in a new heap, sorted by ``less``.
-        fresh = SchedulingQueue(clock=lambda: 0.0, less=less)
+        # Every item is active here (each pop is done at once): the same items in a new heap, by the new places.
+        fresh = SchedulingQueue(clock=lambda: 0.0, less=_by_place(places))
         for item in queue.items():
             fresh.add(QueueItem(item.key, item.priority, item.created, item.queue))
         return fresh
 
     fast = SchedulingQueue(clock=lambda: 0.0)
-    slow = SchedulingQueue(clock=lambda: 0.0, less=less)
+    slow = SchedulingQueue(clock=lambda: 0.0, less=_by_place(places))
     fast.set_queue_order(dict(places))
     for n, (op, key, queue, priority, order) in enumerate(ops):
         if op == "add":

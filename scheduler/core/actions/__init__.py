@@ -37,7 +37,6 @@ from typing import Protocol
 from scheduler.cache.state import Snapshot
 from scheduler.core.cycle import Diagnosis, Scheduler
 from scheduler.core.jobs import Attempt
-from scheduler.core.ports import Events
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import Tenancy
 from scheduler.framework.interface import Decision, Status
@@ -83,16 +82,14 @@ class Action(Protocol):
         ...
 
 
-def build(
-    names: Sequence[str], *, scheduler: Scheduler, preemptor: Preemptor, tenancy: Tenancy, events: Events
-) -> list[Action]:
+def build(names: Sequence[str], *, scheduler: Scheduler, preemptor: Preemptor, tenancy: Tenancy) -> list[Action]:
     """The actions a profile names, in its order (``scheduler.framework.profile`` checked the names and order)."""
     # Imported here: each action's module imports Outcome and Verdict from this package.
     from scheduler.core.actions import allocate, preempt, reclaim
 
     made: dict[str, Callable[[], Action]] = {
         "allocate": lambda: allocate.Allocate(scheduler),
-        "reclaim": lambda: reclaim.Reclaim(preemptor, tenancy, events),
-        "preempt": lambda: preempt.Preempt(preemptor, tenancy, events),
+        "reclaim": lambda: reclaim.Reclaim(preemptor, tenancy),
+        "preempt": lambda: preempt.Preempt(preemptor, tenancy),
     }
     return [made[name]() for name in names]

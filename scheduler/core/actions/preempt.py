@@ -15,7 +15,6 @@ from scheduler.cache.state import Snapshot
 from scheduler.core import reclaim
 from scheduler.core.actions import NOTHING, WAITS, Outcome
 from scheduler.core.jobs import Attempt
-from scheduler.core.ports import Events
 from scheduler.core.preemption import Preemptor, Search
 from scheduler.core.tenancy import Tenancy
 
@@ -23,17 +22,14 @@ from scheduler.core.tenancy import Tenancy
 class Preempt:
     name = "preempt"
 
-    def __init__(self, preemptor: Preemptor, tenancy: Tenancy, events: Events) -> None:
+    def __init__(self, preemptor: Preemptor, tenancy: Tenancy) -> None:
         self.preemptor = preemptor
         self.tenancy = tenancy
-        self.events = events
 
     def run(self, attempt: Attempt, snapshot: Snapshot) -> Outcome:
         search = self.preemptor.search(attempt)
-        if search.waits:
-            return WAITS
-        if not search.may:
-            return NOTHING
+        if search.waits or not search.may:
+            return WAITS if search.waits else NOTHING
         if attempt.job.group is None:
             if self._pod(attempt, attempt.members[0], search, snapshot):
                 return WAITS
@@ -47,13 +43,11 @@ class Preempt:
         victims = self.preemptor.victims(attempt.members, priority, policy, own, attempt.level, snapshot=snapshot)
         if not victims:
             return NOTHING
-        self.preemptor.found(attempt)
-        reason = f"preempted by higher-priority work of queue {queue!r} ({attempt.obj})"
-        self.preemptor.evict(attempt.key, priority, victims, reason)
-        self.events.emit(
-            obj=attempt.obj,
-            kind="Normal",
-            reason="Preempting",
+        self.preemptor.make_room(
+            attempt,
+            victims,
+            reason=f"preempted by higher-priority work of queue {queue!r} ({attempt.obj})",
+            event="Preempting",
             message=f"preempting {len(victims)} lower-priority job(s) of queue {queue!r}",
         )
         return WAITS
@@ -106,7 +100,7 @@ class Preempt:
             p.evictor.nominate(pod, choice.node)
         p.nominations[key] = (pod, choice.node, priority)
         budgets = f", {choice.violations} exceeding a PodDisruptionBudget" if choice.violations else ""
-        self.events.emit(
+        p.events.emit(
             obj=obj,
             kind="Normal",
             reason="Preempting",

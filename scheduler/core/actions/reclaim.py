@@ -12,7 +12,6 @@ from __future__ import annotations
 from scheduler.cache.state import Snapshot
 from scheduler.core.actions import NOTHING, WAITS, Outcome
 from scheduler.core.jobs import Attempt
-from scheduler.core.ports import Events
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import Tenancy, requests_of
 
@@ -20,16 +19,15 @@ from scheduler.core.tenancy import Tenancy, requests_of
 class Reclaim:
     name = "reclaim"
 
-    def __init__(self, preemptor: Preemptor, tenancy: Tenancy, events: Events) -> None:
+    def __init__(self, preemptor: Preemptor, tenancy: Tenancy) -> None:
         self.preemptor = preemptor
         self.tenancy = tenancy
-        self.events = events
 
     def run(self, attempt: Attempt, snapshot: Snapshot) -> Outcome:
         search = self.preemptor.search(attempt)
+        queue, pods = attempt.queue, attempt.members
         if search.waits:
             return WAITS
-        queue, pods = attempt.queue, attempt.members
         if not search.may or not self.tenancy.within_guarantee(queue, requests_of(pods)):
             return NOTHING
         borrowers = [c for c in search.candidates if c.queue != queue and self.tenancy.borrowing(c.queue)]
@@ -45,13 +43,11 @@ class Reclaim:
         )
         if not victims:
             return NOTHING
-        self.preemptor.found(attempt)
-        reason = f"preempted to give queue {queue!r} its guarantee back ({attempt.obj})"
-        self.preemptor.evict(attempt.key, attempt.priority, victims, reason)
-        self.events.emit(
-            obj=attempt.obj,
-            kind="Normal",
-            reason="Reclaiming",
+        self.preemptor.make_room(
+            attempt,
+            victims,
+            reason=f"preempted to give queue {queue!r} its guarantee back ({attempt.obj})",
+            event="Reclaiming",
             message=f"preempting {len(victims)} job(s) of queues above their guarantee",
         )
         return WAITS
