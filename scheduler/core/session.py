@@ -90,7 +90,7 @@ class Session:
                     waits = True
                     break
             if not waits:
-                self.holds.reserve(item, members)
+                self.holds.reserve(attempt)
         self.hints.failed(item.key, members, self.scheduler.wakes(outcome.diagnosis))
         self.gate.starve(item.key, item.queue, requests_of(members))
         self.queue.requeue_unschedulable(item, status.message)

@@ -16,7 +16,7 @@ statement (allocate: assume and bind every member; reclaim and preempt: nominate
 victim), then returns an :class:`Outcome`. The session stops at the first action that places the job or makes
 room for it. When nothing placed it, the failure tail runs once, whatever the job: a reservation against
 starvation (unless room is being made), the queueing hints, the gate's starving demand, and the requeue
-(``SchedulingLoop._cycle``). Like kube-scheduler's PostFilter, the disruptive actions run only for a job that did
+(``scheduler.core.session``). Like kube-scheduler's PostFilter, the disruptive actions run only for a job that did
 not fit; unlike KAI-Scheduler's actions, which each walk every pending job of a session, ours run for one job at
 a time: the queue's order is the session's order.
 
