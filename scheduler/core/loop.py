@@ -344,7 +344,7 @@ class SchedulingLoop:
                 return
             if self.gate.hold_for_queue(leaf, f"pod {pod.key}", job, self.events):
                 return
-            self.queue.update(QueueItem(job.key, job.priority, job.created, leaf))
+            self.queue.update(QueueItem.of(job))
             return
         group = job.group
         if self.gate.hold_for_queue(leaf, f"podgroup {group.key}", job, self.events):
@@ -360,7 +360,7 @@ class SchedulingLoop:
         if not job.pending:
             self.queue.remove(job.key)
         elif job.exists >= group.min_member:
-            self.queue.update(QueueItem(job.key, job.priority, job.created, leaf))
+            self.queue.update(QueueItem.of(job))
 
     def _allocated(self, key: str, job: Job, pods: list[PodRequest]) -> None:
         """Queue item ``key`` placed ``pods`` of ``job``: what it held and waited for is released, and the pods

@@ -34,12 +34,28 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from scheduler.queue.heap import KeyedHeap
 
 #: Where a pending key is; see the module docstring.
 Where = Literal["active", "backoff", "unschedulable", "in-flight"]
+
+
+class Work(Protocol):
+    """What the queue reads of a unit of work when it is queued (the core's ``Job`` is one)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def priority(self) -> int: ...
+
+    @property
+    def created(self) -> float: ...
 
 
 @dataclass(slots=True)
@@ -65,6 +81,11 @@ class QueueItem:
     first_attempt: float | None = None
     #: Why the last attempt failed, for ``gpusched explain``.
     last_reason: str = ""
+
+    @classmethod
+    def of(cls, work: Work) -> QueueItem:
+        """The item for ``work`` as it is now (its key, leaf queue, priority and creation time)."""
+        return cls(work.key, work.priority, work.created, work.queue)
 
 
 #: ``less(a, b)``: should ``a`` be tried before ``b``? A strict order (``less(a, a)`` is false).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -195,6 +196,23 @@ def test_an_event_while_in_flight_sends_the_item_to_backoff_not_the_pool() -> No
     item = _pop(q)
     # An event before the pop does not count: this cycle saw the node.
     assert q.requeue_unschedulable(item, "no fit") == "unschedulable"
+
+
+@dataclasses.dataclass
+class _Work:
+    key: str
+    queue: str
+    priority: int
+    created: float
+
+
+def test_an_item_takes_what_orders_it_from_its_work_as_it_is_when_queued() -> None:
+    work = _Work("team-a/train", "research", 7, 3.0)
+    item = QueueItem.of(work)
+    assert (item.key, item.queue, item.priority, item.created) == ("team-a/train", "research", 7, 3.0)
+    assert (item.attempts, item.first_attempt, item.last_reason) == (0, None, "")
+    work.priority = 9  # the work changed: the queue sees it only through an update
+    assert item.priority == 7
 
 
 def test_an_update_while_in_flight_is_kept_and_counts_as_an_event() -> None:
