@@ -19,26 +19,24 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
 
 from scheduler.api import dra as api_dra
-from scheduler.api import gputopo, resources, selectors
+from scheduler.api import gputopo, resources
 from scheduler.api import node as api_node
-from scheduler.api import ports as api_ports
 from scheduler.api import topology as api_topology
 from scheduler.api import volumes as api_volumes
 from scheduler.api.errors import InvalidObject
 from scheduler.api.gputopo import GpuTopology
 from scheduler.api.pod import PodRequest
-from scheduler.api.ports import HostPort
 from scheduler.api.selectors import Taint
 from scheduler.cache.arrays import ClusterArrays, Placement
 from scheduler.cache.dra import DeviceStore
 from scheduler.cache.labels import LabelIndex
 from scheduler.cache.pods_index import PodIndex, PortIndex
+from scheduler.cache.snapshot import Snapshot, device_memory_column
 from scheduler.cache.volumes import VolumeStore
 from scheduler.kernels import layout
 
@@ -52,6 +50,8 @@ _FIXED_COLUMNS = {
     resources.GPU_MILLI: layout.GPU_MILLI,
     resources.GPU_MEMORY: layout.GPU_MEMORY,
 }
+
+__all__ = ["Cache", "NodeEntry", "PodEntry", "Snapshot", "UnknownNode"]
 
 #: Distinct GPU topology annotations kept parsed (a cluster has a handful of hardware models).
 _TOPOLOGIES_KEPT = 256
@@ -402,7 +402,7 @@ class Cache:
             ids = [g for g in gpu_ids if g < a.gpu_count[slot]]
             if len(ids) != gpu.count:
                 ids = self._devices_for(slot, pod)
-            _device_memory_column(request, a, slot, pod, len(ids))
+            device_memory_column(request, a, slot, pod, len(ids))
             memory = a.device_memory(slot, ids, gpu.whole, float(gpu.memory))
             return Placement(slot, request, tuple(ids), float(gpu.milli), memory, pod)
         return Placement(slot, request, pod=pod)
@@ -596,15 +596,6 @@ class Cache:
         return snap
 
 
-def _device_memory_column(request: F64, a: ClusterArrays, slot: int, pod: PodRequest, devices: int) -> None:
-    """What a GPU pod adds to the node's GPU-memory column: whole devices take all their memory; on a node whose
-    device memory is unknown nothing is counted there (the column has no capacity)."""
-    if pod.gpu.whole:
-        request[layout.GPU_MEMORY] = a.gpu_mem_each[slot] * devices
-    elif a.gpu_mem_each[slot] <= 0:
-        request[layout.GPU_MEMORY] = 0.0
-
-
 def _same_for_scheduling(a: api_node.NodeInfo, b: api_node.NodeInfo) -> bool:
     return (
         a.allocatable == b.allocatable
@@ -616,253 +607,3 @@ def _same_for_scheduling(a: api_node.NodeInfo, b: api_node.NodeInfo) -> bool:
         and a.taints == b.taints
         and a.unschedulable == b.unschedulable
     )
-
-
-class Snapshot:
-    """The cluster as one scheduling cycle sees it: array copies, and read-only views of the cache's node metadata.
-
-    The arrays change only through :meth:`place` and :meth:`unplace` inside a checkpoint (what-ifs); the
-    metadata is valid until the caller next yields to the event loop. Plugins read the cluster only through a
-    snapshot: it never hands out the cache itself, so nothing in a cycle can change what the cache holds.
-    """
-
-    def __init__(self, cache: Cache, arrays: ClusterArrays) -> None:
-        self._cache = cache
-        self.arrays = arrays
-        self.columns = list(cache.columns)
-        #: Pods placed (+1) or removed (-1) by the open what-ifs, in order, and where each what-if began in it:
-        #: filters that look at other pods add these to the cache's indexes.
-        self._what_if: list[tuple[int, PodRequest, int]] = []
-        self._marks: list[int] = []
-        #: Volume choices made by the open what-ifs (a gang's members placed earlier), and where each began.
-        self._volume_picks: list[api_volumes.ClaimBinding] = []
-        self._pick_marks: list[int] = []
-        #: The same for the ResourceClaims the open what-ifs allocated or reserved.
-        self._device_picks: list[api_dra.ClaimAllocation] = []
-        self._device_marks: list[int] = []
-
-    # --- node metadata, read-only ---------------------------------------------------------------------------
-
-    @property
-    def node_count(self) -> int:
-        """How many nodes the cluster has (the arrays have more slots: they grow by doubling)."""
-        return self._cache.node_count
-
-    @property
-    def taints(self) -> Mapping[int, tuple[Taint, ...]]:
-        """Node slot -> its taints (slots without taints are not listed)."""
-        return MappingProxyType(self._cache.taints)
-
-    @property
-    def soft_taints(self) -> Mapping[int, tuple[Taint, ...]]:
-        """Node slot -> its PreferNoSchedule taints (slots without them are not listed)."""
-        return MappingProxyType(self._cache.soft_taints)
-
-    def taint_index(self) -> tuple[I64, list[tuple[Taint, ...]]]:
-        """Per slot, an index into the distinct taint sets (-1: none), and the sets (``Cache.taint_index``)."""
-        return self._cache.taint_index()
-
-    def select(
-        self, node_selector: Mapping[str, str], affinity: tuple[selectors.NodeSelectorTerm, ...]
-    ) -> npt.NDArray[np.bool_]:
-        """Per node slot, whether the node matches ``node_selector`` and the required node affinity."""
-        names = self.names + [None] * (self.slots - len(self.names))
-        return self._cache.labels.select(self.slots, node_selector, affinity, names)
-
-    def slot_of(self, name: str) -> int | None:
-        return self._cache.slot_of(name)
-
-    def name_rank(self) -> I64:
-        """Per node slot, the node's place in name order."""
-        return self._cache.name_rank()
-
-    @property
-    def topology(self) -> api_topology.TopologySpec:
-        """The cluster's Topology levels in use."""
-        return self._cache.topology
-
-    def domain_ids(self) -> I64:
-        """Node slots x Topology levels: each node's domain id at each level (read-only)."""
-        return self._cache.domain_ids()
-
-    @property
-    def gpu_topologies(self) -> Mapping[int, GpuTopology]:
-        return MappingProxyType(dict(self._cache.gpu_topologies))
-
-    def gpu_topology_index(self) -> tuple[I64, list[GpuTopology]]:
-        return self._cache.gpu_topology_index()
-
-    def gpu_topology(self, slot: int) -> GpuTopology | None:
-        return self._cache.gpu_topology(slot)
-
-    def pods(self) -> Iterator[PodEntry]:
-        """The pods the cache holds (bound and assumed; not a what-if's placements)."""
-        return self._cache.pods()
-
-    def pods_on(self, slot: int) -> Mapping[str, PodEntry]:
-        return MappingProxyType(dict(self._cache.pods_on(slot)))
-
-    @property
-    def slots(self) -> int:
-        return self.arrays.slots
-
-    @property
-    def names(self) -> list[str | None]:
-        return self._cache.names
-
-    @property
-    def models(self) -> list[str]:
-        return self._cache.models
-
-    def request_vector(self, pod: PodRequest) -> F64:
-        vector = self._cache.request_vector(pod)
-        if vector.shape[0] > self.arrays.cap.shape[1]:
-            # The pod asks for a resource no node has: it fits nowhere, but the vector must match the arrays.
-            extra = vector[self.arrays.cap.shape[1] :]
-            if extra.any():
-                self.arrays.grow(resources=vector.shape[0])
-                # Name the new columns too, so that "Insufficient example.com/foo" says which resource.
-                self.columns = list(self._cache.columns)
-            else:
-                vector = vector[: self.arrays.cap.shape[1]]
-        return vector
-
-    def placement(self, pod: PodRequest, slot: int, gpu_ids: Sequence[int]) -> Placement:
-        request = self.request_vector(pod)
-        a = self.arrays
-        if pod.gpu.count:
-            _device_memory_column(request, a, slot, pod, len(gpu_ids))
-        memory = a.device_memory(slot, gpu_ids, pod.gpu.whole, float(pod.gpu.memory))
-        return Placement(slot, request, tuple(gpu_ids), float(pod.gpu.milli), memory, pod)
-
-    def checkpoint(self) -> int:
-        self._marks.append(len(self._what_if))
-        self._pick_marks.append(len(self._volume_picks))
-        self._device_marks.append(len(self._device_picks))
-        return self.arrays.checkpoint()
-
-    def rollback(self, token: int) -> None:
-        self.arrays.rollback(token)
-        del self._what_if[self._marks.pop() :]
-        del self._volume_picks[self._pick_marks.pop() :]
-        del self._device_picks[self._device_marks.pop() :]
-
-    def keep(self, token: int) -> None:
-        self.arrays.keep(token)
-        self._marks.pop()
-        self._pick_marks.pop()
-        self._device_marks.pop()
-        if not self._marks:
-            # The outermost what-if is closed: what it kept is the caller's to make real in the cache.
-            self._what_if.clear()
-            self._volume_picks.clear()
-            self._device_picks.clear()
-
-    @property
-    def in_what_if(self) -> bool:
-        """Whether a checkpoint is open (what the cycle decides is tried, not assumed)."""
-        return bool(self._marks)
-
-    @property
-    def volumes(self) -> VolumeStore:
-        """Claims, volumes, classes and CSINodes, and the choices assumed (read it, never change it)."""
-        return self._cache.volumes
-
-    @property
-    def volume_picks(self) -> Sequence[api_volumes.ClaimBinding]:
-        """The volume choices of the pods the open what-ifs placed (empty outside what-ifs)."""
-        return self._volume_picks
-
-    def pick_volumes(self, bindings: Sequence[api_volumes.ClaimBinding]) -> None:
-        """Record the volume choices of a pod placed inside the open what-if, so the next pod tried there does not
-        get the same volume (undone with the what-if)."""
-        if not self._marks:
-            raise RuntimeError("volume choices are recorded only inside a checkpoint")
-        self._volume_picks.extend(bindings)
-
-    @property
-    def devices(self) -> DeviceStore:
-        """DeviceClasses, devices, ResourceClaims and the allocations assumed (read it, never change it)."""
-        return self._cache.devices
-
-    @property
-    def device_picks(self) -> Sequence[api_dra.ClaimAllocation]:
-        """What the pods the open what-ifs placed do with their ResourceClaims (empty outside what-ifs)."""
-        return self._device_picks
-
-    def pick_devices(self, claims: Sequence[api_dra.ClaimAllocation]) -> None:
-        """Record the claims a pod placed inside the open what-if allocates or reserves, so the next pod tried there
-        neither gets the same devices nor allocates a shared claim again (undone with the what-if)."""
-        if not self._marks:
-            raise RuntimeError("device choices are recorded only inside a checkpoint")
-        self._device_picks.extend(claims)
-
-    def unpick_devices(self, claims: Sequence[api_dra.ClaimAllocation]) -> None:
-        for claim in claims:
-            if claim in self._device_picks:
-                self._device_picks.remove(claim)
-
-    def unpick_volumes(self, bindings: Sequence[api_volumes.ClaimBinding]) -> None:
-        for binding in bindings:
-            if binding in self._volume_picks:
-                self._volume_picks.remove(binding)
-
-    def place(self, placement: Placement) -> None:
-        if not self.arrays._open:
-            raise RuntimeError("a snapshot changes only inside a checkpoint")
-        self.arrays.apply(placement)
-        if placement.pod is not None:
-            self._what_if.append((1, placement.pod, placement.slot))
-
-    def unplace(self, placement: Placement) -> None:
-        if not self.arrays._open:
-            raise RuntimeError("a snapshot changes only inside a checkpoint")
-        self.arrays.apply(placement, sign=-1.0)
-        if placement.pod is not None:
-            self._what_if.append((-1, placement.pod, placement.slot))
-
-    @property
-    def pod_index(self) -> PodIndex:
-        """The pods the cache holds, for selecting them by affinity term (read it, never change it)."""
-        return self._cache.pod_index
-
-    @property
-    def pods_with_terms(self) -> int:
-        """How many pods the cache holds carry inter-pod affinity terms (without building the index)."""
-        return self._cache.pods_with_terms
-
-    def topology_domains(self, key: str) -> tuple[I64, int]:
-        """Per node slot the domain of a topology key (the index of its value of that label, -1 without it), and
-        the number of domains (read-only)."""
-        return self._cache.labels.domain_ids(key, self.slots)
-
-    @property
-    def what_if_pods(self) -> Sequence[tuple[int, PodRequest, int]]:
-        """(+1 placed / -1 removed, pod, node slot) for each change the open what-ifs made, in order (read it,
-        never change it: it is the snapshot's own list, empty outside what-ifs)."""
-        return self._what_if
-
-    def host_port_conflicts(self, ports: tuple[HostPort, ...]) -> npt.NDArray[np.bool_]:
-        """Per node slot, whether a pod there (bound, assumed, or placed by an open what-if and not removed by
-        one) holds a host port that conflicts with ``ports``."""
-        mask = self._cache.ports.conflicts(ports, self.slots)
-        if not self._what_if:
-            return mask
-        net: dict[tuple[str, int], tuple[PodRequest, int]] = {}
-        for sign, pod, slot in self._what_if:
-            if pod.host_ports:
-                _, count = net.get((pod.key, slot), (pod, 0))
-                net[(pod.key, slot)] = (pod, count + sign)
-        placed = PortIndex()
-        gone: dict[int, set[str]] = {}
-        for (key, slot), (pod, count) in net.items():
-            if count > 0:
-                placed.add(slot, pod.host_ports)
-            elif count < 0:
-                gone.setdefault(slot, set()).add(key)
-        for slot, keys in gone.items():
-            # A pod a what-if removed (a victim) frees its ports unless another pod there holds them too.
-            if slot < mask.shape[0] and mask[slot]:
-                held = (e.pod.host_ports for k, e in self._cache.pods_on(slot).items() if k not in keys)
-                mask[slot] = any(api_ports.conflicting(ports, h) for h in held)
-        return mask | placed.conflicts(ports, self.slots)

@@ -146,23 +146,22 @@ def place_gang(
     scheduler: Scheduler, group: PodGroup, members: Sequence[PodRequest], context: Mapping[str, Any] | None = None
 ) -> GangResult:
     """Place ``members`` all together or not at all; on success they are assumed and handed to the binder."""
-    result = try_gang(scheduler, group, members, context)
-    if not result.status.ok:
-        return result
-    for decision in result.decisions:
-        scheduler.cache.assume(decision.pod, decision.node, decision.gpu_ids, decision.volumes, decision.claims)
-    for decision in result.decisions:
-        scheduler.binder.bind(decision)
+    result = plan_gang(scheduler, scheduler.cache.snapshot(), group, members, context)
+    if result.status.ok:
+        commit(scheduler, result.decisions)
     return result
 
 
-def try_gang(
-    scheduler: Scheduler, group: PodGroup, members: Sequence[PodRequest], context: Mapping[str, Any] | None = None
+def plan_gang(
+    scheduler: Scheduler,
+    snapshot: Snapshot,
+    group: PodGroup,
+    members: Sequence[PodRequest],
+    context: Mapping[str, Any] | None = None,
 ) -> GangResult:
-    """Everything :func:`place_gang` decides, and nothing it does: on a snapshot rolled back afterwards, the
-    decisions if all ``members`` fit together now (topology kept), else why not. ``gpusched explain`` runs it too,
-    so what it says and the gang's condition cannot disagree."""
-    snapshot = scheduler.cache.snapshot()
+    """Where ``members`` fit all together, tried on what-ifs of ``snapshot`` (each rolled back, topology kept), or
+    why they do not; nothing is committed. ``gpusched explain`` runs it too (:func:`try_gang`), so what it says and
+    the gang's condition cannot disagree."""
     short = never_fits(snapshot, members) or gpus_short(scheduler, members)
     if short:
         return GangResult(Status(Code.UNSCHEDULABLE, short, "gang"))
@@ -185,6 +184,22 @@ def try_gang(
         if result.status.ok:
             break
     return result
+
+
+def try_gang(
+    scheduler: Scheduler, group: PodGroup, members: Sequence[PodRequest], context: Mapping[str, Any] | None = None
+) -> GangResult:
+    """:func:`plan_gang` on the cache's snapshot of now: what a gang cycle would decide, and nothing it does."""
+    return plan_gang(scheduler, scheduler.cache.snapshot(), group, members, context)
+
+
+def commit(scheduler: Scheduler, decisions: Sequence[Decision]) -> None:
+    """Make ``decisions`` real as one statement: every pod assumed in the cache, then every one handed to the
+    binder (a binder that answers at once sees its siblings assumed already)."""
+    for decision in decisions:
+        scheduler.cache.assume(decision.pod, decision.node, decision.gpu_ids, decision.volumes, decision.claims)
+    for decision in decisions:
+        scheduler.binder.bind(decision)
 
 
 def what_if(

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from scheduler.api.pod import PodRequest
-from scheduler.api.podgroup import PodGroup
+from scheduler.core.jobs import Job
 from scheduler.core.ports import Events
 from scheduler.core.tenancy import Tenancy, Vector, add_into
 from scheduler.framework.interface import ClusterEvent
@@ -56,9 +55,9 @@ class Gate:
         self.starving_totals: dict[str, Vector] = {}
         #: Jobs the fair-share gate held back, with what they ask for.
         self.gated: dict[str, Vector] = {}
-        #: Work whose queue does not exist (yet): leaf -> queue key -> the pod or PodGroup.
-        self.waiting: dict[str, dict[str, PodRequest | PodGroup]] = {}
-        #: Per waiting key, how many members it had when it was last told (a gang's members that come later are
+        #: Jobs whose queue does not exist (yet) or is not accepted: leaf -> job key -> the job.
+        self.waiting: dict[str, dict[str, Job]] = {}
+        #: Per waiting job, how many members it had when it was last told (a gang's members that come later are
         #: told too).
         self._told: dict[str, int] = {}
 
@@ -71,24 +70,23 @@ class Gate:
             return QUEUE_NOT_ACCEPTED, f"{problem}; waiting until it is"
         return QUEUE_NOT_FOUND, f"{problem}; waiting for it"
 
-    def hold_for_queue(
-        self, leaf: str, obj: str, key: str, held: PodRequest | PodGroup, events: Events, *, members: int = 1
-    ) -> bool:
-        """Hold work whose queue cannot take it (with an Event the first time, and again when a gang has more
-        ``members`` waiting than when it was told); True if held."""
+    def hold_for_queue(self, leaf: str, obj: str, job: Job, events: Events) -> bool:
+        """Hold ``job`` if its queue cannot take it (with an Event the first time, and again when a gang has more
+        members waiting than when it was told); True if held."""
         reason, message = self.queue_problem(leaf)
         if not reason:
             return False
         waiting = self.waiting.setdefault(leaf, {})
-        if key not in waiting or members > self._told.get(key, 0):
+        members = len(job.pending) if job.is_gang else 1
+        if job.key not in waiting or members > self._told.get(job.key, 0):
             events.emit(obj=obj, kind="Warning", reason=reason, message=message)
-            self._told[key] = members
-        waiting[key] = held
+            self._told[job.key] = members
+        waiting[job.key] = job
         return True
 
-    def admitted(self) -> list[PodRequest | PodGroup]:
-        """The work whose queue exists now (it leaves the waiting list; queue it again)."""
-        out: list[PodRequest | PodGroup] = []
+    def admitted(self) -> list[Job]:
+        """The jobs whose queue exists now (they leave the waiting list; queue them again)."""
+        out: list[Job] = []
         for leaf in list(self.waiting):
             if not self.tenancy.problem(leaf):
                 for key, held in self.waiting.pop(leaf).items():

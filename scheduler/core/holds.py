@@ -21,10 +21,10 @@ import numpy as np
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Cache
+from scheduler.core.jobs import Attempt
 from scheduler.core.tenancy import Tenancy
 from scheduler.framework.interface import RESERVED_SLOTS
 from scheduler.kernels import layout
-from scheduler.queue.scheduling import QueueItem
 
 
 class Holds:
@@ -88,22 +88,23 @@ class Holds:
         self.release(key)
         return False
 
-    def reserve(self, item: QueueItem, pods: list[PodRequest]) -> None:
-        """Reserve nodes for ``item`` if it is the best-ranked job left without room for long enough.
+    def reserve(self, attempt: Attempt) -> None:
+        """Reserve nodes for ``attempt``'s job if it is the best-ranked job left without room for long enough.
 
         Only jobs of two or more whole GPUs reserve: any GPU that frees fits a one-GPU job, so backfill cannot
         starve it, and the fair order gives it the next one.
         """
-        gpus = sum(p.gpu.count for p in pods if p.gpu.whole)
-        if gpus < 2 or self.reserve_after_s is None or item.first_attempt is None:
+        first_attempt = attempt.item.first_attempt
+        gpus = sum(p.gpu.count for p in attempt.members if p.gpu.whole)
+        if gpus < 2 or self.reserve_after_s is None or first_attempt is None:
             return
-        if self.clock() - item.first_attempt < self.reserve_after_s:
+        if self.clock() - first_attempt < self.reserve_after_s:
             return
         current = self.reservation
         if current is not None:
-            if current[0] == item.key:
+            if current[0] == attempt.key:
                 return  # keep the nodes it has: they are draining for it
-            if self.tenancy.rank(current[1]) <= self.tenancy.rank(item.queue):
+            if self.tenancy.rank(current[1]) <= self.tenancy.rank(attempt.queue):
                 return
         a = self.cache.arrays
         usable = (a.base_reason == layout.FIT) & (a.gpu_count > 0)
@@ -114,7 +115,7 @@ class Holds:
         take = order[: int(np.searchsorted(covered, gpus)) + 1]
         mask = np.zeros(a.slots, dtype=bool)
         mask[take] = True
-        self.reservation = (item.key, item.queue, mask)
+        self.reservation = (attempt.key, attempt.queue, mask)
 
     def release(self, key: str) -> None:
         """Job ``key`` is placed or gone: whatever it held is free for others."""

@@ -19,11 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import DEFAULT_QUEUE
+from scheduler.framework.interface import Status
+from scheduler.queue.scheduling import QueueItem
 
+#: What sets a gang's key apart from its pods' keys (the queue holds both); only :class:`Jobs` makes such keys.
 GANG_PREFIX = "gang:"
 
 
@@ -81,10 +85,27 @@ class Job:
         return max([self.group.priority, *(p.priority for p in pods)])
 
     @property
+    def created(self) -> float:
+        """When the job was created: its PodGroup, or its pod (older goes first among equal priorities)."""
+        if self.group is not None:
+            return self.group.created
+        pod = next(iter(self.pending.values()), None) or next(iter(self.placed.values()), None)
+        return pod.created if pod is not None else 0.0
+
+    @property
     def satisfied(self) -> bool:
         """Whether the gang holds ``minMember`` placed or completed members (a single pod: whether it is placed)."""
         need = self.group.min_member if self.group is not None else 1
         return len(self.placed) + len(self.succeeded) >= need
+
+    @property
+    def alone_allowed(self) -> bool:
+        """Whether a gang's pending members may be placed one by one: the gang holds ``minMember`` placed members
+        (the rest join it), or all but one and some placed (a member whose binding failed rejoins its placed
+        siblings)."""
+        assert self.group is not None
+        missing = self.group.min_member - len(self.placed) - len(self.succeeded)
+        return missing <= 0 or (missing == 1 and bool(self.placed))
 
     @property
     def exists(self) -> int:
@@ -126,6 +147,53 @@ class Job:
             self.phase = "Scheduling"
 
 
+@dataclass(slots=True)
+class Attempt:
+    """One cycle's try at a queued item of a job: the whole job (its pod, or ``minMember`` members of a gang placed
+    together), or one member of a gang tried ``alone`` (beyond ``minMember``, or after its binding failed), placed
+    near its placed siblings. Every action of the session reads this, whatever the job is."""
+
+    job: Job
+    #: The queue's item: its key, leaf queue and priority, the attempts counted.
+    item: QueueItem
+    #: The gang member tried by itself, or None when the whole job is tried.
+    alone: PodRequest | None = None
+    #: The pods this cycle places, all or none (the session chooses them before the actions run).
+    members: list[PodRequest] = field(default_factory=list)
+    #: What its cycles get from outside (held nodes, the waiting demand, a member's gang's nodes).
+    context: dict[str, Any] = field(default_factory=dict)
+    #: The topology level a whole gang must stay inside (its victims come from one domain of it), or None.
+    level: int | None = None
+    #: Why a whole gang's topology constraint cannot be kept (then nothing is evicted for it), or None.
+    unresolved: Status | None = None
+
+    @property
+    def key(self) -> str:
+        return self.item.key
+
+    @property
+    def queue(self) -> str:
+        return self.item.queue
+
+    @property
+    def priority(self) -> int:
+        """The priority it was queued at (a gang's member tried alone: its gang's, if higher than its own)."""
+        return self.item.priority
+
+    @property
+    def whole_gang(self) -> bool:
+        """Whether ``minMember`` members of a gang are placed together (else: one pod)."""
+        return self.job.group is not None and self.alone is None
+
+    @property
+    def obj(self) -> str:
+        """How events and messages name it: ``podgroup ns/name`` for a whole gang, else ``pod ns/name``."""
+        if self.whole_gang:
+            assert self.job.group is not None
+            return f"podgroup {self.job.group.key}"
+        return f"pod {self.members[0].key}"
+
+
 class Jobs:
     """Every job the loop knows, and which job each pod belongs to."""
 
@@ -148,6 +216,20 @@ class Jobs:
 
     def gang(self, group_key: str) -> Job | None:
         return self._jobs.get(GANG_PREFIX + group_key)
+
+    def gang_key(self, group_key: str) -> str:
+        """The key of the gang of PodGroup ``group_key`` (in the queue, the holds, the gate)."""
+        return GANG_PREFIX + group_key
+
+    def queued(self, key: str) -> tuple[Job, PodRequest | None] | None:
+        """What a queue item ``key`` stands for: (its job, None) when it is the job's own key (the whole job), or
+        (the gang, the pending member) for a gang's member queued alone; None if that is gone."""
+        job = self._jobs.get(key)
+        if job is not None:
+            return job, None
+        job = self.of_pod(key)
+        member = job.pending.get(key) if job is not None else None
+        return (job, member) if job is not None and member is not None else None
 
     def gangs(self) -> Iterator[Job]:
         return (job for job in self._jobs.values() if job.group is not None)

@@ -14,7 +14,11 @@ The loop orchestrates; each concern keeps its own state in a module of its own:
   whatever order pods and PodGroups arrive in), limits, ranks, fair shares;
 - ``scheduler.core.gate``: whether a queue may start a job now (limits, the fair-share gate), work waiting for a
   queue that does not exist;
-- ``scheduler.core.preemption`` and ``scheduler.core.reclaim``: victims for a job that does not fit;
+- ``scheduler.core.session``: one item taken from the queue, read as an attempt of its job: the queue gate, the
+  actions, and the failure tail, once, for any job;
+- ``scheduler.core.actions``: what a job taken from the queue goes through, in the profile's order (allocate,
+  then for a job that does not fit reclaim and preempt), each action in a module of its own;
+  ``scheduler.core.preemption`` and ``scheduler.core.reclaim``: the victims reclaim and preempt choose from;
 - ``scheduler.core.holds``: nominations and reservations, applied to every other job's cycles by the core;
 - ``scheduler.core.hints``: which cluster events may help which waiting jobs.
 
@@ -29,7 +33,7 @@ member keeps the other members' places and retries that member alone.
 Queue rules: work goes to the leaf queue of its job; work for a queue that does not exist (or is not a leaf)
 waits with an Event and is queued as soon as the queue appears; pending work is ordered by its queue's rank
 (below guarantee first, then the hierarchical borrowed share over weight, see ``scheduler.api.fairshare``), then
-by priority, then by age; a job that does not fit preempts, least disruptive first (``scheduler.core.preemption``).
+by priority, then by age; a job that does not fit preempts, least disruptive first (``scheduler.core.actions``).
 """
 
 from __future__ import annotations
@@ -41,18 +45,19 @@ from scheduler.api.pdb import DisruptionBudget
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
-from scheduler.core import gang, gate
+from scheduler.core import actions, gate
 from scheduler.core.cycle import Scheduler
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
-from scheduler.core.jobs import GANG_PREFIX, Job, Jobs
+from scheduler.core.jobs import Attempt, Job, Jobs
 from scheduler.core.ports import Events, Evictor
 from scheduler.core.preemption import Preemptor
+from scheduler.core.session import Session
 from scheduler.core.tenancy import QueueStatus, Tenancy, Vector, add_into, requests_of
-from scheduler.framework.interface import PENDING_PODS, Code
+from scheduler.framework.interface import PENDING_PODS
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
-__all__ = ["GANG_PREFIX", "ClusterEvent", "Events", "Evictor", "Job", "SchedulingLoop"]
+__all__ = ["ClusterEvent", "Events", "Evictor", "Job", "SchedulingLoop"]
 
 
 class SchedulingLoop:
@@ -80,6 +85,26 @@ class SchedulingLoop:
         self.holds = Holds(scheduler.cache, self.tenancy, clock=clock, reserve_after_s=reserve_after_s)
         self.hints = Hints()
         self.preemptor = Preemptor(scheduler, self.jobs, self.tenancy, self.holds, events=events, evictor=evictor)
+        #: The session's actions, in the profile's order (``allocate`` first).
+        self.actions = actions.build(
+            scheduler.framework.config.actions,
+            scheduler=scheduler,
+            preemptor=self.preemptor,
+            tenancy=self.tenancy,
+        )
+        self.session = Session(
+            scheduler,
+            queue,
+            clock=clock,
+            events=events,
+            gate=self.gate,
+            holds=self.holds,
+            hints=self.hints,
+            actions=self.actions,
+            context=self._context,
+            placed=self._allocated,
+            enqueue=self._enqueue,
+        )
         self._demand_version = 0
         #: The leaf queues in rank order when the pending work was last sorted (see :meth:`resort`).
         self._leaf_order: list[str] | None = None
@@ -130,11 +155,11 @@ class SchedulingLoop:
         self._job_gone(key)
         self.gate.drop_waiting(key)
         job = self.jobs.of_pod(key)
-        alone = job is not None and job.group is not None and _alone_allowed(job)
+        alone = job is not None and job.group is not None and job.alone_allowed
         job = self.jobs.pod_gone(key, finished=finished)
         if job is None or job.group is None:
             return
-        if alone and not _alone_allowed(job):
+        if alone and not job.alone_allowed:
             self._enqueue(job)  # its members beyond minMember wait for the gang now: never placed alone
         elif not job.pending:
             self.queue.remove(job.key)
@@ -150,8 +175,8 @@ class SchedulingLoop:
         """The PodGroup was deleted: its waiting members wait again for a group of that name; its placed members
         count as pods of their own queues."""
         job, moved = self.jobs.group_removed(key)
-        self.queue.remove(GANG_PREFIX + key)
-        self._job_gone(GANG_PREFIX + key)
+        self.queue.remove(self.jobs.gang_key(key))
+        self._job_gone(self.jobs.gang_key(key))
         if job is not None:
             for pod_key in job.pending:
                 self.queue.remove(pod_key)
@@ -169,12 +194,11 @@ class SchedulingLoop:
         self._leaf_order = None
         self.resort()
         for held in self.gate.admitted():
-            if isinstance(held, PodGroup):
-                job = self.jobs.gang(held.key)
-                if job is not None:
-                    self._enqueue(job)
-            else:
-                self.pod_pending(held)
+            job = self.jobs.get(held.key)  # the job may have left while it waited
+            if job is not None:
+                self._demand_version += 1
+                self._enqueue(job)
+                job.refresh_phase(self.clock())
         self.cluster_event(ClusterEvent.QUEUE_CHANGED)
 
     def budget_upsert(self, budget: DisruptionBudget) -> None:
@@ -279,10 +303,11 @@ class SchedulingLoop:
         item = self.queue.pop()
         if item is None:
             return False
-        if item.key.startswith(GANG_PREFIX):
-            self._gang_cycle(item)
+        queued = self.jobs.queued(item.key)
+        if queued is None:
+            self.queue.done(item.key)  # its job is gone
         else:
-            self._pod_cycle(item)
+            self.session.run(Attempt(queued[0], item, queued[1]))
         return True
 
     def run_until_idle(self, limit: int = 1_000_000) -> int:
@@ -291,118 +316,6 @@ class SchedulingLoop:
         while cycles < limit and self.run_once():
             cycles += 1
         return cycles
-
-    def _gang_cycle(self, item: QueueItem) -> None:
-        job = self.jobs.get(item.key)
-        if job is None or job.group is None:
-            self.queue.done(item.key)
-            return
-        group = job.group
-        key = group.key
-        now = self.clock()
-        if job.first_attempt is None:
-            job.first_attempt = now
-        need = group.min_member - len(job.placed) - len(job.succeeded)
-        if need <= 0 or len(job.pending) < need:
-            self.queue.done(item.key)
-            self._enqueue(job)
-            return
-        members = gang.order_members(list(job.pending.values()))[:need]
-        held_reason, over = self.gate.held_back(item.queue, requests_of(members), item.key)
-        if over:
-            job.set_condition("Scheduled", "False", held_reason, over, now)
-            self.events.emit(obj=f"podgroup {key}", kind="Warning", reason="FailedScheduling", message=over)
-            job.refresh_phase(now)
-            # Like a job without room: a deletion that leaves fewer free GPUs than it needs cannot let it start.
-            self.hints.failed(item.key, members, gate.WAKES)
-            self.queue.requeue_unschedulable(item, over)
-            return
-        result = gang.place_gang(self.scheduler, group, members, self._context(item.key))
-        if result.status.ok:
-            self.queue.done(item.key)
-            self._job_placed(item.key)
-            self._placed(job, [d.pod for d in result.decisions])
-            for decision in result.decisions:
-                self.events.emit(
-                    obj=f"pod {decision.pod.key}",
-                    kind="Normal",
-                    reason="Scheduled",
-                    message=_scheduled(decision.pod.key, decision.node, decision.gpu_ids),
-                )
-            job.last_schedule = now
-            job.set_condition("Scheduled", "True", "Scheduled", f"{len(result.decisions)} members placed together", now)
-            self.events.emit(
-                obj=f"podgroup {key}",
-                kind="Normal",
-                reason="Scheduled",
-                message=f"{len(result.decisions)} of {group.min_member} members placed together",
-            )
-            job.refresh_phase(now)
-            self._enqueue(job)
-            return
-        message = result.status.message
-        timed_out = now - job.first_attempt >= group.schedule_timeout_s
-        reason = "Unschedulable" if timed_out else "NotAllMembersFit"
-        if result.status.code == Code.UNRESOLVABLE and result.status.plugin == "topology":
-            reason = "InvalidTopology"
-        job.set_condition("Scheduled", "False", reason, message, now)
-        self.events.emit(obj=f"podgroup {key}", kind="Warning", reason="FailedScheduling", message=message)
-        job.refresh_phase(now)
-        if result.status.code == Code.ERROR:
-            self.queue.requeue_error(item, message)
-            return
-        (required, _), problem = gang.resolve_levels(self.scheduler, group.topology, obj=f"podgroup {key}")
-        if problem is None and not self.preemptor.preempt(item, members, item.priority, f"podgroup {key}", required):
-            self.holds.reserve(item, members)
-        self.hints.failed(item.key, members, self.scheduler.wakes(result.diagnosis))
-        self.gate.starve(item.key, item.queue, requests_of(members))
-        self.queue.requeue_unschedulable(item, message)
-
-    def _pod_cycle(self, item: QueueItem) -> None:
-        pod = item.payload
-        assert isinstance(pod, PodRequest)
-        job = self.jobs.of_pod(pod.key)
-        context: dict[str, Any] = {}
-        if job is not None and job.group is not None:
-            if not _alone_allowed(job):
-                # The gang lost its members meanwhile (preempted, deleted): this one waits to be placed with it.
-                self.queue.done(item.key)
-                self._enqueue(job)
-                return
-            # A member beyond minMember, or one whose binding failed: place it near the others.
-            context = gang.member_context(self.scheduler, job.group, job.placed)
-        context = {**self._context(item.key), **context}
-        _, over = self.gate.held_back(item.queue, requests_of([pod]), item.key)
-        if over:
-            self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedScheduling", message=over)
-            self.hints.failed(item.key, [pod], gate.WAKES)
-            self.queue.requeue_unschedulable(item, over)
-            return
-        result = self.scheduler.schedule(pod, context)
-        if result.decision is not None and result.status.ok:
-            self.queue.done(item.key)
-            self._job_placed(item.key)
-            if job is not None:
-                self._placed(job, [pod])
-            self.events.emit(
-                obj=f"pod {pod.key}",
-                kind="Normal",
-                reason="Scheduled",
-                message=_scheduled(pod.key, result.decision.node, result.decision.gpu_ids),
-            )
-            if job is not None and job.group is not None:
-                job.refresh_phase(self.clock())
-            return
-        message = result.status.message
-        self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="FailedScheduling", message=message)
-        if result.status.code == Code.ERROR:
-            self.queue.requeue_error(item, message)
-            return
-        if not self.preemptor.preempt(item, [pod], pod.priority, f"pod {pod.key}"):
-            self.holds.reserve(item, [pod])
-        self.hints.failed(item.key, [pod], self.scheduler.wakes(result.diagnosis))
-        self.gate.starve(item.key, item.queue, requests_of([pod]))
-        self.queue.requeue_unschedulable(item, message)
 
     # --- bookkeeping -------------------------------------------------------------------------------------------
 
@@ -419,10 +332,10 @@ class SchedulingLoop:
         """The pods waiting in the scheduling queue, a gang's pending members and single pods (``Demand``)."""
         pods: list[PodRequest] = []
         for item in self.queue.items():
-            if isinstance(item.payload, PodRequest):
-                pods.append(item.payload)
-            elif (job := self.jobs.get(item.key)) is not None:
-                pods.extend(job.pending.values())
+            queued = self.jobs.queued(item.key)
+            if queued is not None:
+                job, alone = queued
+                pods.extend([alone] if alone is not None else job.pending.values())
         return pods
 
     def _enqueue(self, job: Job) -> None:
@@ -433,14 +346,12 @@ class SchedulingLoop:
             pod = next(iter(job.pending.values()), None)
             if pod is None:
                 return
-            if self.gate.hold_for_queue(leaf, f"pod {pod.key}", pod.key, pod, self.events):
+            if self.gate.hold_for_queue(leaf, f"pod {pod.key}", job, self.events):
                 return
-            self.queue.update(QueueItem(pod.key, pod.priority, pod.created, leaf, pod))
+            self.queue.update(QueueItem.of(job))
             return
         group = job.group
-        if self.gate.hold_for_queue(
-            leaf, f"podgroup {group.key}", job.key, group, self.events, members=len(job.pending)
-        ):
+        if self.gate.hold_for_queue(leaf, f"podgroup {group.key}", job, self.events):
             # The PodGroup says it too, not only its members (its REASON column was empty).
             job.set_condition("Scheduled", "False", *self.gate.queue_problem(leaf), self.clock())
             return
@@ -451,17 +362,24 @@ class SchedulingLoop:
                 "Scheduled", "False", "Queued", f"queue {leaf!r} takes it; it waits for its turn", self.clock()
             )
             job.refresh_phase(self.clock())
-        if _alone_allowed(job):
+        if job.alone_allowed:
             self.queue.remove(job.key)
             for pod in job.pending.values():
-                self.queue.update(QueueItem(pod.key, max(pod.priority, group.priority), pod.created, leaf, pod))
+                # A member tried alone goes at its gang's priority if that is higher than its own.
+                self.queue.update(QueueItem(pod.key, max(pod.priority, group.priority), pod.created, leaf))
             return
         for pod_key in job.pending:
             self.queue.remove(pod_key)
         if not job.pending:
             self.queue.remove(job.key)
         elif job.exists >= group.min_member:
-            self.queue.update(QueueItem(job.key, job.priority, group.created, leaf, group.key))
+            self.queue.update(QueueItem.of(job))
+
+    def _allocated(self, key: str, job: Job, pods: list[PodRequest]) -> None:
+        """Queue item ``key`` placed ``pods`` of ``job``: what it held and waited for is released, and the pods
+        hold capacity in the job's queue."""
+        self._job_placed(key)
+        self._placed(job, pods)
 
     def _placed(self, job: Job, pods: list[PodRequest]) -> None:
         """``pods`` of ``job`` were placed by this loop: they hold capacity in the job's queue from now on."""
@@ -537,30 +455,13 @@ class SchedulingLoop:
         pods: dict[str, int] = {}
         gangs: dict[str, int] = {}
         for item in self.queue.items():
-            if item.key.startswith(GANG_PREFIX):
-                job = self.jobs.get(item.key)
-                if job is None:
-                    continue
-                members = list(job.pending.values())
-                gangs[item.queue] = gangs.get(item.queue, 0) + 1
-            elif isinstance(item.payload, PodRequest):
-                members = [item.payload]
-            else:
+            queued = self.jobs.queued(item.key)
+            if queued is None:
                 continue
+            job, alone = queued
+            members = [alone] if alone is not None else list(job.pending.values())
+            if job.group is not None and alone is None:
+                gangs[item.queue] = gangs.get(item.queue, 0) + 1
             pods[item.queue] = pods.get(item.queue, 0) + len(members)
             add_into(pending.setdefault(item.queue, {}), requests_of(members))
         return self.tenancy.statuses(pending=pending, pending_pods=pods, pending_gangs=gangs)
-
-
-def _alone_allowed(job: Job) -> bool:
-    """Whether a gang's pending members may be placed one by one: the gang holds ``minMember`` placed members (the
-    rest join it), or all but one and some placed (a member whose binding failed rejoins its placed siblings)."""
-    assert job.group is not None
-    missing = job.group.min_member - len(job.placed) - len(job.succeeded)
-    return missing <= 0 or (missing == 1 and bool(job.placed))
-
-
-def _scheduled(pod: str, node: str, gpu_ids: tuple[int, ...]) -> str:
-    # kube-scheduler's wording, which tools and Kubernetes' own e2e tests match on.
-    gpus = f" (GPUs {','.join(str(g) for g in gpu_ids)})" if gpu_ids else ""
-    return f"Successfully assigned {pod} to {node}{gpus}"

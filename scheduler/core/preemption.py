@@ -1,16 +1,10 @@
-"""Preemption: make room for a job that does not fit, least disruptive first, whole jobs at a time.
+"""Preemption's state and the victim search that the reclaim and preempt actions share.
 
-First reclaim: when the job stays within its queue's guarantee, borrowed work of other queues (the job's queue's
-``reclaim`` policy), never taking a victim's queue below its own guarantee. Else within-queue preemption:
-lower-priority work of its own queue (``withinQueue``). Victims are chosen by ``scheduler.core.reclaim`` on what-ifs
-of the snapshot; a job that requires one topology domain gets victims from one domain only.
-
-A single pod (not a gang) preempting within its queue does it as kube-scheduler's DefaultPreemption: victims of
-strictly lower priority on one node, PodDisruptionBudgets weighed (``reclaim.node_victims``); a pod with
-``preemptionPolicy: Never`` never preempts. Its ``status.nominatedNodeName`` is set to that node (through the
-evictor) and cleared when a later search finds nothing or a higher-priority pod takes the node over. Victims
-already terminating cost nothing more: a pod of higher priority than the one they were evicted for may count them
-as its own (as kube-scheduler counts every pod still on the node), and the lower one's nomination is dropped.
+The decisions are the actions' (``scheduler.core.actions.reclaim``: borrowed work of other queues;
+``scheduler.core.actions.preempt``: lower-priority work of the job's own queue); victims are chosen by
+``scheduler.core.reclaim`` on what-ifs of the snapshot. Here: who may search (an evictor is set; a pod with
+``preemptionPolicy: Never`` never preempts; a job whose victims are still terminating waits for them), the
+candidates (every job holding capacity, whole), and eviction.
 
 State kept here and nowhere else: victims evicted and not gone yet (never chosen again by a job of equal or lower
 priority, and no longer counted as their queue's surplus), the cluster version at which a job's last search found
@@ -22,16 +16,29 @@ nominated for it in :class:`scheduler.core.holds.Holds`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PREEMPT_NEVER, PodRequest
+from scheduler.cache.state import Snapshot
 from scheduler.core import reclaim
 from scheduler.core.cycle import Scheduler
 from scheduler.core.holds import Holds
-from scheduler.core.jobs import Jobs
+from scheduler.core.jobs import Attempt, Jobs
 from scheduler.core.ports import Events, Evictor
 from scheduler.core.tenancy import Tenancy, requests_of
-from scheduler.queue.scheduling import QueueItem
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    """What a job that does not fit may evict: every job holding capacity (``running``), and those not evicted
+    already (``candidates``). ``waits``: its victims are still leaving; ``may``: False when it may not preempt now
+    (no evictor, ``preemptionPolicy: Never``, or nothing found at this cluster version already)."""
+
+    waits: bool = False
+    may: bool = True
+    running: list[reclaim.Candidate] = field(default_factory=list)
+    candidates: list[reclaim.Candidate] = field(default_factory=list)
 
 
 class Preemptor:
@@ -64,6 +71,8 @@ class Preemptor:
         #: Jobs preempted so far, by the victim's queue.
         self.preemptions: dict[str, int] = {}
         self._candidates: tuple[int, list[reclaim.Candidate]] | None = None
+        #: The last attempt's search (its actions share it).
+        self._search: tuple[Attempt, Search] | None = None
 
     def forget(self, key: str) -> None:
         """Job ``key`` is placed or gone (a binding clears the pod's nominatedNodeName in the API server)."""
@@ -100,137 +109,55 @@ class Preemptor:
         self._candidates = (version, candidates)
         return candidates
 
-    def preempt(
-        self, item: QueueItem, pods: list[PodRequest], priority: int, obj: str, required_level: int | None = None
-    ) -> bool:
-        """Evict victims so that ``item`` (``pods`` at ``priority``) fits; True if it waits for victims now."""
+    def search(self, attempt: Attempt) -> Search:
+        """The victims ``attempt`` may choose from, found once per attempt (reclaim, then preempt, share them); or,
+        without them, whether it waits for victims already evicted."""
+        if self._search is not None and self._search[0] is attempt:
+            return self._search[1]
+        search = self._open(attempt)
+        self._search = (attempt, search)
+        return search
+
+    def _open(self, attempt: Attempt) -> Search:
         if self.evictor is None:
-            return False
-        # A pod of its own (a gang's member placed alone near its gang keeps the gang's rules).
-        job = self.jobs.of_pod(pods[0].key) if isinstance(item.payload, PodRequest) and len(pods) == 1 else None
-        single = pods[0] if job is not None and job.group is None else None
+            return Search(may=False)
+        single = attempt.members[0] if attempt.job.group is None else None
         if single is not None and single.preemption_policy == PREEMPT_NEVER:
-            return False  # kube-scheduler: "not eligible due to preemptionPolicy=Never."
-        evicting = self.holds.still_evicting(item.key)
-        if evicting:
-            return True  # its victims are still terminating
+            return Search(may=False)  # kube-scheduler: "not eligible due to preemptionPolicy=Never."
+        if self.holds.still_evicting(attempt.key):
+            return Search(waits=True, may=False)  # its victims are still terminating
         a = self.scheduler.cache.arrays
         version = int(a.gen.max()) if a.slots else 0
-        if self.no_victims.get(item.key) == version:
-            return False
-        self.no_victims[item.key] = version
+        if self.no_victims.get(attempt.key) == version:
+            return Search(may=False)
+        self.no_victims[attempt.key] = version
         for victim_key, victim in list(self.terminating.items()):
             if all(self.scheduler.cache.pod(p.key) is None for p in victim.pods):
                 del self.terminating[victim_key]
                 self.evicted_for.pop(victim_key, None)
         running = self.running(version)
-        candidates = [c for c in running if c.key not in self.terminating]
-        if self.tenancy.within_guarantee(item.queue, requests_of(pods)):
-            borrowers = [c for c in candidates if c.queue != item.queue and self.tenancy.borrowing(c.queue)]
-            surplus = {q: bound for q in {c.queue for c in borrowers} if (bound := self.tenancy.surplus(q)) is not None}
-            for victim in self.terminating.values():
-                left = surplus.get(victim.queue)
-                if left is not None:
-                    for name in left:
-                        left[name] -= victim.request.get(name, 0.0)
-            policy = self.tenancy.reclaim_policy(item.queue)
-            victims = self._victims(pods, priority, policy, borrowers, required_level, surplus)
-            if victims:
-                del self.no_victims[item.key]
-                reason = f"preempted to give queue {item.queue!r} its guarantee back ({obj})"
-                self._evict(item.key, priority, victims, reason)
-                self.events.emit(
-                    obj=obj,
-                    kind="Normal",
-                    reason="Reclaiming",
-                    message=f"preempting {len(victims)} job(s) of queues above their guarantee",
-                )
-                return True
-        if single is not None:
-            found = self._preempt_pod(item, single, priority, obj, running)
-            if not found:
-                self._unnominate(item.key)
-            return found
-        own = [c for c in candidates if c.queue == item.queue and c.priority < priority]
-        if not own:
-            return False
-        victims = self._victims(pods, priority, self.tenancy.within_queue_policy(item.queue), own, required_level)
-        if not victims:
-            return False
-        del self.no_victims[item.key]
-        self._evict(item.key, priority, victims, f"preempted by higher-priority work of queue {item.queue!r} ({obj})")
-        self.events.emit(
-            obj=obj,
-            kind="Normal",
-            reason="Preempting",
-            message=f"preempting {len(victims)} lower-priority job(s) of queue {item.queue!r}",
-        )
-        return True
+        return Search(running=running, candidates=[c for c in running if c.key not in self.terminating])
 
-    def _preempt_pod(
-        self, item: QueueItem, pod: PodRequest, priority: int, obj: str, running: list[reclaim.Candidate]
-    ) -> bool:
-        """Within-queue preemption for one pod, on one node, as kube-scheduler's DefaultPreemption does it."""
-        if self.tenancy.within_queue_policy(item.queue) == reclaim.NEVER:
-            return False
+    def found(self, attempt: Attempt) -> None:
+        """``attempt`` found victims: a later search must not be skipped as fruitless."""
+        del self.no_victims[attempt.key]
 
-        # Victims already evicted (for this pod, or for a pod of lower priority) are still on their node: this pod
-        # may count them.
-        def available(c: reclaim.Candidate) -> bool:
-            if c.key not in self.terminating:
-                return True
-            evicted_for, evictor_priority = self.evicted_for.get(c.key, ("", priority))
-            return evicted_for == item.key or evictor_priority < priority
+    def make_room(
+        self, attempt: Attempt, victims: list[reclaim.Candidate], *, reason: str, event: str, message: str
+    ) -> None:
+        """Commit ``victims`` for ``attempt`` as one statement: the room they free nominated for it, every victim
+        evicted (``reason`` in their Events), and an Event ``event`` for the job."""
+        self.found(attempt)
+        self.evict(attempt.key, attempt.priority, victims, reason)
+        self.events.emit(obj=attempt.obj, kind="Normal", reason=event, message=message)
 
-        own = [c for c in running if c.queue == item.queue and c.priority < priority and available(c)]
-        if not own:
-            return False
-        choice = reclaim.node_victims(
-            self.scheduler, pod, priority=priority, candidates=own, budgets=list(self.budgets.values())
-        )
-        if choice is None:
-            return False
-        del self.no_victims[item.key]
-        # Lower-priority pods nominated to this node may no longer fit there: they search again (kube-scheduler
-        # clears their nominatedNodeName too).
-        for other, (_, node, other_priority) in list(self.nominations.items()):
-            taken = any(self.evicted_for.get(v.key, ("", 0))[0] == other for v in choice.victims)
-            if other != item.key and other_priority < priority and (node == choice.node or taken):
-                self.holds.release(other)
-                self._unnominate(other)
-                self.no_victims.pop(other, None)
-        self.holds.nominate(item.key, choice.pods, priority)
-        reason = f"Preempted by pod {pod.uid or pod.key} on node {choice.node}: higher-priority work of queue "
-        reason += f"{item.queue!r} ({obj})"
-        for victim in choice.victims:
-            self.evicted_for[victim.key] = (item.key, priority)
-            if victim.key in self.terminating:
-                continue  # evicted already, for a pod of lower priority
-            if all(p.deleting for p in victim.pods):
-                self.terminating[victim.key] = victim  # being deleted by someone else: no second deletion
-                continue
-            self._evict_one(victim, reason)
-        if self.nominations.get(item.key, (pod, "", 0))[1] != choice.node:
-            assert self.evictor is not None
-            self.evictor.nominate(pod, choice.node)
-        self.nominations[item.key] = (pod, choice.node, priority)
-        budgets = f", {choice.violations} exceeding a PodDisruptionBudget" if choice.violations else ""
-        self.events.emit(
-            obj=obj,
-            kind="Normal",
-            reason="Preempting",
-            message=f"preempting {len(choice.pods)} lower-priority pod(s) of queue {item.queue!r} on node "
-            f"{choice.node}{budgets}",
-        )
-        return True
-
-    def _unnominate(self, key: str) -> None:
+    def unnominate(self, key: str) -> None:
         """Clear the nominatedNodeName of single pod ``key``, if it has one."""
         nominated = self.nominations.pop(key, None)
         if nominated is not None and self.evictor is not None:
             self.evictor.nominate(nominated[0], "")
 
-    def _victims(
+    def victims(
         self,
         pods: list[PodRequest],
         priority: int,
@@ -238,21 +165,23 @@ class Preemptor:
         candidates: list[reclaim.Candidate],
         required_level: int | None,
         surplus: dict[str, dict[str, float]] | None = None,
+        *,
+        snapshot: Snapshot,
     ) -> list[reclaim.Candidate]:
         find: Callable[..., list[reclaim.Candidate]] = reclaim.find_victims
-        kwargs = {}
+        kwargs: dict[str, object] = {"snapshot": snapshot}
         if required_level is not None:
-            find, kwargs = reclaim.find_victims_in_domain, {"level": required_level}
+            find, kwargs = reclaim.find_victims_in_domain, {**kwargs, "level": required_level}
         return find(
             self.scheduler, pods, priority=priority, policy=policy, candidates=candidates, surplus=surplus, **kwargs
         )
 
-    def _evict(self, key: str, priority: int, victims: list[reclaim.Candidate], reason: str) -> None:
+    def evict(self, key: str, priority: int, victims: list[reclaim.Candidate], reason: str) -> None:
         self.holds.nominate(key, [pod for victim in victims for pod in victim.pods], priority)
         for victim in victims:
-            self._evict_one(victim, reason)
+            self.evict_one(victim, reason)
 
-    def _evict_one(self, victim: reclaim.Candidate, reason: str) -> None:
+    def evict_one(self, victim: reclaim.Candidate, reason: str) -> None:
         assert self.evictor is not None
         for pod in victim.pods:
             self.events.emit(obj=f"pod {pod.key}", kind="Warning", reason="Preempted", message=reason)

@@ -82,8 +82,11 @@ def find_victims(
     candidates: Sequence[Candidate],
     context: Mapping[str, Any] | None = None,
     surplus: Mapping[str, Mapping[str, float]] | None = None,
+    snapshot: Snapshot | None = None,
 ) -> list[Candidate]:
     """The victims whose eviction lets ``job`` fit, or [] if there are none (or it would not help).
+
+    The what-ifs run on ``snapshot`` (the cycle's; by default the cache's), and are all rolled back.
 
     ``context`` is passed to the job's what-ifs (a domain mask keeps it inside one domain). ``surplus`` bounds
     what may be taken from a queue (what it holds beyond its guarantee, per resource): victims of a queue in it
@@ -113,7 +116,7 @@ def find_victims(
     freeable = sum(p.gpu.count for c in ordered for p in c.pods if p.gpu.whole)
     if needs and int(free_now.sum()) + freeable < sum(needs):
         return []
-    snapshot = cache.snapshot()
+    snapshot = snapshot if snapshot is not None else cache.snapshot()
     token = snapshot.checkpoint()
 
     def remove(victim: Candidate) -> None:
@@ -173,6 +176,7 @@ def find_victims_in_domain(
     policy: str,
     candidates: Sequence[Candidate],
     surplus: Mapping[str, Mapping[str, float]] | None = None,
+    snapshot: Snapshot | None = None,
 ) -> list[Candidate]:
     """Victims all inside one domain of ``level`` whose eviction lets ``job`` fit inside that domain, or [].
 
@@ -211,6 +215,7 @@ def find_victims_in_domain(
             candidates=local,
             context={TOPOLOGY_SLOTS: inside},
             surplus=surplus,
+            snapshot=snapshot,
         )
         if not victims:
             continue
@@ -259,6 +264,7 @@ def node_victims(
     priority: int,
     candidates: Sequence[Candidate],
     budgets: Sequence[api_pdb.DisruptionBudget] = (),
+    snapshot: Snapshot | None = None,
 ) -> NodeVictims | None:
     """The node and victims that let ``pod`` fit with the least disruption (see the module notes), or None.
 
@@ -305,7 +311,7 @@ def node_victims(
     potential = [slot for slot in by_slot if enough_room[slot]]
     potential.sort(key=lambda slot: int(rank[slot]))
     enough = max(CANDIDATE_NODES, len(potential) * CANDIDATE_NODES_PERCENT // 100)
-    snapshot = cache.snapshot()
+    snapshot = snapshot if snapshot is not None else cache.snapshot()
     token = snapshot.checkpoint()
 
     def remove(victim: Candidate) -> None:

@@ -13,6 +13,7 @@ A profile file looks like::
         weight: 3
       - name: balance
         weight: 1
+    actions: [allocate, reclaim, preempt]   # what a job taken from the queue goes through, in this order
 
 Anything left out takes the packaged default (``default-profile.yaml``). Errors name the file and field.
 """
@@ -31,6 +32,10 @@ import yaml
 from scheduler.api.errors import InvalidObject
 
 TIE_BREAKS = ("first", "random")
+#: The session's actions in the only order they may run: least disruptive first (``scheduler.core.actions``).
+#: ``allocate`` places the job; the others run only when it did not fit: ``reclaim`` takes back what other queues
+#: borrowed, ``preempt`` evicts lower-priority work of the job's own queue.
+ACTIONS = ("allocate", "reclaim", "preempt")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,8 @@ class ProfileConfig:
     tie_break: str = "first"
     seed: int = 0
     plugins: tuple[PluginConfig, ...] = ()
+    #: The session's actions, in order (a subsequence of :data:`ACTIONS` that starts with ``allocate``).
+    actions: tuple[str, ...] = ACTIONS
 
 
 def default_text() -> str:
@@ -58,7 +65,7 @@ def parse(raw: object, *, source: str = "profile") -> ProfileConfig:
     """Validate a profile dict (from YAML); unknown keys and bad values are errors naming the field."""
     if not isinstance(raw, Mapping):
         raise InvalidObject("a profile must be a map", obj=source)
-    known = {"name", "tieBreak", "seed", "plugins"}
+    known = {"name", "tieBreak", "seed", "plugins", "actions"}
     for key in raw:
         if key not in known:
             raise InvalidObject(f"unknown key (expected one of {sorted(known)})", obj=source, field=str(key))
@@ -99,7 +106,32 @@ def parse(raw: object, *, source: str = "profile") -> ProfileConfig:
         if not isinstance(args, Mapping):
             raise InvalidObject("must be a map", obj=source, field=f"{where}.args")
         plugins.append(PluginConfig(plugin_name, float(weight), dict(args)))
-    return ProfileConfig(name=name, tie_break=tie_break, seed=seed, plugins=tuple(plugins))
+    actions = _actions(raw.get("actions", list(ACTIONS)), source)
+    return ProfileConfig(name=name, tie_break=tie_break, seed=seed, plugins=tuple(plugins), actions=actions)
+
+
+def _actions(raw: object, source: str) -> tuple[str, ...]:
+    """The session's actions: known names, each once, ``allocate`` first, in the order of :data:`ACTIONS`."""
+    if not isinstance(raw, list) or not raw:
+        raise InvalidObject(f"must be a non-empty list of actions among {list(ACTIONS)}", obj=source, field="actions")
+    for i, name in enumerate(raw):
+        if name not in ACTIONS:
+            raise InvalidObject(
+                f"unknown action {name!r} (known: {', '.join(ACTIONS)})", obj=source, field=f"actions[{i}]"
+            )
+        if name in raw[:i]:
+            raise InvalidObject(f"action {name!r} is listed twice", obj=source, field=f"actions[{i}]")
+    if raw[0] != "allocate":
+        raise InvalidObject("the first action must be 'allocate' (it places the job)", obj=source, field="actions[0]")
+    for i in range(1, len(raw)):
+        if ACTIONS.index(raw[i]) < ACTIONS.index(raw[i - 1]):
+            raise InvalidObject(
+                f"{raw[i]!r} cannot run after {raw[i - 1]!r}: actions run least disruptive first, in the order"
+                f" {', '.join(ACTIONS)}",
+                obj=source,
+                field=f"actions[{i}]",
+            )
+    return tuple(raw)
 
 
 def load(path: str | Path | None = None) -> ProfileConfig:

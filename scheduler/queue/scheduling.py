@@ -34,29 +34,47 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
-from scheduler.api import pod as api_pod
 from scheduler.queue.heap import KeyedHeap
 
 #: Where a pending key is; see the module docstring.
 Where = Literal["active", "backoff", "unschedulable", "in-flight"]
 
 
+class Work(Protocol):
+    """What the queue reads of a unit of work when it is queued (the core's ``Job`` is one)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def priority(self) -> int: ...
+
+    @property
+    def created(self) -> float: ...
+
+
 @dataclass(slots=True)
 class QueueItem:
-    """One unit of pending work: a pod, or a gang tried whole."""
+    """One unit of pending work as the queue sees it: what orders it and what the queue counted of it.
 
-    #: ``"ns/name"`` for a pod, ``"ns/podgroup"`` for a gang; unique in the queue.
+    The queue never knows what the work is (a pod, a gang tried whole, a gang's member tried alone): the layer
+    above keys its own work by ``key`` and keeps it there; the values that order the item are copied in here, so
+    that the heaps never see them change without an :meth:`SchedulingQueue.update`.
+    """
+
+    #: Unique in the queue; whoever queues work keys it (the core: its job's key, or a pod's).
     key: str
     #: Higher goes first under the default ordering.
     priority: int
-    #: When the pod (or the gang's first member) was created, in clock seconds; older goes first on a tie.
+    #: When the work was created (a pod, or a gang's PodGroup), in clock seconds; older goes first on a tie.
     created: float
-    #: The tenant queue it belongs to; ``""`` is the default queue.
+    #: The tenant (leaf) queue it belongs to; ``""`` is the default queue.
     queue: str = ""
-    #: Whatever the scheduler needs to try it (a :class:`PodRequest`, a gang); the queue never looks inside.
-    payload: object = None
     #: How many times it has been popped; drives the backoff.
     attempts: int = 0
     #: When it was first popped (None until then): the start of its time to schedule.
@@ -65,9 +83,9 @@ class QueueItem:
     last_reason: str = ""
 
     @classmethod
-    def for_pod(cls, pod: api_pod.PodRequest) -> QueueItem:
-        """The item for a lone pod; the pod itself is the payload."""
-        return cls(key=pod.key, priority=pod.priority, created=pod.created, queue=pod.queue, payload=pod)
+    def of(cls, work: Work) -> QueueItem:
+        """The item for ``work`` as it is now (its key, leaf queue, priority and creation time)."""
+        return cls(work.key, work.priority, work.created, work.queue)
 
 
 #: ``less(a, b)``: should ``a`` be tried before ``b``? A strict order (``less(a, a)`` is false).
@@ -221,7 +239,7 @@ class SchedulingQueue:
     def update(self, item: QueueItem) -> None:
         """A changed pod or gang (call it for changes that matter to scheduling, not for status-only ones).
 
-        Its priority, created, queue and payload replace the old ones; its attempts and last reason stay.
+        Its priority, created and queue replace the old ones; its attempts and last reason stay.
         In active or backoff it stays where it is (backoff is not cut short). In the unschedulable pool it
         leaves the pool, as kube-scheduler does on a pod update: the change may make it fit, so it goes to
         active, or to backoff if its backoff has not run yet. In flight, the new version is kept for the
@@ -359,20 +377,6 @@ class SchedulingQueue:
 
     # -- ordering -----------------------------------------------------------------------------------------------------
 
-    def set_less(self, less: Less | None) -> None:
-        """Order active by ``less`` (:func:`priority_sort` when None) from now on.
-
-        Call it again with the same ``less`` when what it reads changes, so the heap is re-sorted (O(n)).
-        """
-        self._less = less if less is not None else priority_sort
-        if isinstance(self._active, _ByQueue):
-            keys = self._active.keys()
-            self._active = KeyedHeap(self._active_before)
-            for key in keys:
-                self._active.push(key)
-        else:
-            self._active.reorder(self._active_before)
-
     def set_queue_order(self, places: Mapping[str, int]) -> None:
         """Order active by tenant queue first, in ``places`` (queue -> its place, 0 first; a queue without one
         last), then by :func:`priority_sort` inside each queue. Call it again with the queues' new places when
@@ -478,4 +482,3 @@ def _take_in(item: QueueItem, new: QueueItem) -> None:
     item.priority = new.priority
     item.created = new.created
     item.queue = new.queue
-    item.payload = new.payload

@@ -7,8 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from scheduler.api import dra as api_dra
 from scheduler.api import node as api_node
 from scheduler.api import pod as api_pod
+from scheduler.api import volumes as api_volumes
 from scheduler.cache.arrays import ClusterArrays
 from scheduler.cache.state import Cache, UnknownNode
 from scheduler.kernels import layout
@@ -295,6 +297,29 @@ def test_nested_what_ifs_and_keep() -> None:
     assert snap.arrays.used[a, layout.CPU] == 4000
     # The next snapshot is the cache again: what-ifs never leak into the cluster.
     assert cache.snapshot().arrays.used[a, layout.CPU] == 0
+
+
+def test_a_rollback_undoes_every_change_of_its_what_if_in_one_log_whatever_list_it_changed() -> None:
+    cache = _cache(objects.node("a"))
+    snap = cache.snapshot()
+    first, second = api_dra.ClaimAllocation("ns/c1"), api_dra.ClaimAllocation("ns/c2")
+    binding = api_volumes.ClaimBinding("ns/v1", "a")
+    pod = api_pod.parse_pod(objects.pod("p", cpu="1"))
+    outer = snap.checkpoint()
+    snap.pick_devices([first])
+    snap.pick_volumes([binding])
+    inner = snap.checkpoint()
+    # The inner what-if takes out a choice the outer one made (a victim's claim freed), and makes its own.
+    snap.unpick_devices([first])
+    snap.unpick_volumes([binding])
+    snap.pick_devices([second])
+    snap.place(snap.placement(pod, 0, ()))
+    assert (list(snap.device_picks), list(snap.volume_picks), len(snap.what_if_pods)) == ([second], [], 1)
+    snap.rollback(inner)
+    # Exactly the outer what-if's state again (the old per-list marks only cut the lists back, and lost `first`).
+    assert (list(snap.device_picks), list(snap.volume_picks), list(snap.what_if_pods)) == ([first], [binding], [])
+    snap.rollback(outer)
+    assert (list(snap.device_picks), list(snap.volume_picks), snap.in_what_if) == ([], [], False)
 
 
 def test_a_snapshot_changes_only_inside_a_what_if() -> None:

@@ -447,6 +447,25 @@ def test_within_a_queue_higher_priority_work_preempts_lower_priority_work() -> N
     assert loop.preemptions == {"batch": 1}
 
 
+def test_a_gang_member_placed_alone_preempts_at_the_priority_it_was_queued_at() -> None:
+    # A member beyond minMember is queued at its gang's priority (higher than its own here): it preempts at that
+    # priority too, as the whole gang did (it used to preempt at its own, and found nothing below it).
+    _cluster, loop, clock, events, evictions = _reclaim_loop(QueueSpec(name="prod"))
+    for i in range(3):
+        clock.now = float(i)
+        loop.pod_pending(_with_priority(_pod(f"low{i}", 4, queue="batch"), 10))
+        loop.run_until_idle()
+    loop.group_upsert(PodGroup("default", "train", min_member=1, queue="batch", priority=100))
+    loop.pod_pending(_with_priority(_pod("train-0", 4, queue="batch", group="train"), 0))
+    loop.run_until_idle()
+    assert evictions.pods == []
+    clock.now = 10.0
+    loop.pod_pending(_with_priority(_pod("train-1", 4, queue="batch", group="train"), 0))
+    loop.run_until_idle()
+    assert [p.name for p in evictions.pods] == ["low2"]
+    assert events.reasons("pod default/train-1") == ["FailedScheduling", "Preempting"]
+
+
 def test_within_queue_never_and_equal_priority_preempt_nothing() -> None:
     _, loop, _, _, evictions = _reclaim_loop(QueueSpec(name="prod"), QueueSpec(name="batch", within_queue="Never"))
     for i in range(4):

@@ -107,6 +107,16 @@ plugins:
     assert [(s[0].name, s[1]) for s in fw.scorers] == [("binpack", 2.0)]  # weight 0 turns a scorer off
 
 
+def test_the_default_profile_runs_every_action_least_disruptive_first(tmp_path: Path) -> None:
+    assert profile.load().actions == ("allocate", "reclaim", "preempt")
+    assert profile.load(_write(tmp_path, "actions: [allocate, preempt]\n")).actions == ("allocate", "preempt")
+
+
+def test_an_unknown_action_is_named_with_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(InvalidObject, match=r"actions\[1\].*unknown action 'backfill' \(known: allocate, reclaim"):
+        profile.load(_write(tmp_path, "actions: [allocate, backfill]\n"))
+
+
 def test_an_empty_file_is_the_default(tmp_path: Path) -> None:
     assert profile.load(_write(tmp_path, "")) == profile.load()
 
@@ -128,6 +138,12 @@ def test_an_empty_file_is_the_default(tmp_path: Path) -> None:
         ("plugins: [fit, fit]\n", "plugins[1].name"),
         ("plugins: [fit, {name: spread, args: [1]}]\n", "plugins[1].args"),
         ("plugins: [fit, 3]\n", "plugins[1]"),
+        ("actions: []\n", "actions"),
+        ("actions: allocate\n", "actions"),
+        ("actions: [allocate, consolidate]\n", "actions[1]"),
+        ("actions: [allocate, preempt, preempt]\n", "actions[2]"),
+        ("actions: [reclaim, allocate]\n", "actions[0]"),
+        ("actions: [allocate, preempt, reclaim]\n", "actions[2]"),
     ],
 )
 def test_bad_profiles_name_the_file_and_field(tmp_path: Path, text: str, field: str) -> None:

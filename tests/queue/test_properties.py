@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from scheduler.queue.scheduling import QueueItem, SchedulingQueue, priority_sort
+from scheduler.queue.scheduling import Less, QueueItem, SchedulingQueue, priority_sort
 
 KEYS = tuple(f"ns/p{i}" for i in range(6))
 MAX_BACKOFF_S = 8.0
@@ -15,16 +15,29 @@ TIMEOUT_S = 20.0
 
 keys = st.sampled_from(KEYS)
 priorities = st.integers(min_value=-2, max_value=2)
+tenants = st.sampled_from(("a", "b", ""))
 
 
-def _by_key_reversed(a: QueueItem, b: QueueItem) -> bool:
-    return a.key > b.key
+def _by_place(places: dict[str, int]) -> Less:
+    """The order by tenant queue (in ``places``; a queue without a place last), then :func:`priority_sort`'s."""
+    last = len(places)
+
+    def less(a: QueueItem, b: QueueItem) -> bool:
+        return (places.get(a.queue, last), -a.priority, a.created, a.key) < (
+            places.get(b.queue, last),
+            -b.priority,
+            b.created,
+            b.key,
+        )
+
+    return less
 
 
 class QueueMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.now = 0.0
+        #: The order pop must follow: by priority, then by the tenant queues' places once an order is set.
         self.less = priority_sort
         self.queue = SchedulingQueue(
             clock=lambda: self.now,
@@ -54,15 +67,15 @@ class QueueMachine(RuleBasedStateMachine):
             self.items[item.key] = item
             self.known.add(item.key)
 
-    @rule(key=keys, priority=priorities, created=st.integers(min_value=0, max_value=3))
-    def add(self, key: str, priority: int, created: int) -> None:
-        item = QueueItem(key=key, priority=priority, created=float(created))
+    @rule(key=keys, priority=priorities, created=st.integers(min_value=0, max_value=3), tenant=tenants)
+    def add(self, key: str, priority: int, created: int, tenant: str) -> None:
+        item = QueueItem(key=key, priority=priority, created=float(created), queue=tenant)
         self.queue.add(item)
         self._offer(item)
 
-    @rule(key=keys, priority=priorities)
-    def update(self, key: str, priority: int) -> None:
-        item = QueueItem(key=key, priority=priority, created=0.0, payload=priority)
+    @rule(key=keys, priority=priorities, tenant=tenants)
+    def update(self, key: str, priority: int, tenant: str) -> None:
+        item = QueueItem(key=key, priority=priority, created=0.0, queue=tenant)
         self.queue.update(item)
         self._offer(item)
 
@@ -130,9 +143,10 @@ class QueueMachine(RuleBasedStateMachine):
         self.now += seconds
 
     @rule(reverse=st.booleans())
-    def set_less(self, reverse: bool) -> None:
-        self.less = _by_key_reversed if reverse else priority_sort
-        self.queue.set_less(self.less)
+    def set_queue_order(self, reverse: bool) -> None:
+        places = {"b": 0, "a": 1} if reverse else {"a": 0, "b": 1}
+        self.queue.set_queue_order(places)
+        self.less = _by_place(places)
 
     @rule()
     def nothing_is_lost(self) -> None:
@@ -184,23 +198,20 @@ def test_ordering_by_queue_places_pops_what_one_heap_over_every_item_would(
     ops: list[tuple[str, str, str, int, list[str]]],
 ) -> None:
     # The fast order (a heap per tenant queue, the queues' places swapped in O(1)) against the general one (one
-    # heap over every item, re-sorted by set_less), through the same adds, updates (a queue may change), removals,
-    # pops and new orders of the queues.
+    # heap over every item, built again for each new order), through the same adds, updates (a queue may change),
+    # removals, pops and new orders of the queues.
     places: dict[str, int] = {}
 
-    def less(a: QueueItem, b: QueueItem) -> bool:
-        last = len(places)
-        return (places.get(a.queue, last), -a.priority, a.created, a.key) < (
-            places.get(b.queue, last),
-            -b.priority,
-            b.created,
-            b.key,
-        )
+    def rebuilt(queue: SchedulingQueue) -> SchedulingQueue:
+        # Every item is active here (each pop is done at once): the same items in a new heap, by the new places.
+        fresh = SchedulingQueue(clock=lambda: 0.0, less=_by_place(places))
+        for item in queue.items():
+            fresh.add(QueueItem(item.key, item.priority, item.created, item.queue))
+        return fresh
 
     fast = SchedulingQueue(clock=lambda: 0.0)
-    slow = SchedulingQueue(clock=lambda: 0.0)
+    slow = SchedulingQueue(clock=lambda: 0.0, less=_by_place(places))
     fast.set_queue_order(dict(places))
-    slow.set_less(less)
     for n, (op, key, queue, priority, order) in enumerate(ops):
         if op == "add":
             for q in (fast, slow):
@@ -217,5 +228,5 @@ def test_ordering_by_queue_places_pops_what_one_heap_over_every_item_would(
         else:
             places = {q: i for i, q in enumerate(order)}
             fast.set_queue_order(dict(places))
-            slow.set_less(less)
+            slow = rebuilt(slow)
         assert [k for k, w in fast.pending() if w == "active"] == [k for k, w in slow.pending() if w == "active"]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
-from scheduler.api import pod as api_pod
-from scheduler.queue.scheduling import QueueItem, SchedulingQueue, priority_sort
+from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
 
 class FakeClock:
@@ -81,21 +81,6 @@ def test_pop_counts_attempts_and_remembers_the_first() -> None:
     again = _pop(q)
     assert again is item
     assert (again.attempts, again.first_attempt, again.last_reason) == (2, 5.0, "apiserver timeout")
-
-
-def test_item_for_a_pod() -> None:
-    pod = api_pod.PodRequest(
-        namespace="team-a", name="train-0", priority=7, created=3.0, labels={api_pod.LABEL_QUEUE: "research"}
-    )
-    item = QueueItem.for_pod(pod)
-    assert (item.key, item.priority, item.created, item.queue, item.payload) == (
-        "team-a/train-0",
-        7,
-        3.0,
-        "research",
-        pod,
-    )
-    assert (item.attempts, item.first_attempt, item.last_reason) == (0, None, "")
 
 
 def test_error_backoff_doubles_up_to_the_cap() -> None:
@@ -231,16 +216,33 @@ def test_an_event_while_in_flight_sends_the_item_to_backoff_not_the_pool() -> No
     assert q.requeue_unschedulable(item, "no fit") == "unschedulable"
 
 
+@dataclasses.dataclass
+class _Work:
+    key: str
+    queue: str
+    priority: int
+    created: float
+
+
+def test_an_item_takes_what_orders_it_from_its_work_as_it_is_when_queued() -> None:
+    work = _Work("team-a/train", "research", 7, 3.0)
+    item = QueueItem.of(work)
+    assert (item.key, item.queue, item.priority, item.created) == ("team-a/train", "research", 7, 3.0)
+    assert (item.attempts, item.first_attempt, item.last_reason) == (0, None, "")
+    work.priority = 9  # the work changed: the queue sees it only through an update
+    assert item.priority == 7
+
+
 def test_an_update_while_in_flight_is_kept_and_counts_as_an_event() -> None:
     clock = FakeClock()
     q = _queue(clock)
     q.add(_item("ns/p", priority=1))
     item = _pop(q)
-    q.update(QueueItem(key="ns/p", priority=9, created=0.0, payload="smaller request"))
+    q.update(QueueItem(key="ns/p", priority=9, created=0.0, queue="research"))
     assert item.priority == 1, "the cycle's item does not change under it"
     assert q.pending() == [("ns/p", "in-flight")]
     assert q.requeue_unschedulable(item, "no fit") == "backoff"
-    assert (item.priority, item.payload, item.attempts) == (9, "smaller request", 1)
+    assert (item.priority, item.queue, item.attempts) == (9, "research", 1)
 
 
 def test_an_update_moves_an_unschedulable_item_to_active() -> None:
@@ -251,10 +253,10 @@ def test_an_update_moves_an_unschedulable_item_to_active() -> None:
     q.requeue_unschedulable(_pop(q), "no fit")  # ns/other
     q.requeue_unschedulable(_pop(q), "no fit")  # ns/p
     clock.advance(2.0)
-    q.update(QueueItem(key="ns/p", priority=3, created=0.0, payload="fewer GPUs"))
+    q.update(QueueItem(key="ns/p", priority=3, created=0.0))
     assert q.pending() == [("ns/p", "active"), ("ns/other", "unschedulable")]
     item = _pop(q)
-    assert (item.key, item.priority, item.payload, item.attempts) == ("ns/p", 3, "fewer GPUs", 2)
+    assert (item.key, item.priority, item.attempts) == ("ns/p", 3, 2)
 
 
 def test_an_update_of_a_backing_off_item_waits_out_its_backoff() -> None:
@@ -350,27 +352,6 @@ def test_next_wakeup_is_the_earliest_backoff() -> None:
     assert q.next_wakeup() == 105.0
     q.remove("ns/b")
     assert q.next_wakeup() is None
-
-
-def test_set_less_reorders_what_is_waiting() -> None:
-    q = _queue(FakeClock())
-    for key, tenant, priority in (("ns/a", "research", 5), ("ns/b", "prod", 1), ("ns/c", "research", 9)):
-        q.add(_item(key, priority=priority, queue=tenant))
-    assert [k for k, _ in q.pending()] == ["ns/c", "ns/a", "ns/b"]
-    shares = {"prod": 0.1, "research": 0.9}
-
-    def by_share(a: QueueItem, b: QueueItem) -> bool:
-        if shares[a.queue] != shares[b.queue]:
-            return shares[a.queue] < shares[b.queue]
-        return priority_sort(a, b)
-
-    q.set_less(by_share)
-    assert [k for k, _ in q.pending()] == ["ns/b", "ns/c", "ns/a"]
-    shares["prod"] = 1.0  # what the ordering reads changed: set it again to re-sort
-    q.set_less(by_share)
-    assert q.position("ns/b") == 2
-    q.set_less(None)
-    assert _drain(q) == ["ns/c", "ns/a", "ns/b"]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,110 @@
+"""The preempt action: a job that does not fit evicts lower-priority work of its own queue (``withinQueue``).
+
+A gang (or a gang's member placed alone) takes whole jobs of its queue of lower priority, found on what-ifs of
+the snapshot by ``scheduler.core.reclaim.find_victims`` (from one domain when its topology requires one). A single
+pod does it as kube-scheduler's DefaultPreemption: victims on one node (``reclaim.node_victims``, budgets
+weighed), that node nominated for it (``status.nominatedNodeName``, cleared when a later search finds nothing),
+and victims evicted for a pod of lower priority counted as its own. The room is nominated for the job and every
+victim evicted, as one statement.
+"""
+
+from __future__ import annotations
+
+from scheduler.api.pod import PodRequest
+from scheduler.cache.state import Snapshot
+from scheduler.core import reclaim
+from scheduler.core.actions import NOTHING, WAITS, Outcome
+from scheduler.core.jobs import Attempt
+from scheduler.core.preemption import Preemptor, Search
+from scheduler.core.tenancy import Tenancy
+
+
+class Preempt:
+    name = "preempt"
+
+    def __init__(self, preemptor: Preemptor, tenancy: Tenancy) -> None:
+        self.preemptor = preemptor
+        self.tenancy = tenancy
+
+    def run(self, attempt: Attempt, snapshot: Snapshot) -> Outcome:
+        search = self.preemptor.search(attempt)
+        if search.waits or not search.may:
+            return WAITS if search.waits else NOTHING
+        if attempt.job.group is None:
+            if self._pod(attempt, attempt.members[0], search, snapshot):
+                return WAITS
+            self.preemptor.unnominate(attempt.key)
+            return NOTHING
+        queue, priority = attempt.queue, attempt.priority
+        own = [c for c in search.candidates if c.queue == queue and c.priority < priority]
+        if not own:
+            return NOTHING
+        policy = self.tenancy.within_queue_policy(queue)
+        victims = self.preemptor.victims(attempt.members, priority, policy, own, attempt.level, snapshot=snapshot)
+        if not victims:
+            return NOTHING
+        self.preemptor.make_room(
+            attempt,
+            victims,
+            reason=f"preempted by higher-priority work of queue {queue!r} ({attempt.obj})",
+            event="Preempting",
+            message=f"preempting {len(victims)} lower-priority job(s) of queue {queue!r}",
+        )
+        return WAITS
+
+    def _pod(self, attempt: Attempt, pod: PodRequest, search: Search, snapshot: Snapshot) -> bool:
+        """Within-queue preemption for one pod, on one node, as kube-scheduler's DefaultPreemption does it."""
+        p = self.preemptor
+        key, queue, priority, obj = attempt.key, attempt.queue, attempt.priority, attempt.obj
+        if self.tenancy.within_queue_policy(queue) == reclaim.NEVER:
+            return False
+
+        # Victims already evicted (for this pod, or for a pod of lower priority) are still on their node: this pod
+        # may count them.
+        def available(c: reclaim.Candidate) -> bool:
+            if c.key not in p.terminating:
+                return True
+            evicted_for, evictor_priority = p.evicted_for.get(c.key, ("", priority))
+            return evicted_for == key or evictor_priority < priority
+
+        own = [c for c in search.running if c.queue == queue and c.priority < priority and available(c)]
+        if not own:
+            return False
+        choice = reclaim.node_victims(
+            p.scheduler, pod, priority=priority, candidates=own, budgets=list(p.budgets.values()), snapshot=snapshot
+        )
+        if choice is None:
+            return False
+        p.found(attempt)
+        # Lower-priority pods nominated to this node may no longer fit there: they search again (kube-scheduler
+        # clears their nominatedNodeName too).
+        for other, (_, node, other_priority) in list(p.nominations.items()):
+            taken = any(p.evicted_for.get(v.key, ("", 0))[0] == other for v in choice.victims)
+            if other != key and other_priority < priority and (node == choice.node or taken):
+                p.holds.release(other)
+                p.unnominate(other)
+                p.no_victims.pop(other, None)
+        p.holds.nominate(key, choice.pods, priority)
+        reason = f"Preempted by pod {pod.uid or pod.key} on node {choice.node}: higher-priority work of queue "
+        reason += f"{queue!r} ({obj})"
+        for victim in choice.victims:
+            p.evicted_for[victim.key] = (key, priority)
+            if victim.key in p.terminating:
+                continue  # evicted already, for a pod of lower priority
+            if all(v.deleting for v in victim.pods):
+                p.terminating[victim.key] = victim  # being deleted by someone else: no second deletion
+                continue
+            p.evict_one(victim, reason)
+        if p.nominations.get(key, (pod, "", 0))[1] != choice.node:
+            assert p.evictor is not None
+            p.evictor.nominate(pod, choice.node)
+        p.nominations[key] = (pod, choice.node, priority)
+        budgets = f", {choice.violations} exceeding a PodDisruptionBudget" if choice.violations else ""
+        p.events.emit(
+            obj=obj,
+            kind="Normal",
+            reason="Preempting",
+            message=f"preempting {len(choice.pods)} lower-priority pod(s) of queue {queue!r} on node "
+            f"{choice.node}{budgets}",
+        )
+        return True

@@ -1,0 +1,53 @@
+"""The reclaim action: a job that does not fit takes back what other queues borrowed beyond their guarantee.
+
+Only for a job that stays within its own queue's guarantee: the victims are whole jobs of queues that borrow
+(above their guarantee), found on what-ifs of the snapshot by ``scheduler.core.reclaim.find_victims`` under the
+job's queue's ``reclaim`` policy, never taking a victim's queue below its own guarantee (what terminating victims
+will free already counts). A gang whose topology requires one domain gets victims from one domain only. The room
+they free is nominated for the job, and every victim is evicted, as one statement.
+"""
+
+from __future__ import annotations
+
+from scheduler.cache.state import Snapshot
+from scheduler.core.actions import NOTHING, WAITS, Outcome
+from scheduler.core.jobs import Attempt
+from scheduler.core.preemption import Preemptor
+from scheduler.core.tenancy import Tenancy, requests_of
+
+
+class Reclaim:
+    name = "reclaim"
+
+    def __init__(self, preemptor: Preemptor, tenancy: Tenancy) -> None:
+        self.preemptor = preemptor
+        self.tenancy = tenancy
+
+    def run(self, attempt: Attempt, snapshot: Snapshot) -> Outcome:
+        search = self.preemptor.search(attempt)
+        queue, pods = attempt.queue, attempt.members
+        if search.waits:
+            return WAITS
+        if not search.may or not self.tenancy.within_guarantee(queue, requests_of(pods)):
+            return NOTHING
+        borrowers = [c for c in search.candidates if c.queue != queue and self.tenancy.borrowing(c.queue)]
+        surplus = {q: bound for q in {c.queue for c in borrowers} if (bound := self.tenancy.surplus(q)) is not None}
+        for victim in self.preemptor.terminating.values():
+            left = surplus.get(victim.queue)
+            if left is not None:
+                for name in left:
+                    left[name] -= victim.request.get(name, 0.0)
+        policy = self.tenancy.reclaim_policy(queue)
+        victims = self.preemptor.victims(
+            pods, attempt.priority, policy, borrowers, attempt.level, surplus, snapshot=snapshot
+        )
+        if not victims:
+            return NOTHING
+        self.preemptor.make_room(
+            attempt,
+            victims,
+            reason=f"preempted to give queue {queue!r} its guarantee back ({attempt.obj})",
+            event="Reclaiming",
+            message=f"preempting {len(victims)} job(s) of queues above their guarantee",
+        )
+        return WAITS

@@ -1,0 +1,177 @@
+"""The session for one item taken from the queue: what it places, the queue gate, the profile's actions in order,
+and the failure tail, once, whatever the job.
+
+An item is read as an :class:`~scheduler.core.jobs.Attempt` of its job: ``minMember`` members of a gang placed
+together (once that many exist), one member of a gang placed alone near its placed siblings (while the gang holds
+its place), or a single pod. The queue gate may hold it back (a queue limit, the fair-share gate): it then waits
+for the events that may change that. Else the actions run (``scheduler.core.actions``): allocate, and for a job
+that did not fit the actions that make room, until one does. A job that was not placed gets an Event (a gang:
+its Scheduled=False condition and phase too); unless allocate broke (``ERROR``: backoff), the failure tail runs:
+a reservation against starvation (unless room is being made for it), the queueing hints, the gate's starving
+demand, and the unschedulable pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from scheduler.api.pod import PodRequest
+from scheduler.core import gang, gate
+from scheduler.core.actions import Action, Verdict
+from scheduler.core.cycle import Scheduler
+from scheduler.core.hints import Hints
+from scheduler.core.holds import Holds
+from scheduler.core.jobs import Attempt, Job
+from scheduler.core.ports import Events
+from scheduler.core.tenancy import requests_of
+from scheduler.framework.interface import Code, Decision, Status
+from scheduler.queue.scheduling import SchedulingQueue
+
+
+class Session:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        queue: SchedulingQueue,
+        *,
+        clock: Callable[[], float],
+        events: Events,
+        gate: gate.Gate,
+        holds: Holds,
+        hints: Hints,
+        actions: Sequence[Action],
+        context: Callable[[str], dict[str, Any]],
+        placed: Callable[[str, Job, list[PodRequest]], None],
+        enqueue: Callable[[Job], None],
+    ) -> None:
+        """``context(key)``: what job ``key``'s cycles get from outside (held nodes, the waiting demand);
+        ``placed(key, job, pods)``: the loop's bookkeeping for ``pods`` of ``job`` placed by queue item ``key``;
+        ``enqueue(job)``: queue what of ``job`` can be tried now."""
+        self.scheduler = scheduler
+        self.queue = queue
+        self.clock = clock
+        self.events = events
+        self.gate = gate
+        self.holds = holds
+        self.hints = hints
+        self.actions = list(actions)
+        self.context = context
+        self.placed = placed
+        self.enqueue = enqueue
+
+    def run(self, attempt: Attempt) -> None:
+        if not self._choose(attempt):
+            self.queue.done(attempt.key)
+            self.enqueue(attempt.job)  # what of it can be tried now (the gang whole, or its members alone)
+            return
+        item, members = attempt.item, attempt.members
+        reason, over = self.gate.held_back(item.queue, requests_of(members), item.key)
+        if over:
+            self._not_placed(attempt, reason, over)
+            # Like a job without room: a deletion that leaves fewer free GPUs than it needs cannot let it start.
+            self.hints.failed(item.key, members, gate.WAKES)
+            self.queue.requeue_unschedulable(item, over)
+            return
+        allocate, *make_room = self.actions
+        outcome = allocate.run(attempt, self.scheduler.cache.snapshot())
+        if outcome.verdict is Verdict.PLACED:
+            self._allocated(attempt, outcome.decisions)
+            return
+        status = outcome.status
+        self._not_placed(attempt, self._reason(attempt, status), status.message)
+        if status.code == Code.ERROR:
+            self.queue.requeue_error(item, status.message)
+            return
+        if attempt.unresolved is None:
+            waits = False
+            for action in make_room:
+                if action.run(attempt, self.scheduler.cache.snapshot()).verdict is Verdict.WAITS:
+                    waits = True
+                    break
+            if not waits:
+                self.holds.reserve(attempt)
+        self.hints.failed(item.key, members, self.scheduler.wakes(outcome.diagnosis))
+        self.gate.starve(item.key, item.queue, requests_of(members))
+        self.queue.requeue_unschedulable(item, status.message)
+
+    def _choose(self, attempt: Attempt) -> bool:
+        """Choose the pods ``attempt`` places and what its cycles get from outside; False if it cannot be tried as
+        it was queued (a gang not ready, or a member whose gang no longer holds its place)."""
+        job = attempt.job
+        group = job.group
+        context = self.context(attempt.key)
+        if attempt.whole_gang:
+            assert group is not None
+            if job.first_attempt is None:
+                job.first_attempt = self.clock()
+            need = group.min_member - len(job.placed) - len(job.succeeded)
+            if need <= 0 or len(job.pending) < need:
+                return False
+            attempt.members = gang.order_members(list(job.pending.values()))[:need]
+            (attempt.level, _), attempt.unresolved = gang.resolve_levels(
+                self.scheduler, group.topology, obj=attempt.obj
+            )
+        else:
+            pod = attempt.alone or next(iter(job.pending.values()), None)
+            if pod is None:
+                return False
+            attempt.members = [pod]
+        if group is not None and not attempt.whole_gang:
+            if not job.alone_allowed:
+                return False  # the gang lost its members meanwhile (preempted, deleted): this one waits for it
+            # A member beyond minMember, or one whose binding failed: place it near the others (the same context
+            # gpusched explain gives it).
+            context = {**context, **gang.member_context(self.scheduler, group, job.placed)}
+        attempt.context = context
+        return True
+
+    def _reason(self, attempt: Attempt, status: Status) -> str:
+        """The reason of a gang's Scheduled=False condition after a cycle that did not place it."""
+        group, first = attempt.job.group, attempt.job.first_attempt
+        if status.code == Code.UNRESOLVABLE and status.plugin == "topology":
+            return "InvalidTopology"
+        timed_out = group is not None and first is not None and self.clock() - first >= group.schedule_timeout_s
+        return "Unschedulable" if timed_out else "NotAllMembersFit"
+
+    def _not_placed(self, attempt: Attempt, reason: str, message: str) -> None:
+        """Say why ``attempt`` was not placed: an Event, and for a whole gang its condition and phase."""
+        job, now = attempt.job, self.clock()
+        if attempt.whole_gang:
+            job.set_condition("Scheduled", "False", reason, message, now)
+        self.events.emit(obj=attempt.obj, kind="Warning", reason="FailedScheduling", message=message)
+        if attempt.whole_gang:
+            job.refresh_phase(now)
+
+    def _allocated(self, attempt: Attempt, decisions: Sequence[Decision]) -> None:
+        """``attempt`` was placed: it leaves the queue, holds capacity in its queue, and says so."""
+        job, now = attempt.job, self.clock()
+        self.queue.done(attempt.key)
+        self.placed(attempt.key, job, [d.pod for d in decisions])
+        for decision in decisions:
+            self.events.emit(
+                obj=f"pod {decision.pod.key}",
+                kind="Normal",
+                reason="Scheduled",
+                message=scheduled(decision.pod.key, decision.node, decision.gpu_ids),
+            )
+        if not attempt.whole_gang:
+            job.refresh_phase(now)  # a gang's member joined it (a single pod has no phase of its own)
+            return
+        assert job.group is not None
+        job.last_schedule = now
+        job.set_condition("Scheduled", "True", "Scheduled", f"{len(decisions)} members placed together", now)
+        self.events.emit(
+            obj=attempt.obj,
+            kind="Normal",
+            reason="Scheduled",
+            message=f"{len(decisions)} of {job.group.min_member} members placed together",
+        )
+        job.refresh_phase(now)
+        self.enqueue(job)
+
+
+def scheduled(pod: str, node: str, gpu_ids: tuple[int, ...]) -> str:
+    # kube-scheduler's wording, which tools and Kubernetes' own e2e tests match on.
+    gpus = f" (GPUs {','.join(str(g) for g in gpu_ids)})" if gpu_ids else ""
+    return f"Successfully assigned {pod} to {node}{gpus}"
