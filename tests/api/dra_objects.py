@@ -131,6 +131,18 @@ def claim(
     }
 
 
+def first_available(name: str, *alternatives: tuple[str, int], **options: Any) -> dict[str, Any]:
+    """A claim of one request ``gpus`` with ``firstAvailable`` alternatives (name, GPUs), tried in order."""
+    raw = claim(name, **options)
+    raw["spec"]["devices"]["requests"] = [
+        {
+            "name": "gpus",
+            "firstAvailable": [{"name": n, "deviceClassName": GPU_CLASS, "count": c} for n, c in alternatives],
+        }
+    ]
+    return raw
+
+
 def allocation(node: str, *devices: str, request_name: str = "gpus") -> dict[str, Any]:
     return {
         "devices": {

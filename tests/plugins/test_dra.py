@@ -179,17 +179,7 @@ def test_first_available_takes_the_first_alternative_that_can_be_met() -> None:
     cluster.claim(
         dra.claim("held", dra.request(count=5), allocation=dra.allocation("a", *[f"gpu-{i}" for i in range(5)]))
     )
-    raw = dra.claim("flex")
-    raw["spec"]["devices"]["requests"] = [
-        {
-            "name": "gpus",
-            "firstAvailable": [
-                {"name": "eight", "deviceClassName": dra.GPU_CLASS, "count": 8},
-                {"name": "two", "deviceClassName": dra.GPU_CLASS, "count": 2},
-            ],
-        }
-    ]
-    cluster.claim(raw)
+    cluster.claim(dra.first_available("flex", ("eight", 8), ("two", 2)))
     pod = cluster.pod(pod_with("p", "flex"))
     assert pod.gpu.count == 2  # its smallest alternative: a node with two free GPUs is not filtered out
     result = cluster.scheduler.schedule(pod)
@@ -443,17 +433,7 @@ def test_a_pods_claims_backtrack_when_a_later_claim_cannot_be_met() -> None:
     # Allocated one after the other without going back, the node does not fit; kube-scheduler's allocator goes back
     # to the first claim's next alternative, and so does gpusched's.
     cluster = DraCluster(("a",))
-    raw = dra.claim("flex")
-    raw["spec"]["devices"]["requests"] = [
-        {
-            "name": "gpus",
-            "firstAvailable": [
-                {"name": "four", "deviceClassName": dra.GPU_CLASS, "count": 4},
-                {"name": "two", "deviceClassName": dra.GPU_CLASS, "count": 2},
-            ],
-        }
-    ]
-    cluster.claim(raw)
+    cluster.claim(dra.first_available("flex", ("four", 4), ("two", 2)))
     cluster.claim(dra.claim("root", dra.request(count=4), same=dra.PCIE_ROOT))
     cluster.claim(dra.claim("more", dra.request(count=2)))
     pod = dra.with_claims(objects.pod("p"), "flex", "root", "more")
