@@ -12,8 +12,9 @@ them. The undo log saves only the rows touched, never the whole cluster.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +24,7 @@ from scheduler.kernels import layout
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,3 +187,18 @@ class ClusterArrays:
         twin = ClusterArrays(self._counter, *self.cap.shape, self.gpu_free.shape[1])
         twin.copy_rows(self, np.arange(self.slots))
         return twin
+
+
+def distinct_index(slots: int, by_slot: Mapping[int, _T], *, key: Callable[[_T], Hashable]) -> tuple[I64, list[_T]]:
+    """Per slot an index into the distinct values of ``by_slot`` (-1 where it has none), and those values, in a
+    read-only array: a question about every node is then asked once per distinct value."""
+    distinct: dict[Hashable, int] = {}
+    values: list[_T] = []
+    ids = np.full(slots, -1, dtype=np.int64)
+    for slot, value in by_slot.items():
+        at = distinct.setdefault(key(value), len(values))
+        if at == len(values):
+            values.append(value)
+        ids[slot] = at
+    ids.setflags(write=False)
+    return ids, values

@@ -32,6 +32,7 @@ from scheduler.api.errors import InvalidObject
 from scheduler.api.gputopo import GpuTopology
 from scheduler.api.pod import PodRequest
 from scheduler.api.selectors import Taint
+from scheduler.cache import arrays as arrays_mod
 from scheduler.cache.arrays import ClusterArrays, Placement
 from scheduler.cache.dra import DeviceStore
 from scheduler.cache.labels import LabelIndex
@@ -321,20 +322,9 @@ class Cache:
         """The known GPU topologies as an array: per slot an index into the returned list of distinct topologies,
         -1 where unknown (read-only; for scoring every node of a cycle without a Python loop over them)."""
         index = self._topology_index
-        if index is not None and index[0].shape[0] == self.arrays.slots:
-            return index
-        distinct: dict[int, int] = {}
-        topologies: list[GpuTopology] = []
-        ids = np.full(self.arrays.slots, -1, dtype=np.int64)
-        for slot, topo in self._gpu_topology.items():
-            at = distinct.get(id(topo))
-            if at is None:
-                at = distinct[id(topo)] = len(topologies)
-                topologies.append(topo)
-            ids[slot] = at
-        ids.setflags(write=False)
-        self._topology_index = (ids, topologies)
-        return self._topology_index
+        if index is None or index[0].shape[0] != self.arrays.slots:
+            index = self._topology_index = arrays_mod.distinct_index(self.arrays.slots, self._gpu_topology, key=id)
+        return index
 
     def gpu_topology(self, slot: int) -> GpuTopology | None:
         """The node's GPU topology from its annotation; None without one (or with a refused one)."""
@@ -345,15 +335,11 @@ class Cache:
         -1 for a node without (read-only; nodes of one pool share a set, so a question about every tainted node is
         asked once per set, without a Python loop over the nodes)."""
         index = self._taint_index
-        if index is not None and index[0].shape[0] == self.arrays.slots:
-            return index
-        distinct: dict[tuple[Taint, ...], int] = {}
-        ids = np.full(self.arrays.slots, -1, dtype=np.int64)
-        for slot, taints in self.taints.items():
-            ids[slot] = distinct.setdefault(taints, len(distinct))
-        ids.setflags(write=False)
-        self._taint_index = (ids, list(distinct))
-        return self._taint_index
+        if index is None or index[0].shape[0] != self.arrays.slots:
+            index = self._taint_index = arrays_mod.distinct_index(
+                self.arrays.slots, self.taints, key=lambda taints: taints
+            )
+        return index
 
     def name_rank(self) -> I64:
         """Per node slot, the node's place in name order (slots without a node last); read-only."""
