@@ -32,7 +32,7 @@ from scheduler.api.pod import PodRequest  # noqa: E402
 from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest  # noqa: E402
 from scheduler.cache.state import Cache  # noqa: E402
 from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
-from scheduler.core.framework import Framework  # noqa: E402
+from scheduler.core.extension_points import Framework  # noqa: E402
 from scheduler.framework import profile  # noqa: E402
 from scheduler.framework.profile import ProfileConfig  # noqa: E402
 from scheduler.sim import trace  # noqa: E402

@@ -33,7 +33,7 @@ from scheduler.api.selectors import Taint  # noqa: E402
 from scheduler.cache.state import Cache  # noqa: E402
 from scheduler.core import capacity, cycle  # noqa: E402
 from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
-from scheduler.core.framework import Framework  # noqa: E402
+from scheduler.core.extension_points import Framework  # noqa: E402
 from scheduler.framework import profile  # noqa: E402
 
 ALLOCATABLE = {CPU: 96_000, MEMORY: 768 * 2**30, PODS: 110}

@@ -69,7 +69,7 @@ def _cel() -> Any:
     # command-line interface (prompt_toolkit), 75 ms of a start-up that clusters without DRA never use.
     module = importlib.import_module("cel")
     # The binding logs a warning for every function that raises; a device that cannot be evaluated is reported
-    # once by the caller (scheduler.cache.dra), with the object and field.
+    # once by the caller (scheduler.cache.device_store), with the object and field.
     logging.getLogger("cel").setLevel(logging.ERROR)
     return module
 

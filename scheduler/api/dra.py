@@ -8,8 +8,8 @@ when it is read, not when a pod needs it.
 
 GPUs: a device of NVIDIA's DRA driver (driver ``gpu.nvidia.com``, attribute ``type`` = ``gpu``) is a whole GPU
 (:func:`is_gpu`); such devices are what the scheduler counts as a node's GPUs and a pod's GPUs (see
-``scheduler.cache.dra``). Their order on the node (the GPU index gpusched uses, as in ``gpusched.io/gpu-ids``) is
-the number in the device name (``gpu-3``), as the driver names devices by minor number.
+``scheduler.cache.device_store``). Their order on the node (the GPU index gpusched uses, as in
+``gpusched.io/gpu-ids``) is the number in the device name (``gpu-3``), as the driver names devices by minor number.
 """
 
 from __future__ import annotations

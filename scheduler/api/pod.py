@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from scheduler.api import affinity as api_affinity
 from scheduler.api import dra as api_dra
 from scheduler.api import hami as api_hami
-from scheduler.api import ports as api_ports
-from scheduler.api import quantity, resources, selectors
+from scheduler.api import host_ports, quantity, resources, selectors
 from scheduler.api import topology as api_topology
 from scheduler.api import volumes as api_volumes
 from scheduler.api.errors import InvalidObject
@@ -76,8 +75,8 @@ class PodRequest:
     gpu_per_container: tuple[int, ...] = ()
     #: The pod's own topology constraint, from the ``gpusched.io/topology-*`` annotations.
     topology: TopologyConstraint = NO_CONSTRAINT
-    #: Host ports its containers and sidecars bind on the node (``scheduler.api.ports``).
-    host_ports: tuple[api_ports.HostPort, ...] = ()
+    #: Host ports its containers and sidecars bind on the node (``scheduler.api.host_ports``).
+    host_ports: tuple[host_ports.HostPort, ...] = ()
     #: Inter-pod affinity and anti-affinity (``scheduler.api.affinity``).
     pod_affinity: api_affinity.PodAffinity = api_affinity.NO_AFFINITY
     #: topologySpreadConstraints (``scheduler.api.affinity.SpreadConstraint``).
@@ -87,8 +86,8 @@ class PodRequest:
     #: The claims its ``persistentVolumeClaim`` and ``ephemeral`` volumes use (``scheduler.api.volumes``).
     volumes: tuple[api_volumes.PodClaim, ...] = ()
     #: Its ``spec.resourceClaims`` (Dynamic Resource Allocation, ``scheduler.api.dra``). The whole GPUs those claims
-    #: ask for are in ``gpu`` once the operator has read the claims (``scheduler.k8s.dra``); a bound pod's, from the
-    #: ``gpusched.io/gpu-ids`` annotation gpusched wrote.
+    #: ask for are in ``gpu`` once the operator has read the claims (``scheduler.k8s.device_claims``); a bound
+    #: pod's, from the ``gpusched.io/gpu-ids`` annotation gpusched wrote.
     resource_claims: tuple[api_dra.PodClaim, ...] = ()
     #: The uid of the pod's controller (ReplicaSet, StatefulSet, Job...), for the cluster-default spreading.
     owner: str = ""
@@ -424,7 +423,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         affinity=selectors.parse_node_affinity(spec, obj=obj),
         tolerations=selectors.parse_tolerations(spec.get("tolerations"), obj=obj),
         gpu_ids=gpu_ids,
-        host_ports=api_ports.parse_host_ports(spec, obj=obj),
+        host_ports=host_ports.parse_host_ports(spec, obj=obj),
         pod_affinity=api_affinity.parse_pod_affinity(spec, namespace=namespace, labels=labels, obj=obj),
         node_preferences=_node_preferences(spec, obj=obj),
         spread=api_affinity.parse_spread(spec.get("topologySpreadConstraints"), labels=labels, obj=obj),

@@ -17,18 +17,17 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.api import dra as api_dra
-from scheduler.api import ports as api_ports
-from scheduler.api import selectors
+from scheduler.api import host_ports, selectors
 from scheduler.api import topology as api_topology
 from scheduler.api import volumes as api_volumes
 from scheduler.api.gputopo import GpuTopology
+from scheduler.api.host_ports import HostPort
 from scheduler.api.pod import PodRequest
-from scheduler.api.ports import HostPort
 from scheduler.api.selectors import Taint
 from scheduler.cache.arrays import ClusterArrays, Placement
-from scheduler.cache.dra import DeviceStore
+from scheduler.cache.device_store import DeviceStore
 from scheduler.cache.pods_index import PodIndex, PortIndex
-from scheduler.cache.volumes import VolumeStore
+from scheduler.cache.volume_store import VolumeStore
 from scheduler.kernels import layout
 
 if TYPE_CHECKING:
@@ -310,5 +309,5 @@ class Snapshot:
             # A pod a what-if removed (a victim) frees its ports unless another pod there holds them too.
             if slot < mask.shape[0] and mask[slot]:
                 held = (e.pod.host_ports for k, e in self._cache.pods_on(slot).items() if k not in keys)
-                mask[slot] = any(api_ports.conflicting(ports, h) for h in held)
+                mask[slot] = any(host_ports.conflicting(ports, h) for h in held)
         return mask | placed.conflicts(ports, self.slots)

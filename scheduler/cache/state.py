@@ -34,11 +34,11 @@ from scheduler.api.pod import PodRequest
 from scheduler.api.selectors import Taint
 from scheduler.cache import arrays as arrays_mod
 from scheduler.cache.arrays import ClusterArrays, Placement
-from scheduler.cache.dra import DeviceStore
+from scheduler.cache.device_store import DeviceStore
 from scheduler.cache.labels import LabelIndex
 from scheduler.cache.pods_index import PodIndex, PortIndex
 from scheduler.cache.snapshot import Snapshot, device_memory_column
-from scheduler.cache.volumes import VolumeStore
+from scheduler.cache.volume_store import VolumeStore
 from scheduler.kernels import layout
 
 F64 = npt.NDArray[np.float64]
@@ -109,9 +109,11 @@ class Cache:
         self._pod_index: PodIndex | None = None
         #: How many pods held carry inter-pod affinity terms (known without the index).
         self.pods_with_terms = 0
-        #: Claims, volumes, storage classes, CSINodes, and the volume choices assumed (``scheduler.cache.volumes``).
+        #: Claims, volumes, storage classes, CSINodes, and the volume choices assumed
+        #: (``scheduler.cache.volume_store``).
         self.volumes = VolumeStore()
-        #: DeviceClasses, ResourceSlices' devices, ResourceClaims, the allocations assumed (``scheduler.cache.dra``).
+        #: DeviceClasses, ResourceSlices' devices, ResourceClaims, the allocations assumed
+        #: (``scheduler.cache.device_store``).
         self.devices = DeviceStore()
         self._waiting: dict[str, dict[str, PodRequest]] = {}
         #: Per node slot, the node's place in name order (None when nodes came or went since): ties between equal

@@ -16,7 +16,7 @@ import numpy as np
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Cache, Snapshot
 from scheduler.core import capacity, reason_texts
-from scheduler.core.framework import Framework
+from scheduler.core.extension_points import Framework
 from scheduler.framework import interface
 from scheduler.framework.interface import Code, CycleState, Decision, Status
 from scheduler.kernels import layout

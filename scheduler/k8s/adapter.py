@@ -25,8 +25,7 @@ import structlog
 from scheduler.api.pod import PodRequest
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import Decision
-from scheduler.k8s import dra as k8s_dra
-from scheduler.k8s import volumes as k8s_volumes
+from scheduler.k8s import device_claims, volume_binding
 from scheduler.k8s.binder import Binder, BinderSettings
 from scheduler.k8s.config import BindingConfig
 from scheduler.k8s.context import OperatorContext
@@ -67,10 +66,10 @@ class Adapter:
         self.loop = loop
         self.feed = feed
         self.publisher = publisher
-        #: The volume PreBind (``scheduler.k8s.volumes``).
-        self.volume_binder = k8s_volumes.VolumeBinder(self.client, feed.volumes)
-        #: The DRA PreBind: allocations and reservations written into the claims (``scheduler.k8s.dra``).
-        self.claim_writer = k8s_dra.ClaimWriter(self.client, self.cache.devices, on_change=feed.devices_changed)
+        #: The volume PreBind (``scheduler.k8s.volume_binding``).
+        self.volume_binder = volume_binding.VolumeBinder(self.client, feed.volumes)
+        #: The DRA PreBind: allocations and reservations written into the claims (``scheduler.k8s.device_claims``).
+        self.claim_writer = device_claims.ClaimWriter(self.client, self.cache.devices, on_change=feed.devices_changed)
 
     def start(self) -> None:
         """Start the binder (on the running event loop)."""
@@ -203,7 +202,7 @@ class Adapter:
     # --- the binder's callbacks --------------------------------------------------------------------------------
 
     async def _prebind(self, decision: Decision) -> str:
-        """Before a binding: the volumes' PreBind, then the claims' (``scheduler.k8s.volumes``, ``.dra``)."""
+        """Before a binding: the volumes' PreBind, then the claims' (``scheduler.k8s.volume_binding``, ``.dra``)."""
         if decision.volumes:
             problem = await self.volume_binder.prebind(decision)
             if problem:

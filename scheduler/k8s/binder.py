@@ -22,9 +22,10 @@ the API server answers                          reported
 =============================================  ==============================================================
 
 A decision with volume choices (``Decision.volumes``) or ResourceClaims (``Decision.claims``: the allocation is
-written into each claim, ``scheduler.k8s.dra``) goes through ``prebind`` first (``scheduler.k8s.volumes``:
-claims bound or provisioning asked, and waited for); if it returns a reason, the pod is not bound and the outcome
-is a refusal with that reason (``on_failed(..., retry=True, ...)``). The wait holds no binding slot.
+written into each claim, ``scheduler.k8s.device_claims``) goes through ``prebind`` first
+(``scheduler.k8s.volume_binding``: claims bound or provisioning asked, and waited for); if it returns a reason, the
+pod is not bound and the outcome is a refusal with that reason (``on_failed(..., retry=True, ...)``). The wait
+holds no binding slot.
 
 The GPU indices go *with* the binding, as ``metadata.annotations`` of the Binding object: the API server copies
 a Binding's annotations onto the pod in the same write that sets ``spec.nodeName`` (``BindingREST`` in

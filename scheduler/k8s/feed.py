@@ -40,12 +40,11 @@ from scheduler.api import workloads
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
 from scheduler.api.resources import MILLI_PER_GPU, NO_GPU, GpuRequest
-from scheduler.cache import dra as cache_dra
+from scheduler.cache import device_store
 from scheduler.core.hints import ClusterEvent
 from scheduler.core.loop import SchedulingLoop
-from scheduler.k8s import dra as k8s_dra
+from scheduler.k8s import device_claims, volume_binding
 from scheduler.k8s import status as k8s_status
-from scheduler.k8s import volumes as k8s_volumes
 from scheduler.k8s.context import OperatorContext
 from scheduler.k8s.grouper import Grouper
 from scheduler.k8s.publisher import StatusPublisher
@@ -101,10 +100,10 @@ class PodFeed:
         self.unreadable_pods: dict[str, tuple[str, str]] = {}
         #: Nodes whose ``gpusched.io/gpu-topology`` was refused, with the message last told.
         self._node_problems: dict[str, str] = {}
-        #: Claims, volumes, classes and CSINodes into the cache (``scheduler.k8s.volumes``).
-        self.volumes = k8s_volumes.VolumeWatches(cache.volumes, on_change=self.volumes_changed, invalid=self.invalid)
-        #: DeviceClasses, ResourceSlices and ResourceClaims into the cache (``scheduler.k8s.dra``).
-        self.devices = k8s_dra.DeviceWatches(cache.devices, on_change=self.devices_changed, invalid=self.invalid)
+        #: Claims, volumes, classes and CSINodes into the cache (``scheduler.k8s.volume_binding``).
+        self.volumes = volume_binding.VolumeWatches(cache.volumes, on_change=self.volumes_changed, invalid=self.invalid)
+        #: DeviceClasses, ResourceSlices and ResourceClaims into the cache (``scheduler.k8s.device_claims``).
+        self.devices = device_claims.DeviceWatches(cache.devices, on_change=self.devices_changed, invalid=self.invalid)
         #: Node name -> the whole GPUs it publishes through DRA, as last given to the cache.
         self._dra_gpus: dict[str, int] = {}
         #: Claim key -> the pending pods (keys) that use it, whose GPU count follows the claim.
@@ -313,7 +312,7 @@ class PodFeed:
         if old is not None and replace(old, problems=()) == replace(info, problems=()):
             return
         self.nodes[name] = info
-        self.cache.upsert_node(cache_dra.with_gpus(info, self.cache.devices))
+        self.cache.upsert_node(device_store.with_gpus(info, self.cache.devices))
         if old is None:
             for problem in info.problems:
                 self.invalid("node", name, problem)
@@ -323,13 +322,13 @@ class PodFeed:
             self._wake()
 
     def devices_changed(self, claims: set[str]) -> None:
-        """A DeviceClass, ResourceSlice or ResourceClaim changed (``scheduler.k8s.dra``; ``claims``: the claims that
-        did): nodes get the GPUs they publish now, pending pods using those claims their GPU count, and the pods
-        waiting for a device may fit now."""
+        """A DeviceClass, ResourceSlice or ResourceClaim changed (``scheduler.k8s.device_claims``; ``claims``: the
+        claims that did): nodes get the GPUs they publish now, pending pods using those claims their GPU count, and
+        the pods waiting for a device may fit now."""
         gpus = self.cache.devices.gpu_nodes()
         for name in set(gpus) | set(self._dra_gpus):
             if gpus.get(name, 0) != self._dra_gpus.get(name, 0) and name in self.nodes:
-                self.cache.upsert_node(cache_dra.with_gpus(self.nodes[name], self.cache.devices))
+                self.cache.upsert_node(device_store.with_gpus(self.nodes[name], self.cache.devices))
         self._dra_gpus = gpus
         for claim in claims:
             users = self._claim_users.get(claim, set())
@@ -348,19 +347,19 @@ class PodFeed:
             self._wake()
 
     def _claim_gpus(self, pod: PodRequest) -> PodRequest:
-        """A pending pod with the whole GPUs its claims ask for (``scheduler.k8s.dra.claim_gpus``), and its claims
-        indexed so that a change of one reads them again."""
+        """A pending pod with the whole GPUs its claims ask for (``scheduler.k8s.device_claims.claim_gpus``), and its
+        claims indexed so that a change of one reads them again."""
         for pod_claim in pod.resource_claims:
             if pod_claim.claim_name:
                 self._claim_users.setdefault(f"{pod.namespace}/{pod_claim.claim_name}", set()).add(pod.key)
-        count = cache_dra.claim_gpus(self.cache.devices, pod)
+        count = device_store.claim_gpus(self.cache.devices, pod)
         if count is None or count == pod.gpu.count:
             return pod
         return replace(pod, gpu=GpuRequest(count=count, milli=MILLI_PER_GPU) if count else NO_GPU)
 
     def volumes_changed(self) -> None:
-        """A claim, volume, storage class or CSINode changed (``scheduler.k8s.volumes``): pods waiting for one may
-        fit now."""
+        """A claim, volume, storage class or CSINode changed (``scheduler.k8s.volume_binding``): pods waiting for one
+        may fit now."""
         if self.ready:
             self.loop.cluster_event(ClusterEvent.VOLUME_CHANGED)
             self._wake()

@@ -21,7 +21,7 @@ Objects reach the operator in the order the API server sent them, on the event l
 time, yielding between pages so the scheduling task and the binder keep going.
 
 :class:`StoreWatches` is what the watches of the cache's smaller stores share (DRA devices in
-``scheduler.k8s.dra``, volumes in ``scheduler.k8s.volumes``): a few kinds feed one store, each as its
+``scheduler.k8s.device_claims``, volumes in ``scheduler.k8s.volume_binding``): a few kinds feed one store, each as its
 :class:`StoredKind` says, and the store counts as listed once every one of them is.
 """
 

@@ -36,7 +36,7 @@ from prometheus_client import (
 from scheduler.api import resources
 from scheduler.api.gputopo import ANNOTATION as GPU_TOPOLOGY
 from scheduler.api.pod import PodRequest
-from scheduler.core.framework import Framework
+from scheduler.core.extension_points import Framework
 from scheduler.core.loop import SchedulingLoop
 from scheduler.kernels import layout
 

@@ -34,7 +34,7 @@ from scheduler.api import node as api_node
 from scheduler.api import pod as api_pod
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import NoBinding, Scheduler
-from scheduler.core.framework import Framework
+from scheduler.core.extension_points import Framework
 from scheduler.core.loop import SchedulingLoop
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.adapter import Adapter

@@ -34,9 +34,7 @@ import structlog
 from scheduler.api import pod as api_pod
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import dra as k8s_dra
-from scheduler.k8s import handlers, health, logs
-from scheduler.k8s import volumes as k8s_volumes
+from scheduler.k8s import device_claims, handlers, health, logs, volume_binding
 from scheduler.k8s.informer import Informer
 from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaseThread
 from scheduler.k8s.operator import Operator, warm_kernels
@@ -301,10 +299,10 @@ async def _supervise(
             on_listed=operator.part_listed,
         ),
     }
-    # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (scheduler.k8s.volumes).
-    informers.update(k8s_volumes.informers(client, operator.feed.volumes))
-    # DeviceClasses, ResourceSlices and ResourceClaims (scheduler.k8s.dra).
-    informers.update(k8s_dra.informers(client, operator.feed.devices))
+    # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (scheduler.k8s.volume_binding).
+    informers.update(volume_binding.informers(client, operator.feed.volumes))
+    # DeviceClasses, ResourceSlices and ResourceClaims (scheduler.k8s.device_claims).
+    informers.update(device_claims.informers(client, operator.feed.devices))
     for kind, informer in informers.items():
         tasks[kind] = asyncio.create_task(informer.run(), name=f"gpusched {kind}")
     lease: LeaseThread | None = None

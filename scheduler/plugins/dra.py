@@ -20,7 +20,7 @@ group with the fewest free devices that still has enough (best fit: the fuller g
 emptier ones stay whole for the next multi-GPU pod), and when no group has enough, from the largest groups first
 (touching as few as possible). Under a ``matchAttribute`` constraint each value of the attribute is a group, tried
 in the same best-fit order, with backtracking over the claim's requests. The node itself is chosen by the score
-plugins as for any pod: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.dra``), so FGD,
+plugins as for any pod: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.device_store``), so FGD,
 binpack, gangs and queue accounting see them.
 
 The answer for a node is remembered by the claims' shape (requests, selectors, constraints: the same for every pod
@@ -31,7 +31,7 @@ Reserve: the allocation for the chosen node goes into the cycle state (``interfa
 the Decision; the whole GPUs among the devices become the decision's GPU indices (their order on the node), which
 the cache counts as it counts the device plugin's. Inside a what-if (a gang), the allocation is recorded on the
 snapshot so the next member tried does not get the same devices. The binder writes it into the claims
-(``scheduler.k8s.dra``) before it binds the pod.
+(``scheduler.k8s.device_claims``) before it binds the pod.
 
 A pod without claims costs one attribute test per extension point.
 """
@@ -47,8 +47,8 @@ import numpy as np
 from scheduler.api import dra as api_dra
 from scheduler.api import resources
 from scheduler.api.dra import AllocatedDevice, Allocation, ClaimAllocation, Device, ResourceClaim
-from scheduler.cache import dra as cache_dra
-from scheduler.cache.dra import CounterBudget, DeviceKey, DeviceStore
+from scheduler.cache import device_store
+from scheduler.cache.device_store import CounterBudget, DeviceKey, DeviceStore
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
 from scheduler.framework import interface
@@ -153,7 +153,7 @@ class DynamicResources:
                         f'resourceclaim "{claim.name}", request "{request.name}": device class "{missing[0]}" {why}',
                     )
             plan.to_allocate.append(claim)
-        gpus = None if snap.in_what_if else cache_dra.claim_gpus(store, pod)
+        gpus = None if snap.in_what_if else device_store.claim_gpus(store, pod)
         if gpus is not None and gpus != (pod.gpu.count if pod.gpu.whole else 0):
             # A claim changed since the pod was read (a shared claim someone else allocated meanwhile): the pod is
             # read again with the GPUs it now gets, so that it is not charged for GPUs it will not hold.

@@ -29,7 +29,7 @@ Filter, every node at once, first failing rule per node:
 
 Reserve: the choice for the chosen node (which volume for which claim, or provisioning there) goes into the cycle
 state (``interface.VOLUME_BINDINGS``), from there into the Decision; the cache holds it until the binding
-completes or fails, and the binder makes it real before it binds the pod (``scheduler.k8s.volumes``). Inside a
+completes or fails, and the binder makes it real before it binds the pod (``scheduler.k8s.volume_binding``). Inside a
 what-if (a gang) the choice is recorded on the snapshot, so the next member tried there does not get the same
 volume.
 
@@ -49,7 +49,7 @@ from scheduler.api import selectors
 from scheduler.api import volumes as api_volumes
 from scheduler.api.volumes import Claim, ClaimBinding, StorageClass, Volume
 from scheduler.cache.state import Snapshot
-from scheduler.cache.volumes import VolumeStore
+from scheduler.cache.volume_store import VolumeStore
 from scheduler.framework import args as plugin_args
 from scheduler.framework import interface
 from scheduler.framework.interface import I8, ClusterEvent, Code, CycleState, Status

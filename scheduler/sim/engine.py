@@ -13,7 +13,7 @@ import numpy.typing as npt
 from scheduler.api import typical
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import Scheduler
-from scheduler.core.framework import Framework
+from scheduler.core.extension_points import Framework
 from scheduler.framework import fragmentation
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig

@@ -19,7 +19,7 @@ from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import Scheduler
-from scheduler.core.framework import Framework
+from scheduler.core.extension_points import Framework
 from scheduler.core.loop import ClusterEvent, SchedulingLoop
 from scheduler.core.ports import Evictor
 from scheduler.framework.interface import Decision

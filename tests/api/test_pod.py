@@ -9,7 +9,7 @@ import pytest
 from scheduler.api import pod as api_pod
 from scheduler.api import resources
 from scheduler.api.errors import InvalidObject
-from scheduler.api.ports import HostPort
+from scheduler.api.host_ports import HostPort
 from tests.api import objects
 
 GIB = 2**30

@@ -6,14 +6,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.api import host_ports
 from scheduler.api import node as api_node
 from scheduler.api import pod as api_pod
-from scheduler.api import ports as api_ports
-from scheduler.api.ports import HostPort
+from scheduler.api.host_ports import HostPort
 from scheduler.cache.pods_index import PortIndex
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import NoBinding, Scheduler
-from scheduler.core.framework import Framework
+from scheduler.core.extension_points import Framework
 from scheduler.framework import profile
 from tests.api import objects
 
@@ -21,7 +21,7 @@ _PORT = st.builds(
     HostPort,
     st.sampled_from(["TCP", "UDP"]),
     st.sampled_from([80, 443, 8080]),
-    st.sampled_from([api_ports.ANY_IP, "10.0.0.1", "10.0.0.2"]),
+    st.sampled_from([host_ports.ANY_IP, "10.0.0.1", "10.0.0.2"]),
 )
 _POD = st.tuples(st.integers(0, 9), st.lists(_PORT, min_size=1, max_size=3, unique=True).map(tuple))
 
@@ -39,7 +39,7 @@ def test_the_index_matches_a_pairwise_check(pods: list[tuple[int, tuple[HostPort
     wanted = data.draw(st.lists(_PORT, min_size=1, max_size=2, unique=True).map(tuple))
     mask = index.conflicts(wanted, 12)
     for slot in range(12):
-        expected = any(api_ports.conflicting(wanted, ports) for s, ports in kept if s == slot)
+        expected = any(host_ports.conflicting(wanted, ports) for s, ports in kept if s == slot)
         assert mask[slot] == expected, (slot, wanted, kept)
     if not kept:
         assert len(index) == 0

@@ -9,7 +9,7 @@ from scheduler.api import node as api_node
 from scheduler.api import pod as api_pod
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import Result, Scheduler
-from scheduler.core.framework import Framework
+from scheduler.core.extension_points import Framework
 from scheduler.framework import profile
 from scheduler.framework.interface import Decision
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kube import Scenario, node_of
 
-from scheduler.core.framework import Framework
+from scheduler.core.extension_points import Framework
 from scheduler.k8s import config as k8s_config
 
 pytestmark = pytest.mark.e2e

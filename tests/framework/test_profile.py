@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from scheduler.api.errors import InvalidObject
-from scheduler.core.framework import Framework
+from scheduler.core.extension_points import Framework
 from scheduler.framework import profile
 from scheduler.framework.profile import PluginConfig
 

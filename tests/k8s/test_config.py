@@ -52,7 +52,7 @@ def test_errors_name_the_file_and_key(tmp_path: Path, text: str, field: str | No
     path = tmp_path / "bad.yaml"
     path.write_text(text + "\n")
     if field is None:  # plugin names are checked when the profile is built
-        from scheduler.core.framework import Framework
+        from scheduler.core.extension_points import Framework
 
         with pytest.raises(InvalidObject, match="unknown plugin 'nosuch'"):
             Framework.build(config.load(path).profile)

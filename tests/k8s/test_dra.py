@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from scheduler.k8s import dra as k8s_dra
+from scheduler.k8s import device_claims
 from scheduler.k8s.operator import Operator
 from tests.api import dra_objects as dra
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
@@ -51,7 +51,7 @@ def setup(operator: Operator, fake: FakeApiServer, *claims: dict[str, Any]) -> N
     for raw in claims:
         stored = fake.store_resource_claim(copy.deepcopy(raw))
         operator.feed.devices.claim_event(stored)
-    for kind in k8s_dra.KINDS:
+    for kind in device_claims.KINDS:
         operator.feed.devices.part_listed(kind)
 
 
@@ -70,7 +70,7 @@ async def test_the_allocation_and_reservation_are_written_before_the_binding(
     assert [s.body["metadata"]["resourceVersion"] for s in fake.seen if "resourceclaims" in s.path] == ["1", "2"]
     assert fake.seen.index(fake.requests("PATCH", "/status")[0]) < fake.seen.index(fake.requests("POST", "/binding")[0])
     claim = fake.resource_claims[("default", "p-gpus")]
-    assert claim["metadata"]["finalizers"] == [k8s_dra.FINALIZER]
+    assert claim["metadata"]["finalizers"] == [device_claims.FINALIZER]
     results = claim["status"]["allocation"]["devices"]["results"]
     assert [(r["request"], r["device"]) for r in results] == [("gpus", "gpu-0"), ("gpus", "gpu-1")]
     terms = claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"]
@@ -139,7 +139,7 @@ async def test_pods_get_their_gpus_from_claims_whatever_order_the_watches_delive
     operator.set_leading(True)
     operator.pod_event(dra_pod("p", "p-gpus"))  # before its claim, its class, its node's slice and the node
     assert operator.pending["default/p"].gpu.count == 0
-    for kind in k8s_dra.KINDS:
+    for kind in device_claims.KINDS:
         operator.feed.devices.part_listed(kind)
     operator.feed.devices.claim_event(dra.claim("p-gpus", dra.request(count=4), owner="p"))
     operator.feed.devices.class_event(dra.gpu_class())

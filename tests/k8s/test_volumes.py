@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 from scheduler.api import volumes as api_volumes
-from scheduler.k8s import volumes as k8s_volumes
+from scheduler.k8s import volume_binding
 from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import FakeApiServer, eventually
 from tests.k8s.test_operator import bound, events, flushed, node, pod
@@ -44,7 +44,7 @@ def with_claim(raw: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def listed(operator: Operator) -> None:
-    for kind in k8s_volumes.KINDS:
+    for kind in volume_binding.KINDS:
         operator.feed.volumes.part_listed(kind)
 
 
@@ -72,7 +72,7 @@ async def test_provisioning_is_asked_for_the_node_and_the_pod_is_bound_once_its_
 async def test_a_claim_that_never_binds_fails_the_binding_with_an_event_and_the_pod_is_tried_again(
     fake: FakeApiServer, operator: Operator
 ) -> None:
-    operator.adapter.volume_binder.settings = k8s_volumes.VolumeBindingSettings(timeout_s=0.3)
+    operator.adapter.volume_binder.settings = volume_binding.VolumeBindingSettings(timeout_s=0.3)
     operator.set_leading(True)
     operator.node_event(node("gpu-0"))
     operator.feed.volumes.class_event(CSI_CLASS)

@@ -17,7 +17,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api import podgroup as api_podgroup
 from scheduler.api.pod import PodRequest
 from scheduler.api.resources import MILLI_PER_GPU, GpuRequest
-from scheduler.cache import dra as cache_dra
+from scheduler.cache import device_store
 from scheduler.core import gang
 from scheduler.core.cycle import Result
 from scheduler.framework.interface import Code
@@ -42,14 +42,14 @@ class DraCluster(Cluster):
         self.store.upsert_slice(api_dra.parse_resource_slice(raw))
         for node in self.cache.nodes.values():
             info = dataclasses.replace(node.info, gpus=0, gpu_memory=0, gpu_model="")
-            self.cache.upsert_node(cache_dra.with_gpus(info, self.store))
+            self.cache.upsert_node(device_store.with_gpus(info, self.store))
 
     def claim(self, raw: dict[str, Any]) -> None:
         self.store.upsert_claim(api_dra.parse_claim(raw))
 
     def pod(self, raw: dict[str, Any]) -> PodRequest:
         pod = api_pod.parse_pod(raw)
-        count = cache_dra.claim_gpus(self.store, pod)
+        count = device_store.claim_gpus(self.store, pod)
         if count:
             pod = dataclasses.replace(pod, gpu=GpuRequest(count=count, milli=MILLI_PER_GPU))
         return pod

@@ -13,7 +13,7 @@ from scheduler.api.errors import InvalidObject
 from scheduler.core import gang
 from scheduler.framework.interface import ClusterEvent, Code
 from scheduler.kernels import layout
-from scheduler.plugins.ports import NodePorts
+from scheduler.plugins.host_ports import NodePorts
 from tests.api import objects
 from tests.core.harness import Cluster
 

@@ -3,7 +3,7 @@ the scheduler's volume choices real before a pod is bound (kube-scheduler's Volu
 
 Watches: PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes are listed and watched by
 :class:`scheduler.k8s.informer.Informer` (:func:`informers`); :class:`VolumeWatches` parses what they deliver into
-the cache's :class:`scheduler.cache.volumes.VolumeStore` and tells the operator, which wakes the pods waiting for
+the cache's :class:`scheduler.cache.volume_store.VolumeStore` and tells the operator, which wakes the pods waiting for
 a volume. Until all four kinds are listed, a pod with claims is retried after a backoff rather than told that its
 claim does not exist. An object that cannot be read is reported (an Event) and left out.
 
@@ -34,7 +34,7 @@ from kubernetes_asyncio import client as k8s_client
 from scheduler.api import volumes as api_volumes
 from scheduler.api.errors import InvalidObject
 from scheduler.api.volumes import ClaimBinding
-from scheduler.cache.volumes import VolumeStore
+from scheduler.cache.volume_store import VolumeStore
 from scheduler.framework.interface import Decision
 from scheduler.k8s import informer
 from scheduler.k8s.client import Client

@@ -4,7 +4,7 @@ bound (kube-scheduler's DynamicResources PreBind), with its undo when the bindin
 
 Watches: DeviceClasses, ResourceSlices and ResourceClaims (``resource.k8s.io/v1``) are listed and watched by
 :class:`scheduler.k8s.informer.Informer` (:func:`informers`); :class:`DeviceWatches` parses what they deliver into
-the cache's :class:`scheduler.cache.dra.DeviceStore` and tells the operator, which wakes the pods waiting for a
+the cache's :class:`scheduler.cache.device_store.DeviceStore` and tells the operator, which wakes the pods waiting for a
 device, gives nodes their DRA GPUs and re-reads the GPU count of the pending pods whose claims changed. Until the
 three kinds are listed, a pod with claims is retried after a backoff. An object that cannot be read (a broken CEL
 expression, a bad quantity) is reported (an Event naming the field) and left out.
@@ -39,7 +39,7 @@ from kubernetes_asyncio import client as k8s_client
 from scheduler.api import dra as api_dra
 from scheduler.api.dra import ClaimAllocation
 from scheduler.api.errors import InvalidObject
-from scheduler.cache.dra import DeviceStore
+from scheduler.cache.device_store import DeviceStore
 from scheduler.framework.interface import Decision
 from scheduler.k8s import informer
 from scheduler.k8s.client import Answer, Client
