@@ -13,7 +13,10 @@ bound on every policy. Summing CPU and memory over a type's nodes, and letting c
 it a relaxation: it can exceed the best placement (tests/sim/test_bound.py compares it with brute force).
 
 Two variants: pods may be refused (the plain bound), or every pod that arrived before 95% of the GPU capacity
-must be placed (``forced``), as FGD and Kubernetes do, which never turn a pod away while it fits somewhere.
+must be placed (``forced``), as FGD and Kubernetes do, which never turn a pod away while it fits somewhere. A pod
+that fits on no node even alone is exempt (no policy can place it). Where even the relaxation cannot place every
+pod arriving before 95% (a workload whose shared sizes leave GPUs part-empty, or whose CPU runs out first), the
+forced prefix is the longest one it can, to the whole percent, and the bound says which (``forced_share``).
 
 Solved by HiGHS through scipy, an optional extra of the simulator (``pip install 'gpusched[sim]'``); the operator
 never imports this module. When the sizes make too many combinations, they are rounded *down* to a coarser grid:
@@ -27,7 +30,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -94,6 +97,8 @@ class Bound:
     seconds: float
     #: Pods of each shape per node type at the optimum, and GPUs per combination (for a policy that follows it).
     placement: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
+    #: The share of the capacity before which every arriving pod was placed (0 when none had to be).
+    forced_share: float = 0.0
 
     @property
     def percent(self) -> float:
@@ -107,7 +112,7 @@ def node_types(nodes: Sequence[NodeSpec]) -> list[NodeType]:
 
 def pod_shapes(pods: Sequence[PodSpec], forced: int = 0) -> list[PodShape]:
     """Shapes of ``pods`` with their counts; the first ``forced`` pods are the ones that must be placed."""
-    key = [(p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli if p.num_gpu else 0, p.gpu_spec) for p in pods]
+    key = [shape_key(p) for p in pods]
     counts = Counter(key)
     must = Counter(key[:forced])
     return [PodShape(*k, count=n, forced=must[k]) for k, n in sorted(counts.items())]
@@ -143,7 +148,7 @@ def maximal_combinations(sizes: Sequence[int], limit: int = LIMIT) -> list[tuple
     return found if walk(0, WHOLE) else None
 
 
-def _allowed(shape: PodShape, kind: NodeType) -> bool:
+def fits(shape: PodShape, kind: NodeType) -> bool:
     """Whether one node of ``kind``, empty, could hold a pod of ``shape``."""
     if shape.cpu > kind.cpu or shape.memory > kind.memory or shape.gpus > kind.gpus:
         return False
@@ -170,95 +175,150 @@ def _combinations_on_grid(
     raise ValueError(f"shared-GPU sizes make more than {limit} combinations even on a {GRIDS[-1]}-milli grid")
 
 
+def shape_key(pod: PodSpec) -> tuple[int, int, int, int, tuple[str, ...]]:
+    """What makes two pods alike to the relaxation: CPU, memory, GPU count, milli per GPU, allowed models."""
+    return (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli if pod.num_gpu else 0, pod.gpu_spec)
+
+
+@dataclass
+class Program:
+    """The relaxation's constraints for a cluster and a set of pod shapes, built once and solved for any arrival
+    mix of those shapes (a prefix of a workload is one: its other shapes get a count of 0). Rows 0..S-1 hold the
+    shapes' counts (between the pods forced and the pods arrived); the others, the node types' capacities."""
+
+    kinds: list[NodeType]
+    shapes: list[PodShape]
+    index: dict[tuple[int, int, int, int, tuple[str, ...]], int]
+    capacity: float
+    matrix: object
+    objective: npt.NDArray[np.float64]
+    lower: npt.NDArray[np.float64]
+    upper: npt.NDArray[np.float64]
+    #: Whether a pod of each shape fits on an empty node of some type.
+    placeable: npt.NDArray[np.bool_]
+    #: Column of each (node type, shape) pair a pod of that shape may take.
+    columns: dict[tuple[int, int], int]
+    combinations: int
+    grid: int
+
+    @classmethod
+    def build(cls, nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], *, limit: int = LIMIT) -> Program:
+        from scipy import sparse
+
+        kinds = node_types(nodes)
+        keys = sorted({shape_key(p) for p in pods})
+        shapes = [PodShape(*k, count=0) for k in keys]
+        allowed = {t: [s for s, shape in enumerate(shapes) if fits(shape, kind)] for t, kind in enumerate(kinds)}
+        shared_sizes = {
+            t: tuple(sorted({shapes[s].milli for s in allowed[t] if shapes[s].shared})) for t in range(len(kinds))
+        }
+        grid, rounded = _combinations_on_grid(sorted(set(shared_sizes.values())), limit)
+        objective: list[float] = []
+        rows: list[int] = []
+        cols: list[int] = []
+        vals: list[float] = []
+        upper: list[float] = [0.0] * len(shapes)  # the shapes' rows: counts come with each solve
+
+        def row(high: float) -> int:
+            upper.append(high)
+            return len(upper) - 1
+
+        def put(r: int, c: int, v: float) -> None:
+            rows.append(r)
+            cols.append(c)
+            vals.append(v)
+
+        columns: dict[tuple[int, int], int] = {}
+        combos_total = 0
+        for t, kind in enumerate(kinds):
+            gpu_row = row(float(kind.gpus * kind.count)) if kind.gpus else -1
+            cpu_row = row(float(kind.cpu * kind.count))
+            memory_row = row(float(kind.memory * kind.count))
+            sizes, combos = rounded[shared_sizes[t]]
+            slot_row = {m: row(0.0) for m in sizes}
+            # A node of G GPUs holds at most G // k pods of k GPUs: a cut the summed GPU row alone would miss.
+            multi_row = {
+                k: row(float(kind.count * (kind.gpus // k)))
+                for k in sorted({shapes[s].gpus for s in allowed[t] if shapes[s].gpus > 1})
+            }
+            for s in allowed[t]:
+                shape = shapes[s]
+                c = columns[(t, s)] = len(objective)
+                objective.append(-float(shape.gpu_total))
+                put(s, c, 1.0)
+                put(cpu_row, c, float(shape.cpu))
+                put(memory_row, c, float(shape.memory))
+                if shape.shared:
+                    size = (shape.milli // grid) * grid
+                    if size:  # rounded to nothing on a coarse grid: takes no slot
+                        put(slot_row[size], c, 1.0)
+                elif shape.gpus:
+                    put(gpu_row, c, float(shape.gpus))
+                    if shape.gpus > 1:
+                        put(multi_row[shape.gpus], c, 1.0)
+            if kind.gpus:
+                for combo in combos:
+                    c = len(objective)
+                    objective.append(0.0)
+                    put(gpu_row, c, 1.0)
+                    for m, n in zip(sizes, combo, strict=True):
+                        if n:
+                            put(slot_row[m], c, -float(n))
+                combos_total += len(combos)
+        placeable = np.zeros(len(shapes), dtype=bool)
+        placeable[[s for listed in allowed.values() for s in listed]] = True
+        matrix = sparse.csr_array((vals, (rows, cols)), shape=(len(upper), len(objective)))
+        return cls(
+            kinds,
+            shapes,
+            {k: s for s, k in enumerate(keys)},
+            float(sum(n.gpus for n in nodes) * WHOLE),
+            matrix,
+            np.asarray(objective),
+            np.full(len(upper), -np.inf),
+            np.asarray(upper),
+            placeable,
+            columns,
+            combos_total,
+            grid,
+        )
+
+    def solve(self, pods: Sequence[PodSpec], *, forced: int = 0) -> Bound:
+        """The optimum for ``pods`` (of this program's shapes): pods may be refused, except the first ``forced``;
+        a pod that fits on no node even alone is exempt (no policy places it, and its row has no variable)."""
+        from scipy import optimize
+
+        started = time.perf_counter()
+        count = np.zeros(len(self.shapes))
+        must = np.zeros(len(self.shapes))
+        for i, pod in enumerate(pods):
+            s = self.index[shape_key(pod)]
+            count[s] += 1
+            if i < forced:
+                must[s] += 1
+        lower, upper = self.lower.copy(), self.upper.copy()
+        upper[: len(count)] = count
+        lower[: len(count)] = np.where(self.placeable, must, 0.0)
+        if not self.objective.size:
+            return Bound(0.0, self.capacity, True, 0, self.grid, time.perf_counter() - started)
+        result = optimize.milp(
+            self.objective,
+            constraints=optimize.LinearConstraint(self.matrix, lower, upper),
+            bounds=optimize.Bounds(0.0, np.inf),
+        )
+        seconds = time.perf_counter() - started
+        if result.status == 2:  # infeasible: the forced pods do not fit even when relaxed
+            return Bound(math.nan, self.capacity, False, self.combinations, self.grid, seconds)
+        if result.x is None:
+            raise RuntimeError(f"the bound's linear program was not solved: {result.message}")
+        x: npt.NDArray[np.float64] = result.x
+        placement = {key: float(x[c]) for key, c in self.columns.items() if x[c] > 1e-9}
+        return Bound(-float(result.fun), self.capacity, True, self.combinations, self.grid, seconds, placement)
+
+
 def solve(nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], *, forced: int = 0, limit: int = LIMIT) -> Bound:
     """The relaxation's optimum for ``pods`` on ``nodes``: pods may be refused, except the first ``forced``."""
-    from scipy import optimize, sparse
-
-    started = time.perf_counter()
-    kinds = node_types(nodes)
-    shapes = pod_shapes(pods, forced)
-    capacity = float(sum(n.gpus for n in nodes) * WHOLE)
-    allowed = {t: [s for s, shape in enumerate(shapes) if _allowed(shape, kind)] for t, kind in enumerate(kinds)}
-    shared_sizes = {
-        t: tuple(sorted({shapes[s].milli for s in allowed[t] if shapes[s].shared})) for t in range(len(kinds))
-    }
-    grid, rounded = _combinations_on_grid(sorted(set(shared_sizes.values())), limit)
-
-    objective: list[float] = []
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    lower: list[float] = []
-    upper: list[float] = []
-
-    def row(low: float, high: float) -> int:
-        lower.append(low)
-        upper.append(high)
-        return len(lower) - 1
-
-    def put(r: int, c: int, v: float) -> None:
-        rows.append(r)
-        cols.append(c)
-        vals.append(v)
-
-    shape_row = [row(float(shape.forced), float(shape.count)) for shape in shapes]
-    x_index: dict[tuple[int, int], int] = {}
-    combos_total = 0
-    for t, kind in enumerate(kinds):
-        gpu_row = row(-np.inf, float(kind.gpus * kind.count)) if kind.gpus else -1
-        cpu_row = row(-np.inf, float(kind.cpu * kind.count))
-        memory_row = row(-np.inf, float(kind.memory * kind.count))
-        sizes, combos = rounded[shared_sizes[t]]
-        slot_row = {m: row(-np.inf, 0.0) for m in sizes}
-        # A node of G GPUs holds at most G // k pods of k GPUs: a cut the summed GPU row alone would miss.
-        multi_row = {
-            k: row(-np.inf, float(kind.count * (kind.gpus // k)))
-            for k in sorted({shapes[s].gpus for s in allowed[t] if shapes[s].gpus > 1})
-        }
-        for s in allowed[t]:
-            shape = shapes[s]
-            c = x_index[(t, s)] = len(objective)
-            objective.append(-float(shape.gpu_total))
-            put(shape_row[s], c, 1.0)
-            put(cpu_row, c, float(shape.cpu))
-            put(memory_row, c, float(shape.memory))
-            if shape.shared:
-                size = (shape.milli // grid) * grid
-                if size:
-                    put(slot_row[size], c, 1.0)
-            elif shape.gpus:
-                put(gpu_row, c, float(shape.gpus))
-                if shape.gpus > 1:
-                    put(multi_row[shape.gpus], c, 1.0)
-        if kind.gpus:
-            for combo in combos:
-                c = len(objective)
-                objective.append(0.0)
-                put(gpu_row, c, 1.0)
-                for m, n in zip(sizes, combo, strict=True):
-                    if n:
-                        put(slot_row[m], c, -float(n))
-            combos_total += len(combos)
-    placeable = {s for listed in allowed.values() for s in listed}
-    if any(shape.forced and s not in placeable for s, shape in enumerate(shapes)):
-        # A forced pod too large for every node: no row would hold it, and an empty row is no constraint.
-        return Bound(math.nan, capacity, False, combos_total, grid, time.perf_counter() - started)
-    if not objective:
-        return Bound(0.0, capacity, True, 0, grid, time.perf_counter() - started)
-    matrix = sparse.csr_array((vals, (rows, cols)), shape=(len(lower), len(objective)))
-    result = optimize.milp(
-        np.asarray(objective),
-        constraints=optimize.LinearConstraint(matrix, np.asarray(lower), np.asarray(upper)),
-        bounds=optimize.Bounds(0.0, np.inf),
-    )
-    seconds = time.perf_counter() - started
-    if result.status == 2:  # infeasible: the forced pods do not fit even when relaxed
-        return Bound(math.nan, capacity, False, combos_total, grid, seconds)
-    if result.x is None:
-        raise RuntimeError(f"the bound's linear program was not solved: {result.message}")
-    solution: npt.NDArray[np.float64] = result.x
-    placement = {key: float(solution[c]) for key, c in x_index.items() if solution[c] > 1e-9}
-    return Bound(-float(result.fun), capacity, True, combos_total, grid, seconds, placement)
+    return Program.build(nodes, pods, limit=limit).solve(pods, forced=forced)
 
 
 def arrived_end(workload: Sequence[PodSpec], capacity: float, percent: int) -> int:
@@ -275,17 +335,45 @@ def forced_end(workload: Sequence[PodSpec], capacity: float, share: float = FORC
     return int(np.searchsorted(arrived, share * capacity, side="right"))
 
 
+def forced_prefix(program: Program, workload: Sequence[PodSpec]) -> tuple[int, float]:
+    """How many of the first pods the forced variant places, and before which share of the capacity they arrive:
+    those before 95%, or, when even the relaxation cannot place them all, those before the largest whole percent
+    it can. A longer prefix only adds pods to place, so feasibility falls once; the search starts just below the
+    GPU the relaxation can place from the pods before 95% at all, where the edge usually is."""
+    capacity = program.capacity
+    must = forced_end(workload, capacity)
+    if program.solve(workload[:must], forced=must).feasible:
+        return must, FORCED_SHARE
+
+    def feasible(percent: int) -> bool:
+        end = forced_end(workload, capacity, percent / 100)
+        return program.solve(workload[:end], forced=end).feasible
+
+    high = round(100 * FORCED_SHARE)  # known infeasible
+    probe = min(high - 1, math.floor(program.solve(workload[:must]).percent))
+    step = 1
+    while probe > 0 and not feasible(probe):  # down in growing steps until a feasible prefix
+        high, probe, step = probe, max(probe - step, 0), 2 * step
+    low = probe  # feasible (0: no GPU pod forced)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if feasible(middle) else (low, middle)
+    return forced_end(workload, capacity, low / 100), low / 100
+
+
 def at_percents(
     nodes: Sequence[NodeSpec], workload: Sequence[PodSpec], percents: Sequence[int]
 ) -> dict[str, dict[str, Bound]]:
     """Both variants of the bound at each of ``percents`` of arrived demand, as
     ``{"100": {"refusing": .., "forced": ..}}``. The last percent takes the whole workload (the curve's last point
     is its last pod)."""
-    capacity = float(sum(n.gpus for n in nodes) * WHOLE)
-    must = forced_end(workload, capacity)
+    program = Program.build(nodes, workload)
+    capacity = program.capacity
+    must, share = forced_prefix(program, workload)
     out = {}
     for i, percent in enumerate(percents):
         end = len(workload) if i == len(percents) - 1 else arrived_end(workload, capacity, percent)
         prefix = workload[:end]
-        out[str(percent)] = {"refusing": solve(nodes, prefix), "forced": solve(nodes, prefix, forced=min(must, end))}
+        forced = replace(program.solve(prefix, forced=min(must, end)), forced_share=share)
+        out[str(percent)] = {"refusing": program.solve(prefix), "forced": forced}
     return out

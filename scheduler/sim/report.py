@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from scheduler.sim import policies
+from scheduler.sim import bound, policies
 
 
 def _pct(value: float, width: int) -> str:
@@ -144,9 +144,15 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str, bounds: Mapp
         lines += [
             "bound        the most GPU any placement could allocate, online or offline (a linear-programming",
             "             relaxation, solved per seed, mean): 'refusing' may turn pods away, 'forced' places every",
-            f"             pod arriving before {100 * bounds['forced_share']:.0f}% of the capacity, as fgd and "
-            "Kubernetes do",
+            f"             pod arriving before {100 * bound.FORCED_SHARE:.0f}% of the capacity, as fgd and Kubernetes "
+            "do",
         ]
+        short = min(bounds["forced_share"], default=bound.FORCED_SHARE)
+        if short < bound.FORCED_SHARE:
+            lines.append(
+                f"             (before {100 * short:.0f}% on some seed: even relaxed, not every pod before "
+                f"{100 * bound.FORCED_SHARE:.0f}% fits)"
+            )
         if grid > 1:
             lines.append(
                 f"             (shared-GPU sizes rounded down to {grid} milli to bound the combinations: looser)"
@@ -161,7 +167,7 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str, bounds: Mapp
         ]
     if any(p.startswith("bound") for p in missing):
         missing = {p for p in missing if not p.startswith("bound")}
-        lines.append("n/a*         (bound) on some seed the pods arriving before 95% do not all fit, even relaxed")
+        lines.append("n/a*         (bound) on some seed the CPU-only pods that arrive first do not fit, even relaxed")
     if missing:
         at = " and ".join(f"{p}%" for p in sorted(missing, key=int))
         lines += [
