@@ -95,8 +95,10 @@ class Bound:
     combinations: int
     grid: int
     seconds: float
-    #: Pods of each shape per node type at the optimum, and GPUs per combination (for a policy that follows it).
+    #: At the optimum: pods per (node type, shape) and GPUs per (node type, combination of sizes), indices into
+    #: the program's ``kinds`` and ``shapes``; a combination as its sizes, largest first.
     placement: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
+    gpus: dict[tuple[int, tuple[int, ...]], float] = field(default_factory=dict, repr=False)
     #: The share of the capacity before which every arriving pod was placed (0 when none had to be).
     forced_share: float = 0.0
 
@@ -196,8 +198,9 @@ class Program:
     upper: npt.NDArray[np.float64]
     #: Whether a pod of each shape fits on an empty node of some type.
     placeable: npt.NDArray[np.bool_]
-    #: Column of each (node type, shape) pair a pod of that shape may take.
+    #: Column of each (node type, shape) pair a pod of that shape may take, and of each (node type, combination).
     columns: dict[tuple[int, int], int]
+    combination_columns: dict[tuple[int, tuple[int, ...]], int]
     combinations: int
     grid: int
 
@@ -229,6 +232,7 @@ class Program:
             vals.append(v)
 
         columns: dict[tuple[int, int], int] = {}
+        combination_columns: dict[tuple[int, tuple[int, ...]], int] = {}
         combos_total = 0
         for t, kind in enumerate(kinds):
             gpu_row = row(float(kind.gpus * kind.count)) if kind.gpus else -1
@@ -259,6 +263,8 @@ class Program:
             if kind.gpus:
                 for combo in combos:
                     c = len(objective)
+                    members = sorted((m for m, n in zip(sizes, combo, strict=True) for _ in range(n)), reverse=True)
+                    combination_columns[(t, tuple(members))] = c
                     objective.append(0.0)
                     put(gpu_row, c, 1.0)
                     for m, n in zip(sizes, combo, strict=True):
@@ -279,6 +285,7 @@ class Program:
             np.asarray(upper),
             placeable,
             columns,
+            combination_columns,
             combos_total,
             grid,
         )
@@ -313,7 +320,8 @@ class Program:
             raise RuntimeError(f"the bound's linear program was not solved: {result.message}")
         x: npt.NDArray[np.float64] = result.x
         placement = {key: float(x[c]) for key, c in self.columns.items() if x[c] > 1e-9}
-        return Bound(-float(result.fun), self.capacity, True, self.combinations, self.grid, seconds, placement)
+        gpus = {key: float(x[c]) for key, c in self.combination_columns.items() if x[c] > 1e-9}
+        return Bound(-float(result.fun), self.capacity, True, self.combinations, self.grid, seconds, placement, gpus)
 
 
 def solve(nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], *, forced: int = 0, limit: int = LIMIT) -> Bound:

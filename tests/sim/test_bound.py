@@ -81,7 +81,9 @@ def test_shared_sizes_fill_a_gpu_only_by_combinations() -> None:
     nodes = [node("a", 1)]
     pods = [pod(600), pod(600), pod(300)]
     assert best_placement(nodes, pods) == 900
-    assert bound.solve(nodes, pods).allocated == pytest.approx(900)
+    optimum = bound.solve(nodes, pods)
+    assert optimum.allocated == pytest.approx(900)
+    assert optimum.gpus == {(0, (600, 300)): pytest.approx(1.0)}  # the one GPU holds that combination
 
 
 def test_whole_gpu_pods_need_a_node_with_enough_gpus_and_the_model() -> None:
