@@ -446,3 +446,20 @@ def test_the_share_of_the_headroom_divides_what_fgd_leaves() -> None:
     assert share["100"] == pytest.approx(0.25)  # half a point won of the two fgd leaves
     assert math.isnan(share["130"])  # fgd within 0.05 points of the bound: a share would divide by ~0
     assert results["fgd"]["headroom_share"]["100"] == 0.0  # type: ignore[index]
+
+
+def test_the_table_says_when_the_bound_is_looser_or_forces_a_shorter_prefix() -> None:
+    results = _with_columns({"fgd": {"curve": {"130": 90.0}}})
+    results["fgd"]["alloc_at"] = {"100": 88.0, "130": 90.0}
+    bounds = {
+        "available": True,
+        "at": {"100": {"refusing": 97.0, "forced": 91.0}, "130": {"refusing": 99.0, "forced": 92.5}},
+        "forced_share": [0.95, 0.9],
+        "grid_milli": 25,
+    }
+    report.headroom(results, bounds)
+    text = report.table(results, "130", bounds)
+    assert "bound, refusing       97.00%      99.00%" in text
+    assert "bound, forced         91.00%      92.50%" in text
+    assert "(before 90% on some seed: even relaxed, not every pod before 95% fits)" in text
+    assert "(shared-GPU sizes rounded down to 25 milli to bound the combinations: looser)" in text
