@@ -118,7 +118,11 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str, bounds: Mapp
         lines.append("-" * len(head))
         for variant, label in (("refusing", "bound, refusing"), ("forced", "bound, forced")):
             cells = [bounds["at"].get(p, {}).get(variant, math.nan) for p in ("100", ratio_key)]
-            missing |= {f"bound{p}" for p, v in zip(("100", ratio_key), cells, strict=True) if not math.isfinite(v)}
+            missing |= {
+                f"bound{p}"
+                for p, v in zip(("100", ratio_key), cells, strict=True)
+                if p in bounds["at"] and not math.isfinite(v)
+            }
             lines.append(f"{label:<16}{_pct(cells[0], 12)}{_pct(cells[1], 12)}")
     lines += [
         "",

@@ -463,3 +463,20 @@ def test_the_table_says_when_the_bound_is_looser_or_forces_a_shorter_prefix() ->
     assert "bound, forced         91.00%      92.50%" in text
     assert "(before 90% on some seed: even relaxed, not every pod before 95% fits)" in text
     assert "(shared-GPU sizes rounded down to 25 milli to bound the combinations: looser)" in text
+
+
+def test_a_bound_that_cannot_be_solved_says_why() -> None:
+    results = _with_columns({"fgd": {"curve": {"130": 90.0}}})
+    results["fgd"]["alloc_at"] = {"100": 88.0, "130": 90.0}
+    nan = math.nan
+    bounds = {
+        "available": True,
+        "at": {"100": {"refusing": 97.0, "forced": nan}, "130": {"refusing": 99.0, "forced": nan}},
+        "forced_share": [0.0],
+        "grid_milli": 1,
+    }
+    report.headroom(results, bounds)
+    text = report.table(results, "130", bounds)
+    assert "bound, forced           n/a*        n/a*" in text
+    assert "n/a*         (bound) on some seed the CPU-only pods that arrive first do not fit, even relaxed" in text
+    assert "nan" not in text
