@@ -54,6 +54,7 @@ def _locked() -> dict[str, str]:
 def test_the_lock_pins_the_runtime_closure_and_nothing_else() -> None:
     runtime = [Requirement(r).name for r in md.requires("gpusched") or [] if "extra ==" not in r]
     assert "matplotlib" not in runtime  # the `plots` extra, not the operator's
+    assert "scipy" not in runtime  # the `sim` extra (the bound's solver), not the operator's
     needed = _closure(runtime) - {"gpusched"}
     locked = _locked()
     assert sorted(needed - set(locked)) == [], "missing from requirements.lock"

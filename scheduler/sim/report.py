@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from scheduler.sim import policies
+from scheduler.sim import bound, policies
 
 
 def _pct(value: float, width: int) -> str:
@@ -52,6 +52,27 @@ def versus(results: Mapping[str, dict[str, Any]], *, baseline: str = BASELINE, l
         }
 
 
+#: Below this many points between fgd and the bound, a share of the headroom says nothing (it divides by ~0).
+MIN_HEADROOM = 0.05
+
+
+def headroom(results: Mapping[str, dict[str, Any]], bounds: Mapping[str, Any], *, baseline: str = BASELINE) -> None:
+    """Add to each policy's result its share of the headroom at each point of the bound: (policy - baseline) /
+    (forced bound - baseline), the part of what the baseline leaves to win that the policy wins. The forced bound
+    (every pod arriving before 95% placed) is the one to measure by: a policy that turns pods away while they fit
+    is not one a cluster would run. Nothing is added when the baseline was not run or there is no bound."""
+    if baseline not in results or not bounds.get("available"):
+        return
+    base = results[baseline]["alloc_at"]
+    for r in results.values():
+        share = {}
+        for point, pair in bounds["at"].items():
+            room = pair["forced"] - base.get(point, math.nan)
+            value = r["alloc_at"].get(point, math.nan) - base.get(point, math.nan)
+            share[point] = value / room if math.isfinite(value) and room >= MIN_HEADROOM else math.nan
+        r["headroom_share"] = share
+
+
 def _versus_cells(name: str, r: Mapping[str, Any]) -> str:
     v = r.get("versus")
     if v is None:
@@ -62,9 +83,10 @@ def _versus_cells(name: str, r: Mapping[str, Any]) -> str:
     return f"{v['mean_diff']:>+9.2f}{worst:>14}"
 
 
-def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str) -> str:
+def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str, bounds: Mapping[str, Any] | None = None) -> str:
     """One row per policy: allocation at 100% and RATIO arrived (mean ± std), fragmentation at 90%, and more;
-    then what each column means, and why a cell says n/a where one does."""
+    then the optimum's bound when ``bounds`` has it (or why not); then what each column means, and why a cell says
+    n/a where one does."""
     head = (
         f"{'policy':<16}{'alloc@100%':>12}{'alloc@' + ratio_key + '%':>18}{'frag@90%':>10}{'failed':>9}"
         f"{'free nodes':>12}{'stranded':>10}{'decisions/s':>13}{'wall s':>9}"
@@ -72,6 +94,9 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str) -> str:
     compared = any("versus" in r for r in results.values())
     if compared:
         head += f"{'vs ' + BASELINE:>9}{'worst':>14}"
+    shared = any("headroom_share" in r for r in results.values())
+    if shared:
+        head += f"{'headroom':>10}"
     lines = [head, "-" * len(head)]
     missing: set[str] = set()
     for name, r in results.items():
@@ -83,8 +108,22 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str) -> str:
         lines.append(
             f"{name:<16}{_pct(at100, 12)}{_pct(at_ratio, 12)}{spread}{_pct(frag, 10)}{r['failed_pods']:>9.0f}"
             f"{r['fully_free_gpu_nodes']:>12.0f}{r['stranded_nodes']:>10.0f}{r['decisions_per_s']:>13.0f}"
-            f"{r['wall_s']:>9.2f}" + (_versus_cells(name, r) if compared else "")
+            f"{r['wall_s']:>9.2f}"
+            + (_versus_cells(name, r) if compared else "")
+            + (_share_cell(name, r, ratio_key) if shared else "")
         )
+    solved = bounds is not None and bounds.get("available")
+    if solved:
+        assert bounds is not None
+        lines.append("-" * len(head))
+        for variant, label in (("refusing", "bound, refusing"), ("forced", "bound, forced")):
+            cells = [bounds["at"].get(p, {}).get(variant, math.nan) for p in ("100", ratio_key)]
+            missing |= {
+                f"bound{p}"
+                for p, v in zip(("100", ratio_key), cells, strict=True)
+                if p in bounds["at"] and not math.isfinite(v)
+            }
+            lines.append(f"{label:<16}{_pct(cells[0], 12)}{_pct(cells[1], 12)}")
     lines += [
         "",
         "alloc@X%     GPU allocated (% of the cluster's GPU-milli) once the arriving pods asked for X% of it; mean",
@@ -103,6 +142,36 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str) -> str:
             f"worst        the most negative difference from {BASELINE} on that range, and the arrived demand where "
             "it is",
         ]
+    if solved:
+        assert bounds is not None
+        grid = bounds["grid_milli"]
+        lines += [
+            "bound        the most GPU any placement could allocate, online or offline (a linear-programming",
+            "             relaxation, solved per seed, mean): 'refusing' may turn pods away, 'forced' places every",
+            f"             pod arriving before {100 * bound.FORCED_SHARE:.0f}% of the capacity, as fgd and Kubernetes "
+            "do",
+        ]
+        short = min(bounds["forced_share"], default=bound.FORCED_SHARE)
+        if short < bound.FORCED_SHARE:
+            lines.append(
+                f"             (before {100 * short:.0f}% on some seed: even relaxed, not every pod before "
+                f"{100 * bound.FORCED_SHARE:.0f}% fits)"
+            )
+        if grid > 1:
+            lines.append(
+                f"             (shared-GPU sizes rounded down to {grid} milli to bound the combinations: looser)"
+            )
+    elif bounds is not None:
+        lines.append(f"bound        not computed: {bounds['reason']}")
+    if shared:
+        lines += [
+            f"headroom     (policy - {BASELINE}) / (forced bound - {BASELINE}) at {ratio_key}%: the share of what "
+            f"{BASELINE} leaves",
+            f"             that the policy wins (n/a*: {BASELINE} within {MIN_HEADROOM} points of the bound)",
+        ]
+    if any(p.startswith("bound") for p in missing):
+        missing = {p for p in missing if not p.startswith("bound")}
+        lines.append("n/a*         (bound) on some seed the CPU-only pods that arrive first do not fit, even relaxed")
     if missing:
         at = " and ".join(f"{p}%" for p in sorted(missing, key=int))
         lines += [
@@ -111,6 +180,13 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str) -> str:
             "             (--json and --plot have the whole curve)",
         ]
     return "\n".join(lines)
+
+
+def _share_cell(name: str, r: Mapping[str, Any], ratio_key: str) -> str:
+    share = r.get("headroom_share", {}).get(ratio_key, math.nan)
+    if name == BASELINE:
+        return f"{'-':>10}"
+    return f"{100 * share:>+9.0f}%" if math.isfinite(share) else f"{'n/a*':>10}"
 
 
 def replay_table(results: Mapping[str, Mapping[str, Any]]) -> str:

@@ -391,3 +391,92 @@ def _with_columns(results: dict[str, dict[str, object]]) -> dict[str, dict[str, 
             wall_s=1.0,
         )
     return results
+
+
+def test_the_bound_and_each_policys_share_of_the_headroom(
+    trace_files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("scipy", reason="the bound's solver is the optional `sim` extra")
+    out = tmp_path / "out.json"
+    assert _simulate(*_on(trace_files, "--policy", "random,fgd", "--seeds", "1-2", "--json", str(out))) == 0
+    data = json.loads(out.read_text())
+    bounds = data["bound"]
+    assert bounds["available"] and bounds["grid_milli"] == 1 and bounds["combinations"] > 0
+    assert set(bounds["at"]) == {"100", "130"}
+    for point, pair in bounds["at"].items():
+        assert len(bounds["per_seed"][point]["forced"]) == 2
+        # Pods may be refused in one and not in the other: the forced bound is never the higher.
+        assert pair["forced"] <= pair["refusing"] + 1e-9
+        for policy, result in data["results"].items():
+            assert result["alloc_at"][point] <= pair["refusing"] + 1e-9, (policy, point)
+    fgd = data["results"]["fgd"]
+    assert set(fgd["headroom_share"]) == {"100", "130"}
+    assert fgd["headroom_share"]["130"] in (0.0, None)  # None: fgd already at the bound
+    table = capsys.readouterr().out
+    assert "bound, refusing" in table and "bound, forced" in table
+
+
+def test_the_table_says_when_the_solver_is_absent(
+    trace_files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scheduler.sim import bound
+
+    monkeypatch.setattr(bound, "available", lambda: False)
+    out = tmp_path / "out.json"
+    assert _simulate(*_on(trace_files, "--policy", "fgd", "--seeds", "1", "--json", str(out))) == 0
+    table = capsys.readouterr().out
+    assert (
+        "bound        not computed: the bound needs scipy, an optional dependency: pip install 'gpusched[sim]'" in table
+    )
+    assert "bound, forced" not in table
+    data = json.loads(out.read_text())
+    assert data["bound"] == {"available": False, "reason": bound.INSTALL_HINT}
+    assert "headroom_share" not in data["results"]["fgd"]
+
+
+def test_the_share_of_the_headroom_divides_what_fgd_leaves() -> None:
+    results: dict[str, dict[str, object]] = {
+        "fgd": {"alloc_at": {"100": 95.0, "130": 95.0}},
+        "better": {"alloc_at": {"100": 95.5, "130": 94.0}},
+    }
+    bounds = {"available": True, "at": {"100": {"refusing": 99.0, "forced": 97.0}, "130": {"forced": 95.01}}}
+    report.headroom(results, bounds)
+    share = results["better"]["headroom_share"]
+    assert isinstance(share, dict)
+    assert share["100"] == pytest.approx(0.25)  # half a point won of the two fgd leaves
+    assert math.isnan(share["130"])  # fgd within 0.05 points of the bound: a share would divide by ~0
+    assert results["fgd"]["headroom_share"]["100"] == 0.0  # type: ignore[index]
+
+
+def test_the_table_says_when_the_bound_is_looser_or_forces_a_shorter_prefix() -> None:
+    results = _with_columns({"fgd": {"curve": {"130": 90.0}}})
+    results["fgd"]["alloc_at"] = {"100": 88.0, "130": 90.0}
+    bounds = {
+        "available": True,
+        "at": {"100": {"refusing": 97.0, "forced": 91.0}, "130": {"refusing": 99.0, "forced": 92.5}},
+        "forced_share": [0.95, 0.9],
+        "grid_milli": 25,
+    }
+    report.headroom(results, bounds)
+    text = report.table(results, "130", bounds)
+    assert "bound, refusing       97.00%      99.00%" in text
+    assert "bound, forced         91.00%      92.50%" in text
+    assert "(before 90% on some seed: even relaxed, not every pod before 95% fits)" in text
+    assert "(shared-GPU sizes rounded down to 25 milli to bound the combinations: looser)" in text
+
+
+def test_a_bound_that_cannot_be_solved_says_why() -> None:
+    results = _with_columns({"fgd": {"curve": {"130": 90.0}}})
+    results["fgd"]["alloc_at"] = {"100": 88.0, "130": 90.0}
+    nan = math.nan
+    bounds = {
+        "available": True,
+        "at": {"100": {"refusing": 97.0, "forced": nan}, "130": {"refusing": 99.0, "forced": nan}},
+        "forced_share": [0.0],
+        "grid_milli": 1,
+    }
+    report.headroom(results, bounds)
+    text = report.table(results, "130", bounds)
+    assert "bound, forced           n/a*        n/a*" in text
+    assert "n/a*         (bound) on some seed the CPU-only pods that arrive first do not fit, even relaxed" in text
+    assert "nan" not in text
