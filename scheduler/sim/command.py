@@ -280,8 +280,9 @@ def compare_tune(
         mean_curve = {str(x): float(np.mean([c.get(x, math.nan) for c in curves])) for x in percents}
         std_curve = {str(x): float(np.std([c.get(x, math.nan) for c in curves])) for x in percents}
         results[name] = {
-            "alloc_at": {"100": mean_curve["100"], key: mean_curve[key]},
-            "alloc_std_at": {"100": std_curve["100"], key: std_curve[key]},
+            # Below --tune 1.0 the arrivals stop before 100%: that point has no value (n/a in the table).
+            "alloc_at": {"100": mean_curve.get("100", math.nan), key: mean_curve[key]},
+            "alloc_std_at": {"100": std_curve.get("100", math.nan), key: std_curve[key]},
             "frag_at": {"90": float(np.mean([s["frag90"] for s in per_seed]))},
             "failed_pods": float(np.mean([s["failed"] for s in per_seed])),
             "fully_free_gpu_nodes": float(np.mean([s["free"] for s in per_seed])),

@@ -480,3 +480,14 @@ def test_a_bound_that_cannot_be_solved_says_why() -> None:
     assert "bound, forced           n/a*        n/a*" in text
     assert "n/a*         (bound) on some seed the CPU-only pods that arrive first do not fit, even relaxed" in text
     assert "nan" not in text
+
+
+def test_a_tune_below_100_percent_reports_what_it_reached(
+    trace_files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --tune 0.8 stops before 100% arrived: the alloc@100% column has no value (it crashed with KeyError: '100').
+    out = tmp_path / "tune.json"
+    assert _simulate(*_on(trace_files, "--policy", "fgd", "--tune", "0.8", "--seeds", "42", "--json", str(out))) == 0
+    at = json.loads(out.read_text())["results"]["fgd"]["alloc_at"]
+    assert at["100"] is None and math.isfinite(at["80"])  # JSON writes a missing point as null
+    assert "alloc@80%" in capsys.readouterr().out
