@@ -295,7 +295,15 @@ def _shape(claim: ResourceClaim) -> tuple[Any, ...]:
         (
             request.name,
             tuple(
-                (c.name, c.device_class, tuple(e.source for e in c.selectors), c.mode, c.count, c.admin_access)
+                (
+                    c.name,
+                    c.device_class,
+                    tuple(e.source for e in c.selectors),
+                    c.mode,
+                    c.count,
+                    c.admin_access,
+                    c.tolerations,
+                )
                 for c in request.choices
             ),
         )
@@ -334,13 +342,14 @@ def allocate(
     used: set[DeviceKey] = set()
     budget = store.budget(taken)
     out: dict[str, tuple[AllocatedDevice, ...]] = {}
-    tries = [BACKTRACK_MAX]
+    tries = BACKTRACK_MAX
 
     def place(k: int) -> bool:
+        nonlocal tries
         if k == len(claims):
             return True
         for result in _allocations(claims[k], devices, taken, used, store, budget):
-            tries[0] -= 1
+            tries -= 1
             held = [d.key for d in result if not d.admin_access]
             used.update(held)
             out[claims[k].key] = result
@@ -348,7 +357,7 @@ def allocate(
                 return True
             used.difference_update(held)
             del out[claims[k].key]
-            if tries[0] <= 0:
+            if tries <= 0:
                 return False
         return False
 
@@ -526,11 +535,11 @@ def _tightest(
 def _distinct_pick(
     free: list[Device], count: int, distinct: Sequence[str], budget: CounterBudget | None
 ) -> list[Device]:
-    """``count`` devices, in the tightest order, each with values of the ``distinct`` attributes none of the others
-    has (fewer when there are not that many)."""
+    """``count`` devices, in GPU order, each with values of the ``distinct`` attributes none of the others has
+    (fewer when there are not that many, or the shared counters cannot hold them)."""
     out: list[Device] = []
     values: list[set[object]] = [set() for _ in distinct]
-    for d in _tightest(free, len(free), budget) if budget is None else sorted(free, key=api_dra.gpu_order):
+    for d in sorted(free, key=api_dra.gpu_order):
         mine = [d.attribute(a) for a in distinct]
         if any(v in vs for v, vs in zip(mine, values, strict=True)):
             continue

@@ -439,3 +439,17 @@ def test_a_pods_claims_backtrack_when_a_later_claim_cannot_be_met() -> None:
     pod = dra.with_claims(objects.pod("p"), "flex", "root", "more")
     node, names, _ = cluster.devices(pod)
     assert node == "a" and len(names) == 8
+
+
+def test_a_node_refused_to_one_claim_is_not_refused_to_a_claim_that_tolerates_its_taint() -> None:
+    # The filter remembers a node's answer per claim shape: the request's tolerations are part of that shape.
+    cluster = DraCluster((), gpus=1)
+    cluster.cache.upsert_node(api_node.parse_node(objects.node("a")))
+    raw = dra.gpu_slice("a", 1)
+    raw["spec"]["devices"][0]["taints"] = [{"key": "example.com/unhealthy", "effect": "NoSchedule"}]
+    cluster.slice(raw)
+    cluster.claim(dra.claim("plain", dra.request(count=1)))
+    assert cluster.schedule(pod_with("p", "plain")).decision is None
+    tolerate = [{"key": "example.com/unhealthy", "operator": "Exists"}]
+    cluster.claim(dra.claim("tolerant", dra.request(count=1, tolerations=tolerate)))
+    assert cluster.devices(pod_with("q", "tolerant"))[1] == ["gpu-0"]
