@@ -329,7 +329,8 @@ def _numeric(value: Any) -> bool:
 
 
 def _comparable(items: Sequence[Any]) -> list[Any]:
-    keys = [_ordered(item) if _kind(item) != "number" or not isinstance(item, str) else item for item in items]
+    # Plain strings compare as they are; numbers, quantities and versions by their order (_ordered checks them).
+    keys = [item if isinstance(item, str) and _kind(item) == "number" else _ordered(item) for item in items]
     kinds = {type(key) if not _numeric(key) else float for key in keys}
     if len(kinds) > 1:
         raise ValueError("no such overload: the list mixes types")
