@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -19,12 +18,9 @@ GROUP = {"gpusched.io/pod-group": "job"}
 
 
 @pytest.fixture
-async def operator(client: k8s.Client) -> AsyncIterator[Operator]:
-    op = Operator(client, k8s_config.parse({}), identity="leader-0")
-    await op.start()
-    op.set_leading(True)
-    yield op
-    await op.close()
+def operator(leader: Operator) -> Operator:
+    """Explain is asked of the leader (conftest's ``leader``)."""
+    return leader
 
 
 def tainted(name: str, gpus: int) -> dict[str, object]:
