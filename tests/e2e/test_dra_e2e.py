@@ -276,3 +276,41 @@ def test_nvidias_quickstart_selector_and_a_bare_gpu_pod_on_dra_nodes(sched: Scen
     sched.create_pod(kube_mod.pod("bare", gpus=1))
     wait_message(sched, "bare", "Insufficient nvidia.com/gpu")
     assert not sched.pod("bare")["spec"].get("nodeName")
+
+
+def test_distinct_roots_and_device_taints_as_the_api_server_takes_them(sched: Scenario, devices: Devices) -> None:
+    # A slice with a tainted device and claims with distinctAttribute and tolerations, all accepted by the API
+    # server: the allocation gpusched writes spreads over two PCIe roots, and only a tolerant request gets the
+    # tainted GPU.
+    name = f"{sched.name[:20]}-t"
+    sched.add_nodes([kube_mod.gpu_node(name, gpus=0)])
+    devices.post(f"{API}/deviceclasses", dra.gpu_class(devices.gpu_class))
+    raw = dra.gpu_slice(name, 8, name=f"{name}-gpus")
+    for device in raw["spec"]["devices"][4:]:  # the second PCIe root, but for gpu-7
+        if device["name"] != "gpu-7":
+            device["taints"] = [{"key": "example.com/unhealthy", "value": "ecc", "effect": "NoSchedule"}]
+    devices.post(f"{API}/resourceslices", raw)
+    tolerate = [{"key": "example.com/unhealthy", "operator": "Exists", "effect": "NoSchedule"}]
+    for label, request, distinct in (
+        ("spread", dra.request(count=2, device_class=devices.gpu_class), dra.PCIE_ROOT),
+        ("tolerant", dra.request(count=5, device_class=devices.gpu_class, tolerations=tolerate), ""),
+    ):
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": label},
+            "spec": {"spec": dra.claim_spec(request, distinct=distinct)},
+        }
+        devices.post(f"{API}/namespaces/{sched.namespace}/resourceclaimtemplates", body, cluster_scoped=False)
+    sched.start_gpusched()
+    sched.create_pod(dra_pod("spread", template="spread"))
+    (spread,) = sched.wait_bound(["spread"], timeout=60)
+    got = allocated(claim_of(spread, devices))
+    # GPU order would give gpu-4; gpu-7 is the only untainted GPU of the second root.
+    assert len({root_of(d) for d in got}) == 2 and "gpu-7" in got
+    # Three untainted GPUs are left on the first root: five fit only with the tainted ones, which this request
+    # tolerates.
+    sched.create_pod(dra_pod("tolerant", template="tolerant"))
+    (tolerant,) = sched.wait_bound(["tolerant"], timeout=60)
+    got = allocated(claim_of(tolerant, devices))
+    assert len(got) == 5 and {"gpu-4", "gpu-5", "gpu-6"} & set(got)
