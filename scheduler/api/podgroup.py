@@ -3,6 +3,10 @@
 A pod joins a group with the label ``gpusched.io/pod-group: NAME`` (or scheduler-plugins'
 ``scheduling.x-k8s.io/pod-group``) in the group's namespace. :func:`parse_podgroup` validates what the CRD's
 schema cannot: it raises :class:`InvalidObject` naming the field.
+
+An *elastic* gang has a ``maxMember`` above its ``minMember``: its first ``minMember`` members (the core) are
+placed together, the others (the surplus) one by one as room appears, never more than ``maxMember`` at once; the
+surplus is what reclaim and preemption take first, the member of highest index first (:func:`member_rank`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from scheduler.api.errors import InvalidObject
 from scheduler.api.resources import ResourceList
 from scheduler.api.topology import TopologyConstraint
 
-__all__ = ["PodGroup", "TopologyConstraint", "parse_compat_podgroup", "parse_podgroup"]
+__all__ = ["PodGroup", "TopologyConstraint", "member_rank", "parse_compat_podgroup", "parse_podgroup"]
 
 GROUP = "scheduling.gpusched.io"
 VERSION = "v1alpha1"
@@ -35,6 +39,8 @@ class PodGroup:
     namespace: str
     name: str
     min_member: int = 1
+    #: At most this many members placed at once (0: as many as exist); above ``min_member``, the gang is elastic.
+    max_member: int = 0
     #: What the whole gang needs at least, checked against the cluster's free room before trying.
     min_resources: ResourceList = field(default_factory=dict)
     queue: str = ""
@@ -49,6 +55,11 @@ class PodGroup:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def elastic(self) -> bool:
+        """Whether members beyond ``minMember`` may run (a maximum above it, or none at all)."""
+        return self.max_member == 0 or self.max_member > self.min_member
 
 
 def parse_podgroup(raw: Mapping[str, object], *, created: float = 0.0, priority: int = 0) -> PodGroup:
@@ -65,6 +76,11 @@ def parse_podgroup(raw: Mapping[str, object], *, created: float = 0.0, priority:
     min_member = spec.get("minMember", 1)
     if isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 1:
         raise InvalidObject(f"{min_member!r} is not an integer >= 1", obj=obj, field="spec.minMember")
+    max_member = spec.get("maxMember", 0)
+    if isinstance(max_member, bool) or not isinstance(max_member, int) or (max_member and max_member < min_member):
+        raise InvalidObject(
+            f"{max_member!r} is not an integer >= minMember ({min_member})", obj=obj, field="spec.maxMember"
+        )
     timeout = spec.get("scheduleTimeoutSeconds", DEFAULT_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise InvalidObject(
@@ -94,6 +110,7 @@ def parse_podgroup(raw: Mapping[str, object], *, created: float = 0.0, priority:
         namespace=namespace,
         name=name,
         min_member=min_member,
+        max_member=max_member,
         min_resources=min_resources,
         queue=queue,
         priority_class_name=priority_class,
@@ -116,3 +133,32 @@ def parse_compat_podgroup(raw: Mapping[str, object], *, created: float = 0.0) ->
     if kept.get("minMember") == 0:
         del kept["minMember"]
     return parse_podgroup({**raw, "spec": kept}, created=created)
+
+
+#: Pod labels that number a member within its workload, read in this order (the first is the coarsest): JobSet's
+#: Job across the whole JobSet, then the member within its Job, Kubeflow replica, LeaderWorkerSet group or
+#: StatefulSet.
+INDEX_LABELS = (
+    "jobset.sigs.k8s.io/job-global-index",
+    "batch.kubernetes.io/job-completion-index",
+    "training.kubeflow.org/replica-index",
+    "leaderworkerset.sigs.k8s.io/worker-index",
+    "apps.kubernetes.io/pod-index",
+)
+#: Kubeflow's replica types that lead their job (rank 0 before the workers of the same index).
+LEADING_ROLES = frozenset({"master", "launcher", "chief", "leader"})
+
+
+def member_rank(labels: Mapping[str, str], name: str) -> tuple[int, ...]:
+    """Where a member stands in its gang: lower goes first into the core and leaves last. The workload's indices
+    (:data:`INDEX_LABELS`, a leading Kubeflow role before the workers), then the name's trailing number; a
+    member without any counts after those with one."""
+    rank: list[int] = []
+    role = str(labels.get("training.kubeflow.org/replica-type", "")).lower()
+    rank.append(0 if role in LEADING_ROLES or not role else 1)
+    for label in INDEX_LABELS:
+        value = str(labels.get(label, ""))
+        rank.append(int(value) if value.isdigit() else -1)
+    digits = len(name) - len(name.rstrip("0123456789"))
+    rank.append(int(name[-digits:]) if digits else 1 << 62)
+    return tuple(rank)

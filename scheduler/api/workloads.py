@@ -16,7 +16,11 @@ objects it read. Invariants:
 
 - an explicit PodGroup label on the pod always wins (the pod is not grouped here);
 - the opt-out annotation ``gpusched.io/gang: "false"`` on the workload leaves its pods single;
-- ``gpusched.io/min-member`` on the workload overrides the derived ``minMember``;
+- ``gpusched.io/min-member`` on the workload overrides the derived ``minMember`` (on a Job,
+  ``gpusched.io/job-min-parallelism`` says the same, as Kueue's ``kueue.x-k8s.io/job-min-parallelism`` does);
+- the gang's ``maxMember`` is what the workload runs at once (a Job's parallelism, a JobSet's pods, a
+  LeaderWorkerSet group's size, a PyTorchJob's ``elasticPolicy.maxReplicas``...): a ``minMember`` below it makes the
+  gang elastic (placed at ``minMember``, grown as room appears, its surplus preempted first);
 - the queue: the workload's ``gpusched.io/queue`` label, else the pod's own, else its namespace's default
   (the Namespace's ``gpusched.io/queue`` label, as Kueue's LocalQueue maps a namespace to a ClusterQueue);
 - the gang's name is a function of the workload alone (kind, name, group index), so every replica derives the
@@ -38,6 +42,8 @@ from scheduler.api.errors import InvalidObject
 ANNOTATION_GANG = "gpusched.io/gang"
 #: On a workload: the gang's ``minMember``, instead of the one derived from its spec.
 ANNOTATION_MIN_MEMBER = "gpusched.io/min-member"
+#: On a Job: the fewest pods it runs with (its ``minMember``); it grows up to ``parallelism`` as room appears.
+ANNOTATION_JOB_MIN_PARALLELISM = "gpusched.io/job-min-parallelism"
 #: On a PodGroup made here: which workload it was made for.
 LABEL_WORKLOAD_KIND = "gpusched.io/workload-kind"
 LABEL_WORKLOAD_NAME = "gpusched.io/workload-name"
@@ -129,6 +135,9 @@ class WorkloadType:
     min_member: Callable[[Obj], int]
     #: Which gang of the workload a pod joins; see :data:`GangKey`.
     gang_key: GangKey = field(default=_one_gang)
+    #: ``maxMember``: the members it runs at once (None: ``min_member``'s, a rigid gang unless an annotation
+    #: lowers the minimum).
+    max_member: Callable[[Obj], int] | None = None
 
 
 def _int(value: object, default: int) -> int:
@@ -163,6 +172,11 @@ def job_min_member(job: Obj) -> int:
     if spec.get("completionMode") == "Indexed":
         return _job_pods(spec)
     return 1
+
+
+def job_max_member(job: Obj) -> int:
+    """Every Job runs up to ``parallelism`` pods at once (at most ``completions``)."""
+    return _job_pods(as_map(job.get("spec")))
 
 
 def jobset_min_member(jobset: Obj) -> int:
@@ -212,6 +226,44 @@ def pytorchjob_min_member(job: Obj) -> int:
     return max(sum(_int(as_map(s).get("replicas"), 1) for s in specs.values()), 1)
 
 
+def _elastic_policy(job: Obj) -> Mapping[str, Any]:
+    return as_map(as_map(job.get("spec")).get("elasticPolicy"))
+
+
+def _pytorch_others(job: Obj) -> int:
+    """A PyTorchJob's replicas that are not workers (its Master): elasticPolicy bounds count workers only."""
+    specs = as_map(as_map(job.get("spec")).get("pytorchReplicaSpecs"))
+    return sum(_int(as_map(s).get("replicas"), 1) for kind, s in specs.items() if str(kind).lower() != "worker")
+
+
+def pytorchjob_elastic_min(job: Obj) -> int:
+    """``schedulingPolicy.minAvailable`` when set, else ``elasticPolicy.minReplicas`` workers (and the master)
+    when set, else every replica (:func:`pytorchjob_min_member`)."""
+    given = _int(_scheduling_policy(job).get("minAvailable"), 0)
+    least = _int(_elastic_policy(job).get("minReplicas"), 0)
+    if given <= 0 and least > 0:
+        return least + _pytorch_others(job)
+    return pytorchjob_min_member(job)
+
+
+def pytorchjob_max_member(job: Obj) -> int:
+    """``elasticPolicy.maxReplicas`` workers (and the master) when set, else every replica."""
+    most = _int(_elastic_policy(job).get("maxReplicas"), 0)
+    specs = as_map(as_map(job.get("spec")).get("pytorchReplicaSpecs"))
+    every = max(sum(_int(as_map(s).get("replicas"), 1) for s in specs.values()), 1)
+    return most + _pytorch_others(job) if most > 0 else every
+
+
+def raycluster_max_member(cluster: Obj) -> int:
+    """The head and each worker group's ``maxReplicas`` (x ``numOfHosts``; ``replicas`` when no maximum)."""
+    total = 1
+    for group in _list(as_map(cluster.get("spec")).get("workerGroupSpecs")):
+        g = as_map(group)
+        most = _int(g.get("maxReplicas"), _int(g.get("replicas"), _int(g.get("minReplicas"), 0)))
+        total += most * max(_int(g.get("numOfHosts"), 1), 1)
+    return total
+
+
 def raycluster_min_member(cluster: Obj) -> int:
     """The head and each worker group's ``minReplicas`` (x ``numOfHosts``): what the cluster needs to start."""
     spec = as_map(cluster.get("spec"))
@@ -248,13 +300,13 @@ def mpijob_gang_key(job: Obj, pod: Obj) -> str | None:
 WORKLOADS: dict[tuple[str, str], WorkloadType] = {
     (w.group, w.kind): w
     for w in (
-        WorkloadType("batch", "Job", job_min_member),
+        WorkloadType("batch", "Job", job_min_member, max_member=job_max_member),
         WorkloadType("jobset.x-k8s.io", "JobSet", jobset_min_member),
         WorkloadType("leaderworkerset.x-k8s.io", "LeaderWorkerSet", lws_min_member, lws_gang_key),
         WorkloadType("trainer.kubeflow.org", "TrainJob", trainjob_min_member, trainjob_gang_key),
-        WorkloadType("kubeflow.org", "PyTorchJob", pytorchjob_min_member),
+        WorkloadType("kubeflow.org", "PyTorchJob", pytorchjob_elastic_min, max_member=pytorchjob_max_member),
         WorkloadType("kubeflow.org", "MPIJob", mpijob_min_member, mpijob_gang_key),
-        WorkloadType("ray.io", "RayCluster", raycluster_min_member),
+        WorkloadType("ray.io", "RayCluster", raycluster_min_member, max_member=raycluster_max_member),
     )
 }
 
@@ -274,6 +326,8 @@ class Gang:
     namespace: str
     name: str
     min_member: int
+    #: ``maxMember`` (0: none); above ``min_member`` the gang is elastic.
+    max_member: int = 0
     queue: str = ""
     priority_class_name: str = ""
     topology_required: str = ""
@@ -335,18 +389,23 @@ def group_pod(pod: Obj, chain: Sequence[Obj], *, namespace_queue: str = "") -> G
     namespace = str(meta.get("namespace") or as_map(pod.get("metadata")).get("namespace") or "default")
     name = str(meta.get("name") or "")
     min_member = kind.min_member(workload)
+    max_member = max((kind.max_member or kind.min_member)(workload), min_member)
     problems: tuple[InvalidObject, ...] = ()
-    raw = annotations.get(ANNOTATION_MIN_MEMBER)
+    key = ANNOTATION_MIN_MEMBER
+    if kind.kind == "Job" and annotations.get(ANNOTATION_JOB_MIN_PARALLELISM) is not None:
+        key = ANNOTATION_JOB_MIN_PARALLELISM
+    raw = annotations.get(key)
     if raw is not None:
         override = int(str(raw)) if str(raw).strip().isdigit() else 0
         if override >= 1:
             min_member = override
+            max_member = max(max_member, min_member)
         else:
             problems = (
                 InvalidObject(
                     f"{raw!r} is not an integer >= 1; minMember {min_member} is used",
                     obj=f"{kind.kind.lower()} {namespace}/{name}",
-                    field=f"metadata.annotations[{ANNOTATION_MIN_MEMBER}]",
+                    field=f"metadata.annotations[{key}]",
                 ),
             )
     pod_annotations = _annotations(pod)
@@ -356,6 +415,7 @@ def group_pod(pod: Obj, chain: Sequence[Obj], *, namespace_queue: str = "") -> G
             namespace=namespace,
             name=gang_name(kind.kind, name, suffix),
             min_member=min_member,
+            max_member=max_member,
             queue=queue,
             priority_class_name=str(pod_spec.get("priorityClassName") or ""),
             topology_required=_first(annotations, pod_annotations, key=api_pod.ANNOTATION_TOPOLOGY_REQUIRED),
@@ -401,6 +461,8 @@ def namespace_queue(namespace: Obj) -> str:
 def podgroup_manifest(gang: Gang) -> dict[str, Any]:
     """The PodGroup object for ``gang``, owned by its workload (so the garbage collector deletes it with it)."""
     spec: dict[str, Any] = {"minMember": gang.min_member}
+    if gang.max_member > gang.min_member:
+        spec["maxMember"] = gang.max_member
     if gang.queue:
         spec["queue"] = gang.queue
     if gang.priority_class_name:

@@ -12,7 +12,10 @@ Invariants kept here, whatever order pods and PodGroups arrive in (a restart lis
 - a placed pod counts against its job's queue (:meth:`Jobs.queue_of`), derived from the jobs now, not from the
   order the pods were seen in: the loop charges queues again whenever a pod's job changes;
 - a gang's members beyond ``minMember`` are placed one by one only while the gang holds ``minMember`` placed
-  members; once it does not (its members were preempted or deleted), they wait for the gang to be placed whole.
+  members; once it does not (its members were preempted or deleted), they wait for the gang to be placed whole;
+- an elastic gang (``maxMember``) never holds more than ``maxMember`` placed members: the others wait (``full``);
+- a gang's placed members beyond ``minMember`` are its surplus (:meth:`Job.surplus`): the members of highest rank
+  (``scheduler.api.podgroup.member_rank``), the first to be preempted; the rest is its core, preempted whole.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.api.pod import PodRequest
-from scheduler.api.podgroup import PodGroup
+from scheduler.api.podgroup import PodGroup, member_rank
 from scheduler.api.queue import DEFAULT_QUEUE
 from scheduler.framework.interface import Status
 from scheduler.queue.scheduling import QueueItem
@@ -106,6 +109,25 @@ class Job:
         assert self.group is not None
         missing = self.group.min_member - len(self.placed) - len(self.succeeded)
         return missing <= 0 or (missing == 1 and bool(self.placed))
+
+    @property
+    def full(self) -> bool:
+        """Whether an elastic gang holds ``maxMember`` placed members: no other member is placed (completed ones
+        hold nothing: a Job with more completions than parallelism goes on)."""
+        group = self.group
+        return group is not None and 0 < group.max_member <= len(self.placed)
+
+    def surplus(self) -> list[PodRequest]:
+        """A gang's placed members beyond ``minMember`` (completed ones count toward it), the one preempted first
+        first: the highest rank. [] for a single pod, or a gang at or below its minimum."""
+        group = self.group
+        if group is None:
+            return []
+        extra = len(self.placed) + len(self.succeeded) - group.min_member
+        if extra <= 0:
+            return []
+        ranked = sorted(self.placed.values(), key=lambda p: (member_rank(p.labels, p.name), p.key), reverse=True)
+        return ranked[:extra]
 
     @property
     def exists(self) -> int:

@@ -25,10 +25,10 @@ The loop orchestrates; each concern keeps its own state in a module of its own:
 Gang rules: a group is not tried until ``minMember`` of its members exist; then one cycle places ``minMember`` of
 them all or nothing (``scheduler.core.gang``), and the others are placed afterwards one by one, near the gang, as
 long as the gang holds ``minMember`` placed members (never alone: a gang whose members were preempted is placed
-whole again); a member of a group that does not exist waits (with an Event) and joins when the group appears; a
-group that cannot be placed gets condition Scheduled=False with the per-reason node counts, an Event, and
-backoff; after ``scheduleTimeoutSeconds`` it turns Unschedulable and is still retried; a bind failure of one
-member keeps the other members' places and retries that member alone.
+whole again), and never more than ``maxMember`` at once (an elastic gang); a member of a group that does not exist
+waits (with an Event) and joins when the group appears; a group that cannot be placed gets condition Scheduled=False
+with the per-reason node counts, an Event, and backoff; after ``scheduleTimeoutSeconds`` it turns Unschedulable and
+is still retried; a bind failure of one member keeps the other members' places and retries that member alone.
 
 Queue rules: work goes to the leaf queue of its job; work for a queue that does not exist (or is not a leaf)
 waits with an Event and is queued as soon as the queue appears; pending work is ordered by its queue's rank
@@ -156,11 +156,14 @@ class SchedulingLoop:
         self.gate.drop_waiting(key)
         job = self.jobs.of_pod(key)
         alone = job is not None and job.group is not None and job.alone_allowed
+        full = job is not None and job.full
         job = self.jobs.pod_gone(key, finished=finished)
         if job is None or job.group is None:
             return
         if alone and not job.alone_allowed:
             self._enqueue(job)  # its members beyond minMember wait for the gang now: never placed alone
+        elif full and not job.full:
+            self._enqueue(job)  # below its maxMember again: a waiting member may take the place
         elif not job.pending:
             self.queue.remove(job.key)
         job.refresh_phase(self.clock())
@@ -364,6 +367,10 @@ class SchedulingLoop:
             job.refresh_phase(self.clock())
         if job.alone_allowed:
             self.queue.remove(job.key)
+            if job.full:
+                for pod_key in job.pending:
+                    self.queue.remove(pod_key)  # the gang holds its maxMember: they wait for one to leave
+                return
             for pod in job.pending.values():
                 # A member tried alone goes at its gang's priority if that is higher than its own.
                 self.queue.update(QueueItem(pod.key, max(pod.priority, group.priority), pod.created, leaf))
@@ -433,6 +440,8 @@ class SchedulingLoop:
             "phase": job.phase,
             "scheduled": len(job.placed),
             "running": len(job.running),
+            "minMember": job.group.min_member if job.group is not None else 1,
+            "maxMember": (job.group.max_member or None) if job.group is not None else None,
             "succeeded": len(job.succeeded),
             "failed": len(job.failed),
             "lastScheduleTime": job.last_schedule,

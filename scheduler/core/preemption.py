@@ -4,7 +4,8 @@ The decisions are the actions' (``scheduler.core.actions.reclaim``: borrowed wor
 ``scheduler.core.actions.preempt``: lower-priority work of the job's own queue); victims are chosen by
 ``scheduler.core.reclaim`` on what-ifs of the snapshot. Here: who may search (an evictor is set; a pod with
 ``preemptionPolicy: Never`` never preempts; a job whose victims are still terminating waits for them), the
-candidates (every job holding capacity, whole), and eviction.
+candidates (every job holding capacity, whole; an elastic gang's surplus members one by one, then its core), and
+eviction.
 
 State kept here and nowhere else: victims evicted and not gone yet (never chosen again by a job of equal or lower
 priority, and no longer counted as their queue's surplus), the cluster version at which a job's last search found
@@ -15,6 +16,7 @@ nominated for it in :class:`scheduler.core.holds.Holds`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -105,7 +107,21 @@ class Preemptor:
             queue = job.queue
             priority = max([job.group.priority, *(p.priority for p in pods)]) if job.group else pods[0].priority
             ahead = self.tenancy.rank(queue)[1][-1][0]
-            candidates.append(reclaim.Candidate(job.key, queue, priority, job.started, pods, requests_of(pods), ahead))
+            surplus = [p for p in job.surplus() if cache.pod(p.key) is not None]
+            for rank, pod in enumerate(surplus):
+                candidates.append(
+                    reclaim.Candidate(
+                        pod.key, queue, priority, job.started, [pod], requests_of([pod]), ahead, job.key, rank
+                    )
+                )
+            after = frozenset(p.key for p in surplus)
+            core = [p for p in pods if p.key not in after]
+            if core:
+                candidates.append(
+                    reclaim.Candidate(
+                        job.key, queue, priority, job.started, core, requests_of(core), ahead, after=after
+                    )
+                )
         self._candidates = (version, candidates)
         return candidates
 
@@ -136,7 +152,13 @@ class Preemptor:
                 del self.terminating[victim_key]
                 self.evicted_for.pop(victim_key, None)
         running = self.running(version)
-        return Search(running=running, candidates=[c for c in running if c.key not in self.terminating])
+        # A core waits for its gang's surplus members that are not leaving already.
+        candidates = [
+            dataclasses.replace(c, after=c.after - self.terminating.keys()) if c.after else c
+            for c in running
+            if c.key not in self.terminating
+        ]
+        return Search(running=running, candidates=candidates)
 
     def found(self, attempt: Attempt) -> None:
         """``attempt`` found victims: a later search must not be skipped as fruitless."""

@@ -5,7 +5,10 @@ jobs of queues above their guarantee. Victims are tried lowest priority first, t
 ahead of its fair share, youngest first, never taking a queue below its own guarantee; each is removed from a
 what-if of the snapshot until the waiting job fits there. Then every victim that turns out not to be needed is
 put back (so the set is small and cheap). If the job cannot fit even with every candidate gone, nothing is
-preempted. A gang is a victim as a whole: all its members, or none.
+preempted. A gang is a victim as a whole: all its members, or none; except an elastic gang's surplus (its placed
+members beyond ``minMember``), each of which is a victim of its own, taken before any whole job of its priority,
+the member of highest rank first; its core (the ``minMember`` members left) is taken only after all of its surplus
+(:attr:`Candidate.after`), whole, and a surplus member is put back only while its core stays.
 
 A job whose topology requires one domain of a level (``find_victims_in_domain``) gets victims from one domain
 only, and the what-ifs place it inside that domain, so the capacity freed is contiguous where it will run; the
@@ -60,6 +63,34 @@ class Candidate:
     request: dict[str, float] = field(default_factory=dict)
     #: How far its queue is ahead of its fair share (its rank share): among equal priorities, taken first.
     ahead: float = 0.0
+    #: A surplus member of an elastic gang: the gang's key, and its place among the surplus (0: taken first).
+    gang: str = ""
+    rank: int = 0
+    #: The core of an elastic gang: the keys of its surplus members, all taken before it (or leaving already).
+    after: frozenset[str] = frozenset()
+
+    @property
+    def surplus(self) -> bool:
+        return bool(self.gang)
+
+    @property
+    def job(self) -> str:
+        """The job it is (part of)."""
+        return self.gang or self.key
+
+
+def take_order(candidate: Candidate) -> tuple[object, ...]:
+    """Victims in the order they are taken: lowest priority, an elastic gang's surplus before whole jobs, the queue
+    furthest ahead of its fair share, the youngest, a gang's surplus member of highest rank first."""
+    c = candidate
+    return (c.priority, not c.surplus, -c.ahead, -c.started, c.job, c.rank)
+
+
+def put_back_order(candidate: Candidate) -> tuple[object, ...]:
+    """Victims in the order they are put back: the most expensive first (highest priority, running longest); a
+    gang's core before its surplus, whose member of lowest rank comes back first."""
+    c = candidate
+    return (-c.priority, c.started, c.job, c.surplus, -c.rank)
 
 
 def _move(cache: Cache, snapshot: Snapshot, victim: Candidate, *, away: bool) -> None:
@@ -95,7 +126,7 @@ def find_victims(
     if policy == NEVER:
         return []
     allowed = [c for c in candidates if policy != LOWER_PRIORITY or c.priority < priority]
-    ordered = sorted(allowed, key=lambda c: (c.priority, -c.ahead, -c.started, c.key))
+    ordered = sorted(allowed, key=take_order)
     remaining = {queue: dict(vector) for queue, vector in (surplus or {}).items()}
 
     def takeable(victim: Candidate) -> bool:
@@ -147,16 +178,19 @@ def find_victims(
         # freed could hold it. If it never fits, nothing is preempted.
         chosen: list[Candidate] = []
         for victim in ordered:
-            if not takeable(victim):
-                continue
+            if not victim.after <= {c.key for c in chosen} or not takeable(victim):
+                continue  # an elastic gang's core goes only after all of its surplus
             remove(victim)
             chosen.append(victim)
             if enough_gpus() and fits():
                 break
         else:
             return []
-        # Put back every victim the job can do without, the most expensive first.
-        for victim in sorted(chosen, key=lambda c: (-c.priority, c.started, c.key)):
+        # Put back every victim the job can do without, the most expensive first; a surplus member only with its
+        # core (which came back first, or was never taken).
+        for victim in sorted(chosen, key=put_back_order):
+            if victim.surplus and any(c.key == victim.gang for c in chosen):
+                continue
             restore(victim)
             if enough_gpus() and fits():
                 chosen.remove(victim)
@@ -269,12 +303,13 @@ def node_victims(
     """The node and victims that let ``pod`` fit with the least disruption (see the module notes), or None.
 
     Only candidates of lower priority than ``priority`` are victims. A candidate with pods on several nodes (a
-    gang) is removed whole wherever it runs, and counted on each node it touches."""
+    gang) is removed whole wherever it runs, and counted on each node it touches; an elastic gang's core only once
+    its surplus is gone (its surplus members are candidates of their own)."""
     cache = scheduler.cache
     a = cache.arrays
     by_slot: dict[int, list[Candidate]] = {}
     for candidate in candidates:
-        if candidate.priority >= priority:
+        if candidate.priority >= priority or candidate.after:
             continue
         for slot in {e.placement.slot for p in candidate.pods if (e := cache.pod(p.key)) is not None}:
             by_slot.setdefault(slot, []).append(candidate)

@@ -120,6 +120,8 @@ class Session:
         if group is not None and not attempt.whole_gang:
             if not job.alone_allowed:
                 return False  # the gang lost its members meanwhile (preempted, deleted): this one waits for it
+            if job.full:
+                return False  # an elastic gang at its maxMember: this one waits for a member to leave
             # A member beyond minMember, or one whose binding failed: place it near the others (the same context
             # gpusched explain gives it).
             context = {**context, **gang.member_context(self.scheduler, group, job.placed)}

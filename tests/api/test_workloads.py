@@ -293,3 +293,51 @@ def test_controller_of_takes_the_controlling_reference() -> None:
     assert owner is not None and (owner.group, owner.kind, owner.name) == ("batch", "Job", "j")
     assert workloads.readable(owner) is not None
     assert workloads.controller_of({"metadata": {}}) is None
+
+
+def _bounds(workload: dict[str, Any], member: dict[str, Any], chain: list[dict[str, Any]]) -> tuple[int, int]:
+    gang = group_pod(member, chain).gang
+    assert gang is not None
+    manifest = workloads.podgroup_manifest(gang)["spec"]
+    assert manifest["minMember"] == gang.min_member and manifest.get("maxMember", gang.min_member) == gang.max_member
+    return gang.min_member, gang.max_member
+
+
+def test_elastic_bounds_come_from_each_workload() -> None:
+    """minMember below maxMember makes the gang elastic: a Job's min-parallelism annotation under its parallelism,
+    a JobSet's or a LeaderWorkerSet group's min-member annotation under its pods, PyTorch's elasticPolicy."""
+    job = obj("batch/v1", "Job", "work", {"parallelism": 6}, annotations={"gpusched.io/job-min-parallelism": "2"})
+    assert _bounds(job, pod("w", ref("batch/v1", "Job", "work")), [job]) == (2, 6)
+    rigid = indexed_job()
+    assert _bounds(rigid, pod("p", ref("batch/v1", "Job", "ddp")), [rigid]) == (4, 4)
+
+    js = jobset()
+    js["metadata"]["annotations"] = {"gpusched.io/min-member": "3"}
+    child = obj("batch/v1", "Job", "trainer-workers-1", owner=ref("jobset.x-k8s.io/v1alpha2", "JobSet", "trainer"))
+    member = pod("trainer-workers-1-0", ref("batch/v1", "Job", "trainer-workers-1"))
+    assert _bounds(js, member, [child, js]) == (3, 9)
+
+    lw = lws(size=4)
+    lw["metadata"]["annotations"] = {"gpusched.io/min-member": "2"}
+    sts = obj("apps/v1", "StatefulSet", "vllm", owner=ref("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "vllm"))
+    leader = pod(
+        "vllm-0", ref("apps/v1", "StatefulSet", "vllm"), labels={"leaderworkerset.sigs.k8s.io/group-index": "0"}
+    )
+    assert _bounds(lw, leader, [sts, lw]) == (2, 4)
+
+    elastic = {
+        "elasticPolicy": {"minReplicas": 2, "maxReplicas": 6},
+        "pytorchReplicaSpecs": {"Worker": {"replicas": 4}},
+    }
+    pt = obj("kubeflow.org/v1", "PyTorchJob", "elastic", elastic)
+    assert _bounds(pt, pod("elastic-worker-0", ref("kubeflow.org/v1", "PyTorchJob", "elastic")), [pt]) == (2, 6)
+    # A minimum annotated above the workload's size raises the maximum with it.
+    job["metadata"]["annotations"] = {"gpusched.io/job-min-parallelism": "8"}
+    assert _bounds(job, pod("w", ref("batch/v1", "Job", "work")), [job]) == (8, 8)
+
+
+def test_a_malformed_min_parallelism_names_its_annotation() -> None:
+    job = obj("batch/v1", "Job", "work", {"parallelism": 6}, annotations={"gpusched.io/job-min-parallelism": "x"})
+    grouping = group_pod(pod("w", ref("batch/v1", "Job", "work")), [job])
+    assert grouping.gang is not None and (grouping.gang.min_member, grouping.gang.max_member) == (1, 6)
+    assert "gpusched.io/job-min-parallelism" in str(grouping.problems[0])
