@@ -32,7 +32,7 @@ from scheduler.api import resources
 from scheduler.api import topology as api_topology
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
-from scheduler.api.podgroup import PodGroup
+from scheduler.api.podgroup import PodGroup, member_rank
 from scheduler.api.topology import TopologyConstraint
 from scheduler.cache.arrays import ClusterArrays
 from scheduler.cache.state import Snapshot
@@ -67,6 +67,14 @@ def _size(pod: PodRequest) -> tuple[float, ...]:
 def order_members(members: Sequence[PodRequest]) -> list[PodRequest]:
     """Largest first (GPU, then CPU, then memory), ties by name so the order is stable."""
     return sorted(members, key=lambda p: (*_size(p), p.key))
+
+
+def core_members(pending: Iterable[PodRequest], need: int) -> list[PodRequest]:
+    """The ``need`` members a gang is placed with together, in the order they are placed: those of lowest rank (a
+    leader or master, index 0 up: ``member_rank``), so that the core is what stays when an elastic gang's surplus
+    is preempted; largest first among them."""
+    ranked = sorted(pending, key=lambda p: (member_rank(p.labels, p.name), p.key))
+    return order_members(ranked[:need])
 
 
 def min_resources_short(scheduler: Scheduler, group: PodGroup) -> str:

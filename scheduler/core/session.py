@@ -108,7 +108,7 @@ class Session:
             need = group.min_member - len(job.placed) - len(job.succeeded)
             if need <= 0 or len(job.pending) < need:
                 return False
-            attempt.members = gang.order_members(list(job.pending.values()))[:need]
+            attempt.members = gang.core_members(job.pending.values(), need)
             (attempt.level, _), attempt.unresolved = gang.resolve_levels(
                 self.scheduler, group.topology, obj=attempt.obj
             )

@@ -244,7 +244,7 @@ def explain_group(operator: Operator, key: str) -> str:
                 " tried once they do",
             ]
         )
-    members = gang.order_members(list(state.pending.values()))[:need]
+    members = gang.core_members(state.pending.values(), need)
     # The cycle's own what-if (gang.try_gang: the cheap checks, the topology's domains, the nodes held for others),
     # so what this says and the gang's Scheduled condition cannot disagree.
     result = gang.try_gang(operator.scheduler, group, members, _cycle_context(operator, state.key))

@@ -407,3 +407,86 @@ def test_a_leaderworkerset_is_one_gang_per_group_that_lands_whole_runs_and_takes
         print(f"[e2e] LeaderWorkerSet deleted, 3 PodGroups collected: {gc:.1f}s")
     finally:
         order.stop()
+
+
+def test_an_elastic_leaderworkerset_group_gives_back_its_surplus_to_a_guarantee_and_grows_back(
+    sched: Scenario, controllers: None
+) -> None:
+    """The issue's example through a real controller: on 2 nodes of 8 GPUs, queue qa (guarantee 8) holds a
+    LeaderWorkerSet group of 4 pods x 4 GPUs with ``gpusched.io/min-member: 2`` (an elastic gang: min 2, max 4);
+    queue qb (guarantee 8) asks 8 GPUs. Exactly the 2 surplus pods (worker indices 3 and 2) are preempted, the core
+    pods keep their UIDs, and once qb's pod leaves the group grows back to 4. (A JobSet's or a Job's pods are
+    completed at once by kwok, so a group that keeps running is a LeaderWorkerSet's.)"""
+    sched.add_nodes([kube_mod.gpu_node(f"{sched.name[:40]}-n{i}") for i in range(2)])
+    qa, qb = f"{sched.name}-qa", f"{sched.name}-qb"
+    sched.create_queue(kube_mod.queue(qa, guaranteed={"nvidia.com/gpu": "8"}))
+    sched.create_queue(kube_mod.queue(qb, guaranteed={"nvidia.com/gpu": "8"}))
+    template = {
+        "spec": {
+            "schedulerName": "gpusched",
+            "containers": [
+                {
+                    "name": "worker",
+                    "image": "nginxinc/nginx-unprivileged:1.27",
+                    "resources": {"limits": {"nvidia.com/gpu": "4", "cpu": "1"}, "requests": {"cpu": "1"}},
+                }
+            ],
+        }
+    }
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {
+            "name": "elastic",
+            "labels": {kube_mod.LABEL_QUEUE: qa},
+            "annotations": {"gpusched.io/min-member": "2"},
+        },
+        # restartPolicy None: the group is not recreated when one of its pods is deleted (the default recreates it).
+        "spec": {
+            "replicas": 1,
+            "leaderWorkerTemplate": {"size": 4, "restartPolicy": "None", "workerTemplate": template},
+        },
+    }
+    sched.kube.request("POST", LWS.format(ns=sched.namespace), lws)
+    names = ["elastic-0", "elastic-0-1", "elastic-0-2", "elastic-0-3"]
+    # Every pod exists before gpusched starts, so the gang's core is placed from all of them: its lowest indices.
+    kube_mod.wait_until(
+        lambda: {p["metadata"]["name"] for p in sched.pods()} >= set(names), timeout=60, what="the group's 4 pods"
+    )
+    sched.start_gpusched()
+    _gangs(sched, ["leaderworkerset-elastic-0"], 2, "LeaderWorkerSet")
+    assert kube_mod.podgroups(sched)[0]["spec"]["maxMember"] == 4
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in sched.wait_bound(names, timeout=60)}
+
+    def columns() -> list[str] | None:
+        out = sched.kube.kubectl("get", "podgroup", "leaderworkerset-elastic-0", "-n", sched.namespace).stdout
+        header, row = out.splitlines()[:2]
+        shown = dict(zip(header.split(), row.split(), strict=False))
+        return [shown.get(k, "") for k in ("RUNNING", "MIN", "MAX")] if shown.get("RUNNING") == "4" else None
+
+    assert kube_mod.wait_until(columns, timeout=30, what="kubectl shows RUNNING 4, MIN 2, MAX 4") == ["4", "2", "4"]
+
+    started = time.monotonic()
+    sched.create_pod(kube_mod.pod("big", gpus=8, queue=qb))
+    sched.wait_bound(["big"], timeout=90)
+    _timed("qb's 8-GPU pod: created to bound, 2 surplus members reclaimed", started)
+    for name in ("elastic-0-3", "elastic-0-2"):
+        event = sched.wait_event(name, "Preempted")
+        assert qb in event["message"], event["message"]
+    now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in sched.pods() if p["metadata"]["name"] in names}
+    kept = sorted(n for n in names if now.get(n) == before[n])
+    assert kept == ["elastic-0", "elastic-0-1"], f"the core keeps its pods, the surplus is replaced: {now}"
+    assert not [n for n in ("elastic-0", "elastic-0-1") if _preempted(sched, n)], "a core pod was preempted"
+    kube_mod.check_no_overcommit(sched.pods(), sched.my_nodes())
+
+    started = time.monotonic()
+    sched.delete_pod("big")
+    grown = sched.wait_bound(names, timeout=90)
+    _timed("qb's pod deleted to the group grown back to 4", started)
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in grown}
+    assert [uids[n] == before[n] for n in names] == [True, True, False, False], uids
+    kube_mod.check_no_overcommit(sched.pods(), sched.my_nodes())
+
+
+def _preempted(s: Scenario, name: str) -> bool:
+    return any(e.get("reason") == "Preempted" for e in s.kube.events(s.namespace, name=name))
