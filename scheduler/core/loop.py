@@ -38,6 +38,7 @@ by priority, then by age; a job that does not fit preempts, least disruptive fir
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -371,9 +372,12 @@ class SchedulingLoop:
                 for pod_key in job.pending:
                     self.queue.remove(pod_key)  # the gang holds its maxMember: they wait for one to leave
                 return
+            # A member tried alone goes at its gang's priority if that is higher than its own; one that grows a gang
+            # already at its minimum goes after the work of that priority still waiting to start.
+            created = math.inf if job.satisfied else None
             for pod in job.pending.values():
-                # A member tried alone goes at its gang's priority if that is higher than its own.
-                self.queue.update(QueueItem(pod.key, max(pod.priority, group.priority), pod.created, leaf))
+                priority = max(pod.priority, group.priority)
+                self.queue.update(QueueItem(pod.key, priority, pod.created if created is None else created, leaf))
             return
         for pod_key in job.pending:
             self.queue.remove(pod_key)

@@ -46,9 +46,13 @@ def _pod(name: str, gpus: int, queue: str, group: str = "", priority: int = 0) -
 
 
 def _live(cluster: Cluster, evictions: Evictions) -> set[str]:
-    """Pods bound and not evicted."""
+    """Pods bound, on their node still, and not being evicted."""
     gone = {p.key for p in evictions.pods}
-    return {d.pod.name for d in cluster.binder.decisions if d.pod.key not in gone}
+    return {
+        d.pod.name
+        for d in cluster.binder.decisions
+        if d.pod.key not in gone and cluster.cache.pod(d.pod.key) is not None
+    }
 
 
 def _leave(cluster: Cluster, loop: SchedulingLoop, clock: Clock, pods: list[api_pod.PodRequest]) -> None:
@@ -178,3 +182,34 @@ def test_members_rank_by_their_workload_s_indices_then_their_name() -> None:
     ]
     assert [n for _, n in sorted(pytorch, key=lambda m: member_rank(*m))] == ["pt-master-0", "pt-worker-0"]
     assert sorted(["g-10", "g-9", "g-2"], key=lambda n: member_rank({}, n)) == ["g-2", "g-9", "g-10"]
+
+
+def test_a_member_growing_its_gang_goes_after_work_waiting_to_start() -> None:
+    """Room freed goes first to a job waiting for its minimum, then to the growth of a gang already running."""
+    cluster, loop, clock, evictions = _loop([QueueSpec(name="qa")])
+    loop.pod_pending(_pod("filler", 8, "qa"))
+    loop.run_until_idle()
+    _elastic_gang(loop, "a", "qa", 3, min_member=1, max_member=3)
+    loop.pod_pending(_pod("waiting", 8, "qa"))
+    loop.run_until_idle()
+    assert _live(cluster, evictions) == {"filler", "a-0", "a-1"}
+    clock.now = 30.0  # past every backoff
+    _leave(cluster, loop, clock, [next(d.pod for d in cluster.binder.decisions if d.pod.name == "filler")])
+    assert _live(cluster, evictions) == {"a-0", "a-1", "waiting"}
+
+
+def test_a_gang_waiting_for_its_minimum_takes_the_surplus_of_its_own_queue_at_equal_priority() -> None:
+    """Surplus is lent: a gang of the same queue and priority that cannot start takes it (never a core); the
+    members given back then wait for room rather than take it back."""
+    cluster, loop, clock, evictions = _loop([QueueSpec(name="qa")])
+    _elastic_gang(loop, "a", "qa", 4, min_member=2, max_member=4)
+    clock.now = 10.0
+    _elastic_gang(loop, "b", "qa", 2, min_member=2, max_member=2)
+    assert sorted(p.name for p in evictions.pods) == ["a-2", "a-3"]
+    _leave(cluster, loop, clock, list(evictions.pods))
+    assert _live(cluster, evictions) == {"a-0", "a-1", "b-0", "b-1"}
+    for i in (2, 3):
+        loop.pod_pending(_pod(f"a-{i}", 4, "qa", group="a"))
+    clock.now = 60.0
+    loop.run_until_idle()
+    assert len(evictions.pods) == 2, "a member growing its gang takes nothing of equal priority"

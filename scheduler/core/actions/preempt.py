@@ -6,6 +6,11 @@ pod does it as kube-scheduler's DefaultPreemption: victims on one node (``reclai
 weighed), that node nominated for it (``status.nominatedNodeName``, cleared when a later search finds nothing),
 and victims evicted for a pod of lower priority counted as its own. The room is nominated for the job and every
 victim evicted, as one statement.
+
+An elastic gang's surplus (its members placed beyond ``minMember``) is lent: a gang of the same queue waiting for
+its minimum takes it even at equal priority (never a core of equal priority), so that a job that grew into idle
+room does not keep the next job of its queue from starting. A member growing its own gang takes nothing of equal
+priority, so the surplus does not come back by preemption.
 """
 
 from __future__ import annotations
@@ -35,21 +40,29 @@ class Preempt:
                 return WAITS
             self.preemptor.unnominate(attempt.key)
             return NOTHING
-        queue, priority = attempt.queue, attempt.priority
-        own = [c for c in search.candidates if c.queue == queue and c.priority < priority]
+        queue, priority, job = attempt.queue, attempt.priority, attempt.job.key
+        lent = attempt.whole_gang
+        own = [
+            c
+            for c in search.candidates
+            if c.queue == queue
+            and (c.priority < priority or (lent and c.surplus and c.priority == priority))
+            and c.job != job
+        ]
         if not own:
             return NOTHING
         policy = self.tenancy.within_queue_policy(queue)
-        victims = self.preemptor.victims(attempt.members, priority, policy, own, attempt.level, snapshot=snapshot)
+        # ``own`` holds only what it may take: the bound one above its priority lets the lent surplus through.
+        victims = self.preemptor.victims(attempt.members, priority + 1, policy, own, attempt.level, snapshot=snapshot)
         if not victims:
             return NOTHING
-        self.preemptor.make_room(
-            attempt,
-            victims,
-            reason=f"preempted by higher-priority work of queue {queue!r} ({attempt.obj})",
-            event="Preempting",
-            message=f"preempting {len(victims)} lower-priority job(s) of queue {queue!r}",
-        )
+        if all(v.priority < priority for v in victims):
+            reason = f"preempted by higher-priority work of queue {queue!r} ({attempt.obj})"
+            message = f"preempting {len(victims)} lower-priority job(s) of queue {queue!r}"
+        else:
+            reason = f"surplus of an elastic gang given back to {attempt.obj} of queue {queue!r}, below its minimum"
+            message = f"preempting {len(victims)} job(s) or surplus member(s) of queue {queue!r}"
+        self.preemptor.make_room(attempt, victims, reason=reason, event="Preempting", message=message)
         return WAITS
 
     def _pod(self, attempt: Attempt, pod: PodRequest, search: Search, snapshot: Snapshot) -> bool:
