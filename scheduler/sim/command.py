@@ -22,11 +22,24 @@ import numpy as np
 from scheduler.api import typical
 from scheduler.api.errors import InvalidObject
 from scheduler.api.node import NodeInfo
-from scheduler.sim import bound, engine, gangs, metrics, policies, protocol, replay, report, synthetic, tenants, trace
+from scheduler.sim import (
+    bound,
+    elastic,
+    engine,
+    gangs,
+    metrics,
+    policies,
+    protocol,
+    replay,
+    report,
+    synthetic,
+    tenants,
+    trace,
+)
 from scheduler.sim import topology as sim_topology
 from scheduler.sim.trace import NodeSpec, PodSpec
 
-SCENARIOS = ("gangs", "tenants", "topology")
+SCENARIOS = ("gangs", "elastic", "tenants", "topology")
 
 #: Seeds when ``--seeds`` is not given; the topology scenario runs one (its seeds are slow and alike).
 DEFAULT_SEEDS = "42-44"
@@ -34,7 +47,7 @@ TOPOLOGY_SEEDS = "42"
 DEFAULT_TUNE = 1.3
 
 #: Seconds a seed of a scenario takes on the project's 2-core machine, for the progress line.
-SECONDS_PER_SEED = {"tenants": 100, "topology": 30}
+SECONDS_PER_SEED = {"tenants": 100, "topology": 30, "elastic": 60}
 
 #: File types matplotlib writes (``--plot``), by extension.
 PLOT_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
@@ -44,6 +57,7 @@ _APPLIES = {
     "compare": {"nodes", "pods", "policy", "tune", "seeds", "json", "plot"},
     "replay": {"nodes", "pods", "policy", "replay", "json", "plot"},
     "gangs": {"nodes", "jobs", "policy", "seeds", "json"},
+    "elastic": {"seeds", "json"},
     "tenants": {"policy", "seeds", "json"},
     "topology": {"seeds", "json"},
 }
@@ -51,6 +65,7 @@ _WHY_NOT = {
     "compare": "it applies only to a scenario",  # only --jobs can be out of place here
     "replay": "a replay uses the trace's own times, once",
     "gangs": "the gang scenario places jobs (--jobs) on nodes (--nodes, or its built-in cluster)",
+    "elastic": "the elastic scenario runs the gang scenario's built-in jobs rigid and elastic, default profile",
     "tenants": "the tenants scenario has its own cluster and workload",
     "topology": "the topology scenario runs the default profile on its own labelled cluster, with topology on and off",
 }
@@ -91,6 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=SCENARIOS,
         help=(
             "a built-in scenario instead of a placement comparison: gangs (distributed jobs, seconds a seed), "
+            "elastic (the gang jobs in two queues, rigid against elastic, about a minute a seed), "
             "tenants (queues, about 100 s a seed), topology (gangs with required and preferred levels, with "
             "topology and with it ignored, about 30 s a seed)"
         ),
@@ -398,6 +414,21 @@ def run_gangs(args: argparse.Namespace, names: Sequence[str], seeds: Sequence[in
     return results
 
 
+def run_elastic(seeds: Sequence[int], quiet: bool) -> dict[str, dict[str, Any]]:
+    """The same jobs of each seed rigid, then elastic (``scheduler.sim.elastic``), with the default profile."""
+    nodes = gangs.cluster()
+    capacity = sum(n.gpus for n in nodes)
+    runs: dict[str, list[elastic.ElasticRun]] = {"rigid": [], "elastic": []}
+    for j, seed in enumerate(seeds):
+        jobs = elastic.jobs(capacity, seed)
+        config = policies.build("default", shapes=[], seed=seed)
+        for name, made in runs.items():
+            _seed_started(quiet, "elastic", name, seed, j + 1, len(seeds))
+            made.append(elastic.run(nodes, jobs, config, elastic=name == "elastic"))
+            _seed_done(quiet, name, seed, made[-1].wall_s)
+    return {name: elastic.summary(made) for name, made in runs.items()}
+
+
 def run_tenants(names: Sequence[str], seeds: Sequence[int], quiet: bool) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     steps = len(names) * len(seeds)
@@ -475,6 +506,17 @@ def run(args: argparse.Namespace) -> int:
         print(report.tenant_table(results, seeds=len(seeds)))
         if args.json:
             _write_json(args.json, {"mode": "tenants", "seeds": seeds, "results": results})
+        return 0
+    if chosen == "elastic":
+        seeds = parse_seeds(DEFAULT_SEEDS if args.seeds is None else args.seeds)
+        results = run_elastic(seeds, args.quiet)
+        print(
+            f"elastic scenario: the gang jobs in 2 queues (each guaranteed half), rigid and elastic, "
+            f"seeds {_span(seeds)}"
+        )
+        print(elastic.table(results))
+        if args.json:
+            _write_json(args.json, {"mode": "elastic", "seeds": seeds, "results": results})
         return 0
     if chosen == "gangs":
         names = policies.parse_names("default" if args.policy is None else args.policy)

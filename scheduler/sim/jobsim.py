@@ -97,6 +97,12 @@ class JobSimulation:
         """Job ``name``, running now, leaves ``after`` seconds from now (unless it is preempted meanwhile)."""
         heapq.heappush(self._events, (self.now + after, DEPART, name, self._run_of.get(name, 0)))
 
+    def depart_again(self, name: str, after: float) -> None:
+        """Job ``name``, running now, leaves ``after`` seconds from now instead of when it was to (an elastic job's
+        pace changed): its earlier departure is dropped."""
+        self._run_of[name] = self._run_of.get(name, 0) + 1
+        self.depart(name, after)
+
     def resubmit(self, name: str) -> None:
         """Job ``name`` was preempted: it arrives again now, as its next run."""
         self._run_of[name] = self._run_of.get(name, 0) + 1
@@ -157,7 +163,11 @@ class JobSimulation:
         self.cycles += self.loop.run_until_idle()
         while self.preempted():
             self.cycles += self.loop.run_until_idle()
-        for decision in self.binder.bound[before:]:
+        bound = self.binder.bound[before:]
+        last = {decision.pod.key: decision for decision in bound}
+        for decision in bound:
+            if last[decision.pod.key] is not decision or self.cache.pod(decision.pod.key) is None:
+                continue  # preempted in this step (and perhaps placed again: its last binding is the one)
             self.cache.confirm(decision.pod.key)
             self.loop.pod_placed(dataclasses.replace(decision.pod, node_name=decision.node, phase="Running"))
             self.placed(decision)
