@@ -156,6 +156,20 @@ class StatusPublisher:
         told: dict[str, str] = {}
         for job in self.loop.jobs.gangs():
             group = job.group
+            if group is not None and job.full:
+                # An elastic gang at its maximum: its other members wait for a placed one to leave, no cycle says so.
+                message = (
+                    f"waiting for gang {group.key}: it runs its maxMember of {group.max_member} members; this one "
+                    "is placed when one of them leaves"
+                )
+                for member in job.pending.values():
+                    told[member.key] = message
+                    self.conditions.unschedulable(member, message)
+                    if self._told.get(member.key) != message:
+                        self.recorder.emit(
+                            obj=f"pod {member.key}", kind="Normal", reason="WaitingForGang", message=message
+                        )
+                continue
             if group is None or job.satisfied:
                 continue
             if job.exists >= group.min_member:

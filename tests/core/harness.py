@@ -10,6 +10,7 @@ from scheduler.api import pod as api_pod
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import Result, Scheduler
 from scheduler.core.extension_points import Framework
+from scheduler.core.loop import SchedulingLoop
 from scheduler.framework import profile
 from scheduler.framework.interface import Decision
 
@@ -86,3 +87,14 @@ class Events:
 
     def messages(self, obj: str) -> list[str]:
         return [message for o, _, message in self.seen if o == obj]
+
+
+def gone(cluster: Cluster, loop: SchedulingLoop, clock: Clock, pods: Sequence[api_pod.PodRequest]) -> None:
+    """The API server deletes ``pods`` (preempted): the cache and the loop hear it, after the preemptor's
+    backoff."""
+    for pod in pods:
+        cluster.cache.remove_pod(pod.key)
+        loop.pod_gone(pod.key)
+    clock.now += 30.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()

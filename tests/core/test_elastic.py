@@ -11,18 +11,8 @@ from scheduler.api.queue import QueueSpec
 from scheduler.core.loop import SchedulingLoop
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
-from tests.core.harness import Clock, Cluster, Events
-
-
-class Evictions:
-    def __init__(self) -> None:
-        self.pods: list[api_pod.PodRequest] = []
-
-    def evict(self, pods: list[api_pod.PodRequest], reason: str) -> None:
-        self.pods.extend(pods)
-
-    def nominate(self, pod: api_pod.PodRequest, node: str) -> None:
-        pass
+from tests.core.harness import Clock, Cluster, Events, gone
+from tests.core.test_tenancy import Evictions
 
 
 def _loop(queues: list[QueueSpec]) -> tuple[Cluster, SchedulingLoop, Clock, Evictions]:
@@ -55,16 +45,6 @@ def _live(cluster: Cluster, evictions: Evictions) -> set[str]:
     }
 
 
-def _leave(cluster: Cluster, loop: SchedulingLoop, clock: Clock, pods: list[api_pod.PodRequest]) -> None:
-    """The evicted pods are gone, as the API server would tell."""
-    for pod in pods:
-        cluster.cache.remove_pod(pod.key)
-        loop.pod_gone(pod.key)
-    clock.now += 1.0
-    loop.cluster_event("pod deleted")
-    loop.run_until_idle()
-
-
 def _elastic_gang(loop: SchedulingLoop, name: str, queue: str, pods: int, *, min_member: int, max_member: int) -> None:
     loop.group_upsert(PodGroup("default", name, min_member=min_member, max_member=max_member, queue=queue))
     for i in range(pods):
@@ -88,7 +68,7 @@ def test_a_guarantee_is_reclaimed_from_an_elastic_gang_s_surplus_and_the_gang_gr
     loop.pod_pending(_pod("big", 8, "qb"))
     loop.run_until_idle()
     assert sorted(p.name for p in evictions.pods) == ["train-2", "train-3"]
-    _leave(cluster, loop, clock, list(evictions.pods))
+    gone(cluster, loop, clock, list(evictions.pods))
     assert _live(cluster, evictions) == {"train-0", "train-1", "big"}
     job = loop.gang("default/train")
     assert job is not None and sorted(p.name for p in job.placed.values()) == ["train-0", "train-1"]
@@ -102,7 +82,7 @@ def test_a_guarantee_is_reclaimed_from_an_elastic_gang_s_surplus_and_the_gang_gr
     # ...and take the room back once qb's pod leaves.
     bound = len(cluster.binder.decisions)
     big = next(d.pod for d in cluster.binder.decisions if d.pod.name == "big")
-    _leave(cluster, loop, clock, [big])
+    gone(cluster, loop, clock, [big])
     assert sorted(d.pod.name for d in cluster.binder.decisions[bound:]) == ["train-2", "train-3"]
     assert len(job.placed) == 4
 
@@ -194,7 +174,7 @@ def test_a_member_growing_its_gang_goes_after_work_waiting_to_start() -> None:
     loop.run_until_idle()
     assert _live(cluster, evictions) == {"filler", "a-0", "a-1"}
     clock.now = 30.0  # past every backoff
-    _leave(cluster, loop, clock, [next(d.pod for d in cluster.binder.decisions if d.pod.name == "filler")])
+    gone(cluster, loop, clock, [next(d.pod for d in cluster.binder.decisions if d.pod.name == "filler")])
     assert _live(cluster, evictions) == {"a-0", "a-1", "waiting"}
 
 
@@ -206,7 +186,7 @@ def test_a_gang_waiting_for_its_minimum_takes_the_surplus_of_its_own_queue_at_eq
     clock.now = 10.0
     _elastic_gang(loop, "b", "qa", 2, min_member=2, max_member=2)
     assert sorted(p.name for p in evictions.pods) == ["a-2", "a-3"]
-    _leave(cluster, loop, clock, list(evictions.pods))
+    gone(cluster, loop, clock, list(evictions.pods))
     assert _live(cluster, evictions) == {"a-0", "a-1", "b-0", "b-1"}
     for i in (2, 3):
         loop.pod_pending(_pod(f"a-{i}", 4, "qa", group="a"))

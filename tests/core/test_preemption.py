@@ -17,7 +17,7 @@ from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import RESERVED_SLOTS
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
-from tests.core.harness import Clock, Cluster, Events
+from tests.core.harness import Clock, Cluster, Events, gone
 from tests.core.test_tenancy import Evictions
 
 FOO = "example.com/foo"
@@ -67,16 +67,6 @@ def _placed(cluster: Cluster) -> dict[str, str]:
     return {d.pod.name: d.node for d in cluster.binder.decisions}
 
 
-def _gone(cluster: Cluster, loop: SchedulingLoop, clock: Clock, pods: list[api_pod.PodRequest]) -> None:
-    """The API server deletes the victims: the cache and the loop hear it (after the preemptor's backoff)."""
-    for pod in pods:
-        cluster.cache.remove_pod(pod.key)
-        loop.pod_gone(pod.key)
-    clock.now += 30.0
-    loop.cluster_event("pod deleted")
-    loop.run_until_idle()
-
-
 def _budget(name: str, app: str, allowed: int, disrupted: tuple[str, ...] = ()) -> api_pdb.DisruptionBudget:
     return api_pdb.parse_pdb(
         {
@@ -101,7 +91,7 @@ def test_basic_preemption_takes_the_one_low_priority_pod_and_nominates_its_node(
     assert evictions.nominated == {"default/preemptor": "n0"}
     assert events.reasons("pod default/preemptor") == ["FailedScheduling", "Preempting"]
     assert "on node n0" in events.messages("pod default/p0-0")[-1]
-    _gone(cluster, loop, clock, evictions.pods)
+    gone(cluster, loop, clock, evictions.pods)
     assert _placed(cluster)["preemptor"] == "n0"
 
 
@@ -213,7 +203,7 @@ def test_preemption_policy_never_waits_for_room_instead() -> None:
     assert evictions.pods == []
     assert evictions.nominated == {}
     assert "Preempting" not in events.reasons("pod default/polite")
-    _gone(cluster, loop, clock, [_pod("low", 1, 0)])
+    gone(cluster, loop, clock, [_pod("low", 1, 0)])
     assert "polite" in _placed(cluster)
 
 
@@ -236,7 +226,7 @@ def test_a_higher_priority_pod_counts_victims_already_terminating_and_takes_the_
     _run(loop, clock, [_pod("high", 2, 1000)])
     assert [p.name for p in evictions.pods] == ["low-b", "low-a"]  # low-b is not deleted twice
     assert evictions.nominated == {"default/medium": "", "default/high": "n0"}
-    _gone(cluster, loop, clock, evictions.pods)
+    gone(cluster, loop, clock, evictions.pods)
     assert "high" in _placed(cluster) and "medium" not in _placed(cluster)
 
 
@@ -292,7 +282,7 @@ def test_a_preemptor_whose_hold_was_dropped_counts_its_own_terminating_victims_a
     # Its victim is still terminating: it waits for it again, without a second victim or a cleared nomination.
     assert [p.name for p in evictions.pods] == ["low"]
     assert evictions.nominated == {"default/medium": "n0"}
-    _gone(cluster, loop, clock, evictions.pods)
+    gone(cluster, loop, clock, evictions.pods)
     assert _placed(cluster)["medium"] == "n0"
 
 

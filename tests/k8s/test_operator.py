@@ -381,6 +381,28 @@ async def test_a_gang_is_bound_whole_and_its_status_written(fake: FakeApiServer,
     assert "gpusched_gang_wait_seconds_count 1.0" in operator.metrics.exposition().decode()
 
 
+async def test_an_elastic_gang_at_its_maximum_tells_its_other_members_why_they_wait(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0", gpus=8))
+    group = podgroup("job", 1)
+    group["spec"]["maxMember"] = 2
+    operator.podgroup_event(group)
+    for i in range(3):
+        operator.pod_event(pod(f"job-{i}", 2, labels={"gpusched.io/pod-group": "job"}))
+    operator.listed()
+    await eventually(lambda: len(bound(fake)) == 2)
+    await settled(operator)
+    operator.publish_status()
+    await flushed(operator)
+    waiting = {"job-0", "job-1", "job-2"} - set(bound(fake))
+    told = [e for e in events(fake, "WaitingForGang") if e["involvedObject"]["name"] in waiting]
+    assert len(told) == 1 and "maxMember of 2" in told[0]["message"], told
+    written = fake.requests("PATCH", "/podgroups/job/status")[-1].body["status"]
+    assert (written["minMember"], written["maxMember"]) == (1, 2)
+
+
 async def test_preemption_deletes_the_victim_with_its_uid(fake: FakeApiServer, operator: Operator) -> None:
     victim = pod("victim", 1)
     fake.pods["default/victim"] = victim

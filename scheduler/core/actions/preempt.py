@@ -52,7 +52,7 @@ class Preempt:
         if not own:
             return NOTHING
         policy = self.tenancy.within_queue_policy(queue)
-        # ``own`` holds only what it may take: the bound one above its priority lets the lent surplus through.
+        # ``own`` holds only what it may take: a bound one above its priority lets its lent surplus through.
         victims = self.preemptor.victims(attempt.members, priority + 1, policy, own, attempt.level, snapshot=snapshot)
         if not victims:
             return NOTHING
