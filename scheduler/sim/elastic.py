@@ -3,8 +3,9 @@
 The jobs are the gang scenario's (``scheduler.sim.gangs.generate``), split between two queues that are each
 guaranteed half the cluster and may borrow the rest, so that a queue below its guarantee reclaims from the other.
 A *rigid* job is a PodGroup of ``minMember`` = ``maxMember`` = its workers; the same job *elastic* has
-``minMember`` = half its workers (at least one) and ``maxMember`` = its workers: it starts at its minimum, grows as
-room appears, and gives its surplus back first when another queue reclaims its guarantee.
+``minMember`` = three quarters of its workers (:data:`MIN_FRACTION`, at least one) and ``maxMember`` = its
+workers: it starts at its minimum, grows as room appears, and gives its surplus back first when another queue
+reclaims its guarantee or a job of its queue cannot start.
 
 The work model: a job has ``workers x duration`` worker-seconds to do, at one worker-second per running worker per
 second (linear scaling: an elastic trainer that rescales its batch, as PyTorch elastic does), so a rigid job runs
@@ -53,8 +54,13 @@ def jobs(cluster_gpus: int, seed: int) -> list[gangs.Job]:
     return [dataclasses.replace(job, queue=QUEUE_NAMES[i % 2]) for i, job in enumerate(made)]
 
 
+#: An elastic job's ``minMember``, as a fraction of its workers (rounded down, at least one).
+MIN_FRACTION = (3, 4)
+
+
 def min_workers(job: gangs.Job, elastic: bool) -> int:
-    return max(1, job.workers // 2) if elastic else job.workers
+    numerator, denominator = MIN_FRACTION
+    return max(1, job.workers * numerator // denominator) if elastic else job.workers
 
 
 @dataclass
@@ -163,13 +169,8 @@ class ElasticSimulation(gangs.GangSimulation):
         return True
 
     def stepped(self, *, bound: int) -> None:
-        for state in self.loop.jobs.gangs():
-            assert state.group is not None
-            placed = len(state.placed)
-            if 0 < placed < state.group.min_member:
-                self.partial += 1
-            name = state.group.name
-            if not state.satisfied:
+        for name, satisfied, placed in self.gangs_checked():
+            if not satisfied:
                 continue
             if name not in self.started:
                 self.started[name] = self.now

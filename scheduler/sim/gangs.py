@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -253,14 +253,19 @@ class GangSimulation(jobsim.JobSimulation):
         self.pods_deleted()
         return True
 
-    def stepped(self, *, bound: int) -> None:
+    def gangs_checked(self) -> Iterator[tuple[str, bool, int]]:
+        """Every gang: its job's name, whether it holds its minimum, its placed members; one partly placed is
+        counted (``partial``)."""
         for state in self.loop.jobs.gangs():
             assert state.group is not None
             placed = len(state.placed)
             if 0 < placed < state.group.min_member:
                 self.partial += 1
-            job_name = state.group.name
-            if state.satisfied and job_name not in self.started:
+            yield state.group.name, state.satisfied, placed
+
+    def stepped(self, *, bound: int) -> None:
+        for job_name, satisfied, _ in self.gangs_checked():
+            if satisfied and job_name not in self.started:
                 self.started[job_name] = self.now
                 self.first_start.setdefault(job_name, (self.by_name[job_name].arrival, self.now))
                 job = self.by_name[job_name]

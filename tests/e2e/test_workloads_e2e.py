@@ -462,7 +462,10 @@ def test_an_elastic_leaderworkerset_group_gives_back_its_surplus_to_a_guarantee_
         out = sched.kube.kubectl("get", "podgroup", "leaderworkerset-elastic-0", "-n", sched.namespace).stdout
         header, row = out.splitlines()[:2]
         shown = dict(zip(header.split(), row.split(), strict=False))
-        return [shown.get(k, "") for k in ("RUNNING", "MIN", "MAX")] if shown.get("RUNNING") == "4" else None
+        if shown.get("RUNNING") != "4":
+            return None
+        print(f"\n$ kubectl get podgroups\n{out}")
+        return [shown.get(k, "") for k in ("RUNNING", "MIN", "MAX")]
 
     assert kube_mod.wait_until(columns, timeout=30, what="kubectl shows RUNNING 4, MIN 2, MAX 4") == ["4", "2", "4"]
 
