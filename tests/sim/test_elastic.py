@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from scheduler.sim import elastic, gangs, policies
 from scheduler.sim.trace import NodeSpec
 
@@ -16,11 +18,14 @@ def _job(name: str, workers: int, queue: str) -> gangs.Job:
     return gangs.Job(name, workers, 4, 1000, 1024, 0.0, 100.0, queue)
 
 
-def test_an_elastic_job_gives_its_surplus_to_another_queue_s_guarantee_and_grows_back() -> None:
+def test_an_elastic_job_gives_its_surplus_to_another_queue_s_guarantee_and_grows_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """2 nodes of 8 GPUs, queues qa and qb guaranteed 8 each. Rigid: qa's 4 x 4-GPU job holds all 16 GPUs for 100 s
     and qb's 2 x 4-GPU job waits for it (taking it would push qa below its guarantee). Elastic: qb reclaims qa's
     surplus at once, both run on 8 GPUs, qb's job ends after 100 s, and qa's grows back to 4 workers for the 200
     worker-seconds it has left (ending after 150 s instead of 100 s): mean completion about 125 s instead of 150 s."""
+    monkeypatch.setattr(elastic, "MIN_FRACTION", (1, 2))  # a's minimum 2 of 4, b's 1 of 2
     jobs = [_job("a", 4, "qa"), _job("b", 2, "qb")]
     config = policies.build("default", shapes=[], seed=0)
     runs = {}
