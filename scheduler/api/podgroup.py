@@ -7,6 +7,10 @@ schema cannot: it raises :class:`InvalidObject` naming the field.
 An *elastic* gang has a ``maxMember`` above its ``minMember``: its first ``minMember`` members (the core) are
 placed together, the others (the surplus) one by one as room appears, never more than ``maxMember`` at once; the
 surplus is what reclaim and preemption take first, the member of highest index first (:func:`member_rank`).
+
+A gang in *segments* (``spec.segments``: ``size``, and ``required`` or ``preferred``, a topology level) has the
+members it places together cut, lowest index first, into segments of ``size`` members, each inside one domain of
+that level (KAI's segment size, Kueue's podset slices: a 64-worker job in slices of 16, each on one NVL72 rack).
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ COMPAT_VERSION = "v1alpha1"
 COMPAT_FIELDS = ("minMember", "minResources", "scheduleTimeoutSeconds")
 DEFAULT_TIMEOUT_S = 600
 
+#: No segment level.
+NO_SEGMENTS = topology.NO_CONSTRAINT
+
 PHASES = ("Pending", "Scheduling", "Scheduled", "Running", "Unschedulable", "Failed")
 
 
@@ -49,6 +56,9 @@ class PodGroup:
     priority: int = 0
     schedule_timeout_s: float = DEFAULT_TIMEOUT_S
     topology: TopologyConstraint = topology.NO_CONSTRAINT
+    #: Members per segment (0: no segments), and the level each segment must or should stay inside.
+    segment_size: int = 0
+    segment_topology: TopologyConstraint = NO_SEGMENTS
     created: float = 0.0
     uid: str = ""
 
@@ -99,18 +109,15 @@ def parse_podgroup(raw: Mapping[str, object], *, created: float = 0.0, priority:
     for key in topology_raw:
         if key not in ("required", "preferred"):
             raise InvalidObject("unknown key (expected required, preferred)", obj=obj, field=f"spec.topology.{key}")
-    constraint = topology.parse_constraint(
-        topology_raw.get("required"),
-        topology_raw.get("preferred"),
-        obj=obj,
-        required_field="spec.topology.required",
-        preferred_field="spec.topology.preferred",
-    )
+    constraint = _levels(topology_raw, obj=obj, at="spec.topology")
+    segment_size, segment_topology = _segments(spec.get("segments"), obj=obj)
     return PodGroup(
         namespace=namespace,
         name=name,
         min_member=min_member,
         max_member=max_member,
+        segment_size=segment_size,
+        segment_topology=segment_topology,
         min_resources=min_resources,
         queue=queue,
         priority_class_name=priority_class,
@@ -120,6 +127,37 @@ def parse_podgroup(raw: Mapping[str, object], *, created: float = 0.0, priority:
         created=created,
         uid=str(meta.get("uid") or ""),
     )
+
+
+def _levels(raw: Mapping[str, object], *, obj: str, at: str) -> TopologyConstraint:
+    """The ``required`` and ``preferred`` levels of the map at field ``at``."""
+    return topology.parse_constraint(
+        raw.get("required"),
+        raw.get("preferred"),
+        obj=obj,
+        required_field=f"{at}.required",
+        preferred_field=f"{at}.preferred",
+    )
+
+
+def _segments(raw: object, *, obj: str) -> tuple[int, TopologyConstraint]:
+    """``spec.segments``: a size and the level each segment stays inside (required or preferred)."""
+    if raw is None:
+        return 0, topology.NO_CONSTRAINT
+    if not isinstance(raw, Mapping):
+        raise InvalidObject("must be a map with size and required or preferred", obj=obj, field="spec.segments")
+    for key in raw:
+        if key not in ("size", "required", "preferred"):
+            raise InvalidObject(
+                "unknown key (expected size, required, preferred)", obj=obj, field=f"spec.segments.{key}"
+            )
+    size = raw.get("size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidObject(f"{size!r} is not an integer >= 1", obj=obj, field="spec.segments.size")
+    constraint = _levels(raw, obj=obj, at="spec.segments")
+    if bool(constraint.required) == bool(constraint.preferred):
+        raise InvalidObject("a segment needs one level: required or preferred", obj=obj, field="spec.segments")
+    return size, constraint
 
 
 def parse_compat_podgroup(raw: Mapping[str, object], *, created: float = 0.0) -> PodGroup:

@@ -17,6 +17,13 @@ until one holds the whole gang:
   outside every domain named. Never outside one domain.
 - ``preferred``: one domain of that level (the tightest first), then as few domains as possible (the ones with
   most free GPUs first, the last one the tightest that completes the gang), then anywhere.
+
+Segments (``PodGroup.spec.segments``): inside each of those masks, :func:`what_if_in_segments` cuts the members,
+lowest index first, into segments of ``size`` and places them one after the other on the same what-if, each
+inside one domain of the segment level that can hold it: the domains under the same parent as the segments
+before it first (the segments as close as possible), then the tightest. Required: a segment no domain holds
+fails the gang; preferred: such a segment is placed anywhere. Only the members placed together are cut; a member
+placed later joins its gang's nodes.
 """
 
 from __future__ import annotations
@@ -186,7 +193,10 @@ def plan_gang(
         token = snapshot.checkpoint()
         try:
             inside = {**(context or {}), TOPOLOGY_SLOTS: mask} if mask is not None else context
-            result = what_if(scheduler, snapshot, members, inside)
+            if group.segment_size:
+                result = what_if_in_segments(scheduler, snapshot, group, members, inside)
+            else:
+                result = what_if(scheduler, snapshot, members, inside)
         finally:
             snapshot.rollback(token)
         if result.status.ok:
@@ -227,6 +237,66 @@ def what_if(
         snapshot.place(snapshot.placement(pod, slot, result.decision.gpu_ids))
         taken[slot] = taken.get(slot, 0) + 1
         decisions.append(result.decision)
+    return GangResult(Status.success(), decisions)
+
+
+def what_if_in_segments(
+    scheduler: Scheduler,
+    snapshot: Snapshot,
+    group: PodGroup,
+    members: Sequence[PodRequest],
+    context: Mapping[str, Any] | None = None,
+) -> GangResult:
+    """Place ``members`` segment by segment on ``snapshot`` (inside a checkpoint the caller opened and will roll
+    back), each segment inside one domain of the group's segment level; see the module notes."""
+    obj = f"podgroup {group.key}"
+    (required, preferred), problem = resolve_levels(scheduler, group.segment_topology, obj=obj)
+    if problem is not None:
+        return GangResult(problem)
+    level = required if required is not None else preferred
+    assert level is not None
+    ranked = sorted(members, key=lambda p: (member_rank(p.labels, p.name), p.key))
+    size = group.segment_size
+    count = -(-len(ranked) // size)
+    outer = (context or {}).get(TOPOLOGY_SLOTS)
+    decisions: list[Decision] = []
+    parents: set[int] = set()
+    for index in range(count):
+        segment = ranked[index * size : (index + 1) * size]
+        usable, free = free_gpus(snapshot.arrays, context)
+        if outer is not None:
+            reach = min(outer.shape[0], usable.shape[0])
+            usable[:reach] &= outer[:reach]
+            usable[reach:] = False
+        column = _column(scheduler, level, usable.shape[0])
+        parent = _column(scheduler, level - 1, usable.shape[0]) if level > 0 else np.full_like(column, -1)
+        needs = [p.gpu.count for p in segment if p.gpu.whole]
+        domains = _holding(column, usable, free, needs)
+        # Stable: among the domains under a parent already used, and then the others, the tightest first.
+        domains.sort(key=lambda d: int(parent[np.argmax(column == d)]) not in parents)
+        masks: list[Mask] = [(column == d) & usable for d in domains[:MAX_DOMAINS]]
+        if required is None:
+            masks.append(usable)
+        placed: GangResult | None = None
+        for mask in masks:
+            token = snapshot.checkpoint()
+            result = what_if(scheduler, snapshot, segment, {**(context or {}), TOPOLOGY_SLOTS: mask})
+            if result.status.ok:
+                snapshot.keep(token)
+                placed = result
+                break
+            snapshot.rollback(token)
+        if placed is None:
+            name = scheduler.cache.topology.level_label(level)
+            message = (
+                f"segment {index + 1} of {count} ({len(segment)} members, {sum(needs)} GPUs) fits in no {name}"
+                f" ({len(domains)} could hold it by free GPUs)"
+            )
+            return GangResult(Status(Code.UNSCHEDULABLE, message, "topology"), blocked=segment[0].key)
+        decisions.extend(placed.decisions)
+        slot = scheduler.cache.slot_of(placed.decisions[0].node)
+        if slot is not None and slot < parent.shape[0]:
+            parents.add(int(parent[slot]))
     return GangResult(Status.success(), decisions)
 
 

@@ -32,6 +32,7 @@ from scheduler.sim import (
     protocol,
     replay,
     report,
+    segments,
     synthetic,
     tenants,
     trace,
@@ -39,7 +40,7 @@ from scheduler.sim import (
 from scheduler.sim import topology as sim_topology
 from scheduler.sim.trace import NodeSpec, PodSpec
 
-SCENARIOS = ("gangs", "elastic", "tenants", "topology")
+SCENARIOS = ("gangs", "elastic", "segments", "tenants", "topology")
 
 #: Seeds when ``--seeds`` is not given; the topology scenario runs one (its seeds are slow and alike).
 DEFAULT_SEEDS = "42-44"
@@ -58,6 +59,7 @@ _APPLIES = {
     "replay": {"nodes", "pods", "policy", "replay", "json", "plot"},
     "gangs": {"nodes", "jobs", "policy", "seeds", "json"},
     "elastic": {"seeds", "json"},
+    "segments": {"seeds", "json"},
     "tenants": {"policy", "seeds", "json"},
     "topology": {"seeds", "json"},
 }
@@ -66,6 +68,7 @@ _WHY_NOT = {
     "replay": "a replay uses the trace's own times, once",
     "gangs": "the gang scenario places jobs (--jobs) on nodes (--nodes, or its built-in cluster)",
     "elastic": "the elastic scenario runs the gang scenario's built-in jobs rigid and elastic, default profile",
+    "segments": "the segments scenario has its own NVL72-shaped cluster and job",
     "tenants": "the tenants scenario has its own cluster and workload",
     "topology": "the topology scenario runs the default profile on its own labelled cluster, with topology on and off",
 }
@@ -107,6 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=(
             "a built-in scenario instead of a placement comparison: gangs (distributed jobs, seconds a seed), "
             "elastic (the gang jobs in two queues, rigid against elastic, about a minute a seed), "
+            "segments (a 64-worker job on NVL72-shaped racks with and without segments, a second a seed), "
             "tenants (queues, about 100 s a seed), topology (gangs with required and preferred levels, with "
             "topology and with it ignored, about 30 s a seed)"
         ),
@@ -517,6 +521,16 @@ def run(args: argparse.Namespace) -> int:
         print(elastic.table(results))
         if args.json:
             _write_json(args.json, {"mode": "elastic", "seeds": seeds, "results": results})
+        return 0
+    if chosen == "segments":
+        seeds = parse_seeds(DEFAULT_SEEDS if args.seeds is None else args.seeds)
+        runs = {"segments of 16": [segments.run(s, segments=True) for s in seeds]}
+        runs["no segments"] = [segments.run(s, segments=False) for s in seeds]
+        summaries = {name: segments.summary(made) for name, made in runs.items()}
+        print(f"segments scenario: 8 NVL72-shaped racks (18 nodes x 4 GPUs, one clique each), seeds {_span(seeds)}")
+        print(segments.table(summaries, len(seeds)))
+        if args.json:
+            _write_json(args.json, {"mode": "segments", "seeds": seeds, "results": summaries})
         return 0
     if chosen == "gangs":
         names = policies.parse_names("default" if args.policy is None else args.policy)

@@ -62,8 +62,21 @@ def _topology(name: str, levels: list[dict[str, str]]) -> dict[str, Any]:
             "spec.topology",
             "required and preferred name the same level",
         ),
+        ({"minMember": 4, "maxMember": 2}, "spec", "maxMember must be at least minMember"),
+        ({"minMember": 4, "segments": {"size": 0, "required": "clique"}}, "spec.segments.size", "greater than or"),
+        ({"minMember": 4, "segments": {"size": 2}}, "spec.segments", "a segment needs one level"),
     ],
-    ids=["no-minMember", "minMember-0", "minMember-huge", "timeout-0", "bad-quantity", "same-level-twice"],
+    ids=[
+        "no-minMember",
+        "minMember-0",
+        "minMember-huge",
+        "timeout-0",
+        "bad-quantity",
+        "same-level-twice",
+        "max-below-min",
+        "segment-size-0",
+        "segment-without-level",
+    ],
 )
 def test_invalid_podgroup_is_refused(scenario: kube_mod.Scenario, spec: dict[str, Any], field: str, words: str) -> None:
     message = _refused(

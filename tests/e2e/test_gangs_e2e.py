@@ -87,3 +87,27 @@ def test_required_topology_gang_lands_in_one_clique(sched: Scenario) -> None:
     cliques = {clique_of[node_of(p)] for p in placed}
     assert len(cliques) == 1 and None not in cliques, f"gang spread over cliques: {kube_mod.summary(placed)}"
     kube_mod.check_no_overcommit(sched.pods(), sched.my_nodes())
+
+
+def test_a_gang_in_four_segments_lands_one_segment_per_clique(sched: Scenario) -> None:
+    """Four cliques of two 4-GPU nodes; a PodGroup of 8 members x 4 GPUs in segments of 2 required on
+    ``nvidia.com/gpu.clique``. The segments are cut by the members' index (the Job's completion index), which
+    orders them otherwise than their names: each segment (members 2s and 2s+1) fills one clique."""
+    nodes = [kube_mod.gpu_node(f"seg-c{c}-n{n}", gpus=4, clique=f"fabric.{c}") for c in range(4) for n in range(2)]
+    sched.add_nodes(nodes)
+    clique_of = {n["metadata"]["name"]: n["metadata"]["labels"][kube_mod.LABEL_CLIQUE] for n in nodes}
+    sched.start_gpusched()
+    group = kube_mod.podgroup("seg", min_member=8)
+    group["spec"]["segments"] = {"size": 2, "required": kube_mod.LABEL_CLIQUE}
+    sched.create_podgroup(group)
+    index = [0, 2, 4, 6, 1, 3, 5, 7]
+    names = [f"seg-{chr(97 + i)}" for i in range(8)]
+    for name, i in zip(names, index, strict=True):
+        labels = {"batch.kubernetes.io/job-completion-index": str(i)}
+        sched.create_pod(kube_mod.pod(name, gpus=4, group="seg", labels=labels))
+    placed = sched.wait_bound(names, timeout=60)
+    by_index = {int(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]): p for p in placed}
+    segments = [{clique_of[node_of(by_index[2 * s + m])] for m in (0, 1)} for s in range(4)]
+    assert all(len(c) == 1 for c in segments), f"a segment straddles cliques: {kube_mod.summary(placed)}"
+    assert len(set().union(*segments)) == 4, "one segment per clique"
+    kube_mod.check_no_overcommit(sched.pods(), sched.my_nodes())
