@@ -189,6 +189,10 @@ def plan_gang(
     if problem is not None:
         return GangResult(problem)
     result = GangResult(Status(Code.UNSCHEDULABLE, "no placement tried", "gang"))
+    # Members of a gang whose other members run are kept in the domain those are in (``member_context``).
+    siblings = (context or {}).get(TOPOLOGY_SLOTS)
+    if siblings is not None:
+        masks = [_within(mask, siblings) for mask in masks]
     for mask in masks:
         token = snapshot.checkpoint()
         try:
@@ -202,6 +206,16 @@ def plan_gang(
         if result.status.ok:
             break
     return result
+
+
+def _within(mask: Mask | None, siblings: Mask) -> Mask:
+    """``mask`` (None: anywhere) narrowed to the slots of ``siblings``."""
+    if mask is None:
+        return siblings
+    size = min(mask.shape[0], siblings.shape[0])
+    out = np.zeros(mask.shape[0], dtype=bool)
+    out[:size] = mask[:size] & siblings[:size]
+    return out
 
 
 def try_gang(
@@ -336,6 +350,16 @@ def member_context(scheduler: Scheduler, group: PodGroup, placed: Iterable[str])
     column = _column(scheduler, required, scheduler.cache.arrays.slots)
     domain = int(column[next(iter(slots))])
     return {**context, TOPOLOGY_SLOTS: column == domain} if domain >= 0 else context
+
+
+def rejoin_context(
+    scheduler: Scheduler, group: PodGroup, placed: Iterable[str], context: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What a whole-gang attempt gets when some of its members still run (the others were lost with their node and
+    made again): :func:`member_context` on top of ``context``, so they go near the others, inside the domain of the
+    required level the others are in (:func:`plan_gang` keeps every mask inside it), and wait while it has no room."""
+    keys = list(placed)
+    return {**context, **member_context(scheduler, group, keys)} if keys else dict(context)
 
 
 def free_gpus(arrays: ClusterArrays, context: Mapping[str, Any] | None = None) -> tuple[Mask, npt.NDArray[np.int64]]:

@@ -112,6 +112,7 @@ class Session:
             (attempt.level, _), attempt.unresolved = gang.resolve_levels(
                 self.scheduler, group.topology, obj=attempt.obj
             )
+            context = gang.rejoin_context(self.scheduler, group, job.placed, context)
         else:
             pod = attempt.alone or next(iter(job.pending.values()), None)
             if pod is None:

@@ -247,7 +247,8 @@ def explain_group(operator: Operator, key: str) -> str:
     members = gang.core_members(state.pending.values(), need)
     # The cycle's own what-if (gang.try_gang: the cheap checks, the topology's domains, the nodes held for others),
     # so what this says and the gang's Scheduled condition cannot disagree.
-    result = gang.try_gang(operator.scheduler, group, members, _cycle_context(operator, state.key))
+    context = gang.rejoin_context(operator.scheduler, group, state.placed, _cycle_context(operator, state.key))
+    result = gang.try_gang(operator.scheduler, group, members, context)
     if result.status.ok:
         nodes = sorted({d.node for d in result.decisions})
         kept = f", inside its topology ({_topology_text(group.topology)})" if group.topology else ""

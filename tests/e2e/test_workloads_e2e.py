@@ -409,18 +409,9 @@ def test_a_leaderworkerset_is_one_gang_per_group_that_lands_whole_runs_and_takes
         order.stop()
 
 
-def test_an_elastic_leaderworkerset_group_gives_back_its_surplus_to_a_guarantee_and_grows_back(
-    sched: Scenario, controllers: None
-) -> None:
-    """The issue's example through a real controller: on 2 nodes of 8 GPUs, queue qa (guarantee 8) holds a
-    LeaderWorkerSet group of 4 pods x 4 GPUs with ``gpusched.io/min-member: 2`` (an elastic gang: min 2, max 4);
-    queue qb (guarantee 8) asks 8 GPUs. Exactly the 2 surplus pods (worker indices 3 and 2) are preempted, the core
-    pods keep their UIDs, and once qb's pod leaves the group grows back to 4. (A JobSet's or a Job's pods are
-    completed at once by kwok, so a group that keeps running is a LeaderWorkerSet's.)"""
-    sched.add_nodes([kube_mod.gpu_node(f"{sched.name[:40]}-n{i}") for i in range(2)])
-    qa, qb = f"{sched.name}-qa", f"{sched.name}-qb"
-    sched.create_queue(kube_mod.queue(qa, guaranteed={"nvidia.com/gpu": "8"}))
-    sched.create_queue(kube_mod.queue(qb, guaranteed={"nvidia.com/gpu": "8"}))
+def _gpu_group(name: str, *, labels: dict[str, str] | None = None, annotations: dict[str, str]) -> dict[str, Any]:
+    """A LeaderWorkerSet of one group of 4 pods x 4 GPUs. ``restartPolicy: None``: the group is not made again
+    whole when one of its pods is deleted (the default recreates it)."""
     template = {
         "spec": {
             "schedulerName": "gpusched",
@@ -433,20 +424,30 @@ def test_an_elastic_leaderworkerset_group_gives_back_its_surplus_to_a_guarantee_
             ],
         }
     }
-    lws = {
+    return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
-        "metadata": {
-            "name": "elastic",
-            "labels": {kube_mod.LABEL_QUEUE: qa},
-            "annotations": {"gpusched.io/min-member": "2"},
-        },
-        # restartPolicy None: the group is not recreated when one of its pods is deleted (the default recreates it).
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations},
         "spec": {
             "replicas": 1,
             "leaderWorkerTemplate": {"size": 4, "restartPolicy": "None", "workerTemplate": template},
         },
     }
+
+
+def test_an_elastic_leaderworkerset_group_gives_back_its_surplus_to_a_guarantee_and_grows_back(
+    sched: Scenario, controllers: None
+) -> None:
+    """The issue's example through a real controller: on 2 nodes of 8 GPUs, queue qa (guarantee 8) holds a
+    LeaderWorkerSet group of 4 pods x 4 GPUs with ``gpusched.io/min-member: 2`` (an elastic gang: min 2, max 4);
+    queue qb (guarantee 8) asks 8 GPUs. Exactly the 2 surplus pods (worker indices 3 and 2) are preempted, the core
+    pods keep their UIDs, and once qb's pod leaves the group grows back to 4. (A JobSet's or a Job's pods are
+    completed at once by kwok, so a group that keeps running is a LeaderWorkerSet's.)"""
+    sched.add_nodes([kube_mod.gpu_node(f"{sched.name[:40]}-n{i}") for i in range(2)])
+    qa, qb = f"{sched.name}-qa", f"{sched.name}-qb"
+    sched.create_queue(kube_mod.queue(qa, guaranteed={"nvidia.com/gpu": "8"}))
+    sched.create_queue(kube_mod.queue(qb, guaranteed={"nvidia.com/gpu": "8"}))
+    lws = _gpu_group("elastic", labels={kube_mod.LABEL_QUEUE: qa}, annotations={"gpusched.io/min-member": "2"})
     sched.kube.request("POST", LWS.format(ns=sched.namespace), lws)
     names = ["elastic-0", "elastic-0-1", "elastic-0-2", "elastic-0-3"]
     # Every pod exists before gpusched starts, so the gang's core is placed from all of them: its lowest indices.
@@ -493,3 +494,50 @@ def test_an_elastic_leaderworkerset_group_gives_back_its_surplus_to_a_guarantee_
 
 def _preempted(s: Scenario, name: str) -> bool:
     return any(e.get("reason") == "Preempted" for e in s.kube.events(s.namespace, name=name))
+
+
+def test_members_of_a_group_lost_with_their_node_come_back_in_the_same_clique(
+    sched: Scenario, controllers: None
+) -> None:
+    """A LeaderWorkerSet group of 4 x 4 GPUs required in one NVLink clique (clique A: four 8-GPU nodes; clique B:
+    one, too small for the group) lands in A. A node holding workers (not the leader) is deleted, and its pods with
+    it (as the pod garbage collector deletes the pods of a deleted node); the StatefulSet makes them again, and
+    they are bound inside clique A, where the others run, though B has room for them."""
+    prefix = sched.name[:40]
+    nodes = [kube_mod.gpu_node(f"{prefix}-a{i}", clique="fabric.a") for i in range(4)]
+    nodes.append(kube_mod.gpu_node(f"{prefix}-b0", clique="fabric.b"))
+    sched.add_nodes(nodes)
+    clique_of = {n["metadata"]["name"]: n["metadata"]["labels"][kube_mod.LABEL_CLIQUE] for n in nodes}
+    sched.start_gpusched()
+    lws = _gpu_group("ring", annotations={"gpusched.io/topology-required": kube_mod.LABEL_CLIQUE})
+    sched.kube.request("POST", LWS.format(ns=sched.namespace), lws)
+    names = ["ring-0", "ring-0-1", "ring-0-2", "ring-0-3"]
+    placed = sched.wait_bound(names, timeout=90)
+    assert {clique_of[node_of(p)] for p in placed} == {"fabric.a"}, kube_mod.summary(placed)
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in placed}
+    leader_node = node_of(next(p for p in placed if p["metadata"]["name"] == "ring-0"))
+    failed = next(node_of(p) for p in placed if node_of(p) != leader_node)
+    lost = sorted(p["metadata"]["name"] for p in placed if node_of(p) == failed)
+
+    started = time.monotonic()
+    sched.kube.request("DELETE", f"/api/v1/nodes/{failed}")
+    for name in lost:
+        sched.delete_pod(name)
+
+    def replaced() -> list[dict[str, Any]] | None:
+        pods = {p["metadata"]["name"]: p for p in sched.pods() if p["metadata"]["name"] in lost}
+        fresh = [
+            p
+            for p in pods.values()
+            if p["metadata"]["uid"] != before[p["metadata"]["name"]]
+            and node_of(p)
+            and kube_mod.phase_of(p) == "Running"
+        ]
+        return fresh if len(fresh) == len(lost) else None
+
+    fresh = kube_mod.wait_until(replaced, timeout=60, what=f"{lost} made again and bound", describe=sched.describe)
+    _timed(f"node {failed} deleted to its {len(lost)} member(s) bound again", started)
+    assert {clique_of[node_of(p)] for p in fresh} == {"fabric.a"}, kube_mod.summary(fresh)
+    assert all(node_of(p) != failed for p in fresh)
+    kept = {p["metadata"]["name"]: p["metadata"]["uid"] for p in sched.pods() if p["metadata"]["name"] not in lost}
+    assert all(kept.get(n) == before[n] for n in names if n not in lost), "the other members were touched"
