@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from scheduler.api import cel as api_cel
 from scheduler.api import fields, selectors
@@ -24,6 +25,9 @@ from scheduler.api import quantity as api_quantity
 from scheduler.api import volumes as api_volumes
 from scheduler.api.errors import InvalidObject
 from scheduler.api.selectors import Toleration
+
+if TYPE_CHECKING:
+    from scheduler.api.extended_resources import ExtendedClaim
 
 GPU_DRIVER = "gpu.nvidia.com"
 #: ``allocationMode`` values.
@@ -183,10 +187,34 @@ class ResourceClaim:
     owner_pod: str = ""
     resource_version: str = ""
     finalizers: tuple[str, ...] = ()
+    #: The claim the scheduler made for its owner pod's extended resources (``scheduler.api.extended_resources``).
+    extended: bool = False
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def shape(self) -> tuple[object, ...]:
+        """What an allocation depends on in the claim (not its name): the claims of one template have the same."""
+        requests = tuple(
+            (
+                request.name,
+                tuple(
+                    (
+                        c.name,
+                        c.device_class,
+                        tuple(e.source for e in c.selectors),
+                        c.mode,
+                        c.count,
+                        c.admin_access,
+                        c.tolerations,
+                    )
+                    for c in request.choices
+                ),
+            )
+            for request in self.requests
+        )
+        return (requests, self.constraints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +237,18 @@ class PodClaim:
 
 def claim_key(namespace: str, pod_claim: PodClaim) -> str:
     return f"{namespace}/{pod_claim.claim_name}"
+
+
+#: The name of a pod's extended resource claim until the API server names it (not a valid object name, so it
+#: is no real claim's): the key is ``<namespace>/<extended-resources>.<pod name>``.
+EXTENDED_CLAIM = "<extended-resources>"
+#: Marks the claim the scheduler made for a pod's extended resources.
+EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+
+
+def extended_claim_key(namespace: str, pod_name: str) -> str:
+    """The key of a pod's extended resource claim not made yet (one per pod, so decisions in flight differ)."""
+    return f"{namespace}/{EXTENDED_CLAIM}.{pod_name}"
 
 
 def is_gpu(device: Device) -> bool:
@@ -488,6 +528,7 @@ def parse_claim(raw: Mapping[str, object]) -> ResourceClaim:
             Consumer(str(entry.get("resource") or ""), str(entry.get("name") or ""), str(entry.get("uid") or ""))
         )
     owner = ""
+    annotations = fields.mapping(meta.get("annotations"), obj=obj, field="metadata.annotations")
     for item in fields.sequence(meta.get("ownerReferences"), obj=obj, field="metadata.ownerReferences"):
         owner_ref = fields.mapping(item, obj=obj, field="metadata.ownerReferences")
         if owner_ref.get("kind") == "Pod" and owner_ref.get("controller") is True:
@@ -504,6 +545,7 @@ def parse_claim(raw: Mapping[str, object]) -> ResourceClaim:
         owner,
         str(meta.get("resourceVersion") or ""),
         tuple(str(f) for f in fields.sequence(meta.get("finalizers"), obj=obj, field="metadata.finalizers")),
+        annotations.get(EXTENDED_CLAIM_ANNOTATION) == "true",
     )
 
 
@@ -514,6 +556,9 @@ class ClaimAllocation:
 
     claim: str
     allocation: Allocation | None = None
+    #: For the claim of the pod's extended resources: its requests and the pod's request mappings (the claim is
+    #: created first when ``claim`` is still :func:`extended_claim_key`).
+    extended: ExtendedClaim | None = None
 
     @property
     def devices(self) -> tuple[AllocatedDevice, ...]:

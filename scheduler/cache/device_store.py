@@ -35,6 +35,7 @@ import structlog
 from scheduler.api import cel as api_cel
 from scheduler.api import dra as api_dra
 from scheduler.api import node as api_node
+from scheduler.api import resources as api_resources
 from scheduler.api.dra import ClaimAllocation, Device, DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.api.pod import PodRequest
 
@@ -90,6 +91,8 @@ class DeviceStore:
         self.dra_gpu_nodes: set[str] = set()
         #: Classes and claims the watches delivered but could not read (left out), by name or key: why not.
         self.unreadable: dict[str, str] = {}
+        #: Pod uid -> the key of the claim made for its extended resources (``scheduler.api.extended_resources``).
+        self._extended: dict[str, str] = {}
 
     # --- the watches -----------------------------------------------------------------------------------------
 
@@ -127,6 +130,8 @@ class DeviceStore:
         if self.claims.get(claim.key) == claim:
             return False
         self.claims[claim.key] = claim
+        if claim.extended and claim.owner_pod:
+            self._extended[claim.owner_pod] = claim.key
         if claim.allocation is not None and claim.key in self.assumed:
             # The allocation is written: the claim speaks for itself now.
             del self.assumed[claim.key]
@@ -135,8 +140,11 @@ class DeviceStore:
         return True
 
     def remove_claim(self, key: str) -> bool:
-        if self.claims.pop(key, None) is None:
+        claim = self.claims.pop(key, None)
+        if claim is None:
             return False
+        if claim.extended and self._extended.get(claim.owner_pod) == key:
+            del self._extended[claim.owner_pod]
         self.assumed.pop(key, None)
         self._refresh(key)
         self.version += 1
@@ -168,6 +176,13 @@ class DeviceStore:
         if claims:
             self.version += 1
 
+    def written_as(self, temporary: str) -> None:
+        """A pod's extended resource claim was created and its allocation written under its real name (the store
+        has it): the allocation assumed under the temporary key (``api_dra.extended_claim_key``) is dropped."""
+        if self.assumed.pop(temporary, None) is not None:
+            self._refresh(temporary)
+            self.version += 1
+
     def confirm(self, pod_key: str) -> None:
         """The pod is bound: its claims' allocations are written (the watch will show them)."""
         self._pod_claims.pop(pod_key, None)
@@ -181,6 +196,12 @@ class DeviceStore:
             return claim.allocation
         held = self.assumed.get(key)
         return held[0].allocation if held is not None else None
+
+    def extended_claim(self, pod_uid: str) -> ResourceClaim | None:
+        """The claim made for the pod's extended resources (by a decision for it that did not end in a binding,
+        or before a restart), None if there is none."""
+        key = self._extended.get(pod_uid)
+        return self.claims.get(key) if key is not None else None
 
     def taken(self) -> Mapping[DeviceKey, str]:
         """Device key -> a claim holding it (written or assumed allocations; admin access does not hold)."""
@@ -226,6 +247,17 @@ class DeviceStore:
         if implicit != resource:
             return self.classes.get(implicit)
         return next((c for c in self.classes.values() if c.extended_resource == resource), None)
+
+    def from_dra(self, extended: Mapping[str, str], node: str, gpu_slots: bool) -> frozenset[str]:
+        """Of the extended resources a DeviceClass maps to DRA (``extended``: resource -> class), those the node
+        has from no device plugin, which kube-scheduler takes from DRA: ``nvidia.com/gpu`` where the node's GPU
+        slots are DRA's or it has none; any other always (gpusched does not count them from a device plugin:
+        :meth:`not_backed`)."""
+        return frozenset(r for r in extended if r != api_resources.GPU or node in self.dra_gpu_nodes or not gpu_slots)
+
+    def not_backed(self, asked: Mapping[str, int]) -> dict[str, int]:
+        """``asked`` without the extended resources a DeviceClass maps to DRA."""
+        return {name: amount for name, amount in asked.items() if self.extended_resource_class(name) is None}
 
     def gpus(self, node: str) -> tuple[Device, ...]:
         """The node's whole GPUs published through DRA, in GPU-index order."""
@@ -412,8 +444,9 @@ def claim_gpus(store: DeviceStore, pod: PodRequest) -> int | None:
     claim shared with pods that allocated it holds its GPUs for them. None while a claim is not known.
 
     The count is the same before and after the pod's own allocation is written, so the pod weighs the same in its
-    queue whichever the watch shows first."""
-    total = 0
+    queue whichever the watch shows first. The GPUs it asks through an extended resource a DeviceClass that selects
+    GPUs maps (other than ``nvidia.com/gpu``, counted with the pod) are added."""
+    total = extended_gpus(store, pod)
     for pod_claim in pod.resource_claims:
         if not pod_claim.claim_name:
             return None
@@ -429,15 +462,28 @@ def claim_gpus(store: DeviceStore, pod: PodRequest) -> int | None:
             # The fewest GPUs the request may get (firstAvailable: its smallest alternative; All: counted once
             # allocated), so that a node the smaller alternative fits is not filtered out by the GPU count.
             counts = [
-                c.count if c.mode == api_dra.EXACT_COUNT and not c.admin_access and _selects_gpus(store, c) else 0
+                c.count
+                if c.mode == api_dra.EXACT_COUNT and not c.admin_access and _selects_gpus(store, c.device_class)
+                else 0
                 for c in request.choices
             ]
             total += min(counts)
     return total
 
 
-def _selects_gpus(store: DeviceStore, choice: api_dra.Choice) -> bool:
-    device_class = store.classes.get(choice.device_class)
+def extended_gpus(store: DeviceStore, pod: PodRequest) -> int:
+    """The whole GPUs a pod asks through extended resources other than ``nvidia.com/gpu`` (the implicit
+    ``deviceclass.resource.kubernetes.io/gpu.nvidia.com``) that map to a DeviceClass selecting GPUs."""
+    total = 0
+    for name, amount in pod.resources.items() if pod.extended_asks else ():
+        device_class = store.extended_resource_class(name)
+        if device_class is not None and _selects_gpus(store, device_class.name):
+            total += amount
+    return total
+
+
+def _selects_gpus(store: DeviceStore, class_name: str) -> bool:
+    device_class = store.classes.get(class_name)
     if device_class is None:
         return False
     sample = store.sample_gpu()

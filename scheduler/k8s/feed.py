@@ -224,6 +224,9 @@ class PodFeed:
         )
         if pod.resource_claims:
             pod = self._claim_gpus(pod)
+        elif pod.extended_asks and (gpus := device_store.extended_gpus(self.cache.devices, pod)):
+            # GPUs asked by a DeviceClass's implicit extended resource name: counted as the device plugin's.
+            pod = replace(pod, gpu=GpuRequest(count=pod.gpu.count + gpus, milli=MILLI_PER_GPU))
         if self.pending.get(key) == pod:
             return  # a status-only change (our own condition, for one): nothing to reconsider
         self.pending[key] = pod
