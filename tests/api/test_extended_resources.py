@@ -181,7 +181,10 @@ def test_the_claim_and_the_pod_status_as_written() -> None:
         {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-p", "controller": True}
     ]
     assert body["spec"]["devices"]["requests"] == [
-        {"name": "container-0-request-0", "exactly": {"deviceClassName": "class", "allocationMode": "ExactCount", "count": 2}}
+        {
+            "name": "container-0-request-0",
+            "exactly": {"deviceClassName": "class", "allocationMode": "ExactCount", "count": 2},
+        }
     ]
     read = api_dra.parse_claim({**body, "metadata": {**body["metadata"], "name": "p-extended-resources-x"}})
     assert read.extended and read.owner_pod == "uid-p"

@@ -102,7 +102,9 @@ def test_a_claim_made_by_an_earlier_decision_is_used_again() -> None:
     # allocated and reserved for it, takes the pod back to its node with its devices.
     cluster = mapped_cluster(("a", "b"))
     raw = objects.pod("p", cpu="1", gpus=1)
-    made = dra.claim("p-extended-resources-x1", dra.request(count=1), owner="p", allocation=dra.allocation("b", "gpu-5"))
+    made = dra.claim(
+        "p-extended-resources-x1", dra.request(count=1), owner="p", allocation=dra.allocation("b", "gpu-5")
+    )
     made["metadata"]["annotations"] = {api_dra.EXTENDED_CLAIM_ANNOTATION: "true"}
     made["spec"]["devices"]["requests"][0]["name"] = "container-0-request-1"
     made["status"]["allocation"]["devices"]["results"][0]["request"] = "container-0-request-1"
