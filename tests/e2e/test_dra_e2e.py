@@ -314,3 +314,65 @@ def test_distinct_roots_and_device_taints_as_the_api_server_takes_them(sched: Sc
     (tolerant,) = sched.wait_bound(["tolerant"], timeout=60)
     got = allocated(claim_of(tolerant, devices))
     assert len(got) == 5 and {"gpu-4", "gpu-5", "gpu-6"} & set(got)
+
+
+def test_extended_resources_backed_by_dra_get_a_claim_before_the_binding(sched: Scenario, devices: Devices) -> None:
+    # NVIDIA's chart maps nvidia.com/gpu to its class (extendedResourceName); the node has its GPUs only through
+    # DRA. A pod asking nvidia.com/gpu, or the class's implicit name, gets a claim made for it as kube-scheduler
+    # makes one: created, allocated, reserved and named in the pod's status before the pod is bound.
+    name = f"{sched.name[:20]}-x"
+    sched.add_nodes([kube_mod.gpu_node(name, gpus=0)])
+    mapped = dra.gpu_class(devices.gpu_class)
+    mapped["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    devices.post(f"{API}/deviceclasses", mapped)
+    devices.post(f"{API}/resourceslices", dra.gpu_slice(name, 4, name=f"{name}-gpus"))
+    queue = f"{sched.name}-q"
+    sched.create_queue(kube_mod.queue(queue))
+    sched.start_gpusched()
+    implicit = f"deviceclass.resource.kubernetes.io/{devices.gpu_class}"
+    one = kube_mod.pod("implicit", queue=queue)
+    one["spec"]["containers"][0]["resources"]["limits"] = {implicit: "1"}
+    sched.create_pod(kube_mod.pod("two", gpus=2, queue=queue))
+    sched.create_pod(one)
+    bound = {p["metadata"]["name"]: p for p in sched.wait_bound(["two", "implicit"], timeout=60)}
+    claims = devices.claims()
+    held: set[str] = set()
+    for pod_name, resource, count in (("two", "nvidia.com/gpu", 2), ("implicit", implicit, 1)):
+        pod = bound[pod_name]
+        status = pod["status"]["extendedResourceClaimStatus"]
+        claim = claims[status["resourceClaimName"]]
+        assert claim["metadata"]["name"].startswith(f"{pod_name}-extended-resources-")
+        assert claim["metadata"]["annotations"] == {"resource.kubernetes.io/extended-resource-claim": "true"}
+        (owner,) = claim["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == ("Pod", pod["metadata"]["uid"], True)
+        # Request names as kube-scheduler's: container 0, the resource's place among cpu, memory and it, sorted.
+        request = f"container-0-request-{sorted(['cpu', 'memory', resource]).index(resource)}"
+        assert status["requestMappings"] == [
+            {"containerName": "main", "resourceName": resource, "requestName": request}
+        ]
+        (spec_request,) = claim["spec"]["devices"]["requests"]
+        assert spec_request["name"] == request and spec_request["exactly"]["count"] == count
+        got = allocated(claim)
+        assert len(got) == count and not held & set(got)
+        held.update(got)
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+        assert kube_mod.gpu_ids_of(pod) == tuple(sorted(int(d.split("-")[1]) for d in got))
+
+    # The queue counts them as GPUs, the implicit name too.
+    def usage() -> dict[str, Any] | None:
+        status = sched.kube.request("GET", kube_mod.Kube.custom_path("queues", name=queue)).get("status", {})
+        return status if status.get("allocated", {}).get("nvidia.com/gpu") == "3" else None
+
+    kube_mod.wait_until(usage, timeout=30, what="queue allocated 3 GPUs", describe=sched.describe)
+    # One GPU is left: a pod asking two waits; deleting "two" frees its claim's devices and it binds.
+    sched.create_pod(kube_mod.pod("late", gpus=2, queue=queue))
+    wait_message(sched, "late", "Insufficient nvidia.com/gpu")
+    first = bound["two"]["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+    sched.delete_pod("two")
+    kube_mod.wait_until(lambda: first not in devices.claims(), timeout=60, what="the deleted pod's claim gone")
+    (late,) = sched.wait_bound(["late"], timeout=60)
+    assert len(allocated(claim_of_extended(late, devices))) == 2
+
+
+def claim_of_extended(pod: dict[str, Any], devices: Devices) -> dict[str, Any]:
+    return devices.claims()[pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]]
