@@ -100,6 +100,9 @@ class DeviceClass:
     selectors: tuple[api_cel.Expression, ...] = ()
     #: The extended resource a pod may ask for to get devices of this class (``spec.extendedResourceName``).
     extended_resource: str = ""
+    #: ``metadata.creationTimestamp`` (RFC 3339, so the text orders as the time): of two classes mapping one
+    #: extended resource, the newer one is used, as in kube-scheduler.
+    created: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +329,7 @@ def parse_device_class(raw: Mapping[str, object]) -> DeviceClass:
         name,
         _selectors(spec.get("selectors"), obj=obj, field="spec.selectors"),
         fields.string(spec.get("extendedResourceName"), obj=obj, field="spec.extendedResourceName"),
+        str(meta.get("creationTimestamp") or ""),
     )
 
 

@@ -241,19 +241,29 @@ class DeviceStore:
         return self._by_key.get(key)
 
     def extended_resource_class(self, resource: str) -> DeviceClass | None:
-        """The DeviceClass that maps an extended resource to DRA: by ``extendedResourceName``, or implicitly
-        (``deviceclass.resource.kubernetes.io/<class>``)."""
+        """The DeviceClass that maps an extended resource to DRA: implicitly
+        (``deviceclass.resource.kubernetes.io/<class>``), or by ``extendedResourceName``; of several, the newest,
+        then the first by name (kube-scheduler's rule, for a migration from one class to another)."""
         implicit = resource.removeprefix("deviceclass.resource.kubernetes.io/")
         if implicit != resource:
             return self.classes.get(implicit)
-        return next((c for c in self.classes.values() if c.extended_resource == resource), None)
+        mapping = [c for c in self.classes.values() if c.extended_resource == resource]
+        newest = max((c.created for c in mapping), default="")
+        return min((c for c in mapping if c.created == newest), key=lambda c: c.name, default=None)
 
     def from_dra(self, extended: Mapping[str, str], node: str, gpu_slots: bool) -> frozenset[str]:
         """Of the extended resources a DeviceClass maps to DRA (``extended``: resource -> class), those the node
         has from no device plugin, which kube-scheduler takes from DRA: ``nvidia.com/gpu`` where the node's GPU
         slots are DRA's or it has none; any other always (gpusched does not count them from a device plugin:
         :meth:`not_backed`)."""
-        return frozenset(r for r in extended if r != api_resources.GPU or node in self.dra_gpu_nodes or not gpu_slots)
+        return frozenset(
+            r
+            for r in extended
+            if r != api_resources.GPU
+            or node in self.dra_gpu_nodes
+            or not gpu_slots
+            or not _selects_gpus(self, extended[r])
+        )
 
     def not_backed(self, asked: Mapping[str, int]) -> dict[str, int]:
         """``asked`` without the extended resources a DeviceClass maps to DRA."""
@@ -471,6 +481,24 @@ def claim_gpus(store: DeviceStore, pod: PodRequest) -> int | None:
     return total
 
 
+def extended_gpu_request(store: DeviceStore, pod: PodRequest) -> PodRequest:
+    """A pod without claims that asks extended resources, with the GPUs they are: ``nvidia.com/gpu`` mapped to a
+    class of other devices than whole GPUs (NVIDIA's ``mig-1g-12gb.gpu.nvidia.com``) is not GPU slots but those
+    devices, always from DRA (:meth:`DeviceStore.from_dra`); an implicit name of a class of whole GPUs is GPUs
+    (:func:`extended_gpus`). A bound pod whose GPU ids gpusched wrote is left as it is."""
+    if pod.gpu_ids or pod.resource_claims:
+        return pod
+    count = pod.gpu.count if pod.gpu.whole else 0
+    gpu_class = store.extended_resource_class(api_resources.GPU) if count else None
+    if gpu_class is not None and not _selects_gpus(store, gpu_class.name):
+        count = 0
+    count += extended_gpus(store, pod)
+    if count == (pod.gpu.count if pod.gpu.whole else 0):
+        return pod
+    gpu = api_resources.GpuRequest(count, api_resources.MILLI_PER_GPU, models=pod.gpu.models)
+    return dataclasses.replace(pod, gpu=gpu if count else api_resources.NO_GPU)
+
+
 def extended_gpus(store: DeviceStore, pod: PodRequest) -> int:
     """The whole GPUs a pod asks through extended resources other than ``nvidia.com/gpu`` (the implicit
     ``deviceclass.resource.kubernetes.io/gpu.nvidia.com``) that map to a DeviceClass selecting GPUs."""
@@ -486,11 +514,12 @@ def _selects_gpus(store: DeviceStore, class_name: str) -> bool:
     device_class = store.classes.get(class_name)
     if device_class is None:
         return False
-    sample = store.sample_gpu()
-    if sample is None:
-        # No GPU published yet: read the class by its selectors' text (NVIDIA's gpu.nvidia.com class).
-        return any(api_dra.GPU_DRIVER in e.source for e in device_class.selectors)
+    # A GPU some node publishes; before any, a bare one of NVIDIA's driver (its class selects it, a MIG class not).
+    sample = store.sample_gpu() or _BARE_GPU
     return all(store.matches(e, sample) for e in device_class.selectors)
+
+
+_BARE_GPU = Device(api_dra.GPU_DRIVER, "", "", {f"{api_dra.GPU_DRIVER}/type": "gpu"})
 
 
 def with_gpus(info: api_node.NodeInfo, store: DeviceStore) -> api_node.NodeInfo:

@@ -187,6 +187,9 @@ class PodFeed:
                 self.loop.pod_gone(key)
             return
         self.uids[f"pod {key}"] = pod.uid
+        if pod.extended_asks:
+            # Extended resources a DeviceClass maps to DRA: the GPUs they are (scheduler.api.extended_resources).
+            pod = device_store.extended_gpu_request(self.cache.devices, pod)
         if pod.terminal:
             self.ungrouped.pop(key, None)
             self._pod_gone(key, finished=pod.phase)
@@ -224,9 +227,6 @@ class PodFeed:
         )
         if pod.resource_claims:
             pod = self._claim_gpus(pod)
-        elif pod.extended_asks and (gpus := device_store.extended_gpus(self.cache.devices, pod)):
-            # GPUs asked by a DeviceClass's implicit extended resource name: counted as the device plugin's.
-            pod = replace(pod, gpu=GpuRequest(count=pod.gpu.count + gpus, milli=MILLI_PER_GPU))
         if self.pending.get(key) == pod:
             return  # a status-only change (our own condition, for one): nothing to reconsider
         self.pending[key] = pod

@@ -5,13 +5,11 @@ it, the DRA-only node does not fit. The GPUs count in the node's GPU slots like 
 
 from __future__ import annotations
 
-import dataclasses
-
 from scheduler.api import dra as api_dra
 from scheduler.api import node as api_node
+from scheduler.api import pod as api_pod
 from scheduler.api.dra import ClaimAllocation
 from scheduler.api.extended_resources import IMPLICIT_PREFIX, RequestMapping
-from scheduler.api.resources import MILLI_PER_GPU, GpuRequest
 from scheduler.cache import device_store
 from scheduler.framework.interface import Decision
 from tests.api import dra_objects as dra
@@ -83,10 +81,8 @@ def test_without_a_class_mapping_the_dra_only_node_does_not_fit_and_a_device_plu
 def test_the_implicit_name_of_a_class_counts_as_gpus_and_is_allocated_through_a_claim() -> None:
     cluster = mapped_cluster(("a",))
     raw = objects.pod("p", cpu="1", extra={IMPLICIT_PREFIX + dra.GPU_CLASS: "3"})
-    pod = cluster.pod(raw)
-    gpus = device_store.extended_gpus(cluster.store, pod)
-    assert gpus == 3  # the operator's feed gives the pending pod these GPUs (queues, limits, FGD)
-    pod = dataclasses.replace(pod, gpu=GpuRequest(count=gpus, milli=MILLI_PER_GPU))
+    pod = device_store.extended_gpu_request(cluster.store, api_pod.parse_pod(raw))
+    assert pod.gpu.count == 3  # the operator's feed reads the pod so: queues, limits and FGD count them
     result = cluster.scheduler.schedule(pod)
     assert result.decision is not None, result.status.message
     claim = only_claim(result.decision)
@@ -116,3 +112,46 @@ def test_a_claim_made_by_an_earlier_decision_is_used_again() -> None:
     assert claim.extended is not None
     assert claim.extended.mappings == (RequestMapping("main", "nvidia.com/gpu", "container-0-request-1"),)
     assert result.decision.gpu_ids == (5,)
+
+
+def test_of_two_classes_mapping_one_resource_the_newer_is_used_then_the_first_by_name() -> None:
+    cluster = mapped_cluster(("a",))
+    store = cluster.store
+    mig = dra.mig_class()
+    mig["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    mig["metadata"]["creationTimestamp"] = "2026-11-28T10:00:00Z"
+    store.upsert_class(api_dra.parse_device_class(mig))
+    found = store.extended_resource_class("nvidia.com/gpu")
+    assert found is not None and found.name == dra.MIG_CLASS  # the GPU class has no timestamp here: older
+    same_time = dra.gpu_class("a-first")
+    same_time["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    same_time["metadata"]["creationTimestamp"] = "2026-11-28T10:00:00Z"
+    store.upsert_class(api_dra.parse_device_class(same_time))
+    found = store.extended_resource_class("nvidia.com/gpu")
+    assert found is not None and found.name == "a-first"
+
+
+def test_nvidia_com_gpu_mapped_to_a_mig_class_is_mig_devices_not_gpu_slots() -> None:
+    # NVIDIA's demo class mig-1g-12gb.gpu.nvidia.com maps nvidia.com/gpu to 1g.12gb MIG devices: the pod takes one
+    # from DRA on a node whose GPUs are in MIG mode (no whole GPU published, so no GPU slots there).
+    cluster = DraCluster(("mig",), gpus=0)
+    devices = [
+        {
+            "name": f"gpu-0-mig-{m}",
+            "attributes": {"type": {"string": "mig"}, "profile": {"string": "1g.12gb"}},
+            "capacity": {"memory": {"value": "12Gi"}},
+        }
+        for m in range(2)
+    ]
+    cluster.slice(dra.gpu_slice("mig", 0, extra=devices))
+    mig = dra.mig_class()
+    mig["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    cluster.store.upsert_class(api_dra.parse_device_class(mig))
+    pod = device_store.extended_gpu_request(cluster.store, api_pod.parse_pod(objects.pod("p", gpus=1)))
+    assert pod.gpu.count == 0  # not a whole GPU
+    result = cluster.scheduler.schedule(pod)
+    assert result.decision is not None, result.status.message
+    assert [d.device for d in only_claim(result.decision).devices] == ["gpu-0-mig-0"]
+    assert result.decision.gpu_ids == ()
+    other = device_store.extended_gpu_request(cluster.store, api_pod.parse_pod(objects.pod("q", gpus=2)))
+    assert cluster.scheduler.schedule(other).decision is None  # one MIG device is left
