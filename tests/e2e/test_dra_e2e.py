@@ -376,3 +376,45 @@ def test_extended_resources_backed_by_dra_get_a_claim_before_the_binding(sched: 
 
 def claim_of_extended(pod: dict[str, Any], devices: Devices) -> dict[str, Any]:
     return devices.claims()[pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]]
+
+
+def test_a_gang_of_gpu_and_rdma_nic_pods_gets_both_under_one_pcie_root(sched: Scenario, devices: Devices) -> None:
+    # GPUDirect RDMA the DRA way: one claim asks a GPU of NVIDIA's driver and an RDMA NIC of another driver, with a
+    # matchAttribute on the standard resource.kubernetes.io/pcieRoot across both; the API server takes the NIC
+    # driver's slice and the constraint, and gpusched places a gang of such pods whole, one PCIe root each.
+    from tests.plugins import test_dra_rdma as rdma
+
+    name = f"{sched.name[:20]}-r"
+    sched.add_nodes([kube_mod.gpu_node(name, gpus=0)])
+    devices.setup([name])
+    nic_class = rdma.nic_class() | {"metadata": {"name": f"{devices.gpu_class}-nic"}}
+    devices.post(f"{API}/deviceclasses", nic_class)
+    nics = rdma.nic_slice(name)
+    nics["metadata"]["name"] = f"{name}-nics"
+    devices.post(f"{API}/resourceslices", nics)
+    for label, gpus in (("gpu-nic", 3), ("one-gpu-nic", 1)):
+        requests = (
+            dra.request("gpu", gpus, device_class=devices.gpu_class),
+            dra.request("nic", 1, device_class=f"{devices.gpu_class}-nic"),
+        )
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": label},
+            "spec": {"spec": dra.claim_spec(*requests, same=dra.PCIE_ROOT, same_for=("gpu", "nic"))},
+        }
+        devices.post(f"{API}/namespaces/{sched.namespace}/resourceclaimtemplates", body, cluster_scoped=False)
+    sched.create_podgroup(kube_mod.podgroup("rdma", min_member=2))
+    sched.start_gpusched()
+    for i in range(2):
+        sched.create_pod(dra_pod(f"rdma-{i}", template="gpu-nic", group="rdma"))
+    bound = sched.wait_bound(["rdma-0", "rdma-1"], timeout=90)
+    roots = []
+    for pod in bound:
+        got = allocated(claim_of(pod, devices))
+        assert len(got) == 4 and len({rdma.root(d) for d in got}) == 1, got
+        roots.append(rdma.root(got[0]))
+    assert sorted(roots) == [0, 1]
+    # A pod asking one GPU and a NIC: both NICs are held, so it waits although two GPUs are free.
+    sched.create_pod(dra_pod("rdma-2", template="one-gpu-nic"))
+    wait_message(sched, "rdma-2", "cannot allocate all claims")

@@ -34,7 +34,12 @@ def nic_slice(node: str, roots: int = 2) -> dict[str, Any]:
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"name": f"{node}-{NIC_DRIVER}"},
-        "spec": {"driver": NIC_DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1}, "devices": devices},
+        "spec": {
+            "driver": NIC_DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
     }
 
 
