@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import structlog
 
 from scheduler.api import cel as api_cel
+from scheduler.api import consumable_capacity as api_capacity
 from scheduler.api import dra as api_dra
 from scheduler.api import node as api_node
 from scheduler.api import resources as api_resources
@@ -82,6 +83,10 @@ class DeviceStore:
         self._holders: dict[DeviceKey, set[str]] = {}
         self._holds: dict[str, tuple[DeviceKey, ...]] = {}
         self._taken: dict[DeviceKey, str] = {}
+        #: Claim key -> its shares of devices that allow multiple allocations (device, consumed capacity); device
+        #: key -> what all the shares consume (consumable capacity, ``scheduler.api.consumable_capacity``).
+        self._shares: dict[str, tuple[tuple[DeviceKey, api_capacity.Amounts], ...]] = {}
+        self._consumed: dict[DeviceKey, dict[str, int]] = {}
         #: (expression source, device key) -> whether it matches (False also when it cannot be evaluated).
         self._matches: dict[tuple[str, DeviceKey], bool] = {}
         #: Expressions whose evaluation failed on some device, told in the log once each.
@@ -210,7 +215,15 @@ class DeviceStore:
     def _refresh(self, key: str) -> None:
         """Take what claim ``key`` holds now (its written allocation, else the one assumed) into :meth:`taken`."""
         allocation = self.allocation_of(key)
-        now = tuple(d.key for d in allocation.devices if not d.admin_access) if allocation is not None else ()
+        results = allocation.devices if allocation is not None else ()
+        now = tuple(d.key for d in results if not d.admin_access and not d.share_id)
+        for device, consumed in self._shares.pop(key, ()):
+            _count(self._consumed, device, consumed, -1)
+        shares = tuple((d.key, d.consumed) for d in results if d.share_id)
+        if shares:
+            self._shares[key] = shares
+        for device, consumed in shares:
+            _count(self._consumed, device, consumed, 1)
         before = self._holds.pop(key, ())
         if now:
             self._holds[key] = now
@@ -226,6 +239,14 @@ class DeviceStore:
         for device in now:
             self._holders.setdefault(device, set()).add(key)
             self._taken.setdefault(device, key)
+
+    def consumed(self) -> Mapping[DeviceKey, Mapping[str, int]]:
+        """Device key -> what the shares of it consume (written or assumed allocations)."""
+        return self._consumed
+
+    def capacity_use(self) -> CapacityUse:
+        """What the shares of devices that allow multiple allocations consume (a copy, for one search)."""
+        return CapacityUse({key: dict(amounts) for key, amounts in self._consumed.items()})
 
     def node_devices(self, node: str) -> NodeDevices:
         self._index()
@@ -440,6 +461,40 @@ class CounterBudget:
         return total
 
 
+class CapacityUse:
+    """The capacity the shares of devices that allow multiple allocations consume while an allocation is searched
+    (consumable capacity): taken and given back as the search goes."""
+
+    def __init__(self, used: dict[DeviceKey, dict[str, int]]) -> None:
+        self._used = used
+
+    def consumption(self, choice: api_dra.Choice, device: Device) -> dict[str, int] | None:
+        """What ``choice`` would consume of ``device``, None if that does not fit (its policy, or what is left)."""
+        consumed = choice.consumption(device)
+        if consumed is None:
+            return None
+        used = self._used.get(device.key, {}) if device.multiple else {}
+        return consumed if api_capacity.fits(consumed, used, device.capacity) else None
+
+    def take(self, key: DeviceKey, consumed: Mapping[str, int]) -> None:
+        _count(self._used, key, tuple(consumed.items()), 1)
+
+    def give(self, key: DeviceKey, consumed: Mapping[str, int]) -> None:
+        _count(self._used, key, tuple(consumed.items()), -1)
+
+    def of(self, devices: Sequence[Device]) -> frozenset[tuple[DeviceKey, api_capacity.Amounts]]:
+        """What is consumed of those of ``devices`` that are shared (part of what a node's answer depends on)."""
+        return frozenset((d.key, tuple(sorted(self._used[d.key].items()))) for d in devices if d.key in self._used)
+
+
+def _count(into: dict[DeviceKey, dict[str, int]], key: DeviceKey, amounts: api_capacity.Amounts, sign: int) -> None:
+    totals = into.setdefault(key, {})
+    for name, amount in amounts:
+        totals[name] = totals.get(name, 0) + sign * amount
+    if not any(totals.values()):
+        del into[key]
+
+
 def _add(into: dict[CounterSetKey, dict[str, int]], device: Device, sign: int) -> None:
     for set_name, counters in device.consumes:
         totals = into.setdefault((device.driver, device.pool, set_name), {})
@@ -473,7 +528,9 @@ def claim_gpus(store: DeviceStore, pod: PodRequest) -> int | None:
             # allocated), so that a node the smaller alternative fits is not filtered out by the GPU count.
             counts = [
                 c.count
-                if c.mode == api_dra.EXACT_COUNT and not c.admin_access and _selects_gpus(store, c.device_class)
+                if c.mode == api_dra.EXACT_COUNT
+                and not (c.admin_access or c.capacity)
+                and _selects_gpus(store, c.device_class)
                 else 0
                 for c in request.choices
             ]

@@ -38,12 +38,14 @@ collector deletes the extended resource claim with its pod).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 from kubernetes_asyncio import client as k8s_client
 
+from scheduler.api import consumable_capacity as api_capacity
 from scheduler.api import dra as api_dra
 from scheduler.api import extended_resources as api_extended
 from scheduler.api.dra import ClaimAllocation
@@ -331,6 +333,7 @@ def _allocation_body(allocation: api_dra.Allocation) -> dict[str, Any]:
                     "pool": d.pool,
                     "device": d.device,
                     **({"adminAccess": True} if d.admin_access else {}),
+                    **(_share(d) if d.share_id else {}),
                 }
                 for d in allocation.devices
             ]
@@ -343,6 +346,18 @@ def _allocation_body(allocation: api_dra.Allocation) -> dict[str, Any]:
             ]
         }
     return body
+
+
+def _share(device: api_dra.AllocatedDevice) -> dict[str, Any]:
+    """A share of a device that allows multiple allocations: a UUID of its own (the allocator's is a placeholder)
+    and what it consumes, named as the driver publishes the capacity."""
+    share = str(uuid.uuid4()) if device.share_id == api_capacity.NEW_SHARE else device.share_id
+    consumed = {name.removeprefix(f"{device.driver}/"): _quantity(amount) for name, amount in device.consumed}
+    return {"shareID": share, "consumedCapacity": consumed}
+
+
+def _quantity(milli: int) -> str:
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
 def _same_devices(written: api_dra.Allocation, allocation: api_dra.Allocation) -> bool:

@@ -14,14 +14,12 @@ count (``ExactCount``) or every matching device (``All``, which fails when one o
 (a device in use may be given; it stays free for others), and ``matchAttribute`` constraints (every device of the
 requests named has the same value of the attribute). A node that cannot: ``cannot allocate all claims``.
 
-Which devices, when several sets would do: the tightest. Devices are grouped by their PCIe root
-(``resource.kubernetes.io/pcieRoot``, as NVIDIA's driver publishes it); a request takes its devices from the
-group with the fewest free devices that still has enough (best fit: the fuller groups are used up first and the
-emptier ones stay whole for the next multi-GPU pod), and when no group has enough, from the largest groups first
-(touching as few as possible). Under a ``matchAttribute`` constraint each value of the attribute is a group, tried
-in the same best-fit order, with backtracking over the claim's requests. The node itself is chosen by the score
-plugins as for any pod: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.device_store``), so FGD,
-binpack, gangs and queue accounting see them.
+Which devices, when several sets would do: the tightest (docs/devices.md): by PCIe root
+(``resource.kubernetes.io/pcieRoot``), the group with the fewest free devices that still has enough, else the
+largest groups first; under a ``matchAttribute`` constraint each value is a group, with backtracking. A device
+allowing multiple allocations is shared up to its capacity (``scheduler.api.consumable_capacity``). The node is
+chosen by the score plugins: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.device_store``),
+so FGD, binpack, gangs and queue accounting see them.
 
 The answer for a node is remembered by the claims' shape (requests, selectors, constraints: the same for every pod
 of one template) and the node's devices taken, until a device or class changes: a backlog of one template costs
@@ -47,12 +45,13 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.api import consumable_capacity as api_capacity
 from scheduler.api import dra as api_dra
 from scheduler.api import extended_resources as api_extended
 from scheduler.api import resources
 from scheduler.api.dra import AllocatedDevice, Allocation, ClaimAllocation, Device, ResourceClaim
 from scheduler.cache import device_store
-from scheduler.cache.device_store import CounterBudget, DeviceKey, DeviceStore
+from scheduler.cache.device_store import CapacityUse, CounterBudget, DeviceKey, DeviceStore
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
 from scheduler.framework import interface
@@ -196,9 +195,7 @@ class DynamicResources:
         if plan is None:
             return
         snap = state.snapshot
-        store = snap.devices
-        names = snap.names
-        taken = _taken(snap)
+        store, names, taken, capacity = snap.devices, snap.names, snap.devices_taken(), snap.capacity_use()
         shared = store.shared_devices()
         reach: dict[tuple[Any, ...], np.ndarray] = {}
         if self._memo_version != store.devices_version:
@@ -243,17 +240,17 @@ class DynamicResources:
                 # Only the node's own devices: the answer depends on the claims' shape and which of them are taken
                 # here, so the pods of one template share it until a device of this node is taken or freed.
                 held = frozenset(d.key for d in local if d.key in taken)
-                memo_key = (shape, node, held)
+                memo_key = (shape, node, held, capacity.of(local) if capacity else None)
                 if memo_key in self._memo:
                     known = self._memo[memo_key]
                     found = None if known is None else dict(zip(keys, known, strict=True))
                 else:
-                    found = allocate(claims, devices, taken, store)
+                    found = allocate(claims, devices, taken, store, capacity)
                     if len(self._memo) >= MEMO_MAX:
                         self._memo.clear()
                     self._memo[memo_key] = None if found is None else tuple(found[k] for k in keys)
             else:
-                found = allocate(claims, devices, taken, store)
+                found = allocate(claims, devices, taken, store, capacity)
             if found is None:
                 reasons[slot] = layout.DRA_CANNOT_ALLOCATE
             else:
@@ -327,33 +324,17 @@ class DynamicResources:
 MEMO_MAX = 200_000
 
 
-def _taken(snap: Snapshot) -> set[DeviceKey]:
-    """The devices held: by written or assumed allocations, less those of claims used only by pods a what-if took
-    off the cluster (preemption's victims: their claims are released when they go), plus the open what-ifs' picks."""
-    store = snap.devices
-    held = store.taken()
-    removed = {p.uid for sign, p, _ in snap.what_if_pods if sign < 0 and (p.resource_claims or p.extended_asks)}
-    if removed:
-        freed: dict[str, bool] = {}
-        for claim_key in set(held.values()):
-            claim = store.claims.get(claim_key)
-            users = {c.uid for c in claim.reserved_for} if claim is not None else set()
-            freed[claim_key] = bool(users) and users <= removed
-        taken = {key for key, claim_key in held.items() if not freed[claim_key]}
-    else:
-        taken = set(held)
-    for pick in snap.device_picks:
-        taken.update(d.key for d in pick.devices if not d.admin_access)
-    return taken
-
-
 def allocate(
-    claims: Sequence[ResourceClaim], devices: Sequence[Device], taken: set[DeviceKey], store: DeviceStore
+    claims: Sequence[ResourceClaim],
+    devices: Sequence[Device],
+    taken: set[DeviceKey],
+    store: DeviceStore,
+    capacity: CapacityUse,
 ) -> dict[str, tuple[AllocatedDevice, ...]] | None:
-    """Devices for every claim from ``devices`` (none of ``taken``, and none whose shared counters are used up);
-    None if they cannot all be met. Claim after claim, each claim's choices in its order of preference, and when a
-    later claim cannot be met, the earlier ones try their next choice (as kube-scheduler backtracks), up to
-    :data:`BACKTRACK_MAX` choices in all."""
+    """Devices for every claim from ``devices`` (none of ``taken``, none whose shared counters are used up, shares
+    of devices that allow multiple allocations within their ``capacity``); None if they cannot all be met. Claim
+    after claim, each claim's choices in its order of preference, and when a later claim cannot be met, the earlier
+    ones try their next choice (as kube-scheduler backtracks), up to :data:`BACKTRACK_MAX` choices in all."""
     used: set[DeviceKey] = set()
     budget = store.budget(taken)
     out: dict[str, tuple[AllocatedDevice, ...]] = {}
@@ -363,9 +344,9 @@ def allocate(
         nonlocal tries
         if k == len(claims):
             return True
-        for result in _allocations(claims[k], devices, taken, used, store, budget):
+        for result in _allocations(claims[k], devices, taken, used, store, budget, capacity):
             tries -= 1
-            held = [d.key for d in result if not d.admin_access]
+            held = [d.key for d in result if not d.admin_access and not d.share_id]
             used.update(held)
             out[claims[k].key] = result
             if place(k + 1):
@@ -390,9 +371,11 @@ def _allocations(
     used: set[DeviceKey],
     store: DeviceStore,
     budget: CounterBudget,
+    capacity: CapacityUse,
 ) -> Iterator[tuple[AllocatedDevice, ...]]:
     """The ways to meet ``claim``, best first. While one is being looked at (between two ``next``), its devices
-    are taken in ``budget``; they are given back before the next is made."""
+    are taken in ``budget`` (the shares of devices that allow multiple allocations in ``capacity``); they are given
+    back before the next is made."""
     requests = claim.requests
     constraints = claim.constraints
     fixed: dict[int, object] = {}
@@ -425,6 +408,7 @@ def _allocations(
                 and all(store.matches(e, d) for e in device_class.selectors)
                 and all(store.matches(e, d) for e in choice.selectors)
                 and all(d.attribute(a) is not None and d.attribute(a) not in seen[ci] for ci, a in distinct)
+                and (not (choice.capacity or d.multiple) or capacity.consumption(choice, d) is not None)
             ]
             if choice.mode == api_dra.ALL:
                 if not matching or len(matching) > api_dra.ALLOCATION_MAX:
@@ -436,11 +420,11 @@ def _allocations(
                     continue
                 picks: Iterator[list[Device]] = iter([matching])
             else:
+                busy = (taken, used, mine)  # a device that allows multiple allocations is never busy, only full
                 free = [
                     d
                     for d in matching
-                    if choice.admin_access
-                    or (d.key not in taken and d.key not in used and d.key not in mine and budget.fits(d))
+                    if choice.admin_access or ((d.multiple or all(d.key not in b for b in busy)) and budget.fits(d))
                 ]
                 picks = _picks(
                     free,
@@ -460,20 +444,36 @@ def _allocations(
                     continue
                 if any(len({d.attribute(a) for d in pick}) < len(pick) for _ci, a in distinct):
                     continue
-                holds = [] if choice.admin_access else pick
+                admin = choice.admin_access
+                holds = [] if admin else [d for d in pick if not d.multiple]
                 if holds and not budget.fits(holds[0], *holds[1:]):
                     continue
+                shares = {d.key: capacity.consumption(choice, d) for d in pick if d.multiple and not admin}
                 newly = [ci for ci in bound if ci not in fixed]
                 for ci, v in zip(bound, values, strict=True):
                     fixed.setdefault(ci, v)
                 for ci, a in distinct:
                     seen[ci].extend(d.attribute(a) for d in pick)
-                added = [AllocatedDevice(choice.name, d.driver, d.pool, d.name, choice.admin_access) for d in pick]
+                added = [
+                    AllocatedDevice(
+                        choice.name,
+                        d.driver,
+                        d.pool,
+                        d.name,
+                        choice.admin_access,
+                        *api_capacity.share(shares.get(d.key)),
+                    )
+                    for d in pick
+                ]
                 chosen.extend(added)
                 keys = [d.key for d in holds]
                 mine.update(keys)
                 budget.take(holds)
+                for key, consumed in shares.items():
+                    capacity.take(key, consumed or {})
                 yield from step(i + 1)
+                for key, consumed in shares.items():
+                    capacity.give(key, consumed or {})
                 budget.give(holds)
                 del chosen[len(chosen) - len(added) :]
                 mine.difference_update(keys)
