@@ -357,7 +357,14 @@ def _share(device: api_dra.AllocatedDevice) -> dict[str, Any]:
 
 
 def _quantity(milli: int) -> str:
-    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+    """A quantity as the API server would write it back: binary suffixes where whole (30Gi), else plain."""
+    if milli % 1000:
+        return f"{milli}m"
+    units = milli // 1000
+    for suffix, power in (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)):
+        if units and units % (1 << power) == 0:
+            return f"{units >> power}{suffix}"
+    return str(units)
 
 
 def _same_devices(written: api_dra.Allocation, allocation: api_dra.Allocation) -> bool:

@@ -418,3 +418,46 @@ def test_a_gang_of_gpu_and_rdma_nic_pods_gets_both_under_one_pcie_root(sched: Sc
     # A pod asking one GPU and a NIC: both NICs are held, so it waits although two GPUs are free.
     sched.create_pod(dra_pod("rdma-2", template="one-gpu-nic"))
     wait_message(sched, "rdma-2", "cannot allocate all claims")
+
+
+def test_a_device_shared_by_capacity_is_never_given_beyond_it_across_a_restart(
+    sched: Scenario, devices: Devices
+) -> None:
+    # Consumable capacity: a GPU published with allowMultipleAllocations and 80Gi of memory asked in steps of 10Gi;
+    # claims asking 25Gi (30Gi once rounded) share it. The API server takes the slice, the claims' capacity requests
+    # and the shares gpusched writes (shareID, consumedCapacity); the third claim waits, after a restart too.
+    from tests.plugins import test_dra_capacity as capacity
+
+    name = f"{sched.name[:20]}-c"
+    sched.add_nodes([kube_mod.gpu_node(name, gpus=0)])
+    shared_class = f"{devices.gpu_class}-shared"
+    expression = f"device.attributes['{dra.DRIVER}'].shareable"
+    devices.post(f"{API}/deviceclasses", dra.gpu_class(shared_class, expression))
+    raw = capacity.shared_gpu_slice(name)
+    raw["metadata"]["name"] = f"{name}-shared"
+    devices.post(f"{API}/resourceslices", raw)
+    spec = capacity.memory_claim("x", "25Gi", shared_class)["spec"]
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "slice"}}
+    devices.post(
+        f"{API}/namespaces/{sched.namespace}/resourceclaimtemplates",
+        body | {"spec": {"spec": spec}},
+        cluster_scoped=False,
+    )
+    replica = sched.start_gpusched()
+    for i in range(2):
+        sched.create_pod(dra_pod(f"share-{i}", template="slice"))
+    bound = sched.wait_bound(["share-0", "share-1"], timeout=60)
+    share_ids = set()
+    for pod in bound:
+        (result,) = claim_of(pod, devices)["status"]["allocation"]["devices"]["results"]
+        assert result["device"] == "gpu-0" and result["consumedCapacity"] == {"memory": "30Gi"}, result
+        share_ids.add(result["shareID"])
+    assert len(share_ids) == 2
+    # 60Gi of 80Gi are used: a third 30Gi share waits, and still does once gpusched has read it all again.
+    replica.restart().wait_ready().wait_leader()
+    sched.create_pod(dra_pod("share-2", template="slice"))
+    wait_message(sched, "share-2", "cannot allocate all claims")
+    sched.delete_pod("share-0")
+    (third,) = sched.wait_bound(["share-2"], timeout=90)
+    (result,) = claim_of(third, devices)["status"]["allocation"]["devices"]["results"]
+    assert result["device"] == "gpu-0" and result["shareID"] not in share_ids
