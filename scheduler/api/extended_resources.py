@@ -74,13 +74,7 @@ def parse_container_asks(spec: Mapping[str, object], *, obj: str) -> tuple[Conta
     ):
         if not isinstance(container, Mapping):
             raise InvalidObject("expected a container", obj=obj, field=where)
-        res = container.get("resources") or {}
-        if not isinstance(res, Mapping):
-            raise InvalidObject("expected a map", obj=obj, field=f"{where}.resources")
-        requests = resources.parse_resource_list(res.get("requests"), obj=obj, field=f"{where}.resources.requests")
-        limits = resources.parse_resource_list(res.get("limits"), obj=obj, field=f"{where}.resources.limits")
-        for name, amount in limits.items():
-            requests.setdefault(name, amount)  # as the API server defaults them
+        requests = resources.container_requests(container, obj=obj, where=where)
         amounts = tuple(sorted((n, a) for n, a in requests.items() if a > 0 and is_extended(n)))
         if amounts:
             short = index < len(init) and container.get("restartPolicy") != "Always"

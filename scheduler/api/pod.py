@@ -121,18 +121,6 @@ class PodRequest:
         return self.phase in ("Succeeded", "Failed")
 
 
-def _container_requests(container: Mapping[str, object], *, obj: str, where: str) -> ResourceList:
-    res = container.get("resources") or {}
-    if not isinstance(res, Mapping):
-        raise InvalidObject("expected a map", obj=obj, field=f"{where}.resources")
-    requests = resources.parse_resource_list(res.get("requests"), obj=obj, field=f"{where}.resources.requests")
-    limits = resources.parse_resource_list(res.get("limits"), obj=obj, field=f"{where}.resources.limits")
-    # Kubernetes defaults a missing request to the limit.
-    for name, amount in limits.items():
-        requests.setdefault(name, amount)
-    return requests
-
-
 def effective_requests(spec: Mapping[str, object], *, obj: str) -> ResourceList:
     """The pod's effective requests, as kube-scheduler computes them (without the implicit ``pods``)."""
     containers = spec.get("containers") or []
@@ -143,13 +131,13 @@ def effective_requests(spec: Mapping[str, object], *, obj: str) -> ResourceList:
     for i, c in enumerate(containers):
         if not isinstance(c, Mapping):
             raise InvalidObject("expected a container", obj=obj, field=f"spec.containers[{i}]")
-        resources.add(total, _container_requests(c, obj=obj, where=f"spec.containers[{i}]"))
+        resources.add(total, resources.container_requests(c, obj=obj, where=f"spec.containers[{i}]"))
     sidecars: ResourceList = {}
     init_peak: ResourceList = {}
     for i, c in enumerate(init_containers):
         if not isinstance(c, Mapping):
             raise InvalidObject("expected a container", obj=obj, field=f"spec.initContainers[{i}]")
-        req = _container_requests(c, obj=obj, where=f"spec.initContainers[{i}]")
+        req = resources.container_requests(c, obj=obj, where=f"spec.initContainers[{i}]")
         if c.get("restartPolicy") == "Always":
             resources.add(sidecars, req)
             resources.maximum(init_peak, sidecars)

@@ -49,12 +49,9 @@ def mig_1g_class() -> dict[str, Any]:
         f"device.driver == '{dra.DRIVER}' && device.attributes['{dra.DRIVER}'].type == 'mig' && "
         f"device.attributes['{dra.DRIVER}'].profile == '1g.12gb'"
     )
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": MIG_1G_CLASS},
-        "spec": {"selectors": [{"cel": {"expression": expression}}], "extendedResourceName": "nvidia.com/gpu"},
-    }
+    mig = dra.device_class(MIG_1G_CLASS, expression)
+    mig["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    return mig
 
 
 def static_mig_slice(node: str, gpus: int = 2, per_gpu: int = 7) -> dict[str, Any]:

@@ -44,13 +44,7 @@ def nic_slice(node: str, roots: int = 2) -> dict[str, Any]:
 
 
 def nic_class() -> dict[str, Any]:
-    expression = f"device.driver == '{NIC_DRIVER}' && device.attributes['{NIC_DRIVER}'].rdma"
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": NIC_CLASS},
-        "spec": {"selectors": [{"cel": {"expression": expression}}]},
-    }
+    return dra.device_class(NIC_CLASS, f"device.driver == '{NIC_DRIVER}' && device.attributes['{NIC_DRIVER}'].rdma")
 
 
 def rdma_cluster(nodes: tuple[str, ...] = ("a",), *, plugins: tuple[str, ...] = PLUGINS) -> DraCluster:
