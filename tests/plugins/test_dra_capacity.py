@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from scheduler.api import consumable_capacity as cc
 from scheduler.api import dra as api_dra
+from scheduler.api import podgroup as api_podgroup
+from scheduler.core import gang
 from tests.api import dra_objects as dra
 from tests.plugins.test_dra import DraCluster, pod_with
 
@@ -41,12 +43,11 @@ def memory_claim(name: str, memory: str | None, device_class: str = SHARED_CLASS
     return raw
 
 
-def cluster(gpus: int = 1) -> DraCluster:
-    c = DraCluster(("a",), gpus=0)
+def cluster(gpus: int = 1, plugins: tuple[str, ...] = ("fit", "gpu", "dra")) -> DraCluster:
+    c = DraCluster(("a",), plugins=plugins, gpus=0)
     c.slice(shared_gpu_slice("a", gpus))
-    c.store.upsert_class(
-        api_dra.parse_device_class(dra.gpu_class(SHARED_CLASS, f"device.attributes['{dra.DRIVER}'].shareable"))
-    )
+    shared = dra.gpu_class(SHARED_CLASS, f"device.attributes['{dra.DRIVER}'].shareable")
+    c.store.upsert_class(api_dra.parse_device_class(shared))
     return c
 
 
@@ -122,3 +123,19 @@ def test_a_stream_of_claims_never_takes_more_than_the_devices_have(stream: list[
             c.scheduler.bind_failed(placed.pop(0))
         for device, consumed in c.store.consumed().items():
             assert all(amount <= 80 * GI * 1000 for amount in consumed.values()), (device, consumed)
+
+
+def test_a_gangs_members_share_a_device_inside_the_what_if_never_beyond_it() -> None:
+    c = cluster(plugins=("fit", "gpu", "dra", "gang"))
+    group = api_podgroup.parse_podgroup({"metadata": {"name": "g", "namespace": "default"}, "spec": {"minMember": 3}})
+    for i in range(3):
+        c.claim(memory_claim(f"m-{i}", "30Gi"))
+    members = [c.pod(pod_with(f"m-{i}", f"m-{i}")) for i in range(3)]
+    # Three shares of 30Gi do not fit in 80Gi: all or nothing, and nothing is left taken.
+    assert not gang.place_gang(c.scheduler, group, members).status.ok
+    assert not c.store.consumed() and not c.cache.snapshot().device_picks
+    small = api_podgroup.parse_podgroup({"metadata": {"name": "g", "namespace": "default"}, "spec": {"minMember": 2}})
+    result = gang.place_gang(c.scheduler, small, members[:2])
+    assert result.status.ok, result.status.message
+    shares = [d for decision in result.decisions for cl in decision.claims for d in cl.devices]
+    assert [d.device for d in shares] == ["gpu-0", "gpu-0"] and all(d.share_id for d in shares)
