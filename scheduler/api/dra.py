@@ -17,13 +17,18 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from scheduler.api import cel as api_cel
+from scheduler.api import consumable_capacity as api_capacity
 from scheduler.api import fields, selectors
 from scheduler.api import quantity as api_quantity
 from scheduler.api import volumes as api_volumes
 from scheduler.api.errors import InvalidObject
 from scheduler.api.selectors import Toleration
+
+if TYPE_CHECKING:
+    from scheduler.api.extended_resources import ExtendedClaim
 
 GPU_DRIVER = "gpu.nvidia.com"
 #: ``allocationMode`` values.
@@ -62,6 +67,10 @@ class Device:
     consumes: tuple[tuple[str, Counters], ...] = ()
     #: Taints the driver put on it (``NoSchedule``/``NoExecute``: not allocated unless the request tolerates them).
     taints: tuple[selectors.Taint, ...] = ()
+    #: ``allowMultipleAllocations``: shared by claims up to its capacity (``scheduler.api.consumable_capacity``).
+    multiple: bool = False
+    #: Qualified capacity name -> its ``requestPolicy``.
+    policies: Mapping[str, api_capacity.RequestPolicy] = field(default_factory=dict)
     #: (driver, pool, name): how allocations name it (kept, not rebuilt: the allocator reads it a million times).
     key: tuple[str, str, str] = field(init=False, repr=False, compare=False)
 
@@ -96,6 +105,9 @@ class DeviceClass:
     selectors: tuple[api_cel.Expression, ...] = ()
     #: The extended resource a pod may ask for to get devices of this class (``spec.extendedResourceName``).
     extended_resource: str = ""
+    #: ``metadata.creationTimestamp`` (RFC 3339, so the text orders as the time): of two classes mapping one
+    #: extended resource, the newer one is used, as in kube-scheduler.
+    created: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +123,17 @@ class Choice:
     admin_access: bool = False
     #: Device taints the request tolerates.
     tolerations: tuple[Toleration, ...] = ()
+    #: ``capacity.requests``: capacity name (as written) -> amount in milli-units.
+    capacity: api_capacity.Amounts = ()
+
+    def shape(self) -> tuple[object, ...]:
+        what = (self.name, self.device_class, self.mode, self.count, self.admin_access, self.tolerations, self.capacity)
+        return (*what, tuple(e.source for e in self.selectors))
+
+    def consumption(self, device: Device) -> dict[str, int] | None:
+        """What it consumes of ``device``'s capacity, None if it cannot (``scheduler.api.consumable_capacity``)."""
+        asked = {_qualified(name, device.driver): amount for name, amount in self.capacity}
+        return api_capacity.consumption(asked, device.capacity, device.policies)
 
     def tolerates(self, device: Device) -> bool:
         """Whether the request may get ``device``: every taint that keeps devices from new allocations
@@ -147,6 +170,10 @@ class AllocatedDevice:
     pool: str
     device: str
     admin_access: bool = False
+    #: A share of a device that allows multiple allocations: its ``shareID`` and ``consumedCapacity`` (qualified
+    #: name -> milli-units).
+    share_id: str = ""
+    consumed: api_capacity.Amounts = ()
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -183,10 +210,16 @@ class ResourceClaim:
     owner_pod: str = ""
     resource_version: str = ""
     finalizers: tuple[str, ...] = ()
+    #: The claim the scheduler made for its owner pod's extended resources (``scheduler.api.extended_resources``).
+    extended: bool = False
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def shape(self) -> tuple[object, ...]:
+        """What an allocation depends on in the claim (not its name): the claims of one template have the same."""
+        return (tuple((r.name, tuple(c.shape() for c in r.choices)) for r in self.requests), self.constraints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,9 +244,21 @@ def claim_key(namespace: str, pod_claim: PodClaim) -> str:
     return f"{namespace}/{pod_claim.claim_name}"
 
 
+#: The name of a pod's extended resource claim until the API server names it (not a valid object name, so it
+#: is no real claim's): the key is ``<namespace>/<extended-resources>.<pod name>``.
+EXTENDED_CLAIM = "<extended-resources>"
+#: Marks the claim the scheduler made for a pod's extended resources.
+EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+
+
+def extended_claim_key(namespace: str, pod_name: str) -> str:
+    """The key of a pod's extended resource claim not made yet (one per pod, so decisions in flight differ)."""
+    return f"{namespace}/{EXTENDED_CLAIM}.{pod_name}"
+
+
 def is_gpu(device: Device) -> bool:
-    """A whole GPU of NVIDIA's DRA driver."""
-    return device.driver == GPU_DRIVER and device.attributes.get(f"{GPU_DRIVER}/type") == "gpu"
+    """A whole GPU of NVIDIA's DRA driver (not one shared by capacity)."""
+    return device.driver == GPU_DRIVER and device.attributes.get(f"{GPU_DRIVER}/type") == "gpu" and not device.multiple
 
 
 def gpu_order(device: Device) -> tuple[int, str]:
@@ -286,6 +331,7 @@ def parse_device_class(raw: Mapping[str, object]) -> DeviceClass:
         name,
         _selectors(spec.get("selectors"), obj=obj, field="spec.selectors"),
         fields.string(spec.get("extendedResourceName"), obj=obj, field="spec.extendedResourceName"),
+        str(meta.get("creationTimestamp") or ""),
     )
 
 
@@ -332,10 +378,16 @@ def parse_resource_slice(raw: Mapping[str, object]) -> ResourceSlice:
             for k, v in fields.mapping(entry.get("attributes"), obj=obj, field=f"{where}.attributes").items()
         }
         capacity: dict[str, int] = {}
+        policies: dict[str, api_capacity.RequestPolicy] = {}
         for k, v in fields.mapping(entry.get("capacity"), obj=obj, field=f"{where}.capacity").items():
-            value = fields.mapping(v, obj=obj, field=f"{where}.capacity.{k}").get("value")
-            amount = api_quantity.parse_quantity(value, obj=obj, field=f"{where}.capacity.{k}.value")
+            at = f"{where}.capacity.{k}"
+            v = fields.mapping(v, obj=obj, field=at)
+            value = v.get("value")
+            amount = api_quantity.parse_quantity(value, obj=obj, field=f"{at}.value")
             capacity[_qualified(str(k), driver)] = api_quantity.to_milli(amount)
+            policy = api_capacity.parse_policy(v.get("requestPolicy"), obj=obj, field=f"{at}.requestPolicy")
+            if policy is not None:
+                policies[_qualified(str(k), driver)] = policy
         consumes: list[tuple[str, Counters]] = []
         for j, use in enumerate(
             fields.sequence(entry.get("consumesCounters"), obj=obj, field=f"{where}.consumesCounters")
@@ -355,9 +407,21 @@ def parse_resource_slice(raw: Mapping[str, object]) -> ResourceSlice:
                 for j, item in enumerate(fields.sequence(entry.get("taints"), obj=obj, field=f"{where}.taints"))
             )
         )
+        multiple = entry.get("allowMultipleAllocations") is True
         devices.append(
             Device(
-                driver, pool_name, device_name, attributes, capacity, node, terms, all_nodes, tuple(consumes), taints
+                driver,
+                pool_name,
+                device_name,
+                attributes,
+                capacity,
+                node,
+                terms,
+                all_nodes,
+                tuple(consumes),
+                taints,
+                multiple,
+                policies,
             )
         )
     counter_sets: list[tuple[str, Counters]] = []
@@ -391,6 +455,8 @@ def _choice(entry: Mapping[str, object], name: str, *, obj: str, field: str) -> 
     count = _int(entry.get("count"), obj=obj, field=f"{field}.count", default=1)
     if mode == EXACT_COUNT and not 1 <= count <= ALLOCATION_MAX:
         raise InvalidObject(f"count must be 1..{ALLOCATION_MAX}", obj=obj, field=f"{field}.count")
+    requested = fields.mapping(entry.get("capacity"), obj=obj, field=f"{field}.capacity").get("requests")
+    capacity = api_capacity.parse_amounts(requested, driver="", obj=obj, field=f"{field}.capacity.requests")
     return Choice(
         name,
         device_class,
@@ -399,6 +465,7 @@ def _choice(entry: Mapping[str, object], name: str, *, obj: str, field: str) -> 
         count if mode == EXACT_COUNT else 0,
         entry.get("adminAccess") is True,
         selectors.parse_tolerations(entry.get("tolerations"), obj=obj, field=f"{field}.tolerations"),
+        capacity,
     )
 
 
@@ -420,6 +487,10 @@ def _allocation(raw: object, *, obj: str) -> Allocation | None:
                 fields.string(r.get("pool"), obj=obj, field=f"{where}.pool", required=True),
                 fields.string(r.get("device"), obj=obj, field=f"{where}.device", required=True),
                 r.get("adminAccess") is True,
+                fields.string(r.get("shareID"), obj=obj, field=f"{where}.shareID"),
+                api_capacity.parse_amounts(
+                    r.get("consumedCapacity"), driver=str(r.get("driver")), obj=obj, field=f"{where}.consumedCapacity"
+                ),
             )
         )
     node = ""
@@ -488,6 +559,7 @@ def parse_claim(raw: Mapping[str, object]) -> ResourceClaim:
             Consumer(str(entry.get("resource") or ""), str(entry.get("name") or ""), str(entry.get("uid") or ""))
         )
     owner = ""
+    annotations = fields.mapping(meta.get("annotations"), obj=obj, field="metadata.annotations")
     for item in fields.sequence(meta.get("ownerReferences"), obj=obj, field="metadata.ownerReferences"):
         owner_ref = fields.mapping(item, obj=obj, field="metadata.ownerReferences")
         if owner_ref.get("kind") == "Pod" and owner_ref.get("controller") is True:
@@ -504,6 +576,7 @@ def parse_claim(raw: Mapping[str, object]) -> ResourceClaim:
         owner,
         str(meta.get("resourceVersion") or ""),
         tuple(str(f) for f in fields.sequence(meta.get("finalizers"), obj=obj, field="metadata.finalizers")),
+        annotations.get(EXTENDED_CLAIM_ANNOTATION) == "true",
     )
 
 
@@ -514,6 +587,9 @@ class ClaimAllocation:
 
     claim: str
     allocation: Allocation | None = None
+    #: For the claim of the pod's extended resources: its requests and the pod's request mappings (the claim is
+    #: created first when ``claim`` is still :func:`extended_claim_key`).
+    extended: ExtendedClaim | None = None
 
     @property
     def devices(self) -> tuple[AllocatedDevice, ...]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from scheduler.api import affinity as api_affinity
 from scheduler.api import dra as api_dra
+from scheduler.api import extended_resources as api_extended
 from scheduler.api import hami as api_hami
 from scheduler.api import host_ports, quantity, resources, selectors
 from scheduler.api import topology as api_topology
@@ -89,6 +90,10 @@ class PodRequest:
     #: ask for are in ``gpu`` once the operator has read the claims (``scheduler.k8s.device_claims``); a bound
     #: pod's, from the ``gpusched.io/gpu-ids`` annotation gpusched wrote.
     resource_claims: tuple[api_dra.PodClaim, ...] = ()
+    #: The extended resources (``nvidia.com/gpu`` among them) each container asks for: where a DeviceClass maps one
+    #: to DRA and the node has none from a device plugin, the scheduler makes a claim for them
+    #: (``scheduler.api.extended_resources``).
+    extended_asks: tuple[api_extended.ContainerAsk, ...] = ()
     #: The uid of the pod's controller (ReplicaSet, StatefulSet, Job...), for the cluster-default spreading.
     owner: str = ""
     #: The label pairs of the Services that select the pod (their selectors merged), for the cluster-default
@@ -116,18 +121,6 @@ class PodRequest:
         return self.phase in ("Succeeded", "Failed")
 
 
-def _container_requests(container: Mapping[str, object], *, obj: str, where: str) -> ResourceList:
-    res = container.get("resources") or {}
-    if not isinstance(res, Mapping):
-        raise InvalidObject("expected a map", obj=obj, field=f"{where}.resources")
-    requests = resources.parse_resource_list(res.get("requests"), obj=obj, field=f"{where}.resources.requests")
-    limits = resources.parse_resource_list(res.get("limits"), obj=obj, field=f"{where}.resources.limits")
-    # Kubernetes defaults a missing request to the limit.
-    for name, amount in limits.items():
-        requests.setdefault(name, amount)
-    return requests
-
-
 def effective_requests(spec: Mapping[str, object], *, obj: str) -> ResourceList:
     """The pod's effective requests, as kube-scheduler computes them (without the implicit ``pods``)."""
     containers = spec.get("containers") or []
@@ -138,13 +131,13 @@ def effective_requests(spec: Mapping[str, object], *, obj: str) -> ResourceList:
     for i, c in enumerate(containers):
         if not isinstance(c, Mapping):
             raise InvalidObject("expected a container", obj=obj, field=f"spec.containers[{i}]")
-        resources.add(total, _container_requests(c, obj=obj, where=f"spec.containers[{i}]"))
+        resources.add(total, resources.container_requests(c, obj=obj, where=f"spec.containers[{i}]"))
     sidecars: ResourceList = {}
     init_peak: ResourceList = {}
     for i, c in enumerate(init_containers):
         if not isinstance(c, Mapping):
             raise InvalidObject("expected a container", obj=obj, field=f"spec.initContainers[{i}]")
-        req = _container_requests(c, obj=obj, where=f"spec.initContainers[{i}]")
+        req = resources.container_requests(c, obj=obj, where=f"spec.initContainers[{i}]")
         if c.get("restartPolicy") == "Always":
             resources.add(sidecars, req)
             resources.maximum(init_peak, sidecars)
@@ -368,6 +361,9 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
     labels = _str_map(meta.get("labels"), obj=obj, field="metadata.labels")
     annotations = _str_map(meta.get("annotations"), obj=obj, field="metadata.annotations")
     requested = effective_requests(spec, obj=obj)
+    asks = (
+        api_extended.parse_container_asks(spec, obj=obj) if any(api_extended.is_extended(r) for r in requested) else ()
+    )
     # HAMi's per-device resources show in the effective request when any container asks for one (sums and maxima
     # keep every name): most pods ask for none, and skip reading every container again.
     share = api_hami.share_of(spec, obj=obj) if any(r in requested for r in api_hami.RESOURCES) else None
@@ -394,8 +390,9 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
             obj=obj,
             field="spec.resourceClaims",
         )
-    if resource_claims and gpu_ids and not gpu.count:
-        # The GPUs gpusched allocated through the pod's claims (whole devices): counted as the device plugin's.
+    if (resource_claims or asks) and gpu_ids and not gpu.count:
+        # The GPUs gpusched allocated through the pod's claims (its own, or the one made for its extended
+        # resources; whole devices): counted as the device plugin's.
         gpu = GpuRequest(count=len(gpu_ids), milli=resources.MILLI_PER_GPU)
     priority = spec.get("priority") or 0
     if not isinstance(priority, int):
@@ -429,6 +426,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         spread=api_affinity.parse_spread(spec.get("topologySpreadConstraints"), labels=labels, obj=obj),
         volumes=api_volumes.parse_pod_claims(spec, pod_name=name, obj=obj),
         resource_claims=resource_claims,
+        extended_asks=asks,
         owner=api_affinity.controller_of(meta),
         preemption_policy=str(preemption_policy),
         topology=api_topology.parse_constraint(

@@ -41,6 +41,17 @@ def parse_resource_list(raw: object, *, obj: str = "", field: str = "") -> Resou
     return parsed
 
 
+def container_requests(container: Mapping[str, object], *, obj: str, where: str) -> ResourceList:
+    """A container's requests, a missing request defaulted to the limit (as Kubernetes does)."""
+    res = container.get("resources") or {}
+    if not isinstance(res, Mapping):
+        raise InvalidObject("expected a map", obj=obj, field=f"{where}.resources")
+    requests = parse_resource_list(res.get("requests"), obj=obj, field=f"{where}.resources.requests")
+    for name, amount in parse_resource_list(res.get("limits"), obj=obj, field=f"{where}.resources.limits").items():
+        requests.setdefault(name, amount)
+    return requests
+
+
 def add(into: ResourceList, other: Mapping[str, int]) -> None:
     """Add ``other`` into ``into`` in place."""
     for name, amount in other.items():

@@ -33,8 +33,10 @@ from dataclasses import dataclass
 import structlog
 
 from scheduler.api import cel as api_cel
+from scheduler.api import consumable_capacity as api_capacity
 from scheduler.api import dra as api_dra
 from scheduler.api import node as api_node
+from scheduler.api import resources as api_resources
 from scheduler.api.dra import ClaimAllocation, Device, DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.api.pod import PodRequest
 
@@ -81,6 +83,10 @@ class DeviceStore:
         self._holders: dict[DeviceKey, set[str]] = {}
         self._holds: dict[str, tuple[DeviceKey, ...]] = {}
         self._taken: dict[DeviceKey, str] = {}
+        #: Claim key -> its shares of devices that allow multiple allocations (device, consumed capacity); device
+        #: key -> what all the shares consume (consumable capacity, ``scheduler.api.consumable_capacity``).
+        self._shares: dict[str, tuple[tuple[DeviceKey, api_capacity.Amounts], ...]] = {}
+        self._consumed: dict[DeviceKey, dict[str, int]] = {}
         #: (expression source, device key) -> whether it matches (False also when it cannot be evaluated).
         self._matches: dict[tuple[str, DeviceKey], bool] = {}
         #: Expressions whose evaluation failed on some device, told in the log once each.
@@ -90,6 +96,8 @@ class DeviceStore:
         self.dra_gpu_nodes: set[str] = set()
         #: Classes and claims the watches delivered but could not read (left out), by name or key: why not.
         self.unreadable: dict[str, str] = {}
+        #: Pod uid -> the key of the claim made for its extended resources (``scheduler.api.extended_resources``).
+        self._extended: dict[str, str] = {}
 
     # --- the watches -----------------------------------------------------------------------------------------
 
@@ -127,6 +135,8 @@ class DeviceStore:
         if self.claims.get(claim.key) == claim:
             return False
         self.claims[claim.key] = claim
+        if claim.extended and claim.owner_pod:
+            self._extended[claim.owner_pod] = claim.key
         if claim.allocation is not None and claim.key in self.assumed:
             # The allocation is written: the claim speaks for itself now.
             del self.assumed[claim.key]
@@ -135,8 +145,11 @@ class DeviceStore:
         return True
 
     def remove_claim(self, key: str) -> bool:
-        if self.claims.pop(key, None) is None:
+        claim = self.claims.pop(key, None)
+        if claim is None:
             return False
+        if claim.extended and self._extended.get(claim.owner_pod) == key:
+            del self._extended[claim.owner_pod]
         self.assumed.pop(key, None)
         self._refresh(key)
         self.version += 1
@@ -168,6 +181,13 @@ class DeviceStore:
         if claims:
             self.version += 1
 
+    def written_as(self, temporary: str) -> None:
+        """A pod's extended resource claim was created and its allocation written under its real name (the store
+        has it): the allocation assumed under the temporary key (``api_dra.extended_claim_key``) is dropped."""
+        if self.assumed.pop(temporary, None) is not None:
+            self._refresh(temporary)
+            self.version += 1
+
     def confirm(self, pod_key: str) -> None:
         """The pod is bound: its claims' allocations are written (the watch will show them)."""
         self._pod_claims.pop(pod_key, None)
@@ -182,6 +202,12 @@ class DeviceStore:
         held = self.assumed.get(key)
         return held[0].allocation if held is not None else None
 
+    def extended_claim(self, pod_uid: str) -> ResourceClaim | None:
+        """The claim made for the pod's extended resources (by a decision for it that did not end in a binding,
+        or before a restart), None if there is none."""
+        key = self._extended.get(pod_uid)
+        return self.claims.get(key) if key is not None else None
+
     def taken(self) -> Mapping[DeviceKey, str]:
         """Device key -> a claim holding it (written or assumed allocations; admin access does not hold)."""
         return self._taken
@@ -189,7 +215,15 @@ class DeviceStore:
     def _refresh(self, key: str) -> None:
         """Take what claim ``key`` holds now (its written allocation, else the one assumed) into :meth:`taken`."""
         allocation = self.allocation_of(key)
-        now = tuple(d.key for d in allocation.devices if not d.admin_access) if allocation is not None else ()
+        results = allocation.devices if allocation is not None else ()
+        now = tuple(d.key for d in results if not d.admin_access and not d.share_id)
+        for device, consumed in self._shares.pop(key, ()):
+            _count(self._consumed, device, consumed, -1)
+        shares = tuple((d.key, d.consumed) for d in results if d.share_id)
+        if shares:
+            self._shares[key] = shares
+        for device, consumed in shares:
+            _count(self._consumed, device, consumed, 1)
         before = self._holds.pop(key, ())
         if now:
             self._holds[key] = now
@@ -206,6 +240,14 @@ class DeviceStore:
             self._holders.setdefault(device, set()).add(key)
             self._taken.setdefault(device, key)
 
+    def consumed(self) -> Mapping[DeviceKey, Mapping[str, int]]:
+        """Device key -> what the shares of it consume (written or assumed allocations)."""
+        return self._consumed
+
+    def capacity_use(self) -> CapacityUse:
+        """What the shares of devices that allow multiple allocations consume (a copy, for one search)."""
+        return CapacityUse({key: dict(amounts) for key, amounts in self._consumed.items()})
+
     def node_devices(self, node: str) -> NodeDevices:
         self._index()
         return self._by_node.get(node, _NONE)
@@ -220,12 +262,33 @@ class DeviceStore:
         return self._by_key.get(key)
 
     def extended_resource_class(self, resource: str) -> DeviceClass | None:
-        """The DeviceClass that maps an extended resource to DRA: by ``extendedResourceName``, or implicitly
-        (``deviceclass.resource.kubernetes.io/<class>``)."""
+        """The DeviceClass that maps an extended resource to DRA: implicitly
+        (``deviceclass.resource.kubernetes.io/<class>``), or by ``extendedResourceName``; of several, the newest,
+        then the first by name (kube-scheduler's rule, for a migration from one class to another)."""
         implicit = resource.removeprefix("deviceclass.resource.kubernetes.io/")
         if implicit != resource:
             return self.classes.get(implicit)
-        return next((c for c in self.classes.values() if c.extended_resource == resource), None)
+        mapping = [c for c in self.classes.values() if c.extended_resource == resource]
+        newest = max((c.created for c in mapping), default="")
+        return min((c for c in mapping if c.created == newest), key=lambda c: c.name, default=None)
+
+    def from_dra(self, extended: Mapping[str, str], node: str, gpu_slots: bool) -> frozenset[str]:
+        """Of the extended resources a DeviceClass maps to DRA (``extended``: resource -> class), those the node
+        has from no device plugin, which kube-scheduler takes from DRA: ``nvidia.com/gpu`` where the node's GPU
+        slots are DRA's or it has none; any other always (gpusched does not count them from a device plugin:
+        :meth:`not_backed`)."""
+        return frozenset(
+            r
+            for r in extended
+            if r != api_resources.GPU
+            or node in self.dra_gpu_nodes
+            or not gpu_slots
+            or not _selects_gpus(self, extended[r])
+        )
+
+    def not_backed(self, asked: Mapping[str, int]) -> dict[str, int]:
+        """``asked`` without the extended resources a DeviceClass maps to DRA."""
+        return {name: amount for name, amount in asked.items() if self.extended_resource_class(name) is None}
 
     def gpus(self, node: str) -> tuple[Device, ...]:
         """The node's whole GPUs published through DRA, in GPU-index order."""
@@ -398,6 +461,40 @@ class CounterBudget:
         return total
 
 
+class CapacityUse:
+    """The capacity the shares of devices that allow multiple allocations consume while an allocation is searched
+    (consumable capacity): taken and given back as the search goes."""
+
+    def __init__(self, used: dict[DeviceKey, dict[str, int]]) -> None:
+        self._used = used
+
+    def consumption(self, choice: api_dra.Choice, device: Device) -> dict[str, int] | None:
+        """What ``choice`` would consume of ``device``, None if that does not fit (its policy, or what is left)."""
+        consumed = choice.consumption(device)
+        if consumed is None:
+            return None
+        used = self._used.get(device.key, {}) if device.multiple else {}
+        return consumed if api_capacity.fits(consumed, used, device.capacity) else None
+
+    def take(self, key: DeviceKey, consumed: Mapping[str, int]) -> None:
+        _count(self._used, key, tuple(consumed.items()), 1)
+
+    def give(self, key: DeviceKey, consumed: Mapping[str, int]) -> None:
+        _count(self._used, key, tuple(consumed.items()), -1)
+
+    def of(self, devices: Sequence[Device]) -> frozenset[tuple[DeviceKey, api_capacity.Amounts]]:
+        """What is consumed of those of ``devices`` that are shared (part of what a node's answer depends on)."""
+        return frozenset((d.key, tuple(sorted(self._used[d.key].items()))) for d in devices if d.key in self._used)
+
+
+def _count(into: dict[DeviceKey, dict[str, int]], key: DeviceKey, amounts: api_capacity.Amounts, sign: int) -> None:
+    totals = into.setdefault(key, {})
+    for name, amount in amounts:
+        totals[name] = totals.get(name, 0) + sign * amount
+    if not any(totals.values()):
+        del into[key]
+
+
 def _add(into: dict[CounterSetKey, dict[str, int]], device: Device, sign: int) -> None:
     for set_name, counters in device.consumes:
         totals = into.setdefault((device.driver, device.pool, set_name), {})
@@ -412,8 +509,9 @@ def claim_gpus(store: DeviceStore, pod: PodRequest) -> int | None:
     claim shared with pods that allocated it holds its GPUs for them. None while a claim is not known.
 
     The count is the same before and after the pod's own allocation is written, so the pod weighs the same in its
-    queue whichever the watch shows first."""
-    total = 0
+    queue whichever the watch shows first. The GPUs it asks through an extended resource a DeviceClass that selects
+    GPUs maps (other than ``nvidia.com/gpu``, counted with the pod) are added."""
+    total = extended_gpus(store, pod)
     for pod_claim in pod.resource_claims:
         if not pod_claim.claim_name:
             return None
@@ -429,22 +527,56 @@ def claim_gpus(store: DeviceStore, pod: PodRequest) -> int | None:
             # The fewest GPUs the request may get (firstAvailable: its smallest alternative; All: counted once
             # allocated), so that a node the smaller alternative fits is not filtered out by the GPU count.
             counts = [
-                c.count if c.mode == api_dra.EXACT_COUNT and not c.admin_access and _selects_gpus(store, c) else 0
+                c.count
+                if c.mode == api_dra.EXACT_COUNT
+                and not (c.admin_access or c.capacity)
+                and _selects_gpus(store, c.device_class)
+                else 0
                 for c in request.choices
             ]
             total += min(counts)
     return total
 
 
-def _selects_gpus(store: DeviceStore, choice: api_dra.Choice) -> bool:
-    device_class = store.classes.get(choice.device_class)
+def extended_gpu_request(store: DeviceStore, pod: PodRequest) -> PodRequest:
+    """A pod without claims that asks extended resources, with the GPUs they are: ``nvidia.com/gpu`` mapped to a
+    class of other devices than whole GPUs (NVIDIA's ``mig-1g-12gb.gpu.nvidia.com``) is not GPU slots but those
+    devices, always from DRA (:meth:`DeviceStore.from_dra`); an implicit name of a class of whole GPUs is GPUs
+    (:func:`extended_gpus`). A bound pod whose GPU ids gpusched wrote is left as it is."""
+    if pod.gpu_ids or pod.resource_claims:
+        return pod
+    count = pod.gpu.count if pod.gpu.whole else 0
+    gpu_class = store.extended_resource_class(api_resources.GPU) if count else None
+    if gpu_class is not None and not _selects_gpus(store, gpu_class.name):
+        count = 0
+    count += extended_gpus(store, pod)
+    if count == (pod.gpu.count if pod.gpu.whole else 0):
+        return pod
+    gpu = api_resources.GpuRequest(count, api_resources.MILLI_PER_GPU, models=pod.gpu.models)
+    return dataclasses.replace(pod, gpu=gpu if count else api_resources.NO_GPU)
+
+
+def extended_gpus(store: DeviceStore, pod: PodRequest) -> int:
+    """The whole GPUs a pod asks through extended resources other than ``nvidia.com/gpu`` (the implicit
+    ``deviceclass.resource.kubernetes.io/gpu.nvidia.com``) that map to a DeviceClass selecting GPUs."""
+    total = 0
+    for name, amount in pod.resources.items() if pod.extended_asks else ():
+        device_class = store.extended_resource_class(name)
+        if device_class is not None and _selects_gpus(store, device_class.name):
+            total += amount
+    return total
+
+
+def _selects_gpus(store: DeviceStore, class_name: str) -> bool:
+    device_class = store.classes.get(class_name)
     if device_class is None:
         return False
-    sample = store.sample_gpu()
-    if sample is None:
-        # No GPU published yet: read the class by its selectors' text (NVIDIA's gpu.nvidia.com class).
-        return any(api_dra.GPU_DRIVER in e.source for e in device_class.selectors)
+    # A GPU some node publishes; before any, a bare one of NVIDIA's driver (its class selects it, a MIG class not).
+    sample = store.sample_gpu() or _BARE_GPU
     return all(store.matches(e, sample) for e in device_class.selectors)
+
+
+_BARE_GPU = Device(api_dra.GPU_DRIVER, "", "", {f"{api_dra.GPU_DRIVER}/type": "gpu"})
 
 
 def with_gpus(info: api_node.NodeInfo, store: DeviceStore) -> api_node.NodeInfo:

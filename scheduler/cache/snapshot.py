@@ -25,7 +25,7 @@ from scheduler.api.host_ports import HostPort
 from scheduler.api.pod import PodRequest
 from scheduler.api.selectors import Taint
 from scheduler.cache.arrays import ClusterArrays, Placement
-from scheduler.cache.device_store import DeviceStore
+from scheduler.cache.device_store import CapacityUse, DeviceKey, DeviceStore
 from scheduler.cache.pods_index import PodIndex, PortIndex
 from scheduler.cache.volume_store import VolumeStore
 from scheduler.kernels import layout
@@ -243,6 +243,35 @@ class Snapshot:
         if not self._marks:
             raise RuntimeError("device choices are recorded only inside a checkpoint")
         self._append(self._device_picks, claims)
+
+    def devices_taken(self) -> set[DeviceKey]:
+        """The devices held: by written or assumed allocations, less those of claims used only by pods a what-if
+        took off the cluster (preemption's victims: their claims are released when they go), plus the open
+        what-ifs' picks. Shares of devices that allow multiple allocations are not: :meth:`capacity_use`."""
+        store = self.devices
+        held = store.taken()
+        removed = {p.uid for sign, p, _ in self.what_if_pods if sign < 0 and (p.resource_claims or p.extended_asks)}
+        if removed:
+            freed: dict[str, bool] = {}
+            for claim_key in set(held.values()):
+                claim = store.claims.get(claim_key)
+                users = {c.uid for c in claim.reserved_for} if claim is not None else set()
+                freed[claim_key] = bool(users) and users <= removed
+            taken = {key for key, claim_key in held.items() if not freed[claim_key]}
+        else:
+            taken = set(held)
+        for pick in self.device_picks:
+            taken.update(d.key for d in pick.devices if not d.admin_access and not d.share_id)
+        return taken
+
+    def capacity_use(self) -> CapacityUse:
+        """What the shares of devices that allow multiple allocations consume, the open what-ifs' picks too."""
+        use = self.devices.capacity_use()
+        for pick in self.device_picks:
+            for d in pick.devices:
+                if d.share_id:
+                    use.take(d.key, dict(d.consumed))
+        return use
 
     def unpick_devices(self, claims: Sequence[api_dra.ClaimAllocation]) -> None:
         self._take_out(self._device_picks, claims)

@@ -156,11 +156,13 @@ class Cache:
         return index
 
     def request_vector(self, pod: PodRequest) -> F64:
-        """What the pod asks for, per column (a whole GPU's device memory is added per node, see kernels)."""
-        for name in pod.resources:
+        """What the pod asks for, per column (a whole GPU's device memory is added per node, see kernels); not
+        the extended resources DRA backs (the dra plugin's claims; ``nvidia.com/gpu`` is in the GPU slots)."""
+        asked = pod.resources if not pod.extended_asks else self.devices.not_backed(pod.resources)
+        for name in asked:
             self.column(name)
         vector = np.zeros(len(self.columns))
-        for name, amount in pod.resources.items():
+        for name, amount in asked.items():
             vector[self._column[name]] = amount
         vector[layout.GPU_MILLI] = pod.gpu.total_milli
         vector[layout.GPU_MEMORY] = pod.gpu.memory if pod.gpu.shared else 0.0
@@ -478,7 +480,7 @@ class Cache:
             return
         if entry.pod.volumes:
             self.volumes.release(key)  # only pods with claims have volume choices held
-        if entry.pod.resource_claims:
+        if entry.pod.resource_claims or entry.pod.extended_asks:
             self.devices.release(key)
         self.arrays.apply(entry.placement, sign=-1.0)
         if entry.pod.host_ports:
@@ -544,7 +546,7 @@ class Cache:
         """The one confirm path: the pod holds its place for good, and the devices allocated for its ResourceClaims
         are the claims' own from now on (the pod leaving no longer frees them; the claims' watch does)."""
         entry.assumed = False
-        if entry.pod.resource_claims:
+        if entry.pod.resource_claims or entry.pod.extended_asks:
             self.devices.confirm(entry.pod.key)
 
     def forget(self, key: str) -> None:

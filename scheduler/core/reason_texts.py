@@ -36,10 +36,6 @@ REASONS = {
     layout.VOLUME_LIMIT: "node(s) exceed max volume count",
     layout.DRA_CANNOT_ALLOCATE: "cannot allocate all claims",
     layout.DRA_CLAIM_NODE: "node(s) did not match the node of an allocated ResourceClaim",
-    layout.DRA_EXTENDED_RESOURCE: (
-        "node(s) provide nvidia.com/gpu only through DRA (DeviceClass extendedResourceName), which gpusched does not "
-        "allocate yet: ask for the GPUs with a ResourceClaim"
-    ),
 }
 
 

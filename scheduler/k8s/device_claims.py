@@ -22,21 +22,32 @@ PreBind (:class:`ClaimWriter`), for a decision with claims, before the pod's bin
 3. the claim as written goes into the store at once, so no later decision sees its devices free while the watch
    catches up.
 
+The claim for a pod's extended resources backed by DRA (``scheduler.api.extended_resources``), as kube-scheduler
+writes it: created first (``<pod>-extended-resources-<random>``, owned by the pod, annotated), then allocated and
+reserved as above, then named in the pod's ``status.extendedResourceClaimStatus`` with its request mappings (the
+kubelet reads the devices of each container from there). A decision that reuses such a claim writes the pod's status
+again.
+
 When the binding then fails (the pod is gone, refused, taken by someone else), :meth:`ClaimWriter.undo` takes the pod
-out of ``reservedFor`` and, for a claim this decision allocated that nobody else uses, clears the allocation; a pod
-deleted later is released by kube-controller-manager's resourceclaim controller (it drops the pod from
-``reservedFor``, deallocates a claim nobody uses, and deletes the claims made from a pod's templates).
+out of ``reservedFor`` and, for a claim this decision allocated that nobody else uses, clears the allocation; the
+claim made for the pod's extended resources is deleted (its finalizer taken off first), as kube-scheduler's Unreserve
+does. A pod deleted later is released by kube-controller-manager's resourceclaim controller (it drops the pod from
+``reservedFor``, deallocates a claim nobody uses, and deletes the claims made from a pod's templates; the garbage
+collector deletes the extended resource claim with its pod).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 from kubernetes_asyncio import client as k8s_client
 
+from scheduler.api import consumable_capacity as api_capacity
 from scheduler.api import dra as api_dra
+from scheduler.api import extended_resources as api_extended
 from scheduler.api.dra import ClaimAllocation
 from scheduler.api.errors import InvalidObject
 from scheduler.cache.device_store import DeviceStore
@@ -136,10 +147,46 @@ class ClaimWriter:
     async def prebind(self, decision: Decision) -> str:
         """Write the decision's allocations and reservations: "" when done, else why not."""
         for claim in decision.claims:
-            problem = await self._write(decision, claim)
+            temporary = claim.claim
+            problem = ""
+            if temporary == api_dra.extended_claim_key(decision.pod.namespace, decision.pod.name):
+                claim, problem = await self._create(decision, claim)
+            problem = problem or await self._write(decision, claim)
+            if not problem and claim.extended is not None:
+                self.store.written_as(temporary)
+                problem = await self._name_in_pod(decision, claim.claim, claim.extended)
             if problem:
                 await self.undo(decision)
                 return problem
+        return ""
+
+    async def _create(self, decision: Decision, claim: ClaimAllocation) -> tuple[ClaimAllocation, str]:
+        """Create the claim for the pod's extended resources; the decision's allocation goes to it under its name."""
+        pod = decision.pod
+        assert claim.extended is not None
+        body = api_extended.claim_body(pod.namespace, pod.name, pod.uid, claim.extended)
+        answer = await self.client.call(self.api.create_namespaced_resource_claim, namespace=pod.namespace, body=body)
+        if not answer.ok:
+            return claim, f"creating the claim for the extended resources of pod {pod.key}: {answer.message}"
+        self._seen(answer.body)
+        name = str(_map(answer.body.get("metadata")).get("name") or "")
+        log.info("extended resource claim created", claim=f"{pod.namespace}/{name}", pod=pod.key)
+        return ClaimAllocation(f"{pod.namespace}/{name}", claim.allocation, claim.extended), ""
+
+    async def _name_in_pod(self, decision: Decision, key: str, extended: api_extended.ExtendedClaim) -> str:
+        """``status.extendedResourceClaimStatus``: the claim and the containers' request mappings."""
+        pod = decision.pod
+        patch = api_extended.pod_status_patch(_split(key)[1], extended)
+        patch["metadata"] = {"uid": pod.uid}  # a precondition: the pod the decision was made for
+        answer = await self.client.call(
+            self.client.core.patch_namespaced_pod_status,
+            name=pod.name,
+            namespace=pod.namespace,
+            body=patch,
+            _content_type="application/merge-patch+json",
+        )
+        if not answer.ok:
+            return f"writing the extended resource claim into the status of pod {pod.key}: {answer.message}"
         return ""
 
     async def _write(self, decision: Decision, claim: ClaimAllocation) -> str:
@@ -217,6 +264,9 @@ class ClaimWriter:
         that nobody else uses (best effort: the resourceclaim controller cleans up after a deleted pod too)."""
         pod = decision.pod
         for claim in decision.claims:
+            if claim.extended is not None:
+                await self._delete_extended(pod.uid)
+                continue
             namespace, _, name = claim.claim.partition("/")
             for _ in range(WRITE_ATTEMPTS):
                 answer = await self.client.call(self.api.read_namespaced_resource_claim, name=name, namespace=namespace)
@@ -245,6 +295,24 @@ class ClaimWriter:
                     log.warning("releasing a claim failed", claim=claim.claim, pod=pod.key, reason=written.message)
                 break
 
+    async def _delete_extended(self, pod_uid: str) -> None:
+        """Delete the claim made for the pod's extended resources, its finalizer taken off first (best effort)."""
+        made = self.store.extended_claim(pod_uid)
+        if made is None:
+            return
+        namespace, name = made.namespace, made.name
+        if FINALIZER in made.finalizers:
+            kept = [f for f in made.finalizers if f != FINALIZER]
+            patch = {"metadata": {"finalizers": kept or None}}
+            await self._patch(self.api.patch_namespaced_resource_claim, namespace, name, patch)
+        answer = await self.client.call(self.api.delete_namespaced_resource_claim, name=name, namespace=namespace)
+        if answer.ok or answer.status == 404:
+            if self.store.remove_claim(made.key):
+                self._on_change({made.key})
+            log.info("extended resource claim deleted", claim=made.key)
+        else:
+            log.warning("deleting an extended resource claim failed", claim=made.key, reason=answer.message)
+
     def _seen(self, body: Mapping[str, Any]) -> None:
         try:
             claim = api_dra.parse_claim(body)
@@ -265,6 +333,7 @@ def _allocation_body(allocation: api_dra.Allocation) -> dict[str, Any]:
                     "pool": d.pool,
                     "device": d.device,
                     **({"adminAccess": True} if d.admin_access else {}),
+                    **(_share(d) if d.share_id else {}),
                 }
                 for d in allocation.devices
             ]
@@ -279,6 +348,25 @@ def _allocation_body(allocation: api_dra.Allocation) -> dict[str, Any]:
     return body
 
 
+def _share(device: api_dra.AllocatedDevice) -> dict[str, Any]:
+    """A share of a device that allows multiple allocations: a UUID of its own (the allocator's is a placeholder)
+    and what it consumes, named as the driver publishes the capacity."""
+    share = str(uuid.uuid4()) if device.share_id == api_capacity.NEW_SHARE else device.share_id
+    consumed = {name.removeprefix(f"{device.driver}/"): _quantity(amount) for name, amount in device.consumed}
+    return {"shareID": share, "consumedCapacity": consumed}
+
+
+def _quantity(milli: int) -> str:
+    """A quantity as the API server would write it back: binary suffixes where whole (30Gi), else plain."""
+    if milli % 1000:
+        return f"{milli}m"
+    units = milli // 1000
+    for suffix, power in (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)):
+        if units and units % (1 << power) == 0:
+            return f"{units >> power}{suffix}"
+    return str(units)
+
+
 def _same_devices(written: api_dra.Allocation, allocation: api_dra.Allocation) -> bool:
     return {d.key for d in written.devices} == {d.key for d in allocation.devices}
 
@@ -287,6 +375,11 @@ def _same(written: object, allocation: api_dra.Allocation) -> bool:
     results = _map(_map(written).get("devices")).get("results") or []
     keys = {(_map(r).get("driver"), _map(r).get("pool"), _map(r).get("device")) for r in results}
     return keys == {d.key for d in allocation.devices}
+
+
+def _split(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
 
 
 def _map(value: object) -> Mapping[str, Any]:

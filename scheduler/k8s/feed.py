@@ -187,6 +187,9 @@ class PodFeed:
                 self.loop.pod_gone(key)
             return
         self.uids[f"pod {key}"] = pod.uid
+        if pod.extended_asks:
+            # Extended resources a DeviceClass maps to DRA: the GPUs they are (scheduler.api.extended_resources).
+            pod = device_store.extended_gpu_request(self.cache.devices, pod)
         if pod.terminal:
             self.ungrouped.pop(key, None)
             self._pod_gone(key, finished=pod.phase)

@@ -53,7 +53,4 @@ VOLUME_LIMIT = -7
 #: claim's devices are on another node.
 DRA_CANNOT_ALLOCATE = -8
 DRA_CLAIM_NODE = -9
-#: A pod asks ``nvidia.com/gpu`` of a node whose GPUs only DRA publishes, and a DeviceClass maps the resource to
-#: DRA (``extendedResourceName``): gpusched does not allocate such claims yet, and the kubelet refuses the pod bare.
-DRA_EXTENDED_RESOURCE = -10
 RESOURCE = 16

@@ -14,14 +14,12 @@ count (``ExactCount``) or every matching device (``All``, which fails when one o
 (a device in use may be given; it stays free for others), and ``matchAttribute`` constraints (every device of the
 requests named has the same value of the attribute). A node that cannot: ``cannot allocate all claims``.
 
-Which devices, when several sets would do: the tightest. Devices are grouped by their PCIe root
-(``resource.kubernetes.io/pcieRoot``, as NVIDIA's driver publishes it); a request takes its devices from the
-group with the fewest free devices that still has enough (best fit: the fuller groups are used up first and the
-emptier ones stay whole for the next multi-GPU pod), and when no group has enough, from the largest groups first
-(touching as few as possible). Under a ``matchAttribute`` constraint each value of the attribute is a group, tried
-in the same best-fit order, with backtracking over the claim's requests. The node itself is chosen by the score
-plugins as for any pod: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.device_store``), so FGD,
-binpack, gangs and queue accounting see them.
+Which devices, when several sets would do: the tightest (docs/devices.md): by PCIe root
+(``resource.kubernetes.io/pcieRoot``), the group with the fewest free devices that still has enough, else the
+largest groups first; under a ``matchAttribute`` constraint each value is a group, with backtracking. A device
+allowing multiple allocations is shared up to its capacity (``scheduler.api.consumable_capacity``). The node is
+chosen by the score plugins: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.device_store``),
+so FGD, binpack, gangs and queue accounting see them.
 
 The answer for a node is remembered by the claims' shape (requests, selectors, constraints: the same for every pod
 of one template) and the node's devices taken, until a device or class changes: a backlog of one template costs
@@ -33,7 +31,10 @@ the cache counts as it counts the device plugin's. Inside a what-if (a gang), th
 snapshot so the next member tried does not get the same devices. The binder writes it into the claims
 (``scheduler.k8s.device_claims``) before it binds the pod.
 
-A pod without claims costs one attribute test per extension point.
+Extended resources backed by DRA (``scheduler.api.extended_resources``): a pod asking one a DeviceClass maps
+(``nvidia.com/gpu: 2``) gets, on each node that has it from no device plugin, a claim of its own for it (as
+kube-scheduler makes one: ``container-<i>-request-<j>`` of the class), allocated with its other claims; the binder
+creates it, and a claim made by an earlier decision for the pod is used again.
 """
 
 from __future__ import annotations
@@ -44,11 +45,13 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.api import consumable_capacity as api_capacity
 from scheduler.api import dra as api_dra
+from scheduler.api import extended_resources as api_extended
 from scheduler.api import resources
 from scheduler.api.dra import AllocatedDevice, Allocation, ClaimAllocation, Device, ResourceClaim
 from scheduler.cache import device_store
-from scheduler.cache.device_store import CounterBudget, DeviceKey, DeviceStore
+from scheduler.cache.device_store import CapacityUse, CounterBudget, DeviceKey, DeviceStore
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
 from scheduler.framework import interface
@@ -60,7 +63,7 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 _WAKES = frozenset(
     {ClusterEvent.DEVICE_CHANGED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_UPDATED, ClusterEvent.POD_DELETED}
 )
-_CODES = frozenset({layout.DRA_CANNOT_ALLOCATE, layout.DRA_CLAIM_NODE, layout.DRA_EXTENDED_RESOURCE})
+_CODES = frozenset({layout.DRA_CANNOT_ALLOCATE, layout.DRA_CLAIM_NODE})
 
 
 @dataclass(slots=True)
@@ -75,6 +78,14 @@ class _Plan:
     order: list[str] = field(default_factory=list)
     #: Per node slot that passed: the allocations found there (claim key -> devices).
     found: dict[int, dict[str, tuple[AllocatedDevice, ...]]] = field(default_factory=dict)
+    #: Extended resources the pod asks that a DeviceClass maps to DRA: resource -> class.
+    extended: dict[str, str] = field(default_factory=dict)
+    #: The claim made for them by an earlier decision, used again as one of the pod's claims (None: none).
+    made: tuple[str, api_extended.ExtendedClaim] | None = None
+    #: Per set of them a node has from DRA only: the claim to make for them, and the pod's mappings to it.
+    claims_for: dict[frozenset[str], tuple[ResourceClaim, api_extended.ExtendedClaim]] = field(default_factory=dict)
+    #: Per node slot that passed with a claim to make: which (a key of ``claims_for``).
+    lacking: dict[int, frozenset[str]] = field(default_factory=dict)
 
 
 class DynamicResources:
@@ -93,15 +104,24 @@ class DynamicResources:
 
     def pre_filter(self, state: CycleState) -> Status:
         pod = state.pod
-        if not pod.resource_claims:
+        if not pod.resource_claims and not pod.extended_asks:
             return Status.success()
         snap = state.snapshot
         store = snap.devices
+        extended = {
+            r: c.name for a in pod.extended_asks for r, _ in a.amounts if (c := store.extended_resource_class(r))
+        }
+        if not pod.resource_claims and not extended:
+            return Status.success()
         if not store.listed:
             return Status(Code.ERROR, "DeviceClasses, ResourceSlices and ResourceClaims are not listed yet", self.name)
         picked = {c.claim: c for c in snap.device_picks if c.allocation is not None}
-        plan = _Plan()
-        for pod_claim in pod.resource_claims:
+        plan = _Plan(extended=extended)
+        made = store.extended_claim(pod.uid) if extended else None
+        for pod_claim in (
+            *pod.resource_claims,
+            *([api_dra.PodClaim(api_dra.EXTENDED_CLAIM, made.name)] if made else []),
+        ):
             if not pod_claim.claim_name:
                 return self._refuse(
                     snap,
@@ -121,6 +141,8 @@ class DynamicResources:
                 return self._refuse(snap, Code.UNSCHEDULABLE, f'resourceclaim "{pod_claim.claim_name}" not found')
             if claim.deleting:
                 return self._refuse(snap, Code.UNSCHEDULABLE, f'resourceclaim "{claim.name}" is being deleted')
+            if claim is made:
+                plan.made = (key, api_extended.reused(made, pod.extended_asks, extended))
             if pod_claim.template and claim.owner_pod != pod.uid:
                 return self._refuse(
                     snap, Code.UNRESOLVABLE, f"ResourceClaim {claim.name} was not created for pod {pod.name}"
@@ -153,7 +175,7 @@ class DynamicResources:
                         f'resourceclaim "{claim.name}", request "{request.name}": device class "{missing[0]}" {why}',
                     )
             plan.to_allocate.append(claim)
-        gpus = None if snap.in_what_if else device_store.claim_gpus(store, pod)
+        gpus = None if snap.in_what_if or not pod.resource_claims else device_store.claim_gpus(store, pod)
         if gpus is not None and gpus != (pod.gpu.count if pod.gpu.whole else 0):
             # A claim changed since the pod was read (a shared claim someone else allocated meanwhile): the pod is
             # read again with the GPUs it now gets, so that it is not charged for GPUs it will not hold.
@@ -167,23 +189,19 @@ class DynamicResources:
     # --- filter ----------------------------------------------------------------------------------------------
 
     def filter(self, state: CycleState, reasons: I8) -> None:
-        if not state.pod.resource_claims:
-            self._device_plugin_gpus(state, reasons)
-            return
         plan: _Plan | None = state.data.get(PLAN)
+        if resources.GPU not in (plan.extended if plan is not None else ()):
+            self._device_plugin_gpus(state, reasons)
         if plan is None:
             return
         snap = state.snapshot
-        store = snap.devices
-        names = snap.names
-        taken = _taken(snap)
+        store, names, taken, capacity = snap.devices, snap.names, snap.devices_taken(), snap.capacity_use()
         shared = store.shared_devices()
         reach: dict[tuple[Any, ...], np.ndarray] = {}
         if self._memo_version != store.devices_version:
             self._memo.clear()  # devices or classes changed: what matched may not
             self._memo_version = store.devices_version
-        shape = tuple(_shape(claim) for claim in plan.to_allocate)
-        keys = [claim.key for claim in plan.to_allocate]
+        shapes: dict[frozenset[str], tuple[Any, ...]] = {}
         for slot in np.flatnonzero(reasons == layout.FIT).tolist():
             node = names[slot]
             if node is None:
@@ -191,8 +209,22 @@ class DynamicResources:
             if plan.pinned and node != plan.pinned:
                 reasons[slot] = layout.DRA_CLAIM_NODE
                 continue
-            if not plan.to_allocate:
+            lacking = store.from_dra({} if plan.made else plan.extended, node, bool(snap.arrays.gpu_count[slot]))
+            claims = plan.to_allocate
+            if lacking:
+                plan.lacking[slot] = lacking
+                if lacking not in plan.claims_for:
+                    pod = state.pod
+                    classes = {r: plan.extended[r] for r in lacking}
+                    made = api_extended.claim_for(pod.namespace, pod.name, pod.uid, pod.extended_asks, classes)
+                    plan.claims_for[lacking] = made
+                claims = [*claims, plan.claims_for[lacking][0]]
+            if not claims:
                 continue
+            shape = shapes.get(lacking)
+            if shape is None:
+                shape = shapes[lacking] = tuple(claim.shape() for claim in claims)
+            keys = [claim.key for claim in claims]
             local = store.node_devices(node).local
             devices = list(local)
             for device in shared:
@@ -208,71 +240,74 @@ class DynamicResources:
                 # Only the node's own devices: the answer depends on the claims' shape and which of them are taken
                 # here, so the pods of one template share it until a device of this node is taken or freed.
                 held = frozenset(d.key for d in local if d.key in taken)
-                memo_key = (shape, node, held)
+                memo_key = (shape, node, held, capacity.of(local) if capacity else None)
                 if memo_key in self._memo:
                     known = self._memo[memo_key]
                     found = None if known is None else dict(zip(keys, known, strict=True))
                 else:
-                    found = allocate(plan.to_allocate, devices, taken, store)
+                    found = allocate(claims, devices, taken, store, capacity)
                     if len(self._memo) >= MEMO_MAX:
                         self._memo.clear()
                     self._memo[memo_key] = None if found is None else tuple(found[k] for k in keys)
             else:
-                found = allocate(plan.to_allocate, devices, taken, store)
+                found = allocate(claims, devices, taken, store, capacity)
             if found is None:
                 reasons[slot] = layout.DRA_CANNOT_ALLOCATE
             else:
                 plan.found[slot] = found
 
     def _device_plugin_gpus(self, state: CycleState, reasons: I8) -> None:
-        """A pod asking whole GPUs of the device plugin (``nvidia.com/gpu``, no claim) does not fit a node whose
-        GPU slots are DRA's: the kubelet would refuse it there (no device plugin serves the resource). With a
-        DeviceClass that maps ``nvidia.com/gpu`` to DRA, kube-scheduler would allocate a claim for it; gpusched says
-        it does not yet."""
+        """A pod asking GPUs of the device plugin (``nvidia.com/gpu``) that no DeviceClass maps to DRA does not fit
+        a node whose GPU slots are DRA's: no device plugin serves the resource there, and the kubelet would refuse
+        it (``Insufficient nvidia.com/gpu``, as kube-scheduler says)."""
         pod = state.pod
         store = state.snapshot.devices
-        if not (pod.gpu.count and pod.gpu.whole and store.dra_gpu_nodes):
+        if not (pod.gpu.count and store.dra_gpu_nodes) or pod.resource_claims or device_store.extended_gpus(store, pod):
             return
-        mapped = store.extended_resource_class(resources.GPU) is not None
-        reason = layout.DRA_EXTENDED_RESOURCE if mapped else layout.GPU_COUNT
         names = state.snapshot.names
         for slot in np.flatnonzero(reasons == layout.FIT).tolist():
             if names[slot] in store.dra_gpu_nodes:
-                reasons[slot] = reason
+                reasons[slot] = layout.GPU_COUNT
 
     # --- reserve ---------------------------------------------------------------------------------------------
 
     def reserve(self, state: CycleState, slot: int) -> Status:
-        plan: _Plan | None = state.data.get(PLAN) if state.pod.resource_claims else None
-        if plan is None:
-            return Status.success()
+        plan: _Plan | None = state.data.get(PLAN)
+        if plan is None or not (plan.order or slot in plan.lacking):
+            return Status.success()  # extended resources all from the node's device plugin
         snap = state.snapshot
         node = snap.names[slot]
         assert node is not None
         found = plan.found.get(slot, {})
-        if plan.to_allocate and not found:
+        if (plan.to_allocate or slot in plan.lacking) and not found:
             return Status(Code.ERROR, f"no devices chosen for {state.pod.key} on {node}", self.name)
         store = snap.devices
         gpu_slot = {d.key: i for i, d in enumerate(store.gpus(node))}
         claims: list[ClaimAllocation] = []
         gpu_ids: list[int] = []
-        for key in plan.order:
+        order, (made_key, made) = plan.order, plan.made or ("", None)
+        if slot in plan.lacking:
+            claim, made = plan.claims_for[plan.lacking[slot]]
+            order, made_key = [*order, claim.key], claim.key
+        for key in order:
+            extended = made if key == made_key else None
             if key in found:
                 devices = found[key]
                 local = any(store.device(d.key) is not None and store.device(d.key).node for d in devices)  # type: ignore[union-attr]
-                claims.append(ClaimAllocation(key, Allocation(devices, node if local else "")))
+                claims.append(ClaimAllocation(key, Allocation(devices, node if local else ""), extended))
                 gpu_ids.extend(gpu_slot[d.key] for d in devices if d.key in gpu_slot and not d.admin_access)
             else:
-                claims.append(ClaimAllocation(key, None))
+                claims.append(ClaimAllocation(key, None, extended))
                 allocation = store.allocation_of(key)
                 if allocation is not None and store.owns(key, state.pod):
                     # Its own claim, allocated before the pod was bound (a restart between the two): its GPUs are
                     # the pod's, recorded with the binding like any.
                     gpu_ids.extend(gpu_slot[d.key] for d in store.gpu_devices(allocation) if d.key in gpu_slot)
         state.data[interface.DEVICE_CLAIMS] = tuple(claims)
-        # The pod's GPUs are its claims' (a pod with claims asks for none of the device plugin's): what the gpu
-        # plugin chose from the GPU slots is replaced, even by none.
-        state.data[interface.GPU_IDS] = tuple(sorted(gpu_ids))
+        if gpu_ids or state.pod.resource_claims:
+            # The pod's GPUs are its claims' (a pod with claims asks for none of the device plugin's): what the gpu
+            # plugin chose from the GPU slots is replaced, even by none.
+            state.data[interface.GPU_IDS] = tuple(sorted(gpu_ids))
         if snap.in_what_if:
             snap.pick_devices(claims)
         return Status.success()
@@ -289,56 +324,17 @@ class DynamicResources:
 MEMO_MAX = 200_000
 
 
-def _shape(claim: ResourceClaim) -> tuple[Any, ...]:
-    """What an allocation depends on in a claim (not its name): the pods of one template have the same shape."""
-    requests = tuple(
-        (
-            request.name,
-            tuple(
-                (
-                    c.name,
-                    c.device_class,
-                    tuple(e.source for e in c.selectors),
-                    c.mode,
-                    c.count,
-                    c.admin_access,
-                    c.tolerations,
-                )
-                for c in request.choices
-            ),
-        )
-        for request in claim.requests
-    )
-    return (requests, claim.constraints)
-
-
-def _taken(snap: Snapshot) -> set[DeviceKey]:
-    """The devices held: by written or assumed allocations, less those of claims used only by pods a what-if took
-    off the cluster (preemption's victims: their claims are released when they go), plus the open what-ifs' picks."""
-    store = snap.devices
-    held = store.taken()
-    removed = {pod.uid for sign, pod, _ in snap.what_if_pods if sign < 0 and pod.resource_claims}
-    if removed:
-        freed: dict[str, bool] = {}
-        for claim_key in set(held.values()):
-            claim = store.claims.get(claim_key)
-            users = {c.uid for c in claim.reserved_for} if claim is not None else set()
-            freed[claim_key] = bool(users) and users <= removed
-        taken = {key for key, claim_key in held.items() if not freed[claim_key]}
-    else:
-        taken = set(held)
-    for pick in snap.device_picks:
-        taken.update(d.key for d in pick.devices if not d.admin_access)
-    return taken
-
-
 def allocate(
-    claims: Sequence[ResourceClaim], devices: Sequence[Device], taken: set[DeviceKey], store: DeviceStore
+    claims: Sequence[ResourceClaim],
+    devices: Sequence[Device],
+    taken: set[DeviceKey],
+    store: DeviceStore,
+    capacity: CapacityUse,
 ) -> dict[str, tuple[AllocatedDevice, ...]] | None:
-    """Devices for every claim from ``devices`` (none of ``taken``, and none whose shared counters are used up);
-    None if they cannot all be met. Claim after claim, each claim's choices in its order of preference, and when a
-    later claim cannot be met, the earlier ones try their next choice (as kube-scheduler backtracks), up to
-    :data:`BACKTRACK_MAX` choices in all."""
+    """Devices for every claim from ``devices`` (none of ``taken``, none whose shared counters are used up, shares
+    of devices that allow multiple allocations within their ``capacity``); None if they cannot all be met. Claim
+    after claim, each claim's choices in its order of preference, and when a later claim cannot be met, the earlier
+    ones try their next choice (as kube-scheduler backtracks), up to :data:`BACKTRACK_MAX` choices in all."""
     used: set[DeviceKey] = set()
     budget = store.budget(taken)
     out: dict[str, tuple[AllocatedDevice, ...]] = {}
@@ -348,9 +344,9 @@ def allocate(
         nonlocal tries
         if k == len(claims):
             return True
-        for result in _allocations(claims[k], devices, taken, used, store, budget):
+        for result in _allocations(claims[k], devices, taken, used, store, budget, capacity):
             tries -= 1
-            held = [d.key for d in result if not d.admin_access]
+            held = [d.key for d in result if not d.admin_access and not d.share_id]
             used.update(held)
             out[claims[k].key] = result
             if place(k + 1):
@@ -375,9 +371,11 @@ def _allocations(
     used: set[DeviceKey],
     store: DeviceStore,
     budget: CounterBudget,
+    capacity: CapacityUse,
 ) -> Iterator[tuple[AllocatedDevice, ...]]:
     """The ways to meet ``claim``, best first. While one is being looked at (between two ``next``), its devices
-    are taken in ``budget``; they are given back before the next is made."""
+    are taken in ``budget`` (the shares of devices that allow multiple allocations in ``capacity``); they are given
+    back before the next is made."""
     requests = claim.requests
     constraints = claim.constraints
     fixed: dict[int, object] = {}
@@ -410,6 +408,7 @@ def _allocations(
                 and all(store.matches(e, d) for e in device_class.selectors)
                 and all(store.matches(e, d) for e in choice.selectors)
                 and all(d.attribute(a) is not None and d.attribute(a) not in seen[ci] for ci, a in distinct)
+                and (not (choice.capacity or d.multiple) or capacity.consumption(choice, d) is not None)
             ]
             if choice.mode == api_dra.ALL:
                 if not matching or len(matching) > api_dra.ALLOCATION_MAX:
@@ -421,11 +420,11 @@ def _allocations(
                     continue
                 picks: Iterator[list[Device]] = iter([matching])
             else:
+                busy = (taken, used, mine)  # a device that allows multiple allocations is never busy, only full
                 free = [
                     d
                     for d in matching
-                    if choice.admin_access
-                    or (d.key not in taken and d.key not in used and d.key not in mine and budget.fits(d))
+                    if choice.admin_access or ((d.multiple or all(d.key not in b for b in busy)) and budget.fits(d))
                 ]
                 picks = _picks(
                     free,
@@ -445,20 +444,36 @@ def _allocations(
                     continue
                 if any(len({d.attribute(a) for d in pick}) < len(pick) for _ci, a in distinct):
                     continue
-                holds = [] if choice.admin_access else pick
+                admin = choice.admin_access
+                holds = [] if admin else [d for d in pick if not d.multiple]
                 if holds and not budget.fits(holds[0], *holds[1:]):
                     continue
+                shares = {d.key: capacity.consumption(choice, d) for d in pick if d.multiple and not admin}
                 newly = [ci for ci in bound if ci not in fixed]
                 for ci, v in zip(bound, values, strict=True):
                     fixed.setdefault(ci, v)
                 for ci, a in distinct:
                     seen[ci].extend(d.attribute(a) for d in pick)
-                added = [AllocatedDevice(choice.name, d.driver, d.pool, d.name, choice.admin_access) for d in pick]
+                added = [
+                    AllocatedDevice(
+                        choice.name,
+                        d.driver,
+                        d.pool,
+                        d.name,
+                        choice.admin_access,
+                        *api_capacity.share(shares.get(d.key)),
+                    )
+                    for d in pick
+                ]
                 chosen.extend(added)
                 keys = [d.key for d in holds]
                 mine.update(keys)
                 budget.take(holds)
+                for key, consumed in shares.items():
+                    capacity.take(key, consumed or {})
                 yield from step(i + 1)
+                for key, consumed in shares.items():
+                    capacity.give(key, consumed or {})
                 budget.give(holds)
                 del chosen[len(chosen) - len(added) :]
                 mine.difference_update(keys)

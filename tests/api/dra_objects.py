@@ -180,6 +180,16 @@ MIG_PROFILES: dict[str, tuple[int, int, tuple[int, ...]]] = {
 }
 
 
+def device_class(name: str, expression: str) -> dict[str, Any]:
+    """A DeviceClass selecting devices by one CEL expression."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
 def mig_class() -> dict[str, Any]:
     """NVIDIA's ``mig.nvidia.com`` DeviceClass (MIG devices of its driver)."""
     expression = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'mig'"

@@ -314,3 +314,150 @@ def test_distinct_roots_and_device_taints_as_the_api_server_takes_them(sched: Sc
     (tolerant,) = sched.wait_bound(["tolerant"], timeout=60)
     got = allocated(claim_of(tolerant, devices))
     assert len(got) == 5 and {"gpu-4", "gpu-5", "gpu-6"} & set(got)
+
+
+def test_extended_resources_backed_by_dra_get_a_claim_before_the_binding(sched: Scenario, devices: Devices) -> None:
+    # NVIDIA's chart maps nvidia.com/gpu to its class (extendedResourceName); the node has its GPUs only through
+    # DRA. A pod asking nvidia.com/gpu, or the class's implicit name, gets a claim made for it as kube-scheduler
+    # makes one: created, allocated, reserved and named in the pod's status before the pod is bound.
+    name = f"{sched.name[:20]}-x"
+    sched.add_nodes([kube_mod.gpu_node(name, gpus=0)])
+    mapped = dra.gpu_class(devices.gpu_class)
+    mapped["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    devices.post(f"{API}/deviceclasses", mapped)
+    devices.post(f"{API}/resourceslices", dra.gpu_slice(name, 4, name=f"{name}-gpus"))
+    queue = f"{sched.name}-q"
+    sched.create_queue(kube_mod.queue(queue))
+    sched.start_gpusched()
+    implicit = f"deviceclass.resource.kubernetes.io/{devices.gpu_class}"
+    one = kube_mod.pod("implicit", queue=queue)
+    one["spec"]["containers"][0]["resources"]["limits"] = {implicit: "1"}
+    sched.create_pod(kube_mod.pod("two", gpus=2, queue=queue))
+    sched.create_pod(one)
+    bound = {p["metadata"]["name"]: p for p in sched.wait_bound(["two", "implicit"], timeout=60)}
+    claims = devices.claims()
+    held: set[str] = set()
+    for pod_name, resource, count in (("two", "nvidia.com/gpu", 2), ("implicit", implicit, 1)):
+        pod = bound[pod_name]
+        status = pod["status"]["extendedResourceClaimStatus"]
+        claim = claims[status["resourceClaimName"]]
+        assert claim["metadata"]["name"].startswith(f"{pod_name}-extended-resources-")
+        assert claim["metadata"]["annotations"] == {"resource.kubernetes.io/extended-resource-claim": "true"}
+        (owner,) = claim["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == ("Pod", pod["metadata"]["uid"], True)
+        # Request names as kube-scheduler's: container 0, the resource's place among cpu, memory and it, sorted.
+        request = f"container-0-request-{sorted(['cpu', 'memory', resource]).index(resource)}"
+        assert status["requestMappings"] == [
+            {"containerName": "main", "resourceName": resource, "requestName": request}
+        ]
+        (spec_request,) = claim["spec"]["devices"]["requests"]
+        assert spec_request["name"] == request and spec_request["exactly"]["count"] == count
+        got = allocated(claim)
+        assert len(got) == count and not held & set(got)
+        held.update(got)
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+        assert kube_mod.gpu_ids_of(pod) == tuple(sorted(int(d.split("-")[1]) for d in got))
+
+    # The queue counts them as GPUs, the implicit name too.
+    def usage() -> dict[str, Any] | None:
+        status = sched.kube.request("GET", kube_mod.Kube.custom_path("queues", name=queue)).get("status", {})
+        return status if status.get("allocated", {}).get("nvidia.com/gpu") == "3" else None
+
+    kube_mod.wait_until(usage, timeout=30, what="queue allocated 3 GPUs", describe=sched.describe)
+    # One GPU is left: a pod asking two waits; deleting "two" frees its claim's devices and it binds.
+    sched.create_pod(kube_mod.pod("late", gpus=2, queue=queue))
+    wait_message(sched, "late", "Insufficient nvidia.com/gpu")
+    first = bound["two"]["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+    sched.delete_pod("two")
+    kube_mod.wait_until(lambda: first not in devices.claims(), timeout=60, what="the deleted pod's claim gone")
+    (late,) = sched.wait_bound(["late"], timeout=60)
+    assert len(allocated(claim_of_extended(late, devices))) == 2
+
+
+def claim_of_extended(pod: dict[str, Any], devices: Devices) -> dict[str, Any]:
+    return devices.claims()[pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]]
+
+
+def test_a_gang_of_gpu_and_rdma_nic_pods_gets_both_under_one_pcie_root(sched: Scenario, devices: Devices) -> None:
+    # GPUDirect RDMA the DRA way: one claim asks a GPU of NVIDIA's driver and an RDMA NIC of another driver, with a
+    # matchAttribute on the standard resource.kubernetes.io/pcieRoot across both; the API server takes the NIC
+    # driver's slice and the constraint, and gpusched places a gang of such pods whole, one PCIe root each.
+    from tests.plugins import test_dra_rdma as rdma
+
+    name = f"{sched.name[:20]}-r"
+    sched.add_nodes([kube_mod.gpu_node(name, gpus=0)])
+    devices.setup([name])
+    nic_class = rdma.nic_class() | {"metadata": {"name": f"{devices.gpu_class}-nic"}}
+    devices.post(f"{API}/deviceclasses", nic_class)
+    nics = rdma.nic_slice(name)
+    nics["metadata"]["name"] = f"{name}-nics"
+    devices.post(f"{API}/resourceslices", nics)
+    for label, gpus in (("gpu-nic", 3), ("one-gpu-nic", 1)):
+        requests = (
+            dra.request("gpu", gpus, device_class=devices.gpu_class),
+            dra.request("nic", 1, device_class=f"{devices.gpu_class}-nic"),
+        )
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": label},
+            "spec": {"spec": dra.claim_spec(*requests, same=dra.PCIE_ROOT, same_for=("gpu", "nic"))},
+        }
+        devices.post(f"{API}/namespaces/{sched.namespace}/resourceclaimtemplates", body, cluster_scoped=False)
+    sched.create_podgroup(kube_mod.podgroup("rdma", min_member=2))
+    sched.start_gpusched()
+    for i in range(2):
+        sched.create_pod(dra_pod(f"rdma-{i}", template="gpu-nic", group="rdma"))
+    bound = sched.wait_bound(["rdma-0", "rdma-1"], timeout=90)
+    roots = []
+    for pod in bound:
+        got = allocated(claim_of(pod, devices))
+        assert len(got) == 4 and len({rdma.root(d) for d in got}) == 1, got
+        roots.append(rdma.root(got[0]))
+    assert sorted(roots) == [0, 1]
+    # A pod asking one GPU and a NIC: both NICs are held, so it waits although two GPUs are free.
+    sched.create_pod(dra_pod("rdma-2", template="one-gpu-nic"))
+    wait_message(sched, "rdma-2", "cannot allocate all claims")
+
+
+def test_a_device_shared_by_capacity_is_never_given_beyond_it_across_a_restart(
+    sched: Scenario, devices: Devices
+) -> None:
+    # Consumable capacity: a GPU published with allowMultipleAllocations and 80Gi of memory asked in steps of 10Gi;
+    # claims asking 25Gi (30Gi once rounded) share it. The API server takes the slice, the claims' capacity requests
+    # and the shares gpusched writes (shareID, consumedCapacity); the third claim waits, after a restart too.
+    from tests.plugins import test_dra_capacity as capacity
+
+    name = f"{sched.name[:20]}-c"
+    sched.add_nodes([kube_mod.gpu_node(name, gpus=0)])
+    shared_class = f"{devices.gpu_class}-shared"
+    expression = f"device.attributes['{dra.DRIVER}'].shareable"
+    devices.post(f"{API}/deviceclasses", dra.gpu_class(shared_class, expression))
+    raw = capacity.shared_gpu_slice(name)
+    raw["metadata"]["name"] = f"{name}-shared"
+    devices.post(f"{API}/resourceslices", raw)
+    spec = capacity.memory_claim("x", "25Gi", shared_class)["spec"]
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "slice"}}
+    devices.post(
+        f"{API}/namespaces/{sched.namespace}/resourceclaimtemplates",
+        body | {"spec": {"spec": spec}},
+        cluster_scoped=False,
+    )
+    replica = sched.start_gpusched()
+    for i in range(2):
+        sched.create_pod(dra_pod(f"share-{i}", template="slice"))
+    bound = sched.wait_bound(["share-0", "share-1"], timeout=60)
+    share_ids = set()
+    for pod in bound:
+        (result,) = claim_of(pod, devices)["status"]["allocation"]["devices"]["results"]
+        assert result["device"] == "gpu-0" and result["consumedCapacity"] == {"memory": "30Gi"}, result
+        share_ids.add(result["shareID"])
+    assert len(share_ids) == 2
+    # 60Gi of 80Gi are used: a third 30Gi share waits, and still does once gpusched has read it all again.
+    replica.restart().wait_ready().wait_leader()
+    sched.create_pod(dra_pod("share-2", template="slice"))
+    wait_message(sched, "share-2", "cannot allocate all claims")
+    sched.delete_pod("share-0")
+    (third,) = sched.wait_bound(["share-2"], timeout=90)
+    (result,) = claim_of(third, devices)["status"]["allocation"]["devices"]["results"]
+    assert result["device"] == "gpu-0" and result["shareID"] not in share_ids

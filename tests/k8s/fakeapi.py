@@ -128,6 +128,8 @@ class FakeApiServer:
         app.router.add_put(claims + "/status", self._put_resource_claim)
         app.router.add_patch(claims, self._patch_resource_claim)
         app.router.add_patch(claims + "/status", self._patch_resource_claim)
+        app.router.add_post("/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", self._create_resource_claim)
+        app.router.add_delete(claims, self._delete_resource_claim)
         self._server = TestServer(app)
 
     @property
@@ -328,6 +330,22 @@ class FakeApiServer:
         else:
             patched = _merge(current, {k: v for k, v in body.items() if k != "status"})
         return web.json_response(self.store_resource_claim(patched))
+
+    async def _create_resource_claim(self, request: web.Request) -> web.Response:
+        """A claim created with ``generateName`` (the extended resource claim): named ``<prefix>N``."""
+        body = await self._record(request)
+        meta = body["metadata"]
+        meta.setdefault("name", f"{meta.get('generateName', 'claim-')}{self.claim_rv + 1}")
+        meta["uid"] = f"uid-claim-{meta['name']}"
+        meta["namespace"] = request.match_info["ns"]
+        return web.json_response(self.store_resource_claim(body), status=201)
+
+    async def _delete_resource_claim(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        claim = self.resource_claims.pop((request.match_info["ns"], request.match_info["name"]), None)
+        if claim is None:
+            return web.json_response(status(404, "NotFound", "resourceclaims not found"), status=404)
+        return web.json_response(claim)
 
     async def _create_event(self, request: web.Request) -> web.Response:
         body = await self._record(request)

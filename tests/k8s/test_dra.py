@@ -178,3 +178,84 @@ async def test_a_pod_whose_claim_cannot_be_read_says_why_and_goes_once_it_is_fix
     fixed = fake.store_resource_claim(copy.deepcopy(dra.claim("p-gpus", dra.request(count=1), owner="p")))
     operator.feed.devices.claim_event(fixed)
     await eventually(lambda: "p" in bound(fake), timeout=10)
+
+
+def extended_pod(name: str, gpus: int) -> dict[str, Any]:
+    """A pod asking ``nvidia.com/gpu`` (no claim), as for a device plugin."""
+    pod = dra_pod(name, "")
+    del pod["spec"]["resourceClaims"], pod["status"]["resourceClaimStatuses"]
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": str(gpus)}
+    return pod
+
+
+def mapped_setup(operator: Operator, fake: FakeApiServer) -> None:
+    setup(operator, fake)
+    mapped = dra.gpu_class()
+    mapped["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    operator.feed.devices.class_event(mapped)
+
+
+async def test_an_extended_resource_claim_is_created_allocated_and_named_in_the_pod_before_the_binding(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    mapped_setup(operator, fake)
+    operator.pod_event(extended_pod("p", 2))
+    assert operator.pending["default/p"].gpu.count == 2
+    operator.listed()
+    await eventually(lambda: "p" in bound(fake))
+    order = [(s.method, s.path) for s in fake.seen if "resourceclaims" in s.path or "/pods/p/" in s.path]
+    made = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/p-extended-resources-1"
+    assert order == [
+        ("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"),
+        ("PATCH", made),  # the finalizer
+        ("PATCH", made + "/status"),  # the allocation and the pod in reservedFor
+        ("PATCH", "/api/v1/namespaces/default/pods/p/status"),  # extendedResourceClaimStatus
+        ("POST", "/api/v1/namespaces/default/pods/p/binding"),
+    ]
+    created = fake.requests("POST", "/resourceclaims")[0].body
+    assert created["metadata"]["generateName"] == "p-extended-resources-"
+    assert created["metadata"]["annotations"] == {"resource.kubernetes.io/extended-resource-claim": "true"}
+    assert created["metadata"]["ownerReferences"][0]["uid"] == "uid-p"
+    assert created["spec"]["devices"]["requests"] == [
+        {
+            "name": "container-0-request-1",
+            "exactly": {"deviceClassName": dra.GPU_CLASS, "allocationMode": "ExactCount", "count": 2},
+        }
+    ]
+    claim = fake.resource_claims[("default", "p-extended-resources-1")]
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert [(r["request"], r["device"]) for r in results] == [("container-0-request-1", f"gpu-{i}") for i in (0, 1)]
+    assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "uid-p"}]
+    status_patch = fake.requests("PATCH", "/pods/p/status")[0].body
+    assert status_patch["metadata"] == {"uid": "uid-p"}
+    assert status_patch["status"]["extendedResourceClaimStatus"] == {
+        "resourceClaimName": "p-extended-resources-1",
+        "requestMappings": [
+            {"containerName": "main", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-1"}
+        ],
+    }
+    assert bound(fake)["p"]["metadata"]["annotations"]["gpusched.io/gpu-ids"] == "0,1"
+    # The devices are the written claim's now, not an assumed allocation under the temporary name.
+    store = operator.cache.devices
+    assert not store.assumed and set(store.taken().values()) == {"default/p-extended-resources-1"}
+
+
+async def test_a_refused_binding_deletes_the_extended_resource_claim_and_the_pod_gets_a_new_one(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    mapped_setup(operator, fake)
+    fake.bind_answers["p"] = Canned(403, status(403, "Forbidden", "a webhook said no"))
+    operator.pod_event(extended_pod("p", 1))
+    operator.listed()
+    await eventually(lambda: any(s.method == "DELETE" and "resourceclaims" in s.path for s in fake.seen))
+    # As kube-scheduler's Unreserve: the finalizer taken off, then the claim deleted; its devices are free again.
+    unfinalize = [s for s in fake.requests("PATCH", "/resourceclaims/p-extended-resources-1") if "status" not in s.path]
+    assert unfinalize[-1].body == {"metadata": {"finalizers": None}}
+    assert ("default", "p-extended-resources-1") not in fake.resource_claims
+    await eventually(lambda: not operator.cache.devices.taken())
+    del fake.bind_answers["p"]
+    # After its backoff, a new claim is made, allocated, and the pod bound.
+    await eventually(lambda: len(fake.requests("POST", "/pods/p/binding")) >= 2, timeout=10)
+    ((_, name),) = fake.resource_claims
+    assert name != "p-extended-resources-1"
+    assert fake.resource_claims[("default", name)]["status"]["reservedFor"][0]["uid"] == "uid-p"

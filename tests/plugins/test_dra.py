@@ -385,12 +385,7 @@ def test_a_pod_asking_the_device_plugins_gpus_is_not_bound_where_only_dra_has_gp
     result = cluster.schedule(objects.pod("bare", gpus=1))
     assert result.decision is None
     assert "Insufficient nvidia.com/gpu" in result.status.message
-    # A DeviceClass mapping nvidia.com/gpu to DRA (as NVIDIA's chart can): kube-scheduler would allocate a claim.
-    mapped = dra.gpu_class("mapped")
-    mapped["spec"]["extendedResourceName"] = "nvidia.com/gpu"
-    cluster.store.upsert_class(api_dra.parse_device_class(mapped))
-    result = cluster.schedule(objects.pod("bare2", gpus=1))
-    assert result.decision is None and "only through DRA" in result.status.message
+    # (With a DeviceClass mapping nvidia.com/gpu to DRA, it gets a claim: tests/plugins/test_dra_extended.py.)
     # The same pod with a claim, and on a node whose device plugin serves nvidia.com/gpu, is placed.
     cluster.claim(dra.claim("one", dra.request(count=1)))
     assert cluster.devices(pod_with("with-claim", "one"))[0] == "a"
