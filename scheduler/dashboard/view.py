@@ -50,7 +50,7 @@ class NodeView:
 
 @dataclass(frozen=True, slots=True)
 class ClusterMap:
-    #: The topology levels' node labels, widest first.
+    #: The topology levels that group nodes (block, rack, NVLink clique...), widest first, by their short names.
     levels: tuple[str, ...]
     nodes: tuple[NodeView, ...]
 

@@ -46,6 +46,7 @@ class OperatorSource:
         #: (the leader's identity, its dashboard address) as the Lease says (``LeaseThread.holder``).
         self.leader = leader
         self.observer = observer
+        self.maps = cluster_map.MapBuilder(operator.cache)
 
     def version(self) -> str:
         op = self.operator
@@ -59,7 +60,7 @@ class OperatorSource:
         return view.Leadership(leading=self.operator.leading, leader=holder, leader_url=url, observer=self.observer)
 
     def cluster_map(self) -> view.ClusterMap:
-        return cluster_map.build(self.operator.cache, queue_of=self.operator.loop.queue_of, shapes=self._shapes())
+        return self.maps.build(queue_of=self.operator.loop.queue_of, shapes=self._shapes())
 
     def _shapes(self) -> list[typical.Shape]:
         """The typical pods the profile's fgd plugin measures against (learnt from the cluster's pods), else the
