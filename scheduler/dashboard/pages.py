@@ -103,6 +103,8 @@ def document(
     nav = "".join(f'<a href="{href}"{" class=on" if href == path else ""}>{e(name)}</a>' for href, name in PAGES)
     who = f"signed in as {e(viewer.user)}" if viewer.user else ""
     role = "local copy" if leadership.observer else ("leader" if leadership.leading else "standby")
+    if not live:  # a page saved to a file: no server to navigate to or to ask
+        nav, role = "", "exported page"
     script = f"<script>{LIVE_SCRIPT}</script>" if live else ""
     return (
         f"<!doctype html><html><head><meta charset=utf-8><title>gpusched: {e(title)}</title>"
@@ -382,24 +384,19 @@ def standby(leadership: view.Leadership) -> str:
     return f"<p class=standby>This replica is a standby: it does not schedule; {who}.{where}</p>"
 
 
-def export(source: view.Source, *, title: str = "gpusched") -> str:
-    """One self-contained page with the map, the queues and the waiting work (no script, no server): what
-    ``gpusched simulate --dashboard FILE`` writes."""
+def comparison(maps: Sequence[tuple[str, view.ClusterMap]], *, title: str) -> str:
+    """Cluster maps side by side (one per policy of a simulation), as one page with no script."""
     viewer = view.Redacted()
-    body = (
-        "<h2>Cluster map</h2>"
-        + cluster_map(source.cluster_map(), viewer, static=True)
-        + "<h2>Queues</h2>"
-        + queues(source.queues())
-        + "<h2>Waiting work</h2>"
-        + waiting(source.waiting(), viewer, static=True)
+    body = f"<h2>{e(title)}</h2>" + "".join(
+        f'<section data-policy="{e(name)}"><h2>{e(name)}</h2>{cluster_map(cluster, viewer, static=True)}</section>'
+        for name, cluster in maps
     )
     return document(
         title=title,
         path="",
         body=body,
-        version=source.version(),
+        version="static",
         viewer=viewer,
-        leadership=source.leadership(),
+        leadership=view.Leadership(leading=True),
         live=False,
     )
