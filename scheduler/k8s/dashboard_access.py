@@ -10,8 +10,9 @@
 
 Answers are kept for :data:`TTL_S` seconds per token (a page polled every second asks nothing new), at most
 :data:`KEPT` tokens. The scheduler's ServiceAccount needs ``create`` on ``tokenreviews`` and
-``subjectaccessreviews`` (manifests/rbac.yaml, as kube-rbac-proxy's ``system:auth-delegator``). When the API server
-cannot be asked, the request is refused (503): never shown unchecked.
+``subjectaccessreviews``: the built-in ClusterRole ``system:auth-delegator``, as kube-rbac-proxy's docs bind it
+(docs/dashboard.md; the manifests do not, the dashboard being off by default). When the API server cannot be
+asked, the request is refused (503): never shown unchecked.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,14 @@ def _queue_cell(browser: Browser, queue: str, field: str) -> str:
             f"(document.querySelector('tr[data-queue=\"{queue}\"] td[data-field=\"{field}\"]') || {{}}).innerText || ''"
         )
     )
+
+
+def _answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
 
 
 def _as_text(amounts: dict[str, Any]) -> str:
@@ -196,7 +206,42 @@ def test_the_dashboard_in_a_browser(sched: Scenario) -> None:
         browser.goto(f"{base}/job/podgroup/{ns}/train")
         assert "may not list pods" in browser.evaluate("document.body.innerText")
 
+        # gpusched dashboard: the same pages from a local copy that watches without a lease.
+        local_port = free_port()
+        local = subprocess.Popen(
+            [
+                *kube_mod.gpusched_command(),
+                "dashboard",
+                f"--kubeconfig={sched.kube.kubeconfig}",
+                f"--dashboard-port={local_port}",
+                "--log-format=json",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            started = time.monotonic()
+            browser.wait_for(lambda: _answers(local_port), timeout=120, what="gpusched dashboard answering")
+            local_ready = time.monotonic() - started
+            browser.goto(f"http://127.0.0.1:{local_port}/")
+            browser.wait_for(lambda: _count(browser, names, "whole") == 6, timeout=30, what="the local copy's map")
+            assert "local copy" in browser.evaluate("document.querySelector('header').innerText")
+            browser.goto(f"http://127.0.0.1:{local_port}/waiting")
+            browser.wait_js(f"!!document.querySelector('{row}')", timeout=30)
+            lease = sched.kube.request(
+                "GET",
+                f"/apis/coordination.k8s.io/v1/namespaces/{kube_mod.SYSTEM_NAMESPACE}/leases/{replica.lease_name}",
+            )
+            assert lease["spec"]["holderIdentity"] == replica.identity  # the local copy takes no lease
+        finally:
+            local.terminate()
+            local.wait(30)
+        assert local.returncode == 0
+
     print(
+        f"\n[dashboard] gpusched dashboard answered {local_ready:.1f} s after its start (kernel warm-up included)"
         f"\n[dashboard] map opened in {opened:.2f} s; a binding shown {shown_after:.2f} s after kubectl saw it bound;"
         f" gang reason: {reason}\n[dashboard] screenshots in {shots}"
     )
