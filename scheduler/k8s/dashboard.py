@@ -47,6 +47,7 @@ class OperatorSource:
         self.leader = leader
         self.observer = observer
         self.maps = cluster_map.MapBuilder(operator.cache)
+        self._namespaces: tuple[str, frozenset[str]] = ("", frozenset())
 
     def version(self) -> str:
         op = self.operator
@@ -112,38 +113,31 @@ class OperatorSource:
                 position = positions[leaf]
             if job.group is not None and alone is None:
                 group = job.group
+                kind, namespace, name = "podgroup", group.namespace, group.name
                 reason = next(
                     (c.message for c in job.conditions.values() if c.status == "False" and c.message), ""
                 ) or _said(op, job.pending)
-                out.append(
-                    view.WaitingJob(
-                        key=f"podgroup/{group.namespace}/{group.name}",
-                        namespace=group.namespace,
-                        name=group.name,
-                        kind="podgroup",
-                        queue=leaf,
-                        where=where,
-                        position=position,
-                        reason=reason,
-                        placed=len(job.placed),
-                        exist=job.exists,
-                        min_member=group.min_member,
-                    )
-                )
-                continue
-            pod = alone if alone is not None else next(iter(job.pending.values()), None)
-            if pod is None:
-                continue
+                progress = (len(job.placed), job.exists, group.min_member)
+            else:
+                pod = alone if alone is not None else next(iter(job.pending.values()), None)
+                if pod is None:
+                    continue
+                kind, namespace, name = "pod", pod.namespace, pod.name
+                reason = op.conditions.said.get(pod.key, "")
+                progress = (0, 0, 0)
             out.append(
                 view.WaitingJob(
-                    key=f"pod/{pod.namespace}/{pod.name}",
-                    namespace=pod.namespace,
-                    name=pod.name,
-                    kind="pod",
+                    key=f"{kind}/{namespace}/{name}",
+                    namespace=namespace,
+                    name=name,
+                    kind=kind,
                     queue=leaf,
                     where=where,
                     position=position,
-                    reason=op.conditions.said.get(pod.key, ""),
+                    reason=reason,
+                    placed=progress[0],
+                    exist=progress[1],
+                    min_member=progress[2],
                 )
             )
         return out
@@ -191,10 +185,14 @@ class OperatorSource:
         return self.operator.cache.names[held.placement.slot] or ""
 
     def namespaces(self) -> Iterable[str]:
-        """The namespaces whose names the pages may show (held pods' and waiting work's)."""
-        found = {entry.pod.namespace for entry in self.operator.cache.pods()}
-        found.update(pod.namespace for pod in self.operator.pending.values())
-        return found
+        """The namespaces whose names the pages may show (held pods' and waiting work's); counted again only when
+        the version moved (every request of the Kubernetes access check asks)."""
+        version = self.version()
+        if self._namespaces[0] != version:
+            found = {entry.pod.namespace for entry in self.operator.cache.pods()}
+            found.update(pod.namespace for pod in self.operator.pending.values())
+            self._namespaces = (version, frozenset(found))
+        return self._namespaces[1]
 
 
 def _said(operator: Operator, pods: Iterable[str]) -> str:

@@ -46,6 +46,8 @@ class _Viewer:
     groups: list[str]
     extra: dict[str, list[str]]
     at: float
+    #: May open the dashboard (a refusal is kept too, so that a refused token costs the API server nothing more).
+    allowed: bool = False
     #: namespace -> (may list pods there, when asked)
     namespaces: dict[str, tuple[bool, float]] = field(default_factory=dict)
 
@@ -85,14 +87,15 @@ class KubernetesAccess:
             allowed = await self._allowed(who, {"nonResourceAttributes": {"path": DASHBOARD_URL, "verb": "get"}})
             if allowed is None:
                 return dashboard_access.refused(503, "cannot ask the API server whether you may open the dashboard")
-            if not allowed:
-                return dashboard_access.refused(
-                    403, f"{who.user} may not open the dashboard (get on the non-resource URL {DASHBOARD_URL})"
-                )
+            who.allowed = allowed
             self._viewers[key] = who
             self._viewers.move_to_end(key)
             while len(self._viewers) > KEPT:
                 self._viewers.popitem(last=False)
+        if not who.allowed:
+            return dashboard_access.refused(
+                403, f"{who.user} may not open the dashboard (get on the non-resource URL {DASHBOARD_URL})"
+            )
         seen: set[str] = set()
         for namespace in sorted(set(self.namespaces()) | _asked(request)):
             kept = who.namespaces.get(namespace)
