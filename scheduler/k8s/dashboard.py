@@ -163,10 +163,9 @@ class OperatorSource:
             queue = op.loop.queue_of(pending) if pending is not None else ""
             phase = "Pending" if pending is not None else ("Placed" if node else "")
             members.append(view.Member(key, node, phase.lower()))
-        events = op.recorder.recent(f"{kind} {key}")
-        for member in members:
-            if member.key != key:
-                events += op.recorder.recent(f"pod {member.key}")
+        events = [f"{kind} {key}: {line}" for line in op.recorder.recent(f"{kind} {key}")]
+        for member in members if kind == "podgroup" else []:
+            events += [f"pod {member.key}: {line}" for line in op.recorder.recent(f"pod {member.key}")]
         return view.JobPage(
             key=f"{kind}/{key}",
             namespace=namespace,

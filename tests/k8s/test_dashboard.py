@@ -16,7 +16,7 @@ from scheduler.dashboard import access, server, view
 from scheduler.k8s import dashboard, explain
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.operator import Operator
-from tests.k8s.test_operator import node, pod, podgroup
+from tests.k8s.test_operator import flushed, node, pod, podgroup
 
 QUEUE = "gpusched.io/queue"
 GROUP = {"gpusched.io/pod-group": "train"}
@@ -89,7 +89,7 @@ def test_waiting_work_in_order_with_its_reason_and_the_gangs_progress(operator: 
     assert [job.key for job in waiting] == [key for key in by_key]  # one row per job
 
 
-def test_a_jobs_page_is_explains_answer_with_its_members(operator: Operator) -> None:
+async def test_a_jobs_page_is_explains_answer_with_its_members(operator: Operator) -> None:
     source = dashboard.OperatorSource(operator)
     page = source.job("podgroup", "default", "train")
     assert page is not None
@@ -98,6 +98,12 @@ def test_a_jobs_page_is_explains_answer_with_its_members(operator: Operator) -> 
         ("default/train-0", "", "pending"),
         ("default/train-1", "", "pending"),
     ]
+    await flushed(operator)  # the Events written
+    page = source.job("podgroup", "default", "train")
+    assert page is not None and page.events
+    # The gang's own Events first, then its members', each line naming its object.
+    assert page.events[0].startswith("podgroup default/train: Warning FailedScheduling (x1): Never fits"), page.events
+    assert all(line.startswith(("podgroup default/train: ", "pod default/train-")) for line in page.events)
     placed = source.job("pod", "default", "big")
     assert placed is not None and placed.members[0].node == "gpu-a"
     assert source.job("pod", "default", "nobody") is None
