@@ -1,7 +1,8 @@
 """The dashboard of ``gpusched run --dashboard-port`` in a real browser (Debian's headless Chromium, over CDP):
 the map shows the nodes' GPUs, a pod bound shows up without a reload, a queue's numbers are its status as kubectl
 shows it, a waiting gang appears with its reason, and the Kubernetes access check (TokenReview and
-SubjectAccessReview) hides the names of a namespace the viewer may not list pods in.
+SubjectAccessReview) hides the names of a namespace the viewer may not list pods in; a standby sends the browser to
+the leader's dashboard.
 
 Screenshots of each page are kept as the test's artefacts in ``$GPUSCHED_E2E_ARTIFACTS/dashboard`` (default
 ``~/.cache/gpusched/artifacts/dashboard``; the folder is printed with ``pytest -s``).
@@ -13,6 +14,7 @@ import contextlib
 import os
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -245,3 +247,40 @@ def test_the_dashboard_in_a_browser(sched: Scenario) -> None:
         f"\n[dashboard] map opened in {opened:.2f} s; a binding shown {shown_after:.2f} s after kubectl saw it bound;"
         f" gang reason: {reason}\n[dashboard] screenshots in {shots}"
     )
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def test_a_standby_sends_the_browser_to_the_leaders_dashboard(sched: Scenario) -> None:
+    binary = chromium()
+    sched.add_nodes([kube_mod.gpu_node("sb-0")])
+    first, second = sched.gpusched("gpusched-0"), sched.gpusched("gpusched-1")
+    ports = {}
+    for replica in (first, second):
+        ports[replica.identity] = free_port()
+        replica.extra_args += [f"--dashboard-port={ports[replica.identity]}"]
+    first.start().wait_ready().wait_leader()
+    second.start().wait_ready()
+    assert not second.is_leader()
+    leader_url = f"http://127.0.0.1:{ports[first.identity]}"
+    standby_url = f"http://127.0.0.1:{ports[second.identity]}"
+
+    # The standby has read the leader's address on the Lease by its next retry: a redirect there.
+    def sent() -> str | None:
+        opener = urllib.request.build_opener(_NoRedirect)
+        try:
+            opener.open(f"{standby_url}/queues", timeout=5)
+        except urllib.error.HTTPError as answer:
+            return answer.headers.get("Location") if answer.code == 302 else None
+        return None
+
+    location: str = kube_mod.wait_until(sent, timeout=30, what="the standby's redirect")
+    assert location == f"{leader_url}/queues"
+    with contextlib.closing(Browser(binary)) as browser:
+        browser.goto(f"{standby_url}/")
+        browser.wait_js("!!document.querySelector('[data-node=\"sb-0\"]')")
+        assert browser.evaluate("location.href") == f"{leader_url}/"
+        assert "leader" in browser.evaluate("document.querySelector('header').innerText")
