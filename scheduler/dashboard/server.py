@@ -16,6 +16,7 @@ come while nothing changed cost a comparison, not a rendering of the cluster.
 from __future__ import annotations
 
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,25 +39,32 @@ class Running:
 
 
 class _Memo:
-    """The last record of each kind, with the version it was built at."""
+    """The last record of each kind (the map, the queues, the waiting work, the last job pages asked for), with the
+    version it was built at."""
 
-    def __init__(self, source: view.Source) -> None:
-        self.source = source
-        self._kept: dict[str, tuple[str, Any]] = {}
+    #: Records kept at most (the job pages of a busy cluster would otherwise pile up).
+    KEPT = 64
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, tuple[str, Any]] = OrderedDict()
 
     def get(self, what: str, version: str, build: Callable[[], Any]) -> Any:
         kept = self._kept.get(what)
         if kept is not None and kept[0] == version:
+            self._kept.move_to_end(what)
             return kept[1]
         value = build()
         self._kept[what] = (version, value)
+        self._kept.move_to_end(what)
+        while len(self._kept) > self.KEPT:
+            self._kept.popitem(last=False)
         return value
 
 
 def app(source: view.Source, access: dashboard_access.Access | None = None) -> web.Application:
     """The dashboard as an aiohttp application (``access`` None: no check, see :class:`~.access.Open`)."""
     checker = access if access is not None else dashboard_access.Open()
-    memo = _Memo(source)
+    memo = _Memo()
 
     async def page(request: web.Request) -> web.StreamResponse:
         given = request.query.get("token")
