@@ -1,5 +1,5 @@
-"""The ``gpusched`` command: ``run`` (the operator), ``explain``, ``simulate``, ``trace``, ``bench kernels``,
-``node-topology``.
+"""The ``gpusched`` command: ``run`` (the operator), ``dashboard``, ``explain``, ``simulate``, ``trace``,
+``bench kernels``, ``node-topology``.
 
 Each command imports what it needs when it runs: ``gpusched run`` starts in a cluster after every restart, and
 the simulator (with its plotting) has nothing to do there, so only the arguments of the command named on the
@@ -110,6 +110,12 @@ def _run(args: argparse.Namespace) -> int:
     return run.main(args)
 
 
+def _dashboard(args: argparse.Namespace) -> int:
+    from scheduler.k8s import run
+
+    return run.main(args)
+
+
 def _explain(args: argparse.Namespace) -> int:
     from scheduler.k8s import explain
 
@@ -157,6 +163,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         run.add_arguments(operator)
         _fill_missing_help(operator)
     operator.set_defaults(func=_run)
+
+    board = add(
+        "dashboard",
+        "open the read-only dashboard of a cluster on this machine",
+        "Watch the cluster of a kubeconfig as the scheduler does, without leading (it decides and writes nothing), and "
+        "serve the dashboard (cluster map, queues, waiting work) on http://127.0.0.1:8765. The scheduler itself serves "
+        "it with gpusched run --dashboard-port. See docs/dashboard.md.",
+    )
+    if command == "dashboard":
+        from scheduler.k8s import dashboard
+
+        dashboard.add_local_arguments(board)
+        _fill_missing_help(board)
+    board.set_defaults(func=_dashboard)
 
     why = add(
         "explain",

@@ -201,6 +201,12 @@ class EventRecorder(worker.BackgroundWriter):
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
+    def recent(self, obj: str) -> list[str]:
+        """What this replica said lately about ``obj`` (``pod NS/NAME``, ``podgroup NS/NAME``), oldest first: the
+        Events it still counts up, as ``TYPE REASON (xCOUNT): MESSAGE`` (the dashboard's job page)."""
+        said = sorted((s for (o, *_), s in self._series.items() if o == obj), key=lambda s: s.first)
+        return [f"{s.type} {s.reason} (x{s.count}): {s.message}" for s in said]
+
     def start(self) -> None:
         if self._worker is None:
             self._loop = asyncio.get_running_loop()

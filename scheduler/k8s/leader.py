@@ -53,6 +53,9 @@ log = structlog.get_logger(__name__)
 RELEASE_TIMEOUT_S = 3.0
 #: The Lease annotation where the leader says where its health server's ``/explain`` answers (``http://host:port``).
 EXPLAIN_URL_ANNOTATION = "gpusched.io/explain-url"
+#: The Lease annotation where the leader says where its dashboard answers (``gpusched run --dashboard-port``), so that
+#: a standby's dashboard can send its viewers there.
+DASHBOARD_URL_ANNOTATION = "gpusched.io/dashboard-url"
 #: Answers that are not a refusal: a conflict (another replica won the race) and a rate limit are retried.
 _NOT_REFUSALS = (409, 429)
 
@@ -75,6 +78,7 @@ class LeaderElector:
         on_change: Callable[[bool], None],
         clock: Callable[[], float] = time.monotonic,
         explain_url: str = "",
+        dashboard_url: str = "",
     ) -> None:
         self.client = client
         self.api = k8s_client.CoordinationV1Api(client.api)
@@ -92,9 +96,18 @@ class LeaderElector:
         self.transitions = 0
         #: Written on the Lease while this replica holds it (:data:`EXPLAIN_URL_ANNOTATION`); empty: nothing.
         self.explain_url = explain_url
+        #: Written on the Lease while this replica holds it (:data:`DASHBOARD_URL_ANNOTATION`); empty: nothing.
+        self.dashboard_url = dashboard_url
+        #: The holder's dashboard address as last read from the Lease (empty: none published).
+        self.holder_dashboard = ""
         #: Why the API server refused this replica's last attempt (empty once an attempt succeeds): it cannot
         #: lead until that changes.
         self.refusal = ""
+
+    @property
+    def observed_holder(self) -> str:
+        """The Lease's holder as this replica last read it (empty: released, or not read yet)."""
+        return self._observed[0]
 
     async def run(self) -> None:
         """Take and keep the lease until cancelled; then release it if held."""
@@ -156,6 +169,7 @@ class LeaderElector:
         meta = _map(got.body.get("metadata"))
         spec = _map(got.body.get("spec"))
         holder = str(spec.get("holderIdentity") or "")
+        self.holder_dashboard = str(_map(meta.get("annotations")).get(DASHBOARD_URL_ANNOTATION) or "") if holder else ""
         observed = (holder, str(spec.get("renewTime") or ""))
         if observed != self._observed:
             self._observed = observed
@@ -222,7 +236,14 @@ class LeaderElector:
             "metadata": {
                 "name": self.name,
                 "namespace": self.namespace,
-                "annotations": {EXPLAIN_URL_ANNOTATION: self.explain_url} if self.explain_url else {},
+                "annotations": {
+                    key: value
+                    for key, value in (
+                        (EXPLAIN_URL_ANNOTATION, self.explain_url),
+                        (DASHBOARD_URL_ANNOTATION, self.dashboard_url),
+                    )
+                    if value
+                },
             },
             "spec": {
                 "holderIdentity": self.identity,
@@ -253,6 +274,7 @@ class LeaseThread:
         on_change: Callable[[bool], None],
         loop: asyncio.AbstractEventLoop,
         explain_url: str = "",
+        dashboard_url: str = "",
     ) -> None:
         self._connect = connect
         self._kwargs: dict[str, Any] = {
@@ -261,6 +283,7 @@ class LeaseThread:
             "identity": identity,
             "config": config,
             "explain_url": explain_url,
+            "dashboard_url": dashboard_url,
         }
         self._on_change = on_change
         self._main = loop
@@ -277,6 +300,14 @@ class LeaseThread:
         """Why the API server refuses this replica the lease (empty: nothing refused); safe from any thread."""
         elector = self.elector
         return elector.refusal if elector is not None else ""
+
+    @property
+    def holder(self) -> tuple[str, str]:
+        """(the Lease's holder as last read, the dashboard address it published); safe from any thread."""
+        elector = self.elector
+        if elector is None:
+            return "", ""
+        return elector.observed_holder, elector.holder_dashboard
 
     def start(self) -> None:
         self._thread.start()

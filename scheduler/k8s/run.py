@@ -34,7 +34,7 @@ import structlog
 from scheduler.api import pod as api_pod
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import device_claims, handlers, health, logs, volume_binding
+from scheduler.k8s import dashboard, device_claims, handlers, health, logs, volume_binding
 from scheduler.k8s.informer import Informer
 from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaseThread
 from scheduler.k8s.operator import Operator, warm_kernels
@@ -91,6 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "loopback address when that is all interfaces: right for gpusched run on the machine explain runs on)",
     )
     parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
+    dashboard.add_arguments(parser, default_port=None)
 
 
 def _scheduler_name(value: str) -> str:
@@ -108,6 +109,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         logs.configure(args.log_format)
         config = k8s_config.load(args.config)  # bad config: InvalidObject, reported by the CLI before any I/O
+        dashboard.check_arguments(args)
         return _run_bounded(serve(args, config))
     finally:
         # The interpreter's own exit puts the default handlers back (a signal would then end the process with
@@ -241,7 +243,32 @@ async def _serve(
         log.info("serving", health_port=servers.health_port, metrics_port=servers.metrics_port, identity=identity)
         advertised = str(getattr(args, "advertise_address", None) or getattr(args, "bind_address", "0.0.0.0"))
         published = explain_url(advertised, servers.health_port)
-        status = await _supervise(args, config, operator, client, settings, stop, signals, explain_url=published)
+        # The dashboard (off unless --dashboard-port): a standby's sends viewers to the Lease holder's.
+        leases: list[LeaseThread] = []
+        board = await dashboard.serve(
+            args,
+            operator,
+            host=getattr(args, "bind_address", "0.0.0.0"),
+            leader=lambda: leases[0].holder if leases else ("", ""),
+            observer=_observing(args),
+        )
+        board_url = ""
+        if board is not None:
+            stack.push_async_callback(board.close)
+            board_url = explain_url(advertised, board.port)
+            log.info("dashboard", url=board_url, auth=getattr(args, "dashboard_auth", None) or "default")
+        status = await _supervise(
+            args,
+            config,
+            operator,
+            client,
+            settings,
+            stop,
+            signals,
+            explain_url=published,
+            dashboard_url=board_url,
+            leases=leases,
+        )
     return status
 
 
@@ -255,6 +282,8 @@ async def _supervise(
     signals: _Signals,
     *,
     explain_url: str = "",
+    dashboard_url: str = "",
+    leases: list[LeaseThread] | None = None,
 ) -> int:
     """Start the tasks, wait for a stop or for one of them to end, then end them all in order (bounded)."""
     kopf_stop = asyncio.Event()
@@ -306,7 +335,9 @@ async def _supervise(
     for kind, informer in informers.items():
         tasks[kind] = asyncio.create_task(informer.run(), name=f"gpusched {kind}")
     lease: LeaseThread | None = None
-    if config.leader_election.enabled:
+    if _observing(args):
+        pass  # gpusched dashboard: a local copy that never leads, and so never decides or writes
+    elif config.leader_election.enabled:
         # Its own thread, event loop and client (scheduler.k8s.leader): the lease is renewed on time whatever the
         # scheduling loop and the main client's rate limiter are doing.
         lease_settings = dataclasses.replace(settings, qps=LEASE_QPS, burst=LEASE_BURST)
@@ -319,7 +350,10 @@ async def _supervise(
             on_change=operator.set_leading,
             loop=asyncio.get_running_loop(),
             explain_url=explain_url,
+            dashboard_url=dashboard_url,
         )
+        if leases is not None:
+            leases.append(lease)
         lease.start()
         held = lease
         operator.lease_held = lambda: held.leading
@@ -353,6 +387,11 @@ async def _supervise(
         if task.done() and not task.cancelled() and task.exception() is not None and task not in done:
             log.warning("task failed while stopping", task=name, error=repr(task.exception()))
     return status
+
+
+def _observing(args: argparse.Namespace) -> bool:
+    """``gpusched dashboard``: the operator's watches and view without a lease (see scheduler.k8s.dashboard)."""
+    return bool(getattr(args, "observe", False))
 
 
 def explain_url(address: str, port: int) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 from scheduler.api import typical
 from scheduler.api.errors import InvalidObject
 from scheduler.api.node import NodeInfo
+from scheduler.cache.state import Cache
 from scheduler.sim import (
     bound,
     elastic,
@@ -37,6 +38,7 @@ from scheduler.sim import (
     tenants,
     trace,
 )
+from scheduler.sim import dashboard as sim_dashboard
 from scheduler.sim import topology as sim_topology
 from scheduler.sim.trace import NodeSpec, PodSpec
 
@@ -55,7 +57,7 @@ PLOT_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "tif", "tiff", 
 
 #: Options (by their dest) that each mode reads; any other one given is refused, not ignored.
 _APPLIES = {
-    "compare": {"nodes", "pods", "policy", "tune", "seeds", "json", "plot"},
+    "compare": {"nodes", "pods", "policy", "tune", "seeds", "json", "plot", "dashboard"},
     "replay": {"nodes", "pods", "policy", "replay", "json", "plot"},
     "gangs": {"nodes", "jobs", "policy", "seeds", "json"},
     "elastic": {"seeds", "json"},
@@ -103,6 +105,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plot", metavar="FILE.png", help="draw allocation and fragmentation charts (.png, .svg or .pdf)"
     )
+    parser.add_argument(
+        "--dashboard",
+        metavar="FILE.html",
+        help="write the dashboard's cluster map of each policy's cluster at the end of its first seed, side by side, "
+        "as one HTML page (docs/dashboard.md)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument(
         "--scenario",
@@ -135,7 +143,7 @@ def check(args: argparse.Namespace) -> None:
     chosen = mode(args)
     given = {
         dest
-        for dest in ("nodes", "pods", "policy", "tune", "seeds", "replay", "json", "plot", "jobs")
+        for dest in ("nodes", "pods", "policy", "tune", "seeds", "replay", "json", "plot", "jobs", "dashboard")
         if getattr(args, dest) not in (None, False)
     }
     for dest in sorted(given - _APPLIES[chosen]):
@@ -157,6 +165,8 @@ def check(args: argparse.Namespace) -> None:
         raise InvalidObject(f"{args.tune} is not a ratio in (0, 10]", obj="gpusched simulate", field="--tune")
     if args.json:
         check_output(args.json, "--json")
+    if getattr(args, "dashboard", None):
+        check_output(args.dashboard, "--dashboard")
     if args.plot:
         if importlib.util.find_spec("matplotlib") is None:
             raise InvalidObject(
@@ -258,7 +268,11 @@ def compare_tune(
     ratio: float,
     seeds: Sequence[int],
     progress: Progress,
+    *,
+    ends: dict[str, tuple[Cache, list[typical.Shape]]] | None = None,
 ) -> dict[str, dict[str, Any]]:
+    """Every policy on every seed's inflated workload; ``ends`` gets each policy's cluster at the end of the first
+    seed (with the typical pods), for the dashboard."""
     shapes = typical.typical_shapes([p.shape for p in pods])
     capacity = float(sum(n.gpus for n in nodes)) * 1000.0
     if capacity <= 0:
@@ -287,6 +301,8 @@ def compare_tune(
             curve = protocol.alloc_curve(run.arrived, run.allocated, capacity, percents)
             curves.append(curve)
             assert run.cache is not None
+            if ends is not None and seed == seeds[0]:
+                ends[name] = (run.cache, shapes)
             per_seed.append(
                 {
                     "frag90": run.frag_at.get(90, math.nan),
@@ -549,13 +565,14 @@ def run(args: argparse.Namespace) -> int:
     nodes, pods, source = _inputs(args)
     progress = Progress(args.quiet)
     started = time.perf_counter()
+    ends: dict[str, tuple[Cache, list[typical.Shape]]] | None = {} if getattr(args, "dashboard", None) else None
     if args.replay:
         results = compare_replay(nodes, pods, names, progress)
         print(f"replay of {source}: {len(pods)} pods")
         print(report.replay_table(results))
         payload: dict[str, Any] = {"mode": "replay", "results": results}
     else:
-        results = compare_tune(nodes, pods, names, tune, seeds, progress)
+        results = compare_tune(nodes, pods, names, tune, seeds, progress, ends=ends)
         bounds = tune_bounds(nodes, pods, tune, seeds, progress)
         report.headroom(results, bounds)
         key = str(round(tune * 100))
@@ -565,6 +582,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"total {time.perf_counter() - started:.1f}s")
     if args.json:
         _write_json(args.json, payload)
+    if ends is not None:
+        try:
+            Path(args.dashboard).write_text(sim_dashboard.page(ends, title=source))
+        except OSError as exc:
+            raise InvalidObject(
+                f"cannot write {args.dashboard}: {exc.strerror}", obj="gpusched simulate", field="--dashboard"
+            ) from None
+        print(f"wrote {args.dashboard} (the dashboard's cluster map of each policy)")
     if args.plot:
         try:
             report.plot(args.plot, results, replay=args.replay)

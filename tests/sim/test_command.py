@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,18 @@ def test_json_and_plot_of_a_comparison(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = capsys.readouterr().out
     assert "bestfit" in table and "fgd" in table and "alloc@130%" in table
+
+
+def test_the_dashboard_page_of_a_comparison(trace_files: tuple[Path, Path], tmp_path: Path) -> None:
+    page = tmp_path / "maps.html"
+    assert _simulate(*_on(trace_files, "--policy", "bestfit,fgd", "--seeds", "1", "--dashboard", str(page))) == 0
+    text = page.read_text()
+    assert re.findall(r'data-policy="([^"]*)"', text) == ["bestfit", "fgd"]
+    # Both T4 nodes of each policy's cluster (named in the seed's tie order), their 8 GPUs each as cells, every one
+    # shared by the small pods at 1.3 x capacity.
+    assert sorted(re.findall(r'data-node="\d+-(n\d)"', text)) == ["n0", "n0", "n1", "n1"]
+    assert text.count("data-gpu=") == 32 and text.count("data-gpus=16 data-whole=0 data-shared=16") == 2
+    assert "<script>" not in text
 
 
 def test_the_same_seeds_give_the_same_allocation(trace_files: tuple[Path, Path], tmp_path: Path) -> None:
@@ -188,6 +201,7 @@ def _one_line(err: str) -> str:
         ("--plot", "missing/alloc.png", "field --plot: folder {tmp}/missing does not exist"),
         ("--json", "missing/out.json", "field --json: folder {tmp}/missing does not exist"),
         ("--json", ".", "field --json: {tmp}/. is a folder; give a file name"),
+        ("--dashboard", "missing/maps.html", "field --dashboard: folder {tmp}/missing does not exist"),
         ("--plot", "alloc.txt", "field --plot: '{tmp}/alloc.txt': name the file with an image extension"),
         ("--plot", "file.csv/alloc.png", "field --plot: {tmp}/file.csv is not a folder"),
     ],

@@ -1,0 +1,163 @@
+"""The dashboard's read-only view: what a page shows, as plain frozen records, filled by whoever holds the state.
+
+Nothing here refers back to the live objects: a page rendered from these records cannot change the scheduler,
+and the records can be built in one event-loop step (no cycle runs meanwhile) and rendered afterwards. Amounts
+are already text in Kubernetes units (the Queue status's own formatting); names carry their namespace so that a
+viewer who may not list a namespace sees none of its names (:class:`Redacted`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+#: A GPU cell's states, as the map colours them.
+IDLE = "idle"
+WHOLE = "whole"
+SHARED = "shared"
+#: Idle GPU capacity the typical pods cannot use on that node (the FGD paper's fragmentation measure).
+STRANDED = "stranded"
+CELL_STATES = (WHOLE, SHARED, IDLE, STRANDED)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCell:
+    """One GPU of a node."""
+
+    state: str
+    #: The queue of the pod (or first of the pods) holding it; empty when idle.
+    queue: str = ""
+    #: Keys (``namespace/name``) of the pods holding it.
+    pods: tuple[str, ...] = ()
+    #: Milli-GPU in use (0..1000).
+    used_milli: int = 0
+    #: The NVLink clique it belongs to on its node (-1: none known).
+    clique: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    labels: Mapping[str, str]
+    #: The node's domain at each topology level (widest first); empty where it has no such label.
+    domains: tuple[str, ...]
+    cells: tuple[GpuCell, ...]
+    #: The node's expected fragmentation (GPU-milli idle that the typical pods cannot use).
+    fragmentation_milli: float = 0.0
+    schedulable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMap:
+    #: The topology levels that group nodes (block, rack, NVLink clique...), widest first, by their short names.
+    levels: tuple[str, ...]
+    nodes: tuple[NodeView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """One queue, its amounts as the Queue's ``status`` shows them."""
+
+    name: str
+    parent: str
+    depth: int
+    weight: float
+    guarantee: Mapping[str, str]
+    limit: Mapping[str, str]
+    #: The Queue's status body (``allocated``, ``borrowed``, ``fairShare``, ``decayedUsage``, ...).
+    status: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingJob:
+    """A pod or a gang waiting for room, in the order the scheduler will try them."""
+
+    #: The job's page key: ``pod/NAMESPACE/NAME`` or ``podgroup/NAMESPACE/NAME``.
+    key: str
+    namespace: str
+    name: str
+    kind: str
+    queue: str
+    #: Where it waits: ``active``, ``backoff``, ``unschedulable``, ``in-flight``.
+    where: str
+    #: 1-based place among the active jobs of its queue; None outside active.
+    position: int | None
+    #: The last reason the scheduler gave (the pod's PodScheduled condition or the gang's condition).
+    reason: str
+    #: For a gang: members placed, members existing, minMember; zeros for a single pod.
+    placed: int = 0
+    exist: int = 0
+    min_member: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    key: str
+    node: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    key: str
+    namespace: str
+    kind: str
+    queue: str
+    phase: str
+    members: tuple[Member, ...]
+    #: ``gpusched explain``'s answer for it.
+    explanation: str
+    events: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Leadership:
+    """Whether this replica's view is the one that schedules, and where the one that does is."""
+
+    leading: bool
+    #: The leader's identity when known.
+    leader: str = ""
+    #: The leader's dashboard URL when it published one.
+    leader_url: str = ""
+    #: A local copy (``gpusched dashboard``): shows its own view although it does not lead.
+    observer: bool = False
+
+
+class Source(Protocol):
+    """What the dashboard reads. Every method returns a fresh record; none may change the scheduler."""
+
+    def version(self) -> str:
+        """Changes whenever anything shown may have changed (the pages answer 304 to a poll while it does not)."""
+        ...
+
+    def cluster_map(self) -> ClusterMap: ...
+
+    def queues(self) -> list[QueueRow]: ...
+
+    def waiting(self) -> list[WaitingJob]: ...
+
+    def job(self, kind: str, namespace: str, name: str) -> JobPage | None: ...
+
+    def leadership(self) -> Leadership: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Redacted:
+    """Which namespaces a viewer may see names from (None: all)."""
+
+    namespaces: frozenset[str] | None = None
+    #: Who the viewer is, for the page's header (empty: nobody checked).
+    user: str = ""
+    hidden: set[str] = field(default_factory=set, compare=False)
+
+    def may_see(self, namespace: str) -> bool:
+        if self.namespaces is None or namespace in self.namespaces:
+            return True
+        self.hidden.add(namespace)
+        return False
+
+    def pod(self, key: str) -> str:
+        """``key`` (``namespace/name``) or ``hidden`` when its namespace is not the viewer's to see."""
+        namespace = key.partition("/")[0]
+        return key if self.may_see(namespace) else "(hidden)"
