@@ -116,7 +116,7 @@ class SchedulingLoop:
             holds=self.holds,
             hints=self.hints,
             actions=self.actions,
-            context=self._context,
+            context=self.cycle_context,
             placed=self._allocated,
             enqueue=self._enqueue,
         )
@@ -341,7 +341,7 @@ class SchedulingLoop:
 
     # --- bookkeeping -------------------------------------------------------------------------------------------
 
-    def _context(self, key: str) -> dict[str, Any]:
+    def cycle_context(self, key: str) -> dict[str, Any]:
         """What job ``key``'s cycles get from outside: the nodes held for others (nominations, reservations, the
         targets of moves), and the waiting demand."""
         held = self.holds.context(key).get(RESERVED_SLOTS)

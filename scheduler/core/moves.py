@@ -106,13 +106,13 @@ class Moves:
 
     # --- the rules -----------------------------------------------------------------------------------------------
 
-    def movable(self, attempt: Attempt) -> list[PodEntry]:
-        """The running pods that may move for ``attempt`` (see the module notes)."""
+    def movable(self, priority: int) -> list[PodEntry]:
+        """The running pods that may move for a job of ``priority`` (see the module notes)."""
         now, cache = self.clock(), self.scheduler.cache
         out = []
         for entry in cache.pods():
             pod = entry.pod
-            if self.why_not(pod, attempt.priority, now) or cache.is_assumed(pod.key):
+            if self.why_not(pod, priority, now) or cache.is_assumed(pod.key):
                 continue
             out.append(entry)
         return out

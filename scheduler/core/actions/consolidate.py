@@ -9,6 +9,10 @@ is being carried out waits for it; a search that finds nothing is not run again 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core.actions import NOTHING, WAITS, Outcome
 from scheduler.core.cycle import Scheduler
@@ -45,18 +49,38 @@ class Consolidate:
         return WAITS
 
     def search(self, attempt: Attempt, snapshot: Snapshot) -> Found:
-        """The plan for ``attempt`` on ``snapshot``, or why there is none (``gpusched explain`` asks this too)."""
+        """The plan for ``attempt`` on ``snapshot``, or why there is none."""
+        return self.plan_for(
+            attempt.members,
+            snapshot,
+            whole_gang=attempt.whole_gang,
+            priority=attempt.priority,
+            level=attempt.level,
+            context=attempt.context,
+        )
+
+    def plan_for(
+        self,
+        members: Sequence[PodRequest],
+        snapshot: Snapshot,
+        *,
+        whole_gang: bool,
+        priority: int,
+        level: int | None,
+        context: Mapping[str, Any],
+    ) -> Found:
+        """The plan for a job of ``members`` (``gpusched explain`` asks this too, with the cycle's context)."""
         moves = self.moves
         return Search(
             self.scheduler,
             snapshot,
-            attempt.members,
-            whole_gang=attempt.whole_gang,
-            context=attempt.context,
-            level=attempt.level,
+            members,
+            whole_gang=whole_gang,
+            context=context,
+            level=level,
             limits=moves.limits,
             within_budgets=moves.within_budgets,
-        ).run(moves.movable(attempt))
+        ).run(moves.movable(priority))
 
     def scheduler_event(self, attempt: Attempt, why: str) -> None:
         self.moves.events.emit(
