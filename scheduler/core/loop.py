@@ -224,11 +224,21 @@ class SchedulingLoop:
         self.cluster_event(ClusterEvent.POD_DELETED)
 
     def budget_upsert(self, budget: DisruptionBudget) -> None:
-        """A PodDisruptionBudget was seen (new or changed): preemption prefers victims it does not protect."""
+        """A PodDisruptionBudget was seen (new or changed): preemption prefers victims it does not protect, and
+        consolidation moves no more of its pods at once than it allows."""
         self.preemptor.budget_upsert(budget)
+        self._budgets_changed()
 
     def budget_removed(self, key: str) -> None:
         self.preemptor.budget_removed(key)
+        self._budgets_changed()
+
+    def _budgets_changed(self) -> None:
+        """The jobs consolidation found no plan for search again."""
+        if self.moves.no_plan:
+            waiting = set(self.moves.no_plan)
+            self.moves.no_plan.clear()
+            self.queue.move_all_to_active(ClusterEvent.BUDGET_CHANGED, lambda item: item.key in waiting)
 
     def record_usage(self, dt_s: float) -> None:
         """Add ``dt_s`` seconds of current allocation to every queue's usage history (call it periodically)."""

@@ -234,7 +234,11 @@ class Moves:
         self.cooled[pod_key] = self.clock()
         if key is None or key not in self.plans:
             return None
-        self.abandon(key, f"the eviction of {pod_key} was refused: {message}")
+        why = f"the eviction of {pod_key} was refused: {message}"
+        self.abandon(key, why)
+        # Not searched again until the cluster changes: the next plan would meet the same refusal.
+        a = self.scheduler.cache.arrays
+        self.no_plan[key] = (int(a.gen.max()) if a.slots else 0, why)
         return key
 
     def abandon(self, key: str, why: str) -> None:

@@ -154,7 +154,27 @@ def test_a_refused_eviction_abandons_the_plan_and_releases_its_targets() -> None
     world.loop.move_refused(refused.key, "Cannot evict pod as it would violate the pod's disruption budget.")
     assert world.loop.moves.plans == {} and world.loop.moves.leaving == {}
     assert "ConsolidationAbandoned" in world.reasons()
+    # Not tried again (it would meet the same refusal) until the cluster changes.
+    world.clock.now += 5.0
+    world.loop.cluster_event(ClusterEvent.QUEUE_CHANGED)
+    world.loop.run_until_idle()
+    assert not world.mover.pods
     # Nothing is held any more: a one-GPU pod goes where a target was.
     world.loop.pod_pending(world.pod("small"))
     world.loop.run_until_idle()
     assert world.cluster.binder.decisions and world.cluster.binder.decisions[-1].pod.name == "small"
+
+
+def test_a_budget_change_wakes_a_job_that_found_no_plan() -> None:
+    world = World()
+    raw = {"metadata": {"namespace": "default", "name": "all"}, "spec": {"selector": {"matchLabels": {"x": "y"}}}}
+    world.loop.pod_pending(world.pod("big", gpus=4, labels={"x": "y"}))
+    world.loop.moves.mover = None
+    world.loop.run_until_idle()
+    world.loop.moves.mover = world.mover
+    world.loop.moves.no_plan["default/big"] = (0, "found none")
+    world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": 1}}))
+    assert world.loop.moves.no_plan == {}
+    world.clock.now += 5.0
+    world.loop.run_until_idle()
+    assert len(world.mover.pods) == 2
