@@ -32,10 +32,12 @@ from scheduler.framework import fragmentation
 from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS, Decision
 from scheduler.framework.profile import ConsolidationConfig
 from scheduler.kernels import fgd as fgd_kernel
-from scheduler.kernels import layout
 
 #: Sets of one node's pods tried at most (the smallest first).
 MAX_SETS_PER_NODE = 64
+#: What-ifs one search runs at most (each places the job and every moved pod): a large cluster's search stays
+#: bounded, and a job that finds nothing within it waits for the cluster to change.
+MAX_ATTEMPTS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,11 @@ class Found:
     why: str = ""
 
 
+def _kind(pod: PodRequest) -> tuple[Any, ...]:
+    gpu = pod.gpu
+    return (pod.owner, gpu.count, gpu.milli, gpu.memory, gpu.models, tuple(sorted(pod.resources.items())), pod.priority)
+
+
 def _gpus(pods: Sequence[PodRequest]) -> int:
     return sum(p.gpu.count for p in pods if p.gpu.whole)
 
@@ -106,23 +113,28 @@ class Search:
         self._typical: fgd_kernel.TypicalPods | None = None
         #: Sets left out because their evictions together would exceed a PodDisruptionBudget.
         self.over_budget = 0
+        #: What-ifs run so far (at most :data:`MAX_ATTEMPTS`).
+        self.attempts = 0
 
-    def run(self, movable: Sequence[PodEntry]) -> Found:
+    def run(self, movable_on: Callable[[int], list[PodEntry]]) -> Found:
+        """Search; ``movable_on(slot)`` gives the pods of a node that may move. Nodes are looked at most free GPUs
+        first, until twice ``candidate_nodes`` of them could hold the job's largest member after their moves (a
+        large cluster's search does not read every pod)."""
         a = self.snapshot.arrays
-        _, free = gang.free_gpus(a, self.context)
+        usable, free = gang.free_gpus(a, self.context)
         needs = [p.gpu.count for p in self.members if p.gpu.whole]
         if _gpus(self.members) > int(free.sum()):
             return Found(None, f"the job needs {_gpus(self.members)} GPUs and the cluster has {int(free.sum())} free")
-        if not movable:
-            return Found(None, "no running pod may move for it")
+        slots = np.flatnonzero(usable)
+        order = slots[np.lexsort((slots, -free[slots]))]
         by_slot: dict[int, list[PodEntry]] = {}
-        for entry in movable:
-            by_slot.setdefault(entry.placement.slot, []).append(entry)
         largest = max(needs, default=0)
         ranked: list[tuple[int, int, int]] = []  # (moves, GPUs moved, slot) to free ``largest`` GPUs on the slot
-        for slot, entries in by_slot.items():
-            if a.base_reason[slot] != layout.FIT:
+        for slot in order.tolist():
+            entries = movable_on(slot)
+            if not entries:
                 continue
+            by_slot[slot] = entries
             short = largest - int(free[slot])
             biggest = sorted((e.pod.gpu.count if e.pod.gpu.whole else 0 for e in entries), reverse=True)
             taken = np.cumsum([0, *biggest[: self.limits.max_pods_per_node]])
@@ -130,6 +142,10 @@ class Search:
             if enough.size:
                 k = max(1, int(enough[0]))
                 ranked.append((k, int(taken[k]), slot))
+                if len(ranked) >= 2 * self.limits.candidate_nodes:
+                    break
+        if not by_slot:
+            return Found(None, "no running pod may move for it")
         if not ranked:
             return Found(
                 None, f"no node can free {largest} GPUs by moving at most {self.limits.max_pods_per_node} pods"
@@ -148,6 +164,8 @@ class Search:
             why = "no set of movable pods lets the job and every moved pod fit"
             if self.over_budget:
                 why += f" ({self.over_budget} set(s) left out: their evictions would exceed a PodDisruptionBudget)"
+            if self.attempts >= MAX_ATTEMPTS:
+                why += f" within {MAX_ATTEMPTS} what-ifs"
             return Found(None, why)
         return Found(best)
 
@@ -159,7 +177,13 @@ class Search:
                 sets.append((size, _gpus([e.pod for e in chosen]), chosen))
         sets.sort(key=lambda s: (s[0], s[1], [e.pod.key for e in s[2]]))
         found: Plan | None = None
+        seen: set[tuple[tuple[Any, ...], ...]] = set()
         for size, gpus, chosen in sets[:MAX_SETS_PER_NODE]:
+            # Pods of one controller asking the same are interchangeable here: one set of each kind is tried.
+            kind = tuple(sorted(_kind(e.pod) for e in chosen))
+            if kind in seen:
+                continue
+            seen.add(kind)
             if found is not None and (size, gpus) > (len(found.moves), found.gpus):
                 break  # only sets as cheap as the first plan compete on fragmentation
             if best is not None and (size, gpus) > (len(best.moves), best.gpus):
@@ -192,11 +216,12 @@ class Search:
     def attempt(self, chosen: Sequence[PodEntry]) -> Plan | None:
         """The plan that moves ``chosen``, if the job and every moved pod fit; every change rolled back."""
         pods = [e.pod for e in chosen]
-        if len(pods) > self.limits.max_pods_per_plan:
+        if len(pods) > self.limits.max_pods_per_plan or self.attempts >= MAX_ATTEMPTS:
             return None
         if not self.within_budgets(pods):
             self.over_budget += 1
             return None
+        self.attempts += 1
         snapshot, scheduler = self.snapshot, self.scheduler
         token = snapshot.checkpoint()
         try:

@@ -106,11 +106,11 @@ class Moves:
 
     # --- the rules -----------------------------------------------------------------------------------------------
 
-    def movable(self, priority: int) -> list[PodEntry]:
-        """The running pods that may move for a job of ``priority`` (see the module notes)."""
+    def movable_on(self, slot: int, priority: int) -> list[PodEntry]:
+        """The running pods of node ``slot`` that may move for a job of ``priority`` (see the module notes)."""
         now, cache = self.clock(), self.scheduler.cache
         out = []
-        for entry in cache.pods():
+        for entry in cache.pods_on(slot).values():
             pod = entry.pod
             if self.why_not(pod, priority, now) or cache.is_assumed(pod.key):
                 continue

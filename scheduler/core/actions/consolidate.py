@@ -80,7 +80,7 @@ class Consolidate:
             level=level,
             limits=moves.limits,
             within_budgets=moves.within_budgets,
-        ).run(moves.movable(priority))
+        ).run(lambda slot: moves.movable_on(slot, priority))
 
     def scheduler_event(self, attempt: Attempt, why: str) -> None:
         self.moves.events.emit(
