@@ -54,13 +54,12 @@ def _deployment(s: Scenario, name: str, replicas: int, queue: str, *, held: bool
     s.kube.request("POST", _deployments(s), body)
 
 
+def _patch(s: Scenario, path: str, body: Mapping[str, Any]) -> None:
+    s.kube.request("PATCH", path, body, content_type="application/merge-patch+json")
+
+
 def _scale(s: Scenario, name: str, replicas: int) -> None:
-    s.kube.request(
-        "PATCH",
-        f"{_deployments(s)}/{name}",
-        {"spec": {"replicas": replicas}},
-        content_type="application/merge-patch+json",
-    )
+    _patch(s, f"{_deployments(s)}/{name}", {"spec": {"replicas": replicas}})
 
 
 def _budget(s: Scenario, name: str, max_unavailable: int) -> None:
@@ -76,13 +75,24 @@ def _budget(s: Scenario, name: str, max_unavailable: int) -> None:
     )
 
 
+def _budgets(s: Scenario, name: str = "") -> Any:
+    path = f"/apis/policy/v1/namespaces/{s.namespace}/poddisruptionbudgets"
+    return s.kube.request("GET", f"{path}/{name}" if name else path)
+
+
+def _stays(s: Scenario, reason: str) -> str:
+    """A 4-GPU pod ``big`` comes; it gets Event ``reason`` and stays pending, and every pod stays the same pod.
+    Returns the Event's message."""
+    before = {p["metadata"]["uid"] for p in _running(s)}
+    s.create_pod(kube_mod.pod("big", gpus=4))
+    told: str = s.wait_event("big", reason)["message"]
+    s.stays_unbound(["big"], 5)
+    assert {p["metadata"]["uid"] for p in _running(s)} == before
+    return told
+
+
 def _cordon(s: Scenario, node: str, unschedulable: bool) -> None:
-    s.kube.request(
-        "PATCH",
-        f"/api/v1/nodes/{node}",
-        {"spec": {"unschedulable": unschedulable}},
-        content_type="application/merge-patch+json",
-    )
+    _patch(s, f"/api/v1/nodes/{node}", {"spec": {"unschedulable": unschedulable}})
 
 
 def _running(s: Scenario) -> list[dict[str, Any]]:
@@ -199,39 +209,31 @@ def test_a_four_gpu_pod_binds_by_moving_two_pods_and_a_strict_budget_first_keeps
     replicas, kept = _setup(sched, layout)
     # First the budgets of the pods on cons-1 allow no disruption: no plan, nothing moves, the pod says why.
     for name in ("c", "d"):
-        sched.kube.request(
-            "PATCH",
+        _patch(
+            sched,
             f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets/{name}",
             {"spec": {"maxUnavailable": 0}},
-            content_type="application/merge-patch+json",
         )
     kube_mod.wait_until(
         lambda: all(
             b.get("status", {}).get("disruptionsAllowed") == 0 and b["status"].get("observedGeneration") == 2
-            for b in sched.kube.request("GET", f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets")[
-                "items"
-            ]
+            for b in _budgets(sched)["items"]
             if b["metadata"]["name"] in ("c", "d")
         ),
         timeout=60,
         what="strict budgets observed",
         describe=sched.describe,
     )
-    before = {p["metadata"]["uid"] for p in _running(sched)}
-    sched.create_pod(kube_mod.pod("big", gpus=4))
-    told = sched.wait_event("big", "NoMovePlan")["message"]
+    told = _stays(sched, "NoMovePlan")
     assert "PodDisruptionBudget" in told, told
-    sched.stays_unbound(["big"], 5)
-    assert {p["metadata"]["uid"] for p in _running(sched)} == before
     assert not [e for e in sched.kube.events(sched.namespace) if e.get("reason") == "Moved"]
 
     # maxUnavailable 1 again: two pods of two Deployments move off cons-1, the pod binds there.
     for name in ("c", "d"):
-        sched.kube.request(
-            "PATCH",
+        _patch(
+            sched,
             f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets/{name}",
             {"spec": {"maxUnavailable": 1}},
-            content_type="application/merge-patch+json",
         )
     (big,) = kube_mod.wait_until(
         lambda: _watch_budgets(sched, replicas, ["big"]),
@@ -278,23 +280,14 @@ def test_a_refused_eviction_abandons_the_plan_and_leaves_everything_as_it_was(sc
         },
     )
     kube_mod.wait_until(
-        lambda: (
-            "disruptionsAllowed"
-            in sched.kube.request(
-                "GET", f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets/everything"
-            ).get("status", {})
-        ),
+        lambda: "disruptionsAllowed" in _budgets(sched, "everything").get("status", {}),
         timeout=60,
         what="the budget observed",
         describe=sched.describe,
     )
-    before = {p["metadata"]["uid"] for p in _running(sched)}
-    sched.create_pod(kube_mod.pod("big", gpus=4))
-    told = sched.wait_event("big", "ConsolidationAbandoned")["message"]
+    told = _stays(sched, "ConsolidationAbandoned")
     assert "HTTP 429" in told and "disruption budget" in told, told
-    sched.stays_unbound(["big"], 5)
-    assert {p["metadata"]["uid"] for p in _running(sched)} == before
-    assert sum(replicas.values()) == len(before)
+    assert len(_running(sched)) == sum(replicas.values())
     kube_mod.check_no_overcommit(sched.pods(), sched.my_nodes())
     # The holds are released: a 1-GPU pod binds where a move's target was.
     sched.create_pod(kube_mod.pod("small", gpus=1))
@@ -306,11 +299,8 @@ def _let_go(s: Scenario) -> None:
     for p in s.pods():
         if FINALIZER in (p["metadata"].get("finalizers") or []):
             with contextlib.suppress(kube_mod.APIError):
-                s.kube.request(
-                    "PATCH",
-                    kube_mod.Kube.pods_path(s.namespace, p["metadata"]["name"]),
-                    {"metadata": {"finalizers": None}},
-                    content_type="application/merge-patch+json",
+                _patch(
+                    s, kube_mod.Kube.pods_path(s.namespace, p["metadata"]["name"]), {"metadata": {"finalizers": None}}
                 )
 
 

@@ -45,7 +45,7 @@ class Consolidate:
                 self.scheduler_event(attempt, found.why)
             moves.no_plan[attempt.key] = (version, found.why)
             return NOTHING
-        moves.start(attempt, found.plan)
+        moves.start(attempt.key, attempt.obj, found.plan)
         return WAITS
 
     def search(self, attempt: Attempt, snapshot: Snapshot) -> Found:
