@@ -208,6 +208,10 @@ class Moves:
                     plan.claimed[pod.key] = i
                     return
 
+    def replacing(self, key: str) -> bool:
+        """Whether pod ``key`` replaces a moved pod (it waits for its target; it makes no room of its own)."""
+        return any(key in plan.claimed for plan in self.plans.values())
+
     def placed(self, key: str) -> None:
         """Queue item ``key`` was placed: a plan's job, or a replacement, is done; a plan all done ends."""
         now = self.clock()

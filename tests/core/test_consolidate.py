@@ -209,3 +209,21 @@ def test_background_defragmentation_is_off_unless_the_profile_sets_it_and_waits_
     on.loop.pod_pending(on.pod("huge", gpus=16))  # fits nowhere: it waits in the queue
     on.loop.run_until_idle()
     assert not on.loop.defragment() and on.made == 0
+
+
+def test_a_replacement_waits_for_its_target_and_makes_no_room_of_its_own() -> None:
+    world = World()
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.loop.run_until_idle()
+    moved = world.mover.pods
+    world.mover.pods = []
+    # The controller's new pods come while the moved pods still run: their targets are free, so they bind there.
+    world.loop.pod_pending(dataclasses.replace(moved[0], name="new-a", node_name="", phase="Pending"))
+    assert world.loop.moves.replacing("default/new-a")
+    # Its target taken meanwhile by a pod the scheduler did not place: the replacement waits, moving nothing.
+    target = world.loop.moves.plans["default/big"].plan.moves[0].target
+    world.bound(world.pod("intruder"), target)
+    world.loop.run_until_idle()
+    assert world.cluster.cache.pod("default/new-a") is None and not world.mover.pods
+    assert "default/new-a" not in world.loop.moves.no_plan  # no search ran for it
+    assert not [o for o, r, _ in world.events.seen if r == "NoMovePlan" and o == "pod default/new-a"]

@@ -32,7 +32,7 @@ class Consolidate:
         moves = self.moves
         if moves.mover is None:
             return NOTHING
-        if moves.in_flight(attempt.key):
+        if moves.in_flight(attempt.key) or moves.replacing(attempt.key):
             return WAITS
         a = snapshot.arrays
         version = int(a.gen.max()) if a.slots else 0
