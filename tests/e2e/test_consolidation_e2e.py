@@ -139,6 +139,7 @@ def _setup(
     budgets: bool = True,
     schedulers: int = 1,
     held: tuple[str, ...] = (),
+    config: Mapping[str, Any] = CONSOLIDATING,
 ) -> tuple[dict[str, int], dict[str, str]]:
     """The nodes, the Queue that allows no moves, the Deployments (those in ``held`` with a finalizer); gpusched
     started with consolidation on (``schedulers`` replicas). Returns the replicas and the uid -> name of every pod
@@ -149,9 +150,9 @@ def _setup(
     s.create_queue(spec)
     s.add_nodes([kube_mod.gpu_node(n, gpus=8) for n in NODES])
     if schedulers == 1:
-        s.start_gpusched(config=CONSOLIDATING)
+        s.start_gpusched(config=config)
     else:
-        started = [s.gpusched(f"replica-{i}", config={**CONSOLIDATING, **FAST_LEASE}).start() for i in range(2)]
+        started = [s.gpusched(f"replica-{i}", config={**config, **FAST_LEASE}).start() for i in range(2)]
         for replica in started:
             replica.wait_ready()
         kube_mod.wait_until(lambda: any(r.is_leader() for r in started), timeout=60, what="a replica leading")
@@ -338,3 +339,31 @@ def test_a_leader_killed_in_the_middle_of_a_plan_loses_no_pod_and_binds_nothing_
     finally:
         watcher.stop()
         _let_go(sched)
+
+
+def test_background_defragmentation_empties_the_emptiest_node_when_nothing_waits(sched: Scenario) -> None:
+    profile = {"actions": ["allocate", "consolidate"], "consolidation": {"defragmentEverySeconds": 5}}
+    replicas, kept = _setup(sched, [{"a": 3, KEEP: 3}, {"c": 3, FIXED: 3}, {"e": 1}], config={"profile": profile})
+    # cons-2 holds one pod that may move: it goes, and cons-2 is whole for the next big job.
+    kube_mod.wait_until(
+        lambda: (
+            _watch_budgets(sched, replicas, []) is not None
+            and not [p for p in sched.pods() if node_of(p) == "cons-2"]
+            and len(_running(sched)) == sum(replicas.values())
+        ),
+        timeout=60,
+        what="cons-2 emptied, every pod Running",
+        describe=sched.describe,
+    )
+    # Events of a node live in "default", as kube's do.
+    told = kube_mod.wait_until(
+        lambda: [
+            e["message"]
+            for e in sched.kube.events("default", name="cons-2", kind="Node")
+            if e.get("reason") == "Consolidating"
+        ],
+        timeout=30,
+        what="Consolidating on node cons-2",
+    )
+    assert "move 1 pod(s)" in told[-1], told
+    _after(sched, replicas, kept, moved=1)
