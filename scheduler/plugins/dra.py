@@ -153,11 +153,12 @@ class DynamicResources:
                         f'resourceclaim "{claim.name}", request "{request.name}": device class "{missing[0]}" {why}',
                     )
             plan.to_allocate.append(claim)
-        gpus = None if snap.in_what_if else device_store.claim_gpus(store, pod)
-        if gpus is not None and gpus != (pod.gpu.count if pod.gpu.whole else 0):
+        gpus = None if snap.in_what_if else device_store.claim_gpu_request(store, pod)
+        if gpus is not None and (gpus.count, gpus.milli) != (pod.gpu.count, pod.gpu.milli):
             # A claim changed since the pod was read (a shared claim someone else allocated meanwhile): the pod is
             # read again with the GPUs it now gets, so that it is not charged for GPUs it will not hold.
-            return Status(Code.ERROR, f"the pod's claims changed: it gets {gpus} whole GPUs from them now", self.name)
+            got = f"{gpus.count} whole GPUs" if gpus.whole or not gpus.count else f"{gpus.milli} milli-GPU"
+            return Status(Code.ERROR, f"the pod's claims changed: it gets {got} from them now", self.name)
         state.data[PLAN] = plan
         return Status.success()
 
@@ -253,26 +254,25 @@ class DynamicResources:
         if plan.to_allocate and not found:
             return Status(Code.ERROR, f"no devices chosen for {state.pod.key} on {node}", self.name)
         store = snap.devices
-        gpu_slot = {d.key: i for i, d in enumerate(store.gpus(node))}
         claims: list[ClaimAllocation] = []
-        gpu_ids: list[int] = []
+        held: list[AllocatedDevice] = []
         for key in plan.order:
             if key in found:
                 devices = found[key]
                 local = any(store.device(d.key) is not None and store.device(d.key).node for d in devices)  # type: ignore[union-attr]
                 claims.append(ClaimAllocation(key, Allocation(devices, node if local else "")))
-                gpu_ids.extend(gpu_slot[d.key] for d in devices if d.key in gpu_slot and not d.admin_access)
+                held.extend(devices)
             else:
                 claims.append(ClaimAllocation(key, None))
                 allocation = store.allocation_of(key)
                 if allocation is not None and store.owns(key, state.pod):
                     # Its own claim, allocated before the pod was bound (a restart between the two): its GPUs are
                     # the pod's, recorded with the binding like any.
-                    gpu_ids.extend(gpu_slot[d.key] for d in store.gpu_devices(allocation) if d.key in gpu_slot)
+                    held.extend(allocation.devices)
         state.data[interface.DEVICE_CLAIMS] = tuple(claims)
         # The pod's GPUs are its claims' (a pod with claims asks for none of the device plugin's): what the gpu
-        # plugin chose from the GPU slots is replaced, even by none.
-        state.data[interface.GPU_IDS] = tuple(sorted(gpu_ids))
+        # plugin chose from the GPU slots is replaced, even by none; a MIG device's is its parent GPU's slot.
+        state.data[interface.GPU_IDS] = tuple(sorted(store.gpu_slots(node, held)))
         if snap.in_what_if:
             snap.pick_devices(claims)
         return Status.success()

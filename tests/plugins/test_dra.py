@@ -16,7 +16,7 @@ from scheduler.api import node as api_node
 from scheduler.api import pod as api_pod
 from scheduler.api import podgroup as api_podgroup
 from scheduler.api.pod import PodRequest
-from scheduler.api.resources import MILLI_PER_GPU, GpuRequest
+from scheduler.api.resources import GpuRequest
 from scheduler.cache import device_store
 from scheduler.core import gang
 from scheduler.core.cycle import Result
@@ -49,9 +49,9 @@ class DraCluster(Cluster):
 
     def pod(self, raw: dict[str, Any]) -> PodRequest:
         pod = api_pod.parse_pod(raw)
-        count = device_store.claim_gpus(self.store, pod)
-        if count:
-            pod = dataclasses.replace(pod, gpu=GpuRequest(count=count, milli=MILLI_PER_GPU))
+        gpu = device_store.claim_gpu_request(self.store, pod)
+        if gpu is not None and gpu.count:
+            pod = dataclasses.replace(pod, gpu=gpu)
         return pod
 
     def schedule(self, raw: dict[str, Any]) -> Result:
