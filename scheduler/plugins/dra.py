@@ -38,6 +38,7 @@ A pod without claims costs one attribute test per extension point.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,6 +108,7 @@ class DynamicResources:
                     snap,
                     Code.UNSCHEDULABLE,
                     f'waiting for the resourceclaim controller to create the ResourceClaim for "{pod_claim.name}"',
+                    gated=True,
                 )
             key = api_dra.claim_key(pod.namespace, pod_claim)
             claim = store.claims.get(key)
@@ -118,7 +120,9 @@ class DynamicResources:
                         Code.UNSCHEDULABLE,
                         f'resourceclaim "{pod_claim.claim_name}" cannot be read ({unreadable})',
                     )
-                return self._refuse(snap, Code.UNSCHEDULABLE, f'resourceclaim "{pod_claim.claim_name}" not found')
+                return self._refuse(
+                    snap, Code.UNSCHEDULABLE, f'resourceclaim "{pod_claim.claim_name}" not found', gated=True
+                )
             if claim.deleting:
                 return self._refuse(snap, Code.UNSCHEDULABLE, f'resourceclaim "{claim.name}" is being deleted')
             if pod_claim.template and claim.owner_pod != pod.uid:
@@ -162,8 +166,10 @@ class DynamicResources:
         state.data[PLAN] = plan
         return Status.success()
 
-    def _refuse(self, snap: Snapshot, code: Code, reason: str) -> Status:
-        return interface.refused_everywhere(snap, code, reason, self.name)
+    def _refuse(self, snap: Snapshot, code: Code, reason: str, *, gated: bool = False) -> Status:
+        # gated: a claim that does not exist yet, as kube-scheduler's PreEnqueue refuses it (no attempt counted).
+        status = interface.refused_everywhere(snap, code, reason, self.name)
+        return dataclasses.replace(status, gated=True) if gated else status
 
     # --- filter ----------------------------------------------------------------------------------------------
 

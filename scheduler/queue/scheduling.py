@@ -13,7 +13,9 @@ Built as kube-scheduler's ``PriorityQueue``: every pending item is in exactly on
 A failed cycle's Status code picks the way back, as in kube-scheduler: ``ERROR`` ->
 :meth:`~SchedulingQueue.requeue_error` (backoff: the cluster did not say no, something broke);
 ``UNSCHEDULABLE`` and ``UNRESOLVABLE`` -> :meth:`~SchedulingQueue.requeue_unschedulable` (retrying before the
-cluster changes would fail the same way).
+cluster changes would fail the same way); a refusal before the item could be tried at all (``Status.gated``,
+kube-scheduler's PreEnqueue: a ResourceClaim it names does not exist yet) -> :meth:`~SchedulingQueue.requeue_gated`
+(the attempt is not counted and there is no backoff: the object's arrival lets it be tried at once).
 
 Invariants:
 
@@ -357,6 +359,24 @@ class SchedulingQueue:
         if changed:
             self._backoff.push(item.key)
             return "backoff"
+        entry.since = self._clock()
+        self._unschedulable[item.key] = None
+        return "unschedulable"
+
+    def requeue_gated(self, item: QueueItem, reason: str) -> Where | None:
+        """It could not be tried at all (kube-scheduler's PreEnqueue: an object it names does not exist yet): the
+        attempt is not counted and there is no backoff; it waits in the pool for an event, or goes to active at once
+        if one came (or the item was updated) while it was in flight. Returns where it went, or None if it was
+        removed in flight."""
+        returning = self._returning(item, reason)
+        if returning is None:
+            return None
+        entry, changed = returning
+        item.attempts -= 1
+        entry.ready_at = -math.inf
+        if changed:
+            self._active.push(item.key)
+            return "active"
         entry.since = self._clock()
         self._unschedulable[item.key] = None
         return "unschedulable"

@@ -20,10 +20,12 @@ from scheduler.api.resources import GpuRequest
 from scheduler.cache import device_store
 from scheduler.core import gang
 from scheduler.core.cycle import Result
+from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import Code
+from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import dra_objects as dra
 from tests.api import objects
-from tests.core.harness import Cluster
+from tests.core.harness import Clock, Cluster, Events
 
 PLUGINS = ("fit", "gpu", "dra")
 
@@ -453,3 +455,19 @@ def test_a_node_refused_to_one_claim_is_not_refused_to_a_claim_that_tolerates_it
     tolerate = [{"key": "example.com/unhealthy", "operator": "Exists"}]
     cluster.claim(dra.claim("tolerant", dra.request(count=1, tolerations=tolerate)))
     assert cluster.devices(pod_with("q", "tolerant"))[1] == ["gpu-0"]
+
+
+def test_a_pod_whose_claim_is_not_made_yet_is_not_tried_and_runs_as_soon_as_it_is() -> None:
+    # kube-scheduler's PreEnqueue: until the resourceclaim controller makes the pod's claim, the pod is not tried
+    # (no attempt counted, so no backoff); the pod's update that names its claim lets it run at once.
+    cluster = DraCluster(("a",))
+    clock, events = Clock(), Events()
+    loop = SchedulingLoop(cluster.scheduler, SchedulingQueue(clock=clock), clock=clock, events=events)
+    loop.pod_pending(cluster.pod(dra.with_claims(objects.pod("p"), templates={"gpus": ""})))
+    loop.run_until_idle()
+    assert not cluster.binder.decisions
+    assert any("waiting for the resourceclaim controller" in m for m in events.messages("pod default/p"))
+    cluster.claim(dra.claim("p-gpus", dra.request(count=1), owner="p"))
+    loop.pod_pending(cluster.pod(dra.with_claims(objects.pod("p"), templates={"gpus": "p-gpus"})))
+    loop.run_until_idle()  # the clock has not moved: no backoff was waited
+    assert [d.pod.name for d in cluster.binder.decisions] == ["p"]
