@@ -83,6 +83,9 @@ class Result:
     stream_s: float = math.nan
     over_consumed: int = 0
     problems: list[str] = field(default_factory=list)
+    #: Profile -> seconds from arrival to bind of each claim placed; profile -> claims not placed.
+    waits: dict[str, list[float]] = field(default_factory=dict)
+    missed: dict[str, int] = field(default_factory=dict)
 
     @property
     def pods_per_s(self) -> float:
@@ -217,6 +220,10 @@ async def run_stream(
         result.compute_in_use = sum(samples) / len(samples) / capacity if samples else math.nan
         result.stream_s = end
         result.over_consumed = len(problems)
+        for n in placed:
+            a = by_name[n]
+            result.waits.setdefault(a.profile, []).append(round(watch.bound_at[n] - began - a.at, 2))
+        result.missed = dict(Counter(a.profile for a in arrivals if a.name not in watch.bound_at))
         result.problems = sorted(problems)[:5]
         return result
     finally:
@@ -240,7 +247,8 @@ def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> 
             k.apply_crds()
             k.ensure_namespace(kube.SYSTEM_NAMESPACE)
             replica = kube.Gpusched(k, identity="bench", workdir=kube.scenario_workdir())
-            start = replica.start
+            # Ready (leading, caches listed) before the stream starts, as kube-scheduler is started and healthy.
+            start = lambda: replica.start().wait_ready().wait_leader()  # noqa: E731
         try:
             result = asyncio.run(
                 run_stream(cluster, case=case, arrivals=arrivals, nodes=args.nodes, grace=args.grace, start=start)
@@ -271,6 +279,11 @@ def table(results: list[Result]) -> str:
     return "\n".join(rows)
 
 
+def _mean_waits(result: Result) -> dict[str, float]:
+    """Profile -> mean seconds from arrival to bind of its placed claims."""
+    return {p: round(sum(w) / len(w), 2) for p, w in sorted(result.waits.items()) if w}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=2)
@@ -297,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"[{case}] load {load} seed {seed}: {outcome.placed}/{outcome.asked} placed, "
                     f"{outcome.big_placed}/{outcome.big_asked} big, compute {100 * outcome.compute_in_use:.1f}%, "
-                    f"over-consumed {outcome.over_consumed} {outcome.problems}",
+                    f"over-consumed {outcome.over_consumed} {outcome.problems}, not placed {outcome.missed}, "
+                    f"mean wait {_mean_waits(outcome)}",
                     file=sys.stderr,
                     flush=True,
                 )

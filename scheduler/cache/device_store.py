@@ -21,7 +21,12 @@ or two overlapping partitions, are never handed out together, inside a what-if a
 
 GPUs: the whole GPUs of NVIDIA's DRA driver (``api_dra.is_gpu``) on a node, in their order, are that node's GPUs for
 the rest of the scheduler (:meth:`gpus`): the operator gives the node that many GPU slots, so fit, the scores,
-gangs and queue accounting see DRA GPUs as they see the device plugin's.
+gangs and queue accounting see DRA GPUs as they see the device plugin's. A GPU in static MIG mode, published only as
+its MIG instances, is a slot too (its first instance stands for it). A MIG device is on its parent's slot
+(:meth:`DeviceStore.slot_of`: the whole GPU that consumes the same counter set, or whose ``uuid`` is its
+``parentUUID``), and a pod whose claims give it one MIG device and no whole GPU holds that share of the slot
+(``api_dra.mig_milli``, :func:`claim_gpu_request`), as a pod with ``gpusched.io/gpu-milli`` holds a shared GPU: queue
+usage, limits, FGD and fit count it so.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from scheduler.api import node as api_node
 from scheduler.api import resources as api_resources
 from scheduler.api.dra import ClaimAllocation, Device, DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.api.pod import PodRequest
+from scheduler.api.resources import MILLI_PER_GPU, NO_GPU, GpuRequest
 
 DeviceKey = tuple[str, str, str]
 #: (driver, pool, counter set name).
@@ -53,6 +59,8 @@ class NodeDevices:
 
     local: tuple[Device, ...]
     gpus: tuple[Device, ...]
+    #: Whole GPU or MIG device key -> its GPU slot (the index in ``gpus``).
+    slot_of: Mapping[DeviceKey, int] = dataclasses.field(default_factory=dict)
 
 
 class DeviceStore:
@@ -89,6 +97,8 @@ class DeviceStore:
         self._consumed: dict[DeviceKey, dict[str, int]] = {}
         #: (expression source, device key) -> whether it matches (False also when it cannot be evaluated).
         self._matches: dict[tuple[str, DeviceKey], bool] = {}
+        #: (class, request selectors) -> :meth:`mig_milli`, until the devices or classes change.
+        self._mig_milli: dict[tuple[str, tuple[str, ...]], int] = {}
         #: Expressions whose evaluation failed on some device, told in the log once each.
         self._told: set[str] = set()
         #: Nodes whose GPU slots are the GPUs they publish through DRA (no device plugin's ``nvidia.com/gpu``), as
@@ -297,7 +307,30 @@ class DeviceStore:
     def sample_gpu(self) -> Device | None:
         """A whole GPU some node publishes (the first node's first, in the index's order), None if none does."""
         self._index()
-        return next((devices.gpus[0] for devices in self._by_node.values() if devices.gpus), None)
+        return next((d for devices in self._by_node.values() for d in devices.gpus if api_dra.is_gpu(d)), None)
+
+    def slot_of(self, node: str, key: DeviceKey) -> int | None:
+        """The GPU slot on ``node`` of a whole GPU or MIG device (a MIG device's: its parent GPU's)."""
+        return self.node_devices(node).slot_of.get(key)
+
+    def mig_milli(self, device_class: str, expressions: Sequence[api_cel.Expression]) -> int:
+        """The smallest share of a GPU (milli) among the MIG devices of the cluster that a request of this class with
+        these selectors may get; 0 if it may get no MIG device."""
+        self._index()
+        key = (device_class, tuple(e.source for e in expressions))
+        found = self._mig_milli.get(key)
+        if found is None:
+            klass = self.classes.get(device_class)
+            shares = [
+                api_dra.mig_milli(d)
+                for d in self._by_key.values()
+                if klass is not None
+                and api_dra.mig_milli(d)
+                and all(self.matches(e, d) for e in klass.selectors)
+                and all(self.matches(e, d) for e in expressions)
+            ]
+            found = self._mig_milli[key] = min(shares, default=0)
+        return found
 
     def gpu_nodes(self) -> dict[str, int]:
         """Node name -> how many whole GPUs it publishes through DRA (nodes with none are not listed)."""
@@ -355,18 +388,14 @@ class DeviceStore:
                     elif s.all_nodes or s.node_terms:
                         shared.append(device)
         old_keys = set(self._by_key)
-        self._by_node = {
-            node: NodeDevices(
-                tuple(devices), tuple(sorted((d for d in devices if api_dra.is_gpu(d)), key=api_dra.gpu_order))
-            )
-            for node, devices in local.items()
-        }
+        self._by_node = {node: _node_devices(devices) for node, devices in local.items()}
         self._shared = tuple(shared)
         self._counter_sets = counter_sets
         self._consuming = {key: d for key, d in by_key.items() if d.consumes}
         if old_keys != set(by_key) or any(self._by_key.get(k) != d for k, d in by_key.items()):
             self._matches.clear()
         self._by_key = by_key
+        self._mig_milli.clear()
         self._indexed_at = self.devices_version
 
     def budget(self, taken: Set[DeviceKey]) -> CounterBudget:
@@ -401,8 +430,46 @@ class DeviceStore:
         found = (self.device(d.key) for d in allocation.devices if not d.admin_access)
         return [d for d in found if d is not None and api_dra.is_gpu(d)]
 
+    def mig_devices(self, allocation: api_dra.Allocation) -> list[int]:
+        """The shares of a GPU (milli) of the MIG devices among an allocation's devices (admin access left out)."""
+        found = (self.device(d.key) for d in allocation.devices if not d.admin_access)
+        return [api_dra.mig_milli(d) for d in found if d is not None and api_dra.mig_milli(d)]
+
+    def gpu_slots(self, node: str, devices: Sequence[api_dra.AllocatedDevice]) -> list[int]:
+        """The GPU slots on ``node`` that a pod given ``devices`` holds, as :func:`pod_gpus` counts them: its whole
+        GPUs' slots; with none, the slot of its one MIG device's parent GPU."""
+        found = [(d, self.device(d.key)) for d in devices if not d.admin_access]
+        whole = [d.key for d, dev in found if dev is not None and api_dra.is_gpu(dev)]
+        mig = [d.key for d, dev in found if dev is not None and api_dra.mig_milli(dev)]
+        keys = whole if whole else mig if len(mig) == 1 else []
+        slots = (self.slot_of(node, key) for key in keys)
+        return [slot for slot in slots if slot is not None]
+
 
 _NONE = NodeDevices((), ())
+
+
+def _node_devices(devices: list[Device]) -> NodeDevices:
+    """A node's devices with its GPU slots: its whole GPUs, and a GPU in static MIG mode (only its MIG instances
+    published) through its first instance; each MIG device on its parent's slot."""
+    gpus = [d for d in devices if api_dra.is_gpu(d)]
+    by_set = {(d.driver, d.pool, name): d for d in gpus for name, _c in d.consumes}
+    by_uuid = {d.attribute("uuid"): d for d in gpus if d.attribute("uuid") is not None}
+    parent: dict[DeviceKey, Device] = {}
+    for d in sorted((d for d in devices if api_dra.is_mig(d)), key=api_dra.gpu_order):
+        of = next((by_set[(d.driver, d.pool, n)] for n, _c in d.consumes if (d.driver, d.pool, n) in by_set), None)
+        uuid = d.attribute("parentUUID")
+        if of is None and uuid is not None:
+            of = by_uuid.get(uuid)
+            if of is None:
+                of = by_uuid[uuid] = d  # a GPU in static MIG mode: its first instance stands for it
+                gpus.append(d)
+        if of is not None:
+            parent[d.key] = of
+    ordered = tuple(sorted(gpus, key=api_dra.gpu_order))
+    slot_of = {d.key: i for i, d in enumerate(ordered)}
+    slot_of.update({key: slot_of[of.key] for key, of in parent.items()})
+    return NodeDevices(tuple(devices), ordered, slot_of)
 
 
 class CounterBudget:
@@ -502,16 +569,18 @@ def _add(into: dict[CounterSetKey, dict[str, int]], device: Device, sign: int) -
             totals[name] = totals.get(name, 0) + sign * amount
 
 
-def claim_gpus(store: DeviceStore, pod: PodRequest) -> int | None:
-    """The whole GPUs a pending pod's claims give it: for a claim of its own (:meth:`DeviceStore.owns`) that is
-    allocated, its allocated GPUs; not allocated yet, the count of each ``ExactCount`` request whose DeviceClass
-    selects GPUs of NVIDIA's driver (admin access aside; for ``firstAvailable``, the smallest alternative's). A
-    claim shared with pods that allocated it holds its GPUs for them. None while a claim is not known.
+def claim_gpu_request(store: DeviceStore, pod: PodRequest) -> GpuRequest | None:
+    """The GPUs a pending pod's claims give it: the whole GPUs, or, with none, the share of one GPU of its one MIG
+    device (:func:`pod_gpus`). For a claim of its own (:meth:`DeviceStore.owns`) that is allocated, its allocated
+    devices; not allocated yet, what each ``ExactCount`` request of a GPU or MIG DeviceClass asks (admin access
+    aside; for ``firstAvailable``, the smallest alternative's; a MIG request, the smallest share the devices it may get
+    have). A claim shared with pods that allocated it holds its devices for them. None while a claim is not known.
 
-    The count is the same before and after the pod's own allocation is written, so the pod weighs the same in its
+    The request is the same before and after the pod's own allocation is written, so the pod weighs the same in its
     queue whichever the watch shows first. The GPUs it asks through an extended resource a DeviceClass that selects
-    GPUs maps (other than ``nvidia.com/gpu``, counted with the pod) are added."""
-    total = extended_gpus(store, pod)
+    GPUs maps (other than ``nvidia.com/gpu``, counted with the pod) are added as whole GPUs."""
+    whole = extended_gpus(store, pod)
+    mig: list[int] = []
     for pod_claim in pod.resource_claims:
         if not pod_claim.claim_name:
             return None
@@ -521,21 +590,37 @@ def claim_gpus(store: DeviceStore, pod: PodRequest) -> int | None:
         allocation = store.allocation_of(claim.key)
         if allocation is not None:
             if store.owns(claim.key, pod):
-                total += len(store.gpu_devices(allocation))
+                whole += len(store.gpu_devices(allocation))
+                mig.extend(store.mig_devices(allocation))
             continue
         for request in claim.requests:
-            # The fewest GPUs the request may get (firstAvailable: its smallest alternative; All: counted once
-            # allocated), so that a node the smaller alternative fits is not filtered out by the GPU count.
-            counts = [
-                c.count
-                if c.mode == api_dra.EXACT_COUNT
-                and not (c.admin_access or c.capacity)
-                and _selects_gpus(store, c.device_class)
-                else 0
-                for c in request.choices
-            ]
-            total += min(counts)
-    return total
+            # The least the request may get (firstAvailable: its smallest alternative; All: counted once allocated),
+            # so that a node the smaller alternative fits is not filtered out by the GPU count.
+            asks: list[tuple[int, int, list[int]]] = []
+            for c in request.choices:
+                counted = c.mode == api_dra.EXACT_COUNT and not (c.admin_access or c.capacity)
+                share = store.mig_milli(c.device_class, c.selectors) if counted else 0
+                if share:
+                    asks.append((c.count * share, 0, [share] * c.count))
+                elif counted and _selects_gpus(store, c.device_class):
+                    asks.append((c.count * MILLI_PER_GPU, c.count, []))
+                else:
+                    asks.append((0, 0, []))
+            _milli, count, shares = min(asks)
+            whole += count
+            mig.extend(shares)
+    return pod_gpus(whole, mig)
+
+
+def pod_gpus(whole: int, mig: Sequence[int]) -> GpuRequest:
+    """The pod's GPU request from the devices of its claims: its whole GPUs; with none and one MIG device, that
+    device's share of its GPU. Several MIG devices, or MIG devices beside whole GPUs, are not counted (a pod's GPU
+    request is whole GPUs or a share of one)."""
+    if whole:
+        return GpuRequest(count=whole, milli=MILLI_PER_GPU)
+    if len(mig) == 1 and mig[0] > 0:
+        return GpuRequest(count=1, milli=mig[0])
+    return NO_GPU
 
 
 def extended_gpu_request(store: DeviceStore, pod: PodRequest) -> PodRequest:
@@ -588,7 +673,7 @@ def with_gpus(info: api_node.NodeInfo, store: DeviceStore) -> api_node.NodeInfo:
         store.dra_gpu_nodes.discard(info.name)
         return info
     store.dra_gpu_nodes.add(info.name)
-    memory = min(d.capacity.get(f"{d.driver}/memory", 0) for d in gpus) // 1000
+    memory = min((d.capacity.get(f"{d.driver}/memory", 0) for d in gpus if api_dra.is_gpu(d)), default=0) // 1000
     product = gpus[0].attribute("productName")
     return dataclasses.replace(
         info,

@@ -83,6 +83,11 @@ class Session:
         if status.code == Code.ERROR:
             self.queue.requeue_error(item, status.message)
             return
+        if status.gated:
+            # Not tried at all (an object it names does not exist yet): no backoff, no room made for it.
+            self.hints.failed(item.key, members, self.scheduler.wakes(outcome.diagnosis))
+            self.queue.requeue_gated(item, status.message)
+            return
         if attempt.unresolved is None:
             waits = False
             for action in make_room:

@@ -70,6 +70,10 @@ class Status:
     code: Code = Code.SUCCESS
     message: str = ""
     plugin: str = ""
+    #: A refusal before the pod can be tried at all (kube-scheduler's PreEnqueue: an object it names does not
+    #: exist yet, such as the ResourceClaim made from its template): no attempt is counted, so no backoff, and
+    #: nothing disruptive is tried for it; it waits for the event that brings the object.
+    gated: bool = False
 
     @property
     def ok(self) -> bool:

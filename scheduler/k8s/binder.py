@@ -58,7 +58,7 @@ from kubernetes_asyncio import client as k8s_client
 from scheduler.api import hami as api_hami
 from scheduler.api.errors import InvalidObject
 from scheduler.api.node import NodeInfo
-from scheduler.api.pod import ANNOTATION_GPU_IDS, PodRequest
+from scheduler.api.pod import ANNOTATION_GPU_IDS, ANNOTATION_GPU_MILLI, PodRequest
 from scheduler.framework.interface import Decision
 from scheduler.k8s.client import Answer, Client
 
@@ -286,6 +286,9 @@ def binding(decision: Decision, *, hami_devices: Sequence[api_hami.Device] = (),
     (without, the kubelet never calls the device plugin for it)."""
     pod = decision.pod
     annotations = {ANNOTATION_GPU_IDS: _gpu_ids(decision.gpu_ids)} if decision.gpu_ids else None
+    if annotations and pod.resource_claims and pod.gpu.shared:
+        # A MIG device of its claims: the share of the GPU it holds, read back as any shared GPU's (a restart).
+        annotations[ANNOTATION_GPU_MILLI] = str(pod.gpu.milli)
     if annotations and hami_devices and pod.gpu_per_container:
         try:
             containers = api_hami.allocation(

@@ -39,7 +39,6 @@ from scheduler.api import topology as api_topology
 from scheduler.api import workloads
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
-from scheduler.api.resources import MILLI_PER_GPU, NO_GPU, GpuRequest
 from scheduler.cache import device_store
 from scheduler.core.hints import ClusterEvent
 from scheduler.core.loop import SchedulingLoop
@@ -350,15 +349,16 @@ class PodFeed:
             self._wake()
 
     def _claim_gpus(self, pod: PodRequest) -> PodRequest:
-        """A pending pod with the whole GPUs its claims ask for (``scheduler.k8s.device_claims.claim_gpus``), and its
-        claims indexed so that a change of one reads them again."""
+        """A pending pod with the GPUs its claims ask for (whole GPUs, or the share of one of a MIG device:
+        ``scheduler.cache.device_store.claim_gpu_request``), and its claims indexed so that a change of one reads them
+        again."""
         for pod_claim in pod.resource_claims:
             if pod_claim.claim_name:
                 self._claim_users.setdefault(f"{pod.namespace}/{pod_claim.claim_name}", set()).add(pod.key)
-        count = device_store.claim_gpus(self.cache.devices, pod)
-        if count is None or count == pod.gpu.count:
+        gpu = device_store.claim_gpu_request(self.cache.devices, pod)
+        if gpu is None or (gpu.count, gpu.milli) == (pod.gpu.count, pod.gpu.milli):
             return pod
-        return replace(pod, gpu=GpuRequest(count=count, milli=MILLI_PER_GPU) if count else NO_GPU)
+        return replace(pod, gpu=gpu)
 
     def volumes_changed(self) -> None:
         """A claim, volume, storage class or CSINode changed (``scheduler.k8s.volume_binding``): pods waiting for one

@@ -91,8 +91,13 @@ class Operator:
         self._last_usage = time.monotonic()
         self.metrics = Metrics()
         self.cache = Cache()
+        # pop_from_backoff: as kube-scheduler v1.33+ (SchedulerPopFromBackoffQ), an idle scheduler retries a pod a
+        # cluster event woke without waiting out its backoff.
         self.queue = SchedulingQueue(
-            clock=clock, initial_backoff_s=config.backoff.initial_s, max_backoff_s=config.backoff.max_s
+            clock=clock,
+            initial_backoff_s=config.backoff.initial_s,
+            max_backoff_s=config.backoff.max_s,
+            pop_from_backoff=True,
         )
         # The writers every part uses; what they write about pods and objects is the feed's (uids, pending pods).
         self.recorder = EventRecorder(client, settings=EventSettings(instance=identity), uid_of=self._uid_of)

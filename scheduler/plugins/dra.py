@@ -39,6 +39,7 @@ creates it, and a claim made by an earlier decision for the pod is used again.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,6 +128,7 @@ class DynamicResources:
                     snap,
                     Code.UNSCHEDULABLE,
                     f'waiting for the resourceclaim controller to create the ResourceClaim for "{pod_claim.name}"',
+                    gated=True,
                 )
             key = api_dra.claim_key(pod.namespace, pod_claim)
             claim = store.claims.get(key)
@@ -138,7 +140,9 @@ class DynamicResources:
                         Code.UNSCHEDULABLE,
                         f'resourceclaim "{pod_claim.claim_name}" cannot be read ({unreadable})',
                     )
-                return self._refuse(snap, Code.UNSCHEDULABLE, f'resourceclaim "{pod_claim.claim_name}" not found')
+                return self._refuse(
+                    snap, Code.UNSCHEDULABLE, f'resourceclaim "{pod_claim.claim_name}" not found', gated=True
+                )
             if claim.deleting:
                 return self._refuse(snap, Code.UNSCHEDULABLE, f'resourceclaim "{claim.name}" is being deleted')
             if claim is made:
@@ -175,16 +179,19 @@ class DynamicResources:
                         f'resourceclaim "{claim.name}", request "{request.name}": device class "{missing[0]}" {why}',
                     )
             plan.to_allocate.append(claim)
-        gpus = None if snap.in_what_if or not pod.resource_claims else device_store.claim_gpus(store, pod)
-        if gpus is not None and gpus != (pod.gpu.count if pod.gpu.whole else 0):
+        gpus = None if snap.in_what_if or not pod.resource_claims else device_store.claim_gpu_request(store, pod)
+        if gpus is not None and (gpus.count, gpus.milli) != (pod.gpu.count, pod.gpu.milli):
             # A claim changed since the pod was read (a shared claim someone else allocated meanwhile): the pod is
             # read again with the GPUs it now gets, so that it is not charged for GPUs it will not hold.
-            return Status(Code.ERROR, f"the pod's claims changed: it gets {gpus} whole GPUs from them now", self.name)
+            got = f"{gpus.count} whole GPUs" if gpus.whole or not gpus.count else f"{gpus.milli} milli-GPU"
+            return Status(Code.ERROR, f"the pod's claims changed: it gets {got} from them now", self.name)
         state.data[PLAN] = plan
         return Status.success()
 
-    def _refuse(self, snap: Snapshot, code: Code, reason: str) -> Status:
-        return interface.refused_everywhere(snap, code, reason, self.name)
+    def _refuse(self, snap: Snapshot, code: Code, reason: str, *, gated: bool = False) -> Status:
+        # gated: a claim that does not exist yet, as kube-scheduler's PreEnqueue refuses it (no attempt counted).
+        status = interface.refused_everywhere(snap, code, reason, self.name)
+        return dataclasses.replace(status, gated=True) if gated else status
 
     # --- filter ----------------------------------------------------------------------------------------------
 
@@ -282,9 +289,8 @@ class DynamicResources:
         if (plan.to_allocate or slot in plan.lacking) and not found:
             return Status(Code.ERROR, f"no devices chosen for {state.pod.key} on {node}", self.name)
         store = snap.devices
-        gpu_slot = {d.key: i for i, d in enumerate(store.gpus(node))}
         claims: list[ClaimAllocation] = []
-        gpu_ids: list[int] = []
+        held: list[AllocatedDevice] = []
         order, (made_key, made) = plan.order, plan.made or ("", None)
         if slot in plan.lacking:
             claim, made = plan.claims_for[plan.lacking[slot]]
@@ -295,19 +301,19 @@ class DynamicResources:
                 devices = found[key]
                 local = any(store.device(d.key) is not None and store.device(d.key).node for d in devices)  # type: ignore[union-attr]
                 claims.append(ClaimAllocation(key, Allocation(devices, node if local else ""), extended))
-                gpu_ids.extend(gpu_slot[d.key] for d in devices if d.key in gpu_slot and not d.admin_access)
+                held.extend(devices)
             else:
                 claims.append(ClaimAllocation(key, None, extended))
                 allocation = store.allocation_of(key)
                 if allocation is not None and store.owns(key, state.pod):
                     # Its own claim, allocated before the pod was bound (a restart between the two): its GPUs are
                     # the pod's, recorded with the binding like any.
-                    gpu_ids.extend(gpu_slot[d.key] for d in store.gpu_devices(allocation) if d.key in gpu_slot)
+                    held.extend(allocation.devices)
         state.data[interface.DEVICE_CLAIMS] = tuple(claims)
-        if gpu_ids or state.pod.resource_claims:
+        if held or state.pod.resource_claims:
             # The pod's GPUs are its claims' (a pod with claims asks for none of the device plugin's): what the gpu
-            # plugin chose from the GPU slots is replaced, even by none.
-            state.data[interface.GPU_IDS] = tuple(sorted(gpu_ids))
+            # plugin chose from the GPU slots is replaced, even by none; a MIG device's is its parent GPU's slot.
+            state.data[interface.GPU_IDS] = tuple(sorted(store.gpu_slots(node, held)))
         if snap.in_what_if:
             snap.pick_devices(claims)
         return Status.success()

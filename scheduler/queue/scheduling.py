@@ -13,13 +13,19 @@ Built as kube-scheduler's ``PriorityQueue``: every pending item is in exactly on
 A failed cycle's Status code picks the way back, as in kube-scheduler: ``ERROR`` ->
 :meth:`~SchedulingQueue.requeue_error` (backoff: the cluster did not say no, something broke);
 ``UNSCHEDULABLE`` and ``UNRESOLVABLE`` -> :meth:`~SchedulingQueue.requeue_unschedulable` (retrying before the
-cluster changes would fail the same way).
+cluster changes would fail the same way); a refusal before the item could be tried at all (``Status.gated``,
+kube-scheduler's PreEnqueue: a ResourceClaim it names does not exist yet) -> :meth:`~SchedulingQueue.requeue_gated`
+(the attempt is not counted and there is no backoff: the object's arrival lets it be tried at once).
 
 Invariants:
 
 - a key is in one place at a time, never two, and never lost until removed or done;
 - an item in active is ready: nothing leaves backoff before its backoff has run
-  (``initial_backoff_s * 2**(attempts - 1)``, at most ``max_backoff_s``), whatever woke it;
+  (``initial_backoff_s * 2**(attempts - 1)``, at most ``max_backoff_s``), whatever woke it; except, with
+  ``pop_from_backoff`` (kube-scheduler's SchedulerPopFromBackoffQ, on by default since v1.33), when active is empty:
+  then :meth:`SchedulingQueue.pop` takes the backoff item whose backoff ends first among those that were refused for
+  lack of room and woken by an event (never one that broke, or whose binding was refused), so that a waiting pod
+  takes the room a departure frees while nothing else wants the scheduler, rather than after its backoff;
 - a cluster event that arrives while an item is in flight is not lost: that item goes to backoff, not to the
   pool (kube-scheduler's "moveRequestCycle" rule); so is an update of the item itself;
 - an item removed while in flight stays forgotten: a late requeue of it is ignored;
@@ -196,6 +202,7 @@ class SchedulingQueue:
         max_backoff_s: float = 10.0,
         unschedulable_timeout_s: float = 60.0,
         less: Less | None = None,
+        pop_from_backoff: bool = False,
     ) -> None:
         """Make an empty queue.
 
@@ -204,6 +211,8 @@ class SchedulingQueue:
         :param max_backoff_s: the longest backoff.
         :param unschedulable_timeout_s: the longest an item waits in the unschedulable pool without an event.
         :param less: the scheduling order of the active heap; :func:`priority_sort` when None.
+        :param pop_from_backoff: with active empty, take an item woken by an event from backoff before its backoff
+            has run (kube-scheduler's SchedulerPopFromBackoffQ; see the module notes).
         """
         for name, value in (
             ("initial_backoff_s", initial_backoff_s),
@@ -217,6 +226,10 @@ class SchedulingQueue:
         self._max_backoff_s = max_backoff_s
         self._unschedulable_timeout_s = unschedulable_timeout_s
         self._less: Less = less if less is not None else priority_sort
+        self._pop_from_backoff = pop_from_backoff
+        #: The keys in backoff after a refusal for lack of room and an event (not an error, not a refused binding):
+        #: those that may leave it early when active is empty (``pop_from_backoff``).
+        self._woken: set[str] = set()
         self._entries: dict[str, _Entry] = {}
         self._active: KeyedHeap | _ByQueue = KeyedHeap(self._active_before)
         self._backoff = KeyedHeap(self._backoff_before)
@@ -271,6 +284,7 @@ class SchedulingQueue:
             self._active.remove(key)
         elif key in self._backoff:
             self._backoff.remove(key)
+            self._woken.discard(key)
         elif key in self._unschedulable:
             del self._unschedulable[key]
         else:
@@ -286,6 +300,7 @@ class SchedulingQueue:
         if entry is None or key in self._in_flight:
             return
         entry.ready_at = max(entry.ready_at, self._clock() + seconds)
+        self._woken.discard(key)
         if key in self._active:
             self._active.remove(key)
             self._backoff.push(key)
@@ -321,8 +336,13 @@ class SchedulingQueue:
         self._flush_unschedulable(now)
         self._flush_backoff(now)
         if not self._active:
-            return None
-        key = self._active.pop()
+            if not (self._pop_from_backoff and self._woken):
+                return None
+            key = min(self._woken, key=lambda k: (self._entries[k].ready_at, *_order(self._entries[k].item)))
+            self._backoff.remove(key)
+            self._woken.discard(key)
+        else:
+            key = self._active.pop()
         self._in_flight[key] = None
         entry = self._entries[key]
         entry.popped_at_event = self._events
@@ -356,7 +376,26 @@ class SchedulingQueue:
         entry, changed = returning
         if changed:
             self._backoff.push(item.key)
+            self._woken.add(item.key)
             return "backoff"
+        entry.since = self._clock()
+        self._unschedulable[item.key] = None
+        return "unschedulable"
+
+    def requeue_gated(self, item: QueueItem, reason: str) -> Where | None:
+        """It could not be tried at all (kube-scheduler's PreEnqueue: an object it names does not exist yet): the
+        attempt is not counted and there is no backoff; it waits in the pool for an event, or goes to active at once
+        if one came (or the item was updated) while it was in flight. Returns where it went, or None if it was
+        removed in flight."""
+        returning = self._returning(item, reason)
+        if returning is None:
+            return None
+        entry, changed = returning
+        item.attempts -= 1
+        entry.ready_at = -math.inf
+        if changed:
+            self._active.push(item.key)
+            return "active"
         entry.since = self._clock()
         self._unschedulable[item.key] = None
         return "unschedulable"
@@ -458,6 +497,7 @@ class SchedulingQueue:
         """Send an item that left the pool to active, or to backoff if its backoff has not run yet."""
         if now < entry.ready_at:
             self._backoff.push(entry.item.key)
+            self._woken.add(entry.item.key)
         else:
             self._active.push(entry.item.key)
 
@@ -474,7 +514,13 @@ class SchedulingQueue:
     def _flush_backoff(self, now: float) -> None:
         while (key := self._backoff.peek()) is not None and self._entries[key].ready_at <= now:
             self._backoff.pop()
+            self._woken.discard(key)
             self._active.push(key)
+
+
+def _order(item: QueueItem) -> tuple[int, float, str]:
+    """The default order's key (:func:`priority_sort`): higher priority, then older, then key."""
+    return (-item.priority, item.created, item.key)
 
 
 def _take_in(item: QueueItem, new: QueueItem) -> None:

@@ -245,12 +245,62 @@ def test_dynamic_mig_partitions_never_over_consume_and_keep_room(sched: Scenario
     sched.create_pod(dra_pod("big", template="mig-4g"))
     (big,) = sched.wait_bound(["big"], timeout=60)
     assert allocated(claim_of(big, devices)) == ["gpu-0-mig-4g-40gb-0"]
-    # The full GPU consumes every counter of its set: it is not handed out while a partition holds some.
+    # The full GPU consumes every counter of its set: it is not handed out while a partition holds some (the
+    # partitions hold their shares of its GPU slot, so the GPU count says so first).
     sched.create_pod(dra_pod("whole", template="whole"))
-    wait_message(sched, "whole", "cannot allocate all claims")
+    wait_message(sched, "whole", "1 Insufficient nvidia.com/gpu")
     sched.delete_pod("small")
     sched.delete_pod("big")
     sched.wait_bound(["whole"], timeout=90)
+
+
+def test_mig_claims_count_as_their_share_of_a_gpu_and_a_queues_limit_stops_one(
+    sched: Scenario, devices: Devices
+) -> None:
+    # Two H100s as dynamic MIG; a queue of at most 1 GPU. A 4g and a 3g are 4/7 and 3/7 of a GPU (571 + 428 milli,
+    # rounded down): 0.999 GPUs in the queue; a 1g more would be 1.141, so it waits although the second GPU is free.
+    name = f"{sched.name[:20]}-q"
+    sched.add_nodes([kube_mod.gpu_node(name, gpus=0)])
+    devices.post(f"{API}/deviceclasses", dra.mig_class() | {"metadata": {"name": f"{devices.gpu_class}-mig"}})
+    for raw in dra.mig_slices(name, 2):
+        devices.post(f"{API}/resourceslices", raw)
+    for profile in ("1g.10gb", "3g.40gb", "4g.40gb"):
+        request = dra.mig_request(profile, "gpus")
+        request["exactly"]["deviceClassName"] = f"{devices.gpu_class}-mig"
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": f"mig-{profile[:2]}"},
+            "spec": {"spec": dra.claim_spec(request)},
+        }
+        devices.post(f"{API}/namespaces/{sched.namespace}/resourceclaimtemplates", body, cluster_scoped=False)
+    queue = f"{sched.name}-q"
+    sched.create_queue(kube_mod.queue(queue, limit={"nvidia.com/gpu": "1"}))
+    sched.start_gpusched()
+    sched.create_pod(dra_pod("four", template="mig-4g", queue=queue))
+    sched.create_pod(dra_pod("three", template="mig-3g", queue=queue))
+    bound = {p["metadata"]["name"]: p for p in sched.wait_bound(["four", "three"], timeout=60)}
+    four, three = bound["four"], bound["three"]
+    # Both on one GPU (the fullest it fits), each holding its share of that GPU's slot, in its binding too.
+    assert four["metadata"]["annotations"]["gpusched.io/gpu-milli"] == "571"
+    assert three["metadata"]["annotations"]["gpusched.io/gpu-milli"] == "428"
+    assert (
+        four["metadata"]["annotations"]["gpusched.io/gpu-ids"]
+        == three["metadata"]["annotations"]["gpusched.io/gpu-ids"]
+    )
+
+    def usage() -> dict[str, Any] | None:
+        status = sched.kube.request("GET", kube_mod.Kube.custom_path("queues", name=queue)).get("status", {})
+        return status if status.get("allocated", {}).get("nvidia.com/gpu") == "0.999" else None
+
+    kube_mod.wait_until(usage, timeout=30, what="queue allocated 0.999 GPUs", describe=sched.describe)
+    sched.create_pod(dra_pod("one", template="mig-1g", queue=queue))
+    wait_message(sched, "one", f"queue '{queue}' would hold")
+    sched.stays_unbound(["one"], seconds=3)
+    # The 3g leaves: its share goes back to the queue, and the 1g runs.
+    sched.delete_pod("three")
+    (one,) = sched.wait_bound(["one"], timeout=90)
+    assert one["metadata"]["annotations"]["gpusched.io/gpu-milli"] == "142"
 
 
 def test_nvidias_quickstart_selector_and_a_bare_gpu_pod_on_dra_nodes(sched: Scenario, devices: Devices) -> None:

@@ -16,14 +16,16 @@ from scheduler.api import node as api_node
 from scheduler.api import pod as api_pod
 from scheduler.api import podgroup as api_podgroup
 from scheduler.api.pod import PodRequest
-from scheduler.api.resources import MILLI_PER_GPU, GpuRequest
+from scheduler.api.resources import GpuRequest
 from scheduler.cache import device_store
 from scheduler.core import gang
 from scheduler.core.cycle import Result
+from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import Code
+from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import dra_objects as dra
 from tests.api import objects
-from tests.core.harness import Cluster
+from tests.core.harness import Clock, Cluster, Events
 
 PLUGINS = ("fit", "gpu", "dra")
 
@@ -49,9 +51,9 @@ class DraCluster(Cluster):
 
     def pod(self, raw: dict[str, Any]) -> PodRequest:
         pod = api_pod.parse_pod(raw)
-        count = device_store.claim_gpus(self.store, pod)
-        if count:
-            pod = dataclasses.replace(pod, gpu=GpuRequest(count=count, milli=MILLI_PER_GPU))
+        gpu = device_store.claim_gpu_request(self.store, pod)
+        if gpu is not None and gpu.count:
+            pod = dataclasses.replace(pod, gpu=gpu)
         return pod
 
     def schedule(self, raw: dict[str, Any]) -> Result:
@@ -448,3 +450,19 @@ def test_a_node_refused_to_one_claim_is_not_refused_to_a_claim_that_tolerates_it
     tolerate = [{"key": "example.com/unhealthy", "operator": "Exists"}]
     cluster.claim(dra.claim("tolerant", dra.request(count=1, tolerations=tolerate)))
     assert cluster.devices(pod_with("q", "tolerant"))[1] == ["gpu-0"]
+
+
+def test_a_pod_whose_claim_is_not_made_yet_is_not_tried_and_runs_as_soon_as_it_is() -> None:
+    # kube-scheduler's PreEnqueue: until the resourceclaim controller makes the pod's claim, the pod is not tried
+    # (no attempt counted, so no backoff); the pod's update that names its claim lets it run at once.
+    cluster = DraCluster(("a",))
+    clock, events = Clock(), Events()
+    loop = SchedulingLoop(cluster.scheduler, SchedulingQueue(clock=clock), clock=clock, events=events)
+    loop.pod_pending(cluster.pod(dra.with_claims(objects.pod("p"), templates={"gpus": ""})))
+    loop.run_until_idle()
+    assert not cluster.binder.decisions
+    assert any("waiting for the resourceclaim controller" in m for m in events.messages("pod default/p"))
+    cluster.claim(dra.claim("p-gpus", dra.request(count=1), owner="p"))
+    loop.pod_pending(cluster.pod(dra.with_claims(objects.pod("p"), templates={"gpus": "p-gpus"})))
+    loop.run_until_idle()  # the clock has not moved: no backoff was waited
+    assert [d.pod.name for d in cluster.binder.decisions] == ["p"]

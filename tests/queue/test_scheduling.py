@@ -360,3 +360,48 @@ def test_next_wakeup_is_the_earliest_backoff() -> None:
 def test_refuses_negative_durations_naming_the_argument(kw: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(kw))):
         SchedulingQueue(clock=FakeClock(), **kw)
+
+
+def test_a_gated_refusal_counts_no_attempt_and_the_object_it_waits_for_lets_it_go_at_once() -> None:
+    # kube-scheduler's PreEnqueue: a pod whose ResourceClaim is not made yet is not tried; when the claim comes (the
+    # pod's update names it), it is tried at once, not after a backoff.
+    clock = FakeClock()
+    q = _queue(clock)
+    q.add(_item("ns/p"))
+    item = _pop(q)
+    assert q.requeue_gated(item, "waiting for the resourceclaim controller") == "unschedulable"
+    assert item.attempts == 0 and q.next_wakeup() is None
+    q.update(_item("ns/p"))
+    item = _pop(q)
+    assert item.attempts == 1
+    # An event that comes while it is in flight sends it straight back to active, not to backoff.
+    q.move_all_to_active("device changed")
+    assert q.requeue_gated(item, "claim not found") == "active"
+    item = _pop(q)
+    # Once it is tried and refused for lack of room, the backoff counts its real attempts only.
+    assert q.requeue_unschedulable(item, "0/1 nodes") == "unschedulable"
+    q.update(_item("ns/p"))
+    assert q.pending() == [("ns/p", "backoff")] and q.next_wakeup() == clock.now + 1.0
+
+
+def test_with_pop_from_backoff_an_idle_queue_takes_a_woken_item_before_its_backoff_but_never_a_broken_one() -> None:
+    # kube-scheduler's SchedulerPopFromBackoffQ: with nothing active, a pod refused for lack of room and woken by an
+    # event is retried at once; one whose attempt broke, or whose binding was refused, still waits its backoff.
+    for option in (True, False):
+        clock = FakeClock()
+        q = SchedulingQueue(clock=clock, pop_from_backoff=option)
+        for key in ("ns/big", "ns/broken", "ns/refused"):
+            q.add(_item(key))
+        assert q.requeue_unschedulable(_pop(q), "no room") == "unschedulable"
+        assert q.requeue_error(_pop(q), "boom") == "backoff"
+        assert q.requeue_unschedulable(_pop(q), "no room") == "unschedulable"
+        q.move_all_to_active("pod deleted")  # 1 s of backoff left for each: they wait in backoff
+        assert q.pending() == [(k, "backoff") for k in ("ns/big", "ns/broken", "ns/refused")]
+        q.back_off("ns/refused", 30.0)  # its binding was refused meanwhile
+        if option:
+            item = _pop(q)
+            assert item.key == "ns/big" and item.attempts == 2
+            q.done(item.key)
+        assert q.pop() is None  # the broken one and the refused binding wait their backoffs
+        clock.advance(1.0)
+        assert _pop(q).key == ("ns/broken" if option else "ns/big")
