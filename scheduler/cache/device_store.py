@@ -19,14 +19,14 @@ memory slices and compute). A device is free only while every counter it consume
 devices taken are counted (:meth:`DeviceStore.budget`, :class:`CounterBudget`), so a full GPU and its partitions,
 or two overlapping partitions, are never handed out together, inside a what-if as after a restart.
 
-GPUs: the whole GPUs of NVIDIA's DRA driver (``api_dra.is_gpu``) on a node, in their order, are that node's GPUs for
+GPUs: the whole GPUs of NVIDIA's DRA driver (``nvidia_gpus.is_gpu``) on a node, in their order, are that node's GPUs for
 the rest of the scheduler (:meth:`gpus`): the operator gives the node that many GPU slots, so fit, the scores,
 gangs and queue accounting see DRA GPUs as they see the device plugin's. A GPU in static MIG mode, published only as
 its MIG instances, is a slot too (its first instance stands for it). A MIG device is on its parent's slot
 (:meth:`DeviceStore.slot_of`: the whole GPU that consumes the same counter set, or whose ``uuid`` is its
 ``parentUUID``), and a pod whose claims give it one MIG device and no whole GPU holds that share of the slot
-(``api_dra.mig_milli``, :func:`claim_gpu_request`), as a pod with ``gpusched.io/gpu-milli`` holds a shared GPU: queue
-usage, limits, FGD and fit count it so.
+(``nvidia_gpus.mig_milli``, :func:`claim_gpu_request`), as a pod with ``gpusched.io/gpu-milli`` holds a shared GPU:
+queue usage, limits, FGD and fit count it so.
 """
 
 from __future__ import annotations
@@ -41,14 +41,19 @@ from scheduler.api import cel as api_cel
 from scheduler.api import consumable_capacity as api_capacity
 from scheduler.api import dra as api_dra
 from scheduler.api import node as api_node
+from scheduler.api import nvidia_gpus
 from scheduler.api import resources as api_resources
 from scheduler.api.dra import ClaimAllocation, Device, DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.api.pod import PodRequest
 from scheduler.api.resources import MILLI_PER_GPU, NO_GPU, GpuRequest
-
-DeviceKey = tuple[str, str, str]
-#: (driver, pool, counter set name).
-CounterSetKey = tuple[str, str, str]
+from scheduler.cache.device_budgets import (
+    CapacityUse,
+    CounterBudget,
+    CounterSetKey,
+    DeviceKey,
+    add_counters,
+    count_capacity,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -228,12 +233,12 @@ class DeviceStore:
         results = allocation.devices if allocation is not None else ()
         now = tuple(d.key for d in results if not d.admin_access and not d.share_id)
         for device, consumed in self._shares.pop(key, ()):
-            _count(self._consumed, device, consumed, -1)
+            count_capacity(self._consumed, device, consumed, -1)
         shares = tuple((d.key, d.consumed) for d in results if d.share_id)
         if shares:
             self._shares[key] = shares
         for device, consumed in shares:
-            _count(self._consumed, device, consumed, 1)
+            count_capacity(self._consumed, device, consumed, 1)
         before = self._holds.pop(key, ())
         if now:
             self._holds[key] = now
@@ -307,7 +312,7 @@ class DeviceStore:
     def sample_gpu(self) -> Device | None:
         """A whole GPU some node publishes (the first node's first, in the index's order), None if none does."""
         self._index()
-        return next((d for devices in self._by_node.values() for d in devices.gpus if api_dra.is_gpu(d)), None)
+        return next((d for devices in self._by_node.values() for d in devices.gpus if nvidia_gpus.is_gpu(d)), None)
 
     def slot_of(self, node: str, key: DeviceKey) -> int | None:
         """The GPU slot on ``node`` of a whole GPU or MIG device (a MIG device's: its parent GPU's)."""
@@ -322,10 +327,10 @@ class DeviceStore:
         if found is None:
             klass = self.classes.get(device_class)
             shares = [
-                api_dra.mig_milli(d)
+                nvidia_gpus.mig_milli(d)
                 for d in self._by_key.values()
                 if klass is not None
-                and api_dra.mig_milli(d)
+                and nvidia_gpus.mig_milli(d)
                 and all(self.matches(e, d) for e in klass.selectors)
                 and all(self.matches(e, d) for e in expressions)
             ]
@@ -408,7 +413,7 @@ class DeviceStore:
             else (self._consuming[key] for key in taken if key in self._consuming)
         )
         for device in held:
-            _add(consumed, device, 1)
+            add_counters(consumed, device, 1)
         return CounterBudget(self._counter_sets, consumed)
 
     def owns(self, key: str, pod: PodRequest) -> bool:
@@ -428,19 +433,19 @@ class DeviceStore:
     def gpu_devices(self, allocation: api_dra.Allocation) -> list[Device]:
         """The whole GPUs among an allocation's devices (admin access left out)."""
         found = (self.device(d.key) for d in allocation.devices if not d.admin_access)
-        return [d for d in found if d is not None and api_dra.is_gpu(d)]
+        return [d for d in found if d is not None and nvidia_gpus.is_gpu(d)]
 
     def mig_devices(self, allocation: api_dra.Allocation) -> list[int]:
         """The shares of a GPU (milli) of the MIG devices among an allocation's devices (admin access left out)."""
         found = (self.device(d.key) for d in allocation.devices if not d.admin_access)
-        return [api_dra.mig_milli(d) for d in found if d is not None and api_dra.mig_milli(d)]
+        return [nvidia_gpus.mig_milli(d) for d in found if d is not None and nvidia_gpus.mig_milli(d)]
 
     def gpu_slots(self, node: str, devices: Sequence[api_dra.AllocatedDevice]) -> list[int]:
         """The GPU slots on ``node`` that a pod given ``devices`` holds, as :func:`pod_gpus` counts them: its whole
         GPUs' slots; with none, the slot of its one MIG device's parent GPU."""
         found = [(d, self.device(d.key)) for d in devices if not d.admin_access]
-        whole = [d.key for d, dev in found if dev is not None and api_dra.is_gpu(dev)]
-        mig = [d.key for d, dev in found if dev is not None and api_dra.mig_milli(dev)]
+        whole = [d.key for d, dev in found if dev is not None and nvidia_gpus.is_gpu(dev)]
+        mig = [d.key for d, dev in found if dev is not None and nvidia_gpus.mig_milli(dev)]
         keys = whole if whole else mig if len(mig) == 1 else []
         slots = (self.slot_of(node, key) for key in keys)
         return [slot for slot in slots if slot is not None]
@@ -452,11 +457,11 @@ _NONE = NodeDevices((), ())
 def _node_devices(devices: list[Device]) -> NodeDevices:
     """A node's devices with its GPU slots: its whole GPUs, and a GPU in static MIG mode (only its MIG instances
     published) through its first instance; each MIG device on its parent's slot."""
-    gpus = [d for d in devices if api_dra.is_gpu(d)]
+    gpus = [d for d in devices if nvidia_gpus.is_gpu(d)]
     by_set = {(d.driver, d.pool, name): d for d in gpus for name, _c in d.consumes}
     by_uuid = {d.attribute("uuid"): d for d in gpus if d.attribute("uuid") is not None}
     parent: dict[DeviceKey, Device] = {}
-    for d in sorted((d for d in devices if api_dra.is_mig(d)), key=api_dra.gpu_order):
+    for d in sorted((d for d in devices if nvidia_gpus.is_mig(d)), key=nvidia_gpus.gpu_order):
         of = next((by_set[(d.driver, d.pool, n)] for n, _c in d.consumes if (d.driver, d.pool, n) in by_set), None)
         uuid = d.attribute("parentUUID")
         if of is None and uuid is not None:
@@ -466,107 +471,10 @@ def _node_devices(devices: list[Device]) -> NodeDevices:
                 gpus.append(d)
         if of is not None:
             parent[d.key] = of
-    ordered = tuple(sorted(gpus, key=api_dra.gpu_order))
+    ordered = tuple(sorted(gpus, key=nvidia_gpus.gpu_order))
     slot_of = {d.key: i for i, d in enumerate(ordered)}
     slot_of.update({key: slot_of[of.key] for key, of in parent.items()})
     return NodeDevices(tuple(devices), ordered, slot_of)
-
-
-class CounterBudget:
-    """The counters left in each counter set while an allocation is searched: devices are taken and given back as
-    the search goes, and a device fits while every counter it consumes has that much left (a counter set its pool
-    does not declare has nothing)."""
-
-    def __init__(
-        self, sets: Mapping[CounterSetKey, Mapping[str, int]], consumed: dict[CounterSetKey, dict[str, int]]
-    ) -> None:
-        self._sets = sets
-        self._consumed = consumed
-
-    def fits(self, device: Device, *also: Device) -> bool:
-        """Whether ``device`` (and ``also``, taken with it) fit in what is left."""
-        if not device.consumes and not any(d.consumes for d in also):
-            return True
-        need: dict[CounterSetKey, dict[str, int]] = {}
-        for d in (device, *also):
-            _add(need, d, 1)
-        for key, counters in need.items():
-            limit = self._sets.get(key)
-            if limit is None:
-                return False
-            used = self._consumed.get(key, {})
-            if any(used.get(name, 0) + amount > limit.get(name, 0) for name, amount in counters.items()):
-                return False
-        return True
-
-    def take(self, devices: Sequence[Device]) -> None:
-        for device in devices:
-            _add(self._consumed, device, 1)
-
-    def give(self, devices: Sequence[Device]) -> None:
-        for device in devices:
-            _add(self._consumed, device, -1)
-
-    def fullness(self, device: Device) -> float:
-        """How used the counter sets ``device`` consumes already are (0 untouched .. 1 full), on average over their
-        counters: a partition goes to the fullest GPU it fits, so that whole GPUs stay whole."""
-        shares = [
-            self._consumed.get((device.driver, device.pool, name), {}).get(counter, 0) / limit
-            for name, _counters in device.consumes
-            for counter, limit in self._sets.get((device.driver, device.pool, name), {}).items()
-            if limit > 0
-        ]
-        return sum(shares) / len(shares) if shares else 0.0
-
-    def share(self, device: Device) -> float:
-        """How much of its counter sets ``device`` consumes, each counter as a share of its set's (a 4g placement
-        more than a 1g)."""
-        total = 0.0
-        for set_name, counters in device.consumes:
-            limits = self._sets.get((device.driver, device.pool, set_name), {})
-            total += sum(amount / limits[name] for name, amount in counters if limits.get(name))
-        return total
-
-
-class CapacityUse:
-    """The capacity the shares of devices that allow multiple allocations consume while an allocation is searched
-    (consumable capacity): taken and given back as the search goes."""
-
-    def __init__(self, used: dict[DeviceKey, dict[str, int]]) -> None:
-        self._used = used
-
-    def consumption(self, choice: api_dra.Choice, device: Device) -> dict[str, int] | None:
-        """What ``choice`` would consume of ``device``, None if that does not fit (its policy, or what is left)."""
-        consumed = choice.consumption(device)
-        if consumed is None:
-            return None
-        used = self._used.get(device.key, {}) if device.multiple else {}
-        return consumed if api_capacity.fits(consumed, used, device.capacity) else None
-
-    def take(self, key: DeviceKey, consumed: Mapping[str, int]) -> None:
-        _count(self._used, key, tuple(consumed.items()), 1)
-
-    def give(self, key: DeviceKey, consumed: Mapping[str, int]) -> None:
-        _count(self._used, key, tuple(consumed.items()), -1)
-
-    def of(self, devices: Sequence[Device]) -> frozenset[tuple[DeviceKey, api_capacity.Amounts]]:
-        """What is consumed of those of ``devices`` that are shared (part of what a node's answer depends on)."""
-        return frozenset((d.key, tuple(sorted(self._used[d.key].items()))) for d in devices if d.key in self._used)
-
-
-def _count(into: dict[DeviceKey, dict[str, int]], key: DeviceKey, amounts: api_capacity.Amounts, sign: int) -> None:
-    totals = into.setdefault(key, {})
-    for name, amount in amounts:
-        totals[name] = totals.get(name, 0) + sign * amount
-    if not any(totals.values()):
-        del into[key]
-
-
-def _add(into: dict[CounterSetKey, dict[str, int]], device: Device, sign: int) -> None:
-    for set_name, counters in device.consumes:
-        totals = into.setdefault((device.driver, device.pool, set_name), {})
-        for name, amount in counters:
-            totals[name] = totals.get(name, 0) + sign * amount
 
 
 def claim_gpu_request(store: DeviceStore, pod: PodRequest) -> GpuRequest | None:
@@ -673,7 +581,7 @@ def with_gpus(info: api_node.NodeInfo, store: DeviceStore) -> api_node.NodeInfo:
         store.dra_gpu_nodes.discard(info.name)
         return info
     store.dra_gpu_nodes.add(info.name)
-    memory = min((d.capacity.get(f"{d.driver}/memory", 0) for d in gpus if api_dra.is_gpu(d)), default=0) // 1000
+    memory = min((d.capacity.get(f"{d.driver}/memory", 0) for d in gpus if nvidia_gpus.is_gpu(d)), default=0) // 1000
     product = gpus[0].attribute("productName")
     return dataclasses.replace(
         info,

@@ -25,7 +25,8 @@ from scheduler.api.host_ports import HostPort
 from scheduler.api.pod import PodRequest
 from scheduler.api.selectors import Taint
 from scheduler.cache.arrays import ClusterArrays, Placement
-from scheduler.cache.device_store import CapacityUse, DeviceKey, DeviceStore
+from scheduler.cache.device_budgets import CapacityUse, DeviceKey
+from scheduler.cache.device_store import DeviceStore
 from scheduler.cache.pods_index import PodIndex, PortIndex
 from scheduler.cache.volume_store import VolumeStore
 from scheduler.kernels import layout

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from scheduler.api import cel as api_cel
 from scheduler.api import dra as api_dra
+from scheduler.api import nvidia_gpus
 from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
 from tests.api import dra_objects as dra
@@ -36,8 +37,8 @@ def test_a_slice_reads_as_nvidias_driver_publishes_it() -> None:
     assert gpu.attribute(dra.PCIE_ROOT) == "pci0000:01"
     assert gpu.attribute("driverVersion") == api_cel.Version("570.86.15")
     assert gpu.capacity["gpu.nvidia.com/memory"] == 80 * 2**30 * 1000  # milli-units
-    assert api_dra.is_gpu(gpu)
-    assert sorted(s.devices, key=api_dra.gpu_order)[-1].name == "gpu-7"
+    assert nvidia_gpus.is_gpu(gpu)
+    assert sorted(s.devices, key=nvidia_gpus.gpu_order)[-1].name == "gpu-7"
 
 
 def test_selectors_read_attributes_capacity_quantities_and_versions() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from scheduler.api import dra as api_dra
+from scheduler.api import nvidia_gpus
 from scheduler.api import pod as api_pod
 from scheduler.api.queue import QueueSpec
 from scheduler.api.resources import GpuRequest
@@ -42,16 +43,16 @@ def _mig(profile: str, product: str = "NVIDIA H100 80GB HBM3") -> api_dra.Device
     ],
 )
 def test_a_mig_device_is_its_compute_slices_of_a_gpu_rounded_down(profile: str, product: str, milli: int) -> None:
-    assert api_dra.mig_milli(_mig(profile, product)) == milli
+    assert nvidia_gpus.mig_milli(_mig(profile, product)) == milli
 
 
 def test_the_partitions_one_gpu_holds_never_add_up_to_more_than_one_gpu() -> None:
-    shares = {p: api_dra.mig_milli(_mig(p)) for p in dra.MIG_PROFILES}
+    shares = {p: nvidia_gpus.mig_milli(_mig(p)) for p in dra.MIG_PROFILES}
     assert 7 * shares["1g.10gb"] <= 1000
     assert shares["3g.40gb"] + shares["4g.40gb"] <= 1000
     assert 3 * shares["2g.20gb"] + shares["1g.10gb"] <= 1000
     whole = api_dra.Device(dra.DRIVER, "a", "gpu-0", {f"{dra.DRIVER}/type": "gpu"})
-    assert api_dra.mig_milli(whole) == 0
+    assert nvidia_gpus.mig_milli(whole) == 0
 
 
 def _decide(cluster: DraCluster, name: str, *requests: dict[str, Any]) -> Decision:
