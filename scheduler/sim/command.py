@@ -2,7 +2,8 @@
 
 With no arguments it runs the built-in synthetic cluster and workload; ``--nodes``/``--pods`` read the Alibaba
 GPU trace format. ``--tune RATIO --seeds A-B`` follows the FGD paper's protocol; ``--replay`` uses the trace's
-creation and deletion times instead.
+creation and deletion times instead; ``--churn LOAD`` runs the trace's pods at an offered GPU load, leaving after
+their durations (``scheduler.sim.churn``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,20 @@ import numpy as np
 from scheduler.api import typical
 from scheduler.api.errors import InvalidObject
 from scheduler.api.node import NodeInfo
-from scheduler.sim import bound, engine, gangs, metrics, policies, protocol, replay, report, synthetic, tenants, trace
+from scheduler.sim import (
+    bound,
+    churn,
+    engine,
+    gangs,
+    metrics,
+    policies,
+    protocol,
+    replay,
+    report,
+    synthetic,
+    tenants,
+    trace,
+)
 from scheduler.sim import topology as sim_topology
 from scheduler.sim.trace import NodeSpec, PodSpec
 
@@ -43,13 +57,16 @@ PLOT_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "tif", "tiff", 
 _APPLIES = {
     "compare": {"nodes", "pods", "policy", "tune", "seeds", "json", "plot"},
     "replay": {"nodes", "pods", "policy", "replay", "json", "plot"},
+    "churn": {"nodes", "pods", "policy", "seeds", "json", "churn", "arrivals", "durations"},
     "gangs": {"nodes", "jobs", "policy", "seeds", "json"},
     "tenants": {"policy", "seeds", "json"},
     "topology": {"seeds", "json"},
 }
+_WHERE = {"replay": "--replay", "churn": "--churn"}
 _WHY_NOT = {
     "compare": "it applies only to a scenario",  # only --jobs can be out of place here
     "replay": "a replay uses the trace's own times, once",
+    "churn": "a churn run places arrivals at an offered load and measures waits, not the allocation curve",
     "gangs": "the gang scenario places jobs (--jobs) on nodes (--nodes, or its built-in cluster)",
     "tenants": "the tenants scenario has its own cluster and workload",
     "topology": "the topology scenario runs the default profile on its own labelled cluster, with topology on and off",
@@ -81,6 +98,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--replay", action="store_true", help="replay the trace's creation/deletion times instead of --tune"
     )
+    parser.add_argument(
+        "--churn",
+        metavar="LOAD[,LOAD...]",
+        help="pods arrive at these offered GPU loads (fractions of the cluster) and leave after their durations",
+    )
+    parser.add_argument(
+        "--arrivals", type=int, metavar="N", help="with --churn: only the first N pods of --pods arrive (default: all)"
+    )
+    parser.add_argument(
+        "--durations",
+        metavar="FILE",
+        help=(
+            "with --churn, for a pod list without times: the list whose durations are drawn "
+            "(default: openb_pod_list_default.csv beside --pods)"
+        ),
+    )
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument(
         "--plot", metavar="FILE.png", help="draw allocation and fragmentation charts (.png, .svg or .pdf)"
@@ -106,6 +139,8 @@ def mode(args: argparse.Namespace) -> str:
     """What the command line asks for: ``compare`` (the FGD protocol), ``replay``, or a scenario's name."""
     if args.scenario:
         return str(args.scenario)
+    if args.churn is not None:
+        return "churn"
     return "replay" if args.replay else "compare"
 
 
@@ -113,18 +148,16 @@ def check(args: argparse.Namespace) -> None:
     """Refuse what cannot work before any long work starts: options the mode does not read, numbers out of
     range, output files that cannot be written."""
     chosen = mode(args)
-    given = {
-        dest
-        for dest in ("nodes", "pods", "policy", "tune", "seeds", "replay", "json", "plot", "jobs")
-        if getattr(args, dest) not in (None, False)
-    }
+    given = {dest for dest in set().union(*_APPLIES.values(), {"jobs"}) if getattr(args, dest) not in (None, False)}
     for dest in sorted(given - _APPLIES[chosen]):
-        where = f"--scenario {chosen}" if args.scenario else ("--replay" if chosen == "replay" else "a comparison")
+        where = f"--scenario {chosen}" if args.scenario else _WHERE.get(chosen, "a comparison")
         why = "only --scenario gangs reads it" if dest == "jobs" else _WHY_NOT[chosen]
         raise InvalidObject(f"does not apply to {where} ({why})", obj="gpusched simulate", field="--" + dest)
-    if chosen in ("compare", "replay") and bool(args.nodes) != bool(args.pods):
+    if chosen == "churn" and not args.pods:
+        raise InvalidObject("--churn needs a trace (--nodes and --pods)", obj="gpusched simulate", field="--churn")
+    if chosen in ("compare", "replay", "churn") and bool(args.nodes) != bool(args.pods):
         raise InvalidObject("--nodes and --pods go together", obj="gpusched simulate", field="--nodes")
-    for dest in ("nodes", "pods", "jobs"):
+    for dest in ("nodes", "pods", "jobs", "durations"):
         raw = getattr(args, dest)
         if raw and not Path(raw).is_file():
             hint = (
@@ -135,6 +168,10 @@ def check(args: argparse.Namespace) -> None:
             raise InvalidObject(f"no file {raw}{hint}", obj="gpusched simulate", field="--" + dest)
     if args.tune is not None and not 0 < args.tune <= 10:
         raise InvalidObject(f"{args.tune} is not a ratio in (0, 10]", obj="gpusched simulate", field="--tune")
+    if args.churn is not None:
+        churn.parse_loads(args.churn)
+    if args.arrivals is not None and args.arrivals < 1:
+        raise InvalidObject(f"{args.arrivals} is not a count of pods", obj="gpusched simulate", field="--arrivals")
     if args.json:
         check_output(args.json, "--json")
     if args.plot:
@@ -357,6 +394,28 @@ def compare_replay(
     return results
 
 
+def run_churn(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, Any]:
+    """``--churn``: every policy at every load, means over the seeds (``scheduler.sim.churn``)."""
+    names = ["fgd"] if args.policy is None else [n.strip() for n in args.policy.split(",") if n.strip()]
+    nodes, pods, source = _inputs(args)
+    pods = pods[: args.arrivals] if args.arrivals else pods
+    durations_from, note = churn.durations_source(pods, pods_file=args.pods, durations_file=args.durations)
+    progress = Progress(args.quiet)
+    loads = churn.parse_loads(args.churn)
+    results = churn.compare(
+        nodes,
+        pods,
+        names,
+        loads,
+        seeds,
+        durations_from=durations_from,
+        progress=lambda s, r: progress.done(s, r.wall_s),
+    )
+    print(f"churn of {source}{note}: {len(pods)} arrivals at loads {args.churn}, seeds {_span(seeds)}")
+    print(churn.table(results))
+    return {"mode": "churn", "loads": loads, "seeds": seeds, "arrivals": len(pods), "results": results}
+
+
 def _seed_started(quiet: bool, scenario: str, name: str, seed: int, step: int, steps: int) -> None:
     """A line before each seed of a slow scenario, so that a long quiet stretch is not taken for a hang."""
     if quiet or scenario not in SECONDS_PER_SEED:
@@ -487,8 +546,15 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             _write_json(args.json, {"mode": "gangs", "seeds": seeds, "results": results})
         return 0
-    names = policies.parse_names(",".join(policies.POLICIES) if args.policy is None else args.policy)
     seeds = parse_seeds(DEFAULT_SEEDS if args.seeds is None else args.seeds)
+    if chosen == "churn":
+        started = time.perf_counter()
+        churned = run_churn(args, seeds)
+        print(f"total {time.perf_counter() - started:.1f}s")
+        if args.json:
+            _write_json(args.json, churned)
+        return 0
+    names = policies.parse_names(",".join(policies.POLICIES) if args.policy is None else args.policy)
     tune = DEFAULT_TUNE if args.tune is None else args.tune
     nodes, pods, source = _inputs(args)
     progress = Progress(args.quiet)
