@@ -47,6 +47,8 @@ from scheduler.sim.trace import NodeSpec, PodSpec
 
 #: The request classes waits are reported by, in the table's order.
 CLASSES = ("shared", "1", "2", "4", "8")
+#: Pods asking this many whole GPUs or more are also reported together (class ``4+``): the jobs consolidation is for.
+LARGE = 4
 #: Waits are reported at these percentiles.
 PERCENTILES = (50, 95, 99)
 #: Offered loads the benchmark runs by default.
@@ -306,7 +308,10 @@ class ChurnSimulation(jobsim.JobSimulation):
             if start is None or start > self.horizon:  # a backoff wake-up taken after the window
                 never += 1
                 start = self.horizon
-            waits.setdefault(request_class(arrival.spec), []).append(start - arrival.at)
+            cls = request_class(arrival.spec)
+            waits.setdefault(cls, []).append(start - arrival.at)
+            if cls not in ("cpu", "shared") and arrival.spec.num_gpu >= LARGE:
+                waits.setdefault(f"{LARGE}+", []).append(start - arrival.at)
         span = max(self.horizon, 1e-9)
         placed = len(self.first_placed)
         return ChurnRun(
@@ -370,7 +375,7 @@ def mean_of(runs: Sequence[ChurnRun]) -> dict[str, object]:
 def _class_order(cls: str) -> tuple[int, int]:
     if cls in ("cpu", "shared"):
         return (0 if cls == "cpu" else 1, 0)
-    return (2, int(cls))
+    return (2, int(cls.rstrip("+")) * 2 + cls.endswith("+"))
 
 
 def _duration(seconds: float) -> str:

@@ -44,6 +44,7 @@ def test_waits_and_allocation_of_a_hand_made_run() -> None:
     assert run.waits["4"]["p50"] == 9.0
     assert run.waits["shared"]["p50"] == 8.0
     assert run.waits["1"]["p50"] == 4.0  # e still waits at the end: its wait so far
+    assert run.waits["4+"] == {"count": 3.0, "p50": 4.0, "p95": pytest.approx(8.5), "p99": pytest.approx(8.9)}
     assert (run.placed, run.never_placed, run.moves) == (4, 1, 0)
     assert run.free_whole_node_gpus == 0.0
 
