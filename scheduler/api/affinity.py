@@ -326,10 +326,20 @@ def parse_spread(raw: object, *, labels: Mapping[str, str], obj: str) -> tuple[S
     return tuple(parsed)
 
 
-def controller_of(meta: Mapping[str, object]) -> str:
-    """The uid of a pod's controller (its ownerReference with ``controller: true``), or ""."""
+def _controller(meta: Mapping[str, object]) -> Mapping[str, object]:
+    """A pod's ownerReference with ``controller: true``, or an empty map."""
     owners = meta.get("ownerReferences")
     for owner in owners if isinstance(owners, list) else ():
         if isinstance(owner, Mapping) and owner.get("controller"):
-            return str(owner.get("uid") or "")
-    return ""
+            return owner
+    return {}
+
+
+def controller_of(meta: Mapping[str, object]) -> str:
+    """The uid of a pod's controller (its ownerReference with ``controller: true``), or ""."""
+    return str(_controller(meta).get("uid") or "")
+
+
+def controller_kind_of(meta: Mapping[str, object]) -> str:
+    """The kind of a pod's controller (``ReplicaSet``, ``Job``...), or ""."""
+    return str(_controller(meta).get("kind") or "")

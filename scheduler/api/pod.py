@@ -37,6 +37,9 @@ ANNOTATION_GPU_IDS = "gpusched.io/gpu-ids"
 #: ``spec.topology``.
 ANNOTATION_TOPOLOGY_REQUIRED = "gpusched.io/topology-required"
 ANNOTATION_TOPOLOGY_PREFERRED = "gpusched.io/topology-preferred"
+#: ``never``: consolidation never moves the pod (``allow``, the default: it may, within the Queue's rules).
+ANNOTATION_CONSOLIDATION = "gpusched.io/consolidation"
+CONSOLIDATION_VALUES = ("allow", "never")
 LABEL_POD_GROUP = "gpusched.io/pod-group"
 LABEL_POD_GROUP_COMPAT = "scheduling.x-k8s.io/pod-group"
 LABEL_QUEUE = "gpusched.io/queue"
@@ -91,6 +94,9 @@ class PodRequest:
     resource_claims: tuple[api_dra.PodClaim, ...] = ()
     #: The uid of the pod's controller (ReplicaSet, StatefulSet, Job...), for the cluster-default spreading.
     owner: str = ""
+    #: The kind of that controller (``ReplicaSet``, ``Job``...): consolidation moves only pods a controller
+    #: recreates, and tells training (a ``Job``'s pods) from the rest.
+    owner_kind: str = ""
     #: The label pairs of the Services that select the pod (their selectors merged), for the cluster-default
     #: spreading: set by the operator, which watches Services (kube-scheduler's default selector reads them too).
     service_labels: tuple[tuple[str, str], ...] = ()
@@ -375,6 +381,14 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
     if (spec.get("schedulerName") or "default-scheduler") == scheduler_name and not spec.get("nodeName"):
         milli = gpu.milli if ANNOTATION_GPU_MILLI in annotations else None
         refused = unsupported(spec) + api_hami.unsupported(share, whole=gpu.count, milli=milli)
+        moves = annotations.get(ANNOTATION_CONSOLIDATION, "allow")
+        if moves not in CONSOLIDATION_VALUES:
+            # Only a pod not yet placed is refused: a bound pod must stay counted on its node, and reads as never.
+            raise InvalidObject(
+                f"{moves!r} is not one of {', '.join(CONSOLIDATION_VALUES)}",
+                obj=obj,
+                field=f"metadata.annotations[{ANNOTATION_CONSOLIDATION}]",
+            )
         if refused:
             field_name = refused[0][0]
             what = "; ".join(w for _, w in refused)
@@ -430,6 +444,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         volumes=api_volumes.parse_pod_claims(spec, pod_name=name, obj=obj),
         resource_claims=resource_claims,
         owner=api_affinity.controller_of(meta),
+        owner_kind=api_affinity.controller_kind_of(meta),
         preemption_policy=str(preemption_policy),
         topology=api_topology.parse_constraint(
             annotations.get(ANNOTATION_TOPOLOGY_REQUIRED),

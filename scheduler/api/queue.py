@@ -46,6 +46,12 @@ DEFAULT_HALF_LIFE_S = 86400
 
 WithinQueue = Literal["Never", "LowerPriority"]
 Reclaim = Literal["Never", "LowerPriority", "Any"]
+#: Which of a queue's running work consolidation may move to another node (``spec.consolidation.moves``):
+#: ``Never``; ``ExceptTraining`` (the default): every pod a controller recreates except training, which is a gang's
+#: members (a PodGroup, or a workload gpusched groups into one) and the pods of a batch ``Job``: moving them loses
+#: their progress; ``Any``: every pod a controller recreates (a gang still moves whole or not at all).
+Moves = Literal["Never", "ExceptTraining", "Any"]
+MOVES: tuple[Moves, ...] = get_args(Moves)
 WITHIN_QUEUE: tuple[WithinQueue, ...] = get_args(WithinQueue)
 RECLAIM: tuple[Reclaim, ...] = get_args(Reclaim)
 _C = TypeVar("_C", bound=str)
@@ -84,6 +90,8 @@ class QueueSpec:
     reclaim: Reclaim = "Any"
     #: Half-life of the usage history; 0: no history.
     usage_half_life_s: float = DEFAULT_HALF_LIFE_S
+    #: Which of its running work consolidation may move (:data:`Moves`).
+    moves: Moves = "ExceptTraining"
 
     def ceiling(self) -> ResourceList:
         """The most the queue may hold of each resource it bounds: the lowest of its limit, its guarantee plus
@@ -150,6 +158,10 @@ def parse_queue(raw: Mapping[str, object]) -> QueueSpec:
         raise InvalidObject("must be a map with withinQueue and/or reclaim", obj=obj, field="spec.preemption")
     within_queue = _choice(preemption.get("withinQueue", "LowerPriority"), WITHIN_QUEUE, obj, "withinQueue")
     reclaim = _choice(preemption.get("reclaim", "Any"), RECLAIM, obj, "reclaim")
+    consolidation = spec.get("consolidation") or {}
+    if not isinstance(consolidation, Mapping):
+        raise InvalidObject("must be a map with moves", obj=obj, field="spec.consolidation")
+    moves = _choice(consolidation.get("moves", "ExceptTraining"), MOVES, obj, "moves", within="spec.consolidation")
     half_life = spec.get("usageHalfLifeSeconds", DEFAULT_HALF_LIFE_S)
     if isinstance(half_life, bool) or not isinstance(half_life, int | float) or not 0 <= half_life < math.inf:
         raise InvalidObject(
@@ -169,6 +181,7 @@ def parse_queue(raw: Mapping[str, object]) -> QueueSpec:
         within_queue=within_queue,
         reclaim=reclaim,
         usage_half_life_s=float(half_life),
+        moves=moves,
     )
 
 
@@ -204,11 +217,11 @@ def _resource_list(raw: object, *, obj: str, field: str) -> ResourceList:
     return parsed
 
 
-def _choice(value: object, choices: tuple[_C, ...], obj: str, key: str) -> _C:
+def _choice(value: object, choices: tuple[_C, ...], obj: str, key: str, *, within: str = "spec.preemption") -> _C:
     for choice in choices:
         if value == choice:
             return choice
-    raise InvalidObject(f"{value!r} is not one of {', '.join(choices)}", obj=obj, field=f"spec.preemption.{key}")
+    raise InvalidObject(f"{value!r} is not one of {', '.join(choices)}", obj=obj, field=f"{within}.{key}")
 
 
 class QueueTree:

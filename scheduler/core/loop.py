@@ -41,6 +41,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from scheduler.api.pdb import DisruptionBudget
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
@@ -50,11 +52,12 @@ from scheduler.core.cycle import Scheduler
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job, Jobs
-from scheduler.core.ports import Events, Evictor
+from scheduler.core.moves import Moves
+from scheduler.core.ports import Events, Evictor, Mover
 from scheduler.core.preemption import Preemptor
 from scheduler.core.session import Session
 from scheduler.core.tenancy import QueueStatus, Tenancy, Vector, add_into, requests_of
-from scheduler.framework.interface import PENDING_PODS
+from scheduler.framework.interface import PENDING_PODS, RESERVED_SLOTS
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
 __all__ = ["ClusterEvent", "Events", "Evictor", "Job", "SchedulingLoop"]
@@ -72,6 +75,7 @@ class SchedulingLoop:
         events: Events,
         tenancy: Tenancy | None = None,
         evictor: Evictor | None = None,
+        mover: Mover | None = None,
         reserve_after_s: float | None = None,
         fair_share_gate: bool = True,
     ) -> None:
@@ -85,12 +89,23 @@ class SchedulingLoop:
         self.holds = Holds(scheduler.cache, self.tenancy, clock=clock, reserve_after_s=reserve_after_s)
         self.hints = Hints()
         self.preemptor = Preemptor(scheduler, self.jobs, self.tenancy, self.holds, events=events, evictor=evictor)
+        self.moves = Moves(
+            scheduler,
+            self.jobs,
+            self.tenancy,
+            clock=clock,
+            events=events,
+            limits=scheduler.framework.config.consolidation,
+            budgets=self.preemptor.budgets,
+        )
+        self.moves.mover = mover
         #: The session's actions, in the profile's order (``allocate`` first).
         self.actions = actions.build(
             scheduler.framework.config.actions,
             scheduler=scheduler,
             preemptor=self.preemptor,
             tenancy=self.tenancy,
+            moves=self.moves,
         )
         self.session = Session(
             scheduler,
@@ -101,7 +116,7 @@ class SchedulingLoop:
             holds=self.holds,
             hints=self.hints,
             actions=self.actions,
-            context=self._context,
+            context=self.cycle_context,
             placed=self._allocated,
             enqueue=self._enqueue,
         )
@@ -130,6 +145,7 @@ class SchedulingLoop:
             return
         if pod.key in job.placed:
             return
+        self.moves.claim(pod)  # a moved pod's replacement goes to the target held for it
         self._enqueue(job)
         job.refresh_phase(self.clock())  # a gang's count of members that exist
 
@@ -201,12 +217,28 @@ class SchedulingLoop:
                 job.refresh_phase(self.clock())
         self.cluster_event(ClusterEvent.QUEUE_CHANGED)
 
+    def move_refused(self, pod_key: str, message: str) -> None:
+        """The eviction of pod ``pod_key``, moved by consolidation, was refused (a PodDisruptionBudget): its plan is
+        abandoned, what it held released, and the job it made room for tries again when the cluster changes."""
+        self.moves.refused(pod_key, message)
+        self.cluster_event(ClusterEvent.POD_DELETED)
+
     def budget_upsert(self, budget: DisruptionBudget) -> None:
-        """A PodDisruptionBudget was seen (new or changed): preemption prefers victims it does not protect."""
+        """A PodDisruptionBudget was seen (new or changed): preemption prefers victims it does not protect, and
+        consolidation moves no more of its pods at once than it allows."""
         self.preemptor.budget_upsert(budget)
+        self._budgets_changed()
 
     def budget_removed(self, key: str) -> None:
         self.preemptor.budget_removed(key)
+        self._budgets_changed()
+
+    def _budgets_changed(self) -> None:
+        """The jobs consolidation found no plan for search again."""
+        if self.moves.no_plan:
+            waiting = set(self.moves.no_plan)
+            self.moves.no_plan.clear()
+            self.queue.move_all_to_active(ClusterEvent.BUDGET_CHANGED, lambda item: item.key in waiting)
 
     def record_usage(self, dt_s: float) -> None:
         """Add ``dt_s`` seconds of current allocation to every queue's usage history (call it periodically)."""
@@ -319,9 +351,20 @@ class SchedulingLoop:
 
     # --- bookkeeping -------------------------------------------------------------------------------------------
 
-    def _context(self, key: str) -> dict[str, Any]:
-        """What job ``key``'s cycles get from outside: the nodes held for others, and the waiting demand."""
-        return {**self.holds.context(key), PENDING_PODS: self}
+    def cycle_context(self, key: str) -> dict[str, Any]:
+        """What job ``key``'s cycles get from outside: the nodes held for others (nominations, reservations, the
+        targets of moves), and the waiting demand."""
+        held = self.holds.context(key).get(RESERVED_SLOTS)
+        moving = self.moves.context(key).get(RESERVED_SLOTS)
+        if held is None or moving is None:
+            held = held if moving is None else moving
+        else:
+            size = max(held.shape[0], moving.shape[0])
+            merged = np.zeros(size, dtype=bool)
+            merged[: held.shape[0]] |= held
+            merged[: moving.shape[0]] |= moving
+            held = merged
+        return {PENDING_PODS: self} if held is None else {RESERVED_SLOTS: held, PENDING_PODS: self}
 
     @property
     def version(self) -> int:
@@ -401,6 +444,7 @@ class SchedulingLoop:
 
     def _job_placed(self, key: str) -> None:
         """Job ``key`` was placed: it holds nothing for later, waits for nothing, starves no more."""
+        self.moves.placed(key)
         self.holds.release(key)
         self.hints.forget(key)
         self.preemptor.forget(key)
@@ -408,6 +452,7 @@ class SchedulingLoop:
             self._wake_gated()
 
     def _job_gone(self, key: str) -> None:
+        self.moves.gone(key)
         self.holds.release(key)
         self.hints.forget(key)
         self.preemptor.forget(key)

@@ -1,6 +1,6 @@
 """The core's ports: what the loop needs from whoever feeds it (the operator in a cluster, the simulator).
 
-The binder is ``scheduler.framework.interface.Binder``; these two are the loop's own.
+The binder is ``scheduler.framework.interface.Binder``; these three are the loop's own.
 """
 
 from __future__ import annotations
@@ -19,6 +19,15 @@ class Evictor(Protocol):
         """Tell that ``pod`` waits for the room its victims free on ``node`` (``""``: it no longer does): the
         pod's ``status.nominatedNodeName`` in a cluster."""
         ...
+
+
+class Mover(Protocol):
+    """Evicts pods that consolidation moves (``scheduler.core.moves``): in a cluster through the Eviction API, so
+    that PodDisruptionBudgets hold, one pod after another, stopping at the first refusal, which it reports to the
+    loop (``SchedulingLoop.move_refused``); in the simulator the pods leave at once and their controllers' new pods
+    arrive pending. The pods' controllers recreate them; the loop places each new pod on its move's target."""
+
+    def move(self, pods: list[PodRequest], reason: str) -> None: ...
 
 
 class Events(Protocol):

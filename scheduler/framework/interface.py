@@ -57,6 +57,8 @@ class ClusterEvent(enum.StrEnum):
     VOLUME_CHANGED = "volume changed"
     #: A DeviceClass, ResourceSlice or ResourceClaim came, changed or went.
     DEVICE_CHANGED = "device changed"
+    #: A PodDisruptionBudget came, changed or went: the jobs consolidation found no plan for may find one now.
+    BUDGET_CHANGED = "disruption budget changed"
 
 
 #: Events that can give a node more free room: a pod left, a node came or changed.

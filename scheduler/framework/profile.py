@@ -14,6 +14,8 @@ A profile file looks like::
       - name: balance
         weight: 1
     actions: [allocate, reclaim, preempt]   # what a job taken from the queue goes through, in this order
+    consolidation:                          # the consolidate action's knobs (docs/consolidation.md)
+      maxPodsPerPlan: 4
 
 Anything left out takes the packaged default (``default-profile.yaml``). Errors name the file and field.
 """
@@ -35,7 +37,32 @@ TIE_BREAKS = ("first", "random")
 #: The session's actions in the only order they may run: least disruptive first (``scheduler.core.actions``).
 #: ``allocate`` places the job; the others run only when it did not fit: ``reclaim`` takes back what other queues
 #: borrowed, ``preempt`` evicts lower-priority work of the job's own queue.
-ACTIONS = ("allocate", "reclaim", "preempt")
+ACTIONS = ("allocate", "consolidate", "reclaim", "preempt")
+#: The actions of a profile that names none. ``consolidate`` (move running pods to make room) is not among them: it
+#: evicts running pods that did nothing wrong, so a cluster asks for it (docs/consolidation.md).
+DEFAULT_ACTIONS = ("allocate", "reclaim", "preempt")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsolidationConfig:
+    """The consolidate action's budgets (``consolidation:`` in a profile; docs/consolidation.md)."""
+
+    #: The most pods one plan moves (the budget per cycle).
+    max_pods_per_plan: int = 4
+    #: The most pods one plan moves off one node.
+    max_pods_per_node: int = 2
+    #: A pod placed by a move is not moved again for this long (seconds).
+    cooldown_s: float = 600.0
+    #: The most nodes a search frees room on (the nodes needing the fewest moves first).
+    candidate_nodes: int = 16
+
+
+_CONSOLIDATION_KEYS = {
+    "maxPodsPerPlan": ("max_pods_per_plan", 1),
+    "maxPodsPerNode": ("max_pods_per_node", 1),
+    "cooldownSeconds": ("cooldown_s", 0),
+    "candidateNodes": ("candidate_nodes", 1),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +81,8 @@ class ProfileConfig:
     seed: int = 0
     plugins: tuple[PluginConfig, ...] = ()
     #: The session's actions, in order (a subsequence of :data:`ACTIONS` that starts with ``allocate``).
-    actions: tuple[str, ...] = ACTIONS
+    actions: tuple[str, ...] = DEFAULT_ACTIONS
+    consolidation: ConsolidationConfig = ConsolidationConfig()
 
 
 def default_text() -> str:
@@ -65,7 +93,7 @@ def parse(raw: object, *, source: str = "profile") -> ProfileConfig:
     """Validate a profile dict (from YAML); unknown keys and bad values are errors naming the field."""
     if not isinstance(raw, Mapping):
         raise InvalidObject("a profile must be a map", obj=source)
-    known = {"name", "tieBreak", "seed", "plugins", "actions"}
+    known = {"name", "tieBreak", "seed", "plugins", "actions", "consolidation"}
     for key in raw:
         if key not in known:
             raise InvalidObject(f"unknown key (expected one of {sorted(known)})", obj=source, field=str(key))
@@ -106,8 +134,32 @@ def parse(raw: object, *, source: str = "profile") -> ProfileConfig:
         if not isinstance(args, Mapping):
             raise InvalidObject("must be a map", obj=source, field=f"{where}.args")
         plugins.append(PluginConfig(plugin_name, float(weight), dict(args)))
-    actions = _actions(raw.get("actions", list(ACTIONS)), source)
-    return ProfileConfig(name=name, tie_break=tie_break, seed=seed, plugins=tuple(plugins), actions=actions)
+    actions = _actions(raw.get("actions", list(DEFAULT_ACTIONS)), source)
+    return ProfileConfig(
+        name=name,
+        tie_break=tie_break,
+        seed=seed,
+        plugins=tuple(plugins),
+        actions=actions,
+        consolidation=_consolidation(raw.get("consolidation") or {}, source),
+    )
+
+
+def _consolidation(raw: object, source: str) -> ConsolidationConfig:
+    """``consolidation:``: whole numbers, each at least its low bound; unknown keys are errors."""
+    if not isinstance(raw, Mapping):
+        raise InvalidObject(f"must be a map with {', '.join(_CONSOLIDATION_KEYS)}", obj=source, field="consolidation")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in _CONSOLIDATION_KEYS:
+            raise InvalidObject(
+                f"unknown key (expected one of {sorted(_CONSOLIDATION_KEYS)})", obj=source, field=f"consolidation.{key}"
+            )
+        attribute, low = _CONSOLIDATION_KEYS[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise InvalidObject(f"{value!r} is not a whole number >= {low}", obj=source, field=f"consolidation.{key}")
+        values[attribute] = value
+    return ConsolidationConfig(**values)
 
 
 def _actions(raw: object, source: str) -> tuple[str, ...]:

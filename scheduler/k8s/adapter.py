@@ -1,7 +1,8 @@
 """The adapter: the core's ports made real in a cluster (bind, events, evict, nominate), and the binder's outcomes.
 
 :class:`Adapter` is what the scheduling core calls out to: the framework's Binder (``bind``), the loop's Events
-(``emit``) and Evictor (``evict``, ``nominate``), see ``scheduler.core.ports``. It owns the
+(``emit``), Evictor (``evict``, ``nominate``) and Mover (``move``: consolidation's evictions through the Eviction
+API, ``scheduler.k8s.evictions``), see ``scheduler.core.ports``. It owns the
 :class:`~scheduler.k8s.binder.Binder` and every callback the binder makes (PreBind of volumes and claims, bound,
 failed, uncertain), so the binder never calls back into the rest of the operator. Invariants kept here:
 
@@ -25,7 +26,7 @@ import structlog
 from scheduler.api.pod import PodRequest
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import Decision
-from scheduler.k8s import device_claims, volume_binding
+from scheduler.k8s import device_claims, evictions, volume_binding
 from scheduler.k8s.binder import Binder, BinderSettings
 from scheduler.k8s.config import BindingConfig
 from scheduler.k8s.context import OperatorContext
@@ -138,6 +139,17 @@ class Adapter:
         for pod in pods:
             self.metrics.preempted(self.loop.queue_of(pod), reason)
             self._spawn(self._delete(pod, reason))
+
+    def move(self, pods: list[PodRequest], reason: str) -> None:
+        """Consolidation's moves: evict ``pods`` through the Eviction API, in order, stopping at a refusal (which
+        abandons the plan in the loop)."""
+        self.metrics.moved(len(pods), sum(p.gpu.count for p in pods if p.gpu.whole))
+        self._spawn(evictions.evict_in_order(self.client, pods, reason, refused=self._move_refused))
+
+    def _move_refused(self, key: str, why: str) -> None:
+        self.metrics.move_refusals.inc()
+        self.loop.move_refused(key, why)
+        self._wake()
 
     def nominate(self, pod: PodRequest, node: str) -> None:
         """Write (or clear, ``node=""``) the preemptor's ``status.nominatedNodeName``, as kube-scheduler does."""

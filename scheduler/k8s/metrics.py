@@ -111,6 +111,21 @@ class Metrics:
             ["reason", "queue"],
             registry=r,
         )
+        self.moves = Counter(
+            "gpusched_consolidation_moves",
+            "Pods evicted by consolidation to move them to another node (their controllers recreate them).",
+            registry=r,
+        )
+        self.moved_gpus = Counter(
+            "gpusched_consolidation_moved_gpus",
+            "Whole GPUs the moved pods held on the nodes they left (the room consolidation freed).",
+            registry=r,
+        )
+        self.move_refusals = Counter(
+            "gpusched_consolidation_refusals",
+            "Consolidation plans abandoned because an eviction was refused (a PodDisruptionBudget).",
+            registry=r,
+        )
         self.pending_pods = Gauge(
             "gpusched_pending_pods", "Pods waiting to be scheduled, by queue.", ["queue"], registry=r
         )
@@ -212,6 +227,11 @@ class Metrics:
         """One pod deleted to make room; ``reason`` is the Event's message, reduced to a label."""
         label = next((word for text, word in PREEMPTION_REASONS.items() if text in reason), "other")
         self.preemptions.labels(label, self.queue_label(queue)).inc()
+
+    def moved(self, pods: int, gpus: int) -> None:
+        """Consolidation moved ``pods`` holding ``gpus`` whole GPUs."""
+        self.moves.inc(pods)
+        self.moved_gpus.inc(gpus)
 
     def queue_label(self, queue: str) -> str:
         """``queue`` if it exists (or is ``default``), else ``unknown``: label values stay bounded."""

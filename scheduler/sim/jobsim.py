@@ -51,6 +51,19 @@ class Binder:
         self.bound.append(decision)
 
 
+class Mover:
+    """The simulator's side of consolidation's port: collects the pods a plan moves; :meth:`JobSimulation.step`
+    takes them out (they leave at once, as an accepted eviction) and submits each controller's new pod."""
+
+    def __init__(self) -> None:
+        self.pods: list[PodRequest] = []
+        #: Replacements made so far (their names end in ``~m<n>``).
+        self.made = 0
+
+    def move(self, pods: list[PodRequest], reason: str) -> None:
+        self.pods.extend(pods)
+
+
 class JobSimulation:
     """A cluster of ``nodes`` scheduled with ``config`` on a simulated clock, and the event loop that drives it."""
 
@@ -62,11 +75,14 @@ class JobSimulation:
         evictor: Evictor | None = None,
         reserve_after_s: float | None = None,
     ) -> None:
+        """With ``consolidate`` among ``config.actions`` the loop moves pods (:class:`Mover`): only pods with an
+        ``owner`` (a controller that recreates them) move, and the new pods come back through :meth:`replaced`."""
         self.now = 0.0
         self.cache = Cache()
         for info in nodes:
             self.cache.upsert_node(info)
         self.binder = Binder()
+        self.mover = Mover()
         self.scheduler = Scheduler(self.cache, Framework.build(config), self.binder)
         self.queue = SchedulingQueue(clock=self.clock)
         self.log = EventLog()
@@ -76,6 +92,7 @@ class JobSimulation:
             clock=self.clock,
             events=self.log,
             evictor=evictor,
+            mover=self.mover if "consolidate" in config.actions else None,
             reserve_after_s=reserve_after_s,
         )
         #: Scheduling cycles run so far.
@@ -155,7 +172,7 @@ class JobSimulation:
         """Cycles until the loop is idle (again after each round of preemptions), then the bindings confirmed."""
         before = len(self.binder.bound)
         self.cycles += self.loop.run_until_idle()
-        while self.preempted():
+        while self.preempted() or self.moved():
             self.cycles += self.loop.run_until_idle()
         for decision in self.binder.bound[before:]:
             self.cache.confirm(decision.pod.key)
@@ -163,7 +180,37 @@ class JobSimulation:
             self.placed(decision)
         self.stepped(bound=len(self.binder.bound) - before)
 
+    def moved(self) -> bool:
+        """Take out the pods consolidation moved (their evictions succeed at once) and submit, for each, a new
+        pending pod of the same controller (:meth:`replaced` tells the scenario); whether any moved."""
+        if not self.mover.pods:
+            return False
+        pods, self.mover.pods = self.mover.pods, []
+        for pod in pods:
+            self.cache.remove_pod(pod.key)
+            self.loop.pod_gone(pod.key)
+        for pod in pods:
+            self.mover.made += 1
+            base = pod.name.split("~m", 1)[0]
+            new = dataclasses.replace(
+                pod,
+                name=f"{base}~m{self.mover.made}",
+                uid="",
+                node_name="",
+                gpu_ids=(),
+                phase="Pending",
+                created=self.now,
+            )
+            self.replaced(pod, new)
+            self.loop.pod_pending(new)
+        self.pods_deleted()
+        return True
+
     # --- what a scenario says ------------------------------------------------------------------------------------
+
+    def replaced(self, old: PodRequest, new: PodRequest) -> None:
+        """Consolidation moved ``old``: ``new``, its controller's new pod, is pending now (placed on the target held
+        for it). A scenario that tracks pods by name follows the pod here (its departure, its accounting)."""
 
     def advance(self, t: float) -> None:
         """The clock has moved to the event at ``t`` (:attr:`now` is set): account for the time up to it."""

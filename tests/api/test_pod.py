@@ -282,3 +282,19 @@ def test_bad_host_ports_are_refused_naming_the_field(port: dict[str, Any], field
     with pytest.raises(InvalidObject) as err:
         api_pod.parse_pod(_spec_with(containers=[{"name": "c", "ports": [port]}]))
     assert err.value.field == field
+
+
+def test_a_pods_controller_kind_and_its_consolidation_annotation_are_read() -> None:
+    raw = objects.pod("p", gpus=1, annotations={"gpusched.io/consolidation": "never"})
+    raw["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rs", "uid": "u1", "controller": True}]
+    pod = api_pod.parse_pod(raw)
+    assert (pod.owner, pod.owner_kind, pod.annotations["gpusched.io/consolidation"]) == ("u1", "ReplicaSet", "never")
+
+
+def test_a_bad_consolidation_annotation_is_refused_on_a_pending_pod_and_read_as_never_on_a_bound_one() -> None:
+    field = "metadata.annotations[gpusched.io/consolidation]"
+    with pytest.raises(InvalidObject, match="'sometimes' is not one of allow, never") as err:
+        api_pod.parse_pod(objects.pod("p", annotations={"gpusched.io/consolidation": "sometimes"}))
+    assert err.value.field == field
+    bound = api_pod.parse_pod(objects.pod("p", annotations={"gpusched.io/consolidation": "sometimes"}, node_name="n"))
+    assert bound.node_name == "n"

@@ -63,6 +63,14 @@ def test_an_empty_spec_gets_the_documented_defaults() -> None:
     assert parsed.usage_half_life_s == queue.DEFAULT_HALF_LIFE_S == 86400
 
 
+def test_a_queue_moves_all_but_training_unless_it_says_otherwise() -> None:
+    assert queue.parse_queue({"metadata": {"name": "a"}}).moves == "ExceptTraining"
+    for moves in ("Never", "Any"):
+        assert (
+            queue.parse_queue({"metadata": {"name": "a"}, "spec": {"consolidation": {"moves": moves}}}).moves == moves
+        )
+
+
 def test_zero_half_life_is_accepted_and_means_no_history() -> None:
     assert queue.parse_queue(raw(usageHalfLifeSeconds=0)).usage_half_life_s == 0.0
 
@@ -96,6 +104,8 @@ def test_zero_half_life_is_accepted_and_means_no_history() -> None:
         (raw(preemption={"withinQueue": "Any"}), "spec.preemption.withinQueue"),
         (raw(preemption={"withinQueue": None}), "spec.preemption.withinQueue"),
         (raw(preemption="Never"), "spec.preemption"),
+        (raw(consolidation={"moves": "Training"}), "spec.consolidation.moves"),
+        (raw(consolidation="Never"), "spec.consolidation"),
         (raw(usageHalfLifeSeconds=-1), "spec.usageHalfLifeSeconds"),
         (raw(usageHalfLifeSeconds="1d"), "spec.usageHalfLifeSeconds"),
         (raw(usageHalfLifeSeconds=float("inf")), "spec.usageHalfLifeSeconds"),

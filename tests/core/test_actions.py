@@ -52,7 +52,9 @@ def test_every_action_a_profile_may_name_is_built_in_the_profiles_order() -> Non
     loop, _, _, _ = _loop(list(profile.ACTIONS))
     assert [a.name for a in loop.actions] == list(profile.ACTIONS)
     assert [a.name for a in _loop(["allocate", "preempt"])[0].actions] == ["allocate", "preempt"]
-    built = actions.build(profile.ACTIONS, scheduler=loop.scheduler, preemptor=loop.preemptor, tenancy=loop.tenancy)
+    built = actions.build(
+        profile.ACTIONS, scheduler=loop.scheduler, preemptor=loop.preemptor, tenancy=loop.tenancy, moves=loop.moves
+    )
     assert [a.name for a in built] == list(profile.ACTIONS)
 
 

@@ -113,8 +113,16 @@ def test_the_default_profile_runs_every_action_least_disruptive_first(tmp_path: 
 
 
 def test_an_unknown_action_is_named_with_the_known_ones(tmp_path: Path) -> None:
-    with pytest.raises(InvalidObject, match=r"actions\[1\].*unknown action 'backfill' \(known: allocate, reclaim"):
+    with pytest.raises(InvalidObject, match=r"actions\[1\].*unknown action 'backfill' \(known: allocate, consolidate"):
         profile.load(_write(tmp_path, "actions: [allocate, backfill]\n"))
+
+
+def test_consolidate_is_named_and_tuned_in_a_profile_not_in_the_default(tmp_path: Path) -> None:
+    assert "consolidate" not in profile.load().actions
+    text = "actions: [allocate, consolidate, preempt]\nconsolidation: {maxPodsPerNode: 1, cooldownSeconds: 60}\n"
+    loaded = profile.load(_write(tmp_path, text))
+    assert loaded.actions == ("allocate", "consolidate", "preempt")
+    assert loaded.consolidation == profile.ConsolidationConfig(max_pods_per_node=1, cooldown_s=60)
 
 
 def test_an_empty_file_is_the_default(tmp_path: Path) -> None:
@@ -140,7 +148,10 @@ def test_an_empty_file_is_the_default(tmp_path: Path) -> None:
         ("plugins: [fit, 3]\n", "plugins[1]"),
         ("actions: []\n", "actions"),
         ("actions: allocate\n", "actions"),
-        ("actions: [allocate, consolidate]\n", "actions[1]"),
+        ("actions: [allocate, reclaim, consolidate]\n", "actions[2]"),
+        ("consolidation: {maxPodsPerPlan: 0}\n", "consolidation.maxPodsPerPlan"),
+        ("consolidation: {cooldown: 5}\n", "consolidation.cooldown"),
+        ("consolidation: [1]\n", "consolidation"),
         ("actions: [allocate, preempt, preempt]\n", "actions[2]"),
         ("actions: [reclaim, allocate]\n", "actions[0]"),
         ("actions: [allocate, preempt, reclaim]\n", "actions[2]"),

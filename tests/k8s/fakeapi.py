@@ -100,6 +100,8 @@ class FakeApiServer:
         self.claim_rv = 0
         #: Answers for PUTs of a ResourceClaim's status, in order, before the stored claim is updated (then 200).
         self.claim_status_answers: list[Canned] = []
+        #: Pod name -> the answer to its eviction (default: 201, and the pod is gone, as an accepted eviction).
+        self.eviction_answers: dict[str, Canned] = {}
         self.in_flight = 0
         self.max_in_flight = 0
         self._release = asyncio.Event()
@@ -107,6 +109,7 @@ class FakeApiServer:
         app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self._binding)
         app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self._get_pod)
         app.router.add_delete("/api/v1/namespaces/{ns}/pods/{name}", self._delete_pod)
+        app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/eviction", self._evict_pod)
         app.router.add_get("/api/v1/nodes", self._list_nodes)
         app.router.add_get("/api/v1/pods", self._list_pods)
         app.router.add_get("/api/v1/namespaces/{ns}/pods", self._list_namespaced_pods)
@@ -228,6 +231,14 @@ class FakeApiServer:
         if pod is None:
             return web.json_response(status(404, "NotFound", "pods not found"), status=404)
         return web.json_response(pod)
+
+    async def _evict_pod(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        canned = self.eviction_answers.get(request.match_info["name"])
+        if canned is not None:
+            return await self._answer(canned)
+        self.pods.pop(f"{request.match_info['ns']}/{request.match_info['name']}", None)
+        return web.json_response(status(201, message="evicted"), status=201)
 
     async def _lease_gate(self) -> None:
         while self.leases_unreachable:

@@ -333,3 +333,31 @@ async def test_a_member_after_its_gang_is_explained_inside_its_siblings_domain(o
     text = explain.answer(operator, "job-late")
     # Before, explain left out the domain its placed sibling keeps it in and said the other rack's node passed.
     assert "nodes: 0 of 2 pass every filter" in text and "1 node(s) outside the job's topology domain" in text
+
+
+async def test_explain_shows_the_move_plan_or_why_there_is_none(client: k8s.Client) -> None:
+    config = k8s_config.parse({"profile": {"actions": ["allocate", "consolidate", "reclaim", "preempt"]}})
+    op = Operator(client, config, identity="leader-1")
+    await op.start()
+    op.set_leading(True)
+    try:
+        for i, used in enumerate((7, 6, 7)):
+            op.node_event(node(f"gpu-{i}", gpus=8))
+            for j in range(used):
+                raw = pod(f"w{i}-{j}", 1, node_name=f"gpu-{i}")
+                raw["metadata"]["ownerReferences"] = [
+                    {"kind": "ReplicaSet", "name": "rs", "uid": "rs", "controller": True}
+                ]
+                op.pod_event(raw)
+        op.pod_event(pod("big", 4))
+        op.pod_event(pod("huge", 8))
+        op.listed()
+        # Not run by the loop: explain runs the action's own search, and nothing is moved by asking.
+        text = explain.answer(op, "big")
+        assert "consolidation would move 2 pod(s) (2 GPUs): default/w1-" in text, text
+        assert "then default/big on gpu-1" in text
+        huge = explain.answer(op, "huge")
+        assert "consolidation cannot make room: the job needs 8 GPUs and the cluster has 4 free" in huge
+        assert all(op.cache.pod(f"default/w1-{j}") is not None for j in range(6))
+    finally:
+        await op.close()

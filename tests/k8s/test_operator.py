@@ -397,6 +397,27 @@ async def test_preemption_deletes_the_victim_with_its_uid(fake: FakeApiServer, o
     assert condition["message"] == "gpusched: preempting to accommodate a higher priority pod"
 
 
+async def test_moves_are_evicted_in_order_through_the_eviction_api_and_a_refusal_stops_them(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    moved = [api_pod.parse_pod(pod(name, 1)) for name in ("m0", "m1", "m2")]
+    refused = []
+    operator.loop.move_refused = lambda key, why: refused.append((key, why))  # type: ignore[method-assign]
+    fake.eviction_answers["m1"] = Canned(
+        429, status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
+    )
+    operator.adapter.move(moved, "consolidation")
+    await eventually(lambda: bool(refused))
+    evicted = [r.path.split("/")[-2] for r in fake.seen if r.path.endswith("/eviction")]
+    assert evicted == ["m0", "m1"]  # m2 stays where it is
+    first = fake.requests("POST", "/pods/m0/eviction")[0].body
+    assert first["kind"] == "Eviction" and first["deleteOptions"] == {"preconditions": {"uid": "uid-m0"}}
+    assert refused == [("default/m1", "HTTP 429: Cannot evict pod as it would violate the pod's disruption budget.")]
+    exposition = operator.metrics.exposition().decode()
+    assert "gpusched_consolidation_moves_total 3.0" in exposition
+    assert "gpusched_consolidation_refusals_total 1.0" in exposition
+
+
 async def test_a_preemptors_nominated_node_is_written_and_cleared(fake: FakeApiServer, operator: Operator) -> None:
     preemptor = api_pod.parse_pod(pod("urgent", 1))
 

@@ -6,6 +6,8 @@ members of a gang together, or one gang member alone), lets the queue gate admit
 
 - ``allocate`` (always first, :mod:`.allocate`): place the attempt's pods on a what-if of the cycle's snapshot,
   all or none; only a placement that holds whole is committed (assumed in the cache, handed to the binder);
+- ``consolidate`` (:mod:`.consolidate`, not in the default profile): move running pods to other nodes to make room,
+  nobody's work lost (each moved pod's controller recreates it on the target held for it);
 - ``reclaim`` (:mod:`.reclaim`): across queues, take back what other queues borrowed beyond their guarantee, when
   the job stays within its own queue's guarantee;
 - ``preempt`` (:mod:`.preempt`): within the job's queue, evict work of lower priority.
@@ -20,11 +22,9 @@ starvation (unless room is being made), the queueing hints, the gate's starving 
 not fit; unlike KAI-Scheduler's actions, which each walk every pending job of a session, ours run for one job at
 a time: the queue's order is the session's order.
 
-The next actions plug in here: ``consolidate`` (move running pods to other nodes to make room without evicting
-anyone: between allocate and reclaim) and ``backfill`` (place work that fits in the room held for a waiting job
-while it drains: after preempt). Each is a module with a class that has ``name`` and ``run`` like the others, its
-name in ``ACTIONS`` of ``scheduler.framework.profile`` at its place in the order, and an entry in
-:func:`build`.
+The next action plugs in here: ``backfill`` (place work that fits in the room held for a waiting job while it
+drains: after preempt). Like the others it is a module with a class that has ``name`` and ``run``, its name in
+``ACTIONS`` of ``scheduler.framework.profile`` at its place in the order, and an entry in :func:`build`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from typing import Protocol
 from scheduler.cache.state import Snapshot
 from scheduler.core.cycle import Diagnosis, Scheduler
 from scheduler.core.jobs import Attempt
+from scheduler.core.moves import Moves
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import Tenancy
 from scheduler.framework.interface import Decision, Status
@@ -82,13 +83,16 @@ class Action(Protocol):
         ...
 
 
-def build(names: Sequence[str], *, scheduler: Scheduler, preemptor: Preemptor, tenancy: Tenancy) -> list[Action]:
+def build(
+    names: Sequence[str], *, scheduler: Scheduler, preemptor: Preemptor, tenancy: Tenancy, moves: Moves
+) -> list[Action]:
     """The actions a profile names, in its order (``scheduler.framework.profile`` checked the names and order)."""
     # Imported here: each action's module imports Outcome and Verdict from this package.
-    from scheduler.core.actions import allocate, preempt, reclaim
+    from scheduler.core.actions import allocate, consolidate, preempt, reclaim
 
     made: dict[str, Callable[[], Action]] = {
         "allocate": lambda: allocate.Allocate(scheduler),
+        "consolidate": lambda: consolidate.Consolidate(scheduler, moves),
         "reclaim": lambda: reclaim.Reclaim(preemptor, tenancy),
         "preempt": lambda: preempt.Preempt(preemptor, tenancy),
     }

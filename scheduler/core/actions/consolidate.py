@@ -1,0 +1,88 @@
+"""The consolidate action: a job that fits nowhere gets room by moving running pods to other nodes.
+
+Between allocate and reclaim: nobody's work is lost, every moved pod runs again elsewhere (its controller
+recreates it, and the new pod goes to the target the plan held for it). The plan is searched on one what-if of the
+snapshot (``scheduler.core.move_plan``) among the pods that may move (``scheduler.core.moves``); it is carried
+out as one statement (targets held, then the moved pods evicted) and the job waits for its room. A job whose plan
+is being carried out waits for it; a search that finds nothing is not run again until the cluster changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scheduler.api.pod import PodRequest
+from scheduler.cache.state import Snapshot
+from scheduler.core.actions import NOTHING, WAITS, Outcome
+from scheduler.core.cycle import Scheduler
+from scheduler.core.jobs import Attempt
+from scheduler.core.move_plan import Found, Search
+from scheduler.core.moves import Moves
+
+
+class Consolidate:
+    name = "consolidate"
+
+    def __init__(self, scheduler: Scheduler, moves: Moves) -> None:
+        self.scheduler = scheduler
+        self.moves = moves
+
+    def run(self, attempt: Attempt, snapshot: Snapshot) -> Outcome:
+        moves = self.moves
+        if moves.mover is None:
+            return NOTHING
+        if moves.in_flight(attempt.key):
+            return WAITS
+        a = snapshot.arrays
+        version = int(a.gen.max()) if a.slots else 0
+        tried = moves.no_plan.get(attempt.key)
+        if tried is not None and tried[0] == version:
+            return NOTHING
+        found = self.search(attempt, snapshot)
+        if found.plan is None:
+            if tried is None or tried[1] != found.why:
+                self.scheduler_event(attempt, found.why)
+            moves.no_plan[attempt.key] = (version, found.why)
+            return NOTHING
+        moves.start(attempt, found.plan)
+        return WAITS
+
+    def search(self, attempt: Attempt, snapshot: Snapshot) -> Found:
+        """The plan for ``attempt`` on ``snapshot``, or why there is none."""
+        return self.plan_for(
+            attempt.members,
+            snapshot,
+            whole_gang=attempt.whole_gang,
+            priority=attempt.priority,
+            level=attempt.level,
+            context=attempt.context,
+        )
+
+    def plan_for(
+        self,
+        members: Sequence[PodRequest],
+        snapshot: Snapshot,
+        *,
+        whole_gang: bool,
+        priority: int,
+        level: int | None,
+        context: Mapping[str, Any],
+    ) -> Found:
+        """The plan for a job of ``members`` (``gpusched explain`` asks this too, with the cycle's context)."""
+        moves = self.moves
+        return Search(
+            self.scheduler,
+            snapshot,
+            members,
+            whole_gang=whole_gang,
+            context=context,
+            level=level,
+            limits=moves.limits,
+            within_budgets=moves.within_budgets,
+        ).run(lambda slot: moves.movable_on(slot, priority))
+
+    def scheduler_event(self, attempt: Attempt, why: str) -> None:
+        self.moves.events.emit(
+            obj=attempt.obj, kind="Normal", reason="NoMovePlan", message=f"consolidation cannot make room: {why}"
+        )

@@ -1,0 +1,295 @@
+"""Consolidation's state: which running pods may move, the plans being carried out, and what they hold.
+
+A plan (``scheduler.core.move_plan``) is carried out as one statement (:meth:`Moves.start`): its targets are held
+first (the job's nodes for the job, each moved pod's target for the pod that replaces it), then the moved pods are
+handed to the :class:`~scheduler.core.ports.Mover` (the Eviction API in a cluster). A moved pod's controller
+recreates it: the first new pending pod of the same controller and the same GPUs claims the move
+(:meth:`Moves.claim`) and may go only to that move's target; the job may go only to its own nodes; every other job
+leaves all of them alone. A plan ends when the job and every replacement are placed, and is abandoned (everything
+it holds released, a reason on the job) when an eviction is refused, the job leaves, or it has not ended after
+:data:`PLAN_TIMEOUT_S`.
+
+Which pods may move (:meth:`Moves.movable`): pods a controller recreates (an ``ownerReference`` with
+``controller: true``), not annotated ``gpusched.io/consolidation: never``, whose Queue's
+``spec.consolidation.moves`` allows them (``ExceptTraining`` by default: not a gang's members, not a batch Job's
+pods), of a priority not above the job's, not moved (or refused an eviction) within the cooldown, bound (not
+assumed), not leaving already, and not part of a plan. A gang's members never move: a gang moves whole or not at
+all, and whole-gang moves are not carried out yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scheduler.api import pdb as api_pdb
+from scheduler.api.pod import ANNOTATION_CONSOLIDATION, PodRequest
+from scheduler.cache.state import PodEntry
+from scheduler.core.cycle import Scheduler
+from scheduler.core.jobs import Attempt, Jobs
+from scheduler.core.move_plan import Plan
+from scheduler.core.ports import Events, Mover
+from scheduler.core.tenancy import Tenancy
+from scheduler.framework.interface import RESERVED_SLOTS
+from scheduler.framework.profile import ConsolidationConfig
+
+#: A plan not ended after this long (seconds) is abandoned: what it holds goes back to everyone.
+PLAN_TIMEOUT_S = 120.0
+#: The controller kind whose pods are training (run to completion: a move loses their progress).
+TRAINING_KINDS = frozenset({"Job"})
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A plan being carried out for job ``key``."""
+
+    key: str
+    obj: str
+    plan: Plan
+    started: float
+    #: The node slots the job goes to.
+    job_slots: np.ndarray
+    #: Per move, its target slot.
+    targets: list[int]
+    #: Moves whose replacement has not been placed yet (indices into ``plan.moves``).
+    waiting: set[int] = field(default_factory=set)
+    #: Replacement pod key -> the move it claimed.
+    claimed: dict[str, int] = field(default_factory=dict)
+    #: Whether the job itself is placed.
+    job_placed: bool = False
+
+    def holds(self, slots: int) -> np.ndarray:
+        mask = np.zeros(slots, dtype=bool) if self.job_placed else _sized(self.job_slots, slots)
+        for i in self.waiting:
+            mask[self.targets[i]] = True
+        return mask
+
+
+class Moves:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        jobs: Jobs,
+        tenancy: Tenancy,
+        *,
+        clock: Callable[[], float],
+        events: Events,
+        limits: ConsolidationConfig,
+        budgets: Mapping[str, api_pdb.DisruptionBudget],
+    ) -> None:
+        self.scheduler = scheduler
+        self.jobs = jobs
+        self.tenancy = tenancy
+        self.clock = clock
+        self.events = events
+        self.limits = limits
+        #: The cluster's PodDisruptionBudgets (the preemptor's: one copy).
+        self.budgets = budgets
+        #: Who evicts moved pods (None: no consolidation).
+        self.mover: Mover | None = None
+        #: Job key -> its plan being carried out.
+        self.plans: dict[str, InFlight] = {}
+        #: Moved pod key (the pod that leaves) -> the job key of its plan.
+        self.leaving: dict[str, str] = {}
+        #: Pod key -> when it was placed by a move, or its eviction was refused (not moved again within the cooldown).
+        self.cooled: dict[str, float] = {}
+        #: Job key -> (the cluster's version when a search found no plan, why).
+        self.no_plan: dict[str, tuple[int, str]] = {}
+        #: Counters for metrics: plans started and abandoned, pods moved, whole GPUs those pods held.
+        self.started = 0
+        self.abandoned = 0
+        self.moved = 0
+        self.gpus_moved = 0
+
+    # --- the rules -----------------------------------------------------------------------------------------------
+
+    def movable_on(self, slot: int, priority: int) -> list[PodEntry]:
+        """The running pods of node ``slot`` that may move for a job of ``priority`` (see the module notes)."""
+        now, cache = self.clock(), self.scheduler.cache
+        out = []
+        for entry in cache.pods_on(slot).values():
+            pod = entry.pod
+            if self.why_not(pod, priority, now) or cache.is_assumed(pod.key):
+                continue
+            out.append(entry)
+        return out
+
+    def why_not(self, pod: PodRequest, priority: int, now: float) -> str:
+        """Why ``pod`` may not move for a job of ``priority``; "" if it may."""
+        if not pod.owner:
+            return "no controller recreates it"
+        if pod.annotations.get(ANNOTATION_CONSOLIDATION, "allow") != "allow":
+            return f"annotated {ANNOTATION_CONSOLIDATION}: never"
+        if pod.deleting or pod.key in self.leaving:
+            return "it is leaving already"
+        if pod.priority > priority:
+            return "its priority is higher than the job's"
+        job = self.jobs.of_pod(pod.key)
+        if job is not None and job.group is not None:
+            return "it is a gang's member (a gang moves whole or not at all)"
+        leaf = job.queue if job is not None else self.jobs.queue_of(pod)
+        moves = self.tenancy.tree.spec(leaf).moves if leaf in self.tenancy.tree else "Never"
+        if moves == "Never":
+            return f"its queue {leaf!r} does not allow moves"
+        if moves == "ExceptTraining" and pod.owner_kind in TRAINING_KINDS:
+            return f"it is training ({pod.owner_kind}) and its queue {leaf!r} moves all but training"
+        since = self.cooled.get(pod.key)
+        if since is not None and now - since < self.limits.cooldown_s:
+            return f"moved or refused {now - since:.0f}s ago (cooldown {self.limits.cooldown_s:g}s)"
+        return ""
+
+    def within_budgets(self, pods: Sequence[PodRequest]) -> bool:
+        """Whether evicting ``pods`` together exceeds no PodDisruptionBudget."""
+        for budget in self.budgets.values():
+            covered = sum(1 for p in pods if budget.covers(p.namespace, p.name, p.labels))
+            if covered > budget.allowed:
+                return False
+        return True
+
+    # --- carrying a plan out -------------------------------------------------------------------------------------
+
+    def in_flight(self, key: str) -> bool:
+        """Whether a plan is being carried out for job ``key`` (abandoned first if it timed out)."""
+        plan = self.plans.get(key)
+        if plan is None:
+            return False
+        if self.clock() - plan.started >= PLAN_TIMEOUT_S:
+            self.abandon(key, f"the plan did not end within {PLAN_TIMEOUT_S:g}s")
+            return False
+        return True
+
+    def start(self, attempt: Attempt, plan: Plan) -> None:
+        """Carry ``plan`` out for ``attempt`` as one statement: hold the targets, then evict every moved pod."""
+        assert self.mover is not None
+        cache = self.scheduler.cache
+        slots = cache.arrays.slots
+        job_slots = np.zeros(slots, dtype=bool)
+        for decision in plan.job:
+            slot = cache.slot_of(decision.node)
+            if slot is not None:
+                job_slots[slot] = True
+        targets = [cache.slot_of(m.target) or 0 for m in plan.moves]
+        self.plans[attempt.key] = InFlight(
+            attempt.key, attempt.obj, plan, self.clock(), job_slots, targets, set(range(len(plan.moves)))
+        )
+        self.no_plan.pop(attempt.key, None)
+        for move in plan.moves:
+            self.leaving[move.pod.key] = attempt.key
+            self.events.emit(
+                obj=f"pod {move.pod.key}",
+                kind="Normal",
+                reason="Moved",
+                message=f"moved from {move.source} to {move.target} to make room for {attempt.obj} (consolidation)",
+            )
+        self.events.emit(obj=attempt.obj, kind="Normal", reason="Consolidating", message=plan.describe())
+        self.started += 1
+        self.moved += len(plan.moves)
+        self.gpus_moved += plan.gpus
+        self.mover.move([m.pod for m in plan.moves], f"consolidation: making room for {attempt.obj}")
+
+    def claim(self, pod: PodRequest) -> None:
+        """A new pending pod: if a moved pod's controller made it, it takes that move's target."""
+        if not pod.owner or not self.plans:
+            return
+        for plan in self.plans.values():
+            if pod.key in plan.claimed:
+                return
+            for i in sorted(plan.waiting - set(plan.claimed.values())):
+                moved = plan.plan.moves[i].pod
+                if moved.owner == pod.owner and moved.gpu == pod.gpu:
+                    plan.claimed[pod.key] = i
+                    return
+
+    def placed(self, key: str) -> None:
+        """Queue item ``key`` was placed: a plan's job, or a replacement, is done; a plan all done ends."""
+        now = self.clock()
+        for job_key, plan in list(self.plans.items()):
+            if key == job_key:
+                plan.job_placed = True
+            elif key in plan.claimed:
+                plan.waiting.discard(plan.claimed.pop(key))
+                self.cooled[key] = now
+            else:
+                continue
+            if plan.job_placed and not plan.waiting:
+                self._end(job_key)
+            return
+
+    def gone(self, key: str) -> None:
+        """Pod (or job) ``key`` left: a moved pod is on its way; a job that leaves abandons its plan."""
+        self.leaving.pop(key, None)
+        self.cooled.pop(key, None)
+        if key in self.plans:
+            self.abandon(key, "the job left")
+            return
+        for plan in self.plans.values():
+            plan.claimed.pop(key, None)
+
+    def refused(self, pod_key: str, message: str) -> str | None:
+        """The eviction of moved pod ``pod_key`` was refused: its plan is abandoned; the job's key, if any."""
+        key = self.leaving.pop(pod_key, None)
+        self.cooled[pod_key] = self.clock()
+        if key is None or key not in self.plans:
+            return None
+        why = f"the eviction of {pod_key} was refused: {message}"
+        self.abandon(key, why)
+        # Not searched again until the cluster changes: the next plan would meet the same refusal.
+        a = self.scheduler.cache.arrays
+        self.no_plan[key] = (int(a.gen.max()) if a.slots else 0, why)
+        return key
+
+    def abandon(self, key: str, why: str) -> None:
+        """Release everything job ``key``'s plan holds; say why on the job."""
+        plan = self.plans.pop(key, None)
+        if plan is None:
+            return
+        self.abandoned += 1
+        for move in plan.plan.moves:
+            if self.leaving.get(move.pod.key) == key:
+                del self.leaving[move.pod.key]
+        self.events.emit(
+            obj=plan.obj, kind="Warning", reason="ConsolidationAbandoned", message=f"{why}; what it held is released"
+        )
+
+    def _end(self, key: str) -> None:
+        plan = self.plans.pop(key)
+        for move in plan.plan.moves:
+            self.leaving.pop(move.pod.key, None)
+
+    # --- what every cycle respects -------------------------------------------------------------------------------
+
+    def context(self, key: str) -> dict[str, Any]:
+        """What job ``key``'s cycles must respect: a plan's job goes only to its nodes, a replacement only to its
+        target; everyone else leaves every plan's targets alone."""
+        if not self.plans:
+            return {}
+        slots = self.scheduler.cache.arrays.slots
+        reserved = np.zeros(slots, dtype=bool)
+        for job_key, plan in self.plans.items():
+            if key == job_key:
+                reserved |= ~_sized(plan.job_slots, slots)
+            elif key in plan.claimed:
+                only = np.ones(slots, dtype=bool)
+                only[plan.targets[plan.claimed[key]]] = False
+                reserved |= only
+            else:
+                reserved |= plan.holds(slots)
+        return {RESERVED_SLOTS: reserved}
+
+    def why(self, key: str) -> str:
+        """The plan being carried out for job ``key``, or why the last search found none ("" if none ran)."""
+        plan = self.plans.get(key)
+        if plan is not None:
+            return f"moving pods for it: {plan.plan.describe()}"
+        return self.no_plan.get(key, (0, ""))[1]
+
+
+def _sized(mask: np.ndarray, slots: int) -> np.ndarray:
+    """``mask`` cut or grown (False) to ``slots`` (the arrays grow when nodes come)."""
+    out = np.zeros(slots, dtype=bool)
+    size = min(slots, mask.shape[0])
+    out[:size] = mask[:size]
+    return out

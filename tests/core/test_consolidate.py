@@ -1,0 +1,180 @@
+"""The consolidate action: a job that fits nowhere gets room by moving running pods, within the rules."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from scheduler.api import pdb as api_pdb
+from scheduler.api import pod as api_pod
+from scheduler.api.podgroup import PodGroup
+from scheduler.api.queue import QueueSpec
+from scheduler.core.loop import ClusterEvent, SchedulingLoop
+from scheduler.framework import profile
+from scheduler.queue.scheduling import SchedulingQueue
+from tests.api import objects
+from tests.core.harness import Clock, Cluster, Events
+
+ACTIONS = ["allocate", "consolidate", "reclaim", "preempt"]
+
+
+class Mover:
+    def __init__(self) -> None:
+        self.pods: list[api_pod.PodRequest] = []
+
+    def move(self, pods: list[api_pod.PodRequest], reason: str) -> None:
+        self.pods.extend(pods)
+
+
+class World:
+    """Three nodes of 8 GPUs at 7, 6 and 7 used by 1-GPU pods of one controller each node (d0, d1, d2)."""
+
+    def __init__(self, used: tuple[int, ...] = (7, 6, 7), queues: list[QueueSpec] | None = None) -> None:
+        config = profile.parse({"plugins": ["fit", "gpu", "fgd"], "actions": ACTIONS})
+        self.cluster = Cluster([objects.node(f"n{i}", cpu="64", gpus=8) for i in range(len(used))], config=config)
+        self.clock, self.events, self.mover = Clock(), Events(), Mover()
+        self.loop = SchedulingLoop(
+            self.cluster.scheduler, SchedulingQueue(clock=self.clock), clock=self.clock, events=self.events
+        )
+        self.loop.moves.mover = self.mover
+        if queues:
+            self.loop.queues_changed(queues)
+        self.made = 0
+        for i, count in enumerate(used):
+            for j in range(count):
+                self.bound(self.pod(f"d{i}-{j}", owner=f"d{i}"), f"n{i}")
+
+    def pod(self, name: str, *, gpus: int = 1, owner: str = "", **kw: object) -> api_pod.PodRequest:
+        pod = api_pod.parse_pod(objects.pod(name, gpus=gpus, **kw))  # type: ignore[arg-type]
+        return dataclasses.replace(pod, owner=owner, owner_kind="ReplicaSet" if owner else "")
+
+    def bound(self, pod: api_pod.PodRequest, node: str) -> None:
+        placed = dataclasses.replace(pod, node_name=node, phase="Running")
+        self.cluster.cache.upsert_pod(placed)
+        self.loop.pod_placed(placed)
+
+    def step(self) -> None:
+        """Cycles until idle; evictions happen, controllers make new pods; bindings confirmed; again until still."""
+        for _ in range(10):
+            self.clock.now += 5.0  # past any backoff
+            self.loop.run_until_idle()
+            for decision in self.cluster.binder.decisions:
+                self.bound(decision.pod, decision.node)
+            self.cluster.binder.decisions.clear()
+            if not self.mover.pods:
+                continue
+            moved, self.mover.pods = self.mover.pods, []
+            for pod in moved:
+                self.cluster.cache.remove_pod(pod.key)
+                self.loop.pod_gone(pod.key)
+            for pod in moved:
+                self.made += 1
+                self.loop.pod_pending(dataclasses.replace(pod, name=f"new{self.made}", node_name="", phase="Pending"))
+            self.loop.cluster_event(ClusterEvent.POD_DELETED)
+
+    def used(self) -> list[int]:
+        out = [0, 0, 0]
+        for entry in self.cluster.cache.pods():
+            out[entry.placement.slot] += entry.pod.gpu.count
+        return out
+
+    def reasons(self) -> list[str]:
+        return [reason for _, reason, _ in self.events.seen]
+
+
+def test_a_four_gpu_pod_fits_only_by_moving_two_pods_and_every_moved_pod_runs_again() -> None:
+    world = World()
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    node = world.cluster.cache.pod("default/big")
+    assert node is not None, world.events.seen
+    assert sorted(world.used()) == [8, 8, 8]
+    assert world.made == 2  # n1 had 2 free: two pods moved off it
+    assert len(list(world.cluster.cache.pods())) == 20 + 1
+    assert world.reasons().count("Moved") == 2 and "Consolidating" in world.reasons()
+    assert world.loop.moves.plans == {} and world.loop.moves.moved == 2
+
+
+def test_nothing_moves_without_the_action_in_the_profile() -> None:
+    world = World()
+    world.loop.moves.mover = None
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert world.cluster.cache.pod("default/big") is None and world.made == 0
+
+
+def test_pods_annotated_never_pods_without_controller_and_no_move_queues_stay() -> None:
+    world = World(used=(0, 0, 0), queues=[QueueSpec(name="fixed", moves="Never")])
+    for j in range(7):
+        world.bound(world.pod(f"a{j}", owner="a", annotations={"gpusched.io/consolidation": "never"}), "n0")
+        world.bound(world.pod(f"c{j}", owner="c", labels={"gpusched.io/queue": "fixed"}), "n2")
+    for j in range(6):
+        world.bound(world.pod(f"b{j}"), "n1")  # no controller
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert world.cluster.cache.pod("default/big") is None and world.made == 0
+    assert any(r == "NoMovePlan" for r in world.reasons())
+
+
+def test_a_disruption_budget_bounds_the_plan() -> None:
+    world = World(used=(0, 0, 0))
+    for i, count in enumerate((7, 6, 7)):
+        for j in range(count):
+            world.bound(world.pod(f"d{i}-{j}", owner=f"d{i}", labels={"app": f"d{i}"}), f"n{i}")
+    for i in range(3):
+        selector = {"matchLabels": {"app": f"d{i}"}}
+        raw = {"metadata": {"namespace": "default", "name": f"d{i}"}, "spec": {"selector": selector}}
+        world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": 1}}))
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    # One pod of a Deployment at a time: room on n1 needs two of d1's pods, and one pod off n0 or n2 leaves 2 free
+    # there. No plan holds: nothing moves, and the pod says why.
+    assert world.made == 0 and world.cluster.cache.pod("default/big") is None
+    told = [m for _, r, m in world.events.seen if r == "NoMovePlan"]
+    assert told and "PodDisruptionBudget" in told[0]
+
+
+def test_a_gang_of_two_four_gpu_pods_fits_by_moves_on_two_nodes() -> None:
+    world = World(used=(5, 6, 5))
+    world.loop.group_upsert(PodGroup("default", "g", min_member=2))
+    for i in range(2):
+        world.loop.pod_pending(world.pod(f"g{i}", gpus=4, labels={"gpusched.io/pod-group": "g"}))
+    world.step()
+    assert world.cluster.cache.pod("default/g0") is not None, world.events.seen
+    assert world.cluster.cache.pod("default/g1") is not None
+    assert sorted(world.used()) == [8, 8, 8] and world.made == 2
+
+
+def test_a_refused_eviction_abandons_the_plan_and_releases_its_targets() -> None:
+    world = World()
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.loop.run_until_idle()
+    assert len(world.mover.pods) == 2
+    refused = world.mover.pods[0]
+    world.mover.pods = []
+    world.loop.move_refused(refused.key, "Cannot evict pod as it would violate the pod's disruption budget.")
+    assert world.loop.moves.plans == {} and world.loop.moves.leaving == {}
+    assert "ConsolidationAbandoned" in world.reasons()
+    # Not tried again (it would meet the same refusal) until the cluster changes.
+    world.clock.now += 5.0
+    world.loop.cluster_event(ClusterEvent.QUEUE_CHANGED)
+    world.loop.run_until_idle()
+    assert not world.mover.pods
+    # Nothing is held any more: a one-GPU pod goes where a target was.
+    world.loop.pod_pending(world.pod("small"))
+    world.loop.run_until_idle()
+    assert world.cluster.binder.decisions and world.cluster.binder.decisions[-1].pod.name == "small"
+
+
+def test_a_budget_change_wakes_a_job_that_found_no_plan() -> None:
+    world = World()
+    raw = {"metadata": {"namespace": "default", "name": "all"}, "spec": {"selector": {"matchLabels": {"x": "y"}}}}
+    world.loop.pod_pending(world.pod("big", gpus=4, labels={"x": "y"}))
+    world.loop.moves.mover = None
+    world.loop.run_until_idle()
+    world.loop.moves.mover = world.mover
+    world.loop.moves.no_plan["default/big"] = (0, "found none")
+    world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": 1}}))
+    assert world.loop.moves.no_plan == {}
+    world.clock.now += 5.0
+    world.loop.run_until_idle()
+    assert len(world.mover.pods) == 2

@@ -1,0 +1,280 @@
+"""Consolidation on a real API server (issue 27): three kwok nodes of 8 GPUs filled by 1-GPU pods of Deployments,
+each under a PodDisruptionBudget (maxUnavailable 1); a 4-GPU pod, and a gang of two 4-GPU pods, find room only by
+moving pods. Checked as a user would: each binds within 60 s, no Deployment ever has two pods unavailable, pods
+annotated ``gpusched.io/consolidation: never`` and pods of a Queue that allows no moves are never evicted, every
+moved pod runs again (its Deployment's new pod), and nothing is lost; a budget that allows no disruption leaves
+everything as it was, with the reason on the pending pod. See docs/consolidation.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kube as kube_mod
+import pytest
+from kube import Scenario, node_of, phase_of
+
+pytestmark = pytest.mark.e2e
+
+CONSOLIDATING = {"profile": {"actions": ["allocate", "consolidate", "reclaim", "preempt"]}}
+NODES = ("cons-0", "cons-1", "cons-2")
+#: Deployments whose pods may move, one annotated never, one in a Queue that allows no moves.
+KEEP, FIXED = "keep", "fixed"
+
+
+def _deployments(s: Scenario) -> str:
+    return f"/apis/apps/v1/namespaces/{s.namespace}/deployments"
+
+
+def _deployment(s: Scenario, name: str, replicas: int, queue: str) -> None:
+    template = kube_mod.pod(name, gpus=1, labels={"app": name, kube_mod.OWNER_LABEL: s.name})
+    if name == FIXED:
+        template["metadata"]["labels"]["gpusched.io/queue"] = queue
+    if name == KEEP:
+        template["metadata"]["annotations"]["gpusched.io/consolidation"] = "never"
+    del template["metadata"]["name"]
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": template["metadata"], "spec": template["spec"]},
+        },
+    }
+    s.kube.request("POST", _deployments(s), body)
+
+
+def _scale(s: Scenario, name: str, replicas: int) -> None:
+    s.kube.request(
+        "PATCH",
+        f"{_deployments(s)}/{name}",
+        {"spec": {"replicas": replicas}},
+        content_type="application/merge-patch+json",
+    )
+
+
+def _budget(s: Scenario, name: str, max_unavailable: int) -> None:
+    s.kube.request(
+        "POST",
+        f"/apis/policy/v1/namespaces/{s.namespace}/poddisruptionbudgets",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name},
+            "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": name}}},
+        },
+    )
+
+
+def _cordon(s: Scenario, node: str, unschedulable: bool) -> None:
+    s.kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}",
+        {"spec": {"unschedulable": unschedulable}},
+        content_type="application/merge-patch+json",
+    )
+
+
+def _running(s: Scenario) -> list[dict[str, Any]]:
+    return [
+        p for p in s.pods() if node_of(p) and phase_of(p) == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _fill(s: Scenario, layout: list[Mapping[str, int]], queue: str, *, budgets: bool) -> dict[str, int]:
+    """Fill the nodes one at a time (the others cordoned) with the Deployments' pods of ``layout`` (per node, the
+    pods each Deployment has there); with ``budgets`` every Deployment gets one of maxUnavailable 1. Returns the
+    replicas."""
+    replicas: dict[str, int] = {}
+    for i, node in enumerate(NODES):
+        for other in NODES:
+            _cordon(s, other, other != node)
+        for name, count in layout[i].items():
+            if name in replicas:
+                replicas[name] += count
+                _scale(s, name, replicas[name])
+            else:
+                replicas[name] = count
+                _deployment(s, name, count, queue)
+        want = sum(replicas.values())
+        kube_mod.wait_until(
+            lambda want=want: len(_running(s)) == want or None,  # type: ignore[misc]
+            timeout=60,
+            what=f"{want} pods Running",
+            describe=s.describe,
+        )
+    for node in NODES:
+        _cordon(s, node, False)
+    for name in replicas if budgets else ():
+        _budget(s, name, 1)
+    return replicas
+
+
+def _setup(
+    s: Scenario, layout: list[Mapping[str, int]], *, budgets: bool = True
+) -> tuple[dict[str, int], dict[str, str]]:
+    """The nodes, the Queue that allows no moves, the Deployments; gpusched started with consolidation on. Returns
+    the replicas and the uid -> name of every pod that must never be evicted."""
+    queue = f"{s.name}-nomove"[:63]
+    spec = kube_mod.queue(queue)
+    spec["spec"]["consolidation"] = {"moves": "Never"}
+    s.create_queue(spec)
+    s.add_nodes([kube_mod.gpu_node(n, gpus=8) for n in NODES])
+    s.start_gpusched(config=CONSOLIDATING)
+    replicas = _fill(s, layout, queue, budgets=budgets)
+    kept = {
+        p["metadata"]["uid"]: p["metadata"]["name"]
+        for p in _running(s)
+        if p["metadata"]["labels"].get("app") in (KEEP, FIXED)
+    }
+    used = {n: 0 for n in NODES}
+    for p in _running(s):
+        used[node_of(p)] += 1
+    assert [used[n] for n in NODES] == [sum(c.values()) for c in layout], used
+    return replicas, kept
+
+
+def _watch_budgets(s: Scenario, replicas: Mapping[str, int], names: list[str]) -> list[dict[str, Any]] | None:
+    """One look: no Deployment has two pods unavailable (a PDB breached); the named pods, once all Running."""
+    pods = s.pods()
+    available: dict[str, int] = {}
+    for p in pods:
+        app = p["metadata"]["labels"].get("app")
+        if app and node_of(p) and phase_of(p) == "Running" and not p["metadata"].get("deletionTimestamp"):
+            available[app] = available.get(app, 0) + 1
+    for app, want in replicas.items():
+        assert available.get(app, 0) >= want - 1, f"{app}: {available.get(app, 0)} of {want} available\n{s.describe()}"
+    wanted = [p for p in pods if p["metadata"]["name"] in names and node_of(p) and phase_of(p) == "Running"]
+    return wanted if len(wanted) == len(names) else None
+
+
+def _after(s: Scenario, replicas: Mapping[str, int], kept: Mapping[str, str], moved: int) -> None:
+    """Every Deployment runs all its pods again, the kept pods are the same pods, nothing is over-committed."""
+    kube_mod.wait_until(
+        lambda: (
+            _watch_budgets(s, replicas, []) is not None
+            and all(
+                sum(1 for p in _running(s) if p["metadata"]["labels"].get("app") == app) == want
+                for app, want in replicas.items()
+            )
+        ),
+        timeout=60,
+        what="every Deployment's pods Running",
+        describe=s.describe,
+    )
+    uids = {p["metadata"]["uid"] for p in _running(s)}
+    assert set(kept) <= uids, f"evicted: {[kept[u] for u in set(kept) - uids]}"
+    events = [e for e in s.kube.events(s.namespace) if e.get("reason") == "Moved"]
+    assert len(events) == moved, [(e["involvedObject"]["name"], e["message"]) for e in events]
+    assert all(e["involvedObject"]["name"] not in kept.values() for e in events)
+    kube_mod.check_no_overcommit(s.pods(), s.my_nodes())
+
+
+def test_a_four_gpu_pod_binds_by_moving_two_pods_and_a_strict_budget_first_keeps_everything(sched: Scenario) -> None:
+    layout = [{"a": 3, KEEP: 2, FIXED: 2}, {"c": 2, "d": 2, KEEP: 1, FIXED: 1}, {"e": 3, KEEP: 2, FIXED: 2}]
+    replicas, kept = _setup(sched, layout)
+    # First the budgets of the pods on cons-1 allow no disruption: no plan, nothing moves, the pod says why.
+    for name in ("c", "d"):
+        sched.kube.request(
+            "PATCH",
+            f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets/{name}",
+            {"spec": {"maxUnavailable": 0}},
+            content_type="application/merge-patch+json",
+        )
+    kube_mod.wait_until(
+        lambda: all(
+            b.get("status", {}).get("disruptionsAllowed") == 0 and b["status"].get("observedGeneration") == 2
+            for b in sched.kube.request("GET", f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets")[
+                "items"
+            ]
+            if b["metadata"]["name"] in ("c", "d")
+        ),
+        timeout=60,
+        what="strict budgets observed",
+        describe=sched.describe,
+    )
+    before = {p["metadata"]["uid"] for p in _running(sched)}
+    sched.create_pod(kube_mod.pod("big", gpus=4))
+    told = sched.wait_event("big", "NoMovePlan")["message"]
+    assert "PodDisruptionBudget" in told, told
+    sched.stays_unbound(["big"], 5)
+    assert {p["metadata"]["uid"] for p in _running(sched)} == before
+    assert not [e for e in sched.kube.events(sched.namespace) if e.get("reason") == "Moved"]
+
+    # maxUnavailable 1 again: two pods of two Deployments move off cons-1, the pod binds there.
+    for name in ("c", "d"):
+        sched.kube.request(
+            "PATCH",
+            f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets/{name}",
+            {"spec": {"maxUnavailable": 1}},
+            content_type="application/merge-patch+json",
+        )
+    (big,) = kube_mod.wait_until(
+        lambda: _watch_budgets(sched, replicas, ["big"]),
+        timeout=60,
+        what="big Running after moves",
+        describe=sched.describe,
+        interval=0.2,
+    )
+    assert node_of(big) == "cons-1", node_of(big)
+    assert "move 2 pod(s)" in sched.wait_event("big", "Consolidating")["message"]
+    _after(sched, replicas, kept, moved=2)
+
+
+def test_a_gang_of_two_four_gpu_pods_binds_by_moving_one_pod_off_two_nodes(sched: Scenario) -> None:
+    layout = [{"a": 3, KEEP: 2}, {"c": 2, "d": 2, KEEP: 1, FIXED: 1}, {"e": 3, FIXED: 2}]
+    replicas, kept = _setup(sched, layout)
+    sched.create_podgroup(kube_mod.podgroup("pair", min_member=2))
+    for i in range(2):
+        sched.create_pod(kube_mod.pod(f"pair-{i}", gpus=4, group="pair"))
+    pair = kube_mod.wait_until(
+        lambda: _watch_budgets(sched, replicas, ["pair-0", "pair-1"]),
+        timeout=60,
+        what="the gang Running after moves",
+        describe=sched.describe,
+        interval=0.2,
+    )
+    assert sorted(node_of(p) for p in pair) == ["cons-0", "cons-2"]
+    _after(sched, replicas, kept, moved=2)
+
+
+def test_a_refused_eviction_abandons_the_plan_and_leaves_everything_as_it_was(sched: Scenario) -> None:
+    layout = [{"a": 3, KEEP: 2, FIXED: 2}, {"c": 2, "d": 2, KEEP: 1, FIXED: 1}, {"e": 3, KEEP: 2, FIXED: 2}]
+    replicas, _ = _setup(sched, layout, budgets=False)
+    # A budget with an empty selector: the Eviction API applies it to every pod of the namespace (and allows no
+    # disruption); the plan search, reading budgets as preemption does, counts it for none. The API server refuses.
+    sched.kube.request(
+        "POST",
+        f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "everything"},
+            "spec": {"maxUnavailable": 0, "selector": {}},
+        },
+    )
+    kube_mod.wait_until(
+        lambda: (
+            "disruptionsAllowed"
+            in sched.kube.request(
+                "GET", f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets/everything"
+            ).get("status", {})
+        ),
+        timeout=60,
+        what="the budget observed",
+        describe=sched.describe,
+    )
+    before = {p["metadata"]["uid"] for p in _running(sched)}
+    sched.create_pod(kube_mod.pod("big", gpus=4))
+    told = sched.wait_event("big", "ConsolidationAbandoned")["message"]
+    assert "HTTP 429" in told and "disruption budget" in told, told
+    sched.stays_unbound(["big"], 5)
+    assert {p["metadata"]["uid"] for p in _running(sched)} == before
+    assert sum(replicas.values()) == len(before)
+    kube_mod.check_no_overcommit(sched.pods(), sched.my_nodes())
+    # The holds are released: a 1-GPU pod binds where a move's target was.
+    sched.create_pod(kube_mod.pod("small", gpus=1))
+    sched.wait_bound(["small"], timeout=60)

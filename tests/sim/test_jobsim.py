@@ -1,0 +1,81 @@
+"""The simulator's side of consolidation: moved pods leave at once and come back as new pods of their controller,
+placed on the targets held for them."""
+
+from __future__ import annotations
+
+from scheduler.api import node as api_node
+from scheduler.api import resources
+from scheduler.api.pod import PodRequest
+from scheduler.api.resources import GpuRequest
+from scheduler.framework import profile
+from scheduler.framework.interface import Decision
+from scheduler.sim import jobsim
+from tests.api import objects
+
+
+class Arrivals(jobsim.JobSimulation):
+    """Single pods arrive at given times and never leave; records placements and replacements."""
+
+    def __init__(self, pods: list[tuple[float, PodRequest]], actions: list[str], leave: dict[str, float]) -> None:
+        config = profile.parse({"plugins": ["fit", "gpu", "fgd"], "actions": actions})
+        nodes = [api_node.parse_node(objects.node(f"n{i}", cpu="64", gpus=8)) for i in range(3)]
+        super().__init__(nodes, config)
+        self.by_name = {pod.name: pod for _, pod in pods}
+        self.where: dict[str, str] = {}
+        self.follow: dict[str, str] = {}
+        self.leave = leave
+        for at, pod in pods:
+            self.arrive(pod.name, at)
+
+    def arrived(self, name: str) -> None:
+        self.submit([self.by_name[name]], None)
+        if name in self.leave:
+            self.depart(name, self.leave[name])
+
+    def departed(self, name: str) -> None:
+        self.remove([self.by_name[name]], None)
+        self.where.pop(name, None)
+        self.pods_deleted()
+
+    def placed(self, decision: Decision) -> None:
+        self.where[decision.pod.name] = decision.node
+
+    def replaced(self, old: PodRequest, new: PodRequest) -> None:
+        self.follow[old.name] = new.name
+        self.where.pop(old.name, None)
+
+
+def _pod(name: str, gpus: int, at: float, owner: str = "") -> tuple[float, PodRequest]:
+    request = {resources.CPU: 1000, resources.PODS: 1}
+    gpu = GpuRequest(count=gpus, milli=1000)
+    return at, PodRequest("trace", name, resources=request, gpu=gpu, owner=owner, owner_kind="ReplicaSet", created=at)
+
+
+def _workload() -> list[tuple[float, PodRequest]]:
+    # 24 one-GPU pods fill the three nodes (FGD packs them in name order), four leave: 7, 6 and 7 GPUs are used
+    # when a 4-GPU pod comes.
+    pods = [_pod(f"s{i}", 1, float(i), owner=f"rs{i % 3}") for i in range(24)]
+    return [*pods, _pod("big", 4, 100.0)]
+
+
+LEAVE = {"s0": 40.0, "s8": 40.0, "s9": 40.0, "s16": 40.0}
+
+
+def _run(actions: list[str]) -> Arrivals:
+    sim = Arrivals(_workload(), actions, LEAVE)
+    sim.run()
+    return sim
+
+
+def test_with_consolidate_the_four_gpu_pod_runs_and_every_moved_pod_runs_again() -> None:
+    sim = _run(["allocate", "consolidate"])
+    assert "big" in sim.where
+    assert sim.follow and all(new in sim.where for new in sim.follow.values())
+    assert len(sim.where) == 21 and len(sim.follow) == 2
+    assert sim.loop.moves.moved == len(sim.follow)
+
+
+def test_without_it_the_four_gpu_pod_waits() -> None:
+    sim = _run(["allocate"])
+    assert "big" not in sim.where and not sim.follow
+    assert sorted(list(sim.where.values()).count(n) for n in ("n0", "n1", "n2")) == [6, 7, 7]
