@@ -212,8 +212,9 @@ class ChurnRun:
 
 
 class ChurnSimulation(jobsim.JobSimulation):
-    """Each pod is a job of its own; it departs ``duration`` seconds after it is placed (a moved pod: what it had
-    left to run when it was evicted)."""
+    """Each pod is a job of its own, a ReplicaSet's pod (consolidation may move it); it departs ``duration`` seconds
+    after it is placed. A moved pod's replacement (a new pod of the same controller) runs for what the moved pod
+    had left to run, and its arrival stays the moved pod's: its waits count once, from its first arrival."""
 
     def __init__(
         self, nodes: Sequence[NodeSpec], load: Workload, config: ProfileConfig, *, evictor: Evictor | None = None
@@ -224,13 +225,17 @@ class ChurnSimulation(jobsim.JobSimulation):
         self.horizon = load.horizon
         self.capacity = float(sum(n.gpus for n in nodes)) * layout.WHOLE
         self.requests = {
-            a.name: dataclasses.replace(a.spec.request(a.name), owner=f"replicaset/{a.name}", created=a.at)
+            a.name: dataclasses.replace(
+                a.spec.request(a.name), owner=f"replicaset/{a.name}", owner_kind="ReplicaSet", created=a.at
+            )
             for a in load.arrivals
         }
         #: When each pod was first placed; when each running pod ends; what a moved pod has left to run.
         self.first_placed: dict[str, float] = {}
         self.ends: dict[str, float] = {}
         self.left: dict[str, float] = {a.name: a.duration for a in load.arrivals}
+        #: A replacement's name -> the name the pod first arrived under.
+        self.origin: dict[str, str] = {}
         self.running = 0.0
         self.moves = 0
         self.area = 0.0
@@ -258,6 +263,8 @@ class ChurnSimulation(jobsim.JobSimulation):
         self.submit([self.requests[name]], None)
 
     def departed(self, name: str) -> None:
+        if name not in self.ends:
+            return  # moved meanwhile: its replacement departs in its stead
         self._take_out(name)
         self.ends.pop(name, None)
         self.pods_deleted()
@@ -265,6 +272,19 @@ class ChurnSimulation(jobsim.JobSimulation):
     def _take_out(self, name: str) -> None:
         self.remove([self.requests[name]], None)
         self.running -= self.by_name[name].spec.gpu_total
+
+    def replaced(self, old: PodRequest, new: PodRequest) -> None:
+        # The jobs' loop has removed the moved pod from the cache and the loop already.
+        name = old.name
+        if name in self.ends:
+            self.left[new.name] = max(0.0, self.ends.pop(name) - self.now)
+            self.running -= self.by_name[name].spec.gpu_total
+        else:
+            self.left[new.name] = self.left[name]
+        self.by_name[new.name] = self.by_name[name]
+        self.requests[new.name] = new
+        self.origin[new.name] = self.origin.get(name, name)
+        self.moves += 1
 
     def preempted(self) -> bool:
         if not self.mover.pods:
@@ -284,7 +304,7 @@ class ChurnSimulation(jobsim.JobSimulation):
 
     def placed(self, decision: Decision) -> None:
         name = decision.pod.name
-        self.first_placed.setdefault(name, self.now)
+        self.first_placed.setdefault(self.origin.get(name, name), self.now)
         self.ends[name] = self.now + self.left[name]
         self.running += self.by_name[name].spec.gpu_total
         if self.ends[name] <= self.horizon:
@@ -301,8 +321,8 @@ class ChurnSimulation(jobsim.JobSimulation):
         self.advance(self.horizon)
         waits: dict[str, list[float]] = {}
         never = 0
-        for arrival in self.by_name.values():
-            if arrival.initial:
+        for key, arrival in self.by_name.items():
+            if arrival.initial or key in self.origin:
                 continue
             start = self.first_placed.get(arrival.name)
             if start is None or start > self.horizon:  # a backoff wake-up taken after the window
@@ -319,7 +339,9 @@ class ChurnSimulation(jobsim.JobSimulation):
             waits={cls: _wait_figures(values) for cls, values in waits.items()},
             placed=placed,
             never_placed=never,
-            initial_never_placed=sum(1 for a in self.by_name.values() if a.initial and a.name not in self.first_placed),
+            initial_never_placed=sum(
+                1 for k, a in self.by_name.items() if a.initial and k not in self.origin and k not in self.first_placed
+            ),
             moves=self.moves,
             moves_per_100_placed=100.0 * self.moves / placed if placed else math.nan,
             free_whole_node_gpus=self.free_area / span,

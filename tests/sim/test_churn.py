@@ -153,3 +153,23 @@ def test_options_of_other_modes_are_refused_with_churn(tmp_path: Path, capsys: p
     assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods), "--churn", "0"]) == 2
     assert "--churn" in capsys.readouterr().err
     assert main(["simulate", "--pods", str(pods), "--churn", "1"]) == 2
+
+
+def test_consolidation_moves_a_pod_which_then_runs_what_it_had_left() -> None:
+    # Two nodes of 2 GPUs; spread puts a1 and a2 on one each; c (2 GPUs) fits nowhere until one of them moves (or a2
+    # leaves at 10).
+    nodes = [NodeSpec("n1", 64000, 262144, 2, "V100M32"), NodeSpec("n2", 64000, 262144, 2, "V100M32")]
+    arrivals = [
+        Arrival("a1", _pod("a1", 1), 0.0, 100.0),
+        Arrival("a2", _pod("a2", 1), 0.0, 10.0),
+        Arrival("c", _pod("c", 2), 1.0, 100.0),
+    ]
+    still = _run(nodes, arrivals, 20.0, "spread")
+    assert (still.never_placed, still.moves, still.waits["2"]["p50"]) == (0, 0, 9.0)
+    assert still.time_weighted_alloc == pytest.approx(100.0 * (20 + 10 + 2 * 10) / 80.0)
+    moved = _run(nodes, arrivals, 20.0, "spread+consolidate")
+    assert (moved.never_placed, moved.moves, moved.placed) == (0, 1, 3)
+    assert moved.waits["2"]["p50"] == 1.0  # the plan starts at 1; c is tried again at the end of its backoff
+    assert moved.moves_per_100_placed == pytest.approx(100.0 / 3)
+    # a1 20 GPU-s; a2 10, moved at 1 and leaving at 10 all the same (not 11: it runs what it had left); c 2 x 18.
+    assert moved.time_weighted_alloc == pytest.approx(100.0 * (20 + 10 + 2 * 18) / 80.0)
