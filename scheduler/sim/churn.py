@@ -38,7 +38,6 @@ import numpy as np
 from scheduler.api import typical
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
-from scheduler.core.ports import Evictor
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ACTIONS, ProfileConfig
 from scheduler.kernels import layout
@@ -182,19 +181,6 @@ def workload(
     return Workload(arrivals, float(at[-1]) if len(at) else 0.0, rate=rate, load=load)
 
 
-class _Mover:
-    """The simulator's Evictor: pods the loop evicts (to move them, or preempted) are taken out after the step."""
-
-    def __init__(self) -> None:
-        self.pods: list[PodRequest] = []
-
-    def evict(self, pods: list[PodRequest], reason: str) -> None:
-        self.pods.extend(pods)
-
-    def nominate(self, pod: PodRequest, node: str) -> None:
-        return None
-
-
 @dataclass
 class ChurnRun:
     time_weighted_alloc: float
@@ -216,11 +202,8 @@ class ChurnSimulation(jobsim.JobSimulation):
     after it is placed. A moved pod's replacement (a new pod of the same controller) runs for what the moved pod
     had left to run, and its arrival stays the moved pod's: its waits count once, from its first arrival."""
 
-    def __init__(
-        self, nodes: Sequence[NodeSpec], load: Workload, config: ProfileConfig, *, evictor: Evictor | None = None
-    ) -> None:
-        self.mover = _Mover()
-        super().__init__((n.info() for n in nodes), config, evictor=evictor or self.mover)
+    def __init__(self, nodes: Sequence[NodeSpec], load: Workload, config: ProfileConfig) -> None:
+        super().__init__((n.info() for n in nodes), config)
         self.by_name = {a.name: a for a in load.arrivals}
         self.horizon = load.horizon
         self.capacity = float(sum(n.gpus for n in nodes)) * layout.WHOLE
@@ -285,22 +268,6 @@ class ChurnSimulation(jobsim.JobSimulation):
         self.requests[new.name] = new
         self.origin[new.name] = self.origin.get(name, name)
         self.moves += 1
-
-    def preempted(self) -> bool:
-        if not self.mover.pods:
-            return False
-        moved = sorted({pod.name for pod in self.mover.pods})
-        self.mover.pods.clear()
-        for name in moved:
-            if name in self.ends:
-                self.left[name] = max(0.0, self.ends.pop(name) - self.now)
-                self._take_out(name)
-            else:
-                self.remove([self.requests[name]], None)
-            self.moves += 1
-            self.resubmit(name)
-        self.pods_deleted()
-        return True
 
     def placed(self, decision: Decision) -> None:
         name = decision.pod.name
@@ -440,8 +407,8 @@ def table(results: Mapping[str, Mapping[str, Mapping[str, object]]]) -> str:
 
 def profile(name: str, *, shapes: Sequence[typical.Shape], seed: int) -> ProfileConfig:
     """A policy of the simulator (``fgd``) and the session's actions after ``allocate`` each named after a ``+``
-    (``fgd+consolidate``): without one, the pod that does not fit only waits (one queue at one priority gives
-    reclaim and preempt nothing to do)."""
+    (``fgd+consolidate``): without one, the pod that does not fit only waits. (One queue at one priority gives
+    reclaim and preempt nothing to do, and the run has no evictor for them.)"""
     base, *extra = name.split("+")
     policies.parse_names(base)
     actions = ("allocate", *extra)
