@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default="fgd", help="policies, an action after + (fgd+consolidate)")
     parser.add_argument("--loads", default="0.9,1.0,1.1")
     parser.add_argument("--seeds", default="42-51")
-    parser.add_argument("--arrivals", type=int, default=0, help="only the first N pods of each list (0: all)")
+    parser.add_argument(
+        "--arrivals", type=int, default=0, help="N pods spread evenly over each list, in order (0: all)"
+    )
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = parser.parse_args(argv)
     if not FOLDER.is_dir():
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.lists.split(","):
         path = FOLDER / f"openb_pod_list_{name}.csv"
         pods = trace.load_pods(path)
-        pods = pods[: args.arrivals] if args.arrivals else pods
+        pods = churn.sample(pods, args.arrivals)
         durations_from, note = churn.durations_source(pods, pods_file=str(path), durations_file=None)
         started = time.perf_counter()
         results = churn.compare(nodes, pods, names, loads, seeds, durations_from=durations_from, progress=progress)

@@ -97,6 +97,14 @@ def request_class(spec: PodSpec) -> str:
     return str(spec.num_gpu)
 
 
+def sample(pods: Sequence[PodSpec], count: int) -> list[PodSpec]:
+    """``count`` pods spread evenly over the list, in its order (the ``multigpu`` lists append their extra multi-GPU
+    pods at the end: the first ``count`` would leave them out)."""
+    if count <= 0 or count >= len(pods):
+        return list(pods)
+    return [pods[i * len(pods) // count] for i in range(count)]
+
+
 def has_times(pods: Sequence[PodSpec]) -> bool:
     return all(p.creation is not None and p.deletion is not None for p in pods)
 

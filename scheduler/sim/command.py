@@ -104,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="pods arrive at these offered GPU loads (fractions of the cluster) and leave after their durations",
     )
     parser.add_argument(
-        "--arrivals", type=int, metavar="N", help="with --churn: only the first N pods of --pods arrive (default: all)"
+        "--arrivals", type=int, metavar="N", help="with --churn: N pods spread evenly over --pods arrive (default: all)"
     )
     parser.add_argument(
         "--durations",
@@ -398,7 +398,7 @@ def run_churn(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, Any]:
     """``--churn``: every policy at every load, means over the seeds (``scheduler.sim.churn``)."""
     names = ["fgd"] if args.policy is None else [n.strip() for n in args.policy.split(",") if n.strip()]
     nodes, pods, source = _inputs(args)
-    pods = pods[: args.arrivals] if args.arrivals else pods
+    pods = churn.sample(pods, args.arrivals or 0)
     durations_from, note = churn.durations_source(pods, pods_file=args.pods, durations_file=args.durations)
     progress = Progress(args.quiet)
     loads = churn.parse_loads(args.churn)

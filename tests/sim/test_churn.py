@@ -173,3 +173,9 @@ def test_consolidation_moves_a_pod_which_then_runs_what_it_had_left() -> None:
     assert moved.moves_per_100_placed == pytest.approx(100.0 / 3)
     # a1 20 GPU-s; a2 10, moved at 1 and leaving at 10 all the same (not 11: it runs what it had left); c 2 x 18.
     assert moved.time_weighted_alloc == pytest.approx(100.0 * (20 + 10 + 2 * 18) / 80.0)
+
+
+def test_a_sample_of_arrivals_spreads_over_the_whole_list_in_order() -> None:
+    pods = [_pod(f"p{i}", 1) for i in range(10)]
+    assert [p.name for p in churn.sample(pods, 4)] == ["p0", "p2", "p5", "p7"]
+    assert churn.sample(pods, 0) == pods and churn.sample(pods, 20) == pods
