@@ -74,7 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     nodes = trace.load_nodes(FOLDER / "openb_node_list_gpu_node.csv")
 
     def progress(label: str, result: ChurnRun) -> None:
-        print(f"  {label}: {result.wall_s:.0f}s, {result.cycles} cycles", file=sys.stderr, flush=True)
+        large = result.waits.get("4+", {})
+        print(
+            f"  {label}: {result.wall_s:.0f}s, {result.cycles} cycles; alloc {result.time_weighted_alloc:.2f}%, "
+            f"never {result.never_placed}, moves/100 {result.moves_per_100_placed:.2f}, "
+            f"4+ GPU pods {large.get('count', 0):.0f} wait p95 {large.get('p95', math.nan):.0f}s",
+            file=sys.stderr,
+            flush=True,
+        )
 
     payload: dict[str, Any] = {
         "seeds": seeds,
