@@ -29,7 +29,7 @@ from scheduler.api.node import NodeInfo  # noqa: E402
 from scheduler.api.pod import PodRequest  # noqa: E402
 from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest  # noqa: E402
 from scheduler.cache.state import Cache  # noqa: E402
-from scheduler.core import move_plan  # noqa: E402
+from scheduler.core.actions import consolidate  # noqa: E402
 from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
 from scheduler.core.extension_points import Framework  # noqa: E402
 from scheduler.core.loop import SchedulingLoop  # noqa: E402
@@ -90,28 +90,19 @@ def main() -> None:
     print(f"{'case':6} {'ms':>9} {'what-ifs':>9}  plan")
     for case in ("plan", "none"):
         loop = build(args.nodes, case, args.seed)
-        action = next(a for a in loop.actions if a.name == "consolidate")
-        moves = loop.moves
-        best, found, attempts = float("inf"), None, 0
+        action = next(a for a in loop.actions if isinstance(a, consolidate.Consolidate))
+        best, found = float("inf"), None
         for _ in range(args.rounds):
             snapshot = loop.scheduler.cache.snapshot()
-            search = move_plan.Search(
-                loop.scheduler,
-                snapshot,
-                [job],
-                whole_gang=False,
-                context=loop.cycle_context(job.key),
-                level=None,
-                limits=loop.moves.limits,
-                within_budgets=loop.moves.within_budgets,
-            )
+            context = loop.cycle_context(job.key)
             started = time.perf_counter()
-            found = search.run(lambda slot, moves=moves: moves.movable_on(slot, job.priority))
+            found = action.plan_for(
+                [job], snapshot, whole_gang=False, priority=job.priority, level=None, context=context
+            )
             best = min(best, time.perf_counter() - started)
-            attempts = search.attempts
-        assert found is not None and action is not None
+        assert found is not None
         said = found.plan.describe() if found.plan is not None else f"none: {found.why}"
-        print(f"{case:6} {best * 1000:9.1f} {attempts:9d}  {said[:110]}")
+        print(f"{case:6} {best * 1000:9.1f} {found.attempts:9d}  {said[:110]}")
 
 
 if __name__ == "__main__":

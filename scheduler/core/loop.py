@@ -49,6 +49,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.core import actions, gate
 from scheduler.core.cycle import Scheduler
+from scheduler.core.defrag import Defragmenter
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job, Jobs
@@ -99,6 +100,7 @@ class SchedulingLoop:
             budgets=self.preemptor.budgets,
         )
         self.moves.mover = mover
+        self.defragmenter = Defragmenter(scheduler, self.moves, queue, clock=clock)
         #: The session's actions, in the profile's order (``allocate`` first).
         self.actions = actions.build(
             scheduler.framework.config.actions,
@@ -341,6 +343,11 @@ class SchedulingLoop:
         else:
             self.session.run(Attempt(queued[0], item, queued[1]))
         return True
+
+    def defragment(self) -> bool:
+        """Background defragmentation, if the profile turns it on and it is time (call it periodically): when
+        nothing waits, empty a nearly empty node by moving its pods (``scheduler.core.defrag``). Whether it did."""
+        return self.defragmenter.run()
 
     def run_until_idle(self, limit: int = 1_000_000) -> int:
         """Run cycles until nothing is ready (or ``limit`` cycles). Returns how many ran."""

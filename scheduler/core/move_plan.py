@@ -76,6 +76,8 @@ class Found:
 
     plan: Plan | None
     why: str = ""
+    #: What-ifs the search ran.
+    attempts: int = 0
 
 
 def _kind(pod: PodRequest) -> tuple[Any, ...]:
@@ -101,7 +103,9 @@ class Search:
         level: int | None,
         limits: ConsolidationConfig,
         within_budgets: Callable[[Sequence[PodRequest]], bool],
+        confine: np.ndarray | None = None,
     ) -> None:
+        """``confine``: the only node slots the job may go to (None: any); the moved pods are not confined."""
         self.scheduler = scheduler
         self.snapshot = snapshot
         self.members = list(members)
@@ -110,6 +114,15 @@ class Search:
         self.level = level
         self.limits = limits
         self.within_budgets = within_budgets
+        self.job_context = dict(context)
+        if confine is not None:
+            held = np.ones(snapshot.slots, dtype=bool)
+            held[: confine.shape[0]] &= ~confine[: snapshot.slots]
+            previous = self.context.get(RESERVED_SLOTS)
+            if previous is not None:
+                size = min(previous.shape[0], held.shape[0])
+                held[:size] |= previous[:size]
+            self.job_context[RESERVED_SLOTS] = held
         self._typical: fgd_kernel.TypicalPods | None = None
         #: Sets left out because their evictions together would exceed a PodDisruptionBudget.
         self.over_budget = 0
@@ -117,14 +130,22 @@ class Search:
         self.attempts = 0
 
     def run(self, movable_on: Callable[[int], list[PodEntry]]) -> Found:
+        found = self._run(movable_on)
+        return replace(found, attempts=self.attempts)
+
+    def _run(self, movable_on: Callable[[int], list[PodEntry]]) -> Found:
         """Search; ``movable_on(slot)`` gives the pods of a node that may move. Nodes are looked at most free GPUs
         first, until twice ``candidate_nodes`` of them could hold the job's largest member after their moves (a
         large cluster's search does not read every pod)."""
         a = self.snapshot.arrays
-        usable, free = gang.free_gpus(a, self.context)
+        _, anywhere = gang.free_gpus(a, self.context)
+        if _gpus(self.members) > int(anywhere.sum()):
+            # Moves free no GPU in all: they only gather the free ones.
+            return Found(
+                None, f"the job needs {_gpus(self.members)} GPUs and the cluster has {int(anywhere.sum())} free"
+            )
+        usable, free = gang.free_gpus(a, self.job_context)
         needs = [p.gpu.count for p in self.members if p.gpu.whole]
-        if _gpus(self.members) > int(free.sum()):
-            return Found(None, f"the job needs {_gpus(self.members)} GPUs and the cluster has {int(free.sum())} free")
         slots = np.flatnonzero(usable)
         order = slots[np.lexsort((slots, -free[slots]))]
         by_slot: dict[int, list[PodEntry]] = {}
@@ -255,7 +276,7 @@ class Search:
         """Place the job on the what-if (kept there); None if it does not fit."""
         snapshot, scheduler = self.snapshot, self.scheduler
         if not self.whole_gang:
-            result = scheduler.place(self.members[0], snapshot, self.context)
+            result = scheduler.place(self.members[0], snapshot, self.job_context)
             if result.decision is None:
                 return None
             slot = scheduler.cache.slot_of(result.decision.node)
@@ -271,7 +292,7 @@ class Search:
             masks = [column == d for d in np.unique(column[column >= 0]).tolist()]
         for mask in masks:
             inner = snapshot.checkpoint()
-            context = self.context if mask is None else {**self.context, TOPOLOGY_SLOTS: mask}
+            context = self.job_context if mask is None else {**self.job_context, TOPOLOGY_SLOTS: mask}
             planned = gang.what_if(scheduler, snapshot, self.members, context)
             if planned.status.ok:
                 snapshot.keep(inner)

@@ -29,7 +29,7 @@ from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import ANNOTATION_CONSOLIDATION, PodRequest
 from scheduler.cache.state import PodEntry
 from scheduler.core.cycle import Scheduler
-from scheduler.core.jobs import Attempt, Jobs
+from scheduler.core.jobs import Jobs
 from scheduler.core.move_plan import Plan
 from scheduler.core.ports import Events, Mover
 from scheduler.core.tenancy import Tenancy
@@ -60,9 +60,12 @@ class InFlight:
     claimed: dict[str, int] = field(default_factory=dict)
     #: Whether the job itself is placed.
     job_placed: bool = False
+    #: No job to place (background defragmentation): the job's nodes stay held until every move is done.
+    background: bool = False
 
     def holds(self, slots: int) -> np.ndarray:
-        mask = np.zeros(slots, dtype=bool) if self.job_placed else _sized(self.job_slots, slots)
+        held = self.background or not self.job_placed
+        mask = _sized(self.job_slots, slots) if held else np.zeros(slots, dtype=bool)
         for i in self.waiting:
             mask[self.targets[i]] = True
         return mask
@@ -161,8 +164,10 @@ class Moves:
             return False
         return True
 
-    def start(self, attempt: Attempt, plan: Plan) -> None:
-        """Carry ``plan`` out for ``attempt`` as one statement: hold the targets, then evict every moved pod."""
+    def start(self, key: str, obj: str, plan: Plan, *, placed: bool = False) -> None:
+        """Carry ``plan`` out for job ``key`` (``obj`` in Events) as one statement: hold the targets, then evict
+        every moved pod. ``placed``: there is no job to place (background defragmentation: the plan's nodes are
+        held until the moves are done)."""
         assert self.mover is not None
         cache = self.scheduler.cache
         slots = cache.arrays.slots
@@ -172,23 +177,23 @@ class Moves:
             if slot is not None:
                 job_slots[slot] = True
         targets = [cache.slot_of(m.target) or 0 for m in plan.moves]
-        self.plans[attempt.key] = InFlight(
-            attempt.key, attempt.obj, plan, self.clock(), job_slots, targets, set(range(len(plan.moves)))
+        self.plans[key] = InFlight(
+            key, obj, plan, self.clock(), job_slots, targets, set(range(len(plan.moves))), background=placed
         )
-        self.no_plan.pop(attempt.key, None)
+        self.no_plan.pop(key, None)
         for move in plan.moves:
-            self.leaving[move.pod.key] = attempt.key
+            self.leaving[move.pod.key] = key
             self.events.emit(
                 obj=f"pod {move.pod.key}",
                 kind="Normal",
                 reason="Moved",
-                message=f"moved from {move.source} to {move.target} to make room for {attempt.obj} (consolidation)",
+                message=f"moved from {move.source} to {move.target} to make room for {obj} (consolidation)",
             )
-        self.events.emit(obj=attempt.obj, kind="Normal", reason="Consolidating", message=plan.describe())
+        self.events.emit(obj=obj, kind="Normal", reason="Consolidating", message=plan.describe())
         self.started += 1
         self.moved += len(plan.moves)
         self.gpus_moved += plan.gpus
-        self.mover.move([m.pod for m in plan.moves], f"consolidation: making room for {attempt.obj}")
+        self.mover.move([m.pod for m in plan.moves], f"consolidation: making room for {obj}")
 
     def claim(self, pod: PodRequest) -> None:
         """A new pending pod: if a moved pod's controller made it, it takes that move's target."""
@@ -203,6 +208,10 @@ class Moves:
                     plan.claimed[pod.key] = i
                     return
 
+    def replacing(self, key: str) -> bool:
+        """Whether pod ``key`` replaces a moved pod (it waits for its target; it makes no room of its own)."""
+        return any(key in plan.claimed for plan in self.plans.values())
+
     def placed(self, key: str) -> None:
         """Queue item ``key`` was placed: a plan's job, or a replacement, is done; a plan all done ends."""
         now = self.clock()
@@ -214,7 +223,7 @@ class Moves:
                 self.cooled[key] = now
             else:
                 continue
-            if plan.job_placed and not plan.waiting:
+            if (plan.job_placed or plan.background) and not plan.waiting:
                 self._end(job_key)
             return
 

@@ -55,6 +55,10 @@ class ConsolidationConfig:
     cooldown_s: float = 600.0
     #: The most nodes a search frees room on (the nodes needing the fewest moves first).
     candidate_nodes: int = 16
+    #: Background defragmentation (``scheduler.core.defrag``): how often it may empty a node when nothing waits
+    #: (seconds; 0: never, the default), and the most pods it moves in any hour.
+    defragment_every_s: float = 0.0
+    defragment_pods_per_hour: int = 10
 
 
 _CONSOLIDATION_KEYS = {
@@ -62,6 +66,8 @@ _CONSOLIDATION_KEYS = {
     "maxPodsPerNode": ("max_pods_per_node", 1),
     "cooldownSeconds": ("cooldown_s", 0),
     "candidateNodes": ("candidate_nodes", 1),
+    "defragmentEverySeconds": ("defragment_every_s", 0),
+    "defragmentPodsPerHour": ("defragment_pods_per_hour", 0),
 }
 
 

@@ -240,6 +240,7 @@ class Operator:
         if now - self._last_usage >= USAGE_INTERVAL_S:
             self.loop.record_usage(now - self._last_usage)
             self._last_usage = now
+        self.loop.defragment()  # when the profile turns it on and it is time (it keeps its own schedule)
         if now - self._last_status >= STATUS_INTERVAL_S / 2:
             self._last_status = now
             self.publish_status()

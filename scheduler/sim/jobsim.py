@@ -172,7 +172,7 @@ class JobSimulation:
         """Cycles until the loop is idle (again after each round of preemptions), then the bindings confirmed."""
         before = len(self.binder.bound)
         self.cycles += self.loop.run_until_idle()
-        while self.preempted() or self.moved():
+        while self.preempted() or self.moved() or (self.loop.defragment() and self.moved()):
             self.cycles += self.loop.run_until_idle()
         for decision in self.binder.bound[before:]:
             self.cache.confirm(decision.pod.key)

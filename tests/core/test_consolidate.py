@@ -28,8 +28,15 @@ class Mover:
 class World:
     """Three nodes of 8 GPUs at 7, 6 and 7 used by 1-GPU pods of one controller each node (d0, d1, d2)."""
 
-    def __init__(self, used: tuple[int, ...] = (7, 6, 7), queues: list[QueueSpec] | None = None) -> None:
-        config = profile.parse({"plugins": ["fit", "gpu", "fgd"], "actions": ACTIONS})
+    def __init__(
+        self,
+        used: tuple[int, ...] = (7, 6, 7),
+        queues: list[QueueSpec] | None = None,
+        consolidation: dict[str, int] | None = None,
+    ) -> None:
+        config = profile.parse(
+            {"plugins": ["fit", "gpu", "fgd"], "actions": ACTIONS, "consolidation": consolidation or {}}
+        )
         self.cluster = Cluster([objects.node(f"n{i}", cpu="64", gpus=8) for i in range(len(used))], config=config)
         self.clock, self.events, self.mover = Clock(), Events(), Mover()
         self.loop = SchedulingLoop(
@@ -178,3 +185,45 @@ def test_a_budget_change_wakes_a_job_that_found_no_plan() -> None:
     world.clock.now += 5.0
     world.loop.run_until_idle()
     assert len(world.mover.pods) == 2
+
+
+def test_background_defragmentation_empties_the_emptiest_node_within_its_hourly_budget() -> None:
+    world = World(used=(6, 5, 2), consolidation={"defragmentEverySeconds": 60, "defragmentPodsPerHour": 3})
+    world.clock.now = 100.0
+    assert world.loop.defragment()
+    world.step()
+    assert world.used()[2] == 0 and sum(world.used()) == 13, world.used()
+    assert world.loop.defragmenter.nodes_emptied == 1 and world.made == 2
+    # Not again before its time; then the hour's budget (3 pods) has 1 left: n1's 5 pods are too many.
+    assert not world.loop.defragment()
+    world.clock.now += 120.0
+    assert not world.loop.defragment() and world.made == 2
+
+
+def test_background_defragmentation_is_off_unless_the_profile_sets_it_and_waits_while_work_is_pending() -> None:
+    off = World(used=(6, 5, 2))
+    off.clock.now = 1000.0
+    assert not off.loop.defragment()
+    on = World(used=(6, 5, 2), consolidation={"defragmentEverySeconds": 60})
+    on.clock.now = 1000.0
+    on.loop.pod_pending(on.pod("huge", gpus=16))  # fits nowhere: it waits in the queue
+    on.loop.run_until_idle()
+    assert not on.loop.defragment() and on.made == 0
+
+
+def test_a_replacement_waits_for_its_target_and_makes_no_room_of_its_own() -> None:
+    world = World()
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.loop.run_until_idle()
+    moved = world.mover.pods
+    world.mover.pods = []
+    # The controller's new pods come while the moved pods still run: their targets are free, so they bind there.
+    world.loop.pod_pending(dataclasses.replace(moved[0], name="new-a", node_name="", phase="Pending"))
+    assert world.loop.moves.replacing("default/new-a")
+    # Its target taken meanwhile by a pod the scheduler did not place: the replacement waits, moving nothing.
+    target = world.loop.moves.plans["default/big"].plan.moves[0].target
+    world.bound(world.pod("intruder"), target)
+    world.loop.run_until_idle()
+    assert world.cluster.cache.pod("default/new-a") is None and not world.mover.pods
+    assert "default/new-a" not in world.loop.moves.no_plan  # no search ran for it
+    assert not [o for o, r, _ in world.events.seen if r == "NoMovePlan" and o == "pod default/new-a"]

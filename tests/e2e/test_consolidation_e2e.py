@@ -8,6 +8,7 @@ everything as it was, with the reason on the pending pod. See docs/consolidation
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +19,10 @@ from kube import Scenario, node_of, phase_of
 pytestmark = pytest.mark.e2e
 
 CONSOLIDATING = {"profile": {"actions": ["allocate", "consolidate", "reclaim", "preempt"]}}
+#: Short leases so that a failover takes seconds.
+FAST_LEASE = {"leaderElection": {"leaseDurationSeconds": 4, "renewDeadlineSeconds": 3, "retryPeriodSeconds": 1}}
+#: A finalizer that keeps a moved pod terminating (on its node) until the test lets it go.
+FINALIZER = "gpusched.io/e2e-hold"
 NODES = ("cons-0", "cons-1", "cons-2")
 #: Deployments whose pods may move, one annotated never, one in a Queue that allows no moves.
 KEEP, FIXED = "keep", "fixed"
@@ -27,8 +32,10 @@ def _deployments(s: Scenario) -> str:
     return f"/apis/apps/v1/namespaces/{s.namespace}/deployments"
 
 
-def _deployment(s: Scenario, name: str, replicas: int, queue: str) -> None:
+def _deployment(s: Scenario, name: str, replicas: int, queue: str, *, held: bool = False) -> None:
     template = kube_mod.pod(name, gpus=1, labels={"app": name, kube_mod.OWNER_LABEL: s.name})
+    if held:
+        template["metadata"]["finalizers"] = [FINALIZER]
     if name == FIXED:
         template["metadata"]["labels"]["gpusched.io/queue"] = queue
     if name == KEEP:
@@ -47,13 +54,12 @@ def _deployment(s: Scenario, name: str, replicas: int, queue: str) -> None:
     s.kube.request("POST", _deployments(s), body)
 
 
+def _patch(s: Scenario, path: str, body: Mapping[str, Any]) -> None:
+    s.kube.request("PATCH", path, body, content_type="application/merge-patch+json")
+
+
 def _scale(s: Scenario, name: str, replicas: int) -> None:
-    s.kube.request(
-        "PATCH",
-        f"{_deployments(s)}/{name}",
-        {"spec": {"replicas": replicas}},
-        content_type="application/merge-patch+json",
-    )
+    _patch(s, f"{_deployments(s)}/{name}", {"spec": {"replicas": replicas}})
 
 
 def _budget(s: Scenario, name: str, max_unavailable: int) -> None:
@@ -69,13 +75,24 @@ def _budget(s: Scenario, name: str, max_unavailable: int) -> None:
     )
 
 
+def _budgets(s: Scenario, name: str = "") -> Any:
+    path = f"/apis/policy/v1/namespaces/{s.namespace}/poddisruptionbudgets"
+    return s.kube.request("GET", f"{path}/{name}" if name else path)
+
+
+def _stays(s: Scenario, reason: str) -> str:
+    """A 4-GPU pod ``big`` comes; it gets Event ``reason`` and stays pending, and every pod stays the same pod.
+    Returns the Event's message."""
+    before = {p["metadata"]["uid"] for p in _running(s)}
+    s.create_pod(kube_mod.pod("big", gpus=4))
+    told: str = s.wait_event("big", reason)["message"]
+    s.stays_unbound(["big"], 5)
+    assert {p["metadata"]["uid"] for p in _running(s)} == before
+    return told
+
+
 def _cordon(s: Scenario, node: str, unschedulable: bool) -> None:
-    s.kube.request(
-        "PATCH",
-        f"/api/v1/nodes/{node}",
-        {"spec": {"unschedulable": unschedulable}},
-        content_type="application/merge-patch+json",
-    )
+    _patch(s, f"/api/v1/nodes/{node}", {"spec": {"unschedulable": unschedulable}})
 
 
 def _running(s: Scenario) -> list[dict[str, Any]]:
@@ -84,7 +101,9 @@ def _running(s: Scenario) -> list[dict[str, Any]]:
     ]
 
 
-def _fill(s: Scenario, layout: list[Mapping[str, int]], queue: str, *, budgets: bool) -> dict[str, int]:
+def _fill(
+    s: Scenario, layout: list[Mapping[str, int]], queue: str, *, budgets: bool, held: tuple[str, ...] = ()
+) -> dict[str, int]:
     """Fill the nodes one at a time (the others cordoned) with the Deployments' pods of ``layout`` (per node, the
     pods each Deployment has there); with ``budgets`` every Deployment gets one of maxUnavailable 1. Returns the
     replicas."""
@@ -98,7 +117,7 @@ def _fill(s: Scenario, layout: list[Mapping[str, int]], queue: str, *, budgets: 
                 _scale(s, name, replicas[name])
             else:
                 replicas[name] = count
-                _deployment(s, name, count, queue)
+                _deployment(s, name, count, queue, held=name in held)
         want = sum(replicas.values())
         kube_mod.wait_until(
             lambda want=want: len(_running(s)) == want or None,  # type: ignore[misc]
@@ -114,17 +133,30 @@ def _fill(s: Scenario, layout: list[Mapping[str, int]], queue: str, *, budgets: 
 
 
 def _setup(
-    s: Scenario, layout: list[Mapping[str, int]], *, budgets: bool = True
+    s: Scenario,
+    layout: list[Mapping[str, int]],
+    *,
+    budgets: bool = True,
+    schedulers: int = 1,
+    held: tuple[str, ...] = (),
+    config: Mapping[str, Any] = CONSOLIDATING,
 ) -> tuple[dict[str, int], dict[str, str]]:
-    """The nodes, the Queue that allows no moves, the Deployments; gpusched started with consolidation on. Returns
-    the replicas and the uid -> name of every pod that must never be evicted."""
+    """The nodes, the Queue that allows no moves, the Deployments (those in ``held`` with a finalizer); gpusched
+    started with consolidation on (``schedulers`` replicas). Returns the replicas and the uid -> name of every pod
+    that must never be evicted."""
     queue = f"{s.name}-nomove"[:63]
     spec = kube_mod.queue(queue)
     spec["spec"]["consolidation"] = {"moves": "Never"}
     s.create_queue(spec)
     s.add_nodes([kube_mod.gpu_node(n, gpus=8) for n in NODES])
-    s.start_gpusched(config=CONSOLIDATING)
-    replicas = _fill(s, layout, queue, budgets=budgets)
+    if schedulers == 1:
+        s.start_gpusched(config=config)
+    else:
+        started = [s.gpusched(f"replica-{i}", config={**config, **FAST_LEASE}).start() for i in range(2)]
+        for replica in started:
+            replica.wait_ready()
+        kube_mod.wait_until(lambda: any(r.is_leader() for r in started), timeout=60, what="a replica leading")
+    replicas = _fill(s, layout, queue, budgets=budgets, held=held)
     kept = {
         p["metadata"]["uid"]: p["metadata"]["name"]
         for p in _running(s)
@@ -178,39 +210,31 @@ def test_a_four_gpu_pod_binds_by_moving_two_pods_and_a_strict_budget_first_keeps
     replicas, kept = _setup(sched, layout)
     # First the budgets of the pods on cons-1 allow no disruption: no plan, nothing moves, the pod says why.
     for name in ("c", "d"):
-        sched.kube.request(
-            "PATCH",
+        _patch(
+            sched,
             f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets/{name}",
             {"spec": {"maxUnavailable": 0}},
-            content_type="application/merge-patch+json",
         )
     kube_mod.wait_until(
         lambda: all(
             b.get("status", {}).get("disruptionsAllowed") == 0 and b["status"].get("observedGeneration") == 2
-            for b in sched.kube.request("GET", f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets")[
-                "items"
-            ]
+            for b in _budgets(sched)["items"]
             if b["metadata"]["name"] in ("c", "d")
         ),
         timeout=60,
         what="strict budgets observed",
         describe=sched.describe,
     )
-    before = {p["metadata"]["uid"] for p in _running(sched)}
-    sched.create_pod(kube_mod.pod("big", gpus=4))
-    told = sched.wait_event("big", "NoMovePlan")["message"]
+    told = _stays(sched, "NoMovePlan")
     assert "PodDisruptionBudget" in told, told
-    sched.stays_unbound(["big"], 5)
-    assert {p["metadata"]["uid"] for p in _running(sched)} == before
     assert not [e for e in sched.kube.events(sched.namespace) if e.get("reason") == "Moved"]
 
     # maxUnavailable 1 again: two pods of two Deployments move off cons-1, the pod binds there.
     for name in ("c", "d"):
-        sched.kube.request(
-            "PATCH",
+        _patch(
+            sched,
             f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets/{name}",
             {"spec": {"maxUnavailable": 1}},
-            content_type="application/merge-patch+json",
         )
     (big,) = kube_mod.wait_until(
         lambda: _watch_budgets(sched, replicas, ["big"]),
@@ -257,24 +281,89 @@ def test_a_refused_eviction_abandons_the_plan_and_leaves_everything_as_it_was(sc
         },
     )
     kube_mod.wait_until(
-        lambda: (
-            "disruptionsAllowed"
-            in sched.kube.request(
-                "GET", f"/apis/policy/v1/namespaces/{sched.namespace}/poddisruptionbudgets/everything"
-            ).get("status", {})
-        ),
+        lambda: "disruptionsAllowed" in _budgets(sched, "everything").get("status", {}),
         timeout=60,
         what="the budget observed",
         describe=sched.describe,
     )
-    before = {p["metadata"]["uid"] for p in _running(sched)}
-    sched.create_pod(kube_mod.pod("big", gpus=4))
-    told = sched.wait_event("big", "ConsolidationAbandoned")["message"]
+    told = _stays(sched, "ConsolidationAbandoned")
     assert "HTTP 429" in told and "disruption budget" in told, told
-    sched.stays_unbound(["big"], 5)
-    assert {p["metadata"]["uid"] for p in _running(sched)} == before
-    assert sum(replicas.values()) == len(before)
+    assert len(_running(sched)) == sum(replicas.values())
     kube_mod.check_no_overcommit(sched.pods(), sched.my_nodes())
     # The holds are released: a 1-GPU pod binds where a move's target was.
     sched.create_pod(kube_mod.pod("small", gpus=1))
     sched.wait_bound(["small"], timeout=60)
+
+
+def _let_go(s: Scenario) -> None:
+    """Remove the test's finalizer from every pod that has it (they go, if deleted)."""
+    for p in s.pods():
+        if FINALIZER in (p["metadata"].get("finalizers") or []):
+            with contextlib.suppress(kube_mod.APIError):
+                _patch(
+                    s, kube_mod.Kube.pods_path(s.namespace, p["metadata"]["name"]), {"metadata": {"finalizers": None}}
+                )
+
+
+def test_a_leader_killed_in_the_middle_of_a_plan_loses_no_pod_and_binds_nothing_twice(sched: Scenario) -> None:
+    layout = [{"a": 3, KEEP: 2, FIXED: 2}, {"c": 2, "d": 2, KEEP: 1, FIXED: 1}, {"e": 3, KEEP: 2, FIXED: 2}]
+    watcher = kube_mod.PodWatcher(sched.kube, sched.namespace).start()
+    try:
+        replicas, kept = _setup(sched, layout, schedulers=2, held=("c", "d"))
+        (leader,) = [r for r in sched.schedulers if r.is_leader()]
+        sched.create_pod(kube_mod.pod("big", gpus=4))
+        sched.wait_event("big", "Consolidating")
+
+        def leaving() -> list[str]:
+            return [p["metadata"]["name"] for p in sched.pods() if p["metadata"].get("deletionTimestamp")]
+
+        # The moved pods are evicted and held on cons-1 by the finalizer: the plan is half done. Kill its leader.
+        kube_mod.wait_until(
+            lambda: len(leaving()) == 2, timeout=30, what="2 moved pods leaving", describe=sched.describe
+        )
+        assert not node_of(sched.pod("big"))
+        leader.kill()
+        (standby,) = [r for r in sched.schedulers if r is not leader]
+        standby.wait_leader(timeout=30)
+        _let_go(sched)
+        (big,) = kube_mod.wait_until(
+            lambda: _watch_budgets(sched, replicas, ["big"]),
+            timeout=60,
+            what="big Running after the failover",
+            describe=sched.describe,
+        )
+        assert node_of(big) == "cons-1", node_of(big)
+        _after(sched, replicas, kept, moved=2)
+        twice = {h["name"]: sorted(h["nodes"]) for h in watcher.snapshot().values() if len(h["nodes"]) > 1}
+        assert not twice, f"bound to two nodes: {twice}"
+    finally:
+        watcher.stop()
+        _let_go(sched)
+
+
+def test_background_defragmentation_empties_the_emptiest_node_when_nothing_waits(sched: Scenario) -> None:
+    profile = {"actions": ["allocate", "consolidate"], "consolidation": {"defragmentEverySeconds": 5}}
+    replicas, kept = _setup(sched, [{"a": 3, KEEP: 3}, {"c": 3, FIXED: 3}, {"e": 1}], config={"profile": profile})
+    # cons-2 holds one pod that may move: it goes, and cons-2 is whole for the next big job.
+    kube_mod.wait_until(
+        lambda: (
+            _watch_budgets(sched, replicas, []) is not None
+            and not [p for p in sched.pods() if node_of(p) == "cons-2"]
+            and len(_running(sched)) == sum(replicas.values())
+        ),
+        timeout=60,
+        what="cons-2 emptied, every pod Running",
+        describe=sched.describe,
+    )
+    # Events of a node live in "default", as kube's do.
+    told = kube_mod.wait_until(
+        lambda: [
+            e["message"]
+            for e in sched.kube.events("default", name="cons-2", kind="Node")
+            if e.get("reason") == "Consolidating"
+        ],
+        timeout=30,
+        what="Consolidating on node cons-2",
+    )
+    assert "move 1 pod(s)" in told[-1], told
+    _after(sched, replicas, kept, moved=1)

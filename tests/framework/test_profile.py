@@ -119,10 +119,16 @@ def test_an_unknown_action_is_named_with_the_known_ones(tmp_path: Path) -> None:
 
 def test_consolidate_is_named_and_tuned_in_a_profile_not_in_the_default(tmp_path: Path) -> None:
     assert "consolidate" not in profile.load().actions
-    text = "actions: [allocate, consolidate, preempt]\nconsolidation: {maxPodsPerNode: 1, cooldownSeconds: 60}\n"
+    text = (
+        "actions: [allocate, consolidate, preempt]\n"
+        "consolidation: {maxPodsPerNode: 1, cooldownSeconds: 60, defragmentEverySeconds: 300}\n"
+    )
     loaded = profile.load(_write(tmp_path, text))
     assert loaded.actions == ("allocate", "consolidate", "preempt")
-    assert loaded.consolidation == profile.ConsolidationConfig(max_pods_per_node=1, cooldown_s=60)
+    assert loaded.consolidation == profile.ConsolidationConfig(
+        max_pods_per_node=1, cooldown_s=60, defragment_every_s=300
+    )
+    assert profile.load().consolidation.defragment_every_s == 0  # background defragmentation is off by default
 
 
 def test_an_empty_file_is_the_default(tmp_path: Path) -> None:

@@ -16,8 +16,15 @@ from tests.api import objects
 class Arrivals(jobsim.JobSimulation):
     """Single pods arrive at given times and never leave; records placements and replacements."""
 
-    def __init__(self, pods: list[tuple[float, PodRequest]], actions: list[str], leave: dict[str, float]) -> None:
-        config = profile.parse({"plugins": ["fit", "gpu", "fgd"], "actions": actions})
+    def __init__(
+        self,
+        pods: list[tuple[float, PodRequest]],
+        actions: list[str],
+        leave: dict[str, float],
+        consolidation: dict[str, int] | None = None,
+    ) -> None:
+        raw = {"plugins": ["fit", "gpu", "fgd"], "actions": actions, "consolidation": consolidation or {}}
+        config = profile.parse(raw)
         nodes = [api_node.parse_node(objects.node(f"n{i}", cpu="64", gpus=8)) for i in range(3)]
         super().__init__(nodes, config)
         self.by_name = {pod.name: pod for _, pod in pods}
@@ -79,3 +86,15 @@ def test_without_it_the_four_gpu_pod_waits() -> None:
     sim = _run(["allocate"])
     assert "big" not in sim.where and not sim.follow
     assert sorted(list(sim.where.values()).count(n) for n in ("n0", "n1", "n2")) == [6, 7, 7]
+
+
+def test_background_defragmentation_empties_a_node_in_the_simulator() -> None:
+    # s0 and s16-s21 leave at 40 s, s22 at 80 s. Defragmentation looks at most every 30 s, at an event: at 40 s
+    # (n2 still holds s22 and s23), then at 80 s.
+    leave = {f"s{i}": 40.0 - i for i in (0, *range(16, 22))} | {"s22": 80.0 - 22}
+    config = {"defragmentEverySeconds": 30}
+    sim = Arrivals(_workload()[:-1], ["allocate", "consolidate"], leave, consolidation=config)
+    sim.run()
+    # s23 was alone on n2: it moved to n0, where s0 left; n2 is whole again.
+    assert sim.follow == {"s23": "s23~m1"} and sim.where["s23~m1"] == "n0"
+    assert "n2" not in sim.where.values() and sim.loop.defragmenter.nodes_emptied == 1

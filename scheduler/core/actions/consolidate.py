@@ -32,7 +32,7 @@ class Consolidate:
         moves = self.moves
         if moves.mover is None:
             return NOTHING
-        if moves.in_flight(attempt.key):
+        if moves.in_flight(attempt.key) or moves.replacing(attempt.key):
             return WAITS
         a = snapshot.arrays
         version = int(a.gen.max()) if a.slots else 0
@@ -45,7 +45,7 @@ class Consolidate:
                 self.scheduler_event(attempt, found.why)
             moves.no_plan[attempt.key] = (version, found.why)
             return NOTHING
-        moves.start(attempt, found.plan)
+        moves.start(attempt.key, attempt.obj, found.plan)
         return WAITS
 
     def search(self, attempt: Attempt, snapshot: Snapshot) -> Found:

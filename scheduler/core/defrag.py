@@ -1,0 +1,105 @@
+"""Background defragmentation: when nothing waits, move pods off a nearly empty node so that it is whole again.
+
+Off unless the profile sets ``consolidation.defragmentEverySeconds``. At most that often, when the scheduling
+queue is empty and no move plan is being carried out, the GPU node with the fewest GPUs in use (and some in use)
+whose GPUs can all be freed by moving at most ``maxPodsPerPlan`` pods is emptied: the plan is searched as for a
+pending job (``scheduler.core.move_plan``) for a stand-in asking every GPU of that node, and carried out the same
+way (``scheduler.core.moves``: targets held, pods evicted, each controller's new pod placed on its target), the
+emptied node held until the moves are done. The same rules decide which pods may move (any priority: there is no
+job to compare with), and no more than ``defragmentPodsPerHour`` pods move in any hour.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from scheduler.api.pod import PodRequest
+from scheduler.api.resources import GpuRequest
+from scheduler.core.cycle import Scheduler
+from scheduler.core.move_plan import Search
+from scheduler.core.moves import Moves
+from scheduler.kernels import layout
+from scheduler.queue.scheduling import SchedulingQueue
+
+#: Nodes tried per run, fewest GPUs in use first.
+CANDIDATES = 8
+HOUR_S = 3600.0
+#: Any pod's priority is at most this: background moves compare with no job.
+ANY_PRIORITY = 2**31
+
+
+class Defragmenter:
+    def __init__(
+        self, scheduler: Scheduler, moves: Moves, queue: SchedulingQueue, *, clock: Callable[[], float]
+    ) -> None:
+        self.scheduler = scheduler
+        self.moves = moves
+        self.queue = queue
+        self.clock = clock
+        self.last = -float("inf")
+        #: (when, pods) of the background plans of the last hour.
+        self.recent: deque[tuple[float, int]] = deque()
+        #: Nodes emptied so far (for metrics and the simulator).
+        self.nodes_emptied = 0
+
+    def run(self) -> bool:
+        """Empty one node if it is time, nothing waits, and the hour's budget allows; whether a plan started."""
+        limits = self.moves.limits
+        now = self.clock()
+        if limits.defragment_every_s <= 0 or self.moves.mover is None or now - self.last < limits.defragment_every_s:
+            return False
+        self.last = now
+        if len(self.queue) or self.moves.plans:
+            return False
+        while self.recent and now - self.recent[0][0] >= HOUR_S:
+            self.recent.popleft()
+        budget = min(limits.defragment_pods_per_hour - sum(n for _, n in self.recent), limits.max_pods_per_plan)
+        if budget <= 0:
+            return False
+        a = self.scheduler.cache.arrays
+        present = (a.base_reason == layout.FIT) & (a.gpu_count > 0)
+        used = np.where(present, (a.gpu_free < layout.WHOLE).sum(axis=1), 0)
+        slots = np.flatnonzero(present & (used > 0))
+        for slot in slots[np.lexsort((slots, used[slots]))][:CANDIDATES].tolist():
+            pods = self.moves.movable_on(slot, ANY_PRIORITY)
+            gpus = sum(p.pod.gpu.count for p in pods if p.pod.gpu.whole)
+            if not pods or gpus < used[slot] or len(pods) > budget:
+                continue
+            if self._empty(slot, len(pods)):
+                self.recent.append((now, len(self.moves.plans[self._key(slot)].plan.moves)))
+                self.nodes_emptied += 1
+                return True
+        return False
+
+    def _key(self, slot: int) -> str:
+        return f"defragment:{self.scheduler.cache.names[slot]}"
+
+    def _empty(self, slot: int, pods: int) -> bool:
+        cache = self.scheduler.cache
+        a = cache.arrays
+        node = cache.names[slot]
+        stand_in = PodRequest(
+            "gpusched", f"empty-{node}", gpu=GpuRequest(count=int(a.gpu_count[slot]), milli=int(layout.WHOLE))
+        )
+        only = np.zeros(a.slots, dtype=bool)
+        only[slot] = True
+        limits = replace(self.moves.limits, max_pods_per_node=pods, max_pods_per_plan=pods, candidate_nodes=1)
+        found = Search(
+            self.scheduler,
+            cache.snapshot(),
+            [stand_in],
+            whole_gang=False,
+            context={},
+            level=None,
+            limits=limits,
+            within_budgets=self.moves.within_budgets,
+            confine=only,
+        ).run(lambda s: self.moves.movable_on(s, ANY_PRIORITY) if s == slot else [])
+        if found.plan is None:
+            return False
+        self.moves.start(self._key(slot), f"node {node}", found.plan, placed=True)
+        return True
