@@ -54,6 +54,8 @@ PERCENTILES = (50, 95, 99)
 LOADS = (0.9, 1.0, 1.1)
 #: The GPUs of a node whose emptiness is counted (the largest jobs of the traces ask for 8).
 WHOLE_NODE_GPUS = 8
+#: With ``+defrag``: how often background defragmentation may empty a node (simulated seconds).
+DEFRAG_EVERY_S = 300.0
 #: The pod list whose durations a list without times draws from, by default (beside that list).
 DEFAULT_LIST = "openb_pod_list_default.csv"
 
@@ -415,20 +417,35 @@ def table(results: Mapping[str, Mapping[str, Mapping[str, object]]]) -> str:
 
 def profile(name: str, *, shapes: Sequence[typical.Shape], seed: int) -> ProfileConfig:
     """A policy of the simulator (``fgd``) and the session's actions after ``allocate`` each named after a ``+``
-    (``fgd+consolidate``): without one, the pod that does not fit only waits. (One queue at one priority gives
-    reclaim and preempt nothing to do, and the run has no evictor for them.)"""
+    (``fgd+consolidate``); ``+defrag`` adds background defragmentation (``scheduler.core.defrag``, every
+    :data:`DEFRAG_EVERY_S` simulated seconds, within the profile's default pods an hour) to ``consolidate``. Without
+    any, the pod that does not fit only waits. (One queue at one priority gives reclaim and preempt nothing to do,
+    and the run has no evictor for them.)"""
     base, *extra = name.split("+")
     policies.parse_names(base)
-    actions = ("allocate", *extra)
+    defrag = "defrag" in extra
+    actions = ("allocate", *(e for e in extra if e != "defrag"))
     for action in extra:
-        if action not in ACTIONS or actions.count(action) > 1:
+        if (action not in ACTIONS and action != "defrag") or extra.count(action) > 1:
             raise InvalidObject(
-                f"{name!r}: {action!r} is not an action after allocate (known: {', '.join(ACTIONS[1:])})",
+                f"{name!r}: {action!r} is not an action after allocate nor defrag "
+                f"(known: {', '.join(ACTIONS[1:])}, defrag)",
                 obj="gpusched simulate",
                 field="--policy",
             )
+    if defrag and "consolidate" not in actions:
+        raise InvalidObject(
+            f"{name!r}: defrag moves pods as consolidate does: name both (fgd+consolidate+defrag)",
+            obj="gpusched simulate",
+            field="--policy",
+        )
     config = policies.build(base, shapes=shapes, seed=seed)
-    return dataclasses.replace(config, name=name, actions=tuple(a for a in ACTIONS if a in actions))
+    consolidation = config.consolidation
+    if defrag:
+        consolidation = dataclasses.replace(consolidation, defragment_every_s=DEFRAG_EVERY_S)
+    return dataclasses.replace(
+        config, name=name, actions=tuple(a for a in ACTIONS if a in actions), consolidation=consolidation
+    )
 
 
 def compare(

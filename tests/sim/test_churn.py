@@ -179,3 +179,27 @@ def test_a_sample_of_arrivals_spreads_over_the_whole_list_in_order() -> None:
     pods = [_pod(f"p{i}", 1) for i in range(10)]
     assert [p.name for p in churn.sample(pods, 4)] == ["p0", "p2", "p5", "p7"]
     assert churn.sample(pods, 0) == pods and churn.sample(pods, 20) == pods
+
+
+def test_defrag_turns_on_background_defragmentation_with_consolidate_only() -> None:
+    config = churn.profile("fgd+consolidate+defrag", shapes=[], seed=0)
+    assert config.actions == ("allocate", "consolidate")
+    assert config.consolidation.defragment_every_s == churn.DEFRAG_EVERY_S
+    assert churn.profile("fgd+consolidate", shapes=[], seed=0).consolidation.defragment_every_s == 0
+    with pytest.raises(InvalidObject) as caught:
+        churn.profile("fgd+defrag", shapes=[], seed=0)
+    assert caught.value.field == "--policy" and "consolidate" in str(caught.value)
+
+
+def test_background_defragmentation_empties_a_node_when_nothing_waits() -> None:
+    # spread leaves a1 and a2 on a node each; nothing waits, so defrag moves one of them: a whole node is free.
+    nodes = [NodeSpec("n1", 64000, 262144, 8, "V100M32"), NodeSpec("n2", 64000, 262144, 8, "V100M32")]
+    arrivals = [Arrival("a1", _pod("a1", 1), 0.0, 5000.0), Arrival("a2", _pod("a2", 1), 0.0, 5000.0)]
+    tick = [Arrival(f"t{i}", _pod(f"t{i}", 0), 100.0 * i, 1.0) for i in range(2, 30)]
+    horizon = 2900.0
+    plain = _run(nodes, [*arrivals, *tick], horizon, "spread+consolidate")
+    defrag = _run(nodes, [*arrivals, *tick], horizon, "spread+consolidate+defrag")
+    assert (plain.moves, plain.free_whole_node_gpus) == (0, 0.0)
+    # (It moves more than once: with one node in use, the node it empties is the one it filled before.)
+    assert defrag.moves >= 1
+    assert 0.0 < defrag.free_whole_node_gpus <= 8.0
