@@ -43,9 +43,14 @@ def bar(base: dict[str, Any], other: dict[str, Any]) -> str:
     wait_base = base["waits"].get("4+", {}).get("p95", math.nan)
     wait = other["waits"].get("4+", {}).get("p95", math.nan)
     moves = other["moves_per_100_placed"]
-    parts = [
+    waits = (
         f"p95 wait of 4+ GPU pods {wait:.0f}s vs fgd {wait_base:.0f}s "
-        f"({'ok' if wait <= WAIT_SHARE * wait_base else 'NOT met'}: at most half)",
+        f"({'ok' if wait <= WAIT_SHARE * wait_base else 'NOT met'}: at most half)"
+        if math.isfinite(wait) and math.isfinite(wait_base)
+        else "no pod of 4+ GPUs arrived: no wait to compare"
+    )
+    parts = [
+        waits,
         f"moves/100 {moves:.2f} ({'ok' if moves <= MOVES_PER_100 else 'NOT met'}: at most 2)",
         f"alloc {other['time_weighted_alloc']:.2f}% vs fgd {base['time_weighted_alloc']:.2f}% "
         f"({'ok' if other['time_weighted_alloc'] >= base['time_weighted_alloc'] else 'NOT met'}: not below)",
