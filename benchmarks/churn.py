@@ -109,11 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.lists.split(","):
         path = FOLDER / f"openb_pod_list_{name}.csv"
         pods = trace.load_pods(path)
-        pods = churn.sample(pods, args.arrivals)
+        count = len(churn.sample(pods, args.arrivals))
         durations_from, note = churn.durations_source(pods, pods_file=str(path), durations_file=None)
         started = time.perf_counter()
-        results = churn.compare(nodes, pods, names, loads, seeds, durations_from=durations_from, progress=progress)
-        print(f"\n{name}{note}: {len(pods)} arrivals, seeds {args.seeds}, {time.perf_counter() - started:.0f}s")
+        results = churn.compare(
+            nodes, pods, names, loads, seeds, durations_from=durations_from, arrivals=count, progress=progress
+        )
+        print(f"\n{name}{note}: {count} arrivals, seeds {args.seeds}, {time.perf_counter() - started:.0f}s")
         print(churn.table(results))
         if "fgd" in results:
             for other in (n for n in names if n != "fgd"):

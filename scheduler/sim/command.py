@@ -398,7 +398,7 @@ def run_churn(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, Any]:
     """``--churn``: every policy at every load, means over the seeds (``scheduler.sim.churn``)."""
     names = ["fgd"] if args.policy is None else [n.strip() for n in args.policy.split(",") if n.strip()]
     nodes, pods, source = _inputs(args)
-    pods = churn.sample(pods, args.arrivals or 0)
+    count = len(churn.sample(pods, args.arrivals or 0))
     durations_from, note = churn.durations_source(pods, pods_file=args.pods, durations_file=args.durations)
     progress = Progress(args.quiet)
     loads = churn.parse_loads(args.churn)
@@ -409,11 +409,12 @@ def run_churn(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, Any]:
         loads,
         seeds,
         durations_from=durations_from,
+        arrivals=count,
         progress=lambda s, r: progress.done(s, r.wall_s),
     )
-    print(f"churn of {source}{note}: {len(pods)} arrivals at loads {args.churn}, seeds {_span(seeds)}")
+    print(f"churn of {source}{note}: {count} arrivals at loads {args.churn}, seeds {_span(seeds)}")
     print(churn.table(results))
-    return {"mode": "churn", "loads": loads, "seeds": seeds, "arrivals": len(pods), "results": results}
+    return {"mode": "churn", "loads": loads, "seeds": seeds, "arrivals": count, "results": results}
 
 
 def _seed_started(quiet: bool, scenario: str, name: str, seed: int, step: int, steps: int) -> None:

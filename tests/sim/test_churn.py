@@ -203,3 +203,13 @@ def test_background_defragmentation_empties_a_node_when_nothing_waits() -> None:
     # (It moves more than once: with one node in use, the node it empties is the one it filled before.)
     assert defrag.moves >= 1
     assert 0.0 < defrag.free_whole_node_gpus <= 8.0
+
+
+def test_a_sample_arrives_while_the_population_is_drawn_from_the_whole_list() -> None:
+    pods = [_pod(f"p{i}", 1) for i in range(10)]
+    durations = [100.0] * 9 + [10000.0]  # p9 runs 100 times longer: most of the population, never an arrival
+    w = churn.workload(pods, gpu_capacity=64.0, load=1.0, seed=0, durations=durations, arrivals=4)
+    assert [a.name for a in w.arrivals if not a.initial] == ["p0#0", "p2#2", "p5#5", "p7#7"]
+    assert w.rate == pytest.approx(64.0 / 100.0)  # the arrivals' own work offers the load
+    initial = [a.spec.name for a in w.arrivals if a.initial]
+    assert initial.count("p9") > 0.8 * len(initial)
