@@ -13,6 +13,9 @@ itself) and prints, per budget, the allocation at 130% arrived against the moves
 the default list with at most 2% of the pods moved):
 
     nice .venv/bin/python benchmarks/churn.py --paper 0,0.005,0.01,0.02 --lists default --seeds 42-44
+
+``--combine A.json,B.json`` prints the table and the bar of several runs' JSON files (seeds run in parallel, one
+process each), each figure the mean over all their seeds (a file's means weighted by its seeds).
 """
 
 from __future__ import annotations
@@ -68,8 +71,14 @@ def main(argv: list[str] | None = None) -> int:
         "--arrivals", type=int, default=0, help="N pods spread evenly over each list, in order (0: all)"
     )
     parser.add_argument("--paper", metavar="B,B,...", help="the paper's protocol with these move budgets instead")
+    parser.add_argument("--combine", metavar="A.json,B.json", help="the table of earlier runs' JSON files")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = parser.parse_args(argv)
+    if args.combine:
+        for name, results in combine([json.loads(Path(f).read_text()) for f in args.combine.split(",")]).items():
+            print(f"\n{name}: {args.combine}")
+            report(results, list(results))
+        return 0
     if not FOLDER.is_dir():
         print(f"skipped: the trace is not in {FOLDER} (`gpusched trace` downloads it)", file=sys.stderr)
         return 2
@@ -116,14 +125,54 @@ def main(argv: list[str] | None = None) -> int:
             nodes, pods, names, loads, seeds, durations_from=durations_from, arrivals=count, progress=progress
         )
         print(f"\n{name}{note}: {count} arrivals, seeds {args.seeds}, {time.perf_counter() - started:.0f}s")
-        print(churn.table(results))
-        if "fgd" in results:
-            for other in (n for n in names if n != "fgd"):
-                for load, r in results[other].items():
-                    print(f"{other} at load {load}: {bar(results['fgd'][load], r)}")
+        report(results, names)
         payload["lists"][name] = results
     write(args.json, payload)
     return 0
+
+
+def report(results: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> None:
+    print(churn.table(results))
+    if "fgd" in results:
+        for other in (n for n in names if n != "fgd"):
+            for load, r in results[other].items():
+                if load in results["fgd"]:
+                    print(f"{other} at load {load}: {bar(results['fgd'][load], r)}")
+
+
+def combine(payloads: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+    """Per list, policy and load: every figure averaged over all the files' seeds."""
+    out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+    parts: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for payload in payloads:
+        for name, by_policy in payload["lists"].items():
+            for policy, by_load in by_policy.items():
+                for load, r in by_load.items():
+                    parts.setdefault((name, policy, load), []).append(r)
+    for (name, policy, load), rs in parts.items():
+        seeds = sum(r["seeds"] for r in rs)
+
+        def mean(values: list[tuple[float, int]]) -> float:
+            kept = [(v, n) for v, n in values if math.isfinite(v)]
+            return sum(v * n for v, n in kept) / sum(n for _, n in kept) if kept else math.nan
+
+        merged: dict[str, Any] = {
+            key: mean([(float(r[key]), r["seeds"]) for r in rs])
+            for key, value in rs[0].items()
+            if isinstance(value, (int, float)) and key != "seeds"
+        }
+        classes = sorted({c for r in rs for c in r["waits"]})
+        merged["waits"] = {
+            c: {
+                key: mean([(float(r["waits"][c][key]), r["seeds"]) for r in rs if c in r["waits"]])
+                for key in ("count", *(f"p{p}" for p in churn.PERCENTILES))
+            }
+            for c in classes
+        }
+        merged["seeds"] = seeds
+        merged["per_seed_alloc"] = [a for r in rs for a in r["per_seed_alloc"]]
+        out.setdefault(name, {}).setdefault(policy, {})[load] = merged
+    return out
 
 
 def write(path: str | None, payload: dict[str, Any]) -> None:
