@@ -9,7 +9,7 @@ leaves all of them alone. A plan ends when the job and every replacement are pla
 it holds released, a reason on the job) when an eviction is refused, the job leaves, or it has not ended after
 :data:`PLAN_TIMEOUT_S`.
 
-Which pods may move (:meth:`Moves.movable`): pods a controller recreates (an ``ownerReference`` with
+Which pods may move (:meth:`Moves.movable_on`): pods a controller recreates (an ``ownerReference`` with
 ``controller: true``), not annotated ``gpusched.io/consolidation: never``, whose Queue's
 ``spec.consolidation.moves`` allows them (``ExceptTraining`` by default: not a gang's members, not a batch Job's
 pods), of a priority not above the job's, not moved (or refused an eviction) within the cooldown, bound (not
@@ -156,13 +156,16 @@ class Moves:
 
     def in_flight(self, key: str) -> bool:
         """Whether a plan is being carried out for job ``key`` (abandoned first if it timed out)."""
-        plan = self.plans.get(key)
-        if plan is None:
-            return False
-        if self.clock() - plan.started >= PLAN_TIMEOUT_S:
-            self.abandon(key, f"the plan did not end within {PLAN_TIMEOUT_S:g}s")
-            return False
-        return True
+        self.expire()
+        return key in self.plans
+
+    def expire(self) -> None:
+        """Abandon every plan that has not ended within :data:`PLAN_TIMEOUT_S` (a replacement that never came, a
+        background plan no job asks about): what they hold goes back to everyone."""
+        now = self.clock()
+        for key, plan in list(self.plans.items()):
+            if now - plan.started >= PLAN_TIMEOUT_S:
+                self.abandon(key, f"the plan did not end within {PLAN_TIMEOUT_S:g}s")
 
     def start(self, key: str, obj: str, plan: Plan, *, placed: bool = False) -> None:
         """Carry ``plan`` out for job ``key`` (``obj`` in Events) as one statement: hold the targets, then evict
@@ -275,6 +278,7 @@ class Moves:
         target; everyone else leaves every plan's targets alone."""
         if not self.plans:
             return {}
+        self.expire()
         slots = self.scheduler.cache.arrays.slots
         reserved = np.zeros(slots, dtype=bool)
         for job_key, plan in self.plans.items():

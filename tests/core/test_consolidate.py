@@ -227,3 +227,15 @@ def test_a_replacement_waits_for_its_target_and_makes_no_room_of_its_own() -> No
     assert world.cluster.cache.pod("default/new-a") is None and not world.mover.pods
     assert "default/new-a" not in world.loop.moves.no_plan  # no search ran for it
     assert not [o for o, r, _ in world.events.seen if r == "NoMovePlan" and o == "pod default/new-a"]
+
+
+def test_a_plan_that_does_not_end_is_abandoned_and_what_it_held_released() -> None:
+    world = World(used=(6, 5, 2), consolidation={"defragmentEverySeconds": 60})
+    world.clock.now = 100.0
+    assert world.loop.defragment()
+    world.mover.pods = []  # the evictions never happen: no replacement comes
+    assert "defragment:n2" in world.loop.moves.plans
+    world.clock.now += 121.0
+    world.loop.pod_pending(world.pod("small"))
+    world.loop.run_until_idle()  # a cycle of any job expires it
+    assert world.loop.moves.plans == {} and "ConsolidationAbandoned" in world.reasons()
