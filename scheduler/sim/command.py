@@ -2,7 +2,8 @@
 
 With no arguments it runs the built-in synthetic cluster and workload; ``--nodes``/``--pods`` read the Alibaba
 GPU trace format. ``--tune RATIO --seeds A-B`` follows the FGD paper's protocol; ``--replay`` uses the trace's
-creation and deletion times instead.
+creation and deletion times instead; ``--churn LOAD`` runs the trace's pods at an offered GPU load, leaving after
+their durations (``scheduler.sim.churn``).
 """
 
 from __future__ import annotations
@@ -21,18 +22,18 @@ import numpy as np
 
 from scheduler.api import typical
 from scheduler.api.errors import InvalidObject
-from scheduler.api.node import NodeInfo
 from scheduler.cache.state import Cache
 from scheduler.sim import (
     bound,
+    churn,
     elastic,
     engine,
-    gangs,
     metrics,
     policies,
     protocol,
     replay,
     report,
+    scenario_runs,
     segments,
     synthetic,
     tenants,
@@ -49,9 +50,6 @@ DEFAULT_SEEDS = "42-44"
 TOPOLOGY_SEEDS = "42"
 DEFAULT_TUNE = 1.3
 
-#: Seconds a seed of a scenario takes on the project's 2-core machine, for the progress line.
-SECONDS_PER_SEED = {"tenants": 100, "topology": 30, "elastic": 60}
-
 #: File types matplotlib writes (``--plot``), by extension.
 PLOT_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
 
@@ -59,15 +57,18 @@ PLOT_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "tif", "tiff", 
 _APPLIES = {
     "compare": {"nodes", "pods", "policy", "tune", "seeds", "json", "plot", "dashboard"},
     "replay": {"nodes", "pods", "policy", "replay", "json", "plot"},
+    "churn": {"nodes", "pods", "policy", "seeds", "json", "churn", "arrivals", "durations"},
     "gangs": {"nodes", "jobs", "policy", "seeds", "json"},
     "elastic": {"seeds", "json"},
     "segments": {"seeds", "json"},
     "tenants": {"policy", "seeds", "json"},
     "topology": {"seeds", "json"},
 }
+_WHERE = {"replay": "--replay", "churn": "--churn"}
 _WHY_NOT = {
     "compare": "it applies only to a scenario",  # only --jobs can be out of place here
     "replay": "a replay uses the trace's own times, once",
+    "churn": "a churn run places arrivals at an offered load and measures waits, not the allocation curve",
     "gangs": "the gang scenario places jobs (--jobs) on nodes (--nodes, or its built-in cluster)",
     "elastic": "the elastic scenario runs the gang scenario's built-in jobs rigid and elastic, default profile",
     "segments": "the segments scenario has its own NVL72-shaped cluster and job",
@@ -100,6 +101,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--replay", action="store_true", help="replay the trace's creation/deletion times instead of --tune"
+    )
+    parser.add_argument(
+        "--churn",
+        metavar="LOAD[,LOAD...]",
+        help="pods arrive at these offered GPU loads (fractions of the cluster) and leave after their durations",
+    )
+    parser.add_argument(
+        "--arrivals", type=int, metavar="N", help="with --churn: N pods spread evenly over --pods arrive (default: all)"
+    )
+    parser.add_argument(
+        "--durations",
+        metavar="FILE",
+        help=(
+            "with --churn, for a pod list without times: the list whose durations are drawn "
+            "(default: openb_pod_list_default.csv beside --pods)"
+        ),
     )
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument(
@@ -134,6 +151,8 @@ def mode(args: argparse.Namespace) -> str:
     """What the command line asks for: ``compare`` (the FGD protocol), ``replay``, or a scenario's name."""
     if args.scenario:
         return str(args.scenario)
+    if args.churn is not None:
+        return "churn"
     return "replay" if args.replay else "compare"
 
 
@@ -141,18 +160,16 @@ def check(args: argparse.Namespace) -> None:
     """Refuse what cannot work before any long work starts: options the mode does not read, numbers out of
     range, output files that cannot be written."""
     chosen = mode(args)
-    given = {
-        dest
-        for dest in ("nodes", "pods", "policy", "tune", "seeds", "replay", "json", "plot", "jobs", "dashboard")
-        if getattr(args, dest) not in (None, False)
-    }
+    given = {dest for dest in set().union(*_APPLIES.values(), {"jobs"}) if getattr(args, dest) not in (None, False)}
     for dest in sorted(given - _APPLIES[chosen]):
-        where = f"--scenario {chosen}" if args.scenario else ("--replay" if chosen == "replay" else "a comparison")
+        where = f"--scenario {chosen}" if args.scenario else _WHERE.get(chosen, "a comparison")
         why = "only --scenario gangs reads it" if dest == "jobs" else _WHY_NOT[chosen]
         raise InvalidObject(f"does not apply to {where} ({why})", obj="gpusched simulate", field="--" + dest)
-    if chosen in ("compare", "replay") and bool(args.nodes) != bool(args.pods):
+    if chosen == "churn" and not args.pods:
+        raise InvalidObject("--churn needs a trace (--nodes and --pods)", obj="gpusched simulate", field="--churn")
+    if chosen in ("compare", "replay", "churn") and bool(args.nodes) != bool(args.pods):
         raise InvalidObject("--nodes and --pods go together", obj="gpusched simulate", field="--nodes")
-    for dest in ("nodes", "pods", "jobs"):
+    for dest in ("nodes", "pods", "jobs", "durations"):
         raw = getattr(args, dest)
         if raw and not Path(raw).is_file():
             hint = (
@@ -163,6 +180,10 @@ def check(args: argparse.Namespace) -> None:
             raise InvalidObject(f"no file {raw}{hint}", obj="gpusched simulate", field="--" + dest)
     if args.tune is not None and not 0 < args.tune <= 10:
         raise InvalidObject(f"{args.tune} is not a ratio in (0, 10]", obj="gpusched simulate", field="--tune")
+    if args.churn is not None:
+        churn.parse_loads(args.churn)
+    if args.arrivals is not None and args.arrivals < 1:
+        raise InvalidObject(f"{args.arrivals} is not a count of pods", obj="gpusched simulate", field="--arrivals")
     if args.json:
         check_output(args.json, "--json")
     if getattr(args, "dashboard", None):
@@ -393,103 +414,27 @@ def compare_replay(
     return results
 
 
-def _seed_started(quiet: bool, scenario: str, name: str, seed: int, step: int, steps: int) -> None:
-    """A line before each seed of a slow scenario, so that a long quiet stretch is not taken for a hang."""
-    if quiet or scenario not in SECONDS_PER_SEED:
-        return
-    sys.stderr.write(
-        f"{scenario}: {name} seed {seed} ({step} of {steps}) running, about {SECONDS_PER_SEED[scenario]} s\n"
+def run_churn(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, Any]:
+    """``--churn``: every policy at every load, means over the seeds (``scheduler.sim.churn``)."""
+    names = ["fgd"] if args.policy is None else [n.strip() for n in args.policy.split(",") if n.strip()]
+    nodes, pods, source = _inputs(args)
+    count = len(churn.sample(pods, args.arrivals or 0))
+    durations_from, note = churn.durations_source(pods, pods_file=args.pods, durations_file=args.durations)
+    progress = Progress(args.quiet)
+    loads = churn.parse_loads(args.churn)
+    results = churn.compare(
+        nodes,
+        pods,
+        names,
+        loads,
+        seeds,
+        durations_from=durations_from,
+        arrivals=count,
+        progress=lambda s, r: progress.done(s, r.wall_s),
     )
-    sys.stderr.flush()
-
-
-def _seed_done(quiet: bool, name: str, seed: int, wall_s: float) -> None:
-    if not quiet:
-        sys.stderr.write(f"{name} seed {seed:<8} done in {wall_s:.2f}s\n")
-        sys.stderr.flush()
-
-
-def run_gangs(args: argparse.Namespace, names: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[str, Any]]:
-    nodes = trace.load_nodes(args.nodes) if args.nodes else gangs.cluster()
-    capacity = sum(n.gpus for n in nodes)
-    loaded = gangs.load_jobs(args.jobs) if args.jobs else None  # a bad file is refused before any run
-    results: dict[str, dict[str, Any]] = {}
-    for name in names:
-        runs = []
-        for seed in seeds:
-            jobs = loaded if loaded is not None else gangs.generate(cluster_gpus=capacity, seed=seed)
-            runs.append(gangs.run(nodes, jobs, policies.build(name, shapes=[], seed=seed)))
-            _seed_done(args.quiet, name, seed, runs[-1].wall_s)
-        results[name] = {
-            "partial_gangs": sum(r.partial_gangs for r in runs),
-            "deadlocks": sum(r.deadlocks for r in runs),
-            "gang_wait_mean_s": float(np.mean([r.gang_wait_mean_s for r in runs])),
-            "gang_wait_p99_s": float(np.mean([r.gang_wait_p99_s for r in runs])),
-            "gpu_allocation": float(np.mean([r.gpu_allocation for r in runs])),
-            "placed_gangs": float(np.mean([r.placed_gangs for r in runs])),
-            "waiting_gangs_at_end": float(np.mean([r.waiting_gangs for r in runs])),
-            "cycles": float(np.mean([r.cycles for r in runs])),
-            "wall_s": float(np.mean([r.wall_s for r in runs])),
-        }
-    return results
-
-
-def run_elastic(seeds: Sequence[int], quiet: bool) -> dict[str, dict[str, Any]]:
-    """The same jobs of each seed rigid, then elastic (``scheduler.sim.elastic``), with the default profile."""
-    nodes = gangs.cluster()
-    capacity = sum(n.gpus for n in nodes)
-    runs: dict[str, list[elastic.ElasticRun]] = {"rigid": [], "elastic": []}
-    for j, seed in enumerate(seeds):
-        jobs = elastic.jobs(capacity, seed)
-        config = policies.build("default", shapes=[], seed=seed)
-        for name, made in runs.items():
-            _seed_started(quiet, "elastic", name, seed, j + 1, len(seeds))
-            made.append(elastic.run(nodes, jobs, config, elastic=name == "elastic"))
-            _seed_done(quiet, name, seed, made[-1].wall_s)
-    return {name: elastic.summary(made) for name, made in runs.items()}
-
-
-def run_tenants(names: Sequence[str], seeds: Sequence[int], quiet: bool) -> dict[str, dict[str, Any]]:
-    results: dict[str, dict[str, Any]] = {}
-    steps = len(names) * len(seeds)
-    for i, name in enumerate(names):
-        runs = []
-        for j, seed in enumerate(seeds):
-            _seed_started(quiet, "tenants", name, seed, i * len(seeds) + j + 1, steps)
-            runs.append(tenants.run(tenants.cluster(), policies.build(name, shapes=[], seed=seed), seed=seed))
-            _seed_done(quiet, name, seed, runs[-1].wall_s)
-        results[name] = {
-            "jain_index": float(np.mean([r.jain_index for r in runs])),
-            "gpu_allocation": float(np.mean([r.gpu_allocation for r in runs])),
-            "reclaim_latency_s": float(np.mean([r.reclaim_latency_s for r in runs])),
-            "preempted_gpu_hours": float(np.mean([r.preempted_gpu_hours for r in runs])),
-            "preemptions": float(np.mean([r.preemptions for r in runs])),
-            "partial_gangs": sum(r.partial_gangs for r in runs),
-            "queues": {
-                q: {k: float(np.mean([r.queues[q][k] for r in runs])) for k in runs[0].queues[q]}
-                for q in runs[0].queues
-            },
-            "wall_s": float(np.mean([r.wall_s for r in runs])),
-        }
-    return results
-
-
-def run_topology(
-    seeds: Sequence[int], quiet: bool, *, nodes: Sequence[NodeInfo] | None = None, jobs_per_seed: int = 400
-) -> dict[str, dict[str, Any]]:
-    """The same workloads with topology and with every constraint dropped, on a labelled cluster (by default
-    the built-in one)."""
-    nodes = nodes if nodes is not None else sim_topology.cluster()
-    config = policies.build("default", shapes=[], seed=0)
-    capacity = sum(n.gpus for n in nodes)
-    runs: dict[str, list[sim_topology.TopologyRun]] = {"topology": [], "ignored": []}
-    for j, seed in enumerate(seeds):
-        jobs = sim_topology.generate(jobs_per_seed, cluster_gpus=capacity, seed=seed)
-        _seed_started(quiet, "topology", "with topology and ignored", seed, j + 1, len(seeds))
-        for name in runs:
-            runs[name].append(sim_topology.run(nodes, jobs, config, ignore=name == "ignored"))
-            _seed_done(quiet, name, seed, runs[name][-1].wall_s)
-    return {name: sim_topology.summary(r) for name, r in runs.items()}
+    print(f"churn of {source}{note}: {count} arrivals at loads {args.churn}, seeds {_span(seeds)}")
+    print(churn.table(results))
+    return {"mode": "churn", "loads": loads, "seeds": seeds, "arrivals": count, "results": results}
 
 
 def _write_json(path: str, payload: dict[str, Any]) -> None:
@@ -506,7 +451,7 @@ def run(args: argparse.Namespace) -> int:
     if chosen == "topology":
         seeds = parse_seeds(TOPOLOGY_SEEDS if args.seeds is None else args.seeds)
         started = time.perf_counter()
-        results = run_topology(seeds, args.quiet)
+        results = scenario_runs.run_topology(seeds, args.quiet)
         labelled = sim_topology.cluster()
         print(
             f"topology scenario: {len(labelled)} nodes (4 blocks x 4 racks x 2 cliques x 4 nodes x 8 GPUs), "
@@ -520,7 +465,7 @@ def run(args: argparse.Namespace) -> int:
     if chosen == "tenants":
         names = policies.parse_names("default" if args.policy is None else args.policy)
         seeds = parse_seeds(DEFAULT_SEEDS if args.seeds is None else args.seeds)
-        results = run_tenants(names, seeds, args.quiet)
+        results = scenario_runs.run_tenants(names, seeds, args.quiet)
         where = f"{len(tenants.QUEUES)} queues on {len(tenants.cluster())} nodes"
         print(f"tenants scenario: {where}, seeds {_span(seeds)}")
         print(report.tenant_table(results, seeds=len(seeds)))
@@ -529,7 +474,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if chosen == "elastic":
         seeds = parse_seeds(DEFAULT_SEEDS if args.seeds is None else args.seeds)
-        results = run_elastic(seeds, args.quiet)
+        results = scenario_runs.run_elastic(seeds, args.quiet)
         print(
             f"elastic scenario: the gang jobs in 2 queues (each guaranteed half), rigid and elastic, "
             f"seeds {_span(seeds)}"
@@ -552,15 +497,22 @@ def run(args: argparse.Namespace) -> int:
         names = policies.parse_names("default" if args.policy is None else args.policy)
         seeds = parse_seeds(DEFAULT_SEEDS if args.seeds is None else args.seeds)
         started = time.perf_counter()
-        results = run_gangs(args, names, seeds)
+        results = scenario_runs.run_gangs(args, names, seeds)
         print(f"gang scenario: {'jobs from ' + args.jobs if args.jobs else 'built-in jobs'}, seeds {_span(seeds)}")
         print(report.gang_table(results))
         print(f"total {time.perf_counter() - started:.1f}s")
         if args.json:
             _write_json(args.json, {"mode": "gangs", "seeds": seeds, "results": results})
         return 0
-    names = policies.parse_names(",".join(policies.POLICIES) if args.policy is None else args.policy)
     seeds = parse_seeds(DEFAULT_SEEDS if args.seeds is None else args.seeds)
+    if chosen == "churn":
+        started = time.perf_counter()
+        churned = run_churn(args, seeds)
+        print(f"total {time.perf_counter() - started:.1f}s")
+        if args.json:
+            _write_json(args.json, churned)
+        return 0
+    names = policies.parse_names(",".join(policies.POLICIES) if args.policy is None else args.policy)
     tune = DEFAULT_TUNE if args.tune is None else args.tune
     nodes, pods, source = _inputs(args)
     progress = Progress(args.quiet)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from scheduler.api import gputopo, topology
-from scheduler.sim import command, policies, report
+from scheduler.sim import policies, report, scenario_runs
 from scheduler.sim import topology as sim_topology
 
 SMALL = {"blocks": 2, "racks": 2, "cliques": 2, "nodes": 4}
@@ -36,7 +36,7 @@ def test_required_levels_hold_with_topology_and_break_without() -> None:
 
 
 def test_the_json_has_both_runs_with_the_documented_figures(tmp_path: Path) -> None:
-    results = command.run_topology([5], True, nodes=sim_topology.cluster(**SMALL), jobs_per_seed=40)
+    results = scenario_runs.run_topology([5], True, nodes=sim_topology.cluster(**SMALL), jobs_per_seed=40)
     out = tmp_path / "topo.json"
     report.write_json(str(out), {"mode": "topology", "seeds": [5], "results": results})
     written = json.loads(out.read_text())["results"]

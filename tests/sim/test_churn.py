@@ -1,0 +1,215 @@
+"""The churn protocol: hand-made runs whose waits and allocation are computed by hand, the workload's offered load,
+the durations drawn for a list without times, and the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scheduler.api.errors import InvalidObject
+from scheduler.cli import main
+from scheduler.sim import churn
+from scheduler.sim.churn import Arrival, Workload
+from scheduler.sim.trace import NodeSpec, PodSpec
+from tests.sim import files
+
+NODE = NodeSpec("n1", 64000, 262144, 8, "V100M32")
+
+
+def _pod(name: str, gpus: int, milli: int = 1000) -> PodSpec:
+    return PodSpec(name, 1000, 1024, gpus, milli if gpus else 0)
+
+
+def _run(nodes: list[NodeSpec], arrivals: list[Arrival], horizon: float, policy: str = "fgd") -> churn.ChurnRun:
+    return churn.run(nodes, Workload(arrivals, horizon), churn.profile(policy, shapes=[], seed=0))
+
+
+def test_waits_and_allocation_of_a_hand_made_run() -> None:
+    # One node of 8 GPUs. a (8 GPUs) runs 0-10; b (4) and c (half a GPU) wait for it and run 10-15 and 10-13;
+    # d (8) arrives at 11 and waits until b leaves at 15; e (1) arrives at 16 and never fits before the end, 20.
+    arrivals = [
+        Arrival("a", _pod("a", 8), 0.0, 10.0),
+        Arrival("b", _pod("b", 4), 1.0, 5.0),
+        Arrival("c", _pod("c", 1, 500), 2.0, 3.0),
+        Arrival("d", _pod("d", 8), 11.0, 100.0),
+        Arrival("e", _pod("e", 1), 16.0, 1.0),
+    ]
+    run = _run([NODE], arrivals, 20.0)
+    # GPU-seconds in 0-20: a 80, b 20, c 1.5, d 8 x 5 = 40; of 8 GPUs x 20 s.
+    assert run.time_weighted_alloc == pytest.approx(100.0 * 141.5 / 160.0)
+    assert run.waits["8"] == {"count": 2.0, "p50": 2.0, "p95": pytest.approx(3.8), "p99": pytest.approx(3.96)}
+    assert run.waits["4"]["p50"] == 9.0
+    assert run.waits["shared"]["p50"] == 8.0
+    assert run.waits["1"]["p50"] == 4.0  # e still waits at the end: its wait so far
+    assert run.waits["4+"] == {"count": 3.0, "p50": 4.0, "p95": pytest.approx(8.5), "p99": pytest.approx(8.9)}
+    assert (run.placed, run.never_placed, run.moves) == (4, 1, 0)
+    assert run.free_whole_node_gpus == 0.0
+
+
+def test_free_whole_nodes_are_time_weighted() -> None:
+    # Two 8-GPU nodes and a node of 4; one 1-GPU pod from 0 to 10 of a 20-second window: the other 8-GPU node is
+    # free throughout (8 GPUs), the pod's node for the last half (4 on average); the 4-GPU node does not count.
+    nodes = [NODE, NodeSpec("n2", 64000, 262144, 8, "V100M32"), NodeSpec("n3", 64000, 262144, 4, "V100M32")]
+    run = _run(nodes, [Arrival("p", _pod("p", 1), 0.0, 10.0), Arrival("q", _pod("q", 0), 20.0, 1.0)], 20.0)
+    assert run.free_whole_node_gpus == pytest.approx(12.0)
+    assert run.time_weighted_alloc == pytest.approx(100.0 * 10.0 / (20.0 * 20.0))
+
+
+def test_a_pod_waits_in_the_queue_until_a_departure_makes_room_not_only_until_the_next_arrival() -> None:
+    arrivals = [Arrival("a", _pod("a", 6), 0.0, 7.0), Arrival("b", _pod("b", 4), 1.0, 1.0)]
+    run = _run([NODE], [*arrivals, Arrival("z", _pod("z", 0), 30.0, 1.0)], 30.0)
+    assert run.waits["4"]["p50"] == 6.0  # placed when a leaves at 7, with no arrival then
+    assert run.never_placed == 0
+
+
+def test_the_initial_population_is_placed_but_not_counted_in_the_waits() -> None:
+    arrivals = [
+        Arrival("w1", _pod("w1", 8), 0.0, 5.0, initial=True),
+        Arrival("w2", _pod("w2", 8), 0.0, 5.0, initial=True),
+        Arrival("a", _pod("a", 2), 1.0, 2.0),
+    ]
+    run = _run([NODE], arrivals, 12.0)
+    # w1 runs 0-5, w2 5-10 (it waited for w1: not a measured wait), a 10-12.
+    assert run.waits == {"2": {"count": 1.0, "p50": 9.0, "p95": 9.0, "p99": 9.0}}
+    assert run.initial_never_placed == 0
+    assert run.time_weighted_alloc == pytest.approx(100.0 * (40 + 40 + 4) / (8 * 12))
+
+
+def test_the_arrival_rate_offers_the_load_asked_for() -> None:
+    pods = [_pod(f"p{i}", (1, 2, 4, 8)[i % 4]) for i in range(4000)]
+    durations = [float(100 + (i * 37) % 900) for i in range(4000)]
+    gpu_seconds = sum(p.num_gpu * d for p, d in zip(pods, durations, strict=True))
+    for load in (0.5, 1.0):
+        w = churn.workload(pods, gpu_capacity=64.0, load=load, seed=1, durations=durations, warm=False)
+        assert w.rate == pytest.approx(load * 64.0 * len(pods) / gpu_seconds)
+        offered = gpu_seconds / (w.horizon * 64.0)
+        assert offered == pytest.approx(load, rel=0.05)
+        assert [a.name for a in w.arrivals] == [f"p{i}#{i}" for i in range(4000)]  # the list's order
+
+
+def test_the_warm_population_asks_for_the_load_on_average() -> None:
+    pods = [_pod(f"p{i}", (1, 2, 4, 8)[i % 4]) for i in range(400)]
+    durations = [float(10 + (i * 7919) % 5000) for i in range(400)]
+    totals = []
+    for seed in range(20):
+        w = churn.workload(pods, gpu_capacity=256.0, load=0.9, seed=seed, durations=durations)
+        initial = [a for a in w.arrivals if a.initial]
+        assert all(a.at == 0.0 and 0.0 <= a.duration <= max(durations) for a in initial)
+        totals.append(sum(a.spec.num_gpu for a in initial))
+    assert np.mean(totals) == pytest.approx(0.9 * 256.0, rel=0.05)
+
+
+def test_durations_are_drawn_from_the_same_request_class() -> None:
+    source = [
+        PodSpec("s1", 1, 1, 8, 1000, creation=0.0, deletion=1000.0),
+        PodSpec("s2", 1, 1, 1, 500, creation=0.0, deletion=7.0),
+        PodSpec("s3", 1, 1, 1, 1000, creation=5.0, deletion=8.0),
+    ]
+    drawn = churn.drawn_durations([_pod("x", 8), _pod("y", 1, 300), _pod("z", 2)], source, np.random.default_rng(0))
+    assert drawn[:2] == [1000.0, 7.0]
+    assert drawn[2] in (1000.0, 7.0, 3.0)  # no 2-GPU pod in the source: any of its durations
+
+
+def test_a_list_without_times_needs_a_list_with_them() -> None:
+    with pytest.raises(InvalidObject) as caught:
+        churn.drawn_durations([_pod("x", 1)], [_pod("y", 1)], np.random.default_rng(0))
+    assert caught.value.field == "--durations"
+
+
+def test_a_bad_policy_or_action_is_refused_naming_it() -> None:
+    with pytest.raises(InvalidObject) as caught:
+        churn.profile("fgd+teleport", shapes=[], seed=0)
+    assert caught.value.field == "--policy" and "teleport" in str(caught.value)
+    assert churn.profile("fgd", shapes=[], seed=0).actions == ("allocate",)
+
+
+def test_the_command_line_runs_a_churn_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = files.write(tmp_path / "nodes.csv", files.NODE_HEADER, ["n1,64000,262144,8,V100M32", "n2,64000,262144,8,"])
+    rows = [f"p{i},1000,1024,{(1, 2, 4, 1)[i % 4]},{(1000, 1000, 1000, 500)[i % 4]}" for i in range(40)]
+    pods = files.write(tmp_path / "pods.csv", files.MULTIGPU_HEADER, rows)
+    timed = [f"t{i},1000,1024,1,1000,,LS,Running,{i},{i + 100 + 50 * (i % 3)}," for i in range(10)]
+    durations = files.write(tmp_path / "timed.csv", files.POD_HEADER, timed)
+    out = tmp_path / "churn.json"
+    args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--churn", "0.8,1.1", "--seeds", "1-2"]
+    assert main([*args, "--durations", str(durations), "--json", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "churn of" in printed and "wait shared p50/p95/p99" in printed
+    payload = json.loads(out.read_text())
+    assert payload["mode"] == "churn" and payload["loads"] == [0.8, 1.1]
+    assert set(payload["results"]["fgd"]) == {"0.8", "1.1"}
+    assert payload["results"]["fgd"]["1.1"]["seeds"] == 2
+    assert main([*args, "--quiet"]) == 2  # no times and no default list beside it
+    assert "--durations" in capsys.readouterr().err
+
+
+def test_options_of_other_modes_are_refused_with_churn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = files.write(tmp_path / "nodes.csv", files.NODE_HEADER, ["n1,64000,262144,8,V100M32"])
+    pods = files.write(tmp_path / "pods.csv", files.MULTIGPU_HEADER, ["p,1000,1024,1,1000"])
+    assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods), "--churn", "1", "--tune", "1.3"]) == 2
+    assert "--tune: does not apply to --churn" in capsys.readouterr().err
+    assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods), "--churn", "0"]) == 2
+    assert "--churn" in capsys.readouterr().err
+    assert main(["simulate", "--pods", str(pods), "--churn", "1"]) == 2
+
+
+def test_consolidation_moves_a_pod_which_then_runs_what_it_had_left() -> None:
+    # Two nodes of 2 GPUs; spread puts a1 and a2 on one each; c (2 GPUs) fits nowhere until one of them moves (or a2
+    # leaves at 10).
+    nodes = [NodeSpec("n1", 64000, 262144, 2, "V100M32"), NodeSpec("n2", 64000, 262144, 2, "V100M32")]
+    arrivals = [
+        Arrival("a1", _pod("a1", 1), 0.0, 100.0),
+        Arrival("a2", _pod("a2", 1), 0.0, 10.0),
+        Arrival("c", _pod("c", 2), 1.0, 100.0),
+    ]
+    still = _run(nodes, arrivals, 20.0, "spread")
+    assert (still.never_placed, still.moves, still.waits["2"]["p50"]) == (0, 0, 9.0)
+    assert still.time_weighted_alloc == pytest.approx(100.0 * (20 + 10 + 2 * 10) / 80.0)
+    moved = _run(nodes, arrivals, 20.0, "spread+consolidate")
+    assert (moved.never_placed, moved.moves, moved.placed) == (0, 1, 3)
+    assert moved.waits["2"]["p50"] == 1.0  # the plan starts at 1; c is tried again at the end of its backoff
+    assert moved.moves_per_100_placed == pytest.approx(100.0 / 3)
+    # a1 20 GPU-s; a2 10, moved at 1 and leaving at 10 all the same (not 11: it runs what it had left); c 2 x 18.
+    assert moved.time_weighted_alloc == pytest.approx(100.0 * (20 + 10 + 2 * 18) / 80.0)
+
+
+def test_a_sample_of_arrivals_spreads_over_the_whole_list_in_order() -> None:
+    pods = [_pod(f"p{i}", 1) for i in range(10)]
+    assert [p.name for p in churn.sample(pods, 4)] == ["p0", "p2", "p5", "p7"]
+    assert churn.sample(pods, 0) == pods and churn.sample(pods, 20) == pods
+
+
+def test_defrag_turns_on_background_defragmentation_with_consolidate_only() -> None:
+    config = churn.profile("fgd+consolidate+defrag", shapes=[], seed=0)
+    assert config.actions == ("allocate", "consolidate")
+    assert config.consolidation.defragment_every_s == churn.DEFRAG_EVERY_S
+    assert churn.profile("fgd+consolidate", shapes=[], seed=0).consolidation.defragment_every_s == 0
+    with pytest.raises(InvalidObject) as caught:
+        churn.profile("fgd+defrag", shapes=[], seed=0)
+    assert caught.value.field == "--policy" and "consolidate" in str(caught.value)
+
+
+def test_background_defragmentation_empties_a_node_when_nothing_waits() -> None:
+    # spread leaves a1 and a2 on a node each; nothing waits, so defrag moves one of them: a whole node is free.
+    nodes = [NodeSpec("n1", 64000, 262144, 8, "V100M32"), NodeSpec("n2", 64000, 262144, 8, "V100M32")]
+    arrivals = [Arrival("a1", _pod("a1", 1), 0.0, 5000.0), Arrival("a2", _pod("a2", 1), 0.0, 5000.0)]
+    tick = [Arrival(f"t{i}", _pod(f"t{i}", 0), 100.0 * i, 1.0) for i in range(2, 30)]
+    horizon = 2900.0
+    plain = _run(nodes, [*arrivals, *tick], horizon, "spread+consolidate")
+    defrag = _run(nodes, [*arrivals, *tick], horizon, "spread+consolidate+defrag")
+    assert (plain.moves, plain.free_whole_node_gpus) == (0, 0.0)
+    # (It moves more than once: with one node in use, the node it empties is the one it filled before.)
+    assert defrag.moves >= 1
+    assert 0.0 < defrag.free_whole_node_gpus <= 8.0
+
+
+def test_a_sample_arrives_while_the_population_is_drawn_from_the_whole_list() -> None:
+    pods = [_pod(f"p{i}", 1) for i in range(10)]
+    durations = [100.0] * 9 + [10000.0]  # p9 runs 100 times longer: most of the population, never an arrival
+    w = churn.workload(pods, gpu_capacity=64.0, load=1.0, seed=0, durations=durations, arrivals=4)
+    assert [a.name for a in w.arrivals if not a.initial] == ["p0#0", "p2#2", "p5#5", "p7#7"]
+    assert w.rate == pytest.approx(64.0 / 100.0)  # the arrivals' own work offers the load
+    initial = [a.spec.name for a in w.arrivals if a.initial]
+    assert initial.count("p9") > 0.8 * len(initial)
