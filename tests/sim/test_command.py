@@ -264,7 +264,7 @@ def test_a_missing_input_file_is_named_before_anything_runs(
 def test_the_topology_scenario_runs_the_seed_its_help_names(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from scheduler.sim import command
+    from scheduler.sim import scenario_runs
 
     seen: list[list[int]] = []
 
@@ -272,7 +272,7 @@ def test_the_topology_scenario_runs_the_seed_its_help_names(
         seen.append(list(seeds))
         raise KeyboardInterrupt  # stop before the (slow) scenario
 
-    monkeypatch.setattr(command, "run_topology", record)
+    monkeypatch.setattr(scenario_runs, "run_topology", record)
     with pytest.raises(SystemExit):
         cli.main(["simulate", "--help"])
     help_text = capsys.readouterr().out
