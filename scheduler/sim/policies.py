@@ -6,7 +6,6 @@ the others are the FGD paper's baselines and the classic spread / binpack / bala
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,13 +59,6 @@ def _shapes_arg(shapes: Sequence[typical.Shape]) -> list[dict[str, Any]]:
         {"cpu": s.cpu, "milli": s.milli, "gpus": s.gpus, "models": "|".join(s.models), "weight": s.weight}
         for s in shapes
     ]
-
-
-def consolidating(config: ProfileConfig) -> ProfileConfig:
-    """``config`` with the ``consolidate`` action after ``allocate`` (``fgd`` with consolidation): in the job event
-    loop (``scheduler.sim.jobsim``) a pod that fits nowhere then gets room by moving pods that have an ``owner``."""
-    rest = [a for a in config.actions if a not in ("allocate", "consolidate")]
-    return dataclasses.replace(config, actions=("allocate", "consolidate", *rest))
 
 
 def build(name: str, *, shapes: Sequence[typical.Shape], seed: int) -> ProfileConfig:
