@@ -14,9 +14,9 @@ count (``ExactCount``) or every matching device (``All``, which fails when one o
 (a device in use may be given; it stays free for others), and ``matchAttribute`` constraints (every device of the
 requests named has the same value of the attribute). A node that cannot: ``cannot allocate all claims``.
 
-Which devices, when several sets would do: the tightest (docs/devices.md): by PCIe root
-(``resource.kubernetes.io/pcieRoot``), the group with the fewest free devices that still has enough, else the
-largest groups first; under a ``matchAttribute`` constraint each value is a group, with backtracking. A device
+Which devices, when several sets would do (``scheduler.cache.device_allocator``): the tightest (docs/devices.md):
+by PCIe root (``resource.kubernetes.io/pcieRoot``), the group with the fewest free devices that still has enough,
+else the largest groups first; under a ``matchAttribute`` constraint each value is a group, with backtracking. A device
 allowing multiple allocations is shared up to its capacity (``scheduler.api.consumable_capacity``). The node is
 chosen by the score plugins: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.device_store``),
 so FGD, binpack, gangs and queue accounting see them.
@@ -322,6 +322,3 @@ class DynamicResources:
         claims = state.data.pop(interface.DEVICE_CLAIMS, ())
         if claims and state.snapshot.in_what_if:
             state.snapshot.unpick_devices(claims)
-
-
-# --- the allocator ---------------------------------------------------------------------------------------------
