@@ -22,8 +22,10 @@ Segments (``PodGroup.spec.segments``): inside each of those masks, :func:`what_i
 lowest index first, into segments of ``size`` and places them one after the other on the same what-if, each
 inside one domain of the segment level that can hold it: the domains under the same parent as the segments
 before it first (the segments as close as possible), then the tightest. Required: a segment no domain holds
-fails the gang; preferred: such a segment is placed anywhere. Only the members placed together are cut; a member
-placed later joins its gang's nodes.
+fails the gang; preferred: such a segment is placed anywhere. Only the members placed together are cut, by rank
+(``scheduler.core.segment_layout``); a member ranked beyond them (an elastic gang's surplus) joins its gang's
+nodes, and a member made again after its node was lost goes back to the domain of its own segment's running
+members (only there when the segments are required).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from scheduler.api.podgroup import PodGroup, member_rank
 from scheduler.api.topology import TopologyConstraint
 from scheduler.cache.arrays import ClusterArrays
 from scheduler.cache.state import Snapshot
-from scheduler.core import capacity
+from scheduler.core import capacity, segment_layout
 from scheduler.core.cycle import Diagnosis, Scheduler
 from scheduler.framework.interface import GANG_SLOTS, RESERVED_SLOTS, TOPOLOGY_SLOTS, Code, Decision, Status
 from scheduler.kernels import layout
@@ -269,14 +271,12 @@ def what_if_in_segments(
         return GangResult(problem)
     level = required if required is not None else preferred
     assert level is not None
-    ranked = sorted(members, key=lambda p: (member_rank(p.labels, p.name), p.key))
-    size = group.segment_size
-    count = -(-len(ranked) // size)
+    cut = _cut(group, members, (context or {}).get(segment_layout.LAYOUT))
+    count = len(cut)
     outer = (context or {}).get(TOPOLOGY_SLOTS)
     decisions: list[Decision] = []
     parents: set[int] = set()
-    for index in range(count):
-        segment = ranked[index * size : (index + 1) * size]
+    for index, (anchor, segment) in enumerate(cut):
         usable, free = free_gpus(snapshot.arrays, context)
         if outer is not None:
             reach = min(outer.shape[0], usable.shape[0])
@@ -288,6 +288,10 @@ def what_if_in_segments(
         domains = _holding(column, usable, free, needs)
         # Stable: among the domains under a parent already used, and then the others, the tightest first.
         domains.sort(key=lambda d: int(parent[np.argmax(column == d)]) not in parents)
+        if anchor:
+            # Members of a segment whose other members run: their domain only (or first, when preferred).
+            home = int(column[anchor[0]]) if anchor[0] < column.shape[0] else -1
+            domains = [home] if home in domains else []
         masks: list[Mask] = [(column == d) & usable for d in domains[:MAX_DOMAINS]]
         if required is None:
             masks.append(usable)
@@ -314,6 +318,28 @@ def what_if_in_segments(
     return GangResult(Status.success(), decisions)
 
 
+def _cut(
+    group: PodGroup, members: Sequence[PodRequest], layout: segment_layout.Layout | None
+) -> list[tuple[list[int], list[PodRequest]]]:
+    """``members`` cut into segments, each with the node slots its running members hold ([] for a new segment):
+    by the gang's ``layout`` when some of its members run (each member back into its own segment), else lowest
+    rank first, ``size`` at a time."""
+    ranked = sorted(members, key=lambda p: (member_rank(p.labels, p.name), p.key))
+    size = group.segment_size
+    if layout is None:
+        return [([], ranked[i : i + size]) for i in range(0, len(ranked), size)]
+    by_segment: dict[int, list[PodRequest]] = {}
+    loose: list[PodRequest] = []
+    for pod in ranked:
+        index = layout.segment.get(pod.key)
+        if index is None:
+            loose.append(pod)
+        else:
+            by_segment.setdefault(index, []).append(pod)
+    cut = [(layout.anchor(index), by_segment[index]) for index in sorted(by_segment)]
+    return cut + [([], loose[i : i + size]) for i in range(0, len(loose), size)]
+
+
 # --- topology -------------------------------------------------------------------------------------------------
 
 
@@ -334,32 +360,72 @@ def resolve_levels(
     return levels, None
 
 
-def member_context(scheduler: Scheduler, group: PodGroup, placed: Iterable[str]) -> dict[str, Any]:
+def member_context(
+    scheduler: Scheduler,
+    group: PodGroup,
+    placed: Iterable[str],
+    *,
+    member: PodRequest | None = None,
+    pending: Iterable[PodRequest] = (),
+) -> dict[str, Any]:
     """For a member placed after its gang (beyond ``minMember``, or after a bind failure), what its cycle gets: the
     nodes its ``placed`` siblings are on (the ``gang`` score prefers them) and, with a required level, the domain
-    of that level they are in, so it joins them there (the loop's cycle and ``gpusched explain`` both use it)."""
+    of that level they are in, so it joins them there (the loop's cycle and ``gpusched explain`` both use it).
+
+    In a segmented gang, a ``member`` of a segment whose other members run (``pending``: the gang's other waiting
+    members, which rank it) joins those: their nodes are the ones preferred and, with required segments, their
+    domain of the segment level is the only one it may use."""
+    keys = list(placed)
     slots: dict[int, int] = {}
-    for key in placed:
+    for key in keys:
         entry = scheduler.cache.pod(key)
         if entry is not None:
             slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
     context: dict[str, Any] = {GANG_SLOTS: slots}
     (required, _), problem = resolve_levels(scheduler, group.topology, obj=f"podgroup {group.key}")
-    if problem is not None or required is None or not slots:
+    if problem is None and required is not None and slots:
+        column = _column(scheduler, required, scheduler.cache.arrays.slots)
+        domain = int(column[next(iter(slots))])
+        if domain >= 0:
+            context[TOPOLOGY_SLOTS] = column == domain
+    if member is None:
         return context
-    column = _column(scheduler, required, scheduler.cache.arrays.slots)
-    domain = int(column[next(iter(slots))])
-    return {**context, TOPOLOGY_SLOTS: column == domain} if domain >= 0 else context
+    layout = segment_layout.layout(scheduler.cache, group, keys, [member, *pending])
+    index = layout.segment.get(member.key) if layout is not None else None
+    anchor = layout.anchor(index) if layout is not None and index is not None else []
+    if not anchor:
+        return context
+    context[GANG_SLOTS] = {slot: anchor.count(slot) for slot in set(anchor)}
+    (seg_required, _), problem = resolve_levels(scheduler, group.segment_topology, obj=f"podgroup {group.key}")
+    if problem is None and seg_required is not None:
+        column = _column(scheduler, seg_required, scheduler.cache.arrays.slots)
+        home = column == int(column[anchor[0]])
+        outer = context.get(TOPOLOGY_SLOTS)
+        context[TOPOLOGY_SLOTS] = home if outer is None else _within(outer, home)
+    return context
 
 
 def rejoin_context(
-    scheduler: Scheduler, group: PodGroup, placed: Iterable[str], context: Mapping[str, Any]
+    scheduler: Scheduler,
+    group: PodGroup,
+    placed: Iterable[str],
+    context: Mapping[str, Any],
+    *,
+    pending: Iterable[PodRequest] = (),
 ) -> dict[str, Any]:
     """What a whole-gang attempt gets when some of its members still run (the others were lost with their node and
     made again): :func:`member_context` on top of ``context``, so they go near the others, inside the domain of the
-    required level the others are in (:func:`plan_gang` keeps every mask inside it), and wait while it has no room."""
+    required level the others are in (:func:`plan_gang` keeps every mask inside it), and wait while it has no room.
+    A segmented gang's ``pending`` members also get the layout of its segments, so each goes back to its own
+    segment's domain (:func:`what_if_in_segments`)."""
     keys = list(placed)
-    return {**context, **member_context(scheduler, group, keys)} if keys else dict(context)
+    if not keys:
+        return dict(context)
+    out = {**context, **member_context(scheduler, group, keys)}
+    layout = segment_layout.layout(scheduler.cache, group, keys, pending)
+    if layout is not None:
+        out[segment_layout.LAYOUT] = layout
+    return out
 
 
 def free_gpus(arrays: ClusterArrays, context: Mapping[str, Any] | None = None) -> tuple[Mask, npt.NDArray[np.int64]]:

@@ -17,11 +17,13 @@ nominated for it in :class:`scheduler.core.holds.Holds`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PREEMPT_NEVER, PodRequest
+from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Snapshot
 from scheduler.core import reclaim
 from scheduler.core.cycle import Scheduler
@@ -189,9 +191,13 @@ class Preemptor:
         surplus: dict[str, dict[str, float]] | None = None,
         *,
         snapshot: Snapshot,
+        context: Mapping[str, Any] | None = None,
+        group: PodGroup | None = None,
     ) -> list[reclaim.Candidate]:
+        """``context``: what the job's what-ifs respect, as its own cycle does; ``group``: the gang whose core
+        ``pods`` are, whose segments must each find a domain (``reclaim.find_victims``)."""
         find: Callable[..., list[reclaim.Candidate]] = reclaim.find_victims
-        kwargs: dict[str, object] = {"snapshot": snapshot}
+        kwargs: dict[str, object] = {"snapshot": snapshot, "context": context, "group": group}
         if required_level is not None:
             find, kwargs = reclaim.find_victims_in_domain, {**kwargs, "level": required_level}
         return find(

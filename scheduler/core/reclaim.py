@@ -33,6 +33,7 @@ import numpy as np
 
 from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PodRequest
+from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Cache, Snapshot
 from scheduler.core import gang
 from scheduler.core.cycle import Scheduler
@@ -114,12 +115,19 @@ def find_victims(
     context: Mapping[str, Any] | None = None,
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
+    group: PodGroup | None = None,
 ) -> list[Candidate]:
     """The victims whose eviction lets ``job`` fit, or [] if there are none (or it would not help).
 
+    ``group``: the gang ``job`` is the core of; with ``spec.segments`` it must fit segment by segment, each inside
+    one domain (``gang.what_if_in_segments``), so victims are chosen until each segment has a domain, not merely
+    until the GPUs add up.
+
     The what-ifs run on ``snapshot`` (the cycle's; by default the cache's), and are all rolled back.
 
-    ``context`` is passed to the job's what-ifs (a domain mask keeps it inside one domain). ``surplus`` bounds
+    ``context`` is passed to the job's what-ifs (a domain mask keeps it inside one domain; the nodes held for other
+    jobs, which its own cycle may not use, stay out of them too: without them a job that fails only because of
+    those nodes looks as if it fit with no victims, and waits until they are released). ``surplus`` bounds
     what may be taken from a queue (what it holds beyond its guarantee, per resource): victims of a queue in it
     are taken only while the queue stays at or above its guarantee, so that a reclaim never pushes its victim's
     queue below its own guarantee (which would reclaim back: ping-pong)."""
@@ -142,8 +150,9 @@ def find_victims(
     cache = scheduler.cache
     needs = [p.gpu.count for p in job if p.gpu.whole]
     # Not even every candidate's whole GPUs on top of the free ones would be enough: no what-if needed. Checked
-    # before the what-if opens: every return after that point goes through its rollback.
-    _, free_now = gang.free_gpus(cache.arrays)
+    # before the what-if opens: every return after that point goes through its rollback. Nodes held for other
+    # jobs (``RESERVED_SLOTS`` in ``context``) count as the job's cycle counts them: not at all.
+    _, free_now = gang.free_gpus(cache.arrays, context)
     freeable = sum(p.gpu.count for c in ordered for p in c.pods if p.gpu.whole)
     if needs and int(free_now.sum()) + freeable < sum(needs):
         return []
@@ -159,6 +168,8 @@ def find_victims(
     def fits() -> bool:
         inner = snapshot.checkpoint()
         try:
+            if group is not None and group.segment_size:
+                return gang.what_if_in_segments(scheduler, snapshot, group, job, context).status.ok
             return gang.what_if(scheduler, snapshot, job, context).status.ok
         finally:
             snapshot.rollback(inner)
@@ -167,7 +178,7 @@ def find_victims(
 
     def enough_gpus() -> bool:
         # A cheap necessary condition before a what-if: enough whole free GPUs, in groups large enough.
-        _, free = gang.free_gpus(snapshot.arrays)
+        _, free = gang.free_gpus(snapshot.arrays, context)
         if mask is not None:
             size = min(mask.shape[0], free.shape[0])
             free = np.where(mask[:size], free[:size], 0)
@@ -209,10 +220,13 @@ def find_victims_in_domain(
     priority: int,
     policy: str,
     candidates: Sequence[Candidate],
+    context: Mapping[str, Any] | None = None,
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
+    group: PodGroup | None = None,
 ) -> list[Candidate]:
     """Victims all inside one domain of ``level`` whose eviction lets ``job`` fit inside that domain, or [].
+    ``context`` as :func:`find_victims`' (a mask it holds narrows every domain).
 
     Every domain whose free GPUs plus its candidates' GPUs could hold the job is tried; the one whose victims
     cost least (lowest top priority, then fewest GPUs, then fewest jobs) wins. A candidate with pods in two
@@ -225,7 +239,12 @@ def find_victims_in_domain(
     column = np.full(cache.arrays.slots, -1, dtype=np.int64)
     size = min(ids.shape[0], column.shape[0])
     column[:size] = ids[:size, level]
-    usable, free = gang.free_gpus(cache.arrays)
+    usable, free = gang.free_gpus(cache.arrays, context)
+    outer = (context or {}).get(TOPOLOGY_SLOTS)
+    if outer is not None:
+        reach = min(outer.shape[0], usable.shape[0])
+        usable[:reach] &= outer[:reach]
+        usable[reach:] = False
     needs = [p.gpu.count for p in job if p.gpu.whole]
     by_domain: dict[int, list[Candidate]] = {}
     for candidate in candidates:
@@ -247,9 +266,10 @@ def find_victims_in_domain(
             priority=priority,
             policy=policy,
             candidates=local,
-            context={TOPOLOGY_SLOTS: inside},
+            context={**(context or {}), TOPOLOGY_SLOTS: inside},
             surplus=surplus,
             snapshot=snapshot,
+            group=group,
         )
         if not victims:
             continue

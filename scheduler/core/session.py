@@ -117,7 +117,7 @@ class Session:
             (attempt.level, _), attempt.unresolved = gang.resolve_levels(
                 self.scheduler, group.topology, obj=attempt.obj
             )
-            context = gang.rejoin_context(self.scheduler, group, job.placed, context)
+            context = gang.rejoin_context(self.scheduler, group, job.placed, context, pending=job.pending.values())
         else:
             pod = attempt.alone or next(iter(job.pending.values()), None)
             if pod is None:
@@ -130,7 +130,12 @@ class Session:
                 return False  # an elastic gang at its maxMember: this one waits for a member to leave
             # A member beyond minMember, or one whose binding failed: place it near the others (the same context
             # gpusched explain gives it).
-            context = {**context, **gang.member_context(self.scheduler, group, job.placed)}
+            context = {
+                **context,
+                **gang.member_context(
+                    self.scheduler, group, job.placed, member=attempt.members[0], pending=job.pending.values()
+                ),
+            }
         attempt.context = context
         return True
 

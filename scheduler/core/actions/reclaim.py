@@ -38,8 +38,18 @@ class Reclaim:
                 for name in left:
                     left[name] -= victim.request.get(name, 0.0)
         policy = self.tenancy.reclaim_policy(queue)
+        # The victims' what-ifs see what the job's cycle sees (the nodes held for other jobs stay out of them) and
+        # place a segmented gang segment by segment.
         victims = self.preemptor.victims(
-            pods, attempt.priority, policy, borrowers, attempt.level, surplus, snapshot=snapshot
+            pods,
+            attempt.priority,
+            policy,
+            borrowers,
+            attempt.level,
+            surplus,
+            snapshot=snapshot,
+            context=attempt.context,
+            group=attempt.job.group if attempt.whole_gang else None,
         )
         if not victims:
             return NOTHING

@@ -1,0 +1,154 @@
+"""A segmented gang's members made again go back to their own segment's domain, and a segmented gang's victim
+search frees room segment by segment; a node held for another job is left out of a victim search."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scheduler.api import pod as api_pod
+from scheduler.api import topology
+from scheduler.api.podgroup import PodGroup
+from scheduler.api.queue import QueueSpec
+from scheduler.api.topology import TopologyConstraint
+from scheduler.core import reclaim
+from scheduler.core.loop import SchedulingLoop
+from scheduler.framework.interface import RESERVED_SLOTS
+from scheduler.queue.scheduling import SchedulingQueue
+from tests.api import objects
+from tests.core.harness import Clock, Cluster, Events, gone
+from tests.core.test_tenancy import Evictions
+
+PROFILE = ("fit", "gpu", {"name": "gang", "weight": 50}, "topology")
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def _loop(nodes: list[tuple[str, int, str]], queues: list[QueueSpec] = ()) -> tuple[Cluster, SchedulingLoop, Clock]:
+    """Nodes given as (name, GPUs, clique)."""
+    made = [objects.node(name, cpu="64", gpus=gpus, labels={topology.LABEL_CLIQUE: c}) for name, gpus, c in nodes]
+    cluster = Cluster(made, PROFILE)
+    clock = Clock()
+    loop = SchedulingLoop(cluster.scheduler, SchedulingQueue(clock=clock), clock=clock, events=Events())
+    if queues:
+        loop.evictor = Evictions()
+        loop.queues_changed(list(queues))
+    return cluster, loop, clock
+
+
+def _member(i: int, gpus: int = 4, queue: str = "") -> api_pod.PodRequest:
+    labels = {"gpusched.io/pod-group": "g", INDEX: str(i)}
+    if queue:
+        labels["gpusched.io/queue"] = queue
+    return api_pod.parse_pod(objects.pod(f"g-{i}", gpus=gpus, labels=labels))
+
+
+def _segmented(count: int, size: int, queue: str = "") -> PodGroup:
+    level = TopologyConstraint(required=topology.LABEL_CLIQUE)
+    return PodGroup("default", "g", min_member=count, segment_size=size, segment_topology=level, queue=queue)
+
+
+def _where(cluster: Cluster) -> dict[str, str]:
+    """The node each member was last bound to."""
+    return {d.pod.name: d.node for d in cluster.binder.decisions}
+
+
+def _lose(cluster: Cluster, loop: SchedulingLoop, clock: Clock, names: list[str]) -> None:
+    """The pods ``names`` are lost (their node failed) and their controller makes them again."""
+    clock.now += 30.0
+    gone(cluster, loop, clock, [_member(int(n.split("-")[1])) for n in names])
+    for name in names:
+        loop.pod_pending(_member(int(name.split("-")[1])))
+    loop.run_until_idle()
+
+
+def test_a_member_made_again_goes_back_to_its_own_segment_s_clique() -> None:
+    """Two one-node cliques of 12 GPUs; 4 members x 4 GPUs in segments of 2 required on a clique: one segment per
+    clique, 4 GPUs left on each. Member 1 is lost and made again: its clique (8 free, one member left) is where its
+    segment runs; the other clique (4 free, two members of the gang) is where the gang score alone would send it."""
+    cluster, loop, clock = _loop([("x", 12, "X"), ("y", 12, "Y")])
+    loop.group_upsert(_segmented(4, 2))
+    for i in range(4):
+        loop.pod_pending(_member(i))
+    loop.run_until_idle()
+    first = _where(cluster)
+    assert first["g-0"] == first["g-1"] and first["g-2"] == first["g-3"] != first["g-0"], first
+    _lose(cluster, loop, clock, ["g-1"])
+    assert _where(cluster)["g-1"] == first["g-0"], _where(cluster)
+
+
+def test_members_of_two_segments_made_again_each_go_back_to_their_own_clique() -> None:
+    """Three one-node cliques of 8 GPUs; 4 members x 4 GPUs in segments of 2: two cliques full, one empty. Members 1
+    and 3 (one of each segment) are lost together, so the gang is placed again whole: cut afresh they would be one
+    new segment, in the empty clique; each goes back to its own segment's clique instead."""
+    cluster, loop, clock = _loop([("x", 8, "X"), ("y", 8, "Y"), ("z", 8, "Z")])
+    loop.group_upsert(_segmented(4, 2))
+    for i in range(4):
+        loop.pod_pending(_member(i))
+    loop.run_until_idle()
+    first = _where(cluster)
+    assert first["g-0"] == first["g-1"] and first["g-2"] == first["g-3"] != first["g-0"], first
+    _lose(cluster, loop, clock, ["g-1", "g-3"])
+    again = _where(cluster)
+    assert again["g-1"] == first["g-0"] and again["g-3"] == first["g-2"], again
+
+
+def test_a_whole_segment_made_again_is_placed_as_a_new_segment() -> None:
+    """The same cluster; both members of segment 1 are lost: no member of theirs runs, so they are a new segment,
+    in one clique that holds both (theirs, or the empty one)."""
+    cluster, loop, clock = _loop([("x", 8, "X"), ("y", 8, "Y"), ("z", 8, "Z")])
+    loop.group_upsert(_segmented(4, 2))
+    for i in range(4):
+        loop.pod_pending(_member(i))
+    loop.run_until_idle()
+    first = _where(cluster)
+    _lose(cluster, loop, clock, ["g-2", "g-3"])
+    again = _where(cluster)
+    assert again["g-2"] == again["g-3"] != first["g-0"], again
+
+
+def test_a_reclaim_for_a_segmented_gang_frees_one_clique_for_its_segment() -> None:
+    """Cliques X and Y of two 4-GPU nodes; queue qa (no guarantee) borrows x1 and y1, so x0 and y0 are free: 8 GPUs
+    in all but 4 in each clique. qb (guarantee 16) asks a segment of 2 members x 4 GPUs in one clique: the free GPUs
+    add up, the segment fits nowhere; the reclaim evicts the one pod that frees a whole clique (before, its what-if
+    placed the members apart, found that no victim was needed, and nothing was ever reclaimed)."""
+    qa = QueueSpec(name="qa", guaranteed={"nvidia.com/gpu": 0})
+    qb = QueueSpec(name="qb", guaranteed={"nvidia.com/gpu": 16})
+    cluster, loop, clock = _loop([("x0", 4, "X"), ("x1", 4, "X"), ("y0", 4, "Y"), ("y1", 4, "Y")], [qa, qb])
+    for node in ("x1", "y1"):
+        raw = objects.pod(f"borrow-{node}", gpus=4, labels={"gpusched.io/queue": "qa"})
+        raw["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        loop.pod_pending(api_pod.parse_pod(raw))
+    loop.run_until_idle()
+    assert {d.node for d in cluster.binder.decisions} == {"x1", "y1"}
+    loop.group_upsert(_segmented(2, 2, queue="qb"))
+    for i in range(2):
+        loop.pod_pending(_member(i, queue="qb"))
+    loop.run_until_idle()
+    evictions = loop.evictor
+    assert isinstance(evictions, Evictions)
+    assert len(evictions.pods) == 1, [p.name for p in evictions.pods]
+    victim = evictions.pods[0]
+    gone(cluster, loop, clock, [victim])
+    loop.run_until_idle()
+    where = {n: node for n, node in _where(cluster).items() if n.startswith("g-")}
+    assert set(where) == {"g-0", "g-1"}
+    assert {node[0] for node in where.values()} == {victim.name[-2]}, where
+
+
+def test_the_victim_search_leaves_nodes_held_for_another_job_alone() -> None:
+    """One free 4-GPU node, held for another job: a pod of 4 GPUs fits there only if the hold is ignored. With the
+    hold in the search's context the victims free another node; without, the search finds it needs none."""
+    cluster, _, _ = _loop([("a", 4, "X"), ("b", 4, "X")])
+    cluster.place(objects.pod("there", gpus=4, node_selector={"kubernetes.io/hostname": "b"}))
+    entry = cluster.cache.pod("default/there")
+    assert entry is not None
+    candidate = reclaim.Candidate("default/there", "qa", 0, 0.0, [entry.pod], {"nvidia.com/gpu": 4.0})
+    job = [api_pod.parse_pod(objects.pod("wants", gpus=4))]
+    assert reclaim.find_victims(cluster.scheduler, job, priority=1, policy="Any", candidates=[candidate]) == []
+    slot = cluster.cache.slot_of("a")
+    assert slot is not None
+    held = np.arange(cluster.cache.arrays.slots) == slot
+    context = {RESERVED_SLOTS: held}
+    victims = reclaim.find_victims(
+        cluster.scheduler, job, priority=1, policy="Any", candidates=[candidate], context=context
+    )
+    assert [v.key for v in victims] == ["default/there"]
