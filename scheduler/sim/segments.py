@@ -7,7 +7,9 @@ a random ``leave`` share of them ends (the cluster as a day of work leaves it). 
 4 GPUs, placed whole: once with ``segments: {size: 16, required: nvidia.com/gpu.clique}`` and once without, on the
 same background. Measured: whether it was placed, how many of its segments (workers 16s to 16s+15 by index) sit
 inside one clique, how many cliques it touches, and how many cliques are left partly used (some GPUs taken, some
-free: room that a job wanting a whole clique cannot use).
+free: room that a job wanting a whole clique cannot use), before the job and after it, against the fewest any
+placement of the job could leave (:func:`fewest_partly_used`: each segment inside one clique, or with no segments
+its workers on any empty nodes), so that the figure says what the placement chose and what the cluster allowed.
 """
 
 from __future__ import annotations
@@ -80,6 +82,10 @@ class SegmentRun:
     cliques_touched: int
     cliques_partly_used: int
     background_gpus: int
+    #: Cliques partly used by the background alone, before the job.
+    partly_used_before: int = 0
+    #: The fewest cliques any placement of the job (as asked: in segments or not) could leave partly used.
+    fewest_partly_used: int = 0
 
 
 def run(seed: int, *, segments: bool, racks: int = 8, fill: float = 0.3, leave: float = 0.6) -> SegmentRun:
@@ -103,6 +109,21 @@ def run(seed: int, *, segments: bool, racks: int = 8, fill: float = 0.3, leave: 
     for key in rng.permutation(background)[: int(leave * len(background))]:
         cache.remove_pod(str(key))
     left = sum(d.pod.gpu.count for d in binder.bound if cache.pod(d.pod.key) is not None)
+    clique_of = {info.name: info.labels[api_topology.LABEL_CLIQUE] for info in nodes}
+    taken: dict[str, int] = {clique: 0 for clique in clique_of.values()}
+    empty: dict[str, int] = {clique: 0 for clique in clique_of.values()}
+    for info in nodes:
+        slot = cache.slot_of(info.name)
+        assert slot is not None
+        free = int((cache.arrays.gpu_free[slot] >= 1000).sum())
+        taken[clique_of[info.name]] += GPUS_PER_NODE - free
+        empty[clique_of[info.name]] += free == GPUS_PER_NODE
+    whole = NODES_PER_RACK * GPUS_PER_NODE
+    cliques = sorted(taken)
+    per_unit = SEGMENT if segments else 1
+    fewest = fewest_partly_used(
+        [taken[c] for c in cliques], [empty[c] for c in cliques], whole, per_unit, WORKERS // per_unit
+    )
     members = [
         _pod(f"job-{i:02d}", GPUS_PER_NODE, {LABEL_POD_GROUP: "job", INDEX_LABEL: str(i)}) for i in range(WORKERS)
     ]
@@ -111,14 +132,12 @@ def run(seed: int, *, segments: bool, racks: int = 8, fill: float = 0.3, leave: 
         NAMESPACE, "job", min_member=WORKERS, segment_size=SEGMENT if segments else 0, segment_topology=level
     )
     result = gang.place_gang(scheduler, group, members)
-    clique_of = {info.name: info.labels[api_topology.LABEL_CLIQUE] for info in nodes}
     where = {int(d.pod.labels[INDEX_LABEL]): clique_of[d.node] for d in result.decisions}
     held: dict[str, int] = {}
     for decision in binder.bound:
         if cache.pod(decision.pod.key) is not None:
             clique = clique_of[decision.node]
             held[clique] = held.get(clique, 0) + decision.pod.gpu.count
-    whole = NODES_PER_RACK * GPUS_PER_NODE
     return SegmentRun(
         placed=result.status.ok,
         segments_in_one_clique=sum(
@@ -129,7 +148,29 @@ def run(seed: int, *, segments: bool, racks: int = 8, fill: float = 0.3, leave: 
         cliques_touched=len(set(where.values())),
         cliques_partly_used=sum(1 for gpus in held.values() if 0 < gpus < whole),
         background_gpus=left,
+        partly_used_before=sum(1 for gpus in taken.values() if 0 < gpus < whole),
+        fewest_partly_used=fewest,
     )
+
+
+def fewest_partly_used(used: Sequence[int], empty: Sequence[int], whole: int, per_unit: int, units: int) -> int:
+    """The fewest cliques left partly used (some of their ``whole`` GPUs taken, some free) once ``units`` units of
+    ``per_unit`` empty nodes (of :data:`GPUS_PER_NODE` GPUs) each are placed, each unit inside one clique; clique
+    ``i`` has ``used[i]`` GPUs taken and ``empty[i]`` empty nodes. Exact (a knapsack over the cliques); -1 if the
+    units do not fit at all. A segment is a unit of 16 nodes; a job without segments, 64 units of one node."""
+    impossible = len(used) + 1
+    # best[k]: the fewest partly used cliques among those seen so far, with k units placed in them.
+    best = [0] + [impossible] * units
+    for taken, free_nodes in zip(used, empty, strict=True):
+        step = [impossible] * (units + 1)
+        for placed, count in enumerate(best):
+            if count >= impossible:
+                continue
+            for more in range(min(free_nodes // per_unit, units - placed) + 1):
+                after = taken + more * per_unit * GPUS_PER_NODE
+                step[placed + more] = min(step[placed + more], count + (0 < after < whole))
+        best = step
+    return best[units] if best[units] < impossible else -1
 
 
 def summary(runs: Sequence[SegmentRun]) -> dict[str, Any]:
@@ -139,22 +180,27 @@ def summary(runs: Sequence[SegmentRun]) -> dict[str, Any]:
         "cliques_touched": float(np.mean([r.cliques_touched for r in runs])),
         "cliques_partly_used": float(np.mean([r.cliques_partly_used for r in runs])),
         "background_gpus": float(np.mean([r.background_gpus for r in runs])),
+        "partly_used_before": float(np.mean([r.partly_used_before for r in runs])),
+        "fewest_partly_used": float(np.mean([r.fewest_partly_used for r in runs])),
     }
 
 
 def table(results: Mapping[str, Mapping[str, Any]], seeds: int) -> str:
     head = f"{'job':<18}{'placed':>8}{'segments in 1 clique':>22}{'cliques touched':>17}{'partly used':>13}"
-    head += f"{'background':>12}"
+    head += f"{'fewest':>8}{'before':>8}{'background':>12}"
     lines = [head, "-" * len(head)]
     for name, r in results.items():
         lines.append(
             f"{name:<18}{r['placed']:>5}/{seeds:<2}{r['segments_in_one_clique']:>19.2f} /4{r['cliques_touched']:>17.2f}"
-            f"{r['cliques_partly_used']:>13.2f}{r['background_gpus']:>12.1f}"
+            f"{r['cliques_partly_used']:>13.2f}{r['fewest_partly_used']:>8.2f}{r['partly_used_before']:>8.2f}"
+            f"{r['background_gpus']:>12.1f}"
         )
     lines += [
         "",
         "segments in 1 clique  of the job's 4 segments (workers 16s..16s+15), how many sit inside one clique (mean)",
         "cliques touched       cliques the job's workers are on; partly used: cliques left with some GPUs taken and",
-        "                      some free after the job; background: GPUs the background pods hold (means per seed)",
+        "                      some free after the job; fewest: the fewest any placement of the job as asked (each",
+        "                      segment in one clique, or the workers anywhere) could leave; before: partly used by the",
+        "                      background alone; background: GPUs the background pods hold (means per seed)",
     ]
     return "\n".join(lines)
