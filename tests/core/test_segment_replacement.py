@@ -152,3 +152,26 @@ def test_the_victim_search_leaves_nodes_held_for_another_job_alone() -> None:
         cluster.scheduler, job, priority=1, policy="Any", candidates=[candidate], context=context
     )
     assert [v.key for v in victims] == ["default/there"]
+
+
+def test_a_preemption_for_a_segmented_gang_frees_one_clique_for_its_segment() -> None:
+    """The same cluster within one queue: lower-priority pods on x1 and y1; a gang of priority 10 asks a segment of
+    2 x 4 GPUs in one clique and preempts the one pod that frees a whole clique."""
+    cluster, loop, clock = _loop([("x0", 4, "X"), ("x1", 4, "X"), ("y0", 4, "Y"), ("y1", 4, "Y")])
+    evictions = Evictions()
+    loop.evictor = evictions
+    for node in ("x1", "y1"):
+        raw = objects.pod(f"low-{node}", gpus=4)
+        raw["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        loop.pod_pending(api_pod.parse_pod(raw))
+    loop.run_until_idle()
+    loop.group_upsert(_segmented(2, 2))
+    for i in range(2):
+        raw = objects.pod(f"g-{i}", gpus=4, labels={"gpusched.io/pod-group": "g", INDEX: str(i)})
+        raw["spec"]["priority"] = 10
+        loop.pod_pending(api_pod.parse_pod(raw))
+    loop.run_until_idle()
+    assert len(evictions.pods) == 1, [p.name for p in evictions.pods]
+    gone(cluster, loop, clock, list(evictions.pods))
+    where = {n: node for n, node in _where(cluster).items() if n.startswith("g-")}
+    assert {node[0] for node in where.values()} == {evictions.pods[0].name[-2]}, where

@@ -53,7 +53,16 @@ class Preempt:
             return NOTHING
         policy = self.tenancy.within_queue_policy(queue)
         # ``own`` holds only what it may take: a bound one above its priority lets its lent surplus through.
-        victims = self.preemptor.victims(attempt.members, priority + 1, policy, own, attempt.level, snapshot=snapshot)
+        victims = self.preemptor.victims(
+            attempt.members,
+            priority + 1,
+            policy,
+            own,
+            attempt.level,
+            snapshot=snapshot,
+            context=attempt.context,
+            group=attempt.job.group if attempt.whole_gang else None,
+        )
         if not victims:
             return NOTHING
         if all(v.priority < priority for v in victims):
