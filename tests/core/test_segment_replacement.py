@@ -60,17 +60,23 @@ def _lose(cluster: Cluster, loop: SchedulingLoop, clock: Clock, names: list[str]
     loop.run_until_idle()
 
 
-def test_a_member_made_again_goes_back_to_its_own_segment_s_clique() -> None:
-    """Two one-node cliques of 12 GPUs; 4 members x 4 GPUs in segments of 2 required on a clique: one segment per
-    clique, 4 GPUs left on each. Member 1 is lost and made again: its clique (8 free, one member left) is where its
-    segment runs; the other clique (4 free, two members of the gang) is where the gang score alone would send it."""
-    cluster, loop, clock = _loop([("x", 12, "X"), ("y", 12, "Y")])
+def _placed(nodes: list[tuple[str, int, str]]) -> tuple[Cluster, SchedulingLoop, Clock, dict[str, str]]:
+    """4 members x 4 GPUs in segments of 2 required on a clique, placed on ``nodes``: each segment in one clique."""
+    cluster, loop, clock = _loop(nodes)
     loop.group_upsert(_segmented(4, 2))
     for i in range(4):
         loop.pod_pending(_member(i))
     loop.run_until_idle()
     first = _where(cluster)
     assert first["g-0"] == first["g-1"] and first["g-2"] == first["g-3"] != first["g-0"], first
+    return cluster, loop, clock, first
+
+
+def test_a_member_made_again_goes_back_to_its_own_segment_s_clique() -> None:
+    """Two one-node cliques of 12 GPUs; 4 members x 4 GPUs in segments of 2 required on a clique: one segment per
+    clique, 4 GPUs left on each. Member 1 is lost and made again: its clique (8 free, one member left) is where its
+    segment runs; the other clique (4 free, two members of the gang) is where the gang score alone would send it."""
+    cluster, loop, clock, first = _placed([("x", 12, "X"), ("y", 12, "Y")])
     _lose(cluster, loop, clock, ["g-1"])
     assert _where(cluster)["g-1"] == first["g-0"], _where(cluster)
 
@@ -79,13 +85,7 @@ def test_members_of_two_segments_made_again_each_go_back_to_their_own_clique() -
     """Three one-node cliques of 8 GPUs; 4 members x 4 GPUs in segments of 2: two cliques full, one empty. Members 1
     and 3 (one of each segment) are lost together, so the gang is placed again whole: cut afresh they would be one
     new segment, in the empty clique; each goes back to its own segment's clique instead."""
-    cluster, loop, clock = _loop([("x", 8, "X"), ("y", 8, "Y"), ("z", 8, "Z")])
-    loop.group_upsert(_segmented(4, 2))
-    for i in range(4):
-        loop.pod_pending(_member(i))
-    loop.run_until_idle()
-    first = _where(cluster)
-    assert first["g-0"] == first["g-1"] and first["g-2"] == first["g-3"] != first["g-0"], first
+    cluster, loop, clock, first = _placed([("x", 8, "X"), ("y", 8, "Y"), ("z", 8, "Z")])
     _lose(cluster, loop, clock, ["g-1", "g-3"])
     again = _where(cluster)
     assert again["g-1"] == first["g-0"] and again["g-3"] == first["g-2"], again
@@ -94,12 +94,7 @@ def test_members_of_two_segments_made_again_each_go_back_to_their_own_clique() -
 def test_a_whole_segment_made_again_is_placed_as_a_new_segment() -> None:
     """The same cluster; both members of segment 1 are lost: no member of theirs runs, so they are a new segment,
     in one clique that holds both (theirs, or the empty one)."""
-    cluster, loop, clock = _loop([("x", 8, "X"), ("y", 8, "Y"), ("z", 8, "Z")])
-    loop.group_upsert(_segmented(4, 2))
-    for i in range(4):
-        loop.pod_pending(_member(i))
-    loop.run_until_idle()
-    first = _where(cluster)
+    cluster, loop, clock, first = _placed([("x", 8, "X"), ("y", 8, "Y"), ("z", 8, "Z")])
     _lose(cluster, loop, clock, ["g-2", "g-3"])
     again = _where(cluster)
     assert again["g-2"] == again["g-3"] != first["g-0"], again
