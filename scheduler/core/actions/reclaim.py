@@ -14,6 +14,7 @@ from scheduler.core.actions import NOTHING, WAITS, Outcome
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import Tenancy, requests_of
+from scheduler.framework.interface import RESERVED_SLOTS
 
 
 class Reclaim:
@@ -38,8 +39,12 @@ class Reclaim:
                 for name in left:
                     left[name] -= victim.request.get(name, 0.0)
         policy = self.tenancy.reclaim_policy(queue)
-        # The victims' what-ifs see what the job's cycle sees (the nodes held for other jobs stay out of them) and
-        # place a segmented gang segment by segment.
+        # The victims' what-ifs place a segmented gang segment by segment, inside the domain its running members
+        # hold. They may use the nodes held for other jobs: the room its own victims free there is its own (their
+        # victims are disjoint). But when it would fit with no victim at all, only on room held for others, it
+        # searches again with those nodes left out, or it would wait for the holds to be released.
+        group = attempt.job.group if attempt.whole_gang else None
+        context = {k: v for k, v in attempt.context.items() if k != RESERVED_SLOTS}
         victims = self.preemptor.victims(
             pods,
             attempt.priority,
@@ -48,9 +53,21 @@ class Reclaim:
             attempt.level,
             surplus,
             snapshot=snapshot,
-            context=attempt.context,
-            group=attempt.job.group if attempt.whole_gang else None,
+            context=context,
+            group=group,
         )
+        if not victims and RESERVED_SLOTS in attempt.context:
+            victims = self.preemptor.victims(
+                pods,
+                attempt.priority,
+                policy,
+                borrowers,
+                attempt.level,
+                surplus,
+                snapshot=snapshot,
+                context=attempt.context,
+                group=group,
+            )
         if not victims:
             return NOTHING
         self.preemptor.make_room(
