@@ -53,8 +53,7 @@ class Preempt:
             return NOTHING
         policy = self.tenancy.within_queue_policy(queue)
         # ``own`` holds only what it may take: a bound one above its priority lets its lent surplus through.
-        # A segmented gang is fitted segment by segment. The nodes held for other jobs are not left out here as the
-        # reclaim does: on the elastic scenario that made within-queue preemption take more whole jobs (docs/gangs.md).
+        # A segmented gang is fitted segment by segment (the context is not passed: see docs/gangs.md on held nodes).
         victims = self.preemptor.victims(
             attempt.members,
             priority + 1,

@@ -10,11 +10,12 @@ they free is nominated for the job, and every victim is evicted, as one statemen
 from __future__ import annotations
 
 from scheduler.cache.state import Snapshot
+from scheduler.core import segment_layout
 from scheduler.core.actions import NOTHING, WAITS, Outcome
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import Tenancy, requests_of
-from scheduler.framework.interface import RESERVED_SLOTS
+from scheduler.framework.interface import TOPOLOGY_SLOTS
 
 
 class Reclaim:
@@ -40,11 +41,10 @@ class Reclaim:
                     left[name] -= victim.request.get(name, 0.0)
         policy = self.tenancy.reclaim_policy(queue)
         # The victims' what-ifs place a segmented gang segment by segment, inside the domain its running members
-        # hold. They may use the nodes held for other jobs: the room its own victims free there is its own (their
-        # victims are disjoint). But when it would fit with no victim at all, only on room held for others, it
-        # searches again with those nodes left out, or it would wait for the holds to be released.
+        # hold (only those keys of the attempt's context: leaving the nodes held for other jobs out too was
+        # measured and left out, see docs/gangs.md).
         group = attempt.job.group if attempt.whole_gang else None
-        context = {k: v for k, v in attempt.context.items() if k != RESERVED_SLOTS}
+        context = {k: v for k, v in attempt.context.items() if k in (TOPOLOGY_SLOTS, segment_layout.LAYOUT)}
         victims = self.preemptor.victims(
             pods,
             attempt.priority,
@@ -56,18 +56,6 @@ class Reclaim:
             context=context,
             group=group,
         )
-        if not victims and RESERVED_SLOTS in attempt.context:
-            victims = self.preemptor.victims(
-                pods,
-                attempt.priority,
-                policy,
-                borrowers,
-                attempt.level,
-                surplus,
-                snapshot=snapshot,
-                context=attempt.context,
-                group=group,
-            )
         if not victims:
             return NOTHING
         self.preemptor.make_room(
