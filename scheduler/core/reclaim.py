@@ -125,9 +125,9 @@ def find_victims(
 
     The what-ifs run on ``snapshot`` (the cycle's; by default the cache's), and are all rolled back.
 
-    ``context`` is passed to the job's what-ifs (a domain mask keeps it inside one domain; the nodes held for other
-    jobs, which its own cycle may not use, stay out of them too: without them a job that fails only because of
-    those nodes looks as if it fit with no victims, and waits until they are released). ``surplus`` bounds
+    ``context`` is passed to the job's what-ifs (a domain mask keeps it inside one domain; nodes held in it,
+    ``RESERVED_SLOTS``, are left out of the what-ifs and of the free-GPU checks, though the actions do not pass
+    them: see docs/gangs.md on reclaim latency). ``surplus`` bounds
     what may be taken from a queue (what it holds beyond its guarantee, per resource): victims of a queue in it
     are taken only while the queue stays at or above its guarantee, so that a reclaim never pushes its victim's
     queue below its own guarantee (which would reclaim back: ping-pong)."""
