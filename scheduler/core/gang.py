@@ -291,7 +291,8 @@ def what_if_in_segments(
         if anchor:
             # Members of a segment whose other members run: their domain only (or first, when preferred).
             home = int(column[anchor[0]]) if anchor[0] < column.shape[0] else -1
-            domains = [home] if home in domains else []
+            if home >= 0:  # (its nodes unlabelled: a new segment)
+                domains = [home] if home in domains else []
         masks: list[Mask] = [(column == d) & usable for d in domains[:MAX_DOMAINS]]
         if required is None:
             masks.append(usable)
@@ -399,9 +400,11 @@ def member_context(
     (seg_required, _), problem = resolve_levels(scheduler, group.segment_topology, obj=f"podgroup {group.key}")
     if problem is None and seg_required is not None:
         column = _column(scheduler, seg_required, scheduler.cache.arrays.slots)
-        home = column == int(column[anchor[0]])
-        outer = context.get(TOPOLOGY_SLOTS)
-        context[TOPOLOGY_SLOTS] = home if outer is None else _within(outer, home)
+        domain = int(column[anchor[0]])
+        if domain >= 0:  # the segment's nodes lost their label: it is held to no domain
+            home = column == domain
+            outer = context.get(TOPOLOGY_SLOTS)
+            context[TOPOLOGY_SLOTS] = home if outer is None else _within(outer, home)
     return context
 
 
