@@ -1,5 +1,6 @@
 """A segmented gang's members made again go back to their own segment's domain, and a segmented gang's victim
-search frees room segment by segment; a node held for another job is left out of a victim search."""
+search frees room segment by segment; ``reclaim.find_victims`` leaves out the nodes its context holds (the actions
+do not pass them yet: docs/gangs.md, reclaim latency)."""
 
 from __future__ import annotations
 
