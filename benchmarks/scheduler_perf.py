@@ -82,10 +82,15 @@ DEFAULT_CASES = (
 )
 SCHEDULERS = ("kube-scheduler", "gpusched")
 SCHEDULER_NAME = {"kube-scheduler": "default-scheduler", "gpusched": "gpusched"}
-#: The ops this benchmark plays; a test case with any other op is skipped, naming it.
-SUPPORTED_OPS = frozenset(
-    {"createNodes", "createNamespaces", "createPods", "churn", "createAny", "createResourceDriver"}
-)
+#: The ops this benchmark plays, each by its Player method; a test case with any other op is skipped, naming it.
+OP_METHODS = {
+    "createNodes": "create_nodes",
+    "createNamespaces": "create_namespaces",
+    "createPods": "create_pods",
+    "churn": "churn",
+    "createAny": "create_any",
+    "createResourceDriver": "create_resource_driver",
+}
 #: Where createAny puts the kinds the played test cases create: (API path, namespaced).
 ANY_KINDS = {
     "DeviceClass": ("/apis/resource.k8s.io/v1/deviceclasses", False),
@@ -180,7 +185,7 @@ def select(cases: Mapping[str, tuple[Path, dict[str, Any]]], name: str, size: st
     if name not in cases:
         raise SuiteError(f"no test case {name} in the suite's {', '.join(TOPICS)} configurations")
     topic_dir, case = cases[name]
-    unsupported = sorted({op["opcode"] for op in case["workloadTemplate"]} - SUPPORTED_OPS)
+    unsupported = sorted({op["opcode"] for op in case["workloadTemplate"]} - OP_METHODS.keys())
     if unsupported:
         raise SuiteError(f"{name} uses op(s) {', '.join(unsupported)}, which this benchmark does not play")
     for op in case["workloadTemplate"]:
@@ -292,7 +297,7 @@ class Player:
         self.namespaces: set[str] = set()
         self.priority_classes: set[str] = set()
         self.nodes_made = 0
-        self.churn: list[asyncio.Task[None]] = []
+        self.churn_tasks: list[asyncio.Task[None]] = []
         self.watch: e2e_throughput.BindWatch | None = None
         self.run = Run(scheduler=scheduler, workload=workload.title)
 
@@ -322,19 +327,19 @@ class Player:
         try:
             for index, op in enumerate(self.workload.ops):
                 started = time.monotonic()
-                await getattr(self, "op_" + op["opcode"])(index, op)
+                await getattr(self, OP_METHODS[op["opcode"]])(index, op)
                 key = f"{index}:{op['opcode']}"
                 self.run.phases[key] = time.monotonic() - started
         finally:
-            for task in self.churn:
+            for task in self.churn_tasks:
                 task.cancel()
-            for task in self.churn:
+            for task in self.churn_tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             self.watch.stop()
         return self.run
 
-    async def op_createNodes(self, index: int, op: Mapping[str, Any]) -> None:
+    async def create_nodes(self, index: int, op: Mapping[str, Any]) -> None:
         template = self.workload.template(op.get("nodeTemplatePath", "../templates/node-default.yaml"))
         count = self.workload.count(op)
         strategy = op.get("labelNodePrepareStrategy")
@@ -355,7 +360,7 @@ class Player:
         self.nodes_made += count
         await e2e_throughput.bounded(CREATE_WORKERS, [lambda m=m: self.create("/api/v1/nodes", m) for m in manifests])
 
-    async def op_createNamespaces(self, index: int, op: Mapping[str, Any]) -> None:
+    async def create_namespaces(self, index: int, op: Mapping[str, Any]) -> None:
         for i in range(self.workload.count(op)):
             await self.namespace(f"{op['prefix']}-{i}")
 
@@ -382,7 +387,7 @@ class Player:
             spec["priorityClassName"] = class_name
         return pod
 
-    async def op_createPods(self, index: int, op: Mapping[str, Any]) -> None:
+    async def create_pods(self, index: int, op: Mapping[str, Any]) -> None:
         assert self.watch is not None
         namespace = op.get("namespace") or f"namespace-{index}"
         await self.namespace(namespace)
@@ -434,7 +439,7 @@ class Player:
                 return count
             await self.watch.wait_for(len(self.watch.bound_at) + 1, timeout=1.0)
 
-    async def op_churn(self, index: int, op: Mapping[str, Any]) -> None:
+    async def churn(self, index: int, op: Mapping[str, Any]) -> None:
         namespace = op.get("namespace") or f"namespace-{index}"
         await self.namespace(namespace)
         templates = [self.workload.template(p) for p in op["templatePaths"]]
@@ -453,9 +458,9 @@ class Player:
                 made += 1
                 await asyncio.sleep(interval)
 
-        self.churn.append(asyncio.create_task(churn()))
+        self.churn_tasks.append(asyncio.create_task(churn()))
 
-    async def op_createAny(self, index: int, op: Mapping[str, Any]) -> None:
+    async def create_any(self, index: int, op: Mapping[str, Any]) -> None:
         body = self.workload.template(op["templatePath"])
         kind = body.get("kind", "")
         if kind not in ANY_KINDS:
@@ -467,7 +472,7 @@ class Player:
             path = path.format(ns=namespace)
         await self.create(path, body)
 
-    async def op_createResourceDriver(self, index: int, op: Mapping[str, Any]) -> None:
+    async def create_resource_driver(self, index: int, op: Mapping[str, Any]) -> None:
         """One ResourceSlice per matching node with maxClaimsPerNode devices, as the suite's test driver."""
         driver = op["driverName"]
         devices_per_node = self.workload.count(op, "maxClaimsPerNode")
@@ -579,7 +584,8 @@ def table(workloads: Mapping[str, Workload | str], runs: Mapping[str, Mapping[st
                     notes.append(f"{scheduler}: {r}")
         ks = k if isinstance(k, Run) else None
         gs = g if isinstance(g, Run) else None
-        measured = (ks or gs).measured if (ks or gs) else ""
+        either = ks or gs
+        measured = either.measured if either is not None else ""
         fl = [f"{r.first_to_last_pods_per_s:.1f}" if r else "" for r in (ks, gs)]
         line = f"| {workload.title} | {measured} | {cells[0]} | {cells[1]} | "
         line += ratio(gs.pods_per_s if gs else None, ks.pods_per_s if ks else None)
