@@ -55,11 +55,13 @@ def cases() -> dict[str, object]:
         pytest.skip(str(exc))
 
 
-def test_mid_size_takes_the_smallest_workload_of_at_least_100_nodes(cases: dict[str, object]) -> None:
+def test_mid_size_takes_the_smallest_workload_of_100_to_1000_nodes(cases: dict[str, object]) -> None:
     assert perf.select(cases, "SchedulingBasic", "mid", 1.0).name == "500Nodes"
     assert perf.select(cases, "PreemptionBasic", "mid", 1.0).name == "1000Nodes"
     assert perf.select(cases, "SchedulingWithResourceClaimTemplate", "mid", 1.0).name == "2000pods_100nodes"
     assert perf.select(cases, "SchedulingBasic", "short", 1.0).params["initNodes"] == 5
+    with pytest.raises(perf.SuiteError, match="no workload of size mid"):
+        perf.select(cases, "SchedulingDaemonset", "mid", 1.0)  # 5 nodes or 15000
 
 
 def test_scale_multiplies_every_count(cases: dict[str, object]) -> None:
