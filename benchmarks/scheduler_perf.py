@@ -30,7 +30,8 @@ Sizes (``--size``): ``mid`` takes each test case's smallest workload of 100 to 1
 "500Nodes" variants; 1000 nodes for PreemptionBasic, 100 for the DRA case), ``short`` its first
 ``integration-test``/``short`` workload (5 nodes: a smoke run, too short for more than a sample or two),
 ``performance`` its smallest ``performance`` workload (5000 nodes for most: far beyond a 2-core machine);
-``--scale`` multiplies every count of the selected workloads (nodes and pods alike).
+``--scale`` multiplies every count of objects of the selected workloads (nodes and pods alike; not a per-node
+capacity such as ``maxClaimsPerNode``).
 
     .venv/bin/python benchmarks/scheduler_perf.py [--size mid] [--scale 1.0] [--cases SchedulingBasic,...]
                                                   [--schedulers kube-scheduler,gpusched] [--json FILE]
@@ -211,7 +212,12 @@ def select(cases: Mapping[str, tuple[Path, dict[str, Any]]], name: str, size: st
         chosen = min(mid, key=lambda w: node_count(w["params"]), default=None)
     if chosen is None:
         raise SuiteError(f"{name} has no workload of size {size}")
-    params = {k: max(1, round(v * scale)) if isinstance(v, int) and v > 0 else v for k, v in chosen["params"].items()}
+    # Only counts of objects scale; a per-node capacity (maxClaimsPerNode) stays as the suite sizes it.
+    counts = {str(op["countParam"]).lstrip("$") for op in case["workloadTemplate"] if "countParam" in op}
+    params = {
+        k: max(1, round(v * scale)) if k in counts and isinstance(v, int) and v > 0 else v
+        for k, v in chosen["params"].items()
+    }
     gates = dict(case.get("featureGates") or {}) | dict(chosen.get("featureGates") or {})
     return Workload(
         case=name,
@@ -608,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", type=Path, help="the scheduler_perf folder (default: the Go module cache's)")
     parser.add_argument("--size", choices=("short", "mid", "performance"), default="mid")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply every count of the chosen workloads")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the workloads' node and pod counts")
     parser.add_argument("--cases", default=",".join(DEFAULT_CASES), help="comma-separated test case names")
     parser.add_argument("--schedulers", default=",".join(SCHEDULERS))
     parser.add_argument("--qps", type=float, default=5000.0, help="client QPS of both schedulers (the suite's)")

@@ -64,10 +64,18 @@ def test_mid_size_takes_the_smallest_workload_of_100_to_1000_nodes(cases: dict[s
         perf.select(cases, "SchedulingDaemonset", "mid", 1.0)  # 5 nodes or 15000
 
 
-def test_scale_multiplies_every_count(cases: dict[str, object]) -> None:
+def test_scale_multiplies_the_counts_of_nodes_and_pods(cases: dict[str, object]) -> None:
     half = perf.select(cases, "Unschedulable", "mid", 0.5)
     assert half.name == "500Nodes/10Init/1kPods"
     assert dict(half.params) == {"initNodes": 250, "initPods": 5, "measurePods": 500}
+    dra = perf.select(cases, "SchedulingWithResourceClaimTemplate", "mid", 0.5)
+    assert dict(dra.params) == {
+        "nodesWithDRA": 50,
+        "nodesWithoutDRA": 0,
+        "initPods": 500,
+        "measurePods": 500,
+        "maxClaimsPerNode": 20,  # a node's devices: not a count of objects
+    }
 
 
 def test_a_case_with_ops_not_played_is_refused_naming_them(cases: dict[str, object]) -> None:
