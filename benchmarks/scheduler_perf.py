@@ -195,6 +195,8 @@ def select(cases: Mapping[str, tuple[Path, dict[str, Any]]], name: str, size: st
     for op in case["workloadTemplate"]:
         if op["opcode"] == "churn" and op.get("mode") != "create":
             raise SuiteError(f"{name}: churn mode {op.get('mode')!r} (only 'create' is played)")
+        if op.get("persistentVolumeTemplatePath") or op.get("persistentVolumeClaimTemplatePath"):
+            raise SuiteError(f"{name}: pods with a PersistentVolume and claim each are not played")
     case_labels = list(case.get("labels") or [])
     workloads = case["workloads"]
 
