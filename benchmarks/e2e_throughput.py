@@ -194,10 +194,12 @@ async def create_nodes(api: Api, count: int, *, concurrency: int) -> float:
 
 
 class BindWatch:
-    """A watch on the namespace's pods that notes when each one first shows a node."""
+    """A watch on the namespace's pods (every namespace's with ``namespace`` None) that notes when each one
+    first shows a node, by pod name."""
 
-    def __init__(self, api: Api, resource_version: str) -> None:
+    def __init__(self, api: Api, resource_version: str, *, namespace: str | None = NAMESPACE) -> None:
         self.api = api
+        self.path = f"/api/v1/namespaces/{namespace}/pods" if namespace is not None else "/api/v1/pods"
         self.resource_version = resource_version
         self.bound_at: dict[str, float] = {}
         self.task: asyncio.Task[None] | None = None
@@ -207,7 +209,7 @@ class BindWatch:
         self.task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
-        path = f"{self.api.server}/api/v1/namespaces/{NAMESPACE}/pods"
+        path = self.api.server + self.path
         while True:
             params = {"watch": "1", "resourceVersion": self.resource_version, "allowWatchBookmarks": "true"}
             async with self.api.session.get(path, params=params) as resp:
