@@ -19,6 +19,7 @@ The claim (:func:`claim_body`) is named ``<pod>-extended-resources-<random>`` by
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
 CLAIM_ANNOTATION = api_dra.EXTENDED_CLAIM_ANNOTATION
 
 
+@functools.lru_cache(maxsize=4096)  # asked of every resource of every pod read; names repeat by the thousand
 def is_extended(name: str) -> bool:
     """An extended resource name (a domain, not Kubernetes' own, and not a quota's ``requests.`` prefix), or a
     class's implicit name: only those may be backed by DRA (kube-scheduler's ``IsDRAExtendedResourceName``)."""
