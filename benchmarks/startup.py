@@ -8,9 +8,14 @@ machine) the script creates ``--nodes`` kwok GPU nodes (8 GPUs each) and ``--pod
 creates one pending 2-GPU pod for gpusched, then starts ``gpusched run`` as a subprocess and times:
 
 - ready: process start to ``/readyz`` answering 200 (the first full listing is in the cache);
-- first bind: process start to the pending pod having ``spec.nodeName`` (read by polling the API server).
+- first bind: process start to the pending pod having ``spec.nodeName`` (read by polling the API server);
+- peak memory: the process's VmHWM once that pod is bound.
 
-Run: ``.venv/bin/python benchmarks/startup.py`` (needs the control-plane binaries, see tests/e2e).
+``--runs N`` restarts ``gpusched run`` N times on the same kept-up cluster, each time with a new pending pod (the
+pods bound by the runs before stay, a handful more on 10,000), and prints every run and the medians.
+
+Run: ``.venv/bin/python benchmarks/startup.py [--nodes 1000 --pods 10000] [--runs 5]`` (needs the control-plane
+binaries, see tests/e2e).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -125,6 +131,13 @@ def main() -> int:
         help="no kwok and no controller manager: nodes stay as created, bound pods stay Pending (still counted)",
     )
     parser.add_argument("--kwok-wait", type=float, default=900, help="seconds to wait for kwok to run the pods")
+    parser.add_argument("--runs", type=int, default=1, help="start gpusched this many times on the same cluster")
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=REPO,
+        help="run the scheduler package of this source tree (a copy of another commit, for a before/after pair)",
+    )
     args = parser.parse_args()
     cluster_options = {} if args.kwok else {"with_kwok": False, "with_controller_manager": False}
     with LocalCluster(bin_dir=args.bin_dir, verbose=False, **cluster_options) as cluster:
@@ -146,42 +159,75 @@ def main() -> int:
             left = cluster.request("GET", "/api/v1/pods?fieldSelector=status.phase!=Running&limit=1")
             waiting = len(left["items"]) + int(left["metadata"].get("remainingItemCount") or 0)
             print(f"{waiting} pods not Running yet after {time.monotonic() - started:.1f}s")
-        first = _pod("first", gpus=2, scheduler="gpusched")
-        if not args.kwok:
-            # The API server taints new nodes not-ready; without kwok nothing makes them Ready.
-            first["spec"]["tolerations"] = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]
-        cluster.request("POST", "/api/v1/namespaces/default/pods", first)
-
-        health = free_port()
-        log = open(args.log, "w") if args.log else tempfile.TemporaryFile("w")  # noqa: SIM115
-        t0 = time.monotonic()
-        proc = subprocess.Popen(
-            [*GPUSCHED, "--kubeconfig", str(cluster.kubeconfig), "--health-port", str(health), "--metrics-port", "0"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
+        runs = []
+        for run in range(args.runs):
+            measured = _start_once(cluster, args, name=f"first-{run}" if args.runs > 1 else "first")
+            if measured is None:
+                print("the pending pod was not bound within 300 s")
+                return 1
+            runs.append(measured)
+            if args.runs > 1:
+                ready, bound, peak = measured
+                print(f"  run {run + 1}: ready {ready:.2f} s, first bind {bound:.2f} s, peak RSS {peak:.0f} MiB")
+        print(
+            f"gpusched run with {args.nodes} nodes and {args.pods} existing pods"
+            + (f", median of {len(runs)} runs:" if len(runs) > 1 else ":")
         )
-        ready = bound = None
-        try:
-            while time.monotonic() - t0 < 300 and bound is None:
-                if ready is None and http_status(f"http://127.0.0.1:{health}/readyz") == 200:
-                    ready = time.monotonic() - t0
-                pod = cluster.get_pod("default", "first")
-                if pod["spec"].get("nodeName"):
-                    bound = time.monotonic() - t0
-                    break
-                time.sleep(0.05)
-        finally:
-            proc.terminate()
-            proc.wait(30)
-            log.close()
-        if bound is None:
-            print("the pending pod was not bound within 300 s")
-            return 1
-        print(f"gpusched run with {args.nodes} nodes and {args.pods} existing pods:")
-        print(f"  process start -> ready (full listing in the cache): {ready:.2f} s")
-        print(f"  process start -> first bind:                        {bound:.2f} s")
+        print(f"  process start -> ready (full listing in the cache): {statistics.median(r[0] for r in runs):.2f} s")
+        print(f"  process start -> first bind:                        {statistics.median(r[1] for r in runs):.2f} s")
+        print(f"  peak RSS (VmHWM) at the first bind:                 {statistics.median(r[2] for r in runs):.0f} MiB")
     return 0
+
+
+def _start_once(cluster: LocalCluster, args: argparse.Namespace, *, name: str) -> tuple[float, float, float] | None:
+    """Create the pending pod ``name``, start ``gpusched run``, and time it: (ready s, first bind s, VmHWM MiB), or
+    None when the pod was not bound within 300 s. The process is stopped before returning."""
+    first = _pod(name, gpus=2, scheduler="gpusched")
+    if not args.kwok:
+        # The API server taints new nodes not-ready; without kwok nothing makes them Ready.
+        first["spec"]["tolerations"] = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]
+    cluster.request("POST", "/api/v1/namespaces/default/pods", first)
+    health = free_port()
+    log = open(args.log, "a") if args.log else tempfile.TemporaryFile("w")  # noqa: SIM115
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [*GPUSCHED, "--kubeconfig", str(cluster.kubeconfig), "--health-port", str(health), "--metrics-port", "0"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=args.checkout,  # `-m scheduler.cli` imports the package from the working directory first
+    )
+    ready = bound = None
+    peak = 0.0
+    try:
+        while time.monotonic() - t0 < 300 and bound is None:
+            if ready is None and http_status(f"http://127.0.0.1:{health}/readyz") == 200:
+                ready = time.monotonic() - t0
+            pod = cluster.get_pod("default", name)
+            if pod["spec"].get("nodeName"):
+                bound = time.monotonic() - t0
+                peak = _peak_rss_mib(proc.pid)
+                break
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+    if bound is None:
+        return None
+    # The bind can be seen before /readyz is polled again; ready is then no later than the bind.
+    return (bound if ready is None else ready), bound, peak
+
+
+def _peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory (VmHWM) in MiB; 0 where /proc does not tell."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 if __name__ == "__main__":

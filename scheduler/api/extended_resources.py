@@ -19,19 +19,20 @@ The claim (:func:`claim_body`) is named ``<pod>-extended-resources-<random>`` by
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler.api import dra as api_dra
 from scheduler.api import resources
-from scheduler.api.errors import InvalidObject
 
 #: The implicit extended resource name of every DeviceClass: this prefix and the class name.
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
 CLAIM_ANNOTATION = api_dra.EXTENDED_CLAIM_ANNOTATION
 
 
+@functools.lru_cache(maxsize=4096)  # asked of every resource of every pod read; names repeat by the thousand
 def is_extended(name: str) -> bool:
     """An extended resource name (a domain, not Kubernetes' own, and not a quota's ``requests.`` prefix), or a
     class's implicit name: only those may be backed by DRA (kube-scheduler's ``IsDRAExtendedResourceName``)."""
@@ -61,22 +62,22 @@ class ContainerAsk:
         return next((n for r, n in self.amounts if r == resource), 0)
 
 
-def parse_container_asks(spec: Mapping[str, object], *, obj: str) -> tuple[ContainerAsk, ...]:
-    """Per container that asks for any extended resource, what it asks (containers that ask none are left out)."""
-    init = spec.get("initContainers") or []
-    regular = spec.get("containers") or []
-    if not isinstance(init, list) or not isinstance(regular, list):
-        raise InvalidObject("expected a list of containers", obj=obj, field="spec.containers")
+def parse_container_asks(
+    spec: Mapping[str, object],
+    *,
+    obj: str,
+    read: tuple[Sequence[resources.ContainerRequests], Sequence[resources.ContainerRequests]] | None = None,
+) -> tuple[ContainerAsk, ...]:
+    """Per container that asks for any extended resource, what it asks (containers that ask none are left out);
+    ``read``: the spec's (init containers, containers) as :func:`scheduler.api.resources.read_containers` read
+    them, when the pod's parse has read them already."""
+    init, regular = read if read is not None else resources.read_containers(spec, obj=obj)
     out: list[ContainerAsk] = []
-    for index, (where, container) in enumerate(
-        [(f"spec.initContainers[{i}]", c) for i, c in enumerate(init)]
-        + [(f"spec.containers[{i}]", c) for i, c in enumerate(regular)]
-    ):
-        if not isinstance(container, Mapping):
-            raise InvalidObject("expected a container", obj=obj, field=where)
-        requests = resources.container_requests(container, obj=obj, where=where)
+    for index, read_one in enumerate((*init, *regular)):
+        requests = read_one.requests
         amounts = tuple(sorted((n, a) for n, a in requests.items() if a > 0 and is_extended(n)))
         if amounts:
+            container = read_one.container
             short = index < len(init) and container.get("restartPolicy") != "Always"
             out.append(ContainerAsk(index, str(container.get("name") or ""), short, amounts, tuple(sorted(requests))))
     return tuple(out)

@@ -127,29 +127,28 @@ class PodRequest:
         return self.phase in ("Succeeded", "Failed")
 
 
-def effective_requests(spec: Mapping[str, object], *, obj: str) -> ResourceList:
-    """The pod's effective requests, as kube-scheduler computes them (without the implicit ``pods``)."""
-    containers = spec.get("containers") or []
-    init_containers = spec.get("initContainers") or []
-    if not isinstance(containers, list) or not isinstance(init_containers, list):
-        raise InvalidObject("expected a list of containers", obj=obj, field="spec.containers")
+#: A pod spec's init containers or containers, each with its requests (``resources.read_containers``).
+Containers = tuple[resources.ContainerRequests, ...]
+
+
+def effective_requests(
+    spec: Mapping[str, object], *, obj: str, read: tuple[Containers, Containers] | None = None
+) -> ResourceList:
+    """The pod's effective requests, as kube-scheduler computes them (without the implicit ``pods``); ``read``: the
+    spec's containers as :func:`scheduler.api.resources.read_containers` read them, when already read."""
+    init_containers, containers = read if read is not None else resources.read_containers(spec, obj=obj)
     total: ResourceList = {}
-    for i, c in enumerate(containers):
-        if not isinstance(c, Mapping):
-            raise InvalidObject("expected a container", obj=obj, field=f"spec.containers[{i}]")
-        resources.add(total, resources.container_requests(c, obj=obj, where=f"spec.containers[{i}]"))
+    for c in containers:
+        resources.add(total, c.requests)
     sidecars: ResourceList = {}
     init_peak: ResourceList = {}
-    for i, c in enumerate(init_containers):
-        if not isinstance(c, Mapping):
-            raise InvalidObject("expected a container", obj=obj, field=f"spec.initContainers[{i}]")
-        req = resources.container_requests(c, obj=obj, where=f"spec.initContainers[{i}]")
-        if c.get("restartPolicy") == "Always":
-            resources.add(sidecars, req)
+    for c in init_containers:
+        if c.container.get("restartPolicy") == "Always":
+            resources.add(sidecars, c.requests)
             resources.maximum(init_peak, sidecars)
         else:
             running = dict(sidecars)
-            resources.add(running, req)
+            resources.add(running, c.requests)
             resources.maximum(init_peak, running)
     resources.add(total, sidecars)
     resources.maximum(total, init_peak)
@@ -366,9 +365,12 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         raise InvalidObject("a pod needs a name", obj=obj, field="metadata.name")
     labels = _str_map(meta.get("labels"), obj=obj, field="metadata.labels")
     annotations = _str_map(meta.get("annotations"), obj=obj, field="metadata.annotations")
-    requested = effective_requests(spec, obj=obj)
+    read = resources.read_containers(spec, obj=obj)
+    requested = effective_requests(spec, obj=obj, read=read)
     asks = (
-        api_extended.parse_container_asks(spec, obj=obj) if any(api_extended.is_extended(r) for r in requested) else ()
+        api_extended.parse_container_asks(spec, obj=obj, read=read)
+        if any(api_extended.is_extended(r) for r in requested)
+        else ()
     )
     # HAMi's per-device resources show in the effective request when any container asks for one (sums and maxima
     # keep every name): most pods ask for none, and skip reading every container again.

@@ -52,6 +52,40 @@ def container_requests(container: Mapping[str, object], *, obj: str, where: str)
     return requests
 
 
+@dataclass(frozen=True, slots=True)
+class ContainerRequests:
+    """One container of a pod spec with its requests (:func:`container_requests`), read once for every reader of
+    them (the pod's effective requests, its extended resources)."""
+
+    #: ``spec.initContainers[i]`` or ``spec.containers[i]``.
+    where: str
+    container: Mapping[str, object]
+    requests: ResourceList
+
+
+def read_containers(
+    spec: Mapping[str, object], *, obj: str
+) -> tuple[tuple[ContainerRequests, ...], tuple[ContainerRequests, ...]]:
+    """The init containers and the containers of ``spec``, each with its requests.
+
+    The containers are read first, then the init containers, so that the first malformed one found is the one
+    kube-scheduler's order names (the error names the object and the field)."""
+    regular = spec.get("containers") or []
+    init = spec.get("initContainers") or []
+    if not isinstance(regular, list) or not isinstance(init, list):
+        raise InvalidObject("expected a list of containers", obj=obj, field="spec.containers")
+    read = []
+    for part, containers in (("containers", regular), ("initContainers", init)):
+        out = []
+        for i, c in enumerate(containers):
+            where = f"spec.{part}[{i}]"
+            if not isinstance(c, Mapping):
+                raise InvalidObject("expected a container", obj=obj, field=where)
+            out.append(ContainerRequests(where, c, container_requests(c, obj=obj, where=where)))
+        read.append(tuple(out))
+    return read[1], read[0]
+
+
 def add(into: ResourceList, other: Mapping[str, int]) -> None:
     """Add ``other`` into ``into`` in place."""
     for name, amount in other.items():

@@ -280,6 +280,8 @@ class DeviceStore:
         """The DeviceClass that maps an extended resource to DRA: implicitly
         (``deviceclass.resource.kubernetes.io/<class>``), or by ``extendedResourceName``; of several, the newest,
         then the first by name (kube-scheduler's rule, for a migration from one class to another)."""
+        if not self.classes:
+            return None  # the usual cluster: no DeviceClass, nothing mapped (asked for every pod, every cycle)
         implicit = resource.removeprefix("deviceclass.resource.kubernetes.io/")
         if implicit != resource:
             return self.classes.get(implicit)
