@@ -241,9 +241,8 @@ class SchedulingLoop:
 
     def _budgets_changed(self) -> None:
         """The jobs consolidation found no plan for search again."""
-        if self.moves.no_plan:
-            waiting = set(self.moves.no_plan)
-            self.moves.no_plan.clear()
+        waiting = self.moves.forget_answers()
+        if waiting:
             self.queue.move_all_to_active(ClusterEvent.BUDGET_CHANGED, lambda item: item.key in waiting)
 
     def record_usage(self, dt_s: float) -> None:

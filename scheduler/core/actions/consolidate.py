@@ -14,6 +14,7 @@ from typing import Any
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
+from scheduler.core import move_memo
 from scheduler.core.actions import NOTHING, WAITS, Outcome
 from scheduler.core.cycle import Scheduler
 from scheduler.core.jobs import Attempt
@@ -39,14 +40,33 @@ class Consolidate:
         tried = moves.no_plan.get(attempt.key)
         if tried is not None and tried[0] == version:
             return NOTHING
-        found = self.search(attempt, snapshot)
-        if found.plan is None:
-            if tried is None or tried[1] != found.why:
-                self.scheduler_event(attempt, found.why)
-            moves.no_plan[attempt.key] = (version, found.why)
-            return NOTHING
-        moves.start(attempt.key, attempt.obj, found.plan)
-        return WAITS
+        shape = move_memo.shape(
+            attempt.members,
+            whole_gang=attempt.whole_gang,
+            priority=attempt.priority,
+            level=attempt.level,
+            context=attempt.context,
+        )
+        cache = self.scheduler.cache
+        recalled = moves.memo.recall(shape, snapshot, cache, epoch=moves.epoch, now=moves.clock())
+        if recalled is not None:
+            why, verdict = recalled
+        else:
+            found = self.search(attempt, snapshot)
+            moves.verdicts[found.verdict] = moves.verdicts.get(found.verdict, 0) + 1
+            moves.last_verdict[attempt.key] = found.verdict
+            if found.plan is not None:
+                moves.start(attempt.key, attempt.obj, found.plan)
+                return WAITS
+            why, verdict = found.why, found.verdict
+            moves.memo.keep(
+                shape, snapshot, cache, why=why, verdict=verdict, epoch=moves.epoch, until=moves.cooldown_ends()
+            )
+        if tried is None or tried[1] != why:
+            self.scheduler_event(attempt, why)
+        moves.no_plan[attempt.key] = (version, why)
+        moves.last_verdict[attempt.key] = verdict
+        return NOTHING
 
     def search(self, attempt: Attempt, snapshot: Snapshot) -> Found:
         """The plan for ``attempt`` on ``snapshot``, or why there is none."""
