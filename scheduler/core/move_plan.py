@@ -38,6 +38,8 @@ MAX_SETS_PER_NODE = 64
 #: What-ifs one search runs at most (each places the job and every moved pod): a large cluster's search stays
 #: bounded, and a job that finds nothing within it waits for the cluster to change.
 MAX_ATTEMPTS = 128
+#: Nodes ranked per node a search may try (``candidateNodes``): the scan for them stops there.
+RANKED_PER_CANDIDATE = 4
 #: A search's verdicts (:attr:`Found.verdict`).
 PLAN, IMPOSSIBLE, OUT_OF_REACH = "plan", "impossible", "out of reach"
 
@@ -167,7 +169,13 @@ class Search:
         # A set of one node must free room for a member there: the job's only one, or a gang's smallest.
         self.bar = largest if len(self.members) == 1 else min(self.members, key=lambda p: (p.gpu.count, p.key))
         self.bar_request = self.snapshot.request_vector(self.bar)
-        ranking = move_room.rank(room, largest, movable_on, per_node=self.limits.max_pods_per_node)
+        ranking = move_room.rank(
+            room,
+            largest,
+            movable_on,
+            per_node=self.limits.max_pods_per_node,
+            enough=RANKED_PER_CANDIDATE * self.limits.candidate_nodes,
+        )
         self.ranking = ranking
         if not ranking.movable_nodes:
             return Found(None, "no running pod may move for it", verdict=IMPOSSIBLE)
@@ -197,13 +205,14 @@ class Search:
             self.cut = True  # sets across nodes are tried greedily, not all
         if best is not None:
             return Found(best, verdict=PLAN)
-        bounded = bool(left) or self.cut or self.attempts >= MAX_ATTEMPTS
+        bounded = bool(left) or self.cut or ranking.cut or self.attempts >= MAX_ATTEMPTS
         why = "no set of movable pods lets the job and every moved pod fit"
         if self.over_budget:
             why += f" ({self.over_budget} set(s) left out: their evictions would exceed a PodDisruptionBudget)"
         if bounded:
             why += (
-                f" among the {len(tried)} best of {len(ranking.candidates)} node(s) that could hold it"
+                f" among the {len(tried)} best of {len(ranking.candidates)}{'+' if ranking.cut else ''} node(s)"
+                " that could hold it"
                 f" (within {MAX_ATTEMPTS} what-ifs, {self.limits.candidate_nodes} nodes)"
             )
         return Found(None, why, verdict=OUT_OF_REACH if bounded else IMPOSSIBLE)

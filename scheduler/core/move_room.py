@@ -53,6 +53,8 @@ class Ranking:
     stranded: int = 0
     #: Nodes with at least one movable pod.
     movable_nodes: int = 0
+    #: Whether the scan stopped at ``enough`` candidates with nodes left unread.
+    cut: bool = False
 
 
 def _columns(width: int) -> npt.NDArray[np.int64]:
@@ -120,8 +122,11 @@ def rank(
     movable_on: Callable[[int], list[PodEntry]],
     *,
     per_node: int,
+    enough: int,
 ) -> Ranking:
-    """Every node that could hold ``member`` after moves, fewest moves first (see the module notes)."""
+    """The nodes that could hold ``member`` after moves, fewest moves first (see the module notes). Nodes are read
+    fewest GPUs short of the member first, until ``enough`` of them could hold it (a large cluster's search does
+    not read every pod)."""
     snapshot = room.snapshot
     a = snapshot.arrays
     request = snapshot.request_vector(member)
@@ -131,7 +136,12 @@ def rank(
         possible &= a.gpu_count >= member.gpu.count
     out = Ranking([])
     ranked: list[tuple[int, int, int, Candidate]] = []
-    for slot in np.flatnonzero(possible).tolist():
+    slots = np.flatnonzero(possible)
+    short = np.maximum(member.gpu.count - room.whole[slots], 0) if member.gpu.whole else np.zeros(slots.size)
+    for slot in slots[np.lexsort((slots, short))].tolist():
+        if len(ranked) >= enough:
+            out.cut = True
+            break
         entries = movable_on(slot)
         if not entries:
             continue
