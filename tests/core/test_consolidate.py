@@ -314,6 +314,7 @@ def test_nodes_are_ranked_by_what_moves_free_for_the_job_not_by_what_is_free() -
         big,
         lambda slot: world.loop.moves.movable_on(slot, 0),
         per_node=2,
+        enough=64,
     )
     assert [(c.slot, c.moves, c.gpus) for c in ranking.candidates] == [(1, 1, 2)]
     world.loop.pod_pending(big)
@@ -334,6 +335,7 @@ def test_pods_that_fit_on_no_other_node_are_left_out_before_any_what_if() -> Non
         world.pod("big", gpus=4),
         lambda slot: world.loop.moves.movable_on(slot, 0),
         per_node=2,
+        enough=64,
     )
     # The 2-GPU pods have nowhere to go (n0 has 1 GPU free): no node can hold the job, proved without a what-if.
     assert ranking.candidates == [] and ranking.stranded == 3 and ranking.no_room == 1
