@@ -47,7 +47,8 @@ class Candidate:
 @dataclass(slots=True)
 class Ranking:
     candidates: list[Candidate]
-    #: Nodes with movable pods on which the member would not fit even if all of them left.
+    #: Nodes with movable pods on which the member would not fit even if all of them (those of them that could go
+    #: elsewhere; the ``per_node`` largest, for GPUs) left.
     no_room: int = 0
     #: Movable pods left out because their shape fits on no other node.
     stranded: int = 0
@@ -146,6 +147,12 @@ def rank(
         if not entries:
             continue
         out.movable_nodes += 1
+        if member.gpu.whole:
+            # No set within the budget frees more devices than its ``per_node`` largest pods hold.
+            held = sorted(e.pod.gpu.count if e.pod.gpu.whole else min(e.pod.gpu.count, 1) for e in entries)
+            if int(room.whole[slot]) + sum(held[-per_node:]) < member.gpu.count:
+                out.no_room += 1
+                continue
         kept = [e for e in entries if room.fits_elsewhere(e)]
         out.stranded += len(entries) - len(kept)
         if not kept or not room.frees_enough(slot, request, member, kept):
