@@ -9,6 +9,7 @@ is being carried out waits for it; a search that finds nothing is not run again 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,8 @@ from scheduler.core.cycle import Scheduler
 from scheduler.core.jobs import Attempt
 from scheduler.core.move_plan import Found, Search
 from scheduler.core.moves import Moves
+
+_counts = re.compile(r"\d+")
 
 
 class Consolidate:
@@ -62,7 +65,8 @@ class Consolidate:
             moves.memo.keep(
                 shape, snapshot, cache, why=why, verdict=verdict, epoch=moves.epoch, until=moves.cooldown_ends()
             )
-        if tried is None or tried[1] != why:
+        if tried is None or _counts.sub("N", tried[1]) != _counts.sub("N", why):
+            # Once per distinct reason: counts of nodes and pods in it change with every search.
             self.scheduler_event(attempt, why)
         moves.no_plan[attempt.key] = (version, why)
         moves.last_verdict[attempt.key] = verdict
