@@ -188,7 +188,8 @@ class Moves:
         return min(ends, default=float("inf"))
 
     def forget_answers(self) -> set[str]:
-        """Forget every "no plan" (a PodDisruptionBudget changed); the jobs that had one."""
+        """Forget every "no plan" and the pods found movable (a PodDisruptionBudget or a Queue changed); the jobs
+        that had a "no plan"."""
         waiting = set(self.no_plan)
         self.no_plan.clear()
         self.memo.clear()

@@ -339,3 +339,18 @@ def test_pods_that_fit_on_no_other_node_are_left_out_before_any_what_if() -> Non
     )
     # The 2-GPU pods have nowhere to go (n0 has 1 GPU free): no node can hold the job, proved without a what-if.
     assert ranking.candidates == [] and ranking.stranded == 3 and ranking.no_room == 1
+
+
+def test_a_queue_that_comes_to_allow_moves_lets_its_pods_move() -> None:
+    world = World(used=(0, 0, 0), queues=[QueueSpec(name="fixed", moves="Never")])
+    for i, count in enumerate((7, 6, 7)):
+        for j in range(count):
+            world.bound(world.pod(f"d{i}-{j}", owner=f"d{i}", labels={"gpusched.io/queue": "fixed"}), f"n{i}")
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert world.made == 0 and world.loop.moves.verdicts
+    # Remembered answers and the pods found movable are stale once the Queue allows moves.
+    world.loop.queues_changed([QueueSpec(name="fixed", moves="Any")])
+    world.loop.cluster_event(ClusterEvent.QUEUE_CHANGED)
+    world.step()
+    assert world.cluster.cache.pod("default/big") is not None and world.made == 2
