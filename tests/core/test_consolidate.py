@@ -300,32 +300,10 @@ def test_a_search_stopped_by_its_bounds_says_so(monkeypatch: pytest.MonkeyPatch)
     assert world.loop.moves.last_verdict["default/big"] == move_plan.OUT_OF_REACH
 
 
-def test_nodes_are_ranked_by_what_moves_free_for_the_job_not_by_what_is_free() -> None:
+def _ranked(bare: int) -> tuple[World, move_room.Ranking]:
+    """n0: ``bare`` 1-GPU pods nothing recreates; n1: three movable 2-GPU pods (2 free); n2 full; a 4-GPU pod ranked."""
     world = World(used=(0, 0, 0))
-    # n0: 3 GPUs free, the rest held by pods nothing recreates; n1: 2 free and three movable 2-GPU pods; n2 full.
-    for j in range(5):
-        world.bound(world.pod(f"bare-{j}"), "n0")
-    for j in range(3):
-        world.bound(world.pod(f"m-{j}", gpus=2, owner=f"m{j}"), "n1")
-    world.bound(world.pod("full", gpus=8), "n2")
-    big = world.pod("big", gpus=4)
-    ranking = move_room.rank(
-        move_room.Room(world.cluster.cache.snapshot(), {}, {}),
-        big,
-        lambda slot: world.loop.moves.movable_on(slot, 0),
-        per_node=2,
-        enough=64,
-    )
-    assert [(c.slot, c.moves, c.gpus) for c in ranking.candidates] == [(1, 1, 2)]
-    world.loop.pod_pending(big)
-    world.step()
-    assert world.cluster.cache.pod("default/big") is not None and world.made == 1
-    assert world.used() == [7, 8, 8]
-
-
-def test_pods_that_fit_on_no_other_node_are_left_out_before_any_what_if() -> None:
-    world = World(used=(0, 0, 0))
-    for j in range(7):
+    for j in range(bare):
         world.bound(world.pod(f"bare-{j}"), "n0")
     for j in range(3):
         world.bound(world.pod(f"m-{j}", gpus=2, owner=f"m{j}"), "n1")
@@ -337,6 +315,21 @@ def test_pods_that_fit_on_no_other_node_are_left_out_before_any_what_if() -> Non
         per_node=2,
         enough=64,
     )
+    return world, ranking
+
+
+def test_nodes_are_ranked_by_what_moves_free_for_the_job_not_by_what_is_free() -> None:
+    # n0 has the most free (3 GPUs) but nothing to move; n1 needs one of its 2-GPU pods moved (to n0).
+    world, ranking = _ranked(5)
+    assert [(c.slot, c.moves, c.gpus) for c in ranking.candidates] == [(1, 1, 2)]
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert world.cluster.cache.pod("default/big") is not None and world.made == 1
+    assert world.used() == [7, 8, 8]
+
+
+def test_pods_that_fit_on_no_other_node_are_left_out_before_any_what_if() -> None:
+    _, ranking = _ranked(7)
     # The 2-GPU pods have nowhere to go (n0 has 1 GPU free): no node can hold the job, proved without a what-if.
     assert ranking.candidates == [] and ranking.stranded == 3 and ranking.no_room == 1
 
