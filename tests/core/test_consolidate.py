@@ -125,6 +125,15 @@ def test_pods_annotated_never_pods_without_controller_and_no_move_queues_stay() 
     assert any(r == "NoMovePlan" for r in world.reasons())
 
 
+def _no_plan_for_a_budget(world: World) -> None:
+    """A 4-GPU pod comes: nothing moves, and its NoMovePlan names a PodDisruptionBudget."""
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert world.made == 0 and world.cluster.cache.pod("default/big") is None
+    told = [m for _, r, m in world.events.seen if r == "NoMovePlan"]
+    assert told and "PodDisruptionBudget" in told[0]
+
+
 def test_a_disruption_budget_bounds_the_plan() -> None:
     world = World(used=(0, 0, 0))
     for i, count in enumerate((7, 6, 7)):
@@ -134,13 +143,9 @@ def test_a_disruption_budget_bounds_the_plan() -> None:
         selector = {"matchLabels": {"app": f"d{i}"}}
         raw = {"metadata": {"namespace": "default", "name": f"d{i}"}, "spec": {"selector": selector}}
         world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": 1}}))
-    world.loop.pod_pending(world.pod("big", gpus=4))
-    world.step()
     # One pod of a Deployment at a time: room on n1 needs two of d1's pods, and one pod off n0 or n2 leaves 2 free
     # there. No plan holds: nothing moves, and the pod says why.
-    assert world.made == 0 and world.cluster.cache.pod("default/big") is None
-    told = [m for _, r, m in world.events.seen if r == "NoMovePlan"]
-    assert told and "PodDisruptionBudget" in told[0]
+    _no_plan_for_a_budget(world)
 
 
 def test_a_gang_of_two_four_gpu_pods_fits_by_moves_on_two_nodes() -> None:
@@ -249,11 +254,7 @@ def test_a_budget_with_an_empty_selector_is_weighed_as_the_eviction_api_weighs_i
     # The Eviction API applies it to every pod of the namespace and would refuse: no plan is made, nothing moves.
     raw = {"metadata": {"namespace": "default", "name": "everything"}, "spec": {"selector": {}}}
     world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": 0}}))
-    world.loop.pod_pending(world.pod("big", gpus=4))
-    world.step()
-    assert world.made == 0 and world.cluster.cache.pod("default/big") is None
-    told = [m for _, r, m in world.events.seen if r == "NoMovePlan"]
-    assert told and "PodDisruptionBudget" in told[0]
+    _no_plan_for_a_budget(world)
     assert "ConsolidationAbandoned" not in world.reasons()
 
 
