@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  {label}: {result.wall_s:.0f}s, {result.cycles} cycles; alloc {result.time_weighted_alloc:.2f}%, "
             f"never {result.never_placed}, moves/100 {result.moves_per_100_placed:.2f}, "
-            f"4+ GPU pods {large.get('count', 0):.0f} wait p95 {large.get('p95', math.nan):.0f}s",
+            f"4+ GPU pods {large.get('count', 0):.0f} wait p95 {large.get('p95', math.nan):.0f}s; "
+            f"move-plan searches {result.searches or '-'}, {result.searches_recalled} answered from memory",
             file=sys.stderr,
             flush=True,
         )

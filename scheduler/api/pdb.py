@@ -7,18 +7,32 @@ like kube-scheduler's DefaultPreemption, gpusched prefers victims whose deletion
 nodes, the one whose victims exceed the fewest, but it still preempts when only budget-protected pods can make
 room.
 
-Read as kube-scheduler's preemption reads them: a budget whose selector is missing or empty selects no pod (for
-preemption; the eviction API reads an empty selector differently), and a pod already in ``disruptedPods`` costs
-the budget nothing again.
+Two readings (:class:`Reading`), for the two ways gpusched takes pods away:
+
+- ``PREEMPTION``, as kube-scheduler's preemption reads them (DefaultPreemption's victim grouping): a budget whose
+  selector is missing or empty selects no pod, a pod without labels is selected by none, and a pod already in
+  ``disruptedPods`` costs the budget nothing again;
+- ``EVICTION``, as the Eviction API that enforces them reads them (the pod registry's eviction subresource): an
+  empty selector (``{}``) selects every pod of its namespace, a missing one none, labels or not; and every eviction
+  of a selected pod costs the budget one, already disrupted or not. Consolidation evicts through that API, so its
+  plans weigh budgets this way: a plan the API server would refuse is not made.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.api import affinity
 from scheduler.api.errors import InvalidObject
+
+
+class Reading(enum.Enum):
+    """Which pods a budget selects and what taking one costs it (see the module notes)."""
+
+    PREEMPTION = "preemption"
+    EVICTION = "eviction"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +49,16 @@ class DisruptionBudget:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    def covers(self, namespace: str, name: str, labels: Mapping[str, str]) -> bool:
-        """Whether evicting pod ``namespace/name`` with ``labels`` costs this budget a disruption."""
-        if namespace != self.namespace or not self.selector.requirements or not labels:
+    def covers(
+        self, namespace: str, name: str, labels: Mapping[str, str], *, reading: Reading = Reading.PREEMPTION
+    ) -> bool:
+        """Whether taking pod ``namespace/name`` with ``labels`` away costs this budget a disruption, as
+        ``reading`` weighs it."""
+        if namespace != self.namespace:
+            return False
+        if reading is Reading.EVICTION:
+            return self.selector.matches(labels)
+        if not self.selector.requirements or not labels:
             return False
         return name not in self.disrupted and self.selector.matches(labels)
 

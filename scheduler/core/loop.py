@@ -211,6 +211,7 @@ class SchedulingLoop:
     def queues_changed(self, specs: list[QueueSpec]) -> None:
         """The cluster's Queues changed: rebuild the tree, report bad queues, queue what was waiting for them."""
         self.preemptor.policies_changed()
+        self._moves_rules_changed(ClusterEvent.QUEUE_CHANGED)  # a Queue's spec.consolidation.moves may differ
         for problem in self.tenancy.set_queues(specs):
             self.events.emit(obj=problem.obj, kind="Warning", reason="InvalidQueue", message=str(problem))
         self._leaf_order = None
@@ -233,18 +234,17 @@ class SchedulingLoop:
         """A PodDisruptionBudget was seen (new or changed): preemption prefers victims it does not protect, and
         consolidation moves no more of its pods at once than it allows."""
         self.preemptor.budget_upsert(budget)
-        self._budgets_changed()
+        self._moves_rules_changed(ClusterEvent.BUDGET_CHANGED)
 
     def budget_removed(self, key: str) -> None:
         self.preemptor.budget_removed(key)
-        self._budgets_changed()
+        self._moves_rules_changed(ClusterEvent.BUDGET_CHANGED)
 
-    def _budgets_changed(self) -> None:
-        """The jobs consolidation found no plan for search again."""
-        if self.moves.no_plan:
-            waiting = set(self.moves.no_plan)
-            self.moves.no_plan.clear()
-            self.queue.move_all_to_active(ClusterEvent.BUDGET_CHANGED, lambda item: item.key in waiting)
+    def _moves_rules_changed(self, event: ClusterEvent) -> None:
+        """What may move changed (a budget, a Queue): the jobs consolidation found no plan for search again."""
+        waiting = self.moves.forget_answers()
+        if waiting:
+            self.queue.move_all_to_active(event, lambda item: item.key in waiting)
 
     def record_usage(self, dt_s: float) -> None:
         """Add ``dt_s`` seconds of current allocation to every queue's usage history (call it periodically)."""

@@ -26,7 +26,7 @@ import numpy as np
 from scheduler.api import typical
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import PodEntry, Snapshot
-from scheduler.core import gang
+from scheduler.core import gang, move_room
 from scheduler.core.cycle import Scheduler
 from scheduler.framework import fragmentation
 from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS, Decision
@@ -38,6 +38,10 @@ MAX_SETS_PER_NODE = 64
 #: What-ifs one search runs at most (each places the job and every moved pod): a large cluster's search stays
 #: bounded, and a job that finds nothing within it waits for the cluster to change.
 MAX_ATTEMPTS = 128
+#: Nodes ranked per node a search may try (``candidateNodes``): the scan for them stops there.
+RANKED_PER_CANDIDATE = 4
+#: A search's verdicts (:attr:`Found.verdict`).
+PLAN, IMPOSSIBLE, OUT_OF_REACH = "plan", "impossible", "out of reach"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +82,18 @@ class Found:
     why: str = ""
     #: What-ifs the search ran.
     attempts: int = 0
+    #: :data:`PLAN`, :data:`IMPOSSIBLE` (no plan within the rules: a check proved it, or every set within the
+    #: budgets was tried) or :data:`OUT_OF_REACH` (the search's bounds stopped it first).
+    verdict: str = ""
 
 
-def _kind(pod: PodRequest) -> tuple[Any, ...]:
+def _kind(entry: PodEntry) -> tuple[Any, ...]:
+    """What makes moving one pod differ from moving another of the same node: its shape and priority, and what
+    budgets read (namespace, labels); a shared GPU's pod also its devices (what it frees depends on who shares)."""
+    pod = entry.pod
     gpu = pod.gpu
-    return (pod.owner, gpu.count, gpu.milli, gpu.memory, gpu.models, tuple(sorted(pod.resources.items())), pod.priority)
+    who = (pod.namespace, tuple(sorted(pod.labels.items()))) if gpu.whole or not gpu.count else (pod.owner, pod.key)
+    return (who, gpu.count, gpu.milli, gpu.memory, gpu.models, tuple(sorted(pod.resources.items())), pod.priority)
 
 
 def _gpus(pods: Sequence[PodRequest]) -> int:
@@ -128,86 +139,112 @@ class Search:
         self.over_budget = 0
         #: What-ifs run so far (at most :data:`MAX_ATTEMPTS`).
         self.attempts = 0
+        #: Whether a bound of the search (sets per node, what-ifs, greedy sets across nodes) left sets untried.
+        self.cut = False
+        self.ranking: move_room.Ranking | None = None
+        self.room: move_room.Room
+        #: The member a set of one node's pods must make room for, and its request vector.
+        self.bar: PodRequest
+        self.bar_request: np.ndarray
 
     def run(self, movable_on: Callable[[int], list[PodEntry]]) -> Found:
         found = self._run(movable_on)
         return replace(found, attempts=self.attempts)
 
     def _run(self, movable_on: Callable[[int], list[PodEntry]]) -> Found:
-        """Search; ``movable_on(slot)`` gives the pods of a node that may move. Nodes are looked at most free GPUs
-        first, until twice ``candidate_nodes`` of them could hold the job's largest member after their moves (a
-        large cluster's search does not read every pod)."""
+        """Search; ``movable_on(slot)`` gives the pods of a node that may move. The nodes are ranked by what moving
+        their pods would free for the job's largest member (``scheduler.core.move_room``), and what-ifs are run on
+        at most ``candidate_nodes`` of them, fewest moves first."""
         a = self.snapshot.arrays
         _, anywhere = gang.free_gpus(a, self.context)
         if _gpus(self.members) > int(anywhere.sum()):
             # Moves free no GPU in all: they only gather the free ones.
             return Found(
-                None, f"the job needs {_gpus(self.members)} GPUs and the cluster has {int(anywhere.sum())} free"
+                None,
+                f"the job needs {_gpus(self.members)} GPUs and the cluster has {int(anywhere.sum())} free",
+                verdict=IMPOSSIBLE,
             )
-        usable, free = gang.free_gpus(a, self.job_context)
-        needs = [p.gpu.count for p in self.members if p.gpu.whole]
-        slots = np.flatnonzero(usable)
-        order = slots[np.lexsort((slots, -free[slots]))]
-        by_slot: dict[int, list[PodEntry]] = {}
-        largest = max(needs, default=0)
-        ranked: list[tuple[int, int, int]] = []  # (moves, GPUs moved, slot) to free ``largest`` GPUs on the slot
-        for slot in order.tolist():
-            entries = movable_on(slot)
-            if not entries:
-                continue
-            by_slot[slot] = entries
-            short = largest - int(free[slot])
-            biggest = sorted((e.pod.gpu.count if e.pod.gpu.whole else 0 for e in entries), reverse=True)
-            taken = np.cumsum([0, *biggest[: self.limits.max_pods_per_node]])
-            enough = np.flatnonzero(taken >= short)
-            if enough.size:
-                k = max(1, int(enough[0]))
-                ranked.append((k, int(taken[k]), slot))
-                if len(ranked) >= 2 * self.limits.candidate_nodes:
-                    break
-        if not by_slot:
-            return Found(None, "no running pod may move for it")
-        if not ranked:
+        room = self.room = move_room.Room(self.snapshot, self.job_context, self.context)
+        largest = max(self.members, key=lambda p: (p.gpu.count if p.gpu.whole else 0, p.gpu.total_milli, p.key))
+        # A set of one node must free room for a member there: the job's only one, or a gang's smallest.
+        self.bar = largest if len(self.members) == 1 else min(self.members, key=lambda p: (p.gpu.count, p.key))
+        self.bar_request = self.snapshot.request_vector(self.bar)
+        ranking = move_room.rank(
+            room,
+            largest,
+            movable_on,
+            per_node=self.limits.max_pods_per_node,
+            enough=RANKED_PER_CANDIDATE * self.limits.candidate_nodes,
+        )
+        self.ranking = ranking
+        if not ranking.movable_nodes:
+            return Found(None, "no running pod may move for it", verdict=IMPOSSIBLE)
+        if not ranking.candidates:
             return Found(
-                None, f"no node can free {largest} GPUs by moving at most {self.limits.max_pods_per_node} pods"
+                None,
+                f"no node can hold it by moving pods ({ranking.no_room} node(s) with movable pods would not hold it if "
+                f"all of them left; {ranking.stranded} movable pod(s) fit on no other node)",
+                verdict=IMPOSSIBLE,
             )
-        ranked.sort()
-        nodes = [slot for _, _, slot in ranked[: self.limits.candidate_nodes]]
-        fewest = {slot: k for k, _, slot in ranked}
         best: Plan | None = None
-        for slot in nodes:
-            plan = self._on_node(by_slot[slot], best)
+        tried: list[move_room.Candidate] = []
+        left = list(ranking.candidates)
+        while left and len(tried) < self.limits.candidate_nodes and self.attempts < MAX_ATTEMPTS:
+            candidate = left.pop(0)
+            before = self.attempts
+            plan = self._on_node(candidate, best)
+            if self.attempts > before:
+                tried.append(candidate)
             if plan is not None and (best is None or plan.cost() < best.cost()):
                 best = plan
-        if best is None:
-            best = self._across(nodes, by_slot, fewest)
-        if best is None:
-            why = "no set of movable pods lets the job and every moved pod fit"
-            if self.over_budget:
-                why += f" ({self.over_budget} set(s) left out: their evictions would exceed a PodDisruptionBudget)"
-            if self.attempts >= MAX_ATTEMPTS:
-                why += f" within {MAX_ATTEMPTS} what-ifs"
-            return Found(None, why)
-        return Found(best)
+        if best is None and len(self.members) > 1:
+            nodes = tried or ranking.candidates[: self.limits.candidate_nodes]
+            best = self._across(
+                [c.slot for c in nodes], {c.slot: c.entries for c in nodes}, {c.slot: c.moves for c in nodes}
+            )
+            self.cut = True  # sets across nodes are tried greedily, not all
+        if best is not None:
+            return Found(best, verdict=PLAN)
+        bounded = bool(left) or self.cut or ranking.cut or self.attempts >= MAX_ATTEMPTS
+        why = "no set of movable pods lets the job and every moved pod fit"
+        if self.over_budget:
+            why += f" ({self.over_budget} set(s) left out: their evictions would exceed a PodDisruptionBudget)"
+        if bounded:
+            why += (
+                f" among the {len(tried)} best of {len(ranking.candidates)}{'+' if ranking.cut else ''} node(s)"
+                " that could hold it"
+                f" (within {MAX_ATTEMPTS} what-ifs, {self.limits.candidate_nodes} nodes)"
+            )
+        return Found(None, why, verdict=OUT_OF_REACH if bounded else IMPOSSIBLE)
 
-    def _on_node(self, entries: list[PodEntry], best: Plan | None) -> Plan | None:
-        """The cheapest set of ``entries`` (pods of one node) whose moves let the job fit."""
+    def _on_node(self, candidate: move_room.Candidate, best: Plan | None) -> Plan | None:
+        """The cheapest set of the candidate node's movable pods whose moves let the job fit."""
+        entries, room, slot = candidate.entries, self.room, candidate.slot
+        seen: set[tuple[tuple[Any, ...], ...]] = set()
         sets: list[tuple[int, int, tuple[PodEntry, ...]]] = []
         for size in range(1, min(self.limits.max_pods_per_node, self.limits.max_pods_per_plan, len(entries)) + 1):
             for chosen in itertools.combinations(entries, size):
+                # Pods of one shape (and the same budgets) are interchangeable here: one set of each kind is tried.
+                kind = tuple(sorted(_kind(e) for e in chosen))
+                if kind in seen:
+                    continue
+                seen.add(kind)
+                if not room.frees_enough(slot, self.bar_request, self.bar, chosen) or not room.others_hold(
+                    slot, chosen
+                ):
+                    continue
                 sets.append((size, _gpus([e.pod for e in chosen]), chosen))
         sets.sort(key=lambda s: (s[0], s[1], [e.pod.key for e in s[2]]))
+        if len(sets) > MAX_SETS_PER_NODE:
+            self.cut = True
         found: Plan | None = None
-        seen: set[tuple[tuple[Any, ...], ...]] = set()
         for size, gpus, chosen in sets[:MAX_SETS_PER_NODE]:
-            # Pods of one controller asking the same are interchangeable here: one set of each kind is tried.
-            kind = tuple(sorted(_kind(e.pod) for e in chosen))
-            if kind in seen:
-                continue
-            seen.add(kind)
             if found is not None and (size, gpus) > (len(found.moves), found.gpus):
                 break  # only sets as cheap as the first plan compete on fragmentation
             if best is not None and (size, gpus) > (len(best.moves), best.gpus):
+                break
+            if self.attempts >= MAX_ATTEMPTS:
+                self.cut = True
                 break
             plan = self.attempt(chosen)
             if plan is not None and (found is None or plan.cost() < found.cost()):

@@ -28,6 +28,7 @@ import numpy as np
 from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import ANNOTATION_CONSOLIDATION, PodRequest
 from scheduler.cache.state import PodEntry
+from scheduler.core import move_memo
 from scheduler.core.cycle import Scheduler
 from scheduler.core.jobs import Jobs
 from scheduler.core.move_plan import Plan
@@ -101,6 +102,15 @@ class Moves:
         self.cooled: dict[str, float] = {}
         #: Job key -> (the cluster's version when a search found no plan, why).
         self.no_plan: dict[str, tuple[int, str]] = {}
+        #: "No plan" answers by job shape, until something that could change them happens.
+        self.memo = move_memo.NoPlanMemo()
+        #: Bumped whenever what may move or what plans hold changes (the memo's answers are then stale).
+        self.epoch = 0
+        #: Searches run, by verdict (``move_plan.PLAN``, ``IMPOSSIBLE``, ``OUT_OF_REACH``), and each job's last one.
+        self.verdicts: dict[str, int] = {}
+        self.last_verdict: dict[str, str] = {}
+        #: (node slot, priority) -> (epoch, valid until, the node's pods then, the movable ones among them).
+        self._movable: dict[tuple[int, int], tuple[int, float, tuple[Any, ...], list[PodEntry]]] = {}
         #: Counters for metrics: plans started and abandoned, pods moved, whole GPUs those pods held.
         self.started = 0
         self.abandoned = 0
@@ -110,14 +120,22 @@ class Moves:
     # --- the rules -----------------------------------------------------------------------------------------------
 
     def movable_on(self, slot: int, priority: int) -> list[PodEntry]:
-        """The running pods of node ``slot`` that may move for a job of ``priority`` (see the module notes)."""
+        """The running pods of node ``slot`` that may move for a job of ``priority`` (see the module notes). Kept
+        per node and priority while the node's pods are the same ones (bound or assumed alike), consolidation's
+        state has not moved (:attr:`epoch`) and no cooldown has ended: a search reads every node."""
         now, cache = self.clock(), self.scheduler.cache
+        on = cache.pods_on(slot)
+        seen = tuple((e, e.pod, e.assumed) for e in on.values())
+        kept = self._movable.get((slot, priority))
+        if kept is not None and kept[0] == self.epoch and now < kept[1] and _same(kept[2], seen):
+            return kept[3]
         out = []
-        for entry in cache.pods_on(slot).values():
+        for entry in on.values():
             pod = entry.pod
-            if self.why_not(pod, priority, now) or cache.is_assumed(pod.key):
+            if self.why_not(pod, priority, now) or entry.assumed:
                 continue
             out.append(entry)
+        self._movable[(slot, priority)] = (self.epoch, self.cooldown_ends(), seen, out)
         return out
 
     def why_not(self, pod: PodRequest, priority: int, now: float) -> str:
@@ -145,12 +163,38 @@ class Moves:
         return ""
 
     def within_budgets(self, pods: Sequence[PodRequest]) -> bool:
-        """Whether evicting ``pods`` together exceeds no PodDisruptionBudget."""
+        """Whether evicting ``pods`` together exceeds no PodDisruptionBudget, read as the Eviction API that will
+        enforce them reads them (``api_pdb.Reading.EVICTION``: an empty selector selects every pod of its
+        namespace)."""
+        eviction = api_pdb.Reading.EVICTION
+        for pod in pods:
+            if (
+                sum(1 for b in self.budgets.values() if b.covers(pod.namespace, pod.name, pod.labels, reading=eviction))
+                > 1
+            ):
+                return False  # the Eviction API refuses a pod under two budgets (it cannot weigh them together)
         for budget in self.budgets.values():
-            covered = sum(1 for p in pods if budget.covers(p.namespace, p.name, p.labels))
+            covered = sum(1 for p in pods if budget.covers(p.namespace, p.name, p.labels, reading=eviction))
             if covered > budget.allowed:
                 return False
         return True
+
+    def cooldown_ends(self) -> float:
+        """When the earliest cooldown still running ends (a pod may move again then); infinity if none runs."""
+        now = self.clock()
+        ends = [
+            since + self.limits.cooldown_s for since in self.cooled.values() if now - since < self.limits.cooldown_s
+        ]
+        return min(ends, default=float("inf"))
+
+    def forget_answers(self) -> set[str]:
+        """Forget every "no plan" and the pods found movable (a PodDisruptionBudget or a Queue changed); the jobs
+        that had a "no plan"."""
+        waiting = set(self.no_plan)
+        self.no_plan.clear()
+        self.memo.clear()
+        self.epoch += 1
+        return waiting
 
     # --- carrying a plan out -------------------------------------------------------------------------------------
 
@@ -171,6 +215,7 @@ class Moves:
         """Carry ``plan`` out for job ``key`` (``obj`` in Events) as one statement: hold the targets, then evict
         every moved pod. ``placed``: there is no job to place (background defragmentation: the plan's nodes are
         held until the moves are done)."""
+        self.epoch += 1
         assert self.mover is not None
         cache = self.scheduler.cache
         slots = cache.arrays.slots
@@ -226,22 +271,28 @@ class Moves:
                 self.cooled[key] = now
             else:
                 continue
+            self.epoch += 1
             if (plan.job_placed or plan.background) and not plan.waiting:
                 self._end(job_key)
             return
 
     def gone(self, key: str) -> None:
         """Pod (or job) ``key`` left: a moved pod is on its way; a job that leaves abandons its plan."""
+        if key in self.leaving or key in self.cooled:
+            self.epoch += 1
         self.leaving.pop(key, None)
         self.cooled.pop(key, None)
+        self.last_verdict.pop(key, None)
         if key in self.plans:
             self.abandon(key, "the job left")
             return
         for plan in self.plans.values():
-            plan.claimed.pop(key, None)
+            if plan.claimed.pop(key, None) is not None:
+                self.epoch += 1
 
     def refused(self, pod_key: str, message: str) -> str | None:
         """The eviction of moved pod ``pod_key`` was refused: its plan is abandoned; the job's key, if any."""
+        self.epoch += 1
         key = self.leaving.pop(pod_key, None)
         self.cooled[pod_key] = self.clock()
         if key is None or key not in self.plans:
@@ -258,6 +309,7 @@ class Moves:
         plan = self.plans.pop(key, None)
         if plan is None:
             return
+        self.epoch += 1
         self.abandoned += 1
         for move in plan.plan.moves:
             if self.leaving.get(move.pod.key) == key:
@@ -267,6 +319,7 @@ class Moves:
         )
 
     def _end(self, key: str) -> None:
+        self.epoch += 1
         plan = self.plans.pop(key)
         for move in plan.plan.moves:
             self.leaving.pop(move.pod.key, None)
@@ -298,6 +351,11 @@ class Moves:
         if plan is not None:
             return f"moving pods for it: {plan.plan.describe()}"
         return self.no_plan.get(key, (0, ""))[1]
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two nodes' (entry, pod, assumed) lists name the same objects in the same state."""
+    return len(a) == len(b) and all(x[0] is y[0] and x[1] is y[1] and x[2] == y[2] for x, y in zip(a, b, strict=True))
 
 
 def _sized(mask: np.ndarray, slots: int) -> np.ndarray:

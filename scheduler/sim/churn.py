@@ -210,6 +210,10 @@ class ChurnRun:
     cycles: int
     wall_s: float
     events: dict[str, int]
+    #: Consolidation's move-plan searches run, by verdict (plan, impossible, out of reach), and the searches a
+    #: remembered "no plan" spared.
+    searches: dict[str, int] = dataclasses.field(default_factory=dict)
+    searches_recalled: int = 0
 
 
 class ChurnSimulation(jobsim.JobSimulation):
@@ -330,6 +334,8 @@ class ChurnSimulation(jobsim.JobSimulation):
             cycles=self.cycles,
             wall_s=wall_s,
             events=self.log.count,
+            searches=dict(self.loop.moves.verdicts),
+            searches_recalled=self.loop.moves.memo.recalled,
         )
 
 
@@ -373,6 +379,11 @@ def mean_of(runs: Sequence[ChurnRun]) -> dict[str, object]:
     out["waits"] = waits
     out["seeds"] = len(runs)
     out["per_seed_alloc"] = [r.time_weighted_alloc for r in runs]
+    out["searches"] = {
+        v: float(np.mean([r.searches.get(v, 0) for r in runs]))
+        for v in sorted({*(k for r in runs for k in r.searches)})
+    }
+    out["searches_recalled"] = float(np.mean([r.searches_recalled for r in runs]))
     return out
 
 

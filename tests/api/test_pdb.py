@@ -1,4 +1,5 @@
-"""PodDisruptionBudgets as preemption reads them: which pods a budget covers, and which victims exceed it."""
+"""PodDisruptionBudgets as preemption and as the Eviction API read them: which pods a budget covers, and which
+victims exceed it."""
 
 from __future__ import annotations
 
@@ -35,6 +36,26 @@ def test_a_pod_already_disrupted_costs_the_budget_nothing_again() -> None:
     budget = api_pdb.parse_pdb(_raw({"matchLabels": {"app": "db"}}, disrupted={"db-0": "2026-01-01T00:00:00Z"}))
     assert not budget.covers("shop", "db-0", {"app": "db"})
     assert budget.covers("shop", "db-1", {"app": "db"})
+
+
+EVICTION = api_pdb.Reading.EVICTION
+
+
+def test_an_empty_selector_covers_every_pod_of_its_namespace_for_the_eviction_api() -> None:
+    everything = api_pdb.parse_pdb(_raw({}))
+    assert everything.covers("shop", "db-0", {"app": "db"}, reading=EVICTION)
+    assert everything.covers("shop", "bare", {}, reading=EVICTION)
+    assert not everything.covers("other", "db-0", {"app": "db"}, reading=EVICTION)
+    # A missing selector selects nothing in either reading.
+    assert not api_pdb.parse_pdb(_raw(None)).covers("shop", "db-0", {"app": "db"}, reading=EVICTION)
+
+
+def test_the_eviction_api_charges_a_pod_already_disrupted_and_reads_selectors_alike() -> None:
+    budget = api_pdb.parse_pdb(_raw({"matchLabels": {"app": "db"}}, disrupted={"db-0": "2026-01-01T00:00:00Z"}))
+    assert budget.covers("shop", "db-0", {"app": "db"}, reading=EVICTION)
+    assert budget.covers("shop", "db-1", {"app": "db"}, reading=EVICTION)
+    assert not budget.covers("shop", "web-0", {"app": "web"}, reading=EVICTION)
+    assert not budget.covers("shop", "bare", {}, reading=EVICTION)
 
 
 def test_the_allowance_is_spent_in_order() -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from scheduler.api import pdb as api_pdb
 from scheduler.api import pod as api_pod
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
+from scheduler.core import move_plan, move_room
 from scheduler.core.loop import ClusterEvent, SchedulingLoop
 from scheduler.framework import profile
 from scheduler.queue.scheduling import SchedulingQueue
@@ -122,6 +125,15 @@ def test_pods_annotated_never_pods_without_controller_and_no_move_queues_stay() 
     assert any(r == "NoMovePlan" for r in world.reasons())
 
 
+def _no_plan_for_a_budget(world: World) -> None:
+    """A 4-GPU pod comes: nothing moves, and its NoMovePlan names a PodDisruptionBudget."""
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert world.made == 0 and world.cluster.cache.pod("default/big") is None
+    told = [m for _, r, m in world.events.seen if r == "NoMovePlan"]
+    assert told and "PodDisruptionBudget" in told[0]
+
+
 def test_a_disruption_budget_bounds_the_plan() -> None:
     world = World(used=(0, 0, 0))
     for i, count in enumerate((7, 6, 7)):
@@ -131,13 +143,9 @@ def test_a_disruption_budget_bounds_the_plan() -> None:
         selector = {"matchLabels": {"app": f"d{i}"}}
         raw = {"metadata": {"namespace": "default", "name": f"d{i}"}, "spec": {"selector": selector}}
         world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": 1}}))
-    world.loop.pod_pending(world.pod("big", gpus=4))
-    world.step()
     # One pod of a Deployment at a time: room on n1 needs two of d1's pods, and one pod off n0 or n2 leaves 2 free
     # there. No plan holds: nothing moves, and the pod says why.
-    assert world.made == 0 and world.cluster.cache.pod("default/big") is None
-    told = [m for _, r, m in world.events.seen if r == "NoMovePlan"]
-    assert told and "PodDisruptionBudget" in told[0]
+    _no_plan_for_a_budget(world)
 
 
 def test_a_gang_of_two_four_gpu_pods_fits_by_moves_on_two_nodes() -> None:
@@ -239,3 +247,104 @@ def test_a_plan_that_does_not_end_is_abandoned_and_what_it_held_released() -> No
     world.loop.pod_pending(world.pod("small"))
     world.loop.run_until_idle()  # a cycle of any job expires it
     assert world.loop.moves.plans == {} and "ConsolidationAbandoned" in world.reasons()
+
+
+def test_a_budget_with_an_empty_selector_is_weighed_as_the_eviction_api_weighs_it() -> None:
+    world = World()
+    # The Eviction API applies it to every pod of the namespace and would refuse: no plan is made, nothing moves.
+    raw = {"metadata": {"namespace": "default", "name": "everything"}, "spec": {"selector": {}}}
+    world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": 0}}))
+    _no_plan_for_a_budget(world)
+    assert "ConsolidationAbandoned" not in world.reasons()
+
+
+def test_a_pod_under_two_budgets_is_not_moved() -> None:
+    world = World(used=(0, 0, 0))
+    for i, count in enumerate((7, 6, 7)):
+        for j in range(count):
+            world.bound(world.pod(f"d{i}-{j}", owner=f"d{i}", labels={"app": f"d{i}", "tier": "x"}), f"n{i}")
+    # Each budget alone allows what the plan needs; the Eviction API refuses a pod that two budgets select.
+    for name, selector in (("by-app", {"matchExpressions": [{"key": "app", "operator": "Exists"}]}), ("by-tier", {})):
+        raw = {"metadata": {"namespace": "default", "name": name}, "spec": {"selector": selector}}
+        world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": 10}}))
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert world.made == 0 and world.cluster.cache.pod("default/big") is None
+
+
+def test_a_no_plan_answer_is_kept_for_the_same_shape_until_a_pod_leaves() -> None:
+    world = World(used=(7, 7, 7))
+    # 3 GPUs free in all: no plan for a 4-GPU pod (moves only gather free GPUs), nor for another of its shape.
+    moves = world.loop.moves
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert moves.verdicts.get("impossible", 0) >= 1 and world.made == 0
+    searches = sum(moves.verdicts.values())
+    world.loop.pod_pending(world.pod("big2", gpus=4))
+    world.step()
+    assert sum(moves.verdicts.values()) == searches and moves.memo.recalled >= 1  # answered from memory
+    # A pod leaves: room may exist now; the search runs again (and finds the plan).
+    world.cluster.cache.remove_pod("default/d0-0")
+    world.loop.pod_gone("default/d0-0")
+    world.loop.cluster_event(ClusterEvent.POD_DELETED)
+    world.step()
+    assert sum(moves.verdicts.values()) > searches
+    assert world.cluster.cache.pod("default/big") is not None or world.cluster.cache.pod("default/big2") is not None
+
+
+def test_a_search_stopped_by_its_bounds_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(move_plan, "MAX_ATTEMPTS", 0)
+    world = World()
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert world.loop.moves.verdicts == {move_plan.OUT_OF_REACH: 1}
+    assert world.loop.moves.last_verdict["default/big"] == move_plan.OUT_OF_REACH
+
+
+def _ranked(bare: int) -> tuple[World, move_room.Ranking]:
+    """n0: ``bare`` 1-GPU pods nothing recreates; n1: three movable 2-GPU pods (2 free); n2 full; a 4-GPU pod ranked."""
+    world = World(used=(0, 0, 0))
+    for j in range(bare):
+        world.bound(world.pod(f"bare-{j}"), "n0")
+    for j in range(3):
+        world.bound(world.pod(f"m-{j}", gpus=2, owner=f"m{j}"), "n1")
+    world.bound(world.pod("full", gpus=8), "n2")
+    ranking = move_room.rank(
+        move_room.Room(world.cluster.cache.snapshot(), {}, {}),
+        world.pod("big", gpus=4),
+        lambda slot: world.loop.moves.movable_on(slot, 0),
+        per_node=2,
+        enough=64,
+    )
+    return world, ranking
+
+
+def test_nodes_are_ranked_by_what_moves_free_for_the_job_not_by_what_is_free() -> None:
+    # n0 has the most free (3 GPUs) but nothing to move; n1 needs one of its 2-GPU pods moved (to n0).
+    world, ranking = _ranked(5)
+    assert [(c.slot, c.moves, c.gpus) for c in ranking.candidates] == [(1, 1, 2)]
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert world.cluster.cache.pod("default/big") is not None and world.made == 1
+    assert world.used() == [7, 8, 8]
+
+
+def test_pods_that_fit_on_no_other_node_are_left_out_before_any_what_if() -> None:
+    _, ranking = _ranked(7)
+    # The 2-GPU pods have nowhere to go (n0 has 1 GPU free): no node can hold the job, proved without a what-if.
+    assert ranking.candidates == [] and ranking.stranded == 3 and ranking.no_room == 1
+
+
+def test_a_queue_that_comes_to_allow_moves_lets_its_pods_move() -> None:
+    world = World(used=(0, 0, 0), queues=[QueueSpec(name="fixed", moves="Never")])
+    for i, count in enumerate((7, 6, 7)):
+        for j in range(count):
+            world.bound(world.pod(f"d{i}-{j}", owner=f"d{i}", labels={"gpusched.io/queue": "fixed"}), f"n{i}")
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert world.made == 0 and world.loop.moves.verdicts
+    # Remembered answers and the pods found movable are stale once the Queue allows moves.
+    world.loop.queues_changed([QueueSpec(name="fixed", moves="Any")])
+    world.loop.cluster_event(ClusterEvent.QUEUE_CHANGED)
+    world.step()
+    assert world.cluster.cache.pod("default/big") is not None and world.made == 2

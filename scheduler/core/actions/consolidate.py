@@ -9,16 +9,20 @@ is being carried out waits for it; a search that finds nothing is not run again 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
+from scheduler.core import move_memo
 from scheduler.core.actions import NOTHING, WAITS, Outcome
 from scheduler.core.cycle import Scheduler
 from scheduler.core.jobs import Attempt
 from scheduler.core.move_plan import Found, Search
 from scheduler.core.moves import Moves
+
+_counts = re.compile(r"\d+")
 
 
 class Consolidate:
@@ -39,14 +43,34 @@ class Consolidate:
         tried = moves.no_plan.get(attempt.key)
         if tried is not None and tried[0] == version:
             return NOTHING
-        found = self.search(attempt, snapshot)
-        if found.plan is None:
-            if tried is None or tried[1] != found.why:
-                self.scheduler_event(attempt, found.why)
-            moves.no_plan[attempt.key] = (version, found.why)
-            return NOTHING
-        moves.start(attempt.key, attempt.obj, found.plan)
-        return WAITS
+        shape = move_memo.shape(
+            attempt.members,
+            whole_gang=attempt.whole_gang,
+            priority=attempt.priority,
+            level=attempt.level,
+            context=attempt.context,
+        )
+        cache = self.scheduler.cache
+        recalled = moves.memo.recall(shape, snapshot, cache, epoch=moves.epoch, now=moves.clock())
+        if recalled is not None:
+            why, verdict = recalled
+        else:
+            found = self.search(attempt, snapshot)
+            moves.verdicts[found.verdict] = moves.verdicts.get(found.verdict, 0) + 1
+            moves.last_verdict[attempt.key] = found.verdict
+            if found.plan is not None:
+                moves.start(attempt.key, attempt.obj, found.plan)
+                return WAITS
+            why, verdict = found.why, found.verdict
+            moves.memo.keep(
+                shape, snapshot, cache, why=why, verdict=verdict, epoch=moves.epoch, until=moves.cooldown_ends()
+            )
+        if tried is None or _counts.sub("N", tried[1]) != _counts.sub("N", why):
+            # Once per distinct reason: counts of nodes and pods in it change with every search.
+            self.scheduler_event(attempt, why)
+        moves.no_plan[attempt.key] = (version, why)
+        moves.last_verdict[attempt.key] = verdict
+        return NOTHING
 
     def search(self, attempt: Attempt, snapshot: Snapshot) -> Found:
         """The plan for ``attempt`` on ``snapshot``, or why there is none."""

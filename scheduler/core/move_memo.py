@@ -1,0 +1,152 @@
+"""Remembered "no plan" answers of consolidation's search, by job shape, until the cluster changes in a way that
+could make a plan possible.
+
+A move plan that does not exist cannot appear by a pod arriving: with that pod on its node, any plan would also
+work without it (moving it or not, its room was free before). So a "no plan" for a job shape (what its members
+ask, their priority, gang and topology level, the nodes it may use) is kept until one of these happens:
+
+- on a node the search read, a pod leaves or changes, or the node itself changes (capacity, cordon, labels): the
+  node's generation changed and not every pod it had is still there, the same;
+- a node is added;
+- consolidation's own state moves (``Moves.epoch``: a plan starts, ends or is abandoned, a pod leaves, a
+  PodDisruptionBudget changes): what may move and what is held differ;
+- a pod's cooldown ends (it may move again): the answer is kept only until the earliest of them.
+
+A pending job of the same shape then gets the answer without a search. Answers with a plan are not kept (a plan is
+carried out at once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from scheduler.api.pod import PodRequest
+from scheduler.cache.state import Cache, PodEntry, Snapshot
+from scheduler.framework.interface import PENDING_PODS, RESERVED_SLOTS
+
+#: Shapes remembered at most (the oldest answer goes first).
+MAX_SHAPES = 256
+
+
+@dataclass(slots=True)
+class _Answer:
+    why: str
+    verdict: str
+    gen: npt.NDArray[np.int64]
+    cap: npt.NDArray[np.float64]
+    base_reason: npt.NDArray[np.int8]
+    node_model: npt.NDArray[np.int64]
+    pods: list[dict[str, PodEntry]]
+    nodes: list[object]
+    epoch: int
+    until: float
+
+
+def shape(
+    members: Sequence[PodRequest], *, whole_gang: bool, priority: int, level: int | None, context: Mapping[str, Any]
+) -> Hashable | None:
+    """What a search's answer depends on of the job; None if its context holds more than held nodes and the
+    pending demand (which FGD's score looks ahead at: it orders nodes, it rules none out): not kept."""
+    if set(context) - {RESERVED_SLOTS, PENDING_PODS}:
+        return None
+    held = context.get(RESERVED_SLOTS)
+    # Who the pod is does not matter to its fit (the owner and Services only weigh soft spreading).
+    kinds = tuple(
+        sorted(repr(dataclasses.replace(p, name="", uid="", created=0.0, owner="", service_labels=())) for p in members)
+    )
+    return (kinds, whole_gang, priority, level, None if held is None else np.asarray(held).tobytes())
+
+
+class NoPlanMemo:
+    def __init__(self) -> None:
+        self._answers: dict[Hashable, _Answer] = {}
+        #: Searches spared (an answer recalled) and answers dropped because something changed.
+        self.recalled = 0
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def clear(self) -> None:
+        self._answers.clear()
+
+    def recall(
+        self, key: Hashable | None, snapshot: Snapshot, cache: Cache, *, epoch: int, now: float
+    ) -> tuple[str, str] | None:
+        """The remembered (why, verdict) for job shape ``key``, if nothing that could change it happened."""
+        if key is None:
+            return None
+        answer = self._answers.get(key)
+        if answer is None:
+            return None
+        if not self._holds(answer, snapshot, cache, epoch, now):
+            del self._answers[key]
+            self.dropped += 1
+            return None
+        self.recalled += 1
+        return answer.why, answer.verdict
+
+    def keep(
+        self,
+        key: Hashable | None,
+        snapshot: Snapshot,
+        cache: Cache,
+        *,
+        why: str,
+        verdict: str,
+        epoch: int,
+        until: float,
+    ) -> None:
+        """Remember a "no plan" for job shape ``key`` on ``snapshot``, valid until ``until`` at the latest."""
+        if key is None:
+            return
+        a = snapshot.arrays
+        pods = [dict(cache.pods_on(slot)) for slot in range(a.slots)]
+        nodes = [_node(cache, slot) for slot in range(a.slots)]
+        self._answers.pop(key, None)
+        if len(self._answers) >= MAX_SHAPES:
+            self._answers.pop(next(iter(self._answers)))
+        self._answers[key] = _Answer(
+            why,
+            verdict,
+            a.gen.copy(),
+            a.cap.copy(),
+            a.base_reason.copy(),
+            a.node_model.copy(),
+            pods,
+            nodes,
+            epoch,
+            until,
+        )
+
+    @staticmethod
+    def _holds(answer: _Answer, snapshot: Snapshot, cache: Cache, epoch: int, now: float) -> bool:
+        a = snapshot.arrays
+        if epoch != answer.epoch or now >= answer.until or a.slots != answer.gen.shape[0]:
+            return False
+        if a.cap.shape != answer.cap.shape:
+            return False
+        for slot in np.flatnonzero(a.gen != answer.gen).tolist():
+            if (
+                not np.array_equal(a.cap[slot], answer.cap[slot])
+                or a.base_reason[slot] != answer.base_reason[slot]
+                or a.node_model[slot] != answer.node_model[slot]
+                or _node(cache, slot) is not answer.nodes[slot]
+            ):
+                return False
+            now_on = cache.pods_on(slot)
+            if any(now_on.get(key) is not entry for key, entry in answer.pods[slot].items()):
+                return False
+        return True
+
+
+def _node(cache: Cache, slot: int) -> object:
+    """The node object of ``slot`` (a node update replaces it: labels, taints), None if none."""
+    entry = cache.nodes.get(slot)
+    return entry.info if entry is not None else None
