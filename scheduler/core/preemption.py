@@ -231,7 +231,10 @@ class Preemptor:
         snapshot: Snapshot,
     ) -> list[reclaim.Candidate]:
         find: Callable[..., list[reclaim.Candidate]] = reclaim.find_victims
-        kwargs: dict[str, object] = {"snapshot": snapshot}
+        current = self._candidates
+        version = fruitless.generation(self.scheduler.cache.arrays)
+        placed = current[2] if current is not None and current[0] == version else None
+        kwargs: dict[str, object] = {"snapshot": snapshot, "placed": placed}
         if required_level is not None:
             find, kwargs = reclaim.find_victims_in_domain, {**kwargs, "level": required_level}
         return find(

@@ -206,10 +206,13 @@ def find_victims(
     context: Mapping[str, Any] | None = None,
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
+    placed: Placements | None = None,
 ) -> list[Candidate]:
     """The victims whose eviction lets ``job`` fit, or [] if there are none (or it would not help).
 
-    The what-ifs run on ``snapshot`` (the cycle's; by default the cache's), and are all rolled back.
+    The what-ifs run on ``snapshot`` (the cycle's; by default the cache's), and are all rolled back. A candidate
+    with no pod on a node some pod of ``job`` may use once pods leave it is not one (``placed``: where the
+    candidates run, as arrays, to tell them at once).
 
     ``context`` is passed to the job's what-ifs (a domain mask keeps it inside one domain). ``surplus`` bounds
     what may be taken from a queue (what it holds beyond its guarantee, per resource): victims of a queue in it
@@ -217,7 +220,18 @@ def find_victims(
     queue below its own guarantee (which would reclaim back: ping-pong)."""
     if policy == NEVER:
         return []
-    allowed = [c for c in candidates if policy != LOWER_PRIORITY or c.priority < priority]
+    cache = scheduler.cache
+    snapshot = snapshot if snapshot is not None else cache.snapshot()
+    usable = _usable_slots(scheduler, snapshot, job, context)
+    # A victim only on nodes none of the job's pods can ever use frees nothing it can take.
+    keep: set[str] | None = None
+    if usable is not None and placed is not None:
+        keep = {placed.candidates[i].key for i in np.unique(placed.owner[usable[placed.slot]]).tolist()}
+    elif usable is not None:
+        keep = {c.key for c in candidates if _runs_on(cache, c, usable)}
+    allowed = [
+        c for c in candidates if (policy != LOWER_PRIORITY or c.priority < priority) and (keep is None or c.key in keep)
+    ]
     ordered = sorted(allowed, key=take_order)
     remaining = {queue: dict(vector) for queue, vector in (surplus or {}).items()}
 
@@ -231,12 +245,6 @@ def find_victims(
             left[name] -= victim.request.get(name, 0.0)
         return True
 
-    cache = scheduler.cache
-    snapshot = snapshot if snapshot is not None else cache.snapshot()
-    usable = _usable_slots(scheduler, snapshot, job, context)
-    if usable is not None:
-        # A victim only on nodes none of the job's pods can ever use frees nothing it can take.
-        ordered = [c for c in ordered if _runs_on(cache, c, usable)]
     needs = [p.gpu.count for p in job if p.gpu.whole]
     # Not even every candidate's whole GPUs on top of the free ones would be enough: no what-if needed. Checked
     # before the what-if opens: every return after that point goes through its rollback.
@@ -339,6 +347,7 @@ def find_victims_in_domain(
     candidates: Sequence[Candidate],
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
+    placed: Placements | None = None,
 ) -> list[Candidate]:
     """Victims all inside one domain of ``level`` whose eviction lets ``job`` fit inside that domain, or [].
 
@@ -378,6 +387,7 @@ def find_victims_in_domain(
             context={TOPOLOGY_SLOTS: inside},
             surplus=surplus,
             snapshot=snapshot,
+            placed=placed,
         )
         if not victims:
             continue
