@@ -35,6 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from unfit_cost import best_us  # noqa: E402  (this script's folder is on the path: it runs as a script)
+
 from scheduler.api.node import NodeInfo  # noqa: E402
 from scheduler.api.pod import PodRequest  # noqa: E402
 from scheduler.api.podgroup import PodGroup  # noqa: E402
@@ -158,16 +160,6 @@ def undo(loop: SchedulingLoop, attempt: Attempt) -> None:
     p.nominations.clear()
     p.preemptions.clear()
     p.policies_changed()
-
-
-def best_us(run: Callable[[], object], cycles: int, rounds: int) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        started = time.perf_counter()
-        for _ in range(cycles):
-            run()
-        best = min(best, (time.perf_counter() - started) / cycles * 1e6)
-    return best
 
 
 def main() -> None:
