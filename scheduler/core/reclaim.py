@@ -207,12 +207,13 @@ def find_victims(
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
     placed: Placements | None = None,
+    may_use: np.ndarray | None = None,
 ) -> list[Candidate]:
     """The victims whose eviction lets ``job`` fit, or [] if there are none (or it would not help).
 
     The what-ifs run on ``snapshot`` (the cycle's; by default the cache's), and are all rolled back. A candidate
-    with no pod on a node some pod of ``job`` may use once pods leave it is not one (``placed``: where the
-    candidates run, as arrays, to tell them at once).
+    with no pod on a node some pod of ``job`` may use once pods leave it is not one (``may_use``: those nodes, when
+    the caller knows them already; ``placed``: where the candidates run, as arrays, to tell them at once).
 
     ``context`` is passed to the job's what-ifs (a domain mask keeps it inside one domain). ``surplus`` bounds
     what may be taken from a queue (what it holds beyond its guarantee, per resource): victims of a queue in it
@@ -222,7 +223,7 @@ def find_victims(
         return []
     cache = scheduler.cache
     snapshot = snapshot if snapshot is not None else cache.snapshot()
-    usable = _usable_slots(scheduler, snapshot, job, context)
+    usable = may_use if may_use is not None else _usable_slots(scheduler, snapshot, job, context)
     # A victim only on nodes none of the job's pods can ever use frees nothing it can take.
     keep: set[str] | None = None
     if usable is not None and placed is not None:
@@ -358,6 +359,11 @@ def find_victims_in_domain(
     if policy == NEVER:
         return []
     cache = scheduler.cache
+    snapshot = snapshot if snapshot is not None else cache.snapshot()
+    # The nodes its pods may use, told once for every domain (the domain's own bound is its mask).
+    may_use = _usable_slots(scheduler, snapshot, job, None)
+    if may_use is None:
+        may_use = np.ones(snapshot.arrays.slots, dtype=bool)
     ids = cache.domain_ids()
     column = np.full(cache.arrays.slots, -1, dtype=np.int64)
     size = min(ids.shape[0], column.shape[0])
@@ -388,6 +394,7 @@ def find_victims_in_domain(
             surplus=surplus,
             snapshot=snapshot,
             placed=placed,
+            may_use=may_use,
         )
         if not victims:
             continue
