@@ -62,6 +62,9 @@ class Result:
     decision: Decision | None = None
     diagnosis: Diagnosis | None = None
     state: CycleState | None = field(default=None, repr=False)
+    #: Per node slot, the first reason the filters refused it for (``FIT``: not refused); None when refused before
+    #: any node was looked at. Preemption skips the nodes no eviction can change.
+    reasons: np.ndarray | None = field(default=None, repr=False)
 
 
 @dataclass(slots=True)
@@ -121,7 +124,8 @@ class Scheduler:
         state.feasible = feasible
         if feasible.shape[0] == 0:
             diagnosis = diagnose(reasons, snapshot, pod, state.request)
-            return Result(Status(Code.UNSCHEDULABLE, diagnosis.message(), "filter"), diagnosis=diagnosis, state=state)
+            status = Status(Code.UNSCHEDULABLE, diagnosis.message(), "filter")
+            return Result(status, diagnosis=diagnosis, state=state, reasons=reasons)
         total = np.zeros(feasible.shape[0])
         if fw.scorers:
             out = np.empty(feasible.shape[0])

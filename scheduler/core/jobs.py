@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup, member_rank
 from scheduler.api.queue import DEFAULT_QUEUE
@@ -188,6 +190,9 @@ class Attempt:
     level: int | None = None
     #: Why a whole gang's topology constraint cannot be kept (then nothing is evicted for it), or None.
     unresolved: Status | None = None
+    #: A single pod's failed cycle: per node slot, the first reason the node refused it (the preempt action skips
+    #: the nodes no eviction can change); None for a gang, or when nothing was refused node by node.
+    reasons: np.ndarray | None = None
 
     @property
     def key(self) -> str:

@@ -8,24 +8,32 @@ candidates (every job holding capacity, whole; an elastic gang's surplus members
 eviction.
 
 State kept here and nowhere else: victims evicted and not gone yet (never chosen again by a job of equal or lower
-priority, and no longer counted as their queue's surplus), the cluster version at which a job's last search found
-nothing (not searched again until the cluster changes), the nodes nominated for single pods, the cluster's
+priority, and no longer counted as their queue's surplus), the searches that found nothing at the cluster's
+generation (:class:`scheduler.core.fruitless.Fruitless`: not run again until the cluster changes, for the job, or
+for any single pod of the same shape, queue and priority), the nodes nominated for single pods, the cluster's
 PodDisruptionBudgets, and how many jobs were preempted per victim queue (metrics). The nodes a preemptor frees are
 nominated for it in :class:`scheduler.core.holds.Holds`.
+
+A single pod's search is kube-scheduler's PostFilter in its cost as in its choice: the candidates are arrays built
+once per generation (:class:`scheduler.core.reclaim.Placements`), the nodes its cycle refused for a reason no
+eviction changes are not tried, and the nodes are tried from a random one on (seeded by the profile's ``seed``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PREEMPT_NEVER, PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Snapshot
-from scheduler.core import reclaim
+from scheduler.core import fruitless, reclaim
 from scheduler.core.cycle import Scheduler
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Jobs
@@ -33,16 +41,28 @@ from scheduler.core.ports import Events, Evictor
 from scheduler.core.tenancy import Tenancy, requests_of
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Search:
-    """What a job that does not fit may evict: every job holding capacity (``running``), and those not evicted
-    already (``candidates``). ``waits``: its victims are still leaving; ``may``: False when it may not preempt now
-    (no evictor, ``preemptionPolicy: Never``, or nothing found at this cluster version already)."""
+    """What a job that does not fit may evict: every job holding capacity (``running``, and as arrays
+    ``placements``), and those not evicted already (``candidates``). ``waits``: its victims are still leaving;
+    ``may``: False when it may not preempt now (no evictor, ``preemptionPolicy: Never``, or nothing found at this
+    cluster generation already)."""
 
     waits: bool = False
     may: bool = True
     running: list[reclaim.Candidate] = field(default_factory=list)
-    candidates: list[reclaim.Candidate] = field(default_factory=list)
+    placements: reclaim.Placements | None = None
+    #: The victims evicted and not gone when the search opened.
+    leaving: frozenset[str] = frozenset()
+
+    @functools.cached_property
+    def candidates(self) -> list[reclaim.Candidate]:
+        # A core waits for its gang's surplus members that are not leaving already.
+        return [
+            dataclasses.replace(c, after=c.after - self.leaving) if c.after else c
+            for c in self.running
+            if c.key not in self.leaving
+        ]
 
 
 class Preemptor:
@@ -62,8 +82,8 @@ class Preemptor:
         self.holds = holds
         self.events = events
         self.evictor = evictor
-        #: Job key -> the cluster's version when no victims could be found for it.
-        self.no_victims: dict[str, int] = {}
+        #: The searches that found no victims at the cluster's generation (:meth:`_memo_key`).
+        self.fruitless = fruitless.Fruitless()
         #: Victims evicted and not yet gone (job key -> the candidate).
         self.terminating: dict[str, reclaim.Candidate] = {}
         #: Per victim in :attr:`terminating`, the job it was evicted for and that job's priority.
@@ -74,13 +94,15 @@ class Preemptor:
         self.budgets: dict[str, api_pdb.DisruptionBudget] = {}
         #: Jobs preempted so far, by the victim's queue.
         self.preemptions: dict[str, int] = {}
-        self._candidates: tuple[int, list[reclaim.Candidate]] | None = None
+        self._candidates: tuple[int, list[reclaim.Candidate], reclaim.Placements] | None = None
+        #: Where a single pod's search starts among the nodes (kube-scheduler's random offset).
+        self._offsets = np.random.default_rng(scheduler.framework.config.seed)
         #: The last attempt's search (its actions share it).
         self._search: tuple[Attempt, Search] | None = None
 
     def forget(self, key: str) -> None:
         """Job ``key`` is placed or gone (a binding clears the pod's nominatedNodeName in the API server)."""
-        self.no_victims.pop(key, None)
+        self.fruitless.forget(("job", key))
         self.nominations.pop(key, None)
 
     def budget_upsert(self, budget: api_pdb.DisruptionBudget) -> None:
@@ -91,13 +113,16 @@ class Preemptor:
 
     def policies_changed(self) -> None:
         """Queues changed (guarantees, policies): searches that found nothing may find something now."""
-        self.no_victims.clear()
+        self.fruitless.clear()
 
     def running(self, version: int) -> list[reclaim.Candidate]:
         """Every job holding capacity (a gang as a whole, or a single pod) with its leaf queue; the same list
         while the cluster's ``version`` stays (placements and removals change it)."""
+        return self._running(version)[0]
+
+    def _running(self, version: int) -> tuple[list[reclaim.Candidate], reclaim.Placements]:
         if self._candidates is not None and self._candidates[0] == version:
-            return self._candidates[1]
+            return self._candidates[1], self._candidates[2]
         cache = self.scheduler.cache
         candidates = []
         for job in self.jobs.all():
@@ -124,8 +149,9 @@ class Preemptor:
                         job.key, queue, priority, job.started, core, requests_of(core), ahead, after=after
                     )
                 )
-        self._candidates = (version, candidates)
-        return candidates
+        placements = reclaim.placements(cache, candidates)
+        self._candidates = (version, candidates, placements)
+        return candidates, placements
 
     def search(self, attempt: Attempt) -> Search:
         """The victims ``attempt`` may choose from, found once per attempt (reclaim, then preempt, share them); or,
@@ -144,27 +170,41 @@ class Preemptor:
             return Search(may=False)  # kube-scheduler: "not eligible due to preemptionPolicy=Never."
         if self.holds.still_evicting(attempt.key):
             return Search(waits=True, may=False)  # its victims are still terminating
-        a = self.scheduler.cache.arrays
-        version = int(a.gen.max()) if a.slots else 0
-        if self.no_victims.get(attempt.key) == version:
+        version = fruitless.generation(self.scheduler.cache.arrays)
+        key = self._memo_key(attempt)
+        if self.fruitless.known(key, version):
             return Search(may=False)
-        self.no_victims[attempt.key] = version
+        self.fruitless.record(key, version)  # until it finds victims (found)
         for victim_key, victim in list(self.terminating.items()):
             if all(self.scheduler.cache.pod(p.key) is None for p in victim.pods):
                 del self.terminating[victim_key]
                 self.evicted_for.pop(victim_key, None)
-        running = self.running(version)
-        # A core waits for its gang's surplus members that are not leaving already.
-        candidates = [
-            dataclasses.replace(c, after=c.after - self.terminating.keys()) if c.after else c
-            for c in running
-            if c.key not in self.terminating
-        ]
-        return Search(running=running, candidates=candidates)
+        running, placements = self._running(version)
+        return Search(running=running, placements=placements, leaving=frozenset(self.terminating))
+
+    def _memo_key(self, attempt: Attempt) -> Hashable:
+        """What a fruitless search is remembered by: a single pod's shape, queue and priority (any pod of them finds
+        what it finds), unless victims were evicted for it (it may count them); else the job."""
+        if attempt.job.group is None and all(f != attempt.key for f, _ in self.evicted_for.values()):
+            shape = fruitless.pod_shape(attempt.members[0])
+            if shape is not None:
+                return ("pod", attempt.queue, attempt.priority, shape)
+        return ("job", attempt.key)
 
     def found(self, attempt: Attempt) -> None:
         """``attempt`` found victims: a later search must not be skipped as fruitless."""
-        del self.no_victims[attempt.key]
+        self.fruitless.forget(self._memo_key(attempt))
+
+    def retry(self, key: str) -> None:
+        """Nominated single pod ``key`` lost its room to a preemptor of higher priority: it searches again."""
+        self.fruitless.forget(("job", key))
+        nominated = self.nominations.get(key)
+        if nominated is not None and (shape := fruitless.pod_shape(nominated[0])) is not None:
+            self.fruitless.forget(("pod", self.jobs.queue_of(nominated[0]), nominated[2], shape))
+
+    def offset(self) -> int:
+        """Where a single pod's search starts among the nodes that may help (modulo their number)."""
+        return int(self._offsets.integers(2**31))
 
     def make_room(
         self, attempt: Attempt, victims: list[reclaim.Candidate], *, reason: str, event: str, message: str
@@ -197,7 +237,10 @@ class Preemptor:
         """``context``: what the job's what-ifs respect, as its own cycle does; ``group``: the gang whose core
         ``pods`` are, whose segments must each find a domain (``reclaim.find_victims``)."""
         find: Callable[..., list[reclaim.Candidate]] = reclaim.find_victims
-        kwargs: dict[str, object] = {"snapshot": snapshot, "context": context, "group": group}
+        current = self._candidates
+        version = fruitless.generation(self.scheduler.cache.arrays)
+        placed = current[2] if current is not None and current[0] == version else None
+        kwargs: dict[str, object] = {"snapshot": snapshot, "placed": placed, "context": context, "group": group}
         if required_level is not None:
             find, kwargs = reclaim.find_victims_in_domain, {**kwargs, "level": required_level}
         return find(

@@ -35,7 +35,7 @@ from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Cache, Snapshot
-from scheduler.core import gang
+from scheduler.core import fruitless, gang
 from scheduler.core.cycle import Scheduler
 from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS
 from scheduler.kernels import layout
@@ -94,6 +94,98 @@ def put_back_order(candidate: Candidate) -> tuple[object, ...]:
     return (-c.priority, c.started, c.job, c.surplus, -c.rank)
 
 
+def _codes(*codes: int) -> np.ndarray:
+    """A table that says, per reason code (an int8 read as uint8), whether it is one of ``codes``."""
+    table = np.zeros(256, dtype=bool)
+    table[np.array(codes, dtype=np.int8).view(np.uint8)] = True
+    return table
+
+
+def _among(reasons: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Per node, whether its reason is one of the table's."""
+    return table[reasons.astype(np.int8, copy=False).view(np.uint8)]
+
+
+#: Why a node refuses a pod that no eviction can change (kube-scheduler's UnschedulableAndUnresolvable): the node
+#: itself (absent, cordoned, its taints, labels, GPU model), the pod's affinity to pods there, a missing topology
+#: label, its volumes and claims bound elsewhere. Preemption does not try such a node.
+UNRESOLVABLE = _codes(
+    layout.ABSENT,
+    layout.UNSCHEDULABLE,
+    layout.TAINT,
+    layout.SELECTOR,
+    layout.GPU_MODEL,
+    layout.POD_AFFINITY,
+    layout.SPREAD_MISSING_LABEL,
+    layout.VOLUME_NODE_CONFLICT,
+    layout.VOLUME_BIND_CONFLICT,
+    layout.VOLUME_MISSING,
+    layout.VOLUME_ZONE,
+    layout.DRA_CLAIM_NODE,
+)
+#: Reasons another node's pods may be behind (their anti-affinity, the spread's skew): a victim elsewhere may help.
+_ACROSS_NODES = _codes(layout.POD_ANTI_AFFINITY, layout.EXISTING_ANTI_AFFINITY, layout.SPREAD, layout.TOPOLOGY)
+
+
+@dataclass(frozen=True, slots=True)
+class Placements:
+    """Where candidates' pods run, as arrays, so that a search narrows them down without a loop over them: per
+    candidate its priority and whether it waits behind its surplus; per placed pod its candidate (``owner``), its
+    node slot, its request row and its whole GPUs; per node slot, the candidates with a pod there."""
+
+    candidates: list[Candidate]
+    #: Candidate key -> its index.
+    index: dict[str, int]
+    priority: np.ndarray
+    #: Per candidate its queue's index in ``queues``.
+    queue: np.ndarray
+    queues: dict[str, int]
+    #: An elastic gang's core (taken only after its surplus members).
+    behind: np.ndarray
+    owner: np.ndarray
+    slot: np.ndarray
+    rows: np.ndarray
+    whole: np.ndarray
+    by_slot: dict[int, list[int]]
+
+
+def placements(cache: Cache, candidates: Sequence[Candidate]) -> Placements:
+    """The arrays of :class:`Placements` for ``candidates`` as the cache holds them now."""
+    columns = cache.arrays.cap.shape[1]
+    queues: dict[str, int] = {}
+    owner: list[int] = []
+    found: list[Any] = []
+    by_slot: dict[int, list[int]] = {}
+    for i, candidate in enumerate(candidates):
+        seen: set[int] = set()
+        for pod in candidate.pods:
+            entry = cache.pod(pod.key)
+            if entry is None:
+                continue
+            owner.append(i)
+            found.append(entry.placement)
+            if entry.placement.slot not in seen:
+                seen.add(entry.placement.slot)
+                by_slot.setdefault(entry.placement.slot, []).append(i)
+    rows = np.zeros((len(found), columns))
+    for row, placement in zip(rows, found, strict=True):
+        width = min(columns, placement.request.shape[0])  # older vectors may be shorter
+        row[:width] = placement.request[:width]
+    return Placements(
+        candidates=list(candidates),
+        index={c.key: i for i, c in enumerate(candidates)},
+        queue=np.array([queues.setdefault(c.queue, len(queues)) for c in candidates], dtype=np.int64),
+        queues=queues,
+        priority=np.array([c.priority for c in candidates], dtype=np.int64),
+        behind=np.array([bool(c.after) for c in candidates], dtype=bool),
+        owner=np.array(owner, dtype=np.int64),
+        slot=np.array([p.slot for p in found], dtype=np.int64),
+        rows=rows,
+        whole=np.array([len(p.gpu_ids) if p.gpu_milli >= layout.WHOLE else 0 for p in found], dtype=np.float64),
+        by_slot=by_slot,
+    )
+
+
 def _move(cache: Cache, snapshot: Snapshot, victim: Candidate, *, away: bool) -> None:
     """Take ``victim``'s pods off their nodes in ``snapshot``'s what-if (``away``), or put them back."""
     for pod in victim.pods:
@@ -116,6 +208,8 @@ def find_victims(
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
     group: PodGroup | None = None,
+    placed: Placements | None = None,
+    may_use: np.ndarray | None = None,
 ) -> list[Candidate]:
     """The victims whose eviction lets ``job`` fit, or [] if there are none (or it would not help).
 
@@ -123,7 +217,9 @@ def find_victims(
     one domain (``gang.what_if_in_segments``), so victims are chosen until each segment has a domain, not merely
     until the GPUs add up.
 
-    The what-ifs run on ``snapshot`` (the cycle's; by default the cache's), and are all rolled back.
+    The what-ifs run on ``snapshot`` (the cycle's; by default the cache's), and are all rolled back. A candidate
+    with no pod on a node some pod of ``job`` may use once pods leave it is not one (``may_use``: those nodes, when
+    the caller knows them already; ``placed``: where the candidates run, as arrays, to tell them at once).
 
     ``context`` is passed to the job's what-ifs (a domain mask keeps it inside one domain; nodes held in it,
     ``RESERVED_SLOTS``, are left out of the what-ifs and of the free-GPU checks, though the actions do not pass
@@ -133,7 +229,18 @@ def find_victims(
     queue below its own guarantee (which would reclaim back: ping-pong)."""
     if policy == NEVER:
         return []
-    allowed = [c for c in candidates if policy != LOWER_PRIORITY or c.priority < priority]
+    cache = scheduler.cache
+    snapshot = snapshot if snapshot is not None else cache.snapshot()
+    usable = may_use if may_use is not None else _usable_slots(scheduler, snapshot, job, context)
+    # A victim only on nodes none of the job's pods can ever use frees nothing it can take.
+    keep: set[str] | None = None
+    if usable is not None and placed is not None:
+        keep = {placed.candidates[i].key for i in np.unique(placed.owner[usable[placed.slot]]).tolist()}
+    elif usable is not None:
+        keep = {c.key for c in candidates if _runs_on(cache, c, usable)}
+    allowed = [
+        c for c in candidates if (policy != LOWER_PRIORITY or c.priority < priority) and (keep is None or c.key in keep)
+    ]
     ordered = sorted(allowed, key=take_order)
     remaining = {queue: dict(vector) for queue, vector in (surplus or {}).items()}
 
@@ -147,16 +254,16 @@ def find_victims(
             left[name] -= victim.request.get(name, 0.0)
         return True
 
-    cache = scheduler.cache
     needs = [p.gpu.count for p in job if p.gpu.whole]
     # Not even every candidate's whole GPUs on top of the free ones would be enough: no what-if needed. Checked
     # before the what-if opens: every return after that point goes through its rollback. Nodes held for other
     # jobs (``RESERVED_SLOTS`` in ``context``) count as the job's cycle counts them: not at all.
     _, free_now = gang.free_gpus(cache.arrays, context)
+    if usable is not None:
+        free_now = free_now[: usable.shape[0]][usable[: free_now.shape[0]]]
     freeable = sum(p.gpu.count for c in ordered for p in c.pods if p.gpu.whole)
-    if needs and int(free_now.sum()) + freeable < sum(needs):
+    if not ordered or (needs and int(free_now.sum()) + freeable < sum(needs)):
         return []
-    snapshot = snapshot if snapshot is not None else cache.snapshot()
     token = snapshot.checkpoint()
 
     def remove(victim: Candidate) -> None:
@@ -212,6 +319,36 @@ def find_victims(
         snapshot.rollback(token)
 
 
+def _usable_slots(
+    scheduler: Scheduler, snapshot: Snapshot, job: Sequence[PodRequest], context: Mapping[str, Any] | None
+) -> np.ndarray | None:
+    """Per node slot, whether a pod of ``job`` may go there once pods leave it: its cycle's filters did not refuse
+    the node for a reason no eviction changes (:data:`UNRESOLVABLE`). None when they cannot tell: a pod refused
+    before any node was looked at, or a node refused for what another node's pods do (anti-affinity, spread)."""
+    usable = np.zeros(snapshot.arrays.slots, dtype=bool)
+    shapes: set[object] = set()
+    for pod in job:
+        shape = fruitless.pod_shape(pod)
+        if shape is not None and shape in shapes:
+            continue  # a gang's members are mostly alike: one filter per kind of member
+        shapes.add(shape)
+        reasons = scheduler.filter(pod, snapshot, context).reasons
+        if reasons is None or _among(reasons, _ACROSS_NODES).any():
+            return None
+        size = min(reasons.shape[0], usable.shape[0])
+        usable[:size] |= ~_among(reasons[:size], UNRESOLVABLE)
+    return usable
+
+
+def _runs_on(cache: Cache, candidate: Candidate, usable: np.ndarray) -> bool:
+    """Whether a pod of ``candidate`` runs on a node ``usable`` marks."""
+    for pod in candidate.pods:
+        entry = cache.pod(pod.key)
+        if entry is not None and entry.placement.slot < usable.shape[0] and usable[entry.placement.slot]:
+            return True
+    return False
+
+
 def find_victims_in_domain(
     scheduler: Scheduler,
     job: Sequence[PodRequest],
@@ -224,6 +361,7 @@ def find_victims_in_domain(
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
     group: PodGroup | None = None,
+    placed: Placements | None = None,
 ) -> list[Candidate]:
     """Victims all inside one domain of ``level`` whose eviction lets ``job`` fit inside that domain, or [].
     ``context`` as :func:`find_victims`' (a mask it holds narrows every domain).
@@ -235,6 +373,11 @@ def find_victims_in_domain(
     if policy == NEVER:
         return []
     cache = scheduler.cache
+    snapshot = snapshot if snapshot is not None else cache.snapshot()
+    # The nodes its pods may use, told once for every domain (the domain's own bound is its mask).
+    may_use = _usable_slots(scheduler, snapshot, job, None)
+    if may_use is None:
+        may_use = np.ones(snapshot.arrays.slots, dtype=bool)
     ids = cache.domain_ids()
     column = np.full(cache.arrays.slots, -1, dtype=np.int64)
     size = min(ids.shape[0], column.shape[0])
@@ -270,6 +413,8 @@ def find_victims_in_domain(
             surplus=surplus,
             snapshot=snapshot,
             group=group,
+            placed=placed,
+            may_use=may_use,
         )
         if not victims:
             continue
@@ -316,24 +461,25 @@ def node_victims(
     pod: PodRequest,
     *,
     priority: int,
-    candidates: Sequence[Candidate],
+    placed: Placements,
+    allowed: np.ndarray,
     budgets: Sequence[api_pdb.DisruptionBudget] = (),
     snapshot: Snapshot | None = None,
+    reasons: np.ndarray | None = None,
+    offset: int = 0,
 ) -> NodeVictims | None:
     """The node and victims that let ``pod`` fit with the least disruption (see the module notes), or None.
 
-    Only candidates of lower priority than ``priority`` are victims. A candidate with pods on several nodes (a
-    gang) is removed whole wherever it runs, and counted on each node it touches; an elastic gang's core only once
-    its surplus is gone (its surplus members are candidates of their own)."""
+    Only the candidates of ``placed`` that ``allowed`` (per candidate) lets through and of lower priority than
+    ``priority`` are victims. A candidate with pods on several nodes (a gang) is removed whole wherever it runs, and
+    counted on each node it touches; an elastic gang's core only once its surplus is gone (its surplus members are
+    candidates of their own). ``reasons``: per node slot, why the pod's failed cycle refused the node; a node refused
+    for a reason no eviction can change (:data:`UNRESOLVABLE`) is not tried. The nodes are tried in name order from
+    the ``offset``-th on (modulo their number), as kube-scheduler starts at a random one."""
     cache = scheduler.cache
     a = cache.arrays
-    by_slot: dict[int, list[Candidate]] = {}
-    for candidate in candidates:
-        if candidate.priority >= priority or candidate.after:
-            continue
-        for slot in {e.placement.slot for p in candidate.pods if (e := cache.pod(p.key)) is not None}:
-            by_slot.setdefault(slot, []).append(candidate)
-    if not by_slot:
+    allowed = allowed & (placed.priority < priority) & ~placed.behind
+    if not allowed.any():
         return None
     request = cache.request_vector(pod)
     columns = a.cap.shape[1]
@@ -342,29 +488,35 @@ def node_victims(
     request = request[:columns]
     plain = np.ones(columns, dtype=bool)
     plain[[layout.GPU_MILLI, layout.GPU_MEMORY]] = False  # devices are the what-if's to judge
-    _, free_gpus = gang.free_gpus(a)
+    # Nodes worth a what-if: in the cluster, not refused for a reason no eviction changes, with a victim there.
+    worth = a.base_reason == layout.FIT
+    if reasons is not None:
+        size = min(reasons.shape[0], worth.shape[0])
+        worth[:size] &= ~_among(reasons[:size], UNRESOLVABLE)
+        worth[size:] = False  # came after the cycle: tried next time
+    taken = allowed[placed.owner] & worth[placed.slot]
+    # What those nodes would have free with all their candidates gone: a necessary condition before any what-if,
+    # from arrays (no loop over the candidates); whole GPUs first, the most telling for most pods.
+    if pod.gpu.whole and taken.any():
+        free = (a.gpu_free >= layout.WHOLE).sum(axis=1)
+        whole = np.bincount(placed.slot[taken], weights=placed.whole[taken], minlength=a.slots)[: a.slots]
+        worth &= free + whole >= pod.gpu.count
+        taken &= worth[placed.slot]
+    if not taken.any():
+        return None
+    slots = placed.slot[taken]
+    rows = placed.rows[taken]
+    room = a.cap - a.used
+    for column in np.flatnonzero(plain[: rows.shape[1]]).tolist():
+        room[:, column] += np.bincount(slots, weights=rows[:, column], minlength=a.slots)[: a.slots]
+    enough_room = worth & np.all(room[:, plain] >= request[plain] - 1e-9, axis=1)
+    enough_room &= np.bincount(slots, minlength=a.slots)[: a.slots] > 0
     rank = cache.name_rank()
-    # What every node would have free with all its candidates gone: a necessary condition before any what-if.
-    placements = [
-        e.placement
-        for c in {id(c): c for cs in by_slot.values() for c in cs}.values()
-        for p in c.pods
-        if (e := cache.pod(p.key)) is not None
-    ]
-    slots = np.array([pl.slot for pl in placements], dtype=np.int64)
-    rows = np.zeros((len(placements), columns))
-    for i, pl in enumerate(placements):
-        rows[i, : min(columns, pl.request.shape[0])] = pl.request[:columns]  # older vectors may be shorter
-    freeable = np.zeros((a.slots, columns))
-    np.add.at(freeable, slots, rows)
-    whole = np.zeros(a.slots, dtype=np.int64)
-    np.add.at(whole, slots, [len(pl.gpu_ids) if pl.gpu_milli >= layout.WHOLE else 0 for pl in placements])
-    room = a.cap - a.used + freeable
-    enough_room = np.all(room[:, plain] >= request[plain] - 1e-9, axis=1) & (a.base_reason == layout.FIT)
-    if pod.gpu.whole:
-        enough_room &= free_gpus + whole >= pod.gpu.count
-    potential = [slot for slot in by_slot if enough_room[slot]]
-    potential.sort(key=lambda slot: int(rank[slot]))
+    helpful = np.flatnonzero(enough_room)
+    if helpful.shape[0] == 0:
+        return None
+    helpful = helpful[np.argsort(rank[helpful], kind="stable")]
+    potential: list[int] = np.roll(helpful, -(offset % helpful.shape[0])).tolist()
     enough = max(CANDIDATE_NODES, len(potential) * CANDIDATE_NODES_PERCENT // 100)
     snapshot = snapshot if snapshot is not None else cache.snapshot()
     token = snapshot.checkpoint()
@@ -394,7 +546,7 @@ def node_victims(
         for slot in potential:
             others[:] = True
             others[slot] = False
-            local = more_important_first(by_slot[slot])
+            local = more_important_first([placed.candidates[i] for i in placed.by_slot[slot] if allowed[i]])
             inner = snapshot.checkpoint()
             try:
                 for victim in local:

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from scheduler.api import node as api_node
 from scheduler.api import pdb as api_pdb
 from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
 from scheduler.api.podgroup import PodGroup
-from scheduler.core import reclaim
+from scheduler.core import gang, reclaim
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import RESERVED_SLOTS
 from scheduler.queue.scheduling import SchedulingQueue
@@ -296,3 +297,108 @@ def test_a_gang_is_a_victim_whole_wherever_its_members_run() -> None:
     _run(loop, clock, [_pod("urgent", 2, 10)])
     assert sorted(p.name for p in evictions.pods) == ["g-0", "g-1"]
     assert evictions.nominated == {"default/urgent": "n0"}
+
+
+def _bound(cluster: Cluster, loop: SchedulingLoop, name: str, foo: int, priority: int, node: str) -> None:
+    """A pod the API server shows bound to ``node`` (by another scheduler: it need not fit our filters)."""
+    raw = objects.pod(name, extra={FOO: str(foo)}, node_name=node)
+    raw["spec"]["priority"] = priority
+    pod = api_pod.parse_pod(raw)
+    cluster.cache.upsert_pod(pod)
+    loop.pod_placed(pod)
+
+
+def _tried(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The nodes preemption's what-ifs try the pod on (each holds every other node), in order."""
+    tried: list[str] = []
+    place = cluster.scheduler.place
+
+    def counting(pod: api_pod.PodRequest, snapshot: Any, context: Any = None) -> Any:
+        held = (context or {}).get(RESERVED_SLOTS)
+        if held is not None and (~held).sum() == 1:
+            tried.append(str(snapshot.names[int((~held).argmax())]))
+        return place(pod, snapshot, context)
+
+    monkeypatch.setattr(cluster.scheduler, "place", counting)
+    return tried
+
+
+def test_nodes_no_eviction_can_help_are_not_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    # kube-scheduler's PostFilter looks only at the nodes its filters refused for a reason an eviction may change:
+    # a taint the pod does not tolerate stays whatever leaves the node.
+    taint = [{"key": "team", "value": "a", "effect": "NoSchedule"}]
+    cluster = Cluster(
+        [
+            objects.node("n0", extra={FOO: "1"}, taints=taint),
+            objects.node("n1", extra={FOO: "1"}, taints=taint),
+            objects.node("n2", extra={FOO: "1"}),
+        ],
+        ("fit",),
+    )
+    clock = Clock()
+    loop = SchedulingLoop(cluster.scheduler, SchedulingQueue(clock=clock), clock=clock, events=Events())
+    evictions = Evictions()
+    loop.evictor = evictions
+    for n in range(3):
+        _bound(cluster, loop, f"low-{n}", 1, 1, f"n{n}")
+    tried = _tried(cluster, monkeypatch)
+    _run(loop, clock, [_pod("urgent", 1, 10)])
+    assert [p.name for p in evictions.pods] == ["low-2"]
+    assert set(tried) == {"n2"}
+
+
+def test_a_failed_search_is_remembered_for_pods_of_its_shape_until_the_cluster_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # On n0 a victim of priority 1 and a pod of 100: a pod of 50 asking for all of n0 finds nothing, and so does
+    # its twin without searching; a node that comes with a victim on it makes both search again.
+    cluster, loop, clock, _, evictions = _loop(("n0", 2))
+    _bound(cluster, loop, "low", 1, 1, "n0")
+    _bound(cluster, loop, "high", 1, 100, "n0")
+    searched: list[str] = []
+    node_victims = reclaim.node_victims
+
+    def counting(scheduler: Any, pod: api_pod.PodRequest, **kwargs: Any) -> Any:
+        searched.append(pod.name)
+        return node_victims(scheduler, pod, **kwargs)
+
+    monkeypatch.setattr(reclaim, "node_victims", counting)
+    _run(loop, clock, [_pod("twin-a", 2, 50)])
+    _run(loop, clock, [_pod("twin-b", 2, 50)])
+    _run(loop, clock, [_pod("other", 2, 60)])  # another priority: its own search
+    assert searched == ["twin-a", "other"]
+    assert evictions.pods == []
+    cluster.cache.upsert_node(api_node.parse_node(objects.node("n1", extra={FOO: "2"})))
+    _bound(cluster, loop, "low-n1", 2, 1, "n1")
+    clock.now += 30.0
+    loop.cluster_event("node added")
+    loop.run_until_idle()
+    assert [p.name for p in evictions.pods] == ["low-n1"]
+    assert "twin-a" in searched[2:] or "twin-b" in searched[2:]
+
+
+def test_a_gang_no_eviction_can_help_evicts_nothing_without_trying(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Victims of low priority on both nodes, but the gang's node selector matches neither node.
+    _, loop, clock, _, evictions = _loop(("n0", 2), ("n1", 2))
+    _run(loop, clock, [_pod("low-0", 2, 1, node="n0"), _pod("low-1", 2, 1, node="n1")])
+    tries: list[int] = []
+
+    class Counting:
+        """The gang module as the victim search sees it, counting its what-ifs."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(gang, name)
+
+        def what_if(self, *args: Any, **kwargs: Any) -> Any:
+            tries.append(1)
+            return gang.what_if(*args, **kwargs)
+
+    monkeypatch.setattr(reclaim, "gang", Counting())
+    loop.group_upsert(PodGroup("default", "g", min_member=2, priority=100))
+    for i in range(2):
+        raw = objects.pod(f"g-{i}", extra={FOO: "2"}, labels={"gpusched.io/pod-group": "g"})
+        raw["spec"]["nodeSelector"] = {"pool": "nowhere"}
+        loop.pod_pending(api_pod.parse_pod(raw))
+    loop.run_until_idle()
+    assert evictions.pods == []
+    assert tries == []

@@ -30,6 +30,7 @@ class Allocate:
         else:
             result = self.scheduler.place(attempt.members[0], snapshot, attempt.context)
             status, diagnosis = result.status, result.diagnosis
+            attempt.reasons = result.reasons
             decisions = [result.decision] if result.decision is not None and status.ok else []
         if not status.ok or not decisions:
             return Outcome(Verdict.NOTHING, status, diagnosis=diagnosis)

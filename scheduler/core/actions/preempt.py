@@ -33,8 +33,12 @@ class Preempt:
 
     def run(self, attempt: Attempt, snapshot: Snapshot) -> Outcome:
         search = self.preemptor.search(attempt)
-        if search.waits or not search.may:
-            return WAITS if search.waits else NOTHING
+        if search.waits:
+            return WAITS
+        if not search.may:
+            if attempt.job.group is None:
+                self.preemptor.unnominate(attempt.key)  # nothing found for its shape at this generation already
+            return NOTHING
         if attempt.job.group is None:
             if self._pod(attempt, attempt.members[0], search, snapshot):
                 return WAITS
@@ -89,11 +93,24 @@ class Preempt:
             evicted_for, evictor_priority = p.evicted_for.get(c.key, ("", priority))
             return evicted_for == key or evictor_priority < priority
 
-        own = [c for c in search.running if c.queue == queue and c.priority < priority and available(c)]
-        if not own:
+        placed = search.placements
+        assert placed is not None
+        own = (placed.queue == placed.queues.get(queue, -1)) & (placed.priority < priority)
+        for leaving, victim in p.terminating.items():
+            if (index := placed.index.get(leaving)) is not None and not available(victim):
+                own[index] = False
+        if not own.any():
             return False
         choice = reclaim.node_victims(
-            p.scheduler, pod, priority=priority, candidates=own, budgets=list(p.budgets.values()), snapshot=snapshot
+            p.scheduler,
+            pod,
+            priority=priority,
+            placed=placed,
+            allowed=own,
+            budgets=list(p.budgets.values()),
+            snapshot=snapshot,
+            reasons=attempt.reasons,
+            offset=p.offset(),
         )
         if choice is None:
             return False
@@ -103,9 +120,9 @@ class Preempt:
         for other, (_, node, other_priority) in list(p.nominations.items()):
             taken = any(p.evicted_for.get(v.key, ("", 0))[0] == other for v in choice.victims)
             if other != key and other_priority < priority and (node == choice.node or taken):
+                p.retry(other)
                 p.holds.release(other)
                 p.unnominate(other)
-                p.no_victims.pop(other, None)
         p.holds.nominate(key, choice.pods, priority)
         reason = f"Preempted by pod {pod.uid or pod.key} on node {choice.node}: higher-priority work of queue "
         reason += f"{queue!r} ({obj})"

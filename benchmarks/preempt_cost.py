@@ -1,0 +1,237 @@
+"""What a preemption search costs next to a scheduling cycle, when it finds victims and when it cannot.
+
+A pod that does not fit runs the session's disruptive actions (``reclaim``, then ``preempt``: kube-scheduler's
+PostFilter) after its failed cycle. This script builds ``--nodes`` nodes of 8 GPUs, each holding 7 one-GPU pods
+(3 of priority 10, 4 of priority 100; one GPU free), feeds them to a scheduling loop with the default profile, and
+times, best of ``--rounds`` rounds of ``--cycles`` runs, in microseconds per run:
+
+- ``cycle fits``: one scheduling cycle (``Scheduler.place``) of a one-GPU pod, which fits on every node;
+- ``cycle fails``: the cycle of a two-GPU pod, which fits nowhere (what precedes every search below);
+- the preemption search (the ``reclaim`` and ``preempt`` actions after that failed cycle) of:
+  - ``finds victims``: a pod of priority 1000 asking for 2 GPUs (a victim of priority 10 on every node); what it
+    decided is undone after each run, so every run searches the same cluster;
+  - ``all above it``: a pod of priority 5 asking for 2 GPUs: every running pod has a higher priority;
+  - ``not enough``: a pod of priority 50 asking for 5 GPUs: the free GPU and the 3 of priority 10 make 4;
+  - ``node rules``: a pod of priority 1000 asking for 2 GPUs with a node selector no node matches: victims
+    everywhere, but removing them cannot help (kube-scheduler's UnschedulableAndUnresolvable);
+  - ``gang rules``: a gang of 2 pods of 8 GPUs, priority 1000, with that node selector.
+
+Times are this process's CPU time (``time.process_time``): on a shared machine a run of a second is preempted by
+other work many times and its wall-clock time says more of the load than of the code; ``--wall`` times the wall
+clock instead.
+
+Each failed search is timed twice: ``search`` forgets what earlier searches found before each run (the first
+search of a job of that shape on this cluster), ``remembered`` does not (a later cycle of the job, or of another
+pending pod of the same shape, while the cluster is unchanged).
+
+Run: ``.venv/bin/python benchmarks/preempt_cost.py [--nodes 1000] [--cycles 10] [--rounds 3] [--wall]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from unfit_cost import best_us  # noqa: E402  (this script's folder is on the path: it runs as a script)
+
+from scheduler.api.node import NodeInfo  # noqa: E402
+from scheduler.api.pod import PodRequest  # noqa: E402
+from scheduler.api.podgroup import PodGroup  # noqa: E402
+from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest  # noqa: E402
+from scheduler.cache.state import Cache  # noqa: E402
+from scheduler.core.actions import Verdict  # noqa: E402
+from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
+from scheduler.core.extension_points import Framework  # noqa: E402
+from scheduler.core.jobs import Attempt  # noqa: E402
+from scheduler.core.loop import SchedulingLoop  # noqa: E402
+from scheduler.framework import profile  # noqa: E402
+from scheduler.queue.scheduling import SchedulingQueue  # noqa: E402
+
+ALLOCATABLE = {CPU: 96_000, MEMORY: 768 * 2**30, PODS: 110}
+#: Priorities of the 7 pods on every node.
+RUNNING = (10, 10, 10, 100, 100, 100, 100)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Quiet:
+    """Events and evictions go nowhere: only the decisions are timed."""
+
+    def __init__(self) -> None:
+        self.evicted = 0
+
+    def emit(self, *, obj: str, kind: str, reason: str, message: str) -> None:
+        return None
+
+    def evict(self, pods: list[PodRequest], reason: str) -> None:
+        self.evicted += len(pods)
+
+    def nominate(self, pod: PodRequest, node: str) -> None:
+        return None
+
+
+def build(nodes: int) -> tuple[SchedulingLoop, Clock, Quiet]:
+    cache = Cache()
+    for i in range(nodes):
+        cache.upsert_node(NodeInfo(name=f"node-{i:05d}", allocatable=ALLOCATABLE, gpus=8, labels={"pool": "a"}))
+    clock = Clock()
+    quiet = Quiet()
+    scheduler = Scheduler(cache, Framework.build(profile.load()), NoBinding())
+    loop = SchedulingLoop(scheduler, SchedulingQueue(clock=clock), clock=clock, events=quiet, evictor=quiet)
+    for i in range(nodes):
+        for j, priority in enumerate(RUNNING):
+            clock.now += 0.001
+            pod = PodRequest(
+                namespace="bench",
+                name=f"run-{i}-{j}",
+                uid=f"uid-{i}-{j}",
+                resources={CPU: 1000},
+                gpu=GpuRequest(count=1, milli=1000),
+                priority=priority,
+                node_name=f"node-{i:05d}",
+                phase="Running",
+                gpu_ids=(j,),
+            )
+            cache.upsert_pod(pod)
+            loop.pod_placed(pod)
+    return loop, clock, quiet
+
+
+def pending(
+    name: str, gpus: int, priority: int, *, selector: dict[str, str] | None = None, group: str = ""
+) -> PodRequest:
+    labels = {"scheduling.x-k8s.io/pod-group": group} if group else {}
+    return PodRequest(
+        namespace="bench",
+        name=name,
+        uid=f"uid-{name}",
+        resources={CPU: 1000},
+        gpu=GpuRequest(count=gpus, milli=1000),
+        priority=priority,
+        node_selector=selector or {},
+        labels=labels,
+    )
+
+
+def attempt_of(loop: SchedulingLoop, pods: list[PodRequest], group: PodGroup | None = None) -> Attempt:
+    """Queue ``pods`` (a gang's, with ``group``), take the job from the queue, and run its failed allocate."""
+    if group is not None:
+        loop.group_upsert(group)
+    for pod in pods:
+        loop.pod_pending(pod)
+    loop.sort_pending()
+    item = loop.queue.pop()
+    assert item is not None
+    queued = loop.jobs.queued(item.key)
+    assert queued is not None
+    attempt = Attempt(queued[0], item, queued[1])
+    assert loop.session._choose(attempt)
+    allocate = loop.actions[0]
+    outcome = allocate.run(attempt, loop.scheduler.cache.snapshot())
+    assert outcome.verdict is Verdict.NOTHING, outcome
+    return attempt
+
+
+def search(loop: SchedulingLoop, attempt: Attempt) -> Verdict:
+    """The session's disruptive actions for a fresh attempt of the same job (the session's loop over them)."""
+    fresh = dataclasses.replace(attempt)
+    for action in loop.actions[1:]:
+        verdict = action.run(fresh, loop.scheduler.cache.snapshot()).verdict
+        if verdict is Verdict.WAITS:
+            return verdict
+    return Verdict.NOTHING
+
+
+def undo(loop: SchedulingLoop, attempt: Attempt) -> None:
+    """Forget what a successful search decided (its nomination, its victims leaving)."""
+    p = loop.preemptor
+    loop.holds.release(attempt.key)
+    p.terminating.clear()
+    p.evicted_for.clear()
+    p.nominations.clear()
+    p.preemptions.clear()
+    p.policies_changed()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--cycles", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--wall", action="store_true", help="time the wall clock, not this process's CPU time")
+    args = parser.parse_args()
+    clock = time.perf_counter if args.wall else time.process_time
+    started = time.perf_counter()
+    loop, _, quiet = build(args.nodes)
+    print(
+        f"{args.nodes} nodes of 8 GPUs, 7 one-GPU pods on each (priorities {', '.join(map(str, RUNNING))}); best of"
+        f" {args.rounds} rounds of {args.cycles} runs, {'wall-clock' if args.wall else 'CPU'} microseconds per run"
+        f" (built in"
+        f" {time.perf_counter() - started:.1f} s)"
+    )
+    scheduler = loop.scheduler
+    snapshot = scheduler.cache.snapshot()
+    fits, unfit = pending("fits", 1, 0), pending("unfit", 2, 0)
+    assert scheduler.place(fits, snapshot).decision is not None
+    assert scheduler.place(unfit, snapshot).decision is None
+    print(
+        f"{'cycle fits':>14} {best_us(lambda: scheduler.place(fits, snapshot), args.cycles, args.rounds, clock):10.0f}"
+    )
+    fails = best_us(lambda: scheduler.place(unfit, snapshot), args.cycles, args.rounds, clock)
+    print(f"{'cycle fails':>14} {fails:10.0f}")
+
+    finds = attempt_of(loop, [pending("finds", 2, 1000)])
+
+    def found() -> None:
+        before = quiet.evicted
+        assert search(loop, finds) is Verdict.WAITS
+        assert quiet.evicted > before
+        undo(loop, finds)
+
+    print(f"{'finds victims':>14} {best_us(found, args.cycles, args.rounds, clock):10.0f}")
+    loop.queue.done(finds.key)
+
+    nowhere = {"pool": "b"}
+    group = PodGroup(namespace="bench", name="gang", min_member=2, priority=1000)
+    failing: dict[str, Callable[[], Attempt]] = {
+        "all above it": lambda: attempt_of(loop, [pending("above", 2, 5)]),
+        "not enough": lambda: attempt_of(loop, [pending("short", 5, 50)]),
+        "node rules": lambda: attempt_of(loop, [pending("rules", 2, 1000, selector=nowhere)]),
+        "gang rules": lambda: attempt_of(
+            loop, [pending(f"gang-{i}", 8, 1000, selector=nowhere, group="gang") for i in range(2)], group
+        ),
+    }
+    print(f"{'':>14} {'search':>10} {'remembered':>11}")
+    for name, make in failing.items():
+        attempt = make()
+
+        def fresh(attempt: Attempt = attempt) -> None:
+            loop.preemptor.policies_changed()
+            assert search(loop, attempt) is Verdict.NOTHING
+
+        def again(attempt: Attempt = attempt) -> None:
+            assert search(loop, attempt) is Verdict.NOTHING
+
+        cycles = args.cycles if name != "gang rules" else max(1, args.cycles // 10)
+        first = best_us(fresh, cycles, args.rounds, clock)
+        search(loop, attempt)
+        print(f"{name:>14} {first:10.0f} {best_us(again, args.cycles, args.rounds, clock):11.0f}")
+        loop.queue.done(attempt.key)
+    assert quiet.evicted > 0
+
+
+if __name__ == "__main__":
+    main()
