@@ -16,8 +16,9 @@ The stream, defined from issue 33's words ("pods leaving after seeded lifetimes 
 the cluster's capacity", "claims placed over the stream"):
 
 - *Offered load* is the compute slices the claims ask times their lifetimes, over the cluster's compute slices times
-  the span of the arrivals. The seeded exponential gaps are scaled so that each seed's stream offers exactly
-  ``--load`` (its own mix and lifetimes, not only on average over seeds).
+  the stream's duration (its arrivals' span and the gap drawn after the last one). The seeded exponential gaps are
+  scaled so that each seed's stream offers exactly ``--load`` (its own mix and lifetimes, not only on average over
+  seeds).
 - *Stays near*: the cluster starts empty, so ``--warmup`` seconds of arrivals (default 1.5 ``--life``, the longest
   lifetime: by then the held slices are those of a cluster long under this load) come first and are not counted;
   then the ``--claims`` counted ones; arrivals go on after them, not counted, until the run ends. ``--describe``
@@ -133,7 +134,7 @@ def stream(
     """The seeded arrivals: ``warmup`` seconds of arrivals not counted, the ``claims`` counted ones, then
     ``cooldown`` seconds more not counted; profiles from the mix, lifetimes, and exponential gaps scaled so that the
     whole stream offers exactly ``load``: its claims' compute slices times lifetimes, over the cluster's compute
-    slices times the span of the arrivals."""
+    slices times the stream's duration."""
     rng = random.Random(seed)
     profiles = [p for p, n in MIX.items() for _ in range(n)]
     mean_compute = sum(compute_slices(p) * n for p, n in MIX.items()) / sum(MIX.values())
@@ -144,7 +145,8 @@ def stream(
     chosen = [rng.choice(profiles) for _ in range(total)]
     lives = [rng.uniform(life / 2, 3 * life / 2) for _ in range(total)]
     gaps = [rng.expovariate(1.0) for _ in range(total)]
-    # The drawn gaps, scaled: the seed's own mix and lifetimes offer ``load`` over the stream, not only on average.
+    # The drawn gaps, scaled: the seed's own mix and lifetimes offer ``load`` over the stream (the arrivals and the
+    # gap after the last one), not only on average over seeds.
     span = sum(compute_slices(p) * t for p, t in zip(chosen, lives, strict=True)) / (capacity * load)
     scale = span / sum(gaps)
     out = []
