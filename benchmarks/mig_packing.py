@@ -165,7 +165,13 @@ class Outcome:
 
 
 def replay(
-    arrivals: list[mig_stream.Arrival], *, nodes: int, grace: float, policy: str, deadline: float | None = None
+    arrivals: list[mig_stream.Arrival],
+    *,
+    nodes: int,
+    grace: float,
+    policy: str,
+    deadline: float | None = None,
+    smallest_first: bool = False,
 ) -> Outcome:
     cluster = Cluster(nodes, policy)
     counted = [a for a in arrivals if a.counted]
@@ -189,6 +195,8 @@ def replay(
         else:
             pending.append(i)
         still: list[int] = []
+        if smallest_first:
+            pending.sort(key=lambda j: (mig_stream.compute_slices(arrivals[j].profile), j))
         for j in pending:
             if deadline is not None and now > arrivals[j].at + deadline:
                 continue  # withdrawn
@@ -223,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--late", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=None)
     parser.add_argument(
+        "--smallest-first",
+        action="store_true",
+        help="try the pending claims smallest profile first (the most claims, the big ones last) instead of oldest",
+    )
+    parser.add_argument(
         "--deadline", type=float, default=None, help="a claim not bound this long after it came is withdrawn"
     )
     args = parser.parse_args(argv)
@@ -237,7 +250,15 @@ def main(argv: list[str] | None = None) -> int:
         streams = [mig_stream.arrivals_of(args, load=load, seed=seed) for seed in seeds]
         for policy in POLICIES:
             outs = [
-                replay(s, nodes=args.nodes, grace=args.grace, policy=policy, deadline=args.deadline) for s in streams
+                replay(
+                    s,
+                    nodes=args.nodes,
+                    grace=args.grace,
+                    policy=policy,
+                    deadline=args.deadline,
+                    smallest_first=args.smallest_first,
+                )
+                for s in streams
             ]
             n = len(outs)
             print(

@@ -112,12 +112,14 @@ class Result:
     compute_in_use: float = math.nan
     stream_s: float = math.nan
     over_consumed: int = 0
+    #: The most an arrival was created after its time (seconds): the benchmark's own lag on a loaded machine.
+    driver_lag: float = math.nan
     problems: list[str] = field(default_factory=list)
-    #: Profile -> seconds from arrival to bind of each claim placed; profile -> claims not placed.
+    #: Profile -> seconds from creation to bind of each claim placed; profile -> claims not placed.
     waits: dict[str, list[float]] = field(default_factory=dict)
     missed: dict[str, int] = field(default_factory=dict)
-    #: Every counted claim: name, profile, arrival and bind (None: never bound), seconds of the stream.
-    claims: list[tuple[str, str, float, float | None]] = field(default_factory=list)
+    #: Every counted claim: name, profile, arrival, creation and bind (None: never), seconds of the stream.
+    claims: list[tuple[str, str, float, float | None, float | None]] = field(default_factory=list)
 
     @property
     def pods_per_s(self) -> float:
@@ -188,9 +190,9 @@ async def delete(api: Api, path: str) -> None:
             raise RuntimeError(f"DELETE {path}: HTTP {resp.status}: {(await resp.text())[:300]}")
 
 
-async def over_consumed(api: Api) -> list[str]:
-    """Counters that the allocations the API server holds consume more of than their set has."""
-    slices = await dra_backlog.list_all(api, f"{RESOURCE}/resourceslices")
+async def over_consumed(api: Api, slices: list[dict[str, Any]]) -> list[str]:
+    """Counters that the allocations the API server holds consume more of than their set has (``slices``: the
+    ResourceSlices, which do not change during a run)."""
     limits: dict[tuple[str, str, str], int] = {}
     uses: dict[tuple[str, str], list[tuple[str, str, int]]] = {}
     for s in slices:
@@ -219,6 +221,7 @@ async def run_stream(
     api = Api(cluster, connections=64)
     counted = [a for a in arrivals if a.counted]
     result = Result(case=case, load=0.0, seed=0, asked=len(counted))
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     try:
         await api.post(f"{RESOURCE}/deviceclasses", dra_objects.mig_class())
         names = [f"gpu-{i:05d}" for i in range(nodes)]
@@ -232,50 +235,71 @@ async def run_stream(
         listed = await api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")
         watch = e2e_throughput.BindWatch(api, listed["metadata"]["resourceVersion"])
         watch.start()
+        slices = await dra_backlog.list_all(api, f"{RESOURCE}/resourceslices")
         await asyncio.to_thread(start)
         await asyncio.sleep(2.0)  # the scheduler's first listing
         began = time.monotonic()
+        problems: set[str] = set()
+
+        async def check() -> None:
+            # Apart from the stream's loop, so a slow listing on a loaded machine does not hold arrivals back.
+            while True:
+                problems.update(await over_consumed(api, slices))
+                await asyncio.sleep(1.0)
+
+        checker = asyncio.create_task(check())
+        #: Pod -> when the API server had it (seconds of the stream): its arrival as the scheduler sees it.
+        created: dict[str, float] = {}
+
+        async def arrive(arrival: Arrival) -> None:
+            await api.post(path, mig_pod(arrival, scheduler_name=dra_backlog.SCHEDULER_NAME[case]))
+            created[arrival.name] = time.monotonic() - began
+
         by_name = {a.name: a for a in arrivals}
         #: Pod -> when it is to be deleted (its bind plus its lifetime, seconds of the stream); deleted ones.
         due: dict[str, float] = {}
         deleted: set[str] = set()
         samples: list[tuple[float, int]] = []
-        problems: set[str] = set()
-        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
         next_arrival = 0
         # The counted window: from the first counted arrival to ``grace`` after the last one, arrivals going on; the
         # run goes on until ``late`` after it.
         window = counted[0].at
         end = counted[-1].at + grace
         stop = counted[-1].at + max(grace, late)
-        last_check = -1.0
         while True:
             now = time.monotonic() - began
+            coming = []
             while next_arrival < len(arrivals) and arrivals[next_arrival].at <= now:
-                arrival = arrivals[next_arrival]
-                await api.post(path, mig_pod(arrival, scheduler_name=dra_backlog.SCHEDULER_NAME[case]))
+                coming.append(arrive(arrivals[next_arrival]))
                 next_arrival += 1
             for name, at in list(watch.bound_at.items()):
                 if name in by_name and name not in due:
                     due[name] = at - began + by_name[name].life
-            for name in [n for n, t in due.items() if t <= now and n not in deleted]:
-                await delete(api, f"{path}/{name}")
-                deleted.add(name)
+            leaving = [n for n, t in due.items() if t <= now and n not in deleted]
+            deleted.update(leaving)
+            await asyncio.gather(*coming, *(delete(api, f"{path}/{n}") for n in leaving))
             if window <= now <= end:
                 samples.append((now, sum(compute_slices(by_name[n].profile) for n in due if n not in deleted)))
-            if now - last_check >= 1.0:
-                last_check = now
-                problems.update(await over_consumed(api))
             if now >= stop:
                 break
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.1)
         watch.stop()
+        checker.cancel()
+        problems.update(await over_consumed(api, slices))
+        result.driver_lag = max((created[a.name] - a.at for a in arrivals if a.name in created), default=math.nan)
         bound = {a.name: watch.bound_at[a.name] - began for a in counted if a.name in watch.bound_at}
         placed = [a.name for a in counted if bound.get(a.name, math.inf) <= end]
         result.placed = len(placed)
         result.placed_late = sum(1 for a in counted if bound.get(a.name, math.inf) <= counted[-1].at + late)
         result.claims = [
-            (a.name, a.profile, round(a.at, 2), round(bound[a.name], 2) if a.name in bound else None) for a in counted
+            (
+                a.name,
+                a.profile,
+                round(a.at, 2),
+                round(created[a.name], 2) if a.name in created else None,
+                round(bound[a.name], 2) if a.name in bound else None,
+            )
+            for a in counted
         ]
         result.big_asked = sum(1 for a in counted if a.profile in BIG)
         result.big_placed = sum(1 for n in placed if by_name[n].profile in BIG)
@@ -286,7 +310,7 @@ async def run_stream(
         result.over_consumed = len(problems)
         for n in placed:
             a = by_name[n]
-            result.waits.setdefault(a.profile, []).append(round(bound[n] - a.at, 2))
+            result.waits.setdefault(a.profile, []).append(round(bound[n] - created.get(n, a.at), 2))
         result.missed = dict(Counter(a.profile for a in counted if a.name not in placed))
         result.problems = sorted(problems)[:5]
         return result
@@ -448,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{outcome.placed}/{outcome.asked} placed ({outcome.placed_late} by the late end), "
                     f"{outcome.big_placed}/{outcome.big_asked} big, compute {100 * outcome.compute_in_use:.1f}%, "
                     f"over-consumed {outcome.over_consumed} {outcome.problems}, not placed {outcome.missed}, "
+                    f"driver lag {outcome.driver_lag:.2f} s, "
                     f"mean wait {_mean_waits(outcome)}",
                     file=sys.stderr,
                     flush=True,
