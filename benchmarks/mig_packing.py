@@ -1,6 +1,6 @@
-"""How many of a MIG stream's claims a scheduler could place at best: ``benchmarks/mig_stream.py``'s seeded streams
-replayed without a cluster, by an ideal scheduler that takes no time, under several ways of choosing the MIG
-placement, so the real runs' figures can be read against what the stream allows.
+"""What a MIG stream allows: ``benchmarks/mig_stream.py``'s seeded streams replayed without a cluster, by an ideal
+scheduler that takes no time, under several ways of choosing the MIG placement, so the real runs' figures can be
+read against them.
 
 Each stream (the same arrivals, profiles and lifetimes as ``mig_stream.py`` draws for a load and seed) is replayed
 as events: at each arrival and each departure every pending claim is tried again, oldest first, and placed at once
@@ -19,11 +19,12 @@ bound by ``--grace`` seconds after the last counted arrival, as in the real runs
   has its compute slices.
 
 ``repacked`` and ``pooled`` are not schedulers anyone can run: they say what alignment inside a GPU, and GPU
-boundaries, cost on the stream. None of these is a proven optimum (placing the oldest claim first is not always
-best), but no real scheduler of the oldest-first kind gets past ``pooled``.
+boundaries, cost on the stream. None of these is a proven optimum or bound: the order claims are tried in matters
+(``--smallest-first`` tries the smallest profiles first), and so does timing (a real scheduler may place a claim
+later, or elsewhere, than the replay and do better after).
 
-    .venv/bin/python benchmarks/mig_packing.py [--loads 0.8,1.0,1.2,1.4] [--seeds 42,43,44] [--claims 120]
-                                               [--life 20] [--nodes 2] [--grace 10]
+    .venv/bin/python benchmarks/mig_packing.py [--loads 0.8,1.0,1.2,1.4] [--seeds 42,43,44] [--smallest-first]
+                                               [--deadline S] [the stream's options of mig_stream.py]
 """
 
 from __future__ import annotations
@@ -222,14 +223,7 @@ def replay(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=2)
-    parser.add_argument("--claims", type=int, default=120)
-    parser.add_argument("--loads", default="0.8,1.0,1.2,1.4")
-    parser.add_argument("--seeds", default="42,43,44")
-    parser.add_argument("--life", type=float, default=20.0)
-    parser.add_argument("--grace", type=float, default=2.0)
-    parser.add_argument("--late", type=float, default=10.0)
-    parser.add_argument("--warmup", type=float, default=None)
+    mig_stream.add_stream_options(parser, loads="0.8,1.0,1.2,1.4")
     parser.add_argument(
         "--smallest-first",
         action="store_true",

@@ -412,11 +412,11 @@ def describe(args: argparse.Namespace) -> None:
             )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_stream_options(parser: argparse.ArgumentParser, *, loads: str) -> None:
+    """The options that define the streams (``arrivals_of`` reads them): here and in benchmarks/mig_packing.py."""
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--claims", type=int, default=120)
-    parser.add_argument("--loads", default="0.8,1.0,1.2")
+    parser.add_argument("--loads", default=loads)
     parser.add_argument("--seeds", default="42,43,44")
     parser.add_argument("--life", type=float, default=20.0, help="mean lifetime of a pod from its bind, seconds")
     parser.add_argument(
@@ -438,6 +438,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="seconds of arrivals before the counted ones (not counted); default 1.5 --life, the longest lifetime",
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_stream_options(parser, loads="0.8,1.0,1.2")
     parser.add_argument("--describe", action="store_true", help="print each stream's offered load and mix, run nothing")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--json", type=Path)
