@@ -7,19 +7,43 @@ For each (scheduler, load, seed) a fresh local control plane (tests/e2e/localclu
   (tests/api/dra_objects.py ``mig_slices``: per GPU a counter set of eight memory slices and seven compute slices,
   the full GPU and every MIG placement of the 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb and 7g.80gb profiles consuming
   from it), and NVIDIA's ``mig.nvidia.com`` DeviceClass;
-- a ResourceClaimTemplate per profile, and ``--claims`` pods, each taking one claim from a template, drawn from a
-  seeded mix (per 20 claims: 7 of 1g, 5 of 2g, 3 of 3g, 3 of 4g, 2 of 7g), arriving at seeded exponential gaps
-  chosen so that the offered load (compute slices asked times lifetime, over the cluster's compute slices) is
-  ``--load``, each with a seeded lifetime (uniform between ``--life`` / 2 and 3 ``--life`` / 2 seconds), counted
-  from its bind: then the pod is deleted (its claim goes with it).
+- a ResourceClaimTemplate per profile, and pods, each taking one claim from a template, drawn from a seeded mix (per
+  20 claims: 7 of 1g, 5 of 2g, 3 of 3g, 3 of 4g, 2 of 7g), each with a seeded lifetime (uniform between ``--life`` / 2
+  and 3 ``--life`` / 2 seconds) counted from its bind: then the pod is deleted (its claim goes with it). A pod not
+  bound keeps waiting (nothing withdraws it).
 
-Reported per case: claims placed of those asked (a pod still pending ``--grace`` seconds after the last arrival is
-not placed), the placed share of the 4g and 7g claims, the compute slices in use on average over the stream (of
-the cluster's), pods placed per second of stream, and the counter sets over-consumed in any allocation the API
-server holds (read every second: it must be 0 for both).
+The stream, defined from issue 33's words ("pods leaving after seeded lifetimes so that the offered load stays near
+the cluster's capacity", "claims placed over the stream"):
+
+- *Offered load* is the compute slices the claims ask times their lifetimes, over the cluster's compute slices times
+  the stream's duration (its arrivals' span and the gap drawn after the last one). The seeded exponential gaps are
+  scaled so that each seed's stream offers exactly ``--load`` (its own mix and lifetimes, not only on average over
+  seeds).
+- *Stays near*: the cluster starts empty, so ``--warmup`` seconds of arrivals (default 1.5 ``--life``, the longest
+  lifetime: by then the held slices are those of a cluster long under this load) come first and are not counted;
+  then the ``--claims`` counted ones; arrivals go on after them, not counted, until the run ends. ``--describe``
+  prints, per stream, the load offered inside the counted window (each claim held from its arrival for its
+  lifetime, time-weighted), without a cluster.
+- *Placed over the stream*: a counted claim is placed if its pod is bound by ``--grace`` seconds (default 2: a claim
+  that fits is made and bound well within it by both schedulers) after the last counted arrival. The run goes on
+  until ``--late`` seconds after it (default 10), and the claims placed by then are reported too. (Until this
+  definition, the stream started on an empty cluster, with 120 claims spanning less than three lifetimes, and
+  counted claims bound by 10 s after the last arrival with no arrivals meanwhile, the gaps drawn for the load on
+  average over seeds: over a run, seeds 42-44 offered 0.66 to 0.90 of the cluster at a nominal 1.0, 0.86 to 1.16
+  at 1.4.)
+
+Reported per case: the load offered in the counted window, claims placed of those asked, the placed share of the
+4g and 7g claims, the compute slices in use on average over the counted window (of the cluster's), counted pods
+placed per second of it, the counter sets over-consumed in any allocation the API server holds (read every second:
+it must be 0 for both), and the claims placed by the late end. Per case on stderr, and in ``--json``: the claims not
+placed by profile, the mean wait (arrival to bind) by profile, and every counted claim's arrival and bind.
+``benchmarks/mig_packing.py`` replays the same streams without a cluster, as an ideal scheduler would place them.
 
     .venv/bin/python benchmarks/mig_stream.py [--nodes 2] [--claims 120] [--loads 0.8,1.0,1.2] [--seeds 42,43,44]
-                                              [--life 20] [--cases kube-scheduler,gpusched] [--json FILE]
+                                              [--life 20] [--warmup S] [--grace 2] [--late 10]
+                                              [--cases kube-scheduler,gpusched] [--json FILE]
+    .venv/bin/python benchmarks/mig_stream.py --describe [--loads ...] [--seeds ...]
+    .venv/bin/python benchmarks/mig_stream.py --combine FILE.json ...   # the table of runs made apart
 
 Needs the control-plane binaries (tests/e2e/build-controlplane.sh) and, for gpusched, ``gpusched run``.
 """
@@ -68,6 +92,8 @@ class Arrival:
     profile: str
     at: float
     life: float
+    #: Counted in the results (arrivals of the warm-up and the cool-down keep the load, and are not counted).
+    counted: bool = True
 
 
 @dataclass(slots=True)
@@ -77,15 +103,23 @@ class Result:
     seed: int
     asked: int
     placed: int = 0
+    #: Counted claims placed by ``--late`` seconds after the last counted arrival (the run goes on until then).
+    placed_late: int = 0
     big_asked: int = 0
     big_placed: int = 0
+    #: The load the stream offers over the counted window (``offered``), and the compute slices held in it.
+    offered: float = math.nan
     compute_in_use: float = math.nan
     stream_s: float = math.nan
     over_consumed: int = 0
+    #: The most an arrival was created after its time (seconds): the benchmark's own lag on a loaded machine.
+    driver_lag: float = math.nan
     problems: list[str] = field(default_factory=list)
-    #: Profile -> seconds from arrival to bind of each claim placed; profile -> claims not placed.
+    #: Profile -> seconds from creation to bind of each claim placed; profile -> claims not placed.
     waits: dict[str, list[float]] = field(default_factory=dict)
     missed: dict[str, int] = field(default_factory=dict)
+    #: Every counted claim: name, profile, arrival, creation and bind (None: never), seconds of the stream.
+    claims: list[tuple[str, str, float, float | None, float | None]] = field(default_factory=list)
 
     @property
     def pods_per_s(self) -> float:
@@ -96,20 +130,40 @@ def compute_slices(profile: str) -> int:
     return dra_objects.MIG_PROFILES[profile][1]
 
 
-def stream(*, claims: int, load: float, life: float, nodes: int, seed: int) -> list[Arrival]:
-    """The seeded arrivals: profiles from the mix, lifetimes, and gaps that offer ``load`` of the compute slices."""
+def stream(
+    *, claims: int, load: float, life: float, nodes: int, seed: int, warmup: float, cooldown: float
+) -> list[Arrival]:
+    """The seeded arrivals: ``warmup`` seconds of arrivals not counted, the ``claims`` counted ones, then
+    ``cooldown`` seconds more not counted; profiles from the mix, lifetimes, and exponential gaps scaled so that the
+    whole stream offers exactly ``load``: its claims' compute slices times lifetimes, over the cluster's compute
+    slices times the stream's duration."""
     rng = random.Random(seed)
     profiles = [p for p, n in MIX.items() for _ in range(n)]
-    chosen = [rng.choice(profiles) for _ in range(claims)]
     mean_compute = sum(compute_slices(p) * n for p, n in MIX.items()) / sum(MIX.values())
     capacity = nodes * GPUS_PER_NODE * COMPUTE_PER_GPU
-    rate = load * capacity / (mean_compute * life)  # arrivals per second
-    at = 0.0
+    rate = load * capacity / (mean_compute * life)  # arrivals per second, on average over seeds
+    before, after = round(rate * warmup), round(rate * cooldown)
+    total = before + claims + after
+    chosen = [rng.choice(profiles) for _ in range(total)]
+    lives = [rng.uniform(life / 2, 3 * life / 2) for _ in range(total)]
+    gaps = [rng.expovariate(1.0) for _ in range(total)]
+    # The drawn gaps, scaled: the seed's own mix and lifetimes offer ``load`` over the stream (the arrivals and the
+    # gap after the last one), not only on average over seeds.
+    span = sum(compute_slices(p) * t for p, t in zip(chosen, lives, strict=True)) / (capacity * load)
+    scale = span / sum(gaps)
     out = []
-    for i, profile in enumerate(chosen):
-        out.append(Arrival(f"mig-{i:04d}", profile, at, rng.uniform(life / 2, 3 * life / 2)))
-        at += rng.expovariate(rate)
+    at = 0.0
+    for i, (profile, lifetime, gap) in enumerate(zip(chosen, lives, gaps, strict=True)):
+        out.append(Arrival(f"mig-{i:04d}", profile, at, lifetime, counted=before <= i < before + claims))
+        at += gap * scale
     return out
+
+
+def offered(arrivals: list[Arrival], *, start: float, end: float, capacity: int) -> float:
+    """The compute slices the claims would hold between ``start`` and ``end`` if each ran from its arrival for its
+    lifetime (time-weighted), as a share of the cluster's: the load the stream offers in that window."""
+    held = sum(compute_slices(a.profile) * max(0.0, min(a.at + a.life, end) - max(a.at, start)) for a in arrivals)
+    return held / (capacity * (end - start)) if end > start else math.nan
 
 
 def template(profile: str) -> dict[str, Any]:
@@ -136,9 +190,9 @@ async def delete(api: Api, path: str) -> None:
             raise RuntimeError(f"DELETE {path}: HTTP {resp.status}: {(await resp.text())[:300]}")
 
 
-async def over_consumed(api: Api) -> list[str]:
-    """Counters that the allocations the API server holds consume more of than their set has."""
-    slices = await dra_backlog.list_all(api, f"{RESOURCE}/resourceslices")
+async def over_consumed(api: Api, slices: list[dict[str, Any]]) -> list[str]:
+    """Counters that the allocations the API server holds consume more of than their set has (``slices``: the
+    ResourceSlices, which do not change during a run)."""
     limits: dict[tuple[str, str, str], int] = {}
     uses: dict[tuple[str, str], list[tuple[str, str, int]]] = {}
     for s in slices:
@@ -162,10 +216,12 @@ async def over_consumed(api: Api) -> list[str]:
 
 
 async def run_stream(
-    cluster: LocalCluster, *, case: str, arrivals: list[Arrival], nodes: int, grace: float, start: Any
+    cluster: LocalCluster, *, case: str, arrivals: list[Arrival], nodes: int, grace: float, late: float, start: Any
 ) -> Result:
     api = Api(cluster, connections=64)
-    result = Result(case=case, load=0.0, seed=0, asked=len(arrivals))
+    counted = [a for a in arrivals if a.counted]
+    result = Result(case=case, load=0.0, seed=0, asked=len(counted))
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     try:
         await api.post(f"{RESOURCE}/deviceclasses", dra_objects.mig_class())
         names = [f"gpu-{i:05d}" for i in range(nodes)]
@@ -179,51 +235,83 @@ async def run_stream(
         listed = await api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")
         watch = e2e_throughput.BindWatch(api, listed["metadata"]["resourceVersion"])
         watch.start()
+        slices = await dra_backlog.list_all(api, f"{RESOURCE}/resourceslices")
         await asyncio.to_thread(start)
         await asyncio.sleep(2.0)  # the scheduler's first listing
         began = time.monotonic()
+        problems: set[str] = set()
+
+        async def check() -> None:
+            # Apart from the stream's loop, so a slow listing on a loaded machine does not hold arrivals back.
+            while True:
+                problems.update(await over_consumed(api, slices))
+                await asyncio.sleep(1.0)
+
+        checker = asyncio.create_task(check())
+        #: Pod -> when the API server had it (seconds of the stream): its arrival as the scheduler sees it.
+        created: dict[str, float] = {}
+
+        async def arrive(arrival: Arrival) -> None:
+            await api.post(path, mig_pod(arrival, scheduler_name=dra_backlog.SCHEDULER_NAME[case]))
+            created[arrival.name] = time.monotonic() - began
+
         by_name = {a.name: a for a in arrivals}
         #: Pod -> when it is to be deleted (its bind plus its lifetime, seconds of the stream); deleted ones.
         due: dict[str, float] = {}
         deleted: set[str] = set()
-        samples: list[int] = []
-        problems: set[str] = set()
-        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        samples: list[tuple[float, int]] = []
         next_arrival = 0
-        end = arrivals[-1].at + grace
-        last_check = -1.0
+        # The counted window: from the first counted arrival to ``grace`` after the last one, arrivals going on; the
+        # run goes on until ``late`` after it.
+        window = counted[0].at
+        end = counted[-1].at + grace
+        stop = counted[-1].at + max(grace, late)
         while True:
             now = time.monotonic() - began
+            coming = []
             while next_arrival < len(arrivals) and arrivals[next_arrival].at <= now:
-                arrival = arrivals[next_arrival]
-                await api.post(path, mig_pod(arrival, scheduler_name=dra_backlog.SCHEDULER_NAME[case]))
+                coming.append(arrive(arrivals[next_arrival]))
                 next_arrival += 1
             for name, at in list(watch.bound_at.items()):
                 if name in by_name and name not in due:
                     due[name] = at - began + by_name[name].life
-            for name in [n for n, t in due.items() if t <= now and n not in deleted]:
-                await delete(api, f"{path}/{name}")
-                deleted.add(name)
-            samples.append(sum(compute_slices(by_name[n].profile) for n in due if n not in deleted))
-            if now - last_check >= 1.0:
-                last_check = now
-                problems.update(await over_consumed(api))
-            if now >= end:
+            leaving = [n for n, t in due.items() if t <= now and n not in deleted]
+            deleted.update(leaving)
+            await asyncio.gather(*coming, *(delete(api, f"{path}/{n}") for n in leaving))
+            if window <= now <= end:
+                samples.append((now, sum(compute_slices(by_name[n].profile) for n in due if n not in deleted)))
+            if now >= stop:
                 break
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.1)
         watch.stop()
-        placed = [n for n in watch.bound_at if n in by_name]
+        checker.cancel()
+        problems.update(await over_consumed(api, slices))
+        result.driver_lag = max((created[a.name] - a.at for a in arrivals if a.name in created), default=math.nan)
+        bound = {a.name: watch.bound_at[a.name] - began for a in counted if a.name in watch.bound_at}
+        placed = [a.name for a in counted if bound.get(a.name, math.inf) <= end]
         result.placed = len(placed)
-        result.big_asked = sum(1 for a in arrivals if a.profile in BIG)
+        result.placed_late = sum(1 for a in counted if bound.get(a.name, math.inf) <= counted[-1].at + late)
+        result.claims = [
+            (
+                a.name,
+                a.profile,
+                round(a.at, 2),
+                round(created[a.name], 2) if a.name in created else None,
+                round(bound[a.name], 2) if a.name in bound else None,
+            )
+            for a in counted
+        ]
+        result.big_asked = sum(1 for a in counted if a.profile in BIG)
         result.big_placed = sum(1 for n in placed if by_name[n].profile in BIG)
         capacity = nodes * GPUS_PER_NODE * COMPUTE_PER_GPU
-        result.compute_in_use = sum(samples) / len(samples) / capacity if samples else math.nan
-        result.stream_s = end
+        result.offered = offered(arrivals, start=window, end=end, capacity=capacity)
+        result.compute_in_use = sum(v for _t, v in samples) / len(samples) / capacity if samples else math.nan
+        result.stream_s = end - window
         result.over_consumed = len(problems)
         for n in placed:
             a = by_name[n]
-            result.waits.setdefault(a.profile, []).append(round(watch.bound_at[n] - began - a.at, 2))
-        result.missed = dict(Counter(a.profile for a in arrivals if a.name not in watch.bound_at))
+            result.waits.setdefault(a.profile, []).append(round(bound[n] - created.get(n, a.at), 2))
+        result.missed = dict(Counter(a.profile for a in counted if a.name not in placed))
         result.problems = sorted(problems)[:5]
         return result
     finally:
@@ -231,7 +319,7 @@ async def run_stream(
 
 
 def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> Result | str:
-    arrivals = stream(claims=args.claims, load=load, life=args.life, nodes=args.nodes, seed=seed)
+    arrivals = arrivals_of(args, load=load, seed=seed)
     options: dict[str, Any] = {}
     if case == "gpusched":
         missing = kube.gpusched_run_available()
@@ -251,7 +339,15 @@ def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> 
             start = lambda: replica.start().wait_ready().wait_leader()  # noqa: E731
         try:
             result = asyncio.run(
-                run_stream(cluster, case=case, arrivals=arrivals, nodes=args.nodes, grace=args.grace, start=start)
+                run_stream(
+                    cluster,
+                    case=case,
+                    arrivals=arrivals,
+                    nodes=args.nodes,
+                    grace=args.grace,
+                    late=args.late,
+                    start=start,
+                )
             )
         finally:
             if replica is not None:
@@ -262,8 +358,9 @@ def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> 
 
 def table(results: list[Result]) -> str:
     rows = [
-        "| load | scheduler | claims placed | 4g/7g placed | compute in use | pods/s | counters over-consumed |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| load | scheduler | offered | claims placed | 4g/7g placed | compute in use | pods/s | over-consumed "
+        "| placed by the late end |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     groups: dict[tuple[float, str], list[Result]] = {}
     for r in results:
@@ -271,10 +368,11 @@ def table(results: list[Result]) -> str:
     for (load, case), rs in sorted(groups.items()):
         n = len(rs)
         rows.append(
-            f"| {load:.1f} | {case} | {sum(r.placed for r in rs) / n:.1f} of {rs[0].asked} "
+            f"| {load:.1f} | {case} | {100 * sum(r.offered for r in rs) / n:.1f}% "
+            f"| {sum(r.placed for r in rs) / n:.1f} of {rs[0].asked} "
             f"| {sum(r.big_placed for r in rs) / n:.1f} of {sum(r.big_asked for r in rs) / n:.1f} "
             f"| {100 * sum(r.compute_in_use for r in rs) / n:.1f}% | {sum(r.pods_per_s for r in rs) / n:.2f} "
-            f"| {sum(r.over_consumed for r in rs)} |"
+            f"| {sum(r.over_consumed for r in rs)} | {sum(r.placed_late for r in rs) / n:.1f} |"
         )
     return "\n".join(rows)
 
@@ -284,21 +382,88 @@ def _mean_waits(result: Result) -> dict[str, float]:
     return {p: round(sum(w) / len(w), 2) for p, w in sorted(result.waits.items()) if w}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arrivals_of(args: argparse.Namespace, *, load: float, seed: int) -> list[Arrival]:
+    warmup = args.life * 1.5 if args.warmup is None else args.warmup
+    return stream(
+        claims=args.claims,
+        load=load,
+        life=args.life,
+        nodes=args.nodes,
+        seed=seed,
+        warmup=warmup,
+        cooldown=max(args.grace, args.late),
+    )
+
+
+def describe(args: argparse.Namespace) -> None:
+    """Each stream's counted window and the load it offers there, without a cluster."""
+    capacity = args.nodes * GPUS_PER_NODE * COMPUTE_PER_GPU
+    for load in (float(x) for x in args.loads.split(",")):
+        for seed in (int(x) for x in args.seeds.split(",")):
+            arrivals = arrivals_of(args, load=load, seed=seed)
+            counted = [a for a in arrivals if a.counted]
+            start, end = counted[0].at, counted[-1].at + args.grace
+            mix = Counter(a.profile for a in counted)
+            print(
+                f"load {load} seed {seed}: {len(arrivals)} arrivals over {arrivals[-1].at:.1f} s, counted "
+                f"{len(counted)} from {start:.1f} to {end:.1f} s, offered there "
+                f"{100 * offered(arrivals, start=start, end=end, capacity=capacity):.1f}% of {capacity} compute "
+                f"slices, {mix['4g.40gb'] + mix['7g.80gb']} of them 4g/7g"
+            )
+
+
+def add_stream_options(parser: argparse.ArgumentParser, *, loads: str) -> None:
+    """The options that define the streams (``arrivals_of`` reads them): here and in benchmarks/mig_packing.py."""
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--claims", type=int, default=120)
-    parser.add_argument("--loads", default="0.8,1.0,1.2")
+    parser.add_argument("--loads", default=loads)
     parser.add_argument("--seeds", default="42,43,44")
     parser.add_argument("--life", type=float, default=20.0, help="mean lifetime of a pod from its bind, seconds")
-    parser.add_argument("--grace", type=float, default=10.0, help="seconds after the last arrival a pod may bind")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=2.0,
+        help="the stream ends this long after its last counted arrival: a counted claim bound by then is placed",
+    )
+    parser.add_argument(
+        "--late",
+        type=float,
+        default=10.0,
+        help="the run goes on this long after the last counted arrival, arrivals too; claims placed by then are "
+        "reported too",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="seconds of arrivals before the counted ones (not counted); default 1.5 --life, the longest lifetime",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_stream_options(parser, loads="0.8,1.0,1.2")
+    parser.add_argument("--describe", action="store_true", help="print each stream's offered load and mix, run nothing")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--combine",
+        type=Path,
+        nargs="+",
+        help="print the table of earlier runs' --json files (say, one per scheduler run side by side), run nothing",
+    )
     args = parser.parse_args(argv)
     cases = [c for c in args.cases.split(",") if c]
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
+    if args.describe:
+        describe(args)
+        return 0
+    if args.combine:
+        combined = [Result(**r) for f in args.combine for r in json.loads(f.read_text())]
+        print(table(combined))
+        return 0 if all(r.over_consumed == 0 for r in combined) else 1
     results: list[Result] = []
     for load in (float(x) for x in args.loads.split(",")):
         for seed in (int(x) for x in args.seeds.split(",")):
@@ -308,9 +473,11 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[{case}] skipped: {outcome}", file=sys.stderr)
                     continue
                 print(
-                    f"[{case}] load {load} seed {seed}: {outcome.placed}/{outcome.asked} placed, "
+                    f"[{case}] load {load} seed {seed}: offered {100 * outcome.offered:.1f}%, "
+                    f"{outcome.placed}/{outcome.asked} placed ({outcome.placed_late} by the late end), "
                     f"{outcome.big_placed}/{outcome.big_asked} big, compute {100 * outcome.compute_in_use:.1f}%, "
                     f"over-consumed {outcome.over_consumed} {outcome.problems}, not placed {outcome.missed}, "
+                    f"driver lag {outcome.driver_lag:.2f} s, "
                     f"mean wait {_mean_waits(outcome)}",
                     file=sys.stderr,
                     flush=True,
