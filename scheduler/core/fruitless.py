@@ -8,8 +8,9 @@ removal and node change, never reused) says when it changed: what :class:`Fruitl
 generation it was found at, and is dropped when the generation moves on. Whoever keeps one also clears it on the
 changes the generation does not see (a queue's policy or guarantee).
 
-A shape (:func:`pod_shape`) is what decides where a pod may go: everything of it but its name, uid, node, phase and
-annotations (what the annotations ask for is parsed into the other fields).
+A shape (:func:`pod_shape`) is what decides where a pod may go: everything of it but its name, uid, node, phase,
+creation time (it orders the queue, it places nothing) and annotations (what the annotations ask for is parsed into
+the other fields). Consolidation's memo (``core/move_memo``) keys its job shapes on it too.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from scheduler.api.pod import PodRequest
 from scheduler.cache.arrays import ClusterArrays
 
 #: What of a pod does not decide where it may go.
-_IDENTITY = frozenset({"name", "uid", "node_name", "phase", "deleting", "annotations", "gpu_ids"})
+_IDENTITY = frozenset({"name", "uid", "node_name", "phase", "deleting", "annotations", "gpu_ids", "created"})
 _SHAPED = tuple(f.name for f in dataclasses.fields(PodRequest) if f.name not in _IDENTITY)
 
 

@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Cache, PodEntry, Snapshot
+from scheduler.core import fruitless
 from scheduler.framework.interface import PENDING_PODS, RESERVED_SLOTS
 
 #: Shapes remembered at most (the oldest answer goes first).
@@ -57,10 +58,16 @@ def shape(
         return None
     held = context.get(RESERVED_SLOTS)
     # Who the pod is does not matter to its fit (the owner and Services only weigh soft spreading).
-    kinds = tuple(
-        sorted(repr(dataclasses.replace(p, name="", uid="", created=0.0, owner="", service_labels=())) for p in members)
+    kinds = [fruitless.pod_shape(dataclasses.replace(p, owner="", service_labels=())) for p in members]
+    if any(kind is None for kind in kinds):
+        return None
+    return (
+        tuple(sorted(kinds, key=repr)),
+        whole_gang,
+        priority,
+        level,
+        None if held is None else np.asarray(held).tobytes(),
     )
-    return (kinds, whole_gang, priority, level, None if held is None else np.asarray(held).tobytes())
 
 
 class NoPlanMemo:

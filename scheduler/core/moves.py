@@ -28,7 +28,7 @@ import numpy as np
 from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import ANNOTATION_CONSOLIDATION, PodRequest
 from scheduler.cache.state import PodEntry
-from scheduler.core import move_memo
+from scheduler.core import fruitless, move_memo
 from scheduler.core.cycle import Scheduler
 from scheduler.core.jobs import Jobs
 from scheduler.core.move_plan import Plan
@@ -301,7 +301,7 @@ class Moves:
         self.abandon(key, why)
         # Not searched again until the cluster changes: the next plan would meet the same refusal.
         a = self.scheduler.cache.arrays
-        self.no_plan[key] = (int(a.gen.max()) if a.slots else 0, why)
+        self.no_plan[key] = (fruitless.generation(a), why)
         return key
 
     def abandon(self, key: str, why: str) -> None:

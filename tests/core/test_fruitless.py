@@ -21,6 +21,8 @@ def test_replicas_share_a_shape_and_what_decides_placement_tells_shapes_apart() 
     a, b = _replica("a"), _replica("b", annotations={"note": "x"})
     assert fruitless.pod_shape(a) is not None
     assert fruitless.pod_shape(a) == fruitless.pod_shape(b)
+    # Replicas come from their controller seconds apart: when a pod was made orders the queue, it places nothing.
+    assert fruitless.pod_shape(a) == fruitless.pod_shape(dataclasses.replace(b, created=a.created + 30.0))
     assert fruitless.pod_shape(a) != fruitless.pod_shape(_replica("c", priority=5))
     assert fruitless.pod_shape(a) != fruitless.pod_shape(_replica("d", node_selector={"pool": "b"}))
     assert fruitless.pod_shape(a) != fruitless.pod_shape(_replica("e", labels={"app": "serve"}))

@@ -15,7 +15,7 @@ from typing import Any
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
-from scheduler.core import move_memo
+from scheduler.core import fruitless, move_memo
 from scheduler.core.actions import NOTHING, WAITS, Outcome
 from scheduler.core.cycle import Scheduler
 from scheduler.core.jobs import Attempt
@@ -39,7 +39,7 @@ class Consolidate:
         if moves.in_flight(attempt.key) or moves.replacing(attempt.key):
             return WAITS
         a = snapshot.arrays
-        version = int(a.gen.max()) if a.slots else 0
+        version = fruitless.generation(a)
         tried = moves.no_plan.get(attempt.key)
         if tried is not None and tried[0] == version:
             return NOTHING
