@@ -104,6 +104,8 @@ class DeviceStore:
         self._matches: dict[tuple[str, DeviceKey], bool] = {}
         #: (class, request selectors) -> :meth:`mig_milli`, until the devices or classes change.
         self._mig_milli: dict[tuple[str, tuple[str, ...]], int] = {}
+        #: Extended resource -> the DeviceClass mapping it (:meth:`extended_resource_class`), until the classes change.
+        self._extended_class: dict[str, DeviceClass | None] = {}
         #: Expressions whose evaluation failed on some device, told in the log once each.
         self._told: set[str] = set()
         #: Nodes whose GPU slots are the GPUs they publish through DRA (no device plugin's ``nvidia.com/gpu``), as
@@ -120,6 +122,7 @@ class DeviceStore:
         if self.classes.get(device_class.name) == device_class:
             return False
         self.classes[device_class.name] = device_class
+        self._extended_class.clear()
         self.version += 1
         self.devices_version += 1
         return True
@@ -127,6 +130,7 @@ class DeviceStore:
     def remove_class(self, name: str) -> bool:
         if self.classes.pop(name, None) is None:
             return False
+        self._extended_class.clear()
         self.version += 1
         self.devices_version += 1
         return True
@@ -280,14 +284,17 @@ class DeviceStore:
         """The DeviceClass that maps an extended resource to DRA: implicitly
         (``deviceclass.resource.kubernetes.io/<class>``), or by ``extendedResourceName``; of several, the newest,
         then the first by name (kube-scheduler's rule, for a migration from one class to another)."""
-        if not self.classes:
-            return None  # the usual cluster: no DeviceClass, nothing mapped (asked for every pod, every cycle)
+        if resource in self._extended_class:  # asked for every pod, every cycle: kept until the classes change
+            return self._extended_class[resource]
         implicit = resource.removeprefix("deviceclass.resource.kubernetes.io/")
         if implicit != resource:
-            return self.classes.get(implicit)
-        mapping = [c for c in self.classes.values() if c.extended_resource == resource]
-        newest = max((c.created for c in mapping), default="")
-        return min((c for c in mapping if c.created == newest), key=lambda c: c.name, default=None)
+            found = self.classes.get(implicit)
+        else:
+            mapping = [c for c in self.classes.values() if c.extended_resource == resource]
+            newest = max((c.created for c in mapping), default="")
+            found = min((c for c in mapping if c.created == newest), key=lambda c: c.name, default=None)
+        self._extended_class[resource] = found
+        return found
 
     def from_dra(self, extended: Mapping[str, str], node: str, gpu_slots: bool) -> frozenset[str]:
         """Of the extended resources a DeviceClass maps to DRA (``extended``: resource -> class), those the node
