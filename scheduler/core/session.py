@@ -148,12 +148,15 @@ class Session:
         return "Unschedulable" if timed_out else "NotAllMembersFit"
 
     def _not_placed(self, attempt: Attempt, reason: str, message: str) -> None:
-        """Say why ``attempt`` was not placed: an Event, and for a whole gang its condition and phase."""
+        """Say why ``attempt`` was not placed: an Event, and for a gang short of ``minMember`` (tried whole, or the
+        member it waits for tried alone) its condition and phase."""
         job, now = attempt.job, self.clock()
-        if attempt.whole_gang:
-            job.set_condition("Scheduled", "False", reason, message, now)
+        short = attempt.whole_gang or (job.group is not None and not job.satisfied)
+        if short:
+            said = message if attempt.whole_gang else f"{attempt.obj}, the member it waits for: {message}"
+            job.set_condition("Scheduled", "False", reason, said, now)
         self.events.emit(obj=attempt.obj, kind="Warning", reason="FailedScheduling", message=message)
-        if attempt.whole_gang:
+        if short:
             job.refresh_phase(now)
 
     def _allocated(self, attempt: Attempt, decisions: Sequence[Decision]) -> None:

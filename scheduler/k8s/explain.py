@@ -163,8 +163,11 @@ def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
     key = _job_key(operator, pod)
     context = _cycle_context(operator, key)
     job = operator.loop.job_of(pod.key)
-    if job is not None and job.group is not None and key == pod.key:
-        context.update(gang.member_context(operator.scheduler, job.group, job.placed))
+    if job is not None and job.group is not None and (key == pod.key or job.placed):
+        # Placed alone after its gang, or its gang placed again around members that still run: near them, inside
+        # their domain and, in a segmented gang, its own segment's (gang.member_context, as the cycle gets it).
+        pending = job.pending.values()
+        context.update(gang.member_context(operator.scheduler, job.group, job.placed, member=pod, pending=pending))
     filtered = operator.scheduler.filter(pod, snapshot, context)
     reasons = filtered.reasons
     if reasons is None:
@@ -273,7 +276,9 @@ def explain_group(operator: Operator, key: str) -> str:
     members = gang.core_members(state.pending.values(), need)
     # The cycle's own what-if (gang.try_gang: the cheap checks, the topology's domains, the nodes held for others),
     # so what this says and the gang's Scheduled condition cannot disagree.
-    context = gang.rejoin_context(operator.scheduler, group, state.placed, _cycle_context(operator, state.key))
+    context = gang.rejoin_context(
+        operator.scheduler, group, state.placed, _cycle_context(operator, state.key), pending=state.pending.values()
+    )
     result = gang.try_gang(operator.scheduler, group, members, context)
     if result.status.ok:
         nodes = sorted({d.node for d in result.decisions})

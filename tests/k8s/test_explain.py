@@ -361,3 +361,48 @@ async def test_explain_shows_the_move_plan_or_why_there_is_none(client: k8s.Clie
         assert all(op.cache.pod(f"default/w1-{j}") is not None for j in range(6))
     finally:
         await op.close()
+
+
+def _segment_member(name: str, index: int) -> dict[str, object]:
+    labels = {"gpusched.io/pod-group": "seg", "batch.kubernetes.io/job-completion-index": str(index)}
+    return pod(name, 4, labels=labels)
+
+
+async def test_a_member_of_a_segment_made_again_is_explained_inside_its_segment_s_clique(operator: Operator) -> None:
+    """Two one-node cliques of 12 GPUs; 4 members x 4 GPUs in segments of 2 required on a clique: one segment per
+    clique. Member 1 is lost, another scheduler's 5-GPU pod takes its room, and it is made again: its own clique has 3
+    GPUs free, the other clique 4, but a member of a segment whose others run may only join them, as its cycle says.
+    Before, explain left the segment out and said the other clique's node passed."""
+    for name, clique in (("gpu-x", "X"), ("gpu-y", "Y")):
+        labelled = node(name, gpus=12)
+        labelled["metadata"]["labels"] = {"nvidia.com/gpu.clique": clique}
+        operator.node_event(labelled)
+    group = podgroup("seg", 4)
+    group["spec"]["segments"] = {"size": 2, "required": "clique"}
+    operator.podgroup_event(group)
+    for i in range(4):
+        operator.pod_event(_segment_member(f"seg-{i}", i))
+    operator.listed()
+    operator.loop.run_until_idle()
+    first = operator.cache.pod("default/seg-1")
+    assert first is not None
+    home = operator.cache.snapshot().names[first.placement.slot]
+    assert home is not None
+    lost = _segment_member("seg-1", 1)
+    lost["spec"]["nodeName"] = home  # type: ignore[index]
+    operator.pod_event(lost, deleted=True)
+    operator.pod_event(pod("theirs", 5, scheduler="default-scheduler", node_name=home))
+    operator.pod_event(_segment_member("seg-1b", 1))
+    operator.loop.run_until_idle()
+    assert operator.cache.pod("default/seg-1b") is None
+    text = explain.answer(operator, "seg-1b")
+    assert "nodes: 0 of 2 pass every filter" in text, text
+    # The gang's condition says what it waits for: that member's room, not members (before: "3 of 4 members exist").
+    job = operator.loop.gang("default/seg")
+    assert job is not None
+    scheduled = job.conditions["Scheduled"]
+    assert scheduled.reason == "NotAllMembersFit", scheduled
+    assert scheduled.message.startswith("pod default/seg-1b, the member it waits for: 0/2 nodes"), scheduled
+    # The gang's own what-if puts the member back in its segment too (before: a placement "exists" on gpu-y).
+    group_text = explain.answer(operator, "podgroup/seg")
+    assert "placing 1 members together now fails" in group_text, group_text
