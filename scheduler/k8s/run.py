@@ -34,7 +34,7 @@ import structlog
 from scheduler.api import pod as api_pod
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import dashboard, device_claims, handlers, health, logs, volume_binding
+from scheduler.k8s import dashboard_options, device_claims, handlers, health, logs, volume_binding
 from scheduler.k8s.informer import Informer
 from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaseThread
 from scheduler.k8s.operator import Operator, warm_kernels
@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "loopback address when that is all interfaces: right for gpusched run on the machine explain runs on)",
     )
     parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
-    dashboard.add_arguments(parser, default_port=None)
+    dashboard_options.add_arguments(parser, default_port=None)
 
 
 def _scheduler_name(value: str) -> str:
@@ -109,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         logs.configure(args.log_format)
         config = k8s_config.load(args.config)  # bad config: InvalidObject, reported by the CLI before any I/O
-        dashboard.check_arguments(args)
+        dashboard_options.check_arguments(args)
         return _run_bounded(serve(args, config))
     finally:
         # The interpreter's own exit puts the default handlers back (a signal would then end the process with
@@ -245,18 +245,23 @@ async def _serve(
         published = explain_url(advertised, servers.health_port)
         # The dashboard (off unless --dashboard-port): a standby's sends viewers to the Lease holder's.
         leases: list[LeaseThread] = []
-        board = await dashboard.serve(
-            args,
-            operator,
-            host=getattr(args, "bind_address", "0.0.0.0"),
-            leader=lambda: leases[0].holder if leases else ("", ""),
-            observer=_observing(args),
-        )
         board_url = ""
-        if board is not None:
-            stack.push_async_callback(board.close)
-            board_url = explain_url(advertised, board.port)
-            log.info("dashboard", url=board_url, auth=getattr(args, "dashboard_auth", None) or "default")
+        if dashboard_options.wanted(args):
+            # Imported only when asked for (see the module notes): its pages, map and explain are no part of a start
+            # without it.
+            from scheduler.k8s import dashboard
+
+            board = await dashboard.serve(
+                args,
+                operator,
+                host=getattr(args, "bind_address", "0.0.0.0"),
+                leader=lambda: leases[0].holder if leases else ("", ""),
+                observer=_observing(args),
+            )
+            if board is not None:
+                stack.push_async_callback(board.close)
+                board_url = explain_url(advertised, board.port)
+                log.info("dashboard", url=board_url, auth=getattr(args, "dashboard_auth", None) or "default")
         status = await _supervise(
             args,
             config,
