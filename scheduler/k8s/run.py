@@ -38,6 +38,7 @@ from scheduler.k8s import dashboard_options, device_claims, handlers, health, lo
 from scheduler.k8s.informer import Informer
 from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaseThread
 from scheduler.k8s.operator import Operator, warm_kernels
+from scheduler.kernels import loading as kernel_loading
 
 log = structlog.get_logger(__name__)
 
@@ -223,7 +224,7 @@ async def _serve(
         # a stop meanwhile neither waits for it nor is held up by it at exit. Not overlapped with the listings:
         # both hold the GIL, and overlapping made the start slower (docs/operator.md).
         started = time.monotonic()
-        warm = _in_daemon_thread(warm_kernels, config)
+        warm = _in_daemon_thread(_warm_kernels, config)
         if not await _until_stopped(stop, warm):
             warm.cancel()  # the thread's result, when it comes, goes nowhere
             log.info("stopped before the kernels were ready")
@@ -453,6 +454,13 @@ async def _bounded(step: Callable[[], Coroutine[Any, Any, Any]], what: str, seco
         await _end(task)
     elif not task.cancelled() and task.exception() is not None:
         log.warning("failed while stopping", what=what, error=repr(task.exception()))
+
+
+def _warm_kernels(config: k8s_config.OperatorConfig) -> int:
+    """:func:`warm_kernels`, with numba told first not to look for the packages no kernel uses (scipy, cffi: 0.3 s of
+    a start where they are installed; see ``scheduler.kernels.loading``)."""
+    kernel_loading.skip_unused_support()
+    return warm_kernels(config)
 
 
 def _in_daemon_thread(function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
