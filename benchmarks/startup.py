@@ -9,10 +9,23 @@ creates one pending 2-GPU pod for gpusched, then starts ``gpusched run`` as a su
 
 - ready: process start to ``/readyz`` answering 200 (the first full listing is in the cache);
 - first bind: process start to the pending pod having ``spec.nodeName`` (read by polling the API server);
-- peak memory: the process's VmHWM once that pod is bound.
+- peak memory: the process's VmHWM once that pod is bound;
+- CPU: the process's CPU seconds (user + system, ``/proc/PID/stat``) when the bind is seen, which says more than
+  the wall clock on a machine that other jobs share.
 
 ``--runs N`` restarts ``gpusched run`` N times on the same kept-up cluster, each time with a new pending pod (the
 pods bound by the runs before stay, a handful more on 10,000), and prints every run and the medians.
+``--checkout DIR`` runs the ``scheduler`` package of another source tree (a copy of another commit); given twice or
+more, the trees take turns on the same cluster (run 1 of each, then run 2 of each...), so that a before/after pair
+shares the cluster and whatever else the machine was doing, and the medians are printed per tree.
+
+Each tree's ``scheduler`` package is byte-compiled first (``python -m compileall``, into its ``__pycache__``), as
+the operator image's build does: a source checkout under ``PYTHONDONTWRITEBYTECODE=1`` (this machine's setting)
+would otherwise compile gpusched's modules at every start, about 0.2 s of CPU that no deployment pays.
+``--no-compileall`` leaves the trees as they are (how this script measured before 2026-11-28 16:40 UTC).
+
+The 5,000-node start-up and its peak RSS: ``--nodes 5000 --pods 90000 --no-kwok`` (18 bound pods a node, as
+benchmarks/scale.py has; without kwok, which would spend the two cores making 90,000 pods Running).
 
 Run: ``.venv/bin/python benchmarks/startup.py [--nodes 1000 --pods 10000] [--runs 5]`` (needs the control-plane
 binaries, see tests/e2e).
@@ -135,10 +148,21 @@ def main() -> int:
     parser.add_argument(
         "--checkout",
         type=Path,
-        default=REPO,
-        help="run the scheduler package of this source tree (a copy of another commit, for a before/after pair)",
+        action="append",
+        help="run the scheduler package of this source tree (a copy of another commit); twice or more: the trees "
+        "take turns, run by run, on the same cluster (default: this tree)",
+    )
+    parser.add_argument(
+        "--no-compileall",
+        dest="compileall",
+        action="store_false",
+        help="do not byte-compile the trees first (each start then compiles gpusched's modules: see above)",
     )
     args = parser.parse_args()
+    checkouts: list[Path] = args.checkout or [REPO]
+    if args.compileall:
+        for checkout in checkouts:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", "scheduler"], cwd=checkout, check=True)
     cluster_options = {} if args.kwok else {"with_kwok": False, "with_controller_manager": False}
     with LocalCluster(bin_dir=args.bin_dir, verbose=False, **cluster_options) as cluster:
         cluster.kubectl("apply", "-f", str(REPO / "crds"))
@@ -159,29 +183,43 @@ def main() -> int:
             left = cluster.request("GET", "/api/v1/pods?fieldSelector=status.phase!=Running&limit=1")
             waiting = len(left["items"]) + int(left["metadata"].get("remainingItemCount") or 0)
             print(f"{waiting} pods not Running yet after {time.monotonic() - started:.1f}s")
-        runs = []
+        runs: dict[Path, list[tuple[float, float, float, float]]] = {checkout: [] for checkout in checkouts}
         for run in range(args.runs):
-            measured = _start_once(cluster, args, name=f"first-{run}" if args.runs > 1 else "first")
-            if measured is None:
-                print("the pending pod was not bound within 300 s")
-                return 1
-            runs.append(measured)
-            if args.runs > 1:
-                ready, bound, peak = measured
-                print(f"  run {run + 1}: ready {ready:.2f} s, first bind {bound:.2f} s, peak RSS {peak:.0f} MiB")
-        print(
-            f"gpusched run with {args.nodes} nodes and {args.pods} existing pods"
-            + (f", median of {len(runs)} runs:" if len(runs) > 1 else ":")
-        )
-        print(f"  process start -> ready (full listing in the cache): {statistics.median(r[0] for r in runs):.2f} s")
-        print(f"  process start -> first bind:                        {statistics.median(r[1] for r in runs):.2f} s")
-        print(f"  peak RSS (VmHWM) at the first bind:                 {statistics.median(r[2] for r in runs):.0f} MiB")
+            for index, checkout in enumerate(checkouts):
+                name = f"first-{run}" if args.runs > 1 else "first"
+                measured = _start_once(cluster, args, checkout, name=f"{name}-{index}" if len(checkouts) > 1 else name)
+                if measured is None:
+                    print(f"the pending pod was not bound within 300 s ({checkout})")
+                    return 1
+                runs[checkout].append(measured)
+                if args.runs > 1 or len(checkouts) > 1:
+                    ready, bound, peak, cpu = measured
+                    print(
+                        f"  run {run + 1}{f' of {checkout}' if len(checkouts) > 1 else ''}: ready {ready:.2f} s, "
+                        f"first bind {bound:.2f} s, peak RSS {peak:.0f} MiB, CPU {cpu:.2f} s"
+                    )
+        for checkout, measured_runs in runs.items():
+            print(
+                f"gpusched run{f' of {checkout}' if len(checkouts) > 1 else ''} with {args.nodes} nodes and "
+                f"{args.pods} existing pods"
+                + (f", median of {len(measured_runs)} runs:" if len(measured_runs) > 1 else ":")
+            )
+            ready = statistics.median(r[0] for r in measured_runs)
+            bound = statistics.median(r[1] for r in measured_runs)
+            peak = statistics.median(r[2] for r in measured_runs)
+            cpu = statistics.median(r[3] for r in measured_runs)
+            print(f"  process start -> ready (full listing in the cache): {ready:.2f} s")
+            print(f"  process start -> first bind:                        {bound:.2f} s")
+            print(f"  peak RSS (VmHWM) at the first bind:                 {peak:.0f} MiB")
+            print(f"  CPU seconds of the process at the first bind:       {cpu:.2f} s")
     return 0
 
 
-def _start_once(cluster: LocalCluster, args: argparse.Namespace, *, name: str) -> tuple[float, float, float] | None:
-    """Create the pending pod ``name``, start ``gpusched run``, and time it: (ready s, first bind s, VmHWM MiB), or
-    None when the pod was not bound within 300 s. The process is stopped before returning."""
+def _start_once(
+    cluster: LocalCluster, args: argparse.Namespace, checkout: Path, *, name: str
+) -> tuple[float, float, float, float] | None:
+    """Create the pending pod ``name``, start ``gpusched run``, and time it: (ready s, first bind s, VmHWM MiB, CPU s),
+    or None when the pod was not bound within 300 s. The process is stopped before returning."""
     first = _pod(name, gpus=2, scheduler="gpusched")
     if not args.kwok:
         # The API server taints new nodes not-ready; without kwok nothing makes them Ready.
@@ -194,10 +232,10 @@ def _start_once(cluster: LocalCluster, args: argparse.Namespace, *, name: str) -
         [*GPUSCHED, "--kubeconfig", str(cluster.kubeconfig), "--health-port", str(health), "--metrics-port", "0"],
         stdout=log,
         stderr=subprocess.STDOUT,
-        cwd=args.checkout,  # `-m scheduler.cli` imports the package from the working directory first
+        cwd=checkout,  # `-m scheduler.cli` imports the package from the working directory first
     )
     ready = bound = None
-    peak = 0.0
+    peak = cpu = 0.0
     try:
         while time.monotonic() - t0 < 300 and bound is None:
             if ready is None and http_status(f"http://127.0.0.1:{health}/readyz") == 200:
@@ -206,6 +244,7 @@ def _start_once(cluster: LocalCluster, args: argparse.Namespace, *, name: str) -
             if pod["spec"].get("nodeName"):
                 bound = time.monotonic() - t0
                 peak = _peak_rss_mib(proc.pid)
+                cpu = _cpu_seconds(proc.pid)
                 break
             time.sleep(0.05)
     finally:
@@ -215,7 +254,7 @@ def _start_once(cluster: LocalCluster, args: argparse.Namespace, *, name: str) -
     if bound is None:
         return None
     # The bind can be seen before /readyz is polled again; ready is then no later than the bind.
-    return (bound if ready is None else ready), bound, peak
+    return (bound if ready is None else ready), bound, peak, cpu
 
 
 def _peak_rss_mib(pid: int) -> float:
@@ -228,6 +267,17 @@ def _peak_rss_mib(pid: int) -> float:
     except OSError:
         pass
     return 0.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The process's CPU seconds so far (user + system); 0 where /proc does not tell."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    # After the command's name: state is field 3 of proc(5), utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

@@ -172,9 +172,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "it with gpusched run --dashboard-port. See docs/dashboard.md.",
     )
     if command == "dashboard":
-        from scheduler.k8s import dashboard
+        from scheduler.k8s import dashboard_options
 
-        dashboard.add_local_arguments(board)
+        dashboard_options.add_local_arguments(board)
         _fill_missing_help(board)
     board.set_defaults(func=_dashboard)
 

@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterable
 
-from scheduler.api import pod as api_pod
 from scheduler.api import typical
-from scheduler.api.errors import InvalidObject
 from scheduler.core.jobs import Job
 from scheduler.dashboard import access as dashboard_access
 from scheduler.dashboard import cluster_map, server, view
-from scheduler.k8s import explain
+from scheduler.k8s import dashboard_options, explain
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.dashboard_access import KubernetesAccess
 from scheduler.k8s.operator import Operator
@@ -205,76 +203,10 @@ def _member_state(job: Job, pod_key: str) -> str:
     return "placed" if pod_key in job.placed else "pending"
 
 
-# --- the command line -------------------------------------------------------------------------------------------
-
-AUTH_MODES = ("none", "token", "kubernetes")
-
-
-def add_arguments(parser: argparse.ArgumentParser, *, default_port: int | None) -> None:
-    parser.add_argument(
-        "--dashboard-port",
-        type=int,
-        default=default_port,
-        help="serve the read-only dashboard on this port (0: pick a free one); "
-        + ("off unless given" if default_port is None else "default: %(default)s")
-        + " (docs/dashboard.md)",
-    )
-    parser.add_argument(
-        "--dashboard-auth",
-        choices=AUTH_MODES,
-        default=None,
-        help="who may open the dashboard: none, token (--dashboard-token-file), or kubernetes (TokenReview and "
-        "SubjectAccessReview, as kube-rbac-proxy; names from namespaces the viewer may not list pods in are hidden). "
-        "Default: token when a token file is given, else none",
-    )
-    parser.add_argument("--dashboard-token-file", help="a file holding the one bearer token that opens the dashboard")
-
-
-def add_local_arguments(parser: argparse.ArgumentParser) -> None:
-    """``gpusched dashboard``: the operator's watches and this dashboard on this machine, with no lease (it never
-    leads, so it never decides or writes); on 127.0.0.1:8765 unless told otherwise."""
-    parser.add_argument("--kubeconfig", help="a kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
-    parser.add_argument("--context", help="a context of the kubeconfig (default: its current context)")
-    parser.add_argument("--config", help="the scheduler's YAML config file, as gpusched run has it (its profile)")
-    parser.add_argument(
-        "--scheduler-name", default=api_pod.SCHEDULER_NAME, help="the spec.schedulerName of the pods shown as waiting"
-    )
-    parser.add_argument("--bind-address", default="127.0.0.1", help="the address the dashboard listens on")
-    parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
-    add_arguments(parser, default_port=8765)
-    # What gpusched run's code reads and this command does not offer: no lease, health and metrics on free ports.
-    parser.set_defaults(
-        observe=True, identity="gpusched-dashboard", health_port=0, metrics_port=0, namespace="", lease_name=""
-    )
-
-
-def check_arguments(args: argparse.Namespace) -> None:
-    """InvalidObject for dashboard arguments that do not go together (before any I/O, as the CLI reports it)."""
-    mode = _mode(args)
-    token_file = getattr(args, "dashboard_token_file", None)
-    if mode == "token":
-        if not token_file:
-            raise InvalidObject(
-                "--dashboard-auth=token needs --dashboard-token-file", obj="dashboard", field="--dashboard-auth"
-            )
-        dashboard_access.SharedToken.from_file(token_file)  # unreadable or empty: said now
-    elif token_file:
-        raise InvalidObject(
-            f"--dashboard-token-file is for --dashboard-auth=token, not {mode}",
-            obj="dashboard",
-            field="--dashboard-token-file",
-        )
-
-
-def _mode(args: argparse.Namespace) -> str:
-    given = getattr(args, "dashboard_auth", None)
-    return str(given or ("token" if getattr(args, "dashboard_token_file", None) else "none"))
-
-
 def access_of(args: argparse.Namespace, operator: Operator, source: OperatorSource) -> dashboard_access.Access:
-    """The access check the arguments ask for (:func:`check_arguments` first)."""
-    check_arguments(args)
-    mode = _mode(args)
+    """The access check the arguments ask for (``dashboard_options.check_arguments`` first)."""
+    dashboard_options.check_arguments(args)
+    mode = dashboard_options.mode(args)
     if mode == "token":
         return dashboard_access.SharedToken.from_file(args.dashboard_token_file)
     if mode == "kubernetes":
@@ -291,8 +223,7 @@ async def serve(
     observer: bool = False,
 ) -> server.Running | None:
     """Start the dashboard when ``--dashboard-port`` was given (None otherwise)."""
-    port = getattr(args, "dashboard_port", None)
-    if port is None:
+    if not dashboard_options.wanted(args):
         return None
     source = OperatorSource(operator, leader=leader, observer=observer)
-    return await server.serve(source, port=port, host=host, access=access_of(args, operator, source))
+    return await server.serve(source, port=args.dashboard_port, host=host, access=access_of(args, operator, source))

@@ -34,10 +34,11 @@ import structlog
 from scheduler.api import pod as api_pod
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import dashboard, device_claims, handlers, health, logs, volume_binding
+from scheduler.k8s import dashboard_options, device_claims, handlers, health, logs, volume_binding
 from scheduler.k8s.informer import Informer
 from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaseThread
 from scheduler.k8s.operator import Operator, warm_kernels
+from scheduler.kernels import loading as kernel_loading
 
 log = structlog.get_logger(__name__)
 
@@ -91,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "loopback address when that is all interfaces: right for gpusched run on the machine explain runs on)",
     )
     parser.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
-    dashboard.add_arguments(parser, default_port=None)
+    dashboard_options.add_arguments(parser, default_port=None)
 
 
 def _scheduler_name(value: str) -> str:
@@ -109,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         logs.configure(args.log_format)
         config = k8s_config.load(args.config)  # bad config: InvalidObject, reported by the CLI before any I/O
-        dashboard.check_arguments(args)
+        dashboard_options.check_arguments(args)
         return _run_bounded(serve(args, config))
     finally:
         # The interpreter's own exit puts the default handlers back (a signal would then end the process with
@@ -223,7 +224,7 @@ async def _serve(
         # a stop meanwhile neither waits for it nor is held up by it at exit. Not overlapped with the listings:
         # both hold the GIL, and overlapping made the start slower (docs/operator.md).
         started = time.monotonic()
-        warm = _in_daemon_thread(warm_kernels, config)
+        warm = _in_daemon_thread(_warm_kernels, config)
         if not await _until_stopped(stop, warm):
             warm.cancel()  # the thread's result, when it comes, goes nowhere
             log.info("stopped before the kernels were ready")
@@ -245,18 +246,23 @@ async def _serve(
         published = explain_url(advertised, servers.health_port)
         # The dashboard (off unless --dashboard-port): a standby's sends viewers to the Lease holder's.
         leases: list[LeaseThread] = []
-        board = await dashboard.serve(
-            args,
-            operator,
-            host=getattr(args, "bind_address", "0.0.0.0"),
-            leader=lambda: leases[0].holder if leases else ("", ""),
-            observer=_observing(args),
-        )
         board_url = ""
-        if board is not None:
-            stack.push_async_callback(board.close)
-            board_url = explain_url(advertised, board.port)
-            log.info("dashboard", url=board_url, auth=getattr(args, "dashboard_auth", None) or "default")
+        if dashboard_options.wanted(args):
+            # Imported only when asked for (see the module notes): its pages, map and explain are no part of a start
+            # without it.
+            from scheduler.k8s import dashboard
+
+            board = await dashboard.serve(
+                args,
+                operator,
+                host=getattr(args, "bind_address", "0.0.0.0"),
+                leader=lambda: leases[0].holder if leases else ("", ""),
+                observer=_observing(args),
+            )
+            if board is not None:
+                stack.push_async_callback(board.close)
+                board_url = explain_url(advertised, board.port)
+                log.info("dashboard", url=board_url, auth=getattr(args, "dashboard_auth", None) or "default")
         status = await _supervise(
             args,
             config,
@@ -448,6 +454,13 @@ async def _bounded(step: Callable[[], Coroutine[Any, Any, Any]], what: str, seco
         await _end(task)
     elif not task.cancelled() and task.exception() is not None:
         log.warning("failed while stopping", what=what, error=repr(task.exception()))
+
+
+def _warm_kernels(config: k8s_config.OperatorConfig) -> int:
+    """:func:`warm_kernels`, with numba told first not to look for the packages no kernel uses (scipy, cffi: 0.3 s of
+    a start where they are installed; see ``scheduler.kernels.loading``)."""
+    kernel_loading.skip_unused_support()
+    return warm_kernels(config)
 
 
 def _in_daemon_thread(function: Callable[..., T], *args: Any) -> asyncio.Future[T]:

@@ -13,7 +13,7 @@ import pytest
 
 from scheduler.api.errors import InvalidObject
 from scheduler.dashboard import access, server, view
-from scheduler.k8s import dashboard, explain
+from scheduler.k8s import dashboard, dashboard_options, explain
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.operator import Operator
 from tests.k8s.test_operator import flushed, node, pod, podgroup
@@ -220,14 +220,14 @@ def test_arguments_that_do_not_go_together_are_refused_before_anything_starts(tm
     def args(**given: Any) -> argparse.Namespace:
         return argparse.Namespace(**{"dashboard_auth": None, "dashboard_token_file": None, **given})
 
-    dashboard.check_arguments(args())
+    dashboard_options.check_arguments(args())
     with pytest.raises(InvalidObject, match="needs --dashboard-token-file"):
-        dashboard.check_arguments(args(dashboard_auth="token"))
+        dashboard_options.check_arguments(args(dashboard_auth="token"))
     with pytest.raises(InvalidObject, match="is for --dashboard-auth=token, not kubernetes"):
-        dashboard.check_arguments(args(dashboard_auth="kubernetes", dashboard_token_file="x"))
+        dashboard_options.check_arguments(args(dashboard_auth="kubernetes", dashboard_token_file="x"))
     with pytest.raises(InvalidObject, match="cannot read"):
-        dashboard.check_arguments(args(dashboard_token_file=str(tmp_path / "missing")))
+        dashboard_options.check_arguments(args(dashboard_token_file=str(tmp_path / "missing")))
     empty = tmp_path / "empty"
     empty.write_text("\n")
     with pytest.raises(InvalidObject, match="empty"):
-        dashboard.check_arguments(args(dashboard_token_file=str(empty)))
+        dashboard_options.check_arguments(args(dashboard_token_file=str(empty)))
