@@ -348,3 +348,56 @@ def test_a_queue_that_comes_to_allow_moves_lets_its_pods_move() -> None:
     world.loop.cluster_event(ClusterEvent.QUEUE_CHANGED)
     world.step()
     assert world.cluster.cache.pod("default/big") is not None and world.made == 2
+
+
+def test_a_plan_that_moves_as_many_gpus_as_it_makes_room_for_is_not_made() -> None:
+    world = World(used=(0, 0, 0))
+    for j in range(8):
+        world.bound(world.pod(f"a{j}", owner="a"), "n0")
+    for j in range(7):
+        world.bound(world.pod(f"b{j}"), "n1")
+    world.bound(world.pod("hog", gpus=0, cpu="50"), "n1")  # n1: 1 GPU free, 7 CPUs
+    world.bound(world.pod("full", gpus=8), "n2")
+    # Moving one of n0's 1-GPU pods to n1 would make room for the 1-GPU pod that needs 8 CPUs: a swap of equals.
+    world.loop.pod_pending(world.pod("one", gpus=1, cpu="8"))
+    world.step()
+    assert world.made == 0 and world.cluster.cache.pod("default/one") is None
+    told = [m for _, r, m in world.events.seen if r == "NoMovePlan"]
+    assert told and "as many GPUs as the job asks" in told[0], told
+    # The GPU-milli moved against the job's: fewer buys room; as many or more does not (shares count as shares).
+    assert move_plan.buys_more_than_it_costs([world.pod("x", gpus=1)], [world.pod("y", gpus=2)])
+    assert not move_plan.buys_more_than_it_costs([world.pod("x", gpus=1)] * 2, [world.pod("y", gpus=2)])
+    assert move_plan.buys_more_than_it_costs([world.pod("x", gpus=1, milli=500)], [world.pod("y", gpus=1)])
+    assert move_plan.buys_more_than_it_costs([world.pod("cpu-only", gpus=0)], [world.pod("y", gpus=0)])
+    assert not move_plan.buys_more_than_it_costs([world.pod("x", gpus=1, milli=200)], [world.pod("y", gpus=0)])
+
+
+def _most_of_a_node(consolidation: dict[str, int] | None = None) -> World:
+    """n0: three movable 2-GPU pods (2 free); n1: 6 free, nothing movable; n2 full; an 8-GPU pod comes."""
+    world = World(used=(0, 0, 0), consolidation=consolidation)
+    for j in range(3):
+        world.bound(world.pod(f"m{j}", gpus=2, owner=f"m{j}"), "n0")
+    for j in range(2):
+        world.bound(world.pod(f"bare{j}"), "n1")
+    world.bound(world.pod("full", gpus=8), "n2")
+    world.loop.pod_pending(world.pod("whole", gpus=8))
+    world.step()
+    return world
+
+
+def test_a_pod_asking_most_of_a_node_gets_it_emptied_beyond_the_per_node_budget() -> None:
+    # Three pods off n0 exceed maxPodsPerNode (2): every set within it is too small, and no subset search is needed:
+    # the node's pods largest first, within maxPodsPerWholeNode (4).
+    world = _most_of_a_node()
+    assert world.cluster.cache.pod("default/whole") is not None, world.events.seen
+    assert world.made == 3 and world.used() == [8, 8, 8]
+    assert world.loop.moves.verdicts == {move_plan.PLAN: 1}
+
+
+def test_the_whole_node_budget_bounds_emptying_a_node() -> None:
+    world = _most_of_a_node({"maxPodsPerWholeNode": 2})
+    assert world.made == 0 and world.cluster.cache.pod("default/whole") is None
+    assert world.loop.moves.verdicts == {move_plan.IMPOSSIBLE: 1}
+    off = _most_of_a_node({"maxPodsPerWholeNode": 0, "maxPodsPerNode": 4})
+    # Off, the per-node sets still reach it: 3 pods within maxPodsPerNode 4 and maxPodsPerPlan 4.
+    assert off.cluster.cache.pod("default/whole") is not None and off.made == 3
