@@ -16,9 +16,9 @@ fewest-moves sets of the best nodes together, one node more at a time, and every
 Two rules shape what a plan may spend:
 
 - **A plan buys more than it costs**: the GPUs its moved pods hold (whole and shared, in GPU-milli) are fewer than
-  the job asks. Moving a 1-GPU pod so that a 1-GPU pod fits is a swap, not consolidation: it disrupts a running pod
-  to place one no larger, where the moved pod itself had to find a place (a job asking no GPU may move only pods
-  holding none).
+  the job asks, and so are the pods it moves (each moved pod makes room for more than one GPU). Moving a 1-GPU pod
+  so that a 1-GPU pod fits is a swap, not consolidation: it stops a running pod to place one no larger, where the
+  moved pod itself had to find a place. A job of one GPU or less moves nothing: any GPU freed anywhere fits it.
 - **Most of a node is emptied directly**: for a member asking more than half of a node's GPUs, the node's set is
   also the one a person would pick: its movable pods largest first, the fewest that free enough (one set per node,
   not every subset), within ``maxPodsPerWholeNode`` pods instead of ``maxPodsPerNode`` and ``maxPodsPerPlan``.
@@ -42,6 +42,7 @@ from scheduler.framework import fragmentation
 from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS, Decision
 from scheduler.framework.profile import ConsolidationConfig
 from scheduler.kernels import fgd as fgd_kernel
+from scheduler.kernels import layout
 
 #: Sets of one node's pods tried at most (the smallest first).
 MAX_SETS_PER_NODE = 64
@@ -121,9 +122,10 @@ def _milli(pods: Sequence[PodRequest]) -> int:
 
 
 def buys_more_than_it_costs(moved: Sequence[PodRequest], job: Sequence[PodRequest]) -> bool:
-    """Whether moving ``moved`` for ``job`` moves fewer GPUs than the job asks (none for a job asking none)."""
-    cost = _milli(moved)
-    return cost == 0 or cost < _milli(job)
+    """Whether moving ``moved`` for ``job`` moves fewer GPUs than the job asks, and fewer pods than the whole GPUs
+    it asks (each moved pod makes room for more than one GPU; so a job of one GPU or less moves nothing)."""
+    asks = _milli(job)
+    return _milli(moved) < asks and len(moved) < asks // layout.WHOLE
 
 
 class Search:
@@ -163,7 +165,7 @@ class Search:
         self._typical: fgd_kernel.TypicalPods | None = None
         #: Sets left out because their evictions together would exceed a PodDisruptionBudget.
         self.over_budget = 0
-        #: Sets left out because they would move as many GPUs as the job asks, or more.
+        #: Sets left out because they would move as many GPUs (or pods) as the job asks GPUs, or more.
         self.no_gain = 0
         #: What-ifs run so far (at most :data:`MAX_ATTEMPTS`).
         self.attempts = 0
@@ -239,7 +241,9 @@ class Search:
         if self.over_budget:
             why += f" ({self.over_budget} set(s) left out: their evictions would exceed a PodDisruptionBudget)"
         if self.no_gain:
-            why += f" ({self.no_gain} set(s) left out: they would move as many GPUs as the job asks, or more)"
+            why += (
+                f" ({self.no_gain} set(s) left out: they would move as many GPUs or pods as the job asks GPUs, or more)"
+            )
         if bounded:
             why += (
                 f" among the {len(tried)} best of {len(ranking.candidates)}{'+' if ranking.cut else ''} node(s)"

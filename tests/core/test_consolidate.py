@@ -363,13 +363,33 @@ def test_a_plan_that_moves_as_many_gpus_as_it_makes_room_for_is_not_made() -> No
     world.step()
     assert world.made == 0 and world.cluster.cache.pod("default/one") is None
     told = [m for _, r, m in world.events.seen if r == "NoMovePlan"]
-    assert told and "as many GPUs as the job asks" in told[0], told
-    # The GPU-milli moved against the job's: fewer buys room; as many or more does not (shares count as shares).
-    assert move_plan.buys_more_than_it_costs([world.pod("x", gpus=1)], [world.pod("y", gpus=2)])
-    assert not move_plan.buys_more_than_it_costs([world.pod("x", gpus=1)] * 2, [world.pod("y", gpus=2)])
-    assert move_plan.buys_more_than_it_costs([world.pod("x", gpus=1, milli=500)], [world.pod("y", gpus=1)])
-    assert move_plan.buys_more_than_it_costs([world.pod("cpu-only", gpus=0)], [world.pod("y", gpus=0)])
-    assert not move_plan.buys_more_than_it_costs([world.pod("x", gpus=1, milli=200)], [world.pod("y", gpus=0)])
+    assert told and "as many GPUs or pods as the job asks GPUs" in told[0], told
+    # GPU-milli and pods moved against the job's GPUs: fewer of both buys room; as many or more of either does not.
+    one, two, four = world.pod("x", gpus=1), world.pod("y", gpus=2), world.pod("z", gpus=4)
+    half, cpu = world.pod("h", gpus=1, milli=500), world.pod("c", gpus=0)
+    assert move_plan.buys_more_than_it_costs([one], [two])
+    assert not move_plan.buys_more_than_it_costs([one, one], [two])
+    assert not move_plan.buys_more_than_it_costs([half], [one])  # a job of one GPU moves nothing
+    assert not move_plan.buys_more_than_it_costs([half, half], [two])  # 1 GPU, but 2 pods for 2 GPUs
+    assert move_plan.buys_more_than_it_costs([half, half, half], [four])
+    assert not move_plan.buys_more_than_it_costs([cpu], [cpu])
+
+
+def test_a_plan_moves_fewer_pods_than_the_gpus_it_makes_room_for() -> None:
+    world = World(used=(0, 0, 0))
+    for j, device in enumerate((6, 7)):
+        notes = {"gpusched.io/gpu-ids": str(device)}
+        world.bound(world.pod(f"s{j}", gpus=1, milli=500, owner=f"s{j}", annotations=notes), "n0")
+    for j in range(6):
+        world.bound(world.pod(f"a{j}"), "n0")
+    for j in range(6):
+        world.bound(world.pod(f"b{j}"), "n1")
+    world.bound(world.pod("hog", gpus=0, cpu="55"), "n1")  # n1: 2 GPUs free, 3 CPUs
+    world.bound(world.pod("full", gpus=8), "n2")
+    # Two half-GPU pods off n0 (to n1) would make room for a 2-GPU pod of 8 CPUs: one GPU moved, but two pods for two.
+    world.loop.pod_pending(world.pod("two", gpus=2, cpu="8"))
+    world.step()
+    assert world.made == 0 and world.cluster.cache.pod("default/two") is None
 
 
 def _most_of_a_node(consolidation: dict[str, int] | None = None) -> World:
