@@ -350,14 +350,19 @@ def test_a_queue_that_comes_to_allow_moves_lets_its_pods_move() -> None:
     assert world.cluster.cache.pod("default/big") is not None and world.made == 2
 
 
+def _short_of_cpus(world: World, *, used: int, cpus: int) -> None:
+    """n1: ``used`` GPUs used by pods nothing recreates, and a pod holding ``cpus`` CPUs of its 64; n2 full."""
+    for j in range(used):
+        world.bound(world.pod(f"b{j}"), "n1")
+    world.bound(world.pod("hog", gpus=0, cpu=str(cpus)), "n1")
+    world.bound(world.pod("full", gpus=8), "n2")
+
+
 def test_a_plan_that_moves_as_many_gpus_as_it_makes_room_for_is_not_made() -> None:
     world = World(used=(0, 0, 0))
     for j in range(8):
         world.bound(world.pod(f"a{j}", owner="a"), "n0")
-    for j in range(7):
-        world.bound(world.pod(f"b{j}"), "n1")
-    world.bound(world.pod("hog", gpus=0, cpu="50"), "n1")  # n1: 1 GPU free, 7 CPUs
-    world.bound(world.pod("full", gpus=8), "n2")
+    _short_of_cpus(world, used=7, cpus=50)  # n1: 1 GPU free, 7 CPUs
     # Moving one of n0's 1-GPU pods to n1 would make room for the 1-GPU pod that needs 8 CPUs: a swap of equals.
     world.loop.pod_pending(world.pod("one", gpus=1, cpu="8"))
     world.step()
@@ -382,10 +387,7 @@ def test_a_plan_moves_fewer_pods_than_the_gpus_it_makes_room_for() -> None:
         world.bound(world.pod(f"s{j}", gpus=1, milli=500, owner=f"s{j}", annotations=notes), "n0")
     for j in range(6):
         world.bound(world.pod(f"a{j}"), "n0")
-    for j in range(6):
-        world.bound(world.pod(f"b{j}"), "n1")
-    world.bound(world.pod("hog", gpus=0, cpu="55"), "n1")  # n1: 2 GPUs free, 3 CPUs
-    world.bound(world.pod("full", gpus=8), "n2")
+    _short_of_cpus(world, used=6, cpus=55)  # n1: 2 GPUs free, 3 CPUs
     # Two half-GPU pods off n0 (to n1) would make room for a 2-GPU pod of 8 CPUs: one GPU moved, but two pods for two.
     world.loop.pod_pending(world.pod("two", gpus=2, cpu="8"))
     world.step()
