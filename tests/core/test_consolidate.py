@@ -423,3 +423,26 @@ def test_the_whole_node_budget_bounds_emptying_a_node() -> None:
     off = _most_of_a_node({"maxPodsPerWholeNode": 0, "maxPodsPerNode": 4})
     # Off, the per-node sets still reach it: 3 pods within maxPodsPerNode 4 and maxPodsPerPlan 4.
     assert off.cluster.cache.pod("default/whole") is not None and off.made == 3
+
+
+def test_a_node_that_cannot_be_emptied_is_remembered_until_a_pod_leaves() -> None:
+    world = World(used=(0, 0, 0))
+    for j in range(3):
+        world.bound(world.pod(f"m{j}", gpus=2, owner=f"m{j}"), "n0")
+    for j in range(3):
+        world.bound(world.pod(f"bare{j}"), "n1")
+    world.bound(world.pod("seven", gpus=7), "n2")
+    # 8 GPUs free in all (2, 5, 1), but n0's three 2-GPU pods have room for two of them elsewhere: no plan.
+    moves = world.loop.moves
+    world.loop.pod_pending(world.pod("whole", gpus=8))
+    world.step()
+    assert world.made == 0 and moves.verdicts == {move_plan.IMPOSSIBLE: 1}
+    world.loop.pod_pending(world.pod("whole2", gpus=8))
+    world.step()
+    assert sum(moves.verdicts.values()) == 1 and moves.memo.recalled >= 1  # the same shape: answered from memory
+    world.cluster.cache.remove_pod("default/bare0")
+    world.loop.pod_gone("default/bare0")
+    world.loop.cluster_event(ClusterEvent.POD_DELETED)
+    world.step()
+    assert moves.verdicts.get(move_plan.PLAN) == 1 and world.made == 3
+    assert world.cluster.cache.pod("default/whole") is not None or world.cluster.cache.pod("default/whole2") is not None
