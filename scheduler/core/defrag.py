@@ -87,7 +87,13 @@ class Defragmenter:
         )
         only = np.zeros(a.slots, dtype=bool)
         only[slot] = True
-        limits = replace(self.moves.limits, max_pods_per_node=pods, max_pods_per_plan=pods, candidate_nodes=1)
+        limits = replace(
+            self.moves.limits,
+            max_pods_per_node=pods,
+            max_pods_per_plan=pods,
+            max_pods_per_whole_node=pods,
+            candidate_nodes=1,
+        )
         found = Search(
             self.scheduler,
             cache.snapshot(),

@@ -12,6 +12,16 @@ measure over the typical pods of the profile's ``fgd`` plugin). Sets are tried n
 ``candidate_nodes`` nodes that need the fewest moves to hold the job's largest member, every set of its movable
 pods up to the per-node budget, smallest first. A job that needs room on several nodes (a gang) then gets the
 fewest-moves sets of the best nodes together, one node more at a time, and every pod it can do without is put back.
+
+Two rules shape what a plan may spend:
+
+- **A plan buys more than it costs**: the GPUs its moved pods hold (whole and shared, in GPU-milli) are fewer than
+  the job asks, and so are the pods it moves (each moved pod makes room for more than one GPU). Moving a 1-GPU pod
+  so that a 1-GPU pod fits is a swap, not consolidation: it stops a running pod to place one no larger, where the
+  moved pod itself had to find a place. A job of one GPU or less moves nothing: any GPU freed anywhere fits it.
+- **Most of a node is emptied directly**: for a member asking more than half of a node's GPUs, the node's set is
+  also the one a person would pick: its movable pods largest first, the fewest that free enough (one set per node,
+  not every subset), within ``maxPodsPerWholeNode`` pods instead of ``maxPodsPerNode`` and ``maxPodsPerPlan``.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from scheduler.framework import fragmentation
 from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS, Decision
 from scheduler.framework.profile import ConsolidationConfig
 from scheduler.kernels import fgd as fgd_kernel
+from scheduler.kernels import layout
 
 #: Sets of one node's pods tried at most (the smallest first).
 MAX_SETS_PER_NODE = 64
@@ -96,8 +107,25 @@ def _kind(entry: PodEntry) -> tuple[Any, ...]:
     return (who, gpu.count, gpu.milli, gpu.memory, gpu.models, tuple(sorted(pod.resources.items())), pod.priority)
 
 
+def _kinds(entries: Sequence[PodEntry]) -> tuple[tuple[Any, ...], ...]:
+    """What a set of one node's pods is, up to interchangeable pods (:func:`_kind`)."""
+    return tuple(sorted(_kind(e) for e in entries))
+
+
 def _gpus(pods: Sequence[PodRequest]) -> int:
     return sum(p.gpu.count for p in pods if p.gpu.whole)
+
+
+def _milli(pods: Sequence[PodRequest]) -> int:
+    """The GPU-milli ``pods`` hold, whole GPUs and shares alike."""
+    return sum(p.gpu.total_milli for p in pods)
+
+
+def buys_more_than_it_costs(moved: Sequence[PodRequest], job: Sequence[PodRequest]) -> bool:
+    """Whether moving ``moved`` for ``job`` moves fewer GPUs than the job asks, and fewer pods than the whole GPUs
+    it asks (each moved pod makes room for more than one GPU; so a job of one GPU or less moves nothing)."""
+    asks = _milli(job)
+    return _milli(moved) < asks and len(moved) < asks // layout.WHOLE
 
 
 class Search:
@@ -137,6 +165,8 @@ class Search:
         self._typical: fgd_kernel.TypicalPods | None = None
         #: Sets left out because their evictions together would exceed a PodDisruptionBudget.
         self.over_budget = 0
+        #: Sets left out because they would move as many GPUs (or pods) as the job asks GPUs, or more.
+        self.no_gain = 0
         #: What-ifs run so far (at most :data:`MAX_ATTEMPTS`).
         self.attempts = 0
         #: Whether a bound of the search (sets per node, what-ifs, greedy sets across nodes) left sets untried.
@@ -174,6 +204,7 @@ class Search:
             largest,
             movable_on,
             per_node=self.limits.max_pods_per_node,
+            per_whole_node=self.limits.max_pods_per_whole_node,
             enough=RANKED_PER_CANDIDATE * self.limits.candidate_nodes,
         )
         self.ranking = ranking
@@ -209,6 +240,10 @@ class Search:
         why = "no set of movable pods lets the job and every moved pod fit"
         if self.over_budget:
             why += f" ({self.over_budget} set(s) left out: their evictions would exceed a PodDisruptionBudget)"
+        if self.no_gain:
+            why += (
+                f" ({self.no_gain} set(s) left out: they would move as many GPUs or pods as the job asks GPUs, or more)"
+            )
         if bounded:
             why += (
                 f" among the {len(tried)} best of {len(ranking.candidates)}{'+' if ranking.cut else ''} node(s)"
@@ -225,7 +260,7 @@ class Search:
         for size in range(1, min(self.limits.max_pods_per_node, self.limits.max_pods_per_plan, len(entries)) + 1):
             for chosen in itertools.combinations(entries, size):
                 # Pods of one shape (and the same budgets) are interchangeable here: one set of each kind is tried.
-                kind = tuple(sorted(_kind(e) for e in chosen))
+                kind = _kinds(chosen)
                 if kind in seen:
                     continue
                 seen.add(kind)
@@ -237,8 +272,13 @@ class Search:
         sets.sort(key=lambda s: (s[0], s[1], [e.pod.key for e in s[2]]))
         if len(sets) > MAX_SETS_PER_NODE:
             self.cut = True
+        trial = sets[:MAX_SETS_PER_NODE]
+        emptied = self._emptying(candidate)
+        if emptied is not None and _kinds(emptied) not in {_kinds(c) for *_, c in trial}:
+            trial.append((len(emptied), _gpus([e.pod for e in emptied]), emptied))
+            trial.sort(key=lambda s: (s[0], s[1], [e.pod.key for e in s[2]]))
         found: Plan | None = None
-        for size, gpus, chosen in sets[:MAX_SETS_PER_NODE]:
+        for size, gpus, chosen in trial:
             if found is not None and (size, gpus) > (len(found.moves), found.gpus):
                 break  # only sets as cheap as the first plan compete on fragmentation
             if best is not None and (size, gpus) > (len(best.moves), best.gpus):
@@ -246,10 +286,25 @@ class Search:
             if self.attempts >= MAX_ATTEMPTS:
                 self.cut = True
                 break
-            plan = self.attempt(chosen)
+            plan = self.attempt(chosen, whole_node=chosen is emptied)
             if plan is not None and (found is None or plan.cost() < found.cost()):
                 found = plan
         return found
+
+    def _emptying(self, candidate: move_room.Candidate) -> tuple[PodEntry, ...] | None:
+        """For a member asking most of the candidate node's GPUs: its movable pods largest first, the fewest that
+        free enough for it (``candidate.moves`` of them, as ranked), within ``maxPodsPerWholeNode``; else None."""
+        gpus_of_node = int(self.snapshot.arrays.gpu_count[candidate.slot])
+        if not move_room.needs_most_of(self.bar, gpus_of_node):
+            return None
+        chosen = tuple(candidate.entries[: candidate.moves])
+        if not 0 < len(chosen) <= self.limits.max_pods_per_whole_node:
+            return None
+        if not self.room.frees_enough(candidate.slot, self.bar_request, self.bar, chosen):
+            return None
+        if not self.room.others_hold(candidate.slot, chosen):
+            return None
+        return chosen
 
     def _across(self, nodes: list[int], by_slot: dict[int, list[PodEntry]], fewest: dict[int, int]) -> Plan | None:
         """The fewest-moves sets of the best nodes together, a node more at a time; then what it can do without."""
@@ -271,10 +326,15 @@ class Search:
                 chosen, plan = fewer, smaller
         return plan
 
-    def attempt(self, chosen: Sequence[PodEntry]) -> Plan | None:
-        """The plan that moves ``chosen``, if the job and every moved pod fit; every change rolled back."""
+    def attempt(self, chosen: Sequence[PodEntry], *, whole_node: bool = False) -> Plan | None:
+        """The plan that moves ``chosen``, if the job and every moved pod fit; every change rolled back.
+        ``whole_node``: ``chosen`` empties most of one node for the job (``maxPodsPerWholeNode`` bounds it)."""
         pods = [e.pod for e in chosen]
-        if len(pods) > self.limits.max_pods_per_plan or self.attempts >= MAX_ATTEMPTS:
+        most = self.limits.max_pods_per_whole_node if whole_node else self.limits.max_pods_per_plan
+        if len(pods) > most or self.attempts >= MAX_ATTEMPTS:
+            return None
+        if not buys_more_than_it_costs(pods, self.members):
+            self.no_gain += 1
             return None
         if not self.within_budgets(pods):
             self.over_budget += 1

@@ -12,7 +12,9 @@ say yes, and one that says yes still leaves the answer to the what-if (``schedul
   free whole GPUs of all the other nodes, is not tried.
 
 A node's rank for the job is the fewest of its movable pods (taken largest first) that would free enough for the
-member, then the whole GPUs they hold: the nodes needing the fewest moves first, whatever they have free now.
+member, then the whole GPUs they hold: the nodes needing the fewest moves first, whatever they have free now. A
+member that asks more than half of a node's GPUs (:func:`needs_most_of`) may empty that node of up to
+``per_whole_node`` pods, instead of ``per_node``.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class Candidate:
 class Ranking:
     candidates: list[Candidate]
     #: Nodes with movable pods on which the member would not fit even if all of them (those of them that could go
-    #: elsewhere; the ``per_node`` largest, for GPUs) left.
+    #: elsewhere; the largest within the per-node budget, for GPUs) left.
     no_room: int = 0
     #: Movable pods left out because their shape fits on no other node.
     stranded: int = 0
@@ -56,6 +58,12 @@ class Ranking:
     movable_nodes: int = 0
     #: Whether the scan stopped at ``enough`` candidates with nodes left unread.
     cut: bool = False
+
+
+def needs_most_of(member: PodRequest, gpus_of_node: int) -> bool:
+    """Whether ``member`` asks more than half of the whole GPUs of a node that has ``gpus_of_node``: room for it
+    there means emptying most of the node, which no set of a few pods does."""
+    return member.gpu.whole and 2 * member.gpu.count > gpus_of_node > 0
 
 
 def _columns(width: int) -> npt.NDArray[np.int64]:
@@ -123,11 +131,13 @@ def rank(
     movable_on: Callable[[int], list[PodEntry]],
     *,
     per_node: int,
+    per_whole_node: int = 0,
     enough: int,
 ) -> Ranking:
     """The nodes that could hold ``member`` after moves, fewest moves first (see the module notes). Nodes are read
     fewest GPUs short of the member first, until ``enough`` of them could hold it (a large cluster's search does
-    not read every pod)."""
+    not read every pod). On a node of which ``member`` asks most (:func:`needs_most_of`) up to ``per_whole_node``
+    pods may move, if more than ``per_node``."""
     snapshot = room.snapshot
     a = snapshot.arrays
     request = snapshot.request_vector(member)
@@ -147,10 +157,13 @@ def rank(
         if not entries:
             continue
         out.movable_nodes += 1
+        budget = per_node
+        if needs_most_of(member, int(a.gpu_count[slot])):
+            budget = max(per_node, per_whole_node)
         if member.gpu.whole:
-            # No set within the budget frees more devices than its ``per_node`` largest pods hold.
+            # No set within the budget frees more devices than its ``budget`` largest pods hold.
             held = sorted(e.pod.gpu.count if e.pod.gpu.whole else min(e.pod.gpu.count, 1) for e in entries)
-            if int(room.whole[slot]) + sum(held[-per_node:]) < member.gpu.count:
+            if int(room.whole[slot]) + sum(held[-budget:]) < member.gpu.count:
                 out.no_room += 1
                 continue
         kept = [e for e in entries if room.fits_elsewhere(e)]
@@ -160,7 +173,7 @@ def rank(
             continue
         kept.sort(key=lambda e: (-(e.pod.gpu.count if e.pod.gpu.whole else 0), -e.pod.gpu.milli, e.pod.key))
         moves = len(kept)
-        for k in range(1, min(per_node, len(kept)) + 1):
+        for k in range(1, min(budget, len(kept)) + 1):
             if room.frees_enough(slot, request, member, kept[:k]):
                 moves = k
                 break

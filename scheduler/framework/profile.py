@@ -51,6 +51,9 @@ class ConsolidationConfig:
     max_pods_per_plan: int = 4
     #: The most pods one plan moves off one node.
     max_pods_per_node: int = 2
+    #: The most pods a plan moves to empty most of one node for a member asking more than half of its GPUs (in
+    #: place of the two budgets above; 0: no such plan).
+    max_pods_per_whole_node: int = 4
     #: A pod placed by a move is not moved again for this long (seconds).
     cooldown_s: float = 600.0
     #: The most nodes a search frees room on (the nodes needing the fewest moves first).
@@ -64,6 +67,7 @@ class ConsolidationConfig:
 _CONSOLIDATION_KEYS = {
     "maxPodsPerPlan": ("max_pods_per_plan", 1),
     "maxPodsPerNode": ("max_pods_per_node", 1),
+    "maxPodsPerWholeNode": ("max_pods_per_whole_node", 0),
     "cooldownSeconds": ("cooldown_s", 0),
     "candidateNodes": ("candidate_nodes", 1),
     "defragmentEverySeconds": ("defragment_every_s", 0),

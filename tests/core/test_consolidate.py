@@ -348,3 +348,101 @@ def test_a_queue_that_comes_to_allow_moves_lets_its_pods_move() -> None:
     world.loop.cluster_event(ClusterEvent.QUEUE_CHANGED)
     world.step()
     assert world.cluster.cache.pod("default/big") is not None and world.made == 2
+
+
+def _short_of_cpus(world: World, *, used: int, cpus: int) -> None:
+    """n1: ``used`` GPUs used by pods nothing recreates, and a pod holding ``cpus`` CPUs of its 64; n2 full."""
+    for j in range(used):
+        world.bound(world.pod(f"b{j}"), "n1")
+    world.bound(world.pod("hog", gpus=0, cpu=str(cpus)), "n1")
+    world.bound(world.pod("full", gpus=8), "n2")
+
+
+def test_a_plan_that_moves_as_many_gpus_as_it_makes_room_for_is_not_made() -> None:
+    world = World(used=(0, 0, 0))
+    for j in range(8):
+        world.bound(world.pod(f"a{j}", owner="a"), "n0")
+    _short_of_cpus(world, used=7, cpus=50)  # n1: 1 GPU free, 7 CPUs
+    # Moving one of n0's 1-GPU pods to n1 would make room for the 1-GPU pod that needs 8 CPUs: a swap of equals.
+    world.loop.pod_pending(world.pod("one", gpus=1, cpu="8"))
+    world.step()
+    assert world.made == 0 and world.cluster.cache.pod("default/one") is None
+    told = [m for _, r, m in world.events.seen if r == "NoMovePlan"]
+    assert told and "as many GPUs or pods as the job asks GPUs" in told[0], told
+    # GPU-milli and pods moved against the job's GPUs: fewer of both buys room; as many or more of either does not.
+    one, two, four = world.pod("x", gpus=1), world.pod("y", gpus=2), world.pod("z", gpus=4)
+    half, cpu = world.pod("h", gpus=1, milli=500), world.pod("c", gpus=0)
+    assert move_plan.buys_more_than_it_costs([one], [two])
+    assert not move_plan.buys_more_than_it_costs([one, one], [two])
+    assert not move_plan.buys_more_than_it_costs([half], [one])  # a job of one GPU moves nothing
+    assert not move_plan.buys_more_than_it_costs([half, half], [two])  # 1 GPU, but 2 pods for 2 GPUs
+    assert move_plan.buys_more_than_it_costs([half, half, half], [four])
+    assert not move_plan.buys_more_than_it_costs([cpu], [cpu])
+
+
+def test_a_plan_moves_fewer_pods_than_the_gpus_it_makes_room_for() -> None:
+    world = World(used=(0, 0, 0))
+    for j, device in enumerate((6, 7)):
+        notes = {"gpusched.io/gpu-ids": str(device)}
+        world.bound(world.pod(f"s{j}", gpus=1, milli=500, owner=f"s{j}", annotations=notes), "n0")
+    for j in range(6):
+        world.bound(world.pod(f"a{j}"), "n0")
+    _short_of_cpus(world, used=6, cpus=55)  # n1: 2 GPUs free, 3 CPUs
+    # Two half-GPU pods off n0 (to n1) would make room for a 2-GPU pod of 8 CPUs: one GPU moved, but two pods for two.
+    world.loop.pod_pending(world.pod("two", gpus=2, cpu="8"))
+    world.step()
+    assert world.made == 0 and world.cluster.cache.pod("default/two") is None
+
+
+def _most_of_a_node(consolidation: dict[str, int] | None = None) -> World:
+    """n0: three movable 2-GPU pods (2 free); n1: 6 free, nothing movable; n2 full; an 8-GPU pod comes."""
+    world = World(used=(0, 0, 0), consolidation=consolidation)
+    for j in range(3):
+        world.bound(world.pod(f"m{j}", gpus=2, owner=f"m{j}"), "n0")
+    for j in range(2):
+        world.bound(world.pod(f"bare{j}"), "n1")
+    world.bound(world.pod("full", gpus=8), "n2")
+    world.loop.pod_pending(world.pod("whole", gpus=8))
+    world.step()
+    return world
+
+
+def test_a_pod_asking_most_of_a_node_gets_it_emptied_beyond_the_per_node_budget() -> None:
+    # Three pods off n0 exceed maxPodsPerNode (2): every set within it is too small, and no subset search is needed:
+    # the node's pods largest first, within maxPodsPerWholeNode (4).
+    world = _most_of_a_node()
+    assert world.cluster.cache.pod("default/whole") is not None, world.events.seen
+    assert world.made == 3 and world.used() == [8, 8, 8]
+    assert world.loop.moves.verdicts == {move_plan.PLAN: 1}
+
+
+def test_the_whole_node_budget_bounds_emptying_a_node() -> None:
+    world = _most_of_a_node({"maxPodsPerWholeNode": 2})
+    assert world.made == 0 and world.cluster.cache.pod("default/whole") is None
+    assert world.loop.moves.verdicts == {move_plan.IMPOSSIBLE: 1}
+    off = _most_of_a_node({"maxPodsPerWholeNode": 0, "maxPodsPerNode": 4})
+    # Off, the per-node sets still reach it: 3 pods within maxPodsPerNode 4 and maxPodsPerPlan 4.
+    assert off.cluster.cache.pod("default/whole") is not None and off.made == 3
+
+
+def test_a_node_that_cannot_be_emptied_is_remembered_until_a_pod_leaves() -> None:
+    world = World(used=(0, 0, 0))
+    for j in range(3):
+        world.bound(world.pod(f"m{j}", gpus=2, owner=f"m{j}"), "n0")
+    for j in range(3):
+        world.bound(world.pod(f"bare{j}"), "n1")
+    world.bound(world.pod("seven", gpus=7), "n2")
+    # 8 GPUs free in all (2, 5, 1), but n0's three 2-GPU pods have room for two of them elsewhere: no plan.
+    moves = world.loop.moves
+    world.loop.pod_pending(world.pod("whole", gpus=8))
+    world.step()
+    assert world.made == 0 and moves.verdicts == {move_plan.IMPOSSIBLE: 1}
+    world.loop.pod_pending(world.pod("whole2", gpus=8))
+    world.step()
+    assert sum(moves.verdicts.values()) == 1 and moves.memo.recalled >= 1  # the same shape: answered from memory
+    world.cluster.cache.remove_pod("default/bare0")
+    world.loop.pod_gone("default/bare0")
+    world.loop.cluster_event(ClusterEvent.POD_DELETED)
+    world.step()
+    assert moves.verdicts.get(move_plan.PLAN) == 1 and world.made == 3
+    assert world.cluster.cache.pod("default/whole") is not None or world.cluster.cache.pod("default/whole2") is not None

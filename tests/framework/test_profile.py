@@ -121,12 +121,12 @@ def test_consolidate_is_named_and_tuned_in_a_profile_not_in_the_default(tmp_path
     assert "consolidate" not in profile.load().actions
     text = (
         "actions: [allocate, consolidate, preempt]\n"
-        "consolidation: {maxPodsPerNode: 1, cooldownSeconds: 60, defragmentEverySeconds: 300}\n"
+        "consolidation: {maxPodsPerNode: 1, cooldownSeconds: 60, defragmentEverySeconds: 300, maxPodsPerWholeNode: 0}\n"
     )
     loaded = profile.load(_write(tmp_path, text))
     assert loaded.actions == ("allocate", "consolidate", "preempt")
     assert loaded.consolidation == profile.ConsolidationConfig(
-        max_pods_per_node=1, cooldown_s=60, defragment_every_s=300
+        max_pods_per_node=1, cooldown_s=60, defragment_every_s=300, max_pods_per_whole_node=0
     )
     assert profile.load().consolidation.defragment_every_s == 0  # background defragmentation is off by default
 
@@ -157,6 +157,8 @@ def test_an_empty_file_is_the_default(tmp_path: Path) -> None:
         ("actions: [allocate, reclaim, consolidate]\n", "actions[2]"),
         ("consolidation: {maxPodsPerPlan: 0}\n", "consolidation.maxPodsPerPlan"),
         ("consolidation: {cooldown: 5}\n", "consolidation.cooldown"),
+        ("consolidation: {maxPodsPerWholeNode: -1}\n", "consolidation.maxPodsPerWholeNode"),
+        ("consolidation: {maxPodsPerWholeNode: 2.5}\n", "consolidation.maxPodsPerWholeNode"),
         ("consolidation: [1]\n", "consolidation"),
         ("actions: [allocate, preempt, preempt]\n", "actions[2]"),
         ("actions: [reclaim, allocate]\n", "actions[0]"),
