@@ -16,9 +16,10 @@ domain needing the cheapest victims wins, and if no single domain can be freed e
 
 A single pod preempting within its queue gets victims on one node, chosen as kube-scheduler's DefaultPreemption
 chooses them (:func:`node_victims`): on each node, every lower-priority candidate is removed from a what-if; if
-the pod then fits there, candidates are put back, the most important first (higher priority, then running
-longer), first those whose eviction would exceed a PodDisruptionBudget, then the others, each kept if the pod
-still fits; what could not be put back are the node's victims. The node is the one whose victims exceed the
+the pod then fits there (judged on that node alone, ``Scheduler.fits_on``, as kube-scheduler filters the one
+node), candidates are put back, the most important first (higher priority, then running longer), first those
+whose eviction would exceed a PodDisruptionBudget, then the others, each kept if the pod still fits; what could
+not be put back are the node's victims. The node is the one whose victims exceed the
 fewest budgets, then with the lowest highest victim priority, the smallest sum of priorities, the fewest
 victims, the latest start among its highest-priority victims, then the first by name.
 """
@@ -37,7 +38,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Cache, Snapshot
 from scheduler.core import fruitless, gang
 from scheduler.core.cycle import Scheduler
-from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS
+from scheduler.framework.interface import TOPOLOGY_SLOTS
 from scheduler.kernels import layout
 
 NEVER = "Never"
@@ -527,9 +528,6 @@ def node_victims(
     def restore(victim: Candidate) -> None:
         _move(cache, snapshot, victim, away=False)
 
-    # The pod is tried on one node at a time: every other node is held for the what-if.
-    others = np.ones(a.slots, dtype=bool)
-    context = {RESERVED_SLOTS: others}
     trial = snapshot.arrays
 
     def fits(slot: int) -> bool:
@@ -539,13 +537,11 @@ def node_victims(
             return False
         if pod.gpu.whole and int((trial.gpu_free[slot] >= layout.WHOLE).sum()) < pod.gpu.count:
             return False
-        return scheduler.place(pod, snapshot, context).decision is not None
+        return scheduler.fits_on(pod, snapshot, slot)
 
     found: list[NodeVictims] = []
     try:
         for slot in potential:
-            others[:] = True
-            others[slot] = False
             local = more_important_first([placed.candidates[i] for i in placed.by_slot[slot] if allowed[i]])
             inner = snapshot.checkpoint()
             try:

@@ -309,17 +309,15 @@ def _bound(cluster: Cluster, loop: SchedulingLoop, name: str, foo: int, priority
 
 
 def _tried(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The nodes preemption's what-ifs try the pod on (each holds every other node), in order."""
+    """The nodes preemption's what-ifs try the pod on (each on that node alone), in order."""
     tried: list[str] = []
-    place = cluster.scheduler.place
+    fits_on = cluster.scheduler.fits_on
 
-    def counting(pod: api_pod.PodRequest, snapshot: Any, context: Any = None) -> Any:
-        held = (context or {}).get(RESERVED_SLOTS)
-        if held is not None and (~held).sum() == 1:
-            tried.append(str(snapshot.names[int((~held).argmax())]))
-        return place(pod, snapshot, context)
+    def counting(pod: api_pod.PodRequest, snapshot: Any, slot: int, context: Any = None) -> bool:
+        tried.append(str(snapshot.names[slot]))
+        return fits_on(pod, snapshot, slot, context)
 
-    monkeypatch.setattr(cluster.scheduler, "place", counting)
+    monkeypatch.setattr(cluster.scheduler, "fits_on", counting)
     return tried
 
 
