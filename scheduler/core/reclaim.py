@@ -530,14 +530,28 @@ def node_victims(
 
     trial = snapshot.arrays
 
-    def fits(slot: int) -> bool:
-        # The node's free resources and whole GPUs first: most put-backs fail there, without a what-if.
-        room = trial.cap[slot] - trial.used[slot]
+    def short(used: np.ndarray, gpu_free: np.ndarray, slot: int) -> bool:
+        # The node's free resources and whole GPUs: a necessary condition, where most put-backs fail.
+        room = trial.cap[slot] - used
         if np.any(room[plain] < request[plain] - 1e-9):
-            return False
-        if pod.gpu.whole and int((trial.gpu_free[slot] >= layout.WHOLE).sum()) < pod.gpu.count:
-            return False
-        return scheduler.fits_on(pod, snapshot, slot)
+            return True
+        return pod.gpu.whole and int((gpu_free >= layout.WHOLE).sum()) < pod.gpu.count
+
+    def fits(slot: int) -> bool:
+        return not short(trial.used[slot], trial.gpu_free[slot], slot) and scheduler.fits_on(pod, snapshot, slot)
+
+    def short_with(victim: Candidate, slot: int) -> bool:
+        # ``short`` on the node as putting ``victim`` back would leave it, without putting it back (the same sums in
+        # the same order as the arrays' own): a victim that must stay costs no move there and back.
+        used, gpu_free = trial.used[slot].copy(), trial.gpu_free[slot].copy()
+        for pod in victim.pods:
+            entry = cache.pod(pod.key)
+            if entry is not None and entry.placement.slot == slot:
+                placement = entry.placement
+                used[: placement.request.shape[0]] += placement.request
+                for device in placement.gpu_ids:
+                    gpu_free[device] -= placement.gpu_milli
+        return short(used, gpu_free, slot)
 
     found: list[NodeVictims] = []
     try:
@@ -562,10 +576,11 @@ def node_victims(
                 # Put back the budget-protected first: what cannot be spared of them costs a violation each.
                 ordered = [v for v in local if v.key in exceeding] + [v for v in local if v.key not in exceeding]
                 for victim in ordered:
-                    restore(victim)
-                    if fits(slot):
-                        continue
-                    remove(victim)
+                    if not short_with(victim, slot):
+                        restore(victim)
+                        if scheduler.fits_on(pod, snapshot, slot):
+                            continue
+                        remove(victim)
                     victims.append(victim)
                     violations += exceeding.get(victim.key, 0)
             finally:
