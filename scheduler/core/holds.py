@@ -81,6 +81,18 @@ class Holds:
             return {}
         return {RESERVED_SLOTS: reserved}
 
+    def nominated_for_others(self, key: str, priority: int) -> np.ndarray | None:
+        """The node slots nominated for jobs other than ``key`` of ``priority`` or higher (None: none), which a
+        single pod's victim search leaves out: kube-scheduler adds such a nominated pod to its node before it looks
+        for victims there, and a hold here is the whole node."""
+        masks = [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) >= priority]
+        if not masks:
+            return None
+        held = np.zeros(max(m.shape[0] for m in masks), dtype=bool)
+        for mask in masks:
+            held[: mask.shape[0]] |= mask
+        return held
+
     def nominate(self, key: str, victims: list[PodRequest], priority: int = 0) -> None:
         """Job ``key`` (of ``priority``) evicts ``victims``: the nodes they free are its own until it is placed or
         gone."""

@@ -468,6 +468,7 @@ def node_victims(
     snapshot: Snapshot | None = None,
     reasons: np.ndarray | None = None,
     offset: int = 0,
+    held: np.ndarray | None = None,
 ) -> NodeVictims | None:
     """The node and victims that let ``pod`` fit with the least disruption (see the module notes), or None.
 
@@ -476,7 +477,8 @@ def node_victims(
     counted on each node it touches; an elastic gang's core only once its surplus is gone (its surplus members are
     candidates of their own). ``reasons``: per node slot, why the pod's failed cycle refused the node; a node refused
     for a reason no eviction can change (:data:`UNRESOLVABLE`) is not tried. The nodes are tried in name order from
-    the ``offset``-th on (modulo their number), as kube-scheduler starts at a random one."""
+    the ``offset``-th on (modulo their number), as kube-scheduler starts at a random one. ``held``: per node slot,
+    whether it is nominated for another job of the pod's priority or higher (not tried)."""
     cache = scheduler.cache
     a = cache.arrays
     allowed = allowed & (placed.priority < priority) & ~placed.behind
@@ -495,6 +497,9 @@ def node_victims(
         size = min(reasons.shape[0], worth.shape[0])
         worth[:size] &= ~_among(reasons[:size], UNRESOLVABLE)
         worth[size:] = False  # came after the cycle: tried next time
+    if held is not None:
+        size = min(held.shape[0], worth.shape[0])
+        worth[:size] &= ~held[:size]
     taken = allowed[placed.owner] & worth[placed.slot]
     # What those nodes would have free with all their candidates gone: a necessary condition before any what-if,
     # from arrays (no loop over the candidates); whole GPUs first, the most telling for most pods.

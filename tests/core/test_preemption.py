@@ -303,6 +303,21 @@ def test_preemptors_of_one_priority_sharing_a_node_do_not_keep_each_other_off_it
     assert loop.holds.context("default/b") == {}
 
 
+def test_a_preemptor_leaves_alone_a_node_nominated_for_one_of_its_priority() -> None:
+    # kube-scheduler adds a nominated pod of the preemptor's priority or higher to its node before looking for
+    # victims there. first's victim has gone from n0 before first is tried again: n0 has room for first, and for
+    # second too if second evicted low-b; second evicts on n1 instead of taking the room first waits for.
+    cluster, loop, clock, _, evictions = _loop(("n0", 2), ("n1", 2))
+    _run(loop, clock, [_pod("low-a", 1, 0, node="n0"), _pod("low-b", 1, 0, node="n0")])
+    _run(loop, clock, [_pod("low-c", 1, 0, node="n1"), _pod("low-d", 1, 0, node="n1")])
+    _run(loop, clock, [_pod("first", 1, 10, node="n0")])
+    assert len(evictions.pods) == 1 and evictions.nominated == {"default/first": "n0"}
+    cluster.cache.remove_pod(evictions.pods[0].key)  # its deletion not yet heard by the loop
+    _run(loop, clock, [_pod("second", 2, 10)])
+    assert sorted(p.name for p in evictions.pods[1:]) == ["low-c", "low-d"]
+    assert evictions.nominated["default/second"] == "n1"
+
+
 def test_a_preemptor_whose_hold_was_dropped_counts_its_own_terminating_victims_again() -> None:
     cluster, loop, clock, _, evictions = _loop(("n0", 1))
     _run(loop, clock, [_pod("low", 1, 1)])
