@@ -159,9 +159,33 @@ class Scheduler:
         claims = tuple(state.data.get(interface.DEVICE_CLAIMS, ()))
         return Result(Status.success(), Decision(pod, node, gpu_ids, volumes, claims), state=state)
 
-    def filter(self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None = None) -> Filtered:
+    def fits_on(self, pod: PodRequest, snapshot: Snapshot, slot: int, context: Mapping[str, Any] | None = None) -> bool:
+        """Whether ``pod`` fits on node ``slot`` of ``snapshot``: the answer of :meth:`place` with every other node
+        held (that it would place the pod there), found by the same filters and reservers on that node alone.
+
+        kube-scheduler's SelectVictimsOnNode in cost: preemption asks this per candidate node and per victim put
+        back, and a full cycle would filter and score the whole cluster each time. The filters still read the whole
+        cluster where a node's verdict depends on it (inter-pod affinity, topology spread), but judge only this
+        node; no score is computed (one node is its own best), and what the reservers record in a what-if (devices,
+        volumes) is undone."""
+        filtered = self.filter(pod, snapshot, context, only=slot)
+        if filtered.reasons is None or filtered.reasons[slot] != layout.FIT:
+            return False
+        state = filtered.state
+        state.feasible = np.array([slot], dtype=np.int64)
+        token = snapshot.checkpoint()
+        try:
+            return all(reserver.reserve(state, slot).ok for reserver in self.framework.reservers)
+        finally:
+            snapshot.rollback(token)
+
+    def filter(
+        self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None = None, *, only: int | None = None
+    ) -> Filtered:
         """The cycle's filtering, the one the cycle and ``gpusched explain`` both run: the profile's check for
-        ResourceClaims, the pre-filters, the nodes held for other jobs, then every filter plugin."""
+        ResourceClaims, the pre-filters, the nodes held for other jobs, then every filter plugin. ``only``: the one
+        node slot to judge (:meth:`fits_on`); every other node is out of the question (``layout.RESERVED``), which
+        the filters skip as they skip any node already refused."""
         state = CycleState(pod=pod, snapshot=snapshot, request=snapshot.request_vector(pod))
         if pod.resource_claims and not self._allocates_claims:
             message = (
@@ -175,6 +199,10 @@ class Scheduler:
             if not status.ok:
                 return Filtered(state, status)
         reasons = snapshot.arrays.base_reason.copy()
+        if only is not None:
+            kept = reasons[only]
+            reasons[:] = layout.RESERVED
+            reasons[only] = kept
         reserved = state.data.get(interface.RESERVED_SLOTS)
         if reserved is not None:
             # Nodes nominated for a preemptor or reserved for a starving job (scheduler.core.holds): part of the

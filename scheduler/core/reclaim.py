@@ -16,9 +16,10 @@ domain needing the cheapest victims wins, and if no single domain can be freed e
 
 A single pod preempting within its queue gets victims on one node, chosen as kube-scheduler's DefaultPreemption
 chooses them (:func:`node_victims`): on each node, every lower-priority candidate is removed from a what-if; if
-the pod then fits there, candidates are put back, the most important first (higher priority, then running
-longer), first those whose eviction would exceed a PodDisruptionBudget, then the others, each kept if the pod
-still fits; what could not be put back are the node's victims. The node is the one whose victims exceed the
+the pod then fits there (judged on that node alone, ``Scheduler.fits_on``, as kube-scheduler filters the one
+node), candidates are put back, the most important first (higher priority, then running longer), first those
+whose eviction would exceed a PodDisruptionBudget, then the others, each kept if the pod still fits; what could
+not be put back are the node's victims. The node is the one whose victims exceed the
 fewest budgets, then with the lowest highest victim priority, the smallest sum of priorities, the fewest
 victims, the latest start among its highest-priority victims, then the first by name.
 """
@@ -37,7 +38,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Cache, Snapshot
 from scheduler.core import fruitless, gang
 from scheduler.core.cycle import Scheduler
-from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS
+from scheduler.framework.interface import TOPOLOGY_SLOTS
 from scheduler.kernels import layout
 
 NEVER = "Never"
@@ -467,6 +468,7 @@ def node_victims(
     snapshot: Snapshot | None = None,
     reasons: np.ndarray | None = None,
     offset: int = 0,
+    held: np.ndarray | None = None,
 ) -> NodeVictims | None:
     """The node and victims that let ``pod`` fit with the least disruption (see the module notes), or None.
 
@@ -475,7 +477,8 @@ def node_victims(
     counted on each node it touches; an elastic gang's core only once its surplus is gone (its surplus members are
     candidates of their own). ``reasons``: per node slot, why the pod's failed cycle refused the node; a node refused
     for a reason no eviction can change (:data:`UNRESOLVABLE`) is not tried. The nodes are tried in name order from
-    the ``offset``-th on (modulo their number), as kube-scheduler starts at a random one."""
+    the ``offset``-th on (modulo their number), as kube-scheduler starts at a random one. ``held``: per node slot,
+    whether it is nominated for another job of the pod's priority or higher (not tried)."""
     cache = scheduler.cache
     a = cache.arrays
     allowed = allowed & (placed.priority < priority) & ~placed.behind
@@ -494,6 +497,9 @@ def node_victims(
         size = min(reasons.shape[0], worth.shape[0])
         worth[:size] &= ~_among(reasons[:size], UNRESOLVABLE)
         worth[size:] = False  # came after the cycle: tried next time
+    if held is not None:
+        size = min(held.shape[0], worth.shape[0])
+        worth[:size] &= ~held[:size]
     taken = allowed[placed.owner] & worth[placed.slot]
     # What those nodes would have free with all their candidates gone: a necessary condition before any what-if,
     # from arrays (no loop over the candidates); whole GPUs first, the most telling for most pods.
@@ -527,25 +533,34 @@ def node_victims(
     def restore(victim: Candidate) -> None:
         _move(cache, snapshot, victim, away=False)
 
-    # The pod is tried on one node at a time: every other node is held for the what-if.
-    others = np.ones(a.slots, dtype=bool)
-    context = {RESERVED_SLOTS: others}
     trial = snapshot.arrays
 
-    def fits(slot: int) -> bool:
-        # The node's free resources and whole GPUs first: most put-backs fail there, without a what-if.
-        room = trial.cap[slot] - trial.used[slot]
+    def short(used: np.ndarray, gpu_free: np.ndarray, slot: int) -> bool:
+        # The node's free resources and whole GPUs: a necessary condition, where most put-backs fail.
+        room = trial.cap[slot] - used
         if np.any(room[plain] < request[plain] - 1e-9):
-            return False
-        if pod.gpu.whole and int((trial.gpu_free[slot] >= layout.WHOLE).sum()) < pod.gpu.count:
-            return False
-        return scheduler.place(pod, snapshot, context).decision is not None
+            return True
+        return pod.gpu.whole and int((gpu_free >= layout.WHOLE).sum()) < pod.gpu.count
+
+    def fits(slot: int) -> bool:
+        return not short(trial.used[slot], trial.gpu_free[slot], slot) and scheduler.fits_on(pod, snapshot, slot)
+
+    def short_with(victim: Candidate, slot: int) -> bool:
+        # ``short`` on the node as putting ``victim`` back would leave it, without putting it back (the same sums in
+        # the same order as the arrays' own): a victim that must stay costs no move there and back.
+        used, gpu_free = trial.used[slot].copy(), trial.gpu_free[slot].copy()
+        for pod in victim.pods:
+            entry = cache.pod(pod.key)
+            if entry is not None and entry.placement.slot == slot:
+                placement = entry.placement
+                used[: placement.request.shape[0]] += placement.request
+                for device in placement.gpu_ids:
+                    gpu_free[device] -= placement.gpu_milli
+        return short(used, gpu_free, slot)
 
     found: list[NodeVictims] = []
     try:
         for slot in potential:
-            others[:] = True
-            others[slot] = False
             local = more_important_first([placed.candidates[i] for i in placed.by_slot[slot] if allowed[i]])
             inner = snapshot.checkpoint()
             try:
@@ -566,10 +581,11 @@ def node_victims(
                 # Put back the budget-protected first: what cannot be spared of them costs a violation each.
                 ordered = [v for v in local if v.key in exceeding] + [v for v in local if v.key not in exceeding]
                 for victim in ordered:
-                    restore(victim)
-                    if fits(slot):
-                        continue
-                    remove(victim)
+                    if not short_with(victim, slot):
+                        restore(victim)
+                        if scheduler.fits_on(pod, snapshot, slot):
+                            continue
+                        remove(victim)
                     victims.append(victim)
                     violations += exceeding.get(victim.key, 0)
             finally:

@@ -111,6 +111,7 @@ class Preempt:
             snapshot=snapshot,
             reasons=attempt.reasons,
             offset=p.offset(),
+            held=p.holds.nominated_for_others(key, priority),
         )
         if choice is None:
             return False
