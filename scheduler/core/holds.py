@@ -46,27 +46,13 @@ class Holds:
 
     def context(self, key: str) -> dict[str, Any]:
         """What job ``key``'s cycles must respect: the reservation and the nominations, unless they are its own.
-
-        A job with a nomination of its own counts those of its priority or higher, as kube-scheduler counts a
-        nominated pod against every pod of its priority or lower (the framework's addNominatedPods): so a
-        preemptor waiting for its own node does not take the node another one's victims freed first. It ignores
-        the lower ones, and those of its own priority on the nodes its own nomination shares with them: a hold is
-        a whole node, not the nominated pod's room as kube-scheduler adds it, so two preemptors whose disjoint
-        victims share a node would otherwise keep each other off it. A job without a nomination counts them all."""
-        mine = self.nominated.get(key)
-        if mine is not None:
+        A job with a nomination of its own ignores the others' of its priority or lower (preemptors whose victims
+        share a node would otherwise keep each other off it; their victims are disjoint and freed room for all of
+        them), not those of higher priority: as kube-scheduler counts a nominated pod against pods of its priority
+        or lower, the room a higher-priority preemptor waits for is its own first."""
+        if key in self.nominated:
             own = self.priority.get(key, 0)
-            masks = []
-            for owner, mask in self.nominated.items():
-                theirs = self.priority.get(owner, 0)
-                if owner == key or theirs < own:
-                    continue
-                if theirs == own:
-                    shared = np.zeros(mask.shape[0], dtype=bool)
-                    size = min(mask.shape[0], mine.shape[0])
-                    shared[:size] = mine[:size]
-                    mask = mask & ~shared
-                masks.append(mask)
+            masks = [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) > own]
         else:
             masks = [mask for owner, mask in self.nominated.items() if owner != key]
         if self.reservation is not None and self.reservation[0] != key:
@@ -77,8 +63,6 @@ class Holds:
         reserved = np.zeros(slots, dtype=bool)
         for mask in masks:
             reserved[: mask.shape[0]] |= mask
-        if not reserved.any():
-            return {}
         return {RESERVED_SLOTS: reserved}
 
     def nominated_for_others(self, key: str, priority: int) -> np.ndarray | None:

@@ -271,38 +271,6 @@ def test_a_nominated_node_goes_to_the_higher_priority_preemptor_first() -> None:
     assert loop.holds.context("default/other")[RESERVED_SLOTS][n0]  # without a nomination: off every one
 
 
-def test_a_preemptor_waits_for_its_own_node_not_one_a_peer_freed_first() -> None:
-    # kube-scheduler's PreemptionBasic in small: two preemptors of one priority each free a node; the node freed
-    # first goes to the one it was freed for, even when the other is tried first (kube-scheduler counts a nominated
-    # pod against pods of its own priority): otherwise the other takes it, and the first finds its room gone.
-    cluster, loop, clock, _, evictions = _loop(("n0", 1), ("n1", 1))
-    _run(loop, clock, [_pod("low-0", 1, 0, node="n0"), _pod("low-1", 1, 0, node="n1")])
-    _run(loop, clock, [_pod("first", 1, 10), _pod("second", 1, 10)])
-    assert len(evictions.pods) == 2
-    nominated = dict(evictions.nominated)
-    assert sorted(nominated.values()) == ["n0", "n1"]
-    # The victims are low-0 on n0 and low-1 on n1: the one on the second preemptor's node goes first.
-    freed_first = [p for p in evictions.pods if p.name == f"low-{nominated['default/second'][-1]}"]
-    gone(cluster, loop, clock, freed_first)
-    preemptors = ("first", "second")
-    assert {k: v for k, v in _placed(cluster).items() if k in preemptors} == {"second": nominated["default/second"]}
-    gone(cluster, loop, clock, [p for p in evictions.pods if p not in freed_first])
-    placed = {k: v for k, v in _placed(cluster).items() if k in preemptors}
-    assert placed == {"first": nominated["default/first"], "second": nominated["default/second"]}
-    assert len(evictions.pods) == 2
-
-
-def test_preemptors_of_one_priority_sharing_a_node_do_not_keep_each_other_off_it() -> None:
-    cluster, loop, _, _, _ = _loop(("n0", 2), ("n1", 2))
-    _run(loop, Clock(), [_pod("victim", 1, 0, node="n0"), _pod("other", 1, 0, node="n1")])
-    loop.holds.nominate("default/a", [_pod("victim", 1, 0, node="n0")], 10)
-    loop.holds.nominate("default/b", [_pod("victim", 1, 0, node="n0"), _pod("other", 1, 0, node="n1")], 10)
-    n0, n1 = cluster.cache.slot_of("n0"), cluster.cache.slot_of("n1")
-    assert loop.holds.context("default/a")[RESERVED_SLOTS].tolist()[n1]  # b's node of its own
-    assert not loop.holds.context("default/a")[RESERVED_SLOTS].tolist()[n0]  # the node they share
-    assert loop.holds.context("default/b") == {}
-
-
 def test_a_preemptor_leaves_alone_a_node_nominated_for_one_of_its_priority() -> None:
     # kube-scheduler adds a nominated pod of the preemptor's priority or higher to its node before looking for
     # victims there. first's victim has gone from n0 before first is tried again: n0 has room for first, and for
