@@ -211,6 +211,10 @@ class Scheduler:
             reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = layout.RESERVED
         for filter_plugin in self.framework.filters:
             filter_plugin.filter(state, reasons)
+        if reserved is not None:
+            # Again after the filters: node_rules gives a pod that tolerates cordons the cordoned nodes back, held
+            # ones too.
+            reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = layout.RESERVED
         return Filtered(state, Status.success(), reasons)
 
     def wakes(self, diagnosis: Diagnosis | None) -> frozenset[interface.ClusterEvent] | None:
