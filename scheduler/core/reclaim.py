@@ -14,14 +14,8 @@ A job whose topology requires one domain of a level (``find_victims_in_domain``)
 only, and the what-ifs place it inside that domain, so the capacity freed is contiguous where it will run; the
 domain needing the cheapest victims wins, and if no single domain can be freed enough, nothing is preempted.
 
-A single pod preempting within its queue gets victims on one node, chosen as kube-scheduler's DefaultPreemption
-chooses them (:func:`node_victims`): on each node, every lower-priority candidate is removed from a what-if; if
-the pod then fits there (judged on that node alone, ``Scheduler.fits_on``, as kube-scheduler filters the one
-node), candidates are put back, the most important first (higher priority, then running longer), first those
-whose eviction would exceed a PodDisruptionBudget, then the others, each kept if the pod still fits; what could
-not be put back are the node's victims. The node is the one whose victims exceed the
-fewest budgets, then with the lowest highest victim priority, the smallest sum of priorities, the fewest
-victims, the latest start among its highest-priority victims, then the first by name.
+A single pod preempting within its queue gets victims on one node (``scheduler.core.node_preemption``), from the
+candidates and placements built here.
 """
 
 from __future__ import annotations
@@ -32,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Cache, Snapshot
@@ -43,13 +36,6 @@ from scheduler.kernels import layout
 
 NEVER = "Never"
 LOWER_PRIORITY = "LowerPriority"
-#: kube-scheduler's DefaultPreemption defaults: nodes tried per search once one without budget violations is found
-#: (``minCandidateNodesAbsolute``, and ``minCandidateNodesPercentage`` of the nodes that could help).
-CANDIDATE_NODES = 100
-CANDIDATE_NODES_PERCENT = 10
-#: Added to each victim's priority in the sum criterion (kube-scheduler's MaxInt32 + 1), so that more victims of
-#: a negative priority never sum to less than fewer of them.
-_PRIORITY_OFFSET = 2**31
 
 
 @dataclass(slots=True)
@@ -102,7 +88,7 @@ def _codes(*codes: int) -> np.ndarray:
     return table
 
 
-def _among(reasons: np.ndarray, table: np.ndarray) -> np.ndarray:
+def among(reasons: np.ndarray, table: np.ndarray) -> np.ndarray:
     """Per node, whether its reason is one of the table's."""
     return table[reasons.astype(np.int8, copy=False).view(np.uint8)]
 
@@ -187,7 +173,7 @@ def placements(cache: Cache, candidates: Sequence[Candidate]) -> Placements:
     )
 
 
-def _move(cache: Cache, snapshot: Snapshot, victim: Candidate, *, away: bool) -> None:
+def move(cache: Cache, snapshot: Snapshot, victim: Candidate, *, away: bool) -> None:
     """Take ``victim``'s pods off their nodes in ``snapshot``'s what-if (``away``), or put them back."""
     for pod in victim.pods:
         entry = cache.pod(pod.key)
@@ -268,10 +254,10 @@ def find_victims(
     token = snapshot.checkpoint()
 
     def remove(victim: Candidate) -> None:
-        _move(cache, snapshot, victim, away=True)
+        move(cache, snapshot, victim, away=True)
 
     def restore(victim: Candidate) -> None:
-        _move(cache, snapshot, victim, away=False)
+        move(cache, snapshot, victim, away=False)
 
     def fits() -> bool:
         inner = snapshot.checkpoint()
@@ -334,10 +320,10 @@ def _usable_slots(
             continue  # a gang's members are mostly alike: one filter per kind of member
         shapes.add(shape)
         reasons = scheduler.filter(pod, snapshot, context).reasons
-        if reasons is None or _among(reasons, _ACROSS_NODES).any():
+        if reasons is None or among(reasons, _ACROSS_NODES).any():
             return None
         size = min(reasons.shape[0], usable.shape[0])
-        usable[:size] |= ~_among(reasons[:size], UNRESOLVABLE)
+        usable[:size] |= ~among(reasons[:size], UNRESOLVABLE)
     return usable
 
 
@@ -427,178 +413,3 @@ def find_victims_in_domain(
         if best is None or cost < best[0]:
             best = (cost, victims)
     return best[1] if best is not None else []
-
-
-@dataclass(slots=True)
-class NodeVictims:
-    """The victims on one node whose eviction lets a pod fit there, most important first."""
-
-    node: str
-    slot: int
-    victims: list[Candidate]
-    #: How many victim pods exceed a PodDisruptionBudget.
-    violations: int
-
-    @property
-    def pods(self) -> list[PodRequest]:
-        return [pod for victim in self.victims for pod in victim.pods]
-
-    def cost(self, rank: int) -> tuple[int, int, int, int, float, int]:
-        """kube-scheduler's order of candidate nodes (smaller first); ``rank`` is the node's place by name."""
-        pods = [(v.priority, v.started) for v in self.victims for _ in v.pods]
-        top = max(p for p, _ in pods)
-        earliest = min(started for p, started in pods if p == top)
-        total = sum(p + _PRIORITY_OFFSET for p, _ in pods)
-        return (self.violations, top, total, len(pods), -earliest, rank)
-
-
-def more_important_first(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """Higher priority first, then the one running longer (kube-scheduler's MoreImportantPod), then by key."""
-    return sorted(candidates, key=lambda c: (-c.priority, c.started, c.key))
-
-
-def node_victims(
-    scheduler: Scheduler,
-    pod: PodRequest,
-    *,
-    priority: int,
-    placed: Placements,
-    allowed: np.ndarray,
-    budgets: Sequence[api_pdb.DisruptionBudget] = (),
-    snapshot: Snapshot | None = None,
-    reasons: np.ndarray | None = None,
-    offset: int = 0,
-    held: np.ndarray | None = None,
-) -> NodeVictims | None:
-    """The node and victims that let ``pod`` fit with the least disruption (see the module notes), or None.
-
-    Only the candidates of ``placed`` that ``allowed`` (per candidate) lets through and of lower priority than
-    ``priority`` are victims. A candidate with pods on several nodes (a gang) is removed whole wherever it runs, and
-    counted on each node it touches; an elastic gang's core only once its surplus is gone (its surplus members are
-    candidates of their own). ``reasons``: per node slot, why the pod's failed cycle refused the node; a node refused
-    for a reason no eviction can change (:data:`UNRESOLVABLE`) is not tried. The nodes are tried in name order from
-    the ``offset``-th on (modulo their number), as kube-scheduler starts at a random one. ``held``: per node slot,
-    whether it is nominated for another job of the pod's priority or higher (not tried)."""
-    cache = scheduler.cache
-    a = cache.arrays
-    allowed = allowed & (placed.priority < priority) & ~placed.behind
-    if not allowed.any():
-        return None
-    request = cache.request_vector(pod)
-    columns = a.cap.shape[1]
-    if request[columns:].any():
-        return None  # a resource no node has
-    request = request[:columns]
-    plain = np.ones(columns, dtype=bool)
-    plain[[layout.GPU_MILLI, layout.GPU_MEMORY]] = False  # devices are the what-if's to judge
-    # Nodes worth a what-if: in the cluster, not refused for a reason no eviction changes, with a victim there.
-    worth = a.base_reason == layout.FIT
-    if reasons is not None:
-        size = min(reasons.shape[0], worth.shape[0])
-        worth[:size] &= ~_among(reasons[:size], UNRESOLVABLE)
-        worth[size:] = False  # came after the cycle: tried next time
-    if held is not None:
-        size = min(held.shape[0], worth.shape[0])
-        worth[:size] &= ~held[:size]
-    taken = allowed[placed.owner] & worth[placed.slot]
-    # What those nodes would have free with all their candidates gone: a necessary condition before any what-if,
-    # from arrays (no loop over the candidates); whole GPUs first, the most telling for most pods.
-    if pod.gpu.whole and taken.any():
-        free = (a.gpu_free >= layout.WHOLE).sum(axis=1)
-        whole = np.bincount(placed.slot[taken], weights=placed.whole[taken], minlength=a.slots)[: a.slots]
-        worth &= free + whole >= pod.gpu.count
-        taken &= worth[placed.slot]
-    if not taken.any():
-        return None
-    slots = placed.slot[taken]
-    rows = placed.rows[taken]
-    room = a.cap - a.used
-    for column in np.flatnonzero(plain[: rows.shape[1]]).tolist():
-        room[:, column] += np.bincount(slots, weights=rows[:, column], minlength=a.slots)[: a.slots]
-    enough_room = worth & np.all(room[:, plain] >= request[plain] - 1e-9, axis=1)
-    enough_room &= np.bincount(slots, minlength=a.slots)[: a.slots] > 0
-    rank = cache.name_rank()
-    helpful = np.flatnonzero(enough_room)
-    if helpful.shape[0] == 0:
-        return None
-    helpful = helpful[np.argsort(rank[helpful], kind="stable")]
-    potential: list[int] = np.roll(helpful, -(offset % helpful.shape[0])).tolist()
-    enough = max(CANDIDATE_NODES, len(potential) * CANDIDATE_NODES_PERCENT // 100)
-    snapshot = snapshot if snapshot is not None else cache.snapshot()
-    token = snapshot.checkpoint()
-
-    def remove(victim: Candidate) -> None:
-        _move(cache, snapshot, victim, away=True)
-
-    def restore(victim: Candidate) -> None:
-        _move(cache, snapshot, victim, away=False)
-
-    trial = snapshot.arrays
-
-    def short(used: np.ndarray, gpu_free: np.ndarray, slot: int) -> bool:
-        # The node's free resources and whole GPUs: a necessary condition, where most put-backs fail.
-        room = trial.cap[slot] - used
-        if np.any(room[plain] < request[plain] - 1e-9):
-            return True
-        return pod.gpu.whole and int((gpu_free >= layout.WHOLE).sum()) < pod.gpu.count
-
-    def fits(slot: int) -> bool:
-        return not short(trial.used[slot], trial.gpu_free[slot], slot) and scheduler.fits_on(pod, snapshot, slot)
-
-    def short_with(victim: Candidate, slot: int) -> bool:
-        # ``short`` on the node as putting ``victim`` back would leave it, without putting it back (the same sums in
-        # the same order as the arrays' own): a victim that must stay costs no move there and back.
-        used, gpu_free = trial.used[slot].copy(), trial.gpu_free[slot].copy()
-        for pod in victim.pods:
-            entry = cache.pod(pod.key)
-            if entry is not None and entry.placement.slot == slot:
-                placement = entry.placement
-                used[: placement.request.shape[0]] += placement.request
-                for device in placement.gpu_ids:
-                    gpu_free[device] -= placement.gpu_milli
-        return short(used, gpu_free, slot)
-
-    found: list[NodeVictims] = []
-    try:
-        for slot in potential:
-            local = more_important_first([placed.candidates[i] for i in placed.by_slot[slot] if allowed[i]])
-            inner = snapshot.checkpoint()
-            try:
-                for victim in local:
-                    remove(victim)
-                if not fits(slot):
-                    continue
-                flags = api_pdb.violating([(p.namespace, p.name, p.labels) for v in local for p in v.pods], budgets)
-                exceeding: dict[str, int] = {}
-                at = 0
-                for victim in local:
-                    count = sum(flags[at : at + len(victim.pods)])
-                    at += len(victim.pods)
-                    if count:
-                        exceeding[victim.key] = count
-                victims: list[Candidate] = []
-                violations = 0
-                # Put back the budget-protected first: what cannot be spared of them costs a violation each.
-                ordered = [v for v in local if v.key in exceeding] + [v for v in local if v.key not in exceeding]
-                for victim in ordered:
-                    if not short_with(victim, slot):
-                        restore(victim)
-                        if scheduler.fits_on(pod, snapshot, slot):
-                            continue
-                        remove(victim)
-                    victims.append(victim)
-                    violations += exceeding.get(victim.key, 0)
-            finally:
-                snapshot.rollback(inner)
-            if not victims:
-                continue  # it fits there as things are: the cycle's own choice, not preemption's
-            name = snapshot.names[slot]
-            assert name is not None
-            found.append(NodeVictims(name, slot, more_important_first(victims), violations))
-            if len(found) >= enough and any(f.violations == 0 for f in found):
-                break
-    finally:
-        snapshot.rollback(token)
-    if not found:
-        return None
-    return min(found, key=lambda f: f.cost(int(rank[f.slot])))

@@ -13,7 +13,7 @@ from scheduler.api import pdb as api_pdb
 from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
 from scheduler.api.podgroup import PodGroup
-from scheduler.core import gang, reclaim
+from scheduler.core import gang, node_preemption, reclaim
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import RESERVED_SLOTS
 from scheduler.queue.scheduling import SchedulingQueue
@@ -165,12 +165,12 @@ def test_then_the_node_whose_highest_priority_victims_started_last() -> None:
 
 
 def test_node_costs_follow_kube_schedulers_order() -> None:
-    def victims(node: str, *pods: tuple[int, float], violations: int = 0) -> reclaim.NodeVictims:
+    def victims(node: str, *pods: tuple[int, float], violations: int = 0) -> node_preemption.NodeVictims:
         candidates = [
             reclaim.Candidate(f"{node}/{i}", "default", prio, started, [_pod(f"{node}-{i}", 1, prio)])
             for i, (prio, started) in enumerate(pods)
         ]
-        return reclaim.NodeVictims(node, 0, candidates, violations)
+        return node_preemption.NodeVictims(node, 0, candidates, violations)
 
     ordered = [
         victims("a", (1, 5.0), (1, 5.0), violations=0),  # no violation beats everything below
@@ -369,13 +369,13 @@ def test_a_failed_search_is_remembered_for_pods_of_its_shape_until_the_cluster_c
     _bound(cluster, loop, "low", 1, 1, "n0")
     _bound(cluster, loop, "high", 1, 100, "n0")
     searched: list[str] = []
-    node_victims = reclaim.node_victims
+    node_victims = node_preemption.node_victims
 
     def counting(scheduler: Any, pod: api_pod.PodRequest, **kwargs: Any) -> Any:
         searched.append(pod.name)
         return node_victims(scheduler, pod, **kwargs)
 
-    monkeypatch.setattr(reclaim, "node_victims", counting)
+    monkeypatch.setattr(node_preemption, "node_victims", counting)
     _run(loop, clock, [_pod("twin-a", 2, 50)])
     _run(loop, clock, [_pod("twin-b", 2, 50)])
     _run(loop, clock, [_pod("other", 2, 60)])  # another priority: its own search

@@ -2,7 +2,7 @@
 
 A gang (or a gang's member placed alone) takes whole jobs of its queue of lower priority, found on what-ifs of
 the snapshot by ``scheduler.core.reclaim.find_victims`` (from one domain when its topology requires one). A single
-pod does it as kube-scheduler's DefaultPreemption: victims on one node (``reclaim.node_victims``, budgets
+pod does it as kube-scheduler's DefaultPreemption: victims on one node (``node_preemption.node_victims``, budgets
 weighed), that node nominated for it (``status.nominatedNodeName``, cleared when a later search finds nothing),
 and victims evicted for a pod of lower priority counted as its own. The room is nominated for the job and every
 victim evicted, as one statement.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
-from scheduler.core import reclaim
+from scheduler.core import node_preemption, reclaim
 from scheduler.core.actions import NOTHING, WAITS, Outcome
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor, Search
@@ -101,7 +101,7 @@ class Preempt:
                 own[index] = False
         if not own.any():
             return False
-        choice = reclaim.node_victims(
+        choice = node_preemption.node_victims(
             p.scheduler,
             pod,
             priority=priority,
