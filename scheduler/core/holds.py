@@ -57,25 +57,16 @@ class Holds:
             masks = [mask for owner, mask in self.nominated.items() if owner != key]
         if self.reservation is not None and self.reservation[0] != key:
             masks.append(self.reservation[2])
-        if not masks:
-            return {}
-        slots = max(m.shape[0] for m in masks)
-        reserved = np.zeros(slots, dtype=bool)
-        for mask in masks:
-            reserved[: mask.shape[0]] |= mask
-        return {RESERVED_SLOTS: reserved}
+        reserved = _union(masks)
+        return {} if reserved is None else {RESERVED_SLOTS: reserved}
 
     def nominated_for_others(self, key: str, priority: int) -> np.ndarray | None:
         """The node slots nominated for jobs other than ``key`` of ``priority`` or higher (None: none), which a
         single pod's victim search leaves out: kube-scheduler adds such a nominated pod to its node before it looks
         for victims there, and a hold here is the whole node."""
-        masks = [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) >= priority]
-        if not masks:
-            return None
-        held = np.zeros(max(m.shape[0] for m in masks), dtype=bool)
-        for mask in masks:
-            held[: mask.shape[0]] |= mask
-        return held
+        return _union(
+            [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) >= priority]
+        )
 
     def nominate(self, key: str, victims: list[PodRequest], priority: int = 0) -> None:
         """Job ``key`` (of ``priority``) evicts ``victims``: the nodes they free are its own until it is placed or
@@ -136,3 +127,13 @@ class Holds:
         self.priority.pop(key, None)
         if self.reservation is not None and self.reservation[0] == key:
             self.reservation = None
+
+
+def _union(masks: list[np.ndarray]) -> np.ndarray | None:
+    """The node slots any of ``masks`` holds (masks of different lengths: as long as the longest); None: no mask."""
+    if not masks:
+        return None
+    held = np.zeros(max(m.shape[0] for m in masks), dtype=bool)
+    for mask in masks:
+        held[: mask.shape[0]] |= mask
+    return held
