@@ -112,6 +112,12 @@ def _kinds(entries: Sequence[PodEntry]) -> tuple[tuple[Any, ...], ...]:
     return tuple(sorted(_kind(e) for e in entries))
 
 
+def _cheapest_first(found: tuple[int, int, tuple[PodEntry, ...]]) -> tuple[int, int, list[str]]:
+    """The order one node's sets are tried in: fewest pods, then fewest whole GPUs, then by the pods' keys."""
+    size, gpus, chosen = found
+    return (size, gpus, [e.pod.key for e in chosen])
+
+
 def _gpus(pods: Sequence[PodRequest]) -> int:
     return sum(p.gpu.count for p in pods if p.gpu.whole)
 
@@ -269,14 +275,14 @@ class Search:
                 ):
                     continue
                 sets.append((size, _gpus([e.pod for e in chosen]), chosen))
-        sets.sort(key=lambda s: (s[0], s[1], [e.pod.key for e in s[2]]))
+        sets.sort(key=_cheapest_first)
         if len(sets) > MAX_SETS_PER_NODE:
             self.cut = True
         trial = sets[:MAX_SETS_PER_NODE]
         emptied = self._emptying(candidate)
         if emptied is not None and _kinds(emptied) not in {_kinds(c) for *_, c in trial}:
             trial.append((len(emptied), _gpus([e.pod for e in emptied]), emptied))
-            trial.sort(key=lambda s: (s[0], s[1], [e.pod.key for e in s[2]]))
+            trial.sort(key=_cheapest_first)
         found: Plan | None = None
         for size, gpus, chosen in trial:
             if found is not None and (size, gpus) > (len(found.moves), found.gpus):
