@@ -9,6 +9,13 @@ the figure. A watch records when each pod first shows a node. Reported per case:
 - p50 and p99 of create-to-bound: from the moment the API server answered the pod's create to the moment the
   watch showed it bound (both read on this machine's monotonic clock).
 
+Beside the rates, where the CPU went (benchmarks/proc_cpu.py), since on a machine of a few cores the scheduler and
+the control plane take it from one another: per pod bound, the CPU milliseconds of the control plane (etcd,
+kube-apiserver, kube-controller-manager, kwok: each given), of the scheduler's processes and of this harness, from
+the start to the last bind; how many cores the machine kept busy meanwhile; the control plane's cores when idle
+(measured for 5 s before the pods are created: kwok's node heartbeats and leases); and what the API server served
+per pod (its request and watch-event counters, every client together).
+
 Cases: ``kube-scheduler`` (its default configuration, client QPS 50 / burst 100), ``kube-scheduler-qps`` (the
 same with client QPS and burst raised by a KubeSchedulerConfiguration), ``gpusched`` (``gpusched run``, single
 pods) and ``gangs`` (gpusched alone, ``--gangs`` PodGroups of ``--gang-size`` pods; kube-scheduler has no gangs).
@@ -36,11 +43,13 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +60,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 import kube  # noqa: E402
 import peer_schedulers  # noqa: E402
+import proc_cpu  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 
 CASES = (
@@ -77,6 +87,8 @@ PEER_OF = {
 #: The gang cases and whose gangs they are.
 GANGS_OF = {"gangs": "gpusched", "volcano-gangs": "volcano", "coscheduling-gangs": "coscheduling"}
 NAMESPACE = "bench"
+#: Seconds the control plane is watched doing nothing before each case's pods are created.
+IDLE_SECONDS = 5.0
 #: The schedulerName of the ceiling case's pods: nobody else binds them.
 NULL_BINDER = "null-binder"
 #: The cases the null binder runs (benchmarks/null_binder.py), with and without its Events.
@@ -99,6 +111,16 @@ class Result:
     first_bind_s: float = 0.0
     #: Pods bound per second from the first bind to the last: the rate once running, start-up left out for all.
     running_pods_per_s: float = 0.0
+    #: CPU seconds from the start to the last bind (benchmarks/proc_cpu.py): ``control plane``, ``scheduler``,
+    #: ``harness`` (this process: the watch, and the creates in burst mode) and ``machine`` (every core, all work).
+    cpu: Mapping[str, float] = field(default_factory=dict)
+    #: What the API server served over the same span (:meth:`Api.counters`), every client's requests together.
+    requests: Mapping[str, float] = field(default_factory=dict)
+    #: Cores each part kept busy over IDLE_SECONDS before the pods were created (the control plane's floor).
+    idle_cores: Mapping[str, float] = field(default_factory=dict)
+
+    def cpu_ms_per_pod(self, part: str) -> float:
+        return 1000.0 * self.cpu.get(part, 0.0) / self.bound if self.bound else 0.0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -111,6 +133,9 @@ class Result:
             "scheduled_events": self.events,
             "first_bind_s": round(self.first_bind_s, 2),
             "running_pods_per_s": round(self.running_pods_per_s, 1),
+            "cpu_s": {part: round(seconds, 2) for part, seconds in self.cpu.items()},
+            "idle_cores": {part: round(cores, 3) for part, cores in self.idle_cores.items()},
+            "requests": {name: int(n) for name, n in sorted(self.requests.items())},
         }
 
 
@@ -150,6 +175,27 @@ class Api:
         async with self.session.get(self.server + path, params=query) as resp:
             resp.raise_for_status()
             return await resp.json()
+
+    async def counters(self) -> dict[str, float]:
+        """The API server's request and watch-event counters now (its /metrics): ``VERB resource[/sub]`` (every
+        verb, LIST and WATCH included) and ``watch events Kind`` (objects sent to watchers, one per watcher)."""
+        async with self.session.get(self.server + "/metrics") as resp:
+            resp.raise_for_status()
+            text = await resp.text()
+        found: dict[str, float] = {}
+        for line in text.splitlines():
+            metric, _, rest = line.partition("{")
+            if metric not in ("apiserver_request_total", "apiserver_watch_events_total"):
+                continue
+            labels_text, _, value = rest.rpartition("} ")
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', labels_text))
+            if metric == "apiserver_request_total":
+                sub = labels.get("subresource", "")
+                name = f"{labels.get('verb', '?')} {labels.get('resource', '?')}" + (f"/{sub}" if sub else "")
+            else:
+                name = f"watch events {labels.get('kind') or labels.get('resource') or '?'}"
+            found[name] = found.get(name, 0.0) + float(value)
+        return found
 
     async def close(self) -> None:
         await self.session.close()
@@ -291,12 +337,17 @@ async def run_burst(
                 for i, manifest in enumerate(manifests):
                     anti_affinity(manifest, f"app-{i % apps:03d}")
         created_at: dict[str, float] = {}
+        # What the control plane spends with nothing to schedule (kwok's node heartbeats and leases, mostly).
+        idle = proc_cpu.Reading()
+        await asyncio.sleep(IDLE_SECONDS)
+        idle_cores = {part: seconds / IDLE_SECONDS for part, seconds in idle.spent().items()}
 
         async def create(manifest: Mapping[str, Any]) -> None:
             await api.post(f"/api/v1/namespaces/{NAMESPACE}/pods", manifest)
             created_at[manifest["metadata"]["name"]] = time.monotonic()
 
         started = time.monotonic()
+        cpu, counted = proc_cpu.Reading(), await api.counters()
         await bounded(concurrency, [lambda m=m: create(m) for m in manifests])
         created = time.monotonic()
         note = f"created in {created - started:.1f} s"
@@ -307,9 +358,13 @@ async def run_burst(
             if settle is not None:
                 note += await settle(api, len(manifests))
             started = time.monotonic()
+            cpu, counted = proc_cpu.Reading(), await api.counters()
             await asyncio.to_thread(start_scheduler)
             created_at = dict.fromkeys(created_at, started)
         await watch.wait_for(len(manifests), timeout=timeout)
+        used = cpu.spent()
+        after = await api.counters()
+        requests = {k: v - counted.get(k, 0.0) for k, v in after.items() if v > counted.get(k, 0.0)}
         watch.stop()
         bound = watch.bound_at
         # The null binder writes no Events (it is the floor of the work a scheduler does), but in ceiling-events.
@@ -334,6 +389,9 @@ async def run_burst(
             events=events,
             first_bind_s=first - started,
             running_pods_per_s=(len(bound) - 1) / running if running > 0 else 0.0,
+            cpu=used,
+            requests=requests,
+            idle_cores=idle_cores,
         )
     finally:
         await api.close()
@@ -566,6 +624,35 @@ def table(results: Mapping[str, Result | str]) -> str:
     return "\n".join(lines)
 
 
+def cpu_table(results: Mapping[str, Result | str]) -> str:
+    """Where each case's CPU went, per pod bound, from its start to its last bind; ``cores busy``: the machine's
+    busy CPU seconds (everything on it) over the case's seconds, out of the machine's core count."""
+    lines = [
+        f"\nCPU per pod bound (ms) and cores busy (of {os.cpu_count()})",
+        f"| case | control plane ({', '.join(proc_cpu.CONTROL_PLANE)}) | scheduler | harness | cores busy "
+        "| control plane idle (cores) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for case, r in results.items():
+        if isinstance(r, Result) and r.cpu:
+            plane = ", ".join(f"{r.cpu_ms_per_pod(part):.2f}" for part in proc_cpu.CONTROL_PLANE)
+            parts = f"{r.cpu_ms_per_pod('control plane'):.2f} ({plane})"
+            parts += "".join(f" | {r.cpu_ms_per_pod(part):.2f}" for part in ("scheduler", "harness"))
+            busy = r.cpu.get("machine", 0.0) / r.seconds if r.seconds else 0.0
+            floor = r.idle_cores.get("control plane", 0.0)
+            lines.append(f"| {case} | {parts} | {busy:.2f} | {floor:.2f} |")
+    names = sorted({n for r in results.values() if isinstance(r, Result) for n, v in r.requests.items() if v})
+    ran = [(case, r) for case, r in results.items() if isinstance(r, Result) and r.requests and r.bound]
+    if ran:
+        lines += ["\nWhat the API server served per pod bound (every client; shown where any case has 0.05 or more)"]
+        lines += ["| | " + " | ".join(case for case, _ in ran) + " |", "|---|" + "---:|" * len(ran)]
+        for name in names:
+            per_pod = [r.requests.get(name, 0.0) / r.bound for _, r in ran]
+            if max(per_pod) >= 0.05:
+                lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in per_pod) + " |")
+    return "\n".join(lines)
+
+
 def peer_ratios(results: Mapping[str, Result | str]) -> list[str]:
     """gpusched's pods/s over each peer's that ran, single pods against single pods and gangs against gangs."""
     pairs = [
@@ -639,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{case}] {r if isinstance(r, str) else r.as_json()}", file=sys.stderr, flush=True)
     print(f"\n{args.mode} mode: {args.nodes} kwok nodes of 8 GPUs; pods of 1 GPU, created {args.concurrency} at a time")
     print(table(results))
+    print(cpu_table(results))
     for line in peer_ratios(results):
         print(line)
     if args.json:

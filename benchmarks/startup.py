@@ -50,6 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO))
 
+import proc_cpu  # noqa: E402
 from localcluster import GPU_RESOURCE, LocalCluster, free_port  # noqa: E402
 
 from scheduler.k8s import client as k8s  # noqa: E402
@@ -244,7 +245,7 @@ def _start_once(
             if pod["spec"].get("nodeName"):
                 bound = time.monotonic() - t0
                 peak = _peak_rss_mib(proc.pid)
-                cpu = _cpu_seconds(proc.pid)
+                cpu = proc_cpu.cpu_seconds(proc.pid)
                 break
             time.sleep(0.05)
     finally:
@@ -267,17 +268,6 @@ def _peak_rss_mib(pid: int) -> float:
     except OSError:
         pass
     return 0.0
-
-
-def _cpu_seconds(pid: int) -> float:
-    """The process's CPU seconds so far (user + system); 0 where /proc does not tell."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    # After the command's name: state is field 3 of proc(5), utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":
