@@ -139,6 +139,25 @@ class Result:
         }
 
 
+def counters(metrics: str) -> dict[str, float]:
+    """The request and watch-event counters of an API server's /metrics text: ``VERB resource[/subresource]`` (LIST
+    and WATCH are verbs of their own) and ``watch events Kind`` (objects sent to watchers, one per watcher)."""
+    found: dict[str, float] = {}
+    for line in metrics.splitlines():
+        metric, _, rest = line.partition("{")
+        if metric not in ("apiserver_request_total", "apiserver_watch_events_total"):
+            continue
+        labels_text, _, value = rest.rpartition("} ")
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', labels_text))
+        if metric == "apiserver_request_total":
+            sub = labels.get("subresource", "")
+            name = f"{labels.get('verb', '?')} {labels.get('resource', '?')}" + (f"/{sub}" if sub else "")
+        else:
+            name = f"watch events {labels.get('kind') or labels.get('resource') or '?'}"
+        found[name] = found.get(name, 0.0) + float(value)
+    return found
+
+
 def percentile(values: list[float], q: float) -> float:
     """The q-quantile by the nearest-rank method (q in 0..1)."""
     if not values:
@@ -177,25 +196,11 @@ class Api:
             return await resp.json()
 
     async def counters(self) -> dict[str, float]:
-        """The API server's request and watch-event counters now (its /metrics): ``VERB resource[/sub]`` (every
-        verb, LIST and WATCH included) and ``watch events Kind`` (objects sent to watchers, one per watcher)."""
+        """The API server's request and watch-event counters now (:func:`counters` of its /metrics)."""
         async with self.session.get(self.server + "/metrics") as resp:
             resp.raise_for_status()
             text = await resp.text()
-        found: dict[str, float] = {}
-        for line in text.splitlines():
-            metric, _, rest = line.partition("{")
-            if metric not in ("apiserver_request_total", "apiserver_watch_events_total"):
-                continue
-            labels_text, _, value = rest.rpartition("} ")
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', labels_text))
-            if metric == "apiserver_request_total":
-                sub = labels.get("subresource", "")
-                name = f"{labels.get('verb', '?')} {labels.get('resource', '?')}" + (f"/{sub}" if sub else "")
-            else:
-                name = f"watch events {labels.get('kind') or labels.get('resource') or '?'}"
-            found[name] = found.get(name, 0.0) + float(value)
-        return found
+        return counters(text)
 
     async def close(self) -> None:
         await self.session.close()

@@ -1,0 +1,81 @@
+"""benchmarks/proc_cpu.py and the API server counters of benchmarks/e2e_throughput.py: where a run's CPU went."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+proc_cpu = load("proc_cpu")
+linux = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc, which only Linux has")
+
+
+@linux
+def test_a_busy_child_is_found_and_its_cpu_counted_under_its_command() -> None:
+    busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        before = proc_cpu.by_command([child.pid])
+        deadline = time.monotonic() + 20
+        while proc_cpu.cpu_seconds(child.pid) < 0.25 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child.pid in proc_cpu.descendants(os.getpid())
+        assert os.getpid() not in proc_cpu.descendants(os.getpid())
+        after = proc_cpu.by_command([child.pid])
+        (name,) = after
+        spent = proc_cpu.spent(before, after)
+        assert 0.2 <= spent[name] <= 5.0
+        assert proc_cpu.cpu_seconds(child.pid) >= 0.25
+    finally:
+        child.kill()
+        child.wait()
+    assert proc_cpu.cpu_seconds(child.pid) == 0.0  # gone: nothing to read
+
+
+@linux
+def test_a_reading_splits_control_plane_scheduler_and_harness() -> None:
+    reading = proc_cpu.Reading()
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    spent = reading.spent()
+    assert spent["harness"] >= 0.15
+    assert spent["machine"] >= spent["harness"] - 0.02
+    assert set(proc_cpu.CONTROL_PLANE) <= set(spent)
+    assert spent["control plane"] == pytest.approx(sum(spent[name] for name in proc_cpu.CONTROL_PLANE))
+
+
+def test_the_api_servers_counters_are_summed_by_verb_resource_and_kind() -> None:
+    throughput = load("e2e_throughput")
+    metrics = "\n".join(
+        [
+            "# HELP apiserver_request_total Counter of apiserver requests",
+            'apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",'
+            'scope="resource",subresource="binding",verb="POST",version="v1"} 5000',
+            'apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",'
+            'scope="resource",subresource="binding",verb="POST",version="v1"} 3',
+            'apiserver_request_total{code="200",component="apiserver",group="",resource="pods",scope="cluster",'
+            'subresource="",verb="LIST",version="v1"} 12',
+            'apiserver_watch_events_total{group="",kind="Pod",version="v1"} 17',
+            'apiserver_request_duration_seconds_count{resource="pods",verb="LIST"} 99',
+        ]
+    )
+    assert throughput.counters(metrics) == {"POST pods/binding": 5003.0, "LIST pods": 12.0, "watch events Pod": 17.0}
