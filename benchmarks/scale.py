@@ -113,7 +113,8 @@ class SizeResult:
     load: dict[str, list[float]] = field(default_factory=dict)
     min_available_gib: float = math.nan
     overcommitted_nodes: int = -1
-    #: Seconds spent in each plugin at each extension point over the run (``plugin/point``), from /metrics.
+    #: Seconds spent in each plugin at each extension point in the sampled cycles (one in ten) of the run
+    #: (``plugin/point``), from /metrics.
     plugin_seconds: dict[str, float] = field(default_factory=dict)
     #: Seconds from the process spawn to events of gpusched's own log (its clock, read from its timestamps).
     phases: dict[str, float] = field(default_factory=dict)
@@ -254,7 +255,8 @@ def log_phases(path: Path, wall0: float) -> dict[str, float]:
 
 
 def plugin_seconds(text: str) -> dict[str, float]:
-    """``gpusched_plugin_duration_seconds_sum`` by ``plugin/extension_point``, largest first: where cycles go."""
+    """``gpusched_plugin_duration_seconds_sum`` by ``plugin/extension_point``, largest first: where cycles go (in
+    shares: gpusched times one cycle in ten, scheduler/k8s/metrics.py's PLUGIN_SAMPLE)."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("gpusched_plugin_duration_seconds_sum{"):
@@ -638,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             top = ", ".join(f"{name} {seconds:.1f}" for name, seconds in list(r.plugin_seconds.items())[:6])
             cycles = r.cycles * r.cycle_mean_ms / 1000 if r.cycles else math.nan
-            print(f"{r.nodes} nodes: {cycles:.1f} s in cycles; plugin seconds (largest): {top}")
+            print(f"{r.nodes} nodes: {cycles:.1f} s in cycles; plugin seconds in the sampled cycles (largest): {top}")
         for r in results:
             if r.note:
                 print(f"{r.nodes} nodes: {r.note}")

@@ -15,6 +15,7 @@ of a few words, never a message.
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Collection, Mapping
@@ -61,8 +62,18 @@ def base_unit(name: str, amount: float) -> float:
     return amount / 1000.0 if name == resources.CPU else float(amount)
 
 
+#: The share of scheduling cycles whose plugin calls are timed, as kube-scheduler samples its plugin metrics
+#: (``pluginMetricsSamplePercent``, 10%): timing every call of every what-if of a preemption search cost the loop
+#: a tenth of its time (docs/performance.md).
+PLUGIN_SAMPLE = 0.1
+
+
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, *, plugin_sample: float = PLUGIN_SAMPLE, seed: int | None = None) -> None:
+        #: Whether the current cycle's plugin calls are timed (:meth:`cycle_starts`).
+        self.timing = True
+        self._plugin_sample = plugin_sample
+        self._sampler = random.Random(seed)
         self.registry = CollectorRegistry()
         r = self.registry
         ProcessCollector(registry=r)
@@ -99,7 +110,8 @@ class Metrics:
         )
         self.plugin_duration = Histogram(
             "gpusched_plugin_duration_seconds",
-            "One call of a plugin at an extension point (a filter or score call covers every node at once).",
+            "One call of a plugin at an extension point (a filter or score call covers every node at once); the calls"
+            " of one scheduling cycle in ten, sampled as kube-scheduler samples its plugin metrics.",
             ["plugin", "extension_point"],
             buckets=_CYCLE_BUCKETS,
             registry=r,
@@ -237,9 +249,14 @@ class Metrics:
         """``queue`` if it exists (or is ``default``), else ``unknown``: label values stay bounded."""
         return queue if queue in self._queues else "unknown"
 
+    def cycle_starts(self) -> None:
+        """A scheduling cycle begins: its plugin calls are timed with the chance :data:`PLUGIN_SAMPLE` (calls
+        outside cycles, e.g. explain's what-ifs, go with the last cycle's draw)."""
+        self.timing = self._sampler.random() < self._plugin_sample
+
     def instrument(self, framework: Framework) -> None:
-        """Time every plugin call of ``framework`` into ``gpusched_plugin_duration_seconds`` (the plugins are
-        wrapped in place; the framework works as before)."""
+        """Time the plugin calls of ``framework``'s sampled cycles (:meth:`cycle_starts`) into
+        ``gpusched_plugin_duration_seconds`` (the plugins are wrapped in place; the framework works as before)."""
         framework.pre_filters[:] = [_Timed(p, self) for p in framework.pre_filters]
         framework.filters[:] = [_Timed(p, self) for p in framework.filters]
         framework.reservers[:] = [_Timed(p, self) for p in framework.reservers]
@@ -256,6 +273,8 @@ class Metrics:
         histogram = self.plugin_duration.labels(plugin, point)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.timing:
+                return method(*args, **kwargs)
             started = time.perf_counter()
             try:
                 return method(*args, **kwargs)

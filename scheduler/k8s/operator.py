@@ -221,6 +221,7 @@ class Operator:
                     and time.monotonic() - started < self.batch_seconds
                 ):
                     cycle = time.perf_counter()
+                    self.metrics.cycle_starts()
                     if not self.loop.run_once():
                         break
                     self.metrics.cycle_duration.observe(time.perf_counter() - cycle)

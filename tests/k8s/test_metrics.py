@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from scheduler.core.extension_points import Framework
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import run
+from scheduler.k8s.metrics import Metrics
 from scheduler.k8s.operator import Operator
 from tests.k8s.test_operator import node, pod
 
@@ -84,3 +86,38 @@ def test_bind_address_is_a_flag() -> None:
     run.add_arguments(parser)
     assert parser.parse_args([]).bind_address == "0.0.0.0"
     assert parser.parse_args(["--bind-address", "127.0.0.1"]).bind_address == "127.0.0.1"
+
+
+class _Filter:
+    name = "probe"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def filter(self) -> bool:
+        self.calls += 1
+        return True
+
+
+def _timed_calls(metrics: Metrics) -> float:
+    count = metrics.registry.get_sample_value(
+        "gpusched_plugin_duration_seconds_count", {"plugin": "probe", "extension_point": "filter"}
+    )
+    return count or 0.0
+
+
+@pytest.mark.parametrize(("sample", "low", "high"), [(0.0, 0, 0), (1.0, 400, 400), (0.1, 20, 70)])
+def test_plugin_calls_are_timed_in_the_sampled_cycles_only(sample: float, low: int, high: int) -> None:
+    # As kube-scheduler samples its plugin metrics (one cycle in ten by default): every call of a sampled cycle
+    # counts, no call of another, and every call reaches the plugin either way.
+    metrics = Metrics(plugin_sample=sample, seed=7)
+    probe = _Filter()
+    framework = Framework(k8s_config.parse({}).profile, filters=[probe])
+    metrics.instrument(framework)
+    for _ in range(100):
+        metrics.cycle_starts()
+        for _ in range(4):
+            assert framework.filters[0].filter() is True
+    assert probe.calls == 400
+    assert low <= _timed_calls(metrics) <= high
+    assert _timed_calls(metrics) % 4 == 0  # whole cycles
