@@ -20,7 +20,7 @@ Invariants kept here, whatever order pods and PodGroups arrive in (a restart lis
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,6 +231,17 @@ class Jobs:
         #: Group key -> pods naming a group that does not exist (yet): pending ones wait, placed ones count as
         #: single pods until it comes.
         self._orphans: dict[str, dict[str, PodRequest]] = {}
+        #: Told the key of every job that changed (a member came, was placed, unplaced or left; its group changed;
+        #: it came or went): who keeps something per job updates it then, instead of checking every job.
+        self._watchers: list[Callable[[str], None]] = []
+
+    def watch(self, watcher: Callable[[str], None]) -> None:
+        """Call ``watcher`` with the key of each job that changes from now on."""
+        self._watchers.append(watcher)
+
+    def _changed(self, key: str) -> None:
+        for watcher in self._watchers:
+            watcher(key)
 
     # --- lookups -----------------------------------------------------------------------------------------------
 
@@ -286,6 +297,7 @@ class Jobs:
             self._job_of[pod.key] = job.key
             if pod.key not in job.placed:
                 job.pending[pod.key] = pod
+            self._changed(job.key)
             return job
         job = self._jobs.get(pod.key)
         if job is None:
@@ -293,6 +305,7 @@ class Jobs:
             self._job_of[pod.key] = pod.key
         if pod.key not in job.placed:
             job.pending[pod.key] = pod
+        self._changed(job.key)
         return job
 
     def pod_placed(self, pod: PodRequest, *, now: float) -> Job:
@@ -315,6 +328,7 @@ class Jobs:
             job.running.add(pod.key)
         if job.started is None:
             job.started = now
+        self._changed(job.key)
         return job
 
     def pod_unplaced(self, pod: PodRequest) -> Job | None:
@@ -327,6 +341,7 @@ class Jobs:
         job.pending[pod.key] = pod
         if not job.placed:
             job.started = None
+        self._changed(job.key)
         return job
 
     def pod_gone(self, pod_key: str, *, finished: str = "") -> Job | None:
@@ -351,6 +366,7 @@ class Jobs:
             del self._jobs[job.key]
         elif not job.placed:
             job.started = None
+        self._changed(job.key)
         return job
 
     def group_upsert(self, group: PodGroup) -> tuple[Job, list[PodRequest]]:
@@ -366,6 +382,7 @@ class Jobs:
             if single is not None and single.group is None:
                 # Found bound before its group was known: it counted as a single pod until now.
                 del self._jobs[pod_key]
+                self._changed(pod_key)
                 if job.started is None or (single.started is not None and single.started < job.started):
                     job.started = single.started
             self._job_of[pod_key] = job.key
@@ -376,6 +393,7 @@ class Jobs:
                 joined.append(pod)
             else:
                 job.pending[pod_key] = pod
+        self._changed(job.key)
         return job, joined
 
     def group_removed(self, group_key: str) -> tuple[Job | None, list[PodRequest]]:
@@ -395,7 +413,9 @@ class Jobs:
             if pod_key in job.running:
                 single.running.add(pod_key)
             self._job_of[pod_key] = pod_key
+            self._changed(pod_key)
             moved.append(pod)
         if not orphans:
             del self._orphans[group_key]
+        self._changed(job.key)
         return job, moved

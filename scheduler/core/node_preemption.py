@@ -138,13 +138,17 @@ def node_victims(
         reclaim.move(cache, snapshot, victim, away=False)
 
     trial = snapshot.arrays
+    # ``short``'s comparisons one column at a time, on the same values as the arrays' (a node's row is a few columns:
+    # numpy's per-call cost, not the arithmetic, was most of the search).
+    checked = [(int(c), float(request[c]) - 1e-9) for c in np.flatnonzero(plain)]
+    whole_gpus = pod.gpu.count if pod.gpu.whole else 0
 
     def short(used: np.ndarray, gpu_free: np.ndarray, slot: int) -> bool:
         # The node's free resources and whole GPUs: a necessary condition, where most put-backs fail.
-        room = trial.cap[slot] - used
-        if np.any(room[plain] < request[plain] - 1e-9):
+        cap = trial.cap[slot]
+        if any(cap[c] - used[c] < need for c, need in checked):
             return True
-        return pod.gpu.whole and int((gpu_free >= layout.WHOLE).sum()) < pod.gpu.count
+        return bool(whole_gpus) and int((gpu_free >= layout.WHOLE).sum()) < whole_gpus
 
     def fits(slot: int) -> bool:
         return not short(trial.used[slot], trial.gpu_free[slot], slot) and scheduler.fits_on(pod, snapshot, slot)
@@ -152,14 +156,17 @@ def node_victims(
     def short_with(victim: reclaim.Candidate, slot: int) -> bool:
         # ``short`` on the node as putting ``victim`` back would leave it, without putting it back (the same sums in
         # the same order as the arrays' own): a victim that must stay costs no move there and back.
-        used, gpu_free = trial.used[slot].copy(), trial.gpu_free[slot].copy()
+        used, gpu_free = trial.used[slot].copy(), trial.gpu_free[slot]
+        if whole_gpus:
+            gpu_free = gpu_free.copy()
         for pod in victim.pods:
             entry = cache.pod(pod.key)
             if entry is not None and entry.placement.slot == slot:
                 placement = entry.placement
                 used[: placement.request.shape[0]] += placement.request
-                for device in placement.gpu_ids:
-                    gpu_free[device] -= placement.gpu_milli
+                if whole_gpus:  # read only then
+                    for device in placement.gpu_ids:
+                        gpu_free[device] -= placement.gpu_milli
         return short(used, gpu_free, slot)
 
     found: list[NodeVictims] = []

@@ -14,9 +14,11 @@ for any single pod of the same shape, queue and priority), the nodes nominated f
 PodDisruptionBudgets, and how many jobs were preempted per victim queue (metrics). The nodes a preemptor frees are
 nominated for it in :class:`scheduler.core.holds.Holds`.
 
-A single pod's search is kube-scheduler's PostFilter in its cost as in its choice: the candidates are arrays built
-once per generation (:class:`scheduler.core.reclaim.Placements`), the nodes its cycle refused for a reason no
-eviction changes are not tried, and the nodes are tried from a random one on (seeded by the profile's ``seed``).
+A single pod's search is kube-scheduler's PostFilter in its cost as in its choice: the candidates are arrays put
+together once per generation (:class:`scheduler.core.reclaim.Placements`) from what
+:class:`scheduler.core.running_jobs.RunningJobs` keeps per job (rebuilt only when the job changed), the nodes its
+cycle refused for a reason no eviction changes are not tried, and the nodes are tried from a random one on (seeded
+by the profile's ``seed``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from scheduler.core.cycle import Scheduler
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Jobs
 from scheduler.core.ports import Events, Evictor
-from scheduler.core.tenancy import Tenancy, requests_of
+from scheduler.core.running_jobs import Running, RunningJobs
+from scheduler.core.tenancy import Tenancy
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,10 @@ class Preemptor:
         self.budgets: dict[str, api_pdb.DisruptionBudget] = {}
         #: Jobs preempted so far, by the victim's queue.
         self.preemptions: dict[str, int] = {}
-        self._candidates: tuple[int, list[reclaim.Candidate], reclaim.Placements] | None = None
+        #: Every job holding capacity as candidates, each job's rebuilt only when it changed.
+        self.running_jobs = RunningJobs(jobs, scheduler.cache, tenancy)
+        #: Their last build, and the cluster generation it was made at.
+        self._running_at: tuple[int, Running] | None = None
         #: Where a single pod's search starts among the nodes (kube-scheduler's random offset).
         self._offsets = np.random.default_rng(scheduler.framework.config.seed)
         #: The last attempt's search (its actions share it).
@@ -121,37 +127,10 @@ class Preemptor:
         return self._running(version)[0]
 
     def _running(self, version: int) -> tuple[list[reclaim.Candidate], reclaim.Placements]:
-        if self._candidates is not None and self._candidates[0] == version:
-            return self._candidates[1], self._candidates[2]
-        cache = self.scheduler.cache
-        candidates = []
-        for job in self.jobs.all():
-            if job.started is None:
-                continue
-            pods = [e.pod for k in job.placed if (e := cache.pod(k)) is not None]
-            if not pods:
-                continue
-            queue = job.queue
-            priority = max([job.group.priority, *(p.priority for p in pods)]) if job.group else pods[0].priority
-            ahead = self.tenancy.rank(queue)[1][-1][0]
-            surplus = [p for p in job.surplus() if cache.pod(p.key) is not None]
-            for rank, pod in enumerate(surplus):
-                candidates.append(
-                    reclaim.Candidate(
-                        pod.key, queue, priority, job.started, [pod], requests_of([pod]), ahead, job.key, rank
-                    )
-                )
-            after = frozenset(p.key for p in surplus)
-            core = [p for p in pods if p.key not in after]
-            if core:
-                candidates.append(
-                    reclaim.Candidate(
-                        job.key, queue, priority, job.started, core, requests_of(core), ahead, after=after
-                    )
-                )
-        placements = reclaim.placements(cache, candidates)
-        self._candidates = (version, candidates, placements)
-        return candidates, placements
+        if self._running_at is None or self._running_at[0] != version:
+            self._running_at = (version, self.running_jobs.build())
+        running = self._running_at[1]
+        return running.candidates, running.placements
 
     def search(self, attempt: Attempt) -> Search:
         """The victims ``attempt`` may choose from, found once per attempt (reclaim, then preempt, share them); or,
@@ -237,10 +216,18 @@ class Preemptor:
         """``context``: what the job's what-ifs respect, as its own cycle does; ``group``: the gang whose core
         ``pods`` are, whose segments must each find a domain (``reclaim.find_victims``)."""
         find: Callable[..., list[reclaim.Candidate]] = reclaim.find_victims
-        current = self._candidates
+        current = self._running_at
         version = fruitless.generation(self.scheduler.cache.arrays)
-        placed = current[2] if current is not None and current[0] == version else None
-        kwargs: dict[str, object] = {"snapshot": snapshot, "placed": placed, "context": context, "group": group}
+        placed = current[1].placements if current is not None and current[0] == version else None
+        # The queues' shares as the candidates were built (they come from the last build).
+        ahead = current[1].ahead if current is not None else None
+        kwargs: dict[str, object] = {
+            "snapshot": snapshot,
+            "placed": placed,
+            "context": context,
+            "group": group,
+            "ahead": ahead,
+        }
         if required_level is not None:
             find, kwargs = reclaim.find_victims_in_domain, {**kwargs, "level": required_level}
         return find(

@@ -15,7 +15,7 @@ only, and the what-ifs place it inside that domain, so the capacity freed is con
 domain needing the cheapest victims wins, and if no single domain can be freed enough, nothing is preempted.
 
 A single pod preempting within its queue gets victims on one node (``scheduler.core.node_preemption``), from the
-candidates and placements built here.
+candidates and placements kept by ``scheduler.core.running_jobs``.
 """
 
 from __future__ import annotations
@@ -67,11 +67,13 @@ class Candidate:
         return self.gang or self.key
 
 
-def take_order(candidate: Candidate) -> tuple[object, ...]:
+def take_order(candidate: Candidate, ahead: Mapping[str, float] | None = None) -> tuple[object, ...]:
     """Victims in the order they are taken: lowest priority, an elastic gang's surplus before whole jobs, the queue
-    furthest ahead of its fair share, the youngest, a gang's surplus member of highest rank first."""
+    furthest ahead of its fair share (``ahead``, per queue, when given; else the candidate's own), the youngest, a
+    gang's surplus member of highest rank first."""
     c = candidate
-    return (c.priority, not c.surplus, -c.ahead, -c.started, c.job, c.rank)
+    share = ahead.get(c.queue, c.ahead) if ahead is not None else c.ahead
+    return (c.priority, not c.surplus, -share, -c.started, c.job, c.rank)
 
 
 def put_back_order(candidate: Candidate) -> tuple[object, ...]:
@@ -133,44 +135,7 @@ class Placements:
     slot: np.ndarray
     rows: np.ndarray
     whole: np.ndarray
-    by_slot: dict[int, list[int]]
-
-
-def placements(cache: Cache, candidates: Sequence[Candidate]) -> Placements:
-    """The arrays of :class:`Placements` for ``candidates`` as the cache holds them now."""
-    columns = cache.arrays.cap.shape[1]
-    queues: dict[str, int] = {}
-    owner: list[int] = []
-    found: list[Any] = []
-    by_slot: dict[int, list[int]] = {}
-    for i, candidate in enumerate(candidates):
-        seen: set[int] = set()
-        for pod in candidate.pods:
-            entry = cache.pod(pod.key)
-            if entry is None:
-                continue
-            owner.append(i)
-            found.append(entry.placement)
-            if entry.placement.slot not in seen:
-                seen.add(entry.placement.slot)
-                by_slot.setdefault(entry.placement.slot, []).append(i)
-    rows = np.zeros((len(found), columns))
-    for row, placement in zip(rows, found, strict=True):
-        width = min(columns, placement.request.shape[0])  # older vectors may be shorter
-        row[:width] = placement.request[:width]
-    return Placements(
-        candidates=list(candidates),
-        index={c.key: i for i, c in enumerate(candidates)},
-        queue=np.array([queues.setdefault(c.queue, len(queues)) for c in candidates], dtype=np.int64),
-        queues=queues,
-        priority=np.array([c.priority for c in candidates], dtype=np.int64),
-        behind=np.array([bool(c.after) for c in candidates], dtype=bool),
-        owner=np.array(owner, dtype=np.int64),
-        slot=np.array([p.slot for p in found], dtype=np.int64),
-        rows=rows,
-        whole=np.array([len(p.gpu_ids) if p.gpu_milli >= layout.WHOLE else 0 for p in found], dtype=np.float64),
-        by_slot=by_slot,
-    )
+    by_slot: Mapping[int, list[int]]
 
 
 def move(cache: Cache, snapshot: Snapshot, victim: Candidate, *, away: bool) -> None:
@@ -197,6 +162,7 @@ def find_victims(
     group: PodGroup | None = None,
     placed: Placements | None = None,
     may_use: np.ndarray | None = None,
+    ahead: Mapping[str, float] | None = None,
 ) -> list[Candidate]:
     """The victims whose eviction lets ``job`` fit, or [] if there are none (or it would not help).
 
@@ -213,7 +179,8 @@ def find_victims(
     them: see docs/gangs.md on reclaim latency). ``surplus`` bounds
     what may be taken from a queue (what it holds beyond its guarantee, per resource): victims of a queue in it
     are taken only while the queue stays at or above its guarantee, so that a reclaim never pushes its victim's
-    queue below its own guarantee (which would reclaim back: ping-pong)."""
+    queue below its own guarantee (which would reclaim back: ping-pong). ``ahead``: per queue, how far it is ahead of
+    its fair share (read for the order victims are taken in, instead of each candidate's own ``ahead``)."""
     if policy == NEVER:
         return []
     cache = scheduler.cache
@@ -228,7 +195,7 @@ def find_victims(
     allowed = [
         c for c in candidates if (policy != LOWER_PRIORITY or c.priority < priority) and (keep is None or c.key in keep)
     ]
-    ordered = sorted(allowed, key=take_order)
+    ordered = sorted(allowed, key=lambda c: take_order(c, ahead))
     remaining = {queue: dict(vector) for queue, vector in (surplus or {}).items()}
 
     def takeable(victim: Candidate) -> bool:
@@ -349,6 +316,7 @@ def find_victims_in_domain(
     snapshot: Snapshot | None = None,
     group: PodGroup | None = None,
     placed: Placements | None = None,
+    ahead: Mapping[str, float] | None = None,
 ) -> list[Candidate]:
     """Victims all inside one domain of ``level`` whose eviction lets ``job`` fit inside that domain, or [].
     ``context`` as :func:`find_victims`' (a mask it holds narrows every domain).
@@ -402,6 +370,7 @@ def find_victims_in_domain(
             group=group,
             placed=placed,
             may_use=may_use,
+            ahead=ahead,
         )
         if not victims:
             continue
