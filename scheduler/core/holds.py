@@ -80,6 +80,10 @@ class Holds:
         self.nominated[key] = freed
         self.evicting[key] = [pod.key for pod in victims]
 
+    def evicting_for(self, pod_key: str) -> list[str]:
+        """The jobs that evicted pod ``pod_key`` and hold the room it frees."""
+        return [key for key, victims in self.evicting.items() if pod_key in victims]
+
     def still_evicting(self, key: str) -> bool | None:
         """None without a nomination; True while a victim of job ``key`` is still there; False once all are gone
         (the nomination is dropped then: the job preempts again if it still does not fit)."""

@@ -230,6 +230,13 @@ class SchedulingLoop:
         self.moves.refused(pod_key, message)
         self.cluster_event(ClusterEvent.POD_DELETED)
 
+    def eviction_failed(self, pod_key: str, message: str) -> None:
+        """The deletion of preempted pod ``pod_key`` failed: the jobs it was evicted for no longer hold its room
+        and are tried again now."""
+        jobs = set(self.preemptor.eviction_failed(pod_key, message))
+        if jobs:
+            self.queue.move_all_to_active("VictimDeletionFailed", lambda item: item.key in jobs)
+
     def budget_upsert(self, budget: DisruptionBudget) -> None:
         """A PodDisruptionBudget was seen (new or changed): preemption prefers victims it does not protect, and
         consolidation moves no more of its pods at once than it allows."""

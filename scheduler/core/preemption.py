@@ -181,6 +181,30 @@ class Preemptor:
         if nominated is not None and (shape := fruitless.pod_shape(nominated[0])) is not None:
             self.fruitless.forget(("pod", self.jobs.queue_of(nominated[0]), nominated[2], shape))
 
+    def eviction_failed(self, pod_key: str, message: str) -> list[str]:
+        """The deletion of victim pod ``pod_key`` failed (refused, or no answer in time): it no longer counts as
+        leaving, and each job that evicted it loses the room it held and searches again, as kube-scheduler retries
+        a preemptor whose victims could not be deleted (were it deleted after all, the search finds the room free).
+        Returns those jobs' keys."""
+        for victim_key, victim in list(self.terminating.items()):
+            if any(pod.key == pod_key for pod in victim.pods):
+                del self.terminating[victim_key]
+                self.evicted_for.pop(victim_key, None)
+        jobs = self.holds.evicting_for(pod_key)
+        for key in jobs:
+            job = self.jobs.get(key)
+            self.holds.release(key)
+            self.retry(key)
+            self.unnominate(key)
+            obj = f"podgroup {job.group.key}" if job is not None and job.group is not None else f"pod {key}"
+            self.events.emit(
+                obj=obj,
+                kind="Warning",
+                reason="PreemptionFailed",
+                message=f"the deletion of victim pod {pod_key} failed ({message}); looking for room again",
+            )
+        return jobs
+
     def offset(self) -> int:
         """Where a single pod's search starts among the nodes that may help (modulo their number)."""
         return int(self._offsets.integers(2**31))

@@ -208,8 +208,11 @@ class Adapter:
         )
         if answer.ok or answer.status == 404:
             log.info("preempted", pod=pod.key, reason=reason)
-        else:
-            log.warning("preemption failed", pod=pod.key, status=answer.status, error=answer.message)
+            return
+        log.warning("preemption failed", pod=pod.key, status=answer.status, error=answer.message)
+        # The room it was to free is not coming: its preemptor searches again (kube-scheduler retries it too).
+        self.loop.eviction_failed(pod.key, answer.message)
+        self._wake()
 
     # --- the binder's callbacks --------------------------------------------------------------------------------
 

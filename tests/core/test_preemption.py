@@ -415,3 +415,34 @@ def test_a_gang_no_eviction_can_help_evicts_nothing_without_trying(monkeypatch: 
     loop.run_until_idle()
     assert evictions.pods == []
     assert tries == []
+
+
+def test_a_victim_whose_deletion_failed_frees_its_preemptor_to_search_again() -> None:
+    # The API server refused the victim's deletion or did not answer in time: the preemptor no longer waits for
+    # a room that is not coming. Its nomination is cleared, it is told why, and it searches again at once (here it
+    # chooses the same victim, the only one); once that victim is gone it is placed.
+    cluster, loop, clock, events, evictions = _loop(("n0", 1))
+    _run(loop, clock, [_pod("low", 1, 0)])
+    _run(loop, clock, [_pod("urgent", 1, 10)])
+    assert [p.name for p in evictions.pods] == ["low"]
+    clock.now += 1.0
+    loop.run_until_idle()
+    assert [p.name for p in evictions.pods] == ["low"]  # waiting for its victim: nothing evicted twice
+    loop.eviction_failed("default/low", "Timeout: the server was too busy")
+    assert "PreemptionFailed" in events.reasons("pod default/urgent")
+    assert "default/low" in events.messages("pod default/urgent")[-1]
+    assert evictions.nominated["default/urgent"] == ""
+    loop.run_until_idle()
+    assert [p.name for p in evictions.pods] == ["low", "low"]
+    assert evictions.nominated["default/urgent"] == "n0"
+    gone(cluster, loop, clock, [evictions.pods[0]])
+    assert _placed(cluster)["urgent"] == "n0"
+
+
+def test_a_failed_deletion_of_a_pod_nobody_waits_for_changes_nothing() -> None:
+    cluster, loop, clock, events, evictions = _loop(("n0", 1))
+    _run(loop, clock, [_pod("low", 1, 0)])
+    loop.eviction_failed("default/low", "Forbidden")
+    loop.run_until_idle()
+    assert evictions.pods == [] and events.reasons("pod default/low") == ["Scheduled"]
+    assert _placed(cluster) == {"low": "n0"}

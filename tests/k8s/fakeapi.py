@@ -100,6 +100,8 @@ class FakeApiServer:
         self.claim_rv = 0
         #: Answers for PUTs of a ResourceClaim's status, in order, before the stored claim is updated (then 200).
         self.claim_status_answers: list[Canned] = []
+        #: Pod name -> the answer to its deletion (default: 200 and the pod is gone; 404 when it is absent).
+        self.delete_answers: dict[str, Canned] = {}
         #: Pod name -> the answer to its eviction (default: 201, and the pod is gone, as an accepted eviction).
         self.eviction_answers: dict[str, Canned] = {}
         self.in_flight = 0
@@ -229,6 +231,9 @@ class FakeApiServer:
 
     async def _delete_pod(self, request: web.Request) -> web.Response:
         await self._record(request)
+        canned = self.delete_answers.get(request.match_info["name"])
+        if canned is not None:
+            return web.json_response(canned.body, status=canned.status)
         pod = self.pods.pop(f"{request.match_info['ns']}/{request.match_info['name']}", None)
         if pod is None:
             return web.json_response(status(404, "NotFound", "pods not found"), status=404)

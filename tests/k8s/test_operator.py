@@ -419,6 +419,18 @@ async def test_preemption_deletes_the_victim_with_its_uid(fake: FakeApiServer, o
     assert condition["message"] == "gpusched: preempting to accommodate a higher priority pod"
 
 
+async def test_a_victim_whose_deletion_fails_is_reported_to_the_loop(fake: FakeApiServer, operator: Operator) -> None:
+    # Its preemptor must not wait for a room that is not coming (the loop frees it to search again).
+    failed: list[tuple[str, str]] = []
+    operator.loop.eviction_failed = lambda key, why: failed.append((key, why))  # type: ignore[method-assign]
+    for name in ("kept", "gone"):
+        fake.pods[f"default/{name}"] = pod(name, 1)
+    fake.delete_answers["kept"] = Canned(500, status(500, "InternalError", "etcdserver: request timed out"))
+    operator.evict([api_pod.parse_pod(pod(name, 1)) for name in ("kept", "gone")], "reclaim")
+    await eventually(lambda: len(fake.requests("DELETE")) == 2 and bool(failed))
+    assert failed == [("default/kept", "etcdserver: request timed out")]
+
+
 async def test_moves_are_evicted_in_order_through_the_eviction_api_and_a_refusal_stops_them(
     fake: FakeApiServer, operator: Operator
 ) -> None:
