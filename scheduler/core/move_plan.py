@@ -127,11 +127,24 @@ def _milli(pods: Sequence[PodRequest]) -> int:
     return sum(p.gpu.total_milli for p in pods)
 
 
-def buys_more_than_it_costs(moved: Sequence[PodRequest], job: Sequence[PodRequest]) -> bool:
-    """Whether moving ``moved`` for ``job`` moves fewer GPUs than the job asks, and fewer pods than the whole GPUs
-    it asks (each moved pod makes room for more than one GPU; so a job of one GPU or less moves nothing)."""
+def buys_more_than_it_costs(
+    moved: Sequence[PodRequest], job: Sequence[PodRequest], rule: str = "FewerGPUsAndPods"
+) -> bool:
+    """Whether moving ``moved`` for ``job`` is within ``rule`` (``planCost``, ``profile.PLAN_COSTS``): by default it
+    moves fewer GPUs than the job asks, and fewer pods than the whole GPUs it asks (each moved pod makes room for
+    more than one GPU; so a job of one GPU or less moves nothing); ``FewerGPUsAndPodsOrOne`` lets a job of one GPU
+    or less move one pod (smaller than itself); ``FewerGPUs`` keeps the GPUs part alone; ``Any`` allows any set."""
+    if rule == "Any":
+        return True
     asks = _milli(job)
-    return _milli(moved) < asks and len(moved) < asks // layout.WHOLE
+    if _milli(moved) >= asks:
+        return False
+    if rule == "FewerGPUs":
+        return True
+    pods = asks // layout.WHOLE
+    if rule == "FewerGPUsAndPodsOrOne":
+        pods = max(pods, 2)
+    return len(moved) < pods
 
 
 class Search:
@@ -339,7 +352,7 @@ class Search:
         most = self.limits.max_pods_per_whole_node if whole_node else self.limits.max_pods_per_plan
         if len(pods) > most or self.attempts >= MAX_ATTEMPTS:
             return None
-        if not buys_more_than_it_costs(pods, self.members):
+        if not buys_more_than_it_costs(pods, self.members, self.limits.plan_cost):
             self.no_gain += 1
             return None
         if not self.within_budgets(pods):
