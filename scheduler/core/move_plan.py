@@ -19,6 +19,7 @@ Two rules shape what a plan may spend:
   the job asks, and so are the pods it moves (each moved pod makes room for more than one GPU). Moving a 1-GPU pod
   so that a 1-GPU pod fits is a swap, not consolidation: it stops a running pod to place one no larger, where the
   moved pod itself had to find a place. A job of one GPU or less moves nothing: any GPU freed anywhere fits it.
+  (The profile's ``planCost`` names this rule, ``FewerGPUsAndPods``, or another: :func:`buys_more_than_it_costs`.)
 - **Most of a node is emptied directly**: for a member asking more than half of a node's GPUs, the node's set is
   also the one a person would pick: its movable pods largest first, the fewest that free enough (one set per node,
   not every subset), within ``maxPodsPerWholeNode`` pods instead of ``maxPodsPerNode`` and ``maxPodsPerPlan``.
