@@ -102,11 +102,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{name}: {args.combine}")
             report(results, list(results))
         return 0
-    if not FOLDER.is_dir():
-        print(f"skipped: the trace is not in {FOLDER} (`gpusched trace` downloads it)", file=sys.stderr)
-        return 2
-    seeds = command.parse_seeds(args.seeds)
-    loads = churn.parse_loads(args.loads)
     knobs = None
     if args.consolidation:
         try:
@@ -114,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
         except (InvalidObject, yaml.YAMLError) as error:
             print(error, file=sys.stderr)
             return 2
+    if not FOLDER.is_dir():
+        print(f"skipped: the trace is not in {FOLDER} (`gpusched trace` downloads it)", file=sys.stderr)
+        return 2
+    seeds = command.parse_seeds(args.seeds)
+    loads = churn.parse_loads(args.loads)
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
     nodes = trace.load_nodes(FOLDER / "openb_node_list_gpu_node.csv")
 
