@@ -14,6 +14,20 @@ the default list with at most 2% of the pods moved):
 
     nice .venv/bin/python benchmarks/churn.py --paper 0,0.005,0.01,0.02 --lists default --seeds 42-44
 
+The budgets run largest first on each seed: where a run made fewer moves than a smaller budget allows, that budget's
+run is the same run (the budget never stopped it; the simulator is deterministic) and is not run again.
+
+``--repack`` measures the offline re-pack instead (scheduler/sim/repack.py): from fgd's final state in the paper's
+protocol, the shared-GPU pods packed again (across the cluster or on their own nodes, with the nodes' CPU and
+memory, and across the cluster with the GPUs alone), then the failed pods placed; the allocation reached and the
+pods moved (% of the pods placed). ``--repair`` adds the move-frugal repair (each failed pod placed for at most
+one move; minutes a seed):
+
+    nice .venv/bin/python benchmarks/churn.py --repack --repair --lists default --seeds 42-44
+
+``--consolidation MAP`` sets the consolidate action's knobs as a profile's ``consolidation:`` does, read and checked
+by the same parser (docs/consolidation.md), e.g. ``--consolidation '{planCost: Any, maxPodsPerPlan: 8}'``.
+
 ``--combine A.json,B.json`` prints the table and the bar of several runs' JSON files (seeds run in parallel, one
 process each), each figure the mean over all their seeds (a file's means weighted by its seeds).
 """
@@ -21,6 +35,7 @@ process each), each figure the mean over all their seeds (a file's means weighte
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -29,8 +44,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from scheduler.api import typical
-from scheduler.sim import churn, command, protocol, trace, tune_moves
+from scheduler.api.errors import InvalidObject
+from scheduler.framework import profile
+from scheduler.framework.profile import ConsolidationConfig
+from scheduler.sim import churn, command, engine, policies, protocol, repack, trace, tune_moves
 from scheduler.sim.churn import ChurnRun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,12 +93,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paper", metavar="B,B,...", help="the paper's protocol with these move budgets instead")
     parser.add_argument("--combine", metavar="A.json,B.json", help="the table of earlier runs' JSON files")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument("--repack", action="store_true", help="the offline re-pack of fgd's final state instead")
+    parser.add_argument("--repair", action="store_true", help="with --repack: also the move-frugal repair")
+    parser.add_argument("--consolidation", metavar="MAP", help="the consolidate action's knobs (a profile's map)")
     args = parser.parse_args(argv)
     if args.combine:
         for name, results in combine([json.loads(Path(f).read_text()) for f in args.combine.split(",")]).items():
             print(f"\n{name}: {args.combine}")
             report(results, list(results))
         return 0
+    knobs = None
+    if args.consolidation:
+        try:
+            knobs = profile.consolidation(yaml.safe_load(args.consolidation), "--consolidation")
+        except (InvalidObject, yaml.YAMLError) as error:
+            print(error, file=sys.stderr)
+            return 2
     if not FOLDER.is_dir():
         print(f"skipped: the trace is not in {FOLDER} (`gpusched trace` downloads it)", file=sys.stderr)
         return 2
@@ -103,14 +133,22 @@ def main(argv: list[str] | None = None) -> int:
         "loads": loads,
         "arrivals": args.arrivals,
         "load_average": os.getloadavg()[0],
+        "consolidation": args.consolidation or "",
         "lists": {},
     }
+    if args.repack:
+        for name in args.lists.split(","):
+            pods = trace.load_pods(FOLDER / f"openb_pod_list_{name}.csv")
+            print(f"\n{name}: the offline re-pack of fgd's final state at 130% arrived, seeds {args.seeds}")
+            payload["lists"][name] = repacks(nodes, pods, seeds, repair=args.repair)
+        write(args.json, payload)
+        return 0
     if args.paper:
         budgets = [float(b) for b in args.paper.split(",")]
         payload["budgets"] = budgets
         for name in args.lists.split(","):
             payload["lists"][name] = paper(
-                nodes, trace.load_pods(FOLDER / f"openb_pod_list_{name}.csv"), budgets, seeds
+                nodes, trace.load_pods(FOLDER / f"openb_pod_list_{name}.csv"), budgets, seeds, knobs
             )
             print(f"\n{name}: the paper's protocol, fgd+consolidate under a budget of moves, seeds {args.seeds}")
             print(paper_table(payload["lists"][name]))
@@ -123,7 +161,15 @@ def main(argv: list[str] | None = None) -> int:
         durations_from, note = churn.durations_source(pods, pods_file=str(path), durations_file=None)
         started = time.perf_counter()
         results = churn.compare(
-            nodes, pods, names, loads, seeds, durations_from=durations_from, arrivals=count, progress=progress
+            nodes,
+            pods,
+            names,
+            loads,
+            seeds,
+            durations_from=durations_from,
+            arrivals=count,
+            progress=progress,
+            consolidation=knobs,
         )
         print(f"\n{name}{note}: {count} arrivals, seeds {args.seeds}, {time.perf_counter() - started:.0f}s")
         report(results, names)
@@ -183,23 +229,33 @@ def write(path: str | None, payload: dict[str, Any]) -> None:
 
 
 def paper(
-    nodes: list[trace.NodeSpec], pods: list[trace.PodSpec], budgets: list[float], seeds: list[int]
+    nodes: list[trace.NodeSpec],
+    pods: list[trace.PodSpec],
+    budgets: list[float],
+    seeds: list[int],
+    knobs: ConsolidationConfig | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per budget (a share of the workload's pods), the means over ``seeds`` of the allocation at 100% and 130%
-    arrived, the moves made (and their share of the pods), the failed pods and the wall time."""
+    arrived, the moves made (and their share of the pods, and of the pods placed), the failed pods and the wall
+    time. The budgets run largest first: a smaller budget that a run's moves never reached gets that same run."""
     shapes = typical.typical_shapes([p.shape for p in pods])
     capacity = float(sum(n.gpus for n in nodes)) * 1000.0
     runs: dict[float, list[tune_moves.BudgetRun]] = {b: [] for b in budgets}
     for seed in seeds:
         workload = protocol.inflate(pods, capacity, 1.3, seed)
         seed_nodes = protocol.tie_order(nodes, seed)
-        for b in budgets:
-            config = churn.profile("fgd+consolidate", shapes=shapes, seed=seed)
-            run = tune_moves.run(seed_nodes, workload, config, budget=round(b * len(workload)))
-            runs[b].append(run)
+        last: tune_moves.BudgetRun | None = None
+        for b in sorted(budgets, reverse=True):
+            budget = round(b * len(workload))
+            if last is not None and last.moves < budget:
+                runs[b].append(last)  # the budget never stopped that run: this one is the same
+                continue
+            config = churn.profile("fgd+consolidate", shapes=shapes, seed=seed, consolidation=knobs)
+            last = tune_moves.run(seed_nodes, workload, config, budget=budget)
+            runs[b].append(last)
             print(
-                f"  budget {b:g} seed {seed}: {run.wall_s:.0f}s, alloc@130 {run.curve.get(130, math.nan):.2f}%, "
-                f"{run.moves} moves",
+                f"  budget {b:g} seed {seed}: {last.wall_s:.0f}s, alloc@130 {last.curve.get(130, math.nan):.2f}%, "
+                f"{last.moves} moves, {last.failed} failed",
                 file=sys.stderr,
                 flush=True,
             )
@@ -209,22 +265,76 @@ def paper(
             "alloc_at_130": float(sum(r.curve.get(130, math.nan) for r in rs) / len(rs)),
             "moves": float(sum(r.moves for r in rs) / len(rs)),
             "moved_pct_of_pods": float(sum(100.0 * r.moves / r.pods for r in rs) / len(rs)),
+            "moved_pct_of_placed": float(sum(100.0 * r.moves / (r.pods - r.failed) for r in rs) / len(rs)),
             "failed": float(sum(r.failed for r in rs) / len(rs)),
             "wall_s": float(sum(r.wall_s for r in rs) / len(rs)),
             "per_seed_alloc_at_130": [r.curve.get(130, math.nan) for r in rs],
+            "per_seed_moves": [r.moves for r in rs],
         }
-        for b, rs in runs.items()
+        for b, rs in sorted(runs.items())
     }
 
 
+def repacks(
+    nodes: list[trace.NodeSpec], pods: list[trace.PodSpec], seeds: list[int], *, repair: bool
+) -> dict[str, dict[str, Any]]:
+    """Per seed: fgd's allocation at 130% arrived (the paper's protocol), each re-pack's allocation and pods moved
+    (``scheduler.sim.repack``), and with ``repair`` the move-frugal repair's."""
+    shapes = typical.typical_shapes([p.shape for p in pods])
+    capacity = float(sum(n.gpus for n in nodes)) * 1000.0
+    out: dict[str, dict[str, Any]] = {}
+    for seed in seeds:
+        workload = protocol.inflate(pods, capacity, 1.3, seed)
+        config = policies.build("fgd", shapes=shapes, seed=seed)
+        run = engine.run_arrivals(protocol.tie_order(nodes, seed), workload, config, shapes=shapes)
+        assert run.cache is not None
+        row: dict[str, Any] = {"fgd": 100.0 * float(run.allocated[-1]) / capacity}
+        print(
+            f"  seed {seed}: fgd {row['fgd']:.2f}% ({int(run.placed.sum())} placed, {int((~run.placed).sum())} failed)"
+        )
+        for order, cpu, label in (("ffd", True, "ffd"), ("node", True, "node"), ("ffd", False, "ffd-gpus-only")):
+            r = repack.repack(run.cache, workload, run.placed, order=order, cpu=cpu)
+            row[label] = dataclasses.asdict(r) | {"moved_pct_of_placed": r.moved_pct_of_placed}
+            print(
+                f"    {label:>13}: {r.after:.2f}%, {r.moved} pods moved ({r.moved_pct_of_placed:.2f}% of "
+                f"{r.placed} placed; {r.lost} lost), {r.newly_placed} of {r.failed} failed placed, free GPUs "
+                f"{r.free_gpus_before} -> {r.free_gpus}"
+            )
+        if repair:
+            started = time.perf_counter()
+            fixed = repack.repair(run.cache, workload, run.placed)
+            moves = fixed.steps[-1][0] if fixed.steps else 0
+            row["repair"] = {
+                "after": fixed.at(moves),
+                "placed": len(fixed.steps),
+                "of": fixed.failed,
+                "moves": moves,
+                "at_2pct": fixed.at(int(0.02 * fixed.placed)),
+                "wall_s": time.perf_counter() - started,
+            }
+            print(
+                f"    {'repair':>13}: {fixed.at(moves):.2f}%, {len(fixed.steps)} of {fixed.failed} failed pods of "
+                f"one GPU or less placed for {moves} moves ({time.perf_counter() - started:.0f}s)",
+                flush=True,
+            )
+        out[str(seed)] = row
+    return out
+
+
 def paper_table(results: dict[str, dict[str, Any]]) -> str:
-    lines = [f"{'budget':>8} {'alloc@100%':>10} {'alloc@130%':>10} {'moves':>8} {'% pods moved':>12} {'failed':>8}"]
+    lines = [
+        f"{'budget':>8} {'alloc@100%':>10} {'alloc@130%':>10} {'moves':>8} {'% pods moved':>12} "
+        f"{'% placed moved':>14} {'failed':>8}"
+    ]
     for b, r in results.items():
         lines.append(
             f"{float(b) * 100:>7.1f}% {r['alloc_at_100']:>9.2f}% {r['alloc_at_130']:>9.2f}% {r['moves']:>8.0f} "
-            f"{r['moved_pct_of_pods']:>11.2f}% {r['failed']:>8.0f}"
+            f"{r['moved_pct_of_pods']:>11.2f}% {r.get('moved_pct_of_placed', math.nan):>13.2f}% {r['failed']:>8.0f}"
         )
-    lines.append("budget: moves allowed, a share of the pods (0: fgd alone); means over the seeds")
+    lines.append(
+        "budget: moves allowed, a share of the pods (0: fgd alone); % placed moved: moves per pod placed; "
+        "means over the seeds"
+    )
     return "\n".join(lines)
 
 

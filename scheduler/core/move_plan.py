@@ -19,6 +19,7 @@ Two rules shape what a plan may spend:
   the job asks, and so are the pods it moves (each moved pod makes room for more than one GPU). Moving a 1-GPU pod
   so that a 1-GPU pod fits is a swap, not consolidation: it stops a running pod to place one no larger, where the
   moved pod itself had to find a place. A job of one GPU or less moves nothing: any GPU freed anywhere fits it.
+  (The profile's ``planCost`` names this rule, ``FewerGPUsAndPods``, or another: :func:`buys_more_than_it_costs`.)
 - **Most of a node is emptied directly**: for a member asking more than half of a node's GPUs, the node's set is
   also the one a person would pick: its movable pods largest first, the fewest that free enough (one set per node,
   not every subset), within ``maxPodsPerWholeNode`` pods instead of ``maxPodsPerNode`` and ``maxPodsPerPlan``.
@@ -127,11 +128,24 @@ def _milli(pods: Sequence[PodRequest]) -> int:
     return sum(p.gpu.total_milli for p in pods)
 
 
-def buys_more_than_it_costs(moved: Sequence[PodRequest], job: Sequence[PodRequest]) -> bool:
-    """Whether moving ``moved`` for ``job`` moves fewer GPUs than the job asks, and fewer pods than the whole GPUs
-    it asks (each moved pod makes room for more than one GPU; so a job of one GPU or less moves nothing)."""
+def buys_more_than_it_costs(
+    moved: Sequence[PodRequest], job: Sequence[PodRequest], rule: str = "FewerGPUsAndPods"
+) -> bool:
+    """Whether moving ``moved`` for ``job`` is within ``rule`` (``planCost``, ``profile.PLAN_COSTS``): by default it
+    moves fewer GPUs than the job asks, and fewer pods than the whole GPUs it asks (each moved pod makes room for
+    more than one GPU; so a job of one GPU or less moves nothing); ``FewerGPUsAndPodsOrOne`` lets a job of one GPU
+    or less move one pod (smaller than itself); ``FewerGPUs`` keeps the GPUs part alone; ``Any`` allows any set."""
+    if rule == "Any":
+        return True
     asks = _milli(job)
-    return _milli(moved) < asks and len(moved) < asks // layout.WHOLE
+    if _milli(moved) >= asks:
+        return False
+    if rule == "FewerGPUs":
+        return True
+    pods = asks // layout.WHOLE
+    if rule == "FewerGPUsAndPodsOrOne":
+        pods = max(pods, 2)
+    return len(moved) < pods
 
 
 class Search:
@@ -339,7 +353,7 @@ class Search:
         most = self.limits.max_pods_per_whole_node if whole_node else self.limits.max_pods_per_plan
         if len(pods) > most or self.attempts >= MAX_ATTEMPTS:
             return None
-        if not buys_more_than_it_costs(pods, self.members):
+        if not buys_more_than_it_costs(pods, self.members, self.limits.plan_cost):
             self.no_gain += 1
             return None
         if not self.within_budgets(pods):

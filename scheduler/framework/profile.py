@@ -62,7 +62,15 @@ class ConsolidationConfig:
     #: (seconds; 0: never, the default), and the most pods it moves in any hour.
     defragment_every_s: float = 0.0
     defragment_pods_per_hour: int = 10
+    #: What a plan may spend against what it places (:data:`PLAN_COSTS`; ``scheduler.core.move_plan``).
+    plan_cost: str = "FewerGPUsAndPods"
 
+
+#: ``planCost``: what a plan may spend. The GPU-milli its moved pods hold fewer than the job asks, and its moved
+#: pods fewer than the whole GPUs the job asks (``FewerGPUsAndPods``: a job of one GPU or less moves nothing), or
+#: than two for a job of one GPU or less (``FewerGPUsAndPodsOrOne``: it may move one pod smaller than itself); the
+#: GPU-milli part alone (``FewerGPUs``); or no such rule (``Any``: only the budgets bound a plan).
+PLAN_COSTS = ("FewerGPUsAndPods", "FewerGPUsAndPodsOrOne", "FewerGPUs", "Any")
 
 _CONSOLIDATION_KEYS = {
     "maxPodsPerPlan": ("max_pods_per_plan", 1),
@@ -151,19 +159,28 @@ def parse(raw: object, *, source: str = "profile") -> ProfileConfig:
         seed=seed,
         plugins=tuple(plugins),
         actions=actions,
-        consolidation=_consolidation(raw.get("consolidation") or {}, source),
+        consolidation=consolidation(raw.get("consolidation") or {}, source),
     )
 
 
-def _consolidation(raw: object, source: str) -> ConsolidationConfig:
-    """``consolidation:``: whole numbers, each at least its low bound; unknown keys are errors."""
+def consolidation(raw: object, source: str) -> ConsolidationConfig:
+    """``consolidation:`` (``source``: where it came from, for errors): whole numbers, each at least its low bound,
+    and ``planCost`` one of :data:`PLAN_COSTS`; unknown keys are errors."""
+    keys = [*_CONSOLIDATION_KEYS, "planCost"]
     if not isinstance(raw, Mapping):
-        raise InvalidObject(f"must be a map with {', '.join(_CONSOLIDATION_KEYS)}", obj=source, field="consolidation")
+        raise InvalidObject(f"must be a map with {', '.join(keys)}", obj=source, field="consolidation")
     values: dict[str, Any] = {}
     for key, value in raw.items():
+        if key == "planCost":
+            if value not in PLAN_COSTS:
+                raise InvalidObject(
+                    f"{value!r} is not one of {', '.join(PLAN_COSTS)}", obj=source, field="consolidation.planCost"
+                )
+            values["plan_cost"] = value
+            continue
         if key not in _CONSOLIDATION_KEYS:
             raise InvalidObject(
-                f"unknown key (expected one of {sorted(_CONSOLIDATION_KEYS)})", obj=source, field=f"consolidation.{key}"
+                f"unknown key (expected one of {sorted(keys)})", obj=source, field=f"consolidation.{key}"
             )
         attribute, low = _CONSOLIDATION_KEYS[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < low:

@@ -39,7 +39,7 @@ from scheduler.api import typical
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
 from scheduler.framework.interface import Decision
-from scheduler.framework.profile import ACTIONS, ProfileConfig
+from scheduler.framework.profile import ACTIONS, ConsolidationConfig, ProfileConfig
 from scheduler.kernels import layout
 from scheduler.sim import jobsim, policies, protocol, trace
 from scheduler.sim.trace import NodeSpec, PodSpec
@@ -431,12 +431,15 @@ def table(results: Mapping[str, Mapping[str, Mapping[str, object]]]) -> str:
     return "\n".join(lines)
 
 
-def profile(name: str, *, shapes: Sequence[typical.Shape], seed: int) -> ProfileConfig:
+def profile(
+    name: str, *, shapes: Sequence[typical.Shape], seed: int, consolidation: ConsolidationConfig | None = None
+) -> ProfileConfig:
     """A policy of the simulator (``fgd``) and the session's actions after ``allocate`` each named after a ``+``
     (``fgd+consolidate``); ``+defrag`` adds background defragmentation (``scheduler.core.defrag``, every
     :data:`DEFRAG_EVERY_S` simulated seconds, within the profile's default pods an hour) to ``consolidate``. Without
     any, the pod that does not fit only waits. (One queue at one priority gives reclaim and preempt nothing to do,
-    and the run has no evictor for them.)"""
+    and the run has no evictor for them.) ``consolidation``: the consolidate action's knobs (default: the packaged
+    profile's)."""
     base, *extra = name.split("+")
     policies.parse_names(base)
     defrag = "defrag" in extra
@@ -456,7 +459,7 @@ def profile(name: str, *, shapes: Sequence[typical.Shape], seed: int) -> Profile
             field="--policy",
         )
     config = policies.build(base, shapes=shapes, seed=seed)
-    consolidation = config.consolidation
+    consolidation = consolidation or config.consolidation
     if defrag:
         consolidation = dataclasses.replace(consolidation, defragment_every_s=DEFRAG_EVERY_S)
     return dataclasses.replace(
@@ -474,9 +477,11 @@ def compare(
     durations_from: Sequence[PodSpec] | None = None,
     arrivals: int = 0,
     progress: Callable[[str, ChurnRun], None] | None = None,
+    consolidation: ConsolidationConfig | None = None,
 ) -> dict[str, dict[str, dict[str, object]]]:
     """Every policy at every load, the mean over ``seeds``; a seed gives every policy the same arrivals, durations
-    and node order. ``durations_from``: where a list without times draws its durations (see :func:`workload`)."""
+    and node order. ``durations_from``: where a list without times draws its durations (see :func:`workload`);
+    ``consolidation``: the knobs of the policies that consolidate (default: the packaged profile's)."""
     for name in names:
         profile(name, shapes=[], seed=0)  # a bad name is refused before any run
     shapes = typical.typical_shapes([p.shape for p in pods])
@@ -495,7 +500,8 @@ def compare(
             )
             seed_nodes = protocol.tie_order(nodes, seed)
             for name in names:
-                result = run(seed_nodes, run_pods, profile(name, shapes=shapes, seed=seed))
+                config = profile(name, shapes=shapes, seed=seed, consolidation=consolidation)
+                result = run(seed_nodes, run_pods, config)
                 runs[name].append(result)
                 if progress is not None:
                     progress(f"{name} load {load:g} seed {seed}", result)

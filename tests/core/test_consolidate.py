@@ -394,6 +394,40 @@ def test_a_plan_moves_fewer_pods_than_the_gpus_it_makes_room_for() -> None:
     assert world.made == 0 and world.cluster.cache.pod("default/two") is None
 
 
+def _beside_half_used_gpus(plan_cost: str | None) -> World:
+    """HAMi #2072's case: n0's 8 GPUs each half used by a movable 500-milli pod; n1 full but for half a GPU, n2 full
+    (pods that do not move); a 600-milli pod comes."""
+    world = World(used=(0, 0, 0), consolidation={"planCost": plan_cost} if plan_cost else None)  # type: ignore[dict-item]
+    for device in range(8):
+        notes = {"gpusched.io/gpu-ids": str(device)}
+        world.bound(world.pod(f"s{device}", gpus=1, milli=500, owner=f"s{device}", annotations=notes), "n0")
+    world.bound(world.pod("seven", gpus=7), "n1")
+    world.bound(world.pod("half", gpus=1, milli=500, annotations={"gpusched.io/gpu-ids": "7"}), "n1")
+    world.bound(world.pod("full", gpus=8), "n2")
+    world.loop.pod_pending(world.pod("six", gpus=1, milli=600))
+    world.step()
+    return world
+
+
+def test_a_shared_pod_beside_half_used_gpus_moves_one_smaller_pod_only_where_the_profile_says() -> None:
+    # By default a job of one GPU or less moves nothing: the pod waits, told why.
+    world = _beside_half_used_gpus(None)
+    assert world.made == 0 and world.cluster.cache.pod("default/six") is None
+    assert any("as many GPUs or pods as the job asks" in m for _, r, m in world.events.seen if r == "NoMovePlan")
+    # FewerGPUsAndPodsOrOne: one 500-milli pod joins another on one GPU, and the 600-milli pod takes the freed one.
+    world = _beside_half_used_gpus("FewerGPUsAndPodsOrOne")
+    assert world.made == 1 and world.cluster.cache.pod("default/six") is not None, world.events.seen
+    # ... one pod, smaller than the job: a pod as large as the job, or two, are still not moved for it.
+    one, half, six = world.pod("o", gpus=1), world.pod("h", gpus=1, milli=500), world.pod("x", gpus=1, milli=600)
+    rule = "FewerGPUsAndPodsOrOne"
+    assert move_plan.buys_more_than_it_costs([half], [six], rule)
+    assert not move_plan.buys_more_than_it_costs([six], [six], rule)
+    assert not move_plan.buys_more_than_it_costs([half, half], [one], rule)
+    assert not move_plan.buys_more_than_it_costs([half, half], [world.pod("t", gpus=2)], rule)
+    assert move_plan.buys_more_than_it_costs([half, half], [one], "FewerGPUs") is False  # 1,000 milli for 1,000
+    assert move_plan.buys_more_than_it_costs([one, one], [one], "Any")
+
+
 def _most_of_a_node(consolidation: dict[str, int] | None = None) -> World:
     """n0: three movable 2-GPU pods (2 free); n1: 6 free, nothing movable; n2 full; an 8-GPU pod comes."""
     world = World(used=(0, 0, 0), consolidation=consolidation)

@@ -131,6 +131,17 @@ def test_consolidate_is_named_and_tuned_in_a_profile_not_in_the_default(tmp_path
     assert profile.load().consolidation.defragment_every_s == 0  # background defragmentation is off by default
 
 
+def test_plan_cost_is_one_of_its_names_and_a_yaml_boolean_is_refused_by_name(tmp_path: Path) -> None:
+    assert profile.load().consolidation.plan_cost == "FewerGPUsAndPods"
+    loaded = profile.load(_write(tmp_path, "consolidation: {planCost: FewerGPUsAndPodsOrOne}\n"))
+    assert loaded.consolidation.plan_cost == "FewerGPUsAndPodsOrOne"
+    # YAML reads Off as false: named, with the values it may take.
+    with pytest.raises(InvalidObject, match=r"consolidation\.planCost: False is not one of FewerGPUsAndPods, .*Any"):
+        profile.load(_write(tmp_path, "consolidation: {planCost: Off}\n"))
+    with pytest.raises(InvalidObject, match=r"consolidation\.planCost"):
+        profile.consolidation({"planCost": "fewer"}, "--consolidation")
+
+
 def test_an_empty_file_is_the_default(tmp_path: Path) -> None:
     assert profile.load(_write(tmp_path, "")) == profile.load()
 
