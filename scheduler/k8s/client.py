@@ -50,8 +50,14 @@ class ClientSettings:
     burst: int = 100
     #: Seconds one request may take, answer included; after that it counts as unanswered (status 0).
     timeout: float = 10.0
-    #: HTTP connections kept to the API server; at least the in-flight binds plus the other writers.
+    #: Requests in flight at once through :meth:`Client.call` (the binds plus the other writers); the others wait
+    #: their turn before their ``timeout`` starts. The connection pool has :data:`WATCH_CONNECTIONS` more.
     connections: int = 100
+
+
+#: Connections of the pool kept for the informers' watches, each held for minutes (11 kinds are watched): without
+#: them the watches took the requests' connections, and requests waiting for one timed out with no request sent.
+WATCH_CONNECTIONS = 16
 
 
 class RateLimiter:
@@ -138,10 +144,15 @@ class Answer:
 class Client:
     """An ApiClient plus the limiter and timeout every writer shares; see :meth:`call`."""
 
-    def __init__(self, api: Any, *, limiter: RateLimiter | None = None, timeout: float = 10.0) -> None:
+    def __init__(
+        self, api: Any, *, limiter: RateLimiter | None = None, timeout: float = 10.0, in_flight: int = 100
+    ) -> None:
         self.api = api
         self.limiter = limiter if limiter is not None else RateLimiter(0, 1)
         self.timeout = timeout
+        #: Requests in flight (``ClientSettings.connections``): a request waits here, not on the pool, so that its
+        #: timeout counts the API server's time only.
+        self._slots = asyncio.Semaphore(in_flight)
         self.core = k8s_client.CoreV1Api(api)
         self.policy = k8s_client.PolicyV1Api(api)
         self.custom = k8s_client.CustomObjectsApi(api)
@@ -152,16 +163,17 @@ class Client:
         ``method`` is a bound method of :attr:`core` or :attr:`custom`; the raw response is read here, so that
         no success is ever lost to the generated client's deserialisation.
         """
-        await self.limiter.acquire()
-        try:
-            async with asyncio.timeout(self.timeout):
-                response = await method(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
-                async with response:
-                    raw = await response.read()
-                    status = int(response.status)
-                    retry_after = _seconds(response.headers.get("Retry-After"))
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            return Answer(status=0, error=f"{type(exc).__name__}: {exc}".rstrip(": "))
+        async with self._slots:
+            await self.limiter.acquire()
+            try:
+                async with asyncio.timeout(self.timeout):
+                    response = await method(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
+                    async with response:
+                        raw = await response.read()
+                        status = int(response.status)
+                        retry_after = _seconds(response.headers.get("Retry-After"))
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                return Answer(status=0, error=f"{type(exc).__name__}: {exc}".rstrip(": "))
         return Answer(status=status, body=_json(raw), retry_after=retry_after)
 
     async def close(self) -> None:
@@ -195,7 +207,7 @@ async def configuration(settings: ClientSettings) -> Any:
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
             # The loader indexes into whatever YAML it got: an empty file or a list ends here.
             raise InvalidObject(f"not a kubeconfig ({type(exc).__name__}: {exc})", obj=f"kubeconfig {path}") from None
-    conf.connection_pool_maxsize = settings.connections
+    conf.connection_pool_maxsize = settings.connections + WATCH_CONNECTIONS
     return conf
 
 
@@ -233,7 +245,7 @@ async def connect(settings: ClientSettings | None = None) -> Client:
     _skip_env_lookups(api)
     limiter = RateLimiter(settings.qps, settings.burst)
     log.info("api client ready", server=conf.host, qps=settings.qps, burst=settings.burst)
-    return Client(api, limiter=limiter, timeout=settings.timeout)
+    return Client(api, limiter=limiter, timeout=settings.timeout, in_flight=settings.connections)
 
 
 #: Environment variables that make aiohttp's ``trust_env`` matter (proxies, and a netrc file for credentials).

@@ -24,7 +24,7 @@ from scheduler.k8s import client as k8s
 
 
 def client_for(
-    url: str, *, limiter: k8s.RateLimiter | None = None, timeout: float = 10.0, agent: str = ""
+    url: str, *, limiter: k8s.RateLimiter | None = None, timeout: float = 10.0, agent: str = "", in_flight: int = 100
 ) -> k8s.Client:
     """A :class:`scheduler.k8s.client.Client` for a server that needs no credentials (a fake one), sending
     ``agent`` as its User-Agent when given; gpusched's own clients come from a kubeconfig or the in-cluster files
@@ -32,7 +32,7 @@ def client_for(
     api = k8s_client.ApiClient(configuration=k8s_client.Configuration(host=url))
     if agent:
         api.user_agent = agent
-    return k8s.Client(api, limiter=limiter, timeout=timeout)
+    return k8s.Client(api, limiter=limiter, timeout=timeout, in_flight=in_flight)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -47,7 +48,7 @@ async def test_configuration_from_a_kubeconfig_context(tmp_path: Path) -> None:
     chosen = await k8s.configuration(k8s.ClientSettings(kubeconfig=str(path), context="ctx-b", connections=7))
     assert default.host == "https://a.example:6443"
     assert chosen.host == "https://b.example:6443"
-    assert chosen.connection_pool_maxsize == 7
+    assert chosen.connection_pool_maxsize == 7 + k8s.WATCH_CONNECTIONS  # the requests' and the watches'
 
 
 async def test_a_kubeconfig_that_cannot_be_used_is_named_with_what_is_wrong(
@@ -98,6 +99,37 @@ async def test_answers_not_exceptions() -> None:
     assert (answer.status, answer.ok, answer.answered, answer.retry_after) == (502, False, True, 3.0)
     assert answer.message == "<html>bad gateway</html>"
     assert missing.status == 404 and not missing.ok
+
+
+async def test_a_request_waiting_for_its_turn_is_not_timed_out_meanwhile() -> None:
+    # Five requests at once, one in flight at a time, each answered in 0.3 s, with a timeout of 0.5 s: the last
+    # waits 1.2 s for its turn and is still answered. Timing the wait for a connection made requests that were never
+    # sent count as unanswered when many writers wrote at once (evictions, status, Events behind the binds).
+    busy = 0
+    most = 0
+
+    async def slow(request: web.Request) -> web.Response:
+        nonlocal busy, most
+        busy += 1
+        most = max(most, busy)
+        await asyncio.sleep(0.3)
+        busy -= 1
+        return web.json_response({"kind": "Pod", "metadata": {"name": request.match_info["name"]}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/ns/pods/{name}", slow)
+    server = TestServer(app)
+    await server.start_server()
+    c = client_for(f"http://{server.host}:{server.port}", timeout=0.5, in_flight=1)
+    try:
+        answers = await asyncio.gather(
+            *(c.call(c.core.read_namespaced_pod, name=f"p{i}", namespace="ns") for i in range(5))
+        )
+    finally:
+        await c.close()
+        await server.close()
+    assert [a.status for a in answers] == [200] * 5
+    assert most == 1
 
 
 #: A kubeconfig of one server that nothing listens on (the client is made, never used).
