@@ -21,6 +21,11 @@ from scheduler.framework import interface
 from scheduler.framework.interface import Code, CycleState, Decision, Status
 from scheduler.kernels import layout
 
+#: The cycle context's key for the single pods nominated by preemption that the pod must count: placements of their
+#: requests on their nodes (``scheduler.core.holds``), added in a what-if while the pod is filtered, as
+#: kube-scheduler's addNominatedPods adds them (not while it is scored).
+NOMINATED_PODS = "nominated.pods"
+
 
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
@@ -183,9 +188,28 @@ class Scheduler:
         self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None = None, *, only: int | None = None
     ) -> Filtered:
         """The cycle's filtering, the one the cycle and ``gpusched explain`` both run: the profile's check for
-        ResourceClaims, the pre-filters, the nodes held for other jobs, then every filter plugin. ``only``: the one
+        ResourceClaims, the pre-filters, the nodes held for other jobs, then every filter plugin, with the pods
+        nominated for others that ``context`` names (``NOMINATED_PODS``) counted on their nodes. ``only``: the one
         node slot to judge (:meth:`fits_on`); every other node is out of the question (``layout.RESERVED``), which
         the filters skip as they skip any node already refused."""
+        nominated = context.get(NOMINATED_PODS) if context else None
+        if not nominated:
+            return self._filter(pod, snapshot, context, only=only)
+        token = snapshot.checkpoint()
+        try:
+            slots = snapshot.arrays.slots
+            for placement in nominated:
+                if placement.slot >= slots or (only is not None and placement.slot != only):
+                    continue
+                if placement.pod is None or placement.pod.key != pod.key:
+                    snapshot.place(placement)
+            return self._filter(pod, snapshot, context, only=only)
+        finally:
+            snapshot.rollback(token)
+
+    def _filter(
+        self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None, *, only: int | None
+    ) -> Filtered:
         state = CycleState(pod=pod, snapshot=snapshot, request=snapshot.request_vector(pod))
         if pod.resource_claims and not self._allocates_claims:
             message = (

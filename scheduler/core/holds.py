@@ -1,11 +1,16 @@
 """Holds: node slots kept for one job while it waits, which every other job's cycle must leave alone.
 
 Two kinds, both applied by the core to every cycle (``Scheduler.place`` treats ``RESERVED_SLOTS`` as
-unavailable), whatever plugins the profile names:
+unavailable, and counts ``cycle.NOMINATED_PODS`` on their nodes), whatever plugins the profile names:
 
-- a *nomination*: the nodes a job's preemption is freeing (like kube-scheduler's nominated node). Without it the
+- a *nomination*: the room a job's preemption is freeing (like kube-scheduler's nominated node). Without it the
   capacity goes to whoever comes first and the preemptor preempts again. Kept, with the pods it evicted, until the
-  job is placed or gone; once every victim is gone and the job still does not fit, it is dropped.
+  job is placed or gone; once every victim is gone and the job still does not fit, it is dropped. A single pod
+  without GPUs or ResourceClaims nominated by within-queue preemption is counted as kube-scheduler counts it: its
+  requests on its node, in the cycles (and victim searches) of pods of its priority or lower only, so that a pod
+  of equal priority does not take its room but still fits beside it where the node holds both. Every other
+  nomination (a gang's, reclaim's, a pod with GPUs, whose devices are chosen only when it binds) holds the whole
+  nodes its victims free.
 - a *reservation* against starvation (off unless ``reserve_after_s`` is set): the best-ranked job of 2+ whole GPUs
   that has waited that long without room holds the nodes with the most free GPUs until their GPUs cover it; other
   jobs backfill only elsewhere. Off by default: without run-time estimates a reservation idles GPUs while its nodes
@@ -20,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.api.pod import PodRequest
+from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Cache
 from scheduler.core.jobs import Attempt
 from scheduler.core.tenancy import Tenancy
@@ -39,6 +45,9 @@ class Holds:
         self.nominated: dict[str, np.ndarray] = {}
         #: Job key -> the pods its preemption evicted (while any is there, the job waits instead of preempting).
         self.evicting: dict[str, list[str]] = {}
+        #: Job key -> (the pod, its node, its request vector) for a single pod counted by its requests (the module
+        #: notes); such a job has no entry in :attr:`nominated`.
+        self.pods: dict[str, tuple[PodRequest, str, np.ndarray]] = {}
         #: Job key -> the priority of a job with a nomination.
         self.priority: dict[str, int] = {}
         #: (job key, its leaf queue, reserved node slots) for the job held against starvation.
@@ -68,17 +77,38 @@ class Holds:
             [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) >= priority]
         )
 
-    def nominate(self, key: str, victims: list[PodRequest], priority: int = 0) -> None:
-        """Job ``key`` (of ``priority``) evicts ``victims``: the nodes they free are its own until it is placed or
-        gone."""
+    def nominated_pods(self, key: str, priority: int) -> list[Placement]:
+        """The single pods nominated for jobs other than ``key`` of ``priority`` or higher, each as a placement of its
+        requests on its node, which a pod of ``priority`` counts there (kube-scheduler's addNominatedPods)."""
+        placements: list[Placement] = []
+        for owner, (pod, node, request) in self.pods.items():
+            if owner == key or self.priority.get(owner, 0) < priority:
+                continue
+            slot = self.cache.slot_of(node)
+            if slot is not None:
+                placements.append(Placement(slot, request, pod=pod))
+        return placements
+
+    def nominate(
+        self, key: str, victims: list[PodRequest], priority: int = 0, *, pod: PodRequest | None = None, node: str = ""
+    ) -> None:
+        """Job ``key`` (of ``priority``) evicts ``victims``: the room they free is its own until it is placed or
+        gone. ``pod`` on ``node``: a single pod nominated there, counted by its requests if it asks for no GPU and
+        no ResourceClaim (else, and for a job, the nodes its victims free are held whole)."""
         self.priority[key] = priority
+        self.evicting[key] = [victim.key for victim in victims]
+        self.nominated.pop(key, None)
+        self.pods.pop(key, None)
+        if pod is not None and not pod.gpu.total_milli and not pod.resource_claims:
+            request = self.cache.request_vector(pod)[: self.cache.arrays.cap.shape[1]]
+            self.pods[key] = (pod, node, request)
+            return
         freed = np.zeros(self.cache.arrays.slots, dtype=bool)
-        for pod in victims:
-            entry = self.cache.pod(pod.key)
+        for victim in victims:
+            entry = self.cache.pod(victim.key)
             if entry is not None:
                 freed[entry.placement.slot] = True
         self.nominated[key] = freed
-        self.evicting[key] = [pod.key for pod in victims]
 
     def evicting_for(self, pod_key: str) -> list[str]:
         """The jobs that evicted pod ``pod_key`` and hold the room it frees."""
@@ -127,6 +157,7 @@ class Holds:
     def release(self, key: str) -> None:
         """Job ``key`` is placed or gone: whatever it held is free for others."""
         self.nominated.pop(key, None)
+        self.pods.pop(key, None)
         self.evicting.pop(key, None)
         self.priority.pop(key, None)
         if self.reservation is not None and self.reservation[0] == key:

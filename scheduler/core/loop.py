@@ -49,7 +49,7 @@ from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.core import actions, gate
-from scheduler.core.cycle import Scheduler
+from scheduler.core.cycle import NOMINATED_PODS, Scheduler
 from scheduler.core.defrag import Defragmenter
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
@@ -371,7 +371,8 @@ class SchedulingLoop:
 
     def cycle_context(self, key: str) -> dict[str, Any]:
         """What job ``key``'s cycles get from outside: the nodes held for others (nominations, reservations, the
-        targets of moves), and the waiting demand."""
+        targets of moves), the pods nominated for others that it counts (those of its priority or higher), and the
+        waiting demand."""
         held = self.holds.context(key).get(RESERVED_SLOTS)
         moving = self.moves.context(key).get(RESERVED_SLOTS)
         if held is None or moving is None:
@@ -382,7 +383,15 @@ class SchedulingLoop:
             merged[: held.shape[0]] |= held
             merged[: moving.shape[0]] |= moving
             held = merged
-        return {PENDING_PODS: self} if held is None else {RESERVED_SLOTS: held, PENDING_PODS: self}
+        context: dict[str, Any] = {PENDING_PODS: self} if held is None else {RESERVED_SLOTS: held, PENDING_PODS: self}
+        if self.holds.pods:
+            queued = self.jobs.queued(key)
+            priority = queued[0].priority if queued is not None else 0
+            if queued is not None and queued[1] is not None:
+                priority = max(priority, queued[1].priority)  # a member tried alone, as its queue item is ranked
+            if nominated := self.holds.nominated_pods(key, priority):
+                context[NOMINATED_PODS] = nominated
+        return context
 
     @property
     def version(self) -> int:

@@ -446,3 +446,48 @@ def test_a_failed_deletion_of_a_pod_nobody_waits_for_changes_nothing() -> None:
     loop.run_until_idle()
     assert evictions.pods == [] and events.reasons("pod default/low") == ["Scheduled"]
     assert _placed(cluster) == {"low": "n0"}
+
+
+def test_preemptors_of_equal_priority_do_not_take_each_others_freed_room() -> None:
+    # PreemptionBasic in small. first and second (equal priority) each evict one pod, on n0 and n1. first's victim
+    # goes first, and second is tried before first: kube-scheduler counts first (nominated to n0) on n0 when
+    # second is filtered, so second waits for its own victim instead of taking first's room (first would then
+    # evict a second pod, and second's freed room would go unused).
+    cluster, loop, clock, _, evictions = _loop(("n0", 2), ("n1", 2))
+    _run(loop, clock, [_pod("low-a", 1, 0, node="n0"), _pod("low-b", 1, 0, node="n0")])
+    _run(loop, clock, [_pod("low-c", 1, 0, node="n1"), _pod("low-d", 1, 0, node="n1")])
+    _run(loop, clock, [_pod("first", 1, 10)])
+    _run(loop, clock, [_pod("second", 1, 10)])
+    assert len(evictions.pods) == 2
+    nodes = {evictions.nominated["default/first"], evictions.nominated["default/second"]}
+    assert nodes == {"n0", "n1"}
+    first_victim = evictions.pods[0]  # evicted for first, on its nominated node
+    cluster.cache.remove_pod(first_victim.key)
+    loop.pod_gone(first_victim.key)
+    _run(loop, clock, [_pod("second", 1, 10, labels={"touched": "yes"})])  # an update: second is tried first
+    assert "second" not in _placed(cluster)
+    gone(cluster, loop, clock, evictions.pods[1:])
+    assert len(evictions.pods) == 2  # the minimum: no preemptor evicted twice
+    placed = _placed(cluster)
+    assert (placed["first"], placed["second"]) == (
+        evictions.nominated["default/first"],
+        evictions.nominated["default/second"],
+    )
+
+
+def test_a_pod_of_equal_priority_fits_beside_a_nominated_pod_where_the_node_holds_both() -> None:
+    # kube-scheduler adds the nominated pod's requests to its node, it does not hold the whole node: with big's
+    # room freed for first (2 of the 3 it frees), a pod of first's priority asking 1 still fits on n0.
+    cluster, loop, clock, _, evictions = _loop(("n0", 4))
+    _run(loop, clock, [_pod("big", 3, 0), _pod("keeper", 1, 100)])
+    _run(loop, clock, [_pod("first", 2, 10)])
+    assert [p.name for p in evictions.pods] == ["big"]
+    assert evictions.nominated == {"default/first": "n0"}
+    cluster.cache.remove_pod("default/big")  # its deletion not yet heard by the loop
+    _run(loop, clock, [_pod("beside", 2, 10)])  # first's 2 and beside's 2 do not fit beside keeper
+    assert "beside" not in _placed(cluster) and len(evictions.pods) == 1
+    _run(loop, clock, [_pod("small", 1, 10)])
+    assert _placed(cluster)["small"] == "n0"
+    gone(cluster, loop, clock, evictions.pods)
+    assert _placed(cluster)["first"] == "n0"
+    assert "beside" not in _placed(cluster) and len(evictions.pods) == 1

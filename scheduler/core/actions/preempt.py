@@ -112,6 +112,7 @@ class Preempt:
             reasons=attempt.reasons,
             offset=p.offset(),
             held=p.holds.nominated_for_others(key, priority),
+            nominated=p.holds.nominated_pods(key, priority),
         )
         if choice is None:
             return False
@@ -124,7 +125,7 @@ class Preempt:
                 p.retry(other)
                 p.holds.release(other)
                 p.unnominate(other)
-        p.holds.nominate(key, choice.pods, priority)
+        p.holds.nominate(key, choice.pods, priority, pod=pod, node=choice.node)
         reason = f"Preempted by pod {pod.uid or pod.key} on node {choice.node}: higher-priority work of queue "
         reason += f"{queue!r} ({obj})"
         for victim in choice.victims:
