@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.api.pod import PodRequest
+from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Cache, Snapshot
 from scheduler.core import capacity, reason_texts
 from scheduler.core.extension_points import Framework
@@ -188,27 +189,57 @@ class Scheduler:
         self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None = None, *, only: int | None = None
     ) -> Filtered:
         """The cycle's filtering, the one the cycle and ``gpusched explain`` both run: the profile's check for
-        ResourceClaims, the pre-filters, the nodes held for other jobs, then every filter plugin, with the pods
-        nominated for others that ``context`` names (``NOMINATED_PODS``) counted on their nodes. ``only``: the one
+        ResourceClaims, the pre-filters, the nodes held for other jobs, then every filter plugin; a node that passes
+        and has pods nominated to it that ``context`` names (``NOMINATED_PODS``) passes only if it passes again with
+        them placed there. ``only``: the one
         node slot to judge (:meth:`fits_on`); every other node is out of the question (``layout.RESERVED``), which
         the filters skip as they skip any node already refused."""
         nominated = context.get(NOMINATED_PODS) if context else None
         if not nominated:
             return self._filter(pod, snapshot, context, only=only)
+        slots = snapshot.arrays.slots
+        counted = [p for p in nominated if p.slot < slots and (p.pod is None or p.pod.key != pod.key)]
+        if only is not None:
+            counted = [p for p in counted if p.slot == only]
+            if not counted:
+                return self._filter(pod, snapshot, context, only=only)
+            return self._with_nominated(pod, snapshot, context, counted, only)
+        # As kube-scheduler filters a node with nominated pods twice, without and with them: only the nodes that
+        # pass without them and hold some are filtered again (most nodes a preemptor waits for are full anyway).
+        filtered = self._filter(pod, snapshot, context, only=None)
+        if filtered.reasons is None:
+            return filtered
+        fit = filtered.reasons == layout.FIT
+        counted = [p for p in counted if fit[p.slot]]
+        if not counted:
+            return filtered
+        again = np.unique(np.array([p.slot for p in counted], dtype=np.int64))
+        second = self._with_nominated(pod, snapshot, context, counted, again)
+        if second.reasons is None:
+            filtered.reasons[again] = layout.RESERVED  # a pre-filter refused it with them counted: they hold it
+        else:
+            filtered.reasons[again] = second.reasons[again]
+        return filtered
+
+    def _with_nominated(
+        self,
+        pod: PodRequest,
+        snapshot: Snapshot,
+        context: Mapping[str, Any] | None,
+        nominated: list[Placement],
+        only: int | np.ndarray,
+    ) -> Filtered:
+        """:meth:`_filter` on the ``only`` node slots with ``nominated`` placed on theirs (a what-if, undone)."""
         token = snapshot.checkpoint()
         try:
-            slots = snapshot.arrays.slots
             for placement in nominated:
-                if placement.slot >= slots or (only is not None and placement.slot != only):
-                    continue
-                if placement.pod is None or placement.pod.key != pod.key:
-                    snapshot.place(placement)
+                snapshot.place(placement)
             return self._filter(pod, snapshot, context, only=only)
         finally:
             snapshot.rollback(token)
 
     def _filter(
-        self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None, *, only: int | None
+        self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None, *, only: int | np.ndarray | None
     ) -> Filtered:
         state = CycleState(pod=pod, snapshot=snapshot, request=snapshot.request_vector(pod))
         if pod.resource_claims and not self._allocates_claims:
