@@ -57,6 +57,8 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+# Its sibling proc_cpu, also when it is loaded by path from elsewhere (tests/e2e/test_peer_schedulers.py).
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import kube  # noqa: E402
 import peer_schedulers  # noqa: E402

@@ -48,6 +48,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "benchmarks"))  # its sibling proc_cpu, however it is loaded
 sys.path.insert(0, str(REPO))
 
 import proc_cpu  # noqa: E402

@@ -64,6 +64,8 @@ def test_a_reading_splits_control_plane_scheduler_and_harness() -> None:
 
 
 def test_the_api_servers_counters_are_summed_by_verb_resource_and_kind() -> None:
+    # Loaded by path with its sibling proc_cpu not imported yet, as tests/e2e/test_peer_schedulers.py loads it.
+    sys.modules.pop("proc_cpu", None)
     throughput = load("e2e_throughput")
     metrics = "\n".join(
         [
