@@ -66,14 +66,14 @@ class Holds:
             masks = [mask for owner, mask in self.nominated.items() if owner != key]
         if self.reservation is not None and self.reservation[0] != key:
             masks.append(self.reservation[2])
-        reserved = _union(masks)
+        reserved = union(masks)
         return {} if reserved is None else {RESERVED_SLOTS: reserved}
 
     def nominated_for_others(self, key: str, priority: int) -> np.ndarray | None:
         """The node slots nominated for jobs other than ``key`` of ``priority`` or higher (None: none), which a
         single pod's victim search leaves out: kube-scheduler adds such a nominated pod to its node before it looks
         for victims there, and a hold here is the whole node."""
-        return _union(
+        return union(
             [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) >= priority]
         )
 
@@ -164,8 +164,9 @@ class Holds:
             self.reservation = None
 
 
-def _union(masks: list[np.ndarray]) -> np.ndarray | None:
-    """The node slots any of ``masks`` holds (masks of different lengths: as long as the longest); None: no mask."""
+def union(masks: list[np.ndarray]) -> np.ndarray | None:
+    """A new mask of the node slots any of ``masks`` holds (masks of different lengths: as long as the longest);
+    None: no mask."""
     if not masks:
         return None
     held = np.zeros(max(m.shape[0] for m in masks), dtype=bool)

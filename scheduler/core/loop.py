@@ -42,13 +42,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from scheduler.api.pdb import DisruptionBudget
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
-from scheduler.core import actions, gate
+from scheduler.core import actions, gate, holds
 from scheduler.core.cycle import NOMINATED_PODS, Scheduler
 from scheduler.core.defrag import Defragmenter
 from scheduler.core.hints import ClusterEvent, Hints
@@ -373,16 +371,9 @@ class SchedulingLoop:
         """What job ``key``'s cycles get from outside: the nodes held for others (nominations, reservations, the
         targets of moves), the pods nominated for others that it counts (those of its priority or higher), and the
         waiting demand."""
-        held = self.holds.context(key).get(RESERVED_SLOTS)
-        moving = self.moves.context(key).get(RESERVED_SLOTS)
-        if held is None or moving is None:
-            held = held if moving is None else moving
-        else:
-            size = max(held.shape[0], moving.shape[0])
-            merged = np.zeros(size, dtype=bool)
-            merged[: held.shape[0]] |= held
-            merged[: moving.shape[0]] |= moving
-            held = merged
+        found = (self.holds.context(key).get(RESERVED_SLOTS), self.moves.context(key).get(RESERVED_SLOTS))
+        masks = [mask for mask in found if mask is not None]
+        held = masks[0] if len(masks) == 1 else holds.union(masks)  # None when neither holds a node
         context: dict[str, Any] = {PENDING_PODS: self} if held is None else {RESERVED_SLOTS: held, PENDING_PODS: self}
         if self.holds.pods:
             queued = self.jobs.queued(key)
