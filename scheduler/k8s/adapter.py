@@ -27,6 +27,7 @@ from scheduler.api.pod import PodRequest
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import Decision
 from scheduler.k8s import device_claims, evictions, volume_binding
+from scheduler.k8s import publisher as k8s_publisher
 from scheduler.k8s.binder import Binder, BinderSettings
 from scheduler.k8s.config import BindingConfig
 from scheduler.k8s.context import OperatorContext
@@ -130,7 +131,7 @@ class Adapter:
         if word == "pod" and key in pending:
             self.conditions.unschedulable(pending[key], message)
         elif word == "podgroup" and (job := self.loop.gang(key)) is not None and job.group is not None:
-            told = f"waiting for gang {key}: {len(job.placed)} of {job.group.min_member} members placed; {message}"
+            told = k8s_publisher.gang_wait(job, message)
             for member in job.pending.values():
                 self.conditions.unschedulable(member, told)
                 self.recorder.emit(obj=f"pod {member.key}", kind=kind, reason=reason, message=told)
@@ -258,15 +259,25 @@ class Adapter:
         self._observe_bind(key, "uncertain")
         pod = self.cache.pod(key)
         if pod is not None:
-            asyncio.get_running_loop().call_later(RECHECK_S, lambda: self._spawn(self._recheck(pod.pod)))
+            self._recheck_later(pod.pod)
+
+    def _recheck_later(self, pod: PodRequest) -> None:
+        asyncio.get_running_loop().call_later(RECHECK_S, lambda: self._spawn(self._recheck(pod)))
 
     async def _recheck(self, pod: PodRequest) -> None:
-        """An unknown outcome the watch has not cleared up: read the pod; unbound means the binding failed."""
+        """An unknown outcome the watch has not cleared up: read the pod; unbound means the binding failed. While
+        the API server gives no answer (it is restarting), read again later: nothing else would, and the pod would
+        stay assumed, never tried again and never told why."""
         if not self.cache.is_assumed(pod.key):
             return  # the watch showed the truth
         answer = await self.client.call(self.client.core.read_namespaced_pod, name=pod.name, namespace=pod.namespace)
-        if not answer.ok or not self.cache.is_assumed(pod.key):
-            return  # gone (the watch will say), or unreadable: ask again after the next unknown outcome
+        if not self.cache.is_assumed(pod.key):
+            return
+        if not answer.answered or answer.status >= 500 or answer.status == 429:
+            self._recheck_later(pod)
+            return
+        if not answer.ok:
+            return  # gone: the watch says so
         spec = answer.body.get("spec")
         if isinstance(spec, Mapping) and spec.get("nodeName"):
             return  # bound: the watch will confirm it

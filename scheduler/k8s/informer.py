@@ -178,6 +178,9 @@ class Informer:
             raise aiohttp.ClientError(f"watch {self.kind}: {obj.get('message', obj)}")
         meta = obj.get("metadata") or {}
         version = str(meta.get("resourceVersion") or version)
+        # Kept as each event is handled, not only when the stream ends: a watch cut off by an API server restart
+        # resumes after the last event fed, instead of replaying the whole watch from where it began.
+        self.resource_version = version
         if kind in ("ADDED", "MODIFIED"):
             self.stats["events"] += 1
             self._on_event(obj)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from scheduler.api import podgroup as api_podgroup
 from scheduler.api import queue as api_queue
 from scheduler.api.pod import PodRequest
+from scheduler.core.jobs import Job
 from scheduler.core.loop import SchedulingLoop
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.context import OperatorContext
@@ -205,3 +206,29 @@ class StatusPublisher:
                 self.conditions.unschedulable(pod, message)
         for key, (uid, message) in unreadable.items():
             self.conditions.unschedulable_key(key, uid, message)
+        self._tell_waiting_for_queue()
+
+    def _tell_waiting_for_queue(self) -> None:
+        """Work held for a queue that does not exist or is not accepted is never tried, so no cycle tells it
+        why it waits. The gate tells it when it first holds it, but a standby's telling is written by nobody, and
+        after a failover nothing would tell it again: the pod waited with no condition and no Event. Each status
+        round, a held pod not yet told this wait gets its Event and condition (unchanged ones are skipped)."""
+        gate = self.loop.gate
+        for leaf, jobs in gate.waiting.items():
+            reason, message = gate.queue_problem(leaf)
+            if not reason:
+                continue  # its queue takes it now: the next enqueue lets it in
+            for job in jobs.values():
+                told = message if job.group is None else gang_wait(job, message)
+                for member in job.pending.values():
+                    if self.conditions.said.get(member.key) == told:
+                        continue
+                    self.recorder.emit(obj=f"pod {member.key}", kind="Warning", reason=reason, message=told)
+                    self.conditions.unschedulable(member, told)
+
+
+def gang_wait(job: Job, message: str) -> str:
+    """What a gang's waiting member is told when its gang waits for ``message``."""
+    group = job.group
+    assert group is not None
+    return f"waiting for gang {group.key}: {len(job.placed)} of {group.min_member} members placed; {message}"

@@ -73,6 +73,8 @@ class FakeApiServer:
         self.seen: list[Seen] = []
         #: Pod name -> the answer to its binding (default: 201 with a Status).
         self.bind_answers: dict[str, Canned] = {}
+        #: Pod name -> answers to reads of that pod, taken in order before ``pods`` is served (an API server down).
+        self.get_pod_answers: dict[str, list[Canned]] = {}
         #: Seconds each binding takes.
         self.bind_delay = 0.0
         #: "ns/name" -> the pod a GET returns (404 when absent).
@@ -85,8 +87,11 @@ class FakeApiServer:
         #: Listed by GET /api/v1/nodes; custom objects by plural (served by the list and get endpoints).
         self.nodes: list[dict[str, Any]] = []
         self.custom: dict[str, list[dict[str, Any]]] = {}
-        #: What a pod watch streams, in order: (type, object); ("ERROR", 410) ends it with 410 Gone.
+        #: What a pod watch streams, in order: (type, object); ("ERROR", 410) ends it with 410 Gone, ("CUT", None) cuts
+        #: the connection.
         self.pod_watch: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        #: The resourceVersion each pod watch asked to start from, in order.
+        self.watch_versions: list[str] = []
         self.list_rv = 100
         #: (namespace, name) -> the Lease as last written; ``lease_rv`` numbers its versions.
         self.leases: dict[tuple[str, str], dict[str, Any]] = {}
@@ -179,6 +184,9 @@ class FakeApiServer:
 
     async def _get_pod(self, request: web.Request) -> web.Response:
         await self._record(request)
+        canned = self.get_pod_answers.get(request.match_info["name"])
+        if canned:
+            return await self._answer(canned.pop(0))
         pod = self.pods.get(f"{request.match_info['ns']}/{request.match_info['name']}")
         if pod is None:
             return web.json_response(status(404, "NotFound", "pods not found"), status=404)
@@ -211,8 +219,13 @@ class FakeApiServer:
     async def _watch_pods(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse()
         await response.prepare(request)
+        self.watch_versions.append(request.query.get("resourceVersion", ""))
         while True:
             kind, obj = await self.pod_watch.get()
+            if kind == "CUT":  # the connection is lost mid-stream (an API server killed)
+                assert request.transport is not None
+                request.transport.close()
+                return response
             if kind == "ERROR":
                 obj = {"kind": "Status", "code": obj, "message": "too old resource version"}
             await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")

@@ -70,3 +70,19 @@ async def test_list_in_pages_then_watch_then_relist(fake: FakeApiServer, fed: tu
     await fake.pod_watch.put(("ERROR", 410))
     await eventually(lambda: informer.stats["lists"] == 2)
     assert op.held_pods() == {"default/c"} and gpus_used(op) == 1
+
+
+async def test_a_watch_cut_off_resumes_after_the_last_event_it_fed(
+    fake: FakeApiServer, fed: tuple[Operator, Informer]
+) -> None:
+    # An API server killed mid-watch: the next watch starts after the last event fed, not from where the cut
+    # watch began (which replayed every event of it, old states of pods included).
+    op, informer = fed
+    fake.pods = {"default/c": pod("c", 1)}
+    await eventually(lambda: informer.listed.is_set())
+    bound_c = {**pod("c", 1, node_name="gpu-0"), "metadata": {**pod("c", 1)["metadata"], "resourceVersion": "107"}}
+    await fake.pod_watch.put(("MODIFIED", bound_c))
+    await eventually(lambda: not op.pending)
+    await fake.pod_watch.put(("CUT", None))
+    await eventually(lambda: len(fake.watch_versions) == 2)
+    assert fake.watch_versions == ["100", "107"]

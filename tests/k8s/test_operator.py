@@ -11,6 +11,7 @@ import contextlib
 from typing import Any
 
 from scheduler.api import pod as api_pod
+from scheduler.k8s import adapter as adapter_module
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import operator as operator_module
@@ -264,6 +265,59 @@ async def test_a_standby_keeps_a_warm_cache_and_decides_nothing_until_it_leads(
     assert bound(fake) == {} and operator.cache.pod("default/train") is None and fake.events == {}
     operator.set_leading(True)
     await eventually(lambda: "train" in bound(fake))
+
+
+async def test_work_a_standby_held_for_a_missing_queue_is_told_once_it_leads(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    # The fault test's seed 1 left a pod pending with no condition and no Event: it arrived while its replica was
+    # a standby, the gate held it for its missing queue and "told" it then (the standby writes nothing), and after
+    # the lease came nothing told it again. A pod the cycles never try must still be told why it waits.
+    operator.node_event(node("gpu-0"))
+    operator.podgroup_event({**podgroup("gang", 2), "spec": {"minMember": 2, "queue": "ghost"}})
+    operator.pod_event(pod("single", 1, labels={"gpusched.io/queue": "ghost"}))
+    for i in range(2):
+        operator.pod_event(pod(f"gang-{i}", 1, labels={"gpusched.io/pod-group": "gang"}))
+    operator.listed()
+    await settled(operator)
+    await flushed(operator)
+    assert fake.events == {} and fake.requests("PATCH", "/status") == []
+    operator.set_leading(True)
+    await settled(operator)
+    operator.publish_status()
+    await flushed(operator)
+    told = {e["involvedObject"]["name"] for e in events(fake, "QueueNotFound")}
+    assert {"single", "gang-0", "gang-1"} <= told
+    for name in ("single", "gang-0", "gang-1"):
+        condition = fake.requests("PATCH", f"/pods/{name}/status")[-1].body["status"]["conditions"][0]
+        assert (condition["type"], condition["status"]) == ("PodScheduled", "False")
+        assert "ghost" in condition["message"], condition["message"]
+    # Told once: another status round writes no second Event for the same wait.
+    before = {k: e.get("count", 1) for k, e in fake.events.items()}
+    operator.publish_status()
+    await flushed(operator)
+    assert {k: e.get("count", 1) for k, e in fake.events.items()} == before
+
+
+async def test_an_unknown_bind_outcome_is_read_back_until_the_api_server_answers(
+    fake: FakeApiServer, operator: Operator, monkeypatch: Any
+) -> None:
+    # A binding lost with the API server (5xx, or no answer) keeps the pod assumed until the watch or a read-back
+    # says what happened. A read-back that found the API server still down gave up for good: the pod stayed
+    # assumed, never tried again and never told anything (a cause of the fault test's silent pending pod).
+    monkeypatch.setattr(adapter_module, "RECHECK_S", 0.05)
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0", gpus=2))
+    operator.listed()
+    fake.bind_answers["lost"] = Canned(503, status(503, "ServiceUnavailable", "the API server is shutting down"))
+    down = Canned(503, status(503, "ServiceUnavailable", "the API server is starting"))
+    fake.get_pod_answers["lost"] = [down, down]
+    fake.pods["default/lost"] = {"metadata": {"uid": "uid-lost"}, "spec": {}}  # the binding never landed
+    operator.pod_event(pod("lost", 1))
+    await eventually(lambda: len(fake.requests("GET", "/pods/lost")) >= 3)
+    del fake.bind_answers["lost"]
+    await eventually(lambda: len(fake.requests("POST", "/pods/lost/binding")) == 2)
+    await eventually(lambda: not operator.cache.is_assumed("default/lost") or "lost" in bound(fake))
 
 
 async def test_losing_the_lease_stops_scheduling_at_once(fake: FakeApiServer, operator: Operator) -> None:
