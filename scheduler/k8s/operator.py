@@ -101,7 +101,9 @@ class Operator:
         )
         # The writers every part uses; what they write about pods and objects is the feed's (uids, pending pods).
         self.recorder = EventRecorder(client, settings=EventSettings(instance=identity), uid_of=self._uid_of)
-        self.conditions = k8s_status.PodConditionWriter(client, still_pending=self._still_pending)
+        self.conditions = k8s_status.PodConditionWriter(
+            client, still_pending=self._still_pending, may_write=self._is_leading
+        )
         context = OperatorContext(
             client=client,
             cache=self.cache,
@@ -171,6 +173,7 @@ class Operator:
         """The lease was taken (True) or lost (False); losing it stops the cycles before the next one."""
         if leading != self.leading:
             log.info("leadership", leading=leading, identity=self.identity)
+            self.publisher.leadership_changed()
         self.leading = leading
         self.metrics.is_leader.set(1.0 if leading else 0.0)
         if leading:

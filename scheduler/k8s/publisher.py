@@ -46,8 +46,12 @@ class StatusPublisher:
         self.conditions = context.conditions
         self._leading = context.leading
         settings = k8s_status.StatusSettings(interval=STATUS_INTERVAL_S)
-        self.group_status = k8s_status.CustomStatusWriter(client, k8s_status.PODGROUPS, settings=settings)
-        self.queue_status = k8s_status.CustomStatusWriter(client, k8s_status.QUEUES, settings=settings)
+        self.group_status = k8s_status.CustomStatusWriter(
+            client, k8s_status.PODGROUPS, settings=settings, may_write=context.leading
+        )
+        self.queue_status = k8s_status.CustomStatusWriter(
+            client, k8s_status.QUEUES, settings=settings, may_write=context.leading
+        )
         self.topology_status = k8s_status.TopologyStatusWriter(
             client, may_write=may_write_topology, spawn=context.spawn
         )
@@ -69,6 +73,14 @@ class StatusPublisher:
             await writer.close()
 
     # --- what the feed and the core's ports tell -----------------------------------------------------------------
+
+    def leadership_changed(self) -> None:
+        """The lease was taken or lost: every status and condition is written again by whoever leads next (what
+        this replica wrote before may have been overwritten by another leader since)."""
+        self.group_status.leadership_changed()
+        self.queue_status.leadership_changed()
+        self.conditions.leadership_changed()
+        self._told.clear()
 
     def forget_pod(self, key: str) -> None:
         self._group_missing.pop(key, None)

@@ -64,11 +64,15 @@ class Coalescer(worker.BackgroundWriter):
         *,
         settings: StatusSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        may_write: Callable[[], bool] | None = None,
     ) -> None:
+        """``may_write()`` is asked before each write, retries included: a replica that lost the lease while a
+        write waited (the API server restarting) must not overwrite what the new leader wrote since."""
         self.name = name
         self.settings = settings or StatusSettings()
         self._write = write
         self._clock = clock
+        self._may_write = may_write
         self._pending: dict[str, Body] = {}
         #: key -> when its write is due (a heap entry is stale unless it matches).
         self._scheduled: dict[str, float] = {}
@@ -99,6 +103,11 @@ class Coalescer(worker.BackgroundWriter):
         self._pending.pop(key, None)
         self._scheduled.pop(key, None)
         self._last.pop(key, None)
+
+    def leadership_changed(self) -> None:
+        """The lease was taken or lost: what this replica wrote may have been overwritten by another leader since,
+        so nothing it remembers counts as what the API server holds; the next values are all written."""
+        self._last.clear()
 
     def start(self) -> None:
         if self._worker is None:
@@ -132,6 +141,9 @@ class Coalescer(worker.BackgroundWriter):
                 del self._scheduled[key]
                 value = self._pending.pop(key, None)
                 if value is None:
+                    continue
+                if self._may_write is not None and not self._may_write():
+                    self.stats["dropped"] += 1
                     continue
                 last = self._last.get(key)
                 if last is not None and last[1] == value:
@@ -212,6 +224,7 @@ class PodConditionWriter:
         settings: StatusSettings | None = None,
         still_pending: Callable[[str], bool] | None = None,
         clock: Callable[[], float] = time.time,
+        may_write: Callable[[], bool] | None = None,
     ) -> None:
         self.client = client
         self._still_pending = still_pending
@@ -220,7 +233,7 @@ class PodConditionWriter:
         self._since: OrderedDict[str, float] = OrderedDict()
         #: Pod key -> the message last handed over (what ``gpusched explain`` quotes).
         self.said: OrderedDict[str, str] = OrderedDict()
-        self.coalescer = Coalescer("pod-condition", self._write, settings=settings)
+        self.coalescer = Coalescer("pod-condition", self._write, settings=settings, may_write=may_write)
 
     def unschedulable(self, pod: PodRequest, message: str) -> None:
         self.unschedulable_key(pod.key, pod.uid, message)
@@ -240,6 +253,12 @@ class PodConditionWriter:
         self._since.pop(pod_key, None)
         self.said.pop(pod_key, None)
         self.coalescer.forget(pod_key)
+
+    def leadership_changed(self) -> None:
+        """See :meth:`Coalescer.leadership_changed`; what was said is told again (``said`` is what the waiting-pod
+        status rounds compare with)."""
+        self.said.clear()
+        self.coalescer.leadership_changed()
 
     def start(self) -> None:
         self.coalescer.start()
@@ -307,16 +326,20 @@ class CustomStatusWriter:
         resource: CustomResource = PODGROUPS,
         *,
         settings: StatusSettings | None = None,
+        may_write: Callable[[], bool] | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
-        self.coalescer = Coalescer(resource.plural, self._write, settings=settings)
+        self.coalescer = Coalescer(resource.plural, self._write, settings=settings, may_write=may_write)
 
     def update(self, key: str, status: Mapping[str, object]) -> None:
         self.coalescer.submit(key, {"status": to_json(status)})
 
     def forget(self, key: str) -> None:
         self.coalescer.forget(key)
+
+    def leadership_changed(self) -> None:
+        self.coalescer.leadership_changed()
 
     def start(self) -> None:
         self.coalescer.start()

@@ -3,11 +3,13 @@ what the API server holds.
 
 One run per seed (``-k seed1``, ``-m faults``). On 40 kwok nodes of 8 GPUs (five NVLink cliques, ten racks) the
 test creates, over ``GPUSCHED_FAULTS_SECONDS`` (150 s by default), a few hundred single pods (whole GPUs and
-shared GPUs), gangs (PodGroups with and without ``spec.topology.required``) in six queues with guarantees,
-limits and a parent, and deletes pods and gangs mid-flight. At random moments of the same seeded timeline it
-SIGKILLs the leader (twice) and the standby (once) and starts them again a few seconds later, SIGKILLs and
-restarts the API server, creates malformed pods, PodGroups and Queues, and adds a malformed ``gpusched.io/``
-annotation to pods that are already bound.
+shared GPUs), gangs (PodGroups with and without ``spec.topology.required``, some elastic: ``maxMember`` above
+``minMember``, with more members than that) in seven queues with guarantees, limits and a parent, Deployments
+whose pods consolidation may move (the profile runs ``consolidate`` before ``reclaim`` and ``preempt``), pods of a
+high PriorityClass whose preemptions hold room for them (nominations), and deletes pods and gangs mid-flight.
+At random moments of the same seeded timeline it SIGKILLs the leader (twice) and the standby (once) and starts them
+again a few seconds later, SIGKILLs and restarts the API server, creates malformed pods, PodGroups and Queues, and
+adds a malformed ``gpusched.io/`` annotation to pods that are already bound.
 
 When the timeline ends, both replicas run and the bindings have settled, everything is listed from the API server
 (the scheduler's own view is not trusted) and checked with invariants.py:
@@ -57,8 +59,15 @@ NODES = int(os.environ.get("GPUSCHED_FAULTS_NODES", "40"))
 LOAD_SECONDS = float(os.environ.get("GPUSCHED_FAULTS_SECONDS", "150"))
 SINGLE_PODS = int(os.environ.get("GPUSCHED_FAULTS_PODS", "240"))
 GANGS = int(os.environ.get("GPUSCHED_FAULTS_GANGS", "24"))
-#: Short leases so that a failover takes seconds.
-CONFIG = {"leaderElection": {"leaseDurationSeconds": 4, "renewDeadlineSeconds": 3, "retryPeriodSeconds": 1}}
+MOVERS = int(os.environ.get("GPUSCHED_FAULTS_MOVERS", "12"))
+URGENT = int(os.environ.get("GPUSCHED_FAULTS_URGENT", "10"))
+#: Short leases so that a failover takes seconds; consolidation among the actions, so that plans (held targets,
+#: evictions, replacements) are cut by the faults too.
+CONFIG = {
+    "leaderElection": {"leaseDurationSeconds": 4, "renewDeadlineSeconds": 3, "retryPeriodSeconds": 1},
+    "profile": {"actions": ["allocate", "consolidate", "reclaim", "preempt"]},
+}
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 CLIQUES, RACKS = 5, 10
 
 
@@ -114,6 +123,8 @@ class Workload:
         p = f"f{run.seed}-"
         self.prod, self.research, self.lab = p + "prod", p + "research", p + "lab"
         self.lab_a, self.lab_b, self.capped = p + "lab-a", p + "lab-b", p + "capped"
+        self.movers = p + "movers"  # its running pods may be moved (spec.consolidation.moves: Any)
+        self.urgent_class = p + "urgent"  # a PriorityClass above every other pod's
         self.ghost = p + "ghost"  # never created: QueueNotFound
         self.refused = [p + "loop-a", p + "loop-b", p + "orphan"]  # a cycle and an unknown parent
         self.singles: list[str] = []
@@ -133,12 +144,14 @@ class Workload:
             k.queue(self.lab_a, parent=self.lab, guaranteed={inv.GPU: "16"}),
             k.queue(self.lab_b, parent=self.lab, guaranteed={inv.GPU: "8"}, limit={inv.GPU: "24"}),
             k.queue(self.capped, limit={inv.GPU: "8"}),
+            k.queue(self.movers, limit={inv.GPU: "48"}),
         ]
         malformed = [
             k.queue(self.refused[0], parent=self.refused[1]),
             k.queue(self.refused[1], parent=self.refused[0]),
             k.queue(self.refused[2], parent=self.ghost),
         ]
+        good[-1]["spec"]["consolidation"] = {"moves": "Any"}
         for manifest in good + malformed:
             name = manifest["metadata"]["name"]
             with contextlib.suppress(APIError):  # a leftover of an interrupted earlier run
@@ -147,6 +160,13 @@ class Workload:
             kube_mod.wait_until(
                 lambda m=manifest: self._create_queue(m), timeout=30, what=f"queue {manifest['metadata']['name']}"
             )
+        with contextlib.suppress(APIError):
+            self.sched.kube.request("DELETE", f"{PRIORITY_CLASSES}/{self.urgent_class}")
+        self.sched.kube.request(
+            "POST",
+            PRIORITY_CLASSES,
+            {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": self.urgent_class}, "value": 100000},
+        )
         self.run.count("queues", len(good))
         self.run.count("malformed queues (cycle, unknown parent)", len(malformed))
         # What the API server must refuse outright.
@@ -211,10 +231,18 @@ class Workload:
         group = f"g{index:02d}"
         min_member = self.rng.randint(2, 4)
         members = min_member + (1 if self.rng.random() < 0.3 else 0)
+        max_member = None
+        if self.rng.random() < 0.35:
+            # Elastic: admitted at minMember, grown to maxMember, and one member more than that waits for a place.
+            max_member = min_member + self.rng.randint(1, 2)
+            members = max_member + (1 if self.rng.random() < 0.5 else 0)
         gpus = self.rng.choice([1, 2, 4, 8])
         required = self.rng.choice([None, None, "clique", "rack"])
         queue = self.queue_choice()
         manifest = kube_mod.podgroup(group, min_member=min_member, queue=queue, topology_required=required)
+        if max_member is not None:
+            manifest["spec"]["maxMember"] = max_member
+            self.run.count("elastic gangs")
         _retry(lambda: self.sched.create_podgroup(manifest), what=f"podgroup {group}")
         names = [f"{group}-m{m}" for m in range(members)]
         for name in names:
@@ -222,6 +250,40 @@ class Workload:
         self.gangs[group] = names
         self.run.count("gangs" + (f" (required {required})" if required else ""))
         self.run.count("gang members", members)
+
+    def mover(self, index: int) -> None:
+        """A Deployment of 1-GPU pods in the queue whose pods consolidation may move: a move evicts one, and the
+        Deployment's replacement goes to the node held for it."""
+        name = f"mv{index:02d}"
+        template = kube_mod.pod(name, gpus=1, queue=self.movers, labels={"app": name})
+        del template["metadata"]["name"]
+        body = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": self.rng.randint(1, 3),
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": template["metadata"], "spec": template["spec"]},
+            },
+        }
+        path = f"/apis/apps/v1/namespaces/{self.sched.namespace}/deployments"
+        try:
+            _retry(lambda: self.sched.kube.request("POST", path, body), what=f"deployment {name}")
+        except APIError as exc:
+            if exc.status != 409:
+                raise
+        self.run.count("deployments whose pods may move")
+
+    def urgent(self, index: int) -> None:
+        """A pod of the highest priority in a queue with running work: preemption evicts lower pods of its queue
+        and holds the room for it (its nominated node) until it binds."""
+        name = f"u{index:02d}"
+        queue = self.rng.choice([self.prod, self.research])
+        gpus = self.rng.choice([2, 4, 8])
+        self.create(kube_mod.pod(name, gpus=gpus, queue=queue, priority_class=self.urgent_class))
+        self.singles.append(name)
+        self.run.count("urgent pods (preemptors)")
 
     def delete_single(self) -> None:
         alive = [n for n in self.singles if n not in self.deleted]
@@ -404,6 +466,8 @@ def _timeline(rng: random.Random) -> list[tuple[float, str, int]]:
     plan: list[tuple[float, str, int]] = []
     plan += [(rng.uniform(0, 0.8 * t), "single", i) for i in range(SINGLE_PODS)]
     plan += [(rng.uniform(0, 0.8 * t), "gang", i) for i in range(GANGS)]
+    plan += [(rng.uniform(0, 0.6 * t), "mover", i) for i in range(MOVERS)]
+    plan += [(rng.uniform(0.3 * t, 0.85 * t), "urgent", i) for i in range(URGENT)]
     plan += [(rng.uniform(0.1 * t, 0.9 * t), "delete-single", i) for i in range(SINGLE_PODS // 7)]
     plan += [(rng.uniform(0.2 * t, 0.9 * t), "delete-gang", i) for i in range(max(1, GANGS // 5))]
     plan += [(rng.uniform(0.05 * t, 0.9 * t), "malformed-pod", i) for i in range(6)]
@@ -477,6 +541,10 @@ def test_invariants_hold_under_faults(sched: Scenario, seed: int) -> None:
                 work.single(index)
             elif action == "gang":
                 work.gang(index)
+            elif action == "mover":
+                work.mover(index)
+            elif action == "urgent":
+                work.urgent(index)
             elif action == "delete-single":
                 work.delete_single()
             elif action == "delete-gang":
@@ -513,6 +581,8 @@ def test_invariants_hold_under_faults(sched: Scenario, seed: int) -> None:
         run.figures["settle_s"] = round(time.monotonic() - settle_started, 1)
     finally:
         watcher.stop()
+        with contextlib.suppress(Exception):
+            sched.kube.request("DELETE", f"{PRIORITY_CLASSES}/{work.urgent_class}")
 
     _check(sched, run, work, replicas, watcher)
     run.figures["total_s"] = round(time.monotonic() - run.started, 1)

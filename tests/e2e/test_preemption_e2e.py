@@ -1,7 +1,8 @@
 """A single pod preempting as kube-scheduler's DefaultPreemption does, on a real API server (issue 14): a
 PodDisruptionBudget that allows no disruption protects its pod when another node's victim can make room; the
 victim gets the DisruptionTarget condition before it goes; the preemptor's nominatedNodeName names the node it
-waits for. See docs/pods.md.
+waits for. A victim whose deletion an admission policy refuses frees its preemptor, which says why; two preemptors
+of equal priority each get the node their own victim frees. See docs/pods.md.
 """
 
 from __future__ import annotations
@@ -102,6 +103,132 @@ def test_a_budget_protects_its_pod_when_another_nodes_victim_makes_room(sched: S
     finally:
         for name in ("web", "db"):
             _release(sched, name)
+        for name in (low, high):
+            with contextlib.suppress(APIError):
+                sched.kube.request("DELETE", f"{PRIORITY_CLASSES}/{name}")
+
+
+VAP = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+VAP_BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+PROTECTED = "e2e.gpusched.io/protected"
+
+
+def _deny_deletes(sched: Scenario, name: str) -> None:
+    """A ValidatingAdmissionPolicy that refuses the DELETE of the scenario's pods labelled ``PROTECTED``: a victim
+    whose deletion the API server refuses, as a policy engine (Kyverno, Gatekeeper) or a webhook may refuse it."""
+    sched.kube.request(
+        "POST",
+        VAP,
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"]}
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": (
+                            f"!has(oldObject.metadata.labels) || !('{PROTECTED}' in oldObject.metadata.labels)"
+                        ),
+                        "message": "this pod is protected from deletion",
+                    }
+                ],
+            },
+        },
+    )
+    sched.kube.request(
+        "POST",
+        VAP_BINDINGS,
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": sched.namespace}}
+                },
+            },
+        },
+    )
+
+
+def test_a_victim_whose_deletion_is_refused_frees_its_preemptor_and_says_why(sched: Scenario) -> None:
+    low, high = f"{sched.name}-low", f"{sched.name}-high"
+    policy = f"{sched.name}-deny"
+    for name, value in ((low, 10), (high, 1000)):
+        sched.kube.request(
+            "POST", PRIORITY_CLASSES, {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": name}, "value": value}
+        )
+    try:
+        _deny_deletes(sched, policy)
+        sched.add_nodes([kube_mod.gpu_node("vap-0", gpus=0, cpu="2")])
+        sched.start_gpusched()
+        sched.create_pod(kube_mod.pod("victim", cpu="2", labels={PROTECTED: "yes"}, priority_class=low))
+        sched.wait_bound(["victim"])
+        # The policy is enforced once the API server has loaded it: a DELETE of a protected pod is refused.
+        probe = kube_mod.pod("probe", cpu="0", labels={PROTECTED: "yes"})
+        probe["spec"]["nodeName"] = "vap-0"
+        sched.create_pod(probe)
+
+        def refused() -> bool:
+            try:
+                sched.kube.request("DELETE", kube_mod.Kube.pods_path(sched.namespace, "probe"))
+            except APIError as exc:
+                return exc.status in (403, 422)
+            raise AssertionError("the policy let the probe pod be deleted")
+
+        kube_mod.wait_until(refused, timeout=30, what="the admission policy enforced")
+
+        sched.create_pod(kube_mod.pod("urgent", cpu="2", priority_class=high))
+        failed = sched.wait_event("urgent", "PreemptionFailed", timeout=60)
+        assert f"the deletion of victim pod {sched.namespace}/victim failed" in failed["message"], failed["message"]
+        assert "protected from deletion" in failed["message"], failed["message"]
+        assert not sched.pod("victim")["metadata"].get("deletionTimestamp")
+        assert not node_of(sched.pod("urgent"))
+        # Freed: room elsewhere is taken at once, not held back for a victim that is never going away.
+        sched.add_nodes([kube_mod.gpu_node("vap-1", gpus=0, cpu="2")])
+        (urgent,) = sched.wait_bound(["urgent"], timeout=60)
+        assert node_of(urgent) == "vap-1"
+        assert node_of(sched.pod("victim")) == "vap-0"
+    finally:
+        for path in (f"{VAP_BINDINGS}/{policy}", f"{VAP}/{policy}"):
+            with contextlib.suppress(APIError):
+                sched.kube.request("DELETE", path)
+        for name in (low, high):
+            with contextlib.suppress(APIError):
+                sched.kube.request("DELETE", f"{PRIORITY_CLASSES}/{name}")
+
+
+def test_two_preemptors_of_equal_priority_on_two_full_nodes_each_get_their_own_node(sched: Scenario) -> None:
+    # Each preemptor's victims free one node; neither may take the room freed for the other (a nominated pod counts
+    # against pods of its priority), so exactly two pods are preempted and each preemptor binds where its victim was.
+    low, high = f"{sched.name}-low", f"{sched.name}-high"
+    for name, value in ((low, 10), (high, 1000)):
+        sched.kube.request(
+            "POST", PRIORITY_CLASSES, {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": name}, "value": value}
+        )
+    try:
+        sched.add_nodes([kube_mod.gpu_node(f"eq-{i}", gpus=8) for i in range(2)])
+        sched.start_gpusched()
+        for i in range(2):
+            sched.create_pod(kube_mod.pod(f"low-{i}", gpus=8, priority_class=low))
+        lows = sched.wait_bound(["low-0", "low-1"])
+        where = {p["metadata"]["name"]: node_of(p) for p in lows}
+        assert sorted(where.values()) == ["eq-0", "eq-1"]
+        for i in range(2):
+            sched.create_pod(kube_mod.pod(f"high-{i}", gpus=8, priority_class=high))
+        highs = sched.wait_bound(["high-0", "high-1"], timeout=90)
+        assert sorted(node_of(p) for p in highs) == ["eq-0", "eq-1"]
+        preempted = [e for e in sched.kube.events(sched.namespace) if e.get("reason") == "Preempted"]
+        assert sorted(e["involvedObject"]["name"] for e in preempted) == ["low-0", "low-1"], preempted
+    finally:
         for name in (low, high):
             with contextlib.suppress(APIError):
                 sched.kube.request("DELETE", f"{PRIORITY_CLASSES}/{name}")

@@ -182,6 +182,36 @@ async def test_server_errors_are_retried_and_404_dropped(fake: FakeApiServer, gr
     assert groups.coalescer.stats["dropped"] == 1
 
 
+async def test_a_replica_that_lost_the_lease_does_not_retry_its_writes(fake: FakeApiServer, client: k8s.Client) -> None:
+    # The fault test's seed 1: a leader's queue status write failed while the API server restarted; the replica
+    # lost the lease meanwhile and, once the API server was back, its retry overwrote the new leader's status with
+    # an older one, which the new leader never wrote again (it had written that value already).
+    leading = True
+    writer = CustomStatusWriter(client, QUEUES, settings=StatusSettings(interval=0.1), may_write=lambda: leading)
+    writer.start()
+    try:
+        fake.status_answers.append(Canned(503, status(503, "ServiceUnavailable", "the API server is starting")))
+        writer.update("team-a", {"allocated": {"nvidia.com/gpu": 3}})
+        await eventually(lambda: writer.coalescer.stats["retried"] == 1, timeout=2.0)
+        leading = False
+        await asyncio.sleep(0.4)
+        assert await writer.flush()
+        assert len(fake.requests("PATCH", "/queues/team-a/status")) == 1  # the failed one only
+        assert writer.coalescer.stats["written"] == 0
+
+        # Leading again: what it wrote before may have been overwritten by another leader, so it writes again.
+        leading = True
+        writer.update("team-a", {"allocated": {"nvidia.com/gpu": 3}})
+        assert await writer.flush()
+        assert writer.coalescer.stats["written"] == 1
+        writer.leadership_changed()
+        writer.update("team-a", {"allocated": {"nvidia.com/gpu": 3}})
+        assert await writer.flush()
+        assert writer.coalescer.stats["written"] == 2
+    finally:
+        await writer.close()
+
+
 async def test_cluster_scoped_resource(fake: FakeApiServer, client: k8s.Client) -> None:
     writer = CustomStatusWriter(client, QUEUES)
     writer.start()
