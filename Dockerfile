@@ -7,7 +7,8 @@ WORKDIR /src
 COPY requirements.lock ./
 RUN python -m venv /opt/gpusched/venv \
  && /opt/gpusched/venv/bin/pip install --no-deps -r requirements.lock
-COPY pyproject.toml README.md ./
+# Every file pyproject.toml names: the readme and the licence (the package's metadata carries LICENSE).
+COPY pyproject.toml README.md LICENSE ./
 COPY scheduler ./scheduler
 RUN /opt/gpusched/venv/bin/pip install --no-deps . \
  && /opt/gpusched/venv/bin/python -m compileall -q /opt/gpusched/venv/lib
