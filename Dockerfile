@@ -1,13 +1,24 @@
 # gpusched: the operator image (`gpusched run`). Small (python:3.11-slim), non-root, dependencies pinned in
-# requirements.lock, numba kernels compiled at build time. See docs/operator.md.
+# requirements.lock (the runtime closure only: no dev, test or simulator extras), numba kernels compiled at build
+# time. See docs/operator.md.
 
-FROM python:3.11-slim AS build
+# The base image of both stages, one reference. Pin it by digest for a build you ship: a tag moves when Docker
+# rebuilds it (Debian security updates), a digest does not. Read the current one where you build, and pass it:
+#   docker buildx imagetools inspect python:3.11-slim      (the "Digest:" line, the multi-platform index)
+#   make image PYTHON_IMAGE=python:3.11-slim@sha256:<that digest>
+# The default is the tag because the digest cannot be read where this file is written (the project's machines
+# reach no container registry) and a digest copied from elsewhere could not be checked; tests/test_dockerfile.py
+# checks that both stages use this one reference and that a digest, when the default carries one, is well formed.
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY requirements.lock ./
 RUN python -m venv /opt/gpusched/venv \
  && /opt/gpusched/venv/bin/pip install --no-deps -r requirements.lock
-COPY pyproject.toml README.md ./
+# Every file pyproject.toml names: the readme and the licence (the package's metadata carries LICENSE).
+COPY pyproject.toml README.md LICENSE ./
 COPY scheduler ./scheduler
 RUN /opt/gpusched/venv/bin/pip install --no-deps . \
  && /opt/gpusched/venv/bin/python -m compileall -q /opt/gpusched/venv/lib
@@ -25,7 +36,7 @@ RUN NUMBA_CACHE_DIR=/opt/gpusched/numba-cache \
  && NUMBA_CACHE_DIR=/opt/gpusched/numba-cache /opt/gpusched/venv/bin/python -c \
     "from scheduler.k8s import config, operator; assert operator.warm_kernels(config.load(None)) == 2"
 
-FROM python:3.11-slim
+FROM ${PYTHON_IMAGE}
 ARG NUMBA_CPU_NAME=generic
 COPY --from=build /opt/gpusched /opt/gpusched
 ENV PATH=/opt/gpusched/venv/bin:$PATH \

@@ -10,6 +10,9 @@ STAMP := $(VENV)/.installed-stamp
 
 DOCKER ?= docker
 IMAGE ?= gpusched:dev
+# The Dockerfile's base image (both stages); pin it by digest for an image you ship, e.g.
+# PYTHON_IMAGE=python:3.11-slim@sha256:<the digest `docker buildx imagetools inspect python:3.11-slim` prints>.
+PYTHON_IMAGE ?=
 
 .PHONY: install demo test lint unit e2e conformance bench image clean
 
@@ -54,19 +57,21 @@ conformance: install
 bench: install
 	$(BIN)/gpusched bench kernels
 
-# The operator's image (Dockerfile): manifests/ run it as `gpusched`; push it where your cluster pulls from and
-# set it with `kustomize edit set image gpusched=REGISTRY/gpusched:TAG` (docs/operator.md).
+# The operator's image (Dockerfile): manifests/ run it as ghcr.io/gpusched/gpusched, which is not published; push
+# it where your cluster pulls from and set it in an overlay with
+# `kustomize edit set image ghcr.io/gpusched/gpusched=REGISTRY/gpusched:TAG` (examples/registry-overlay).
 image:
 	@command -v $(DOCKER) >/dev/null 2>&1 || { \
 	  echo "make image: '$(DOCKER)' is not on the PATH: install Docker (or run with DOCKER=podman)" >&2; exit 1; }
 	@$(DOCKER) info >/dev/null 2>&1 || { \
 	  echo "make image: $(DOCKER) cannot reach its daemon ('$(DOCKER) info' fails): start Docker and try again" >&2; \
 	  exit 1; }
-	@echo "image: building $(IMAGE) from Dockerfile (it downloads python:3.11-slim and the wheels pinned in" \
-	  "requirements.lock, then compiles the numba kernels into the image)"
-	$(DOCKER) build -t $(IMAGE) .
+	@echo "image: building $(IMAGE) from Dockerfile (it downloads $(or $(PYTHON_IMAGE),python:3.11-slim) and the" \
+	  "wheels pinned in requirements.lock, then compiles the numba kernels into the image)"
+	$(DOCKER) build $(if $(PYTHON_IMAGE),--build-arg PYTHON_IMAGE=$(PYTHON_IMAGE)) -t $(IMAGE) .
 	@echo "image: built $(IMAGE). Next: $(DOCKER) tag $(IMAGE) REGISTRY/gpusched:TAG && $(DOCKER) push" \
-	  "REGISTRY/gpusched:TAG (or: kind load docker-image $(IMAGE)), then point manifests/ at it (docs/operator.md)"
+	  "REGISTRY/gpusched:TAG (or: kind load docker-image $(IMAGE)), then in an overlay of manifests/:" \
+	  "kustomize edit set image ghcr.io/gpusched/gpusched=REGISTRY/gpusched:TAG (examples/registry-overlay)"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

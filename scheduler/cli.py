@@ -6,6 +6,11 @@ the simulator (with its plotting) has nothing to do there, so only the arguments
 command line are built; ``gpusched --help`` builds none of them and imports nothing heavy, so it answers at
 once. Every command is still listed there, with a line saying what it is for.
 
+``gpusched --version`` prints ``gpusched`` and ``scheduler.__version__``, the one place the version is written:
+pyproject.toml reads it from there for the package's metadata, and the image tag in manifests/ matches it. The
+running code's own attribute is printed rather than the installed metadata, which describes whatever checkout
+was installed last (an editable install, a PYTHONPATH) and can disagree with the code that runs.
+
 A user error is one line on stderr and exit code 2, with no traceback and before any long work starts:
 argparse's own errors (an unknown option, a number that is not one) are cut to one line too.
 """
@@ -18,6 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+import scheduler
 from scheduler.api.errors import InvalidObject
 
 
@@ -146,6 +152,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="A Kubernetes scheduler for GPU clusters, and a simulator that runs the same scheduling core.",
         formatter_class=_Formatter,
     )
+    parser.add_argument("--version", action="version", version=f"gpusched {scheduler.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, summary: str, description: str) -> argparse.ArgumentParser:

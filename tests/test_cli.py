@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
+import scheduler
 from scheduler import cli
 
 SAMPLES = Path(__file__).parent / "api" / "data" / "nvidia-smi"
@@ -171,3 +173,22 @@ def test_every_command_says_what_it_is_for(command: str, capsys: pytest.CaptureF
     usage, description = capsys.readouterr().out.split("\n\n")[:2]
     assert usage.startswith(f"usage: gpusched {command}")
     assert len(description.split()) >= 5
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"gpusched {scheduler.__version__}\n"
+
+
+def test_version_answers_without_loading_a_command() -> None:
+    # As a user types it (the `gpusched` script calls main): one line, and nothing heavy imported to say it.
+    code = (
+        "import sys; from scheduler import cli\n"
+        "try:\n    cli.main(['--version'])\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "print('LOADED', sorted(m for m in ('numba', 'kopf', 'scheduler.k8s', 'scheduler.sim') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == f"gpusched {scheduler.__version__}\nLOADED []\n"
+    assert Version(scheduler.__version__) >= Version("0.1.0")  # a PEP 440 version, as pip and the image tag need

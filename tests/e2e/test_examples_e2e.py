@@ -24,8 +24,8 @@ from scheduler.k8s import config as k8s_config
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Cluster configs of kind and k3d: not Kubernetes objects.
-NOT_OBJECTS = ("kind.x-k8s.io", "k3d.io")
+#: Cluster configs of kind and k3d, and kustomizations (examples/registry-overlay): not Kubernetes objects.
+NOT_OBJECTS = ("kind.x-k8s.io", "k3d.io", "kustomize.config.k8s.io")
 #: The gpusched config file's sections (docs/operator.md): a YAML block with one of these on top is a config.
 CONFIG_SECTIONS = ("profile", "binding", "backoff", "reservations", "leaderElection")
 
