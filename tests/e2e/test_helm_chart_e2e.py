@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -154,19 +153,6 @@ def differences(left: Any, right: Any, path: str = "") -> list[str]:
             f"{path}: only in the chart: {item!r}"[:400] for item in right if item not in left
         ] or [f"{path}: the same items in another order"]
     return [] if left == right else [f"{path}: manifests/ {left!r} != chart {right!r}"[:400]]
-
-
-def test_the_chart_version_is_the_package_version() -> None:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    package = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    assert (chart["version"], chart["appVersion"]) == (package, package)
-
-
-def test_the_chart_crds_are_the_files_of_crds() -> None:
-    """Helm installs charts/gpusched/crds/ as they are: the same files as crds/, none missing, none extra."""
-    shipped = {p.name: p.read_bytes() for p in (REPO / "crds").glob("*.yaml")}
-    charted = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
-    assert charted == shipped
 
 
 def test_helm_lint_strict(helm: Path) -> None:
