@@ -324,7 +324,9 @@ def _exists(kube: kube_mod.Kube, path: str) -> bool:
     return True
 
 
-def test_helm_install_and_uninstall_on_a_real_api_server(installed: tuple[kube_mod.Scenario, list[str]]) -> None:
+def test_helm_install_upgrade_and_uninstall_on_a_real_api_server(
+    installed: tuple[kube_mod.Scenario, list[str]],
+) -> None:
     scenario, helm_base = installed
     kube, ns = scenario.kube, scenario.namespace
     rbac = "/apis/rbac.authorization.k8s.io/v1"
@@ -363,6 +365,15 @@ def test_helm_install_and_uninstall_on_a_real_api_server(installed: tuple[kube_m
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpusched-e2e", "namespace": ns}]
     configmap = kube.request("GET", f"/api/v1/namespaces/{ns}/configmaps/gpusched-e2e-config")
     assert yaml.safe_load(configmap["data"]["gpusched.yaml"])["binding"]["qps"] == 50
+
+    # A config change through `helm upgrade` reaches the ConfigMap and rolls the pods (a new pod template).
+    before = deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    _run([*helm_base, "upgrade", "gpusched-e2e", str(CHART), "--reuse-values", "--set", "config.binding.qps=70"])
+    configmap = kube.request("GET", f"/api/v1/namespaces/{ns}/configmaps/gpusched-e2e-config")
+    assert yaml.safe_load(configmap["data"]["gpusched.yaml"])["binding"]["qps"] == 70
+    upgraded = kube.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/gpusched-e2e")
+    assert upgraded["spec"]["template"]["metadata"]["annotations"]["checksum/config"] != before
+    assert upgraded["spec"]["replicas"] == 3  # the install's values kept
 
     _run([*helm_base, "uninstall", "gpusched-e2e"], timeout=300)
     left = [path for path in objects if _exists(kube, path)]
