@@ -28,7 +28,9 @@ import kube as kube_mod  # noqa: E402
 import skips  # noqa: E402
 from localcluster import APIError  # noqa: E402
 
+from scheduler import cli  # noqa: E402
 from scheduler.k8s import config as k8s_config  # noqa: E402
+from scheduler.k8s import dashboard_options  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -265,6 +267,32 @@ def test_the_dashboard_and_its_access_are_values(helm: Path) -> None:
 
     pod, _ = rendered("dashboard.auth=none")
     assert "--dashboard-auth=none" in pod["containers"][0]["args"]
+
+
+def test_gpusched_run_accepts_the_arguments_the_chart_renders(helm: Path, tmp_path: Path) -> None:
+    """The container's arguments parsed by gpusched run's own command line and dashboard checks
+    (scheduler/k8s/dashboard_options.py), so a renamed or removed flag fails here and not in a crash-looping pod."""
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    cases: dict[tuple[str, ...], tuple[int | None, str]] = {
+        (): (None, "none"),
+        ("dashboard.enabled=true",): (8082, "kubernetes"),
+        ("dashboard.enabled=true", "dashboard.auth=none", "dashboard.port=9000"): (9000, "none"),
+        ("dashboard.enabled=true", "dashboard.auth=token", "dashboard.tokenSecret.name=viewers"): (8082, "token"),
+        ("leaderElection.leaseName=pool-a", "metrics.port=9090", "health.port=9091"): (None, "none"),
+    }
+    for values, (port, mode) in cases.items():
+        (deployment,) = [o for o in _template(helm, *values) if o["kind"] == "Deployment"]
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        argv = [
+            f"--dashboard-token-file={token}" if arg.startswith("--dashboard-token-file=") else arg
+            for arg in container["args"]
+        ]
+        args = cli.build_parser("run").parse_args(argv)
+        dashboard_options.check_arguments(args)
+        assert (args.dashboard_port, dashboard_options.mode(args)) == (port, mode), values
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert (ports["metrics"], ports["health"]) == (args.metrics_port, args.health_port)
 
 
 def test_a_lease_name_of_its_own_is_passed_and_granted(helm: Path) -> None:
