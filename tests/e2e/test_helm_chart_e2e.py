@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE))
 
 import kube as kube_mod  # noqa: E402
 import skips  # noqa: E402
-from localcluster import APIError  # noqa: E402
+from localcluster import APIError, cached_binaries  # noqa: E402
 
 from scheduler import cli  # noqa: E402
 from scheduler.k8s import config as k8s_config  # noqa: E402
@@ -72,8 +72,9 @@ def _template(helm: Path, *values: str, namespace: str = NAMESPACE, release: str
 
 
 def _kustomize() -> list[dict[str, Any]]:
-    """``kubectl kustomize manifests/`` with the control plane's kubectl (build-controlplane.sh builds it)."""
-    bin_dir = skips.made_by(HERE / "build-controlplane.sh", failed="failed", timeout=3600)
+    """``kubectl kustomize manifests/`` with the control plane's kubectl (``GPUSCHED_E2E_BIN``, the cache, or what
+    build-controlplane.sh builds)."""
+    bin_dir = cached_binaries() or skips.made_by(HERE / "build-controlplane.sh", failed="failed", timeout=3600)
     return [doc for doc in yaml.safe_load_all(_run([str(bin_dir / "kubectl"), "kustomize", str(MANIFESTS)])) if doc]
 
 
