@@ -11,6 +11,8 @@ from typing import NoReturn
 
 import pytest
 
+HERE = Path(__file__).resolve().parent
+
 
 def required() -> bool:
     """CI says the suite must run: nothing may skip for want of binaries or of ``gpusched run``."""
@@ -37,3 +39,16 @@ def made_by(script: Path, *, failed: str, timeout: float) -> Path:
     if "building" in out.stderr:
         print(f"\n[e2e] {script.name} built {out.stdout.strip().splitlines()[-1]} in {time.monotonic() - started:.0f}s")
     return Path(out.stdout.strip().splitlines()[-1])
+
+
+def helm() -> Path:
+    """The Helm binary: ``GPUSCHED_HELM``, else what build-helm.sh finds in its cache or builds from
+    ``helm.sh/helm/v4`` (a few minutes from a cold Go build cache). Without it (no Go, a failed build) the test
+    skips with the reason, or fails under ``GPUSCHED_E2E_REQUIRED=1``."""
+    given = os.environ.get("GPUSCHED_HELM", "")
+    if given:
+        path = Path(given)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            skip_or_fail(f"GPUSCHED_HELM={given} is not an executable file")
+        return path
+    return made_by(HERE / "build-helm.sh", failed="could not build Helm from helm.sh/helm/v4", timeout=1800)

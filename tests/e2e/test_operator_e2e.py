@@ -147,6 +147,7 @@ def test_manifests_apply_on_a_real_api_server(cluster: LocalCluster) -> None:
         "clusterrole.rbac.authorization.k8s.io/gpusched",
         "role.rbac.authorization.k8s.io/gpusched-leader-election",
         "deployment.apps/gpusched",
+        "poddisruptionbudget.policy/gpusched",
         "service/gpusched-metrics",
     ):
         assert created in text
