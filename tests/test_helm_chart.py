@@ -3,10 +3,11 @@ them as they are). Helm's own checks (lint, template, install) are in tests/e2e/
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import yaml
+
+import scheduler
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "gpusched"
@@ -14,7 +15,7 @@ CHART = REPO / "charts" / "gpusched"
 
 def test_the_chart_version_is_the_package_version() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    package = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    package = scheduler.__version__  # pyproject.toml reads its version from there
     assert (chart["version"], chart["appVersion"]) == (package, package)
 
 
