@@ -33,6 +33,7 @@ MEMORY = "memory"
 MILLI_PER_GPU = 1000
 ANNOTATION_GPU_MILLI = "gpusched.io/gpu-milli"
 ANNOTATION_GPU_IDS = "gpusched.io/gpu-ids"
+ANNOTATION_GPU_MEMORY = "gpusched.io/gpu-memory"
 LABEL_POD_GROUP = "gpusched.io/pod-group"
 LABEL_POD_GROUP_COMPAT = "scheduling.x-k8s.io/pod-group"
 LABEL_QUEUE = "gpusched.io/queue"
@@ -99,10 +100,28 @@ def requests_of(pod: Obj) -> Vector:
         for name, raw in merged.items():
             if name in (CPU, MEMORY, GPU):
                 total[name] = total.get(name, 0.0) + quantity(raw)
-    milli = shared_milli(pod)
+    milli = charged_milli(pod)
     if milli:
         total[GPU] = total.get(GPU, 0.0) + milli / MILLI_PER_GPU
     return {k: v for k, v in total.items() if v}
+
+
+def charged_milli(pod: Obj) -> int:
+    """Thousandths of one GPU a shared-GPU pod counts against its queue. As docs/operator.md says of a bound pod
+    whose ``gpusched.io/`` annotations were edited into something malformed: a shared GPU whose share can no
+    longer be read whole (``gpu-milli``, or the ``gpu-memory`` that goes with it) counts as the whole GPU."""
+    annotations = meta(pod).get("annotations") or {}
+    if ANNOTATION_GPU_MILLI not in annotations or whole_gpus(pod):
+        return 0
+    milli = shared_milli(pod)
+    if not milli:
+        return MILLI_PER_GPU
+    if ANNOTATION_GPU_MEMORY in annotations:
+        try:
+            quantity(annotations[ANNOTATION_GPU_MEMORY])
+        except ValueError:
+            return MILLI_PER_GPU
+    return milli
 
 
 def whole_gpus(pod: Obj) -> int:

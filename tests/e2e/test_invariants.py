@@ -137,6 +137,19 @@ def test_queue_usage_follows_the_podgroup_then_the_label() -> None:
     assert usage["default"][inv.GPU] == 0.25
 
 
+def test_a_shared_pod_whose_share_cannot_be_read_whole_counts_a_whole_gpu_in_its_queue() -> None:
+    # As the scheduler counts it (docs/operator.md): the fault test edits bound pods' annotations.
+    unreadable_memory = _pod("m", node="n0", milli=500, queue="q")
+    unreadable_memory["metadata"]["annotations"][inv.ANNOTATION_GPU_MEMORY] = "lots"
+    pods = [
+        unreadable_memory,
+        _pod("a", node="n0", milli="abc", queue="q"),
+        _pod("ok", node="n0", milli=250, queue="q"),
+    ]
+    assert inv.leaf_usage(pods, [])["q"][inv.GPU] == 2.25
+    assert inv.shared_milli(unreadable_memory) == 500  # what the GPU's sharing check reads: the share it bound
+
+
 def test_queues_over_limit_counts_subtrees() -> None:
     queues = [
         _queue("parent", limit={inv.GPU: "4"}),
