@@ -8,7 +8,8 @@ point); ``/readyz`` 200 once the first full listing is in the cache, 503 before 
 ``standby`` elsewhere (or the refusal); ``/explain?target=...&
 namespace=...`` answers ``gpusched explain`` from the leader's live state (JSON ``{"answer": text}``; 404 for an
 object the scheduler does not know, 503 on a standby; see ``scheduler.k8s.explain``). Metrics port: ``/metrics``
-in the Prometheus text format, with the state gauges recomputed for each scrape.
+in the Prometheus text format, with the state gauges recomputed for each scrape on the leader (a standby exports
+none of them: ``scheduler.k8s.metrics``).
 
 Both bind ``--bind-address`` (default all interfaces: the kubelet's probes and Prometheus come from outside the
 pod); ``127.0.0.1`` keeps them to the host.
@@ -75,9 +76,10 @@ def _cannot_lead(operator: Operator) -> str:
 
 def metrics_app(operator: Operator) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
-        operator.metrics.refresh_state(
-            operator.loop, operator.pending, node_problems=operator.cache.gpu_topology_problems
-        )
+        if operator.leading:  # a standby exports no state gauge (scheduler.k8s.metrics): nothing to recompute
+            operator.metrics.refresh_state(
+                operator.loop, operator.pending, node_problems=operator.cache.gpu_topology_problems
+            )
         response = web.Response(body=operator.metrics.exposition())
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
