@@ -7,12 +7,17 @@ point); ``/readyz`` 200 once the first full listing is in the cache, 503 before 
 ``kubectl get pods`` instead of idling silently; ``/leader`` 200 ``leader`` on the replica that schedules, 503
 ``standby`` elsewhere (or the refusal); ``/explain?target=...&
 namespace=...`` answers ``gpusched explain`` from the leader's live state (JSON ``{"answer": text}``; 404 for an
-object the scheduler does not know, 503 on a standby; see ``scheduler.k8s.explain``). Metrics port: ``/metrics``
-in the Prometheus text format, with the state gauges recomputed for each scrape on the leader (a standby exports
-none of them: ``scheduler.k8s.metrics``).
+object the scheduler does not know, 503 on a standby; see ``scheduler.k8s.explain``) to a caller whose bearer token
+the API server knows and who may ``get`` the object explained (401, 403 otherwise: ``scheduler.k8s.access``).
+Metrics port: ``/metrics`` in the Prometheus text format, with the state gauges recomputed for each scrape on the
+leader (a standby exports none of them: ``scheduler.k8s.metrics``).
 
-Both bind ``--bind-address`` (default all interfaces: the kubelet's probes and Prometheus come from outside the
-pod); ``127.0.0.1`` keeps them to the host.
+Both bind ``--bind-address`` (default all interfaces: the kubelet's probes, the API server's pod proxy and
+Prometheus come from outside the pod); ``127.0.0.1`` keeps them to the host. The probes answer anyone (they tell
+only whether the process runs, is warm and leads); ``/explain`` asks who. ``/metrics`` answers anyone too, for
+Prometheus, which scrapes without a token by default: its series carry figures per queue (Queues are cluster-wide
+objects) and for the cluster as a whole, never a pod's, a namespace's or a node's name
+(``scheduler.k8s.metrics``: label values are bounded). manifests/networkpolicy.yaml lets in only these two ports.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from scheduler.k8s import explain
+from scheduler.k8s import access, explain
 from scheduler.k8s.operator import Operator
 
 
@@ -55,9 +60,14 @@ def health_app(operator: Operator) -> web.Application:
             return web.Response(text="leader")
         return web.Response(status=503, text=_cannot_lead(operator) or "standby")
 
+    reviewer = access.Reviewer(operator.client)
+
     async def explained(request: web.Request) -> web.Response:
-        status, body = explain.reply(operator, request.query)
-        return web.json_response(body, status=status)
+        status, body = await explain.reply(
+            operator, request.query, token=explain.token_of(request.headers), reviewer=reviewer
+        )
+        headers = {"WWW-Authenticate": 'Bearer realm="gpusched explain"'} if status == 401 else None
+        return web.json_response(body, status=status, headers=headers)
 
     app = web.Application()
     app.router.add_get("/explain", explained)
