@@ -404,6 +404,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="gpusched",
         help="the scheduler's Lease (gpusched run's --lease-name; default: %(default)s)",
     )
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=HEALTH_PORT,
+        help="the scheduler pods' health port, asked through the pod proxy (gpusched run's --health-port;"
+        " default: %(default)s)",
+    )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer (default: 5)")
     parser.add_argument(
         "--token-file",
@@ -545,7 +552,7 @@ async def _ask_pods(client: k8s_client.Client, args: argparse.Namespace) -> tupl
     for name in pods:
         reply = await client.call(
             client.core.connect_get_namespaced_pod_proxy_with_path,
-            f"{name}:{HEALTH_PORT}",
+            f"{name}:{args.health_port}",
             ns,
             "explain",
             path2=f"{args.namespace}/{args.target}",
@@ -610,8 +617,8 @@ async def reply(
     right = asked.right()
     if not token:
         return 401, {
-            "message": "explain needs a Kubernetes bearer token (Authorization: Bearer ...; gpusched explain sends"
-            " the one of its kubeconfig, or --token-file)",
+            "message": f"explain needs a Kubernetes bearer token (Authorization: Bearer ..., or {TOKEN_HEADER}:"
+            " Bearer ... through the API server's pod proxy)",
             "missing": "token",
         }
     checked = await reviewer.check(token, right)

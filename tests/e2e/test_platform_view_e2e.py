@@ -7,8 +7,10 @@ The outputs are printed (``pytest -s``) so that they can be quoted.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
+import socket
 import subprocess
 import time
 import urllib.error
@@ -229,3 +231,82 @@ def test_explain_answers_only_a_user_who_may_read_what_it_explains(sched: Scenar
     }
     assert status_of("", "/healthz") == (200, "ok")  # the probes stay open
     assert status_of("", "/readyz") == (200, "ready")
+
+
+def _host_address() -> str | None:
+    """An IPv4 address of this machine that the API server may proxy to (not loopback: kube-apiserver refuses to
+    proxy there), or None."""
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
+    except OSError:
+        found = set()
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: only the route's source address is read
+        found.add(probe.getsockname()[0])
+    addresses = [ipaddress.ip_address(a) for a in found]
+    usable = sorted(str(a) for a in addresses if not a.is_loopback and not a.is_link_local)
+    return usable[0] if usable else None
+
+
+def test_through_the_pod_proxy_explain_is_asked_as_the_user(sched: Scenario) -> None:
+    """``gpusched explain`` without ``--url`` asks the scheduler's pods through the API server's pod proxy, which
+    drops ``Authorization`` once it has authenticated the caller: the user's token must still reach ``/explain``
+    (``Gpusched-Authorization``), and the answer is the user's. A stand-in pod labelled as the scheduler's, its IP
+    set to this machine's, lets the real API server proxy to the ``gpusched run`` of the test."""
+    address = _host_address()
+    if address is None:
+        pytest.skip("no non-loopback IPv4 address on this machine for the API server to proxy to")
+    ns = sched.namespace
+    sched.add_nodes([kube_mod.gpu_node("px-0")])
+    replica = sched.start_gpusched()
+    sched.create_pod(kube_mod.pod("big", gpus=16))
+    _condition_message(sched, "big", "")
+    standin = kube_mod.pod("gpusched-standin", labels={"app.kubernetes.io/name": "gpusched"})
+    standin["spec"]["nodeName"] = "px-0"
+    sched.create_pod(standin)
+
+    def running() -> dict[str, Any] | None:
+        got = sched.pod("gpusched-standin")
+        return got if (got.get("status") or {}).get("phase") == "Running" else None
+
+    kube_mod.wait_until(running, timeout=60, what="the stand-in pod Running")
+    patch = {"status": {"podIP": address, "podIPs": [{"ip": address}]}}
+    path = kube_mod.Kube.pods_path(ns, "gpusched-standin") + "/status"
+    sched.kube.request("PATCH", path, patch, content_type="application/merge-patch+json")
+    kube_mod.wait_until(
+        lambda: sched.pod("gpusched-standin")["status"].get("podIP") == address, timeout=30, what="the pod's IP set"
+    )
+    proxy = [{"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]}]
+    list_pods = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    reader = sched.account_kubeconfig("proxy-reader", rules=[*READER_RULES[:1], *list_pods, *proxy])
+    lister = sched.account_kubeconfig("proxy-lister", rules=[*list_pods, *proxy])
+
+    def ask(kubeconfig: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                *kube_mod.gpusched_command(),
+                "explain",
+                "big",
+                "-n",
+                ns,
+                "--scheduler-namespace",
+                ns,
+                "--lease-name",
+                "no-such-lease",
+                "--health-port",
+                str(replica.health_port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        )
+
+    answered = ask(reader)
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout.startswith(f"pod {ns}/big"), answered.stdout
+    assert f"answered by pod {ns}/gpusched-standin" in answered.stderr, answered.stderr
+    refused = ask(lister)  # may reach the pod, may not read the pod explained: asked as itself, refused
+    assert refused.returncode == 1, refused
+    assert f'system:serviceaccount:{ns}:proxy-lister may not get pods "big" in namespace {ns}' in refused.stderr

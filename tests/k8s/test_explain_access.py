@@ -126,6 +126,7 @@ def _args(target: str, namespace: str = "team-a", **more: object) -> argparse.Na
         "timeout": 5.0,
         "scheduler_namespace": NS,
         "lease_name": "gpusched",
+        "health_port": explain.HEALTH_PORT,
         "token_file": None,
         "kubeconfig": None,
         "context": None,

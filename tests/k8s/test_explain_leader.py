@@ -27,6 +27,7 @@ def _args(target: str) -> argparse.Namespace:
         timeout=5.0,
         scheduler_namespace=NS,
         lease_name="gpusched",
+        health_port=explain.HEALTH_PORT,
         token_file=None,
     )
 
