@@ -15,6 +15,11 @@ kept too, so a user refused costs the API server nothing more until it expires. 
 SHA-256. When the API server cannot be asked, the answer is a :class:`Refusal` 503 (or ``None`` from
 :meth:`Reviewer.allowed`): never shown unchecked.
 
+The reviews go through the scheduler's one client, whose QPS budget the bindings share
+(``scheduler.k8s.client``): anyone who reaches ``/explain`` could spend it with made-up tokens, each one a new
+TokenReview. So a reviewer may be given a budget of its own (``qps``, ``burst``) on top: past it, a request that
+needs a new review is refused at once (429 ``too many reviews``) instead of waiting, and the bindings keep theirs.
+
 The scheduler's ServiceAccount needs ``create`` on ``tokenreviews.authentication.k8s.io`` and
 ``subjectaccessreviews.authorization.k8s.io``: the built-in ClusterRole ``system:auth-delegator``.
 """
@@ -31,7 +36,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import AuthenticationV1Api, AuthorizationV1Api
 
-from scheduler.k8s.client import Client
+from scheduler.k8s.client import Client, RateLimiter
 
 #: Seconds a TokenReview's or SubjectAccessReview's answer is kept.
 TTL_S = 30.0
@@ -88,9 +93,18 @@ def describe(attributes: Mapping[str, Any]) -> str:
 class Reviewer:
     """TokenReview, then SubjectAccessReviews, with their answers kept (see the module notes)."""
 
-    def __init__(self, client: Client, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        qps: float = 0.0,
+        burst: int = 1,
+    ) -> None:
+        """``qps`` above 0: at most that many reviews a second (``burst`` at once) asked for this reviewer."""
         self.client = client
         self.clock = clock
+        self._budget = RateLimiter(qps, burst, clock=clock)
         self._users: OrderedDict[str, User] = OrderedDict()
         self._authn = AuthenticationV1Api(client.api)
         self._authz = AuthorizationV1Api(client.api)
@@ -114,12 +128,32 @@ class Reviewer:
 
     async def allowed(self, user: User, attributes: Mapping[str, Any]) -> bool | None:
         """Whether ``user`` may do what ``attributes`` (a SubjectAccessReview's ``resourceAttributes`` or
-        ``nonResourceAttributes``) say; None when the API server gave no answer (not kept: asked again next time)."""
+        ``nonResourceAttributes``) say; None when there is no answer (the API server gave none, or the budget is
+        spent; not kept: asked again next time)."""
+        found = await self._allowed(user, attributes)
+        return found if isinstance(found, bool) else None
+
+    async def check(self, token: str, attributes: Mapping[str, Any]) -> User | Refusal:
+        """The user of ``token`` if it may do what ``attributes`` say, else why not (401, 403 naming the right,
+        429, 503)."""
+        user = await self.user(token)
+        if isinstance(user, Refusal):
+            return user
+        found = await self._allowed(user, attributes)
+        if isinstance(found, Refusal):
+            return found
+        if not found:
+            return Refusal(403, f"{user.name} may not {describe(attributes)}")
+        return user
+
+    async def _allowed(self, user: User, attributes: Mapping[str, Any]) -> bool | Refusal:
         key = json.dumps(attributes, sort_keys=True)
         now = self.clock()
         kept = user.answers.get(key)
         if kept is not None and now - kept[1] <= TTL_S:
             return kept[0]
+        if not self._spend():
+            return Refusal(429, "too many reviews: ask again in a second")
         answer = await self.client.call(
             self._authz.create_subject_access_review,
             body={
@@ -129,25 +163,21 @@ class Reviewer:
             },
         )
         if not answer.ok:
-            return None
+            return Refusal(503, f"cannot ask the API server whether {user.name} may {describe(attributes)}")
         allowed = bool((answer.body.get("status") or {}).get("allowed"))
         user.answers[key] = (allowed, now)
         return allowed
 
-    async def check(self, token: str, attributes: Mapping[str, Any]) -> User | Refusal:
-        """The user of ``token`` if it may do what ``attributes`` say, else why not (401, 403 naming the right,
-        503)."""
-        user = await self.user(token)
-        if isinstance(user, Refusal):
-            return user
-        allowed = await self.allowed(user, attributes)
-        if allowed is None:
-            return Refusal(503, f"cannot ask the API server whether {user.name} may {describe(attributes)}")
-        if not allowed:
-            return Refusal(403, f"{user.name} may not {describe(attributes)}")
-        return user
+    def _spend(self) -> bool:
+        """Take one review from the budget; False when it is spent (nothing taken)."""
+        if self._budget.reserve() > 0:
+            self._budget.cancel()
+            return False
+        return True
 
     async def _review(self, token: str, now: float) -> User | Refusal:
+        if not self._spend():
+            return Refusal(429, "too many token reviews: ask again in a second")
         answer = await self.client.call(
             self._authn.create_token_review,
             body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}},

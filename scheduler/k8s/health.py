@@ -30,6 +30,11 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from scheduler.k8s import access, explain
 from scheduler.k8s.operator import Operator
 
+#: TokenReviews and SubjectAccessReviews ``/explain`` may ask per second, and at once: a person running
+#: ``gpusched explain`` asks two per new token and 30 s, a script polling with one token asks nothing new.
+EXPLAIN_REVIEWS_QPS = 5.0
+EXPLAIN_REVIEWS_BURST = 20
+
 
 @dataclass
 class Servers:
@@ -60,13 +65,15 @@ def health_app(operator: Operator) -> web.Application:
             return web.Response(text="leader")
         return web.Response(status=503, text=_cannot_lead(operator) or "standby")
 
-    reviewer = access.Reviewer(operator.client)
+    # A budget of its own, so that made-up tokens cannot spend the bindings' (scheduler.k8s.access).
+    reviewer = access.Reviewer(operator.client, qps=EXPLAIN_REVIEWS_QPS, burst=EXPLAIN_REVIEWS_BURST)
 
     async def explained(request: web.Request) -> web.Response:
         status, body = await explain.reply(
             operator, request.query, token=explain.token_of(request.headers), reviewer=reviewer
         )
         headers = {"WWW-Authenticate": 'Bearer realm="gpusched explain"'} if status == 401 else None
+        headers = {"Retry-After": "1"} if status == 429 else headers
         return web.json_response(body, status=status, headers=headers)
 
     app = web.Application()

@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 import yaml
 
+from scheduler.k8s import access, explain, health
 from scheduler.k8s import client as k8s
-from scheduler.k8s import explain, health
 from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import FakeApiServer
 from tests.k8s.test_operator import node, pod, podgroup
@@ -209,3 +209,23 @@ async def test_a_user_without_a_token_is_told_why(
     )
     out = capfd.readouterr().out
     assert code == 0 and out.startswith("pod team-a/train-0")
+
+
+async def test_made_up_tokens_cannot_spend_more_than_the_reviewers_own_budget(
+    fake: FakeApiServer, client: k8s.Client
+) -> None:
+    """Each unknown token is a new TokenReview; past the budget the request is refused at once (429) and the API
+    server is not asked, while a user whose answers are kept is still answered."""
+    fake.tokens["alice-token"] = "alice"
+    fake.rights.add(("alice", "get", "pods", "team-a"))
+    now = [0.0]
+    reviewer = access.Reviewer(client, clock=lambda: now[0], qps=5.0, burst=20)
+    right = access.pods_in("team-a", name="train-0")
+    assert isinstance(await reviewer.check("alice-token", right), access.User)  # two reviews
+    answers = [await reviewer.check(f"made-up-{i}", right) for i in range(40)]
+    statuses = [a.status for a in answers if isinstance(a, access.Refusal)]
+    assert statuses == [401] * 18 + [429] * 22
+    assert len(fake.requests("POST", "/tokenreviews")) == 19
+    assert isinstance(await reviewer.check("alice-token", right), access.User)  # kept: nothing asked
+    now[0] += 1.0  # five more a second
+    assert [getattr(await reviewer.check(f"later-{i}", right), "status", 0) for i in range(6)] == [401] * 5 + [429]
