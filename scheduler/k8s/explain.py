@@ -13,6 +13,14 @@ Two halves:
   cluster: ``scheduler.k8s.leader``), and prints the answer on stdout; anything else (errors, timing) goes to
   stderr.
 
+Nothing is told without a right, as on the dashboard (``scheduler.k8s.access``): ``/explain`` needs a bearer
+token, which a TokenReview turns into a user, and a SubjectAccessReview that this user may ``get`` the object
+explained (:meth:`Target.right`: the pod, the PodGroup in its namespace, the Queue); else 401 or 403 with a JSON
+body naming what is missing. The command sends its kubeconfig user's token (a ``token``, or what an exec plugin or
+auth provider gave the client library), or ``--token-file``'s: as ``Authorization: Bearer`` to an address, and as
+:data:`TOKEN_HEADER` through the pod proxy, since the API server drops ``Authorization`` once it has authenticated
+the caller.
+
 Units are Kubernetes quantities (``2500m`` CPU, ``256Gi`` memory, ``0.5`` GPUs). The free-GPU figure counts only
 nodes the pod may use (not tainted against it, selected, schedulable); a gang member says it waits for its gang.
 The filtering and a gang's what-if are the cycle's own (``Scheduler.filter``, ``gang.try_gang``), with the nodes the
@@ -32,6 +40,7 @@ import time
 import urllib.parse
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -44,8 +53,8 @@ from scheduler.api.topology import TopologyConstraint
 from scheduler.core import capacity, gang, reason_texts
 from scheduler.core.actions import consolidate
 from scheduler.core.loop import SchedulingLoop
+from scheduler.k8s import access, logs
 from scheduler.k8s import client as k8s_client
-from scheduler.k8s import logs
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.leader import EXPLAIN_URL_ANNOTATION
 from scheduler.kernels import layout
@@ -63,6 +72,10 @@ HEALTH_PORT = 8081
 _GROUP_WORDS = ("podgroup", "podgroups", "pg")
 _QUEUE_WORDS = ("queue", "queues", "gq", "q")
 _POD_WORDS = ("pod", "pods", "po")
+#: The header that carries the caller's token through the API server's pod proxy, which removes ``Authorization``
+#: once it has authenticated the caller (k8s.io/apiserver's authentication filter): ``Bearer TOKEN``, as
+#: ``Authorization`` (which a direct request, ``--url`` or the Lease's address, sends).
+TOKEN_HEADER = "Gpusched-Authorization"
 
 
 class NotFound(Exception):
@@ -72,20 +85,51 @@ class NotFound(Exception):
 # --- the server half -----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What is asked about: a pod or a PodGroup in a namespace, or a (cluster-wide) Queue."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def parse(cls, target: str, namespace: str = "default") -> Target:
+        """``POD``, ``pod/NAME``, ``podgroup/NAME`` or ``queue/NAME`` (and their short words); NotFound for
+        anything else."""
+        word, _, name = target.partition("/")
+        if not name:
+            word, name = "pod", target
+        word = word.lower()
+        if word in _GROUP_WORDS:
+            return cls("podgroup", namespace, name)
+        if word in _QUEUE_WORDS:
+            return cls("queue", "", name)
+        if word in _POD_WORDS:
+            return cls("pod", namespace, name)
+        raise NotFound(f"cannot tell what {target!r} names: use POD, podgroup/NAME or queue/NAME")
+
+    def right(self) -> dict[str, Any]:
+        """The SubjectAccessReview attributes of the right to read this explanation: ``get`` on the object itself
+        (a pod, a PodGroup in its namespace, a Queue), as ``kubectl get`` would need."""
+        if self.kind == "pod":
+            return access.pods_in(self.namespace, name=self.name)
+        crd = k8s_status.PODGROUPS if self.kind == "podgroup" else k8s_status.QUEUES
+        attributes = {"verb": "get", "group": crd.group, "resource": crd.plural, "name": self.name}
+        if crd.namespaced:
+            attributes["namespace"] = self.namespace
+        return {"resourceAttributes": attributes}
+
+
 def answer(operator: Operator, target: str, namespace: str = "default") -> str:
     """The explanation of ``target`` (``POD``, ``pod/NAME``, ``podgroup/NAME``, ``queue/NAME``); NotFound if the
     scheduler does not know it."""
-    word, _, name = target.partition("/")
-    if not name:
-        word, name = "pod", target
-    word = word.lower()
-    if word in _GROUP_WORDS:
-        return explain_group(operator, f"{namespace}/{name}")
-    if word in _QUEUE_WORDS:
-        return explain_queue(operator, name)
-    if word in _POD_WORDS:
-        return explain_pod(operator, f"{namespace}/{name}")
-    raise NotFound(f"cannot tell what {target!r} names: use POD, podgroup/NAME or queue/NAME")
+    asked = Target.parse(target, namespace)
+    if asked.kind == "podgroup":
+        return explain_group(operator, f"{namespace}/{asked.name}")
+    if asked.kind == "queue":
+        return explain_queue(operator, asked.name)
+    return explain_pod(operator, f"{namespace}/{asked.name}")
 
 
 def explain_pod(operator: Operator, key: str) -> str:
@@ -360,7 +404,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="gpusched",
         help="the scheduler's Lease (gpusched run's --lease-name; default: %(default)s)",
     )
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=HEALTH_PORT,
+        help="the scheduler pods' health port, asked through the pod proxy (gpusched run's --health-port;"
+        " default: %(default)s)",
+    )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer (default: 5)")
+    parser.add_argument(
+        "--token-file",
+        help="a file holding the bearer token to ask with (default: the kubeconfig user's token; a user that"
+        " authenticates with a client certificate has none: e.g. kubectl create token NAME > FILE)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -371,7 +427,8 @@ def main(args: argparse.Namespace) -> int:
     code, text, source = asyncio.run(_ask(args))
     elapsed = time.monotonic() - started
     if code != 200:
-        print(f"gpusched explain: {text}", file=sys.stderr)
+        hint = f" ({NO_TOKEN_HINT})" if code == 401 else ""
+        print(f"gpusched explain: {text}{hint}", file=sys.stderr)
         return 1
     print(text)
     print(f"(answered by {source} in {elapsed * 1000:.0f} ms)", file=sys.stderr)
@@ -396,28 +453,64 @@ def query(target: str, namespace: str) -> str:
     return urllib.parse.urlencode({"target": target, "namespace": namespace})
 
 
-async def _ask(args: argparse.Namespace) -> tuple[int, str, str]:
-    """(HTTP status, the answer or why there is none, who answered)."""
-    if args.url:
-        return await _ask_url(args.url, args)
-    settings = k8s_client.ClientSettings(
+#: Said after a 401.
+NO_TOKEN_HINT = (
+    "gpusched explain asks with the bearer token of its kubeconfig's user, or of --token-file; a user that"
+    " authenticates with a client certificate has none"
+)
+
+
+def _settings(args: argparse.Namespace) -> k8s_client.ClientSettings:
+    return k8s_client.ClientSettings(
         kubeconfig=args.kubeconfig or os.environ.get("KUBECONFIG") or None,
         context=args.context,
         qps=0,
         timeout=args.timeout,
     )
-    client = await k8s_client.connect(settings)
+
+
+async def _ask(args: argparse.Namespace) -> tuple[int, str, str]:
+    """(HTTP status, the answer or why there is none, who answered)."""
+    if args.url:
+        token = _token_file(args)
+        if token is None:
+            try:
+                token = await bearer_token(await k8s_client.configuration(_settings(args)))
+            except InvalidObject:
+                token = ""  # no kubeconfig: asked without a token, the scheduler says 401 and we say why
+        return await _ask_url(args.url, args, token=token)
+    client = await k8s_client.connect(_settings(args))
     try:
         return await _ask_pods(client, args)
     finally:
         await client.close()
 
 
-async def _ask_url(base: str, args: argparse.Namespace) -> tuple[int, str, str]:
+def _token_file(args: argparse.Namespace) -> str | None:
+    """The token of ``--token-file`` (None when not given)."""
+    if not args.token_file:
+        return None
+    try:
+        with open(args.token_file, encoding="utf-8") as file:
+            return file.read().strip()
+    except OSError as exc:
+        raise InvalidObject(f"cannot read: {exc.strerror or exc}", obj=f"token file {args.token_file}") from None
+
+
+async def bearer_token(configuration: Any) -> str:
+    """The bearer token a kubeconfig's user (or the in-cluster ServiceAccount) sends the API server: a ``token``,
+    or what an exec plugin or auth provider gave the client library; "" for a client certificate or basic auth."""
+    value = await configuration.get_api_key_with_prefix("BearerToken")
+    scheme, _, token = str(value or "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+async def _ask_url(base: str, args: argparse.Namespace, *, token: str) -> tuple[int, str, str]:
     url = f"{base.rstrip('/')}/explain?{query(args.target, args.namespace)}"
     timeout = aiohttp.ClientTimeout(total=args.timeout)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as http, http.get(url) as response:
+        async with aiohttp.ClientSession(timeout=timeout) as http, http.get(url, headers=headers) as response:
             return response.status, _text(await response.read()), base
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         return 0, f"cannot reach {base}: {type(exc).__name__}: {exc}", base
@@ -442,6 +535,9 @@ async def _ask_pods(client: k8s_client.Client, args: argparse.Namespace) -> tupl
     """Ask the running scheduler pods through the API server's pod proxy (the Lease's holder first) until the
     leader answers; else the address the leader published on its Lease (a scheduler run outside the cluster)."""
     ns = args.scheduler_namespace
+    token = _token_file(args)
+    if token is None:
+        token = await bearer_token(client.api.configuration)
     holder, published = await _lease(client, args)
     listing = await client.call(client.core.list_namespaced_pod, ns, label_selector=POD_SELECTOR)
     if not listing.ok and not published:
@@ -456,17 +552,18 @@ async def _ask_pods(client: k8s_client.Client, args: argparse.Namespace) -> tupl
     for name in pods:
         reply = await client.call(
             client.core.connect_get_namespaced_pod_proxy_with_path,
-            f"{name}:{HEALTH_PORT}",
+            f"{name}:{args.health_port}",
             ns,
             "explain",
             path2=f"{args.namespace}/{args.target}",
+            _headers={TOKEN_HEADER: f"Bearer {token}"} if token else {},
         )
         text = str(reply.body.get("answer") or reply.message)
         if reply.status != 503:
             return reply.status, text, f"pod {ns}/{name}"
         last = (reply.status, text, f"pod {ns}/{name}")
     if published:
-        code, text, source = await _ask_url(published, args)
+        code, text, source = await _ask_url(published, args, token=token)
         return code, text, f"{source} (the leader {holder}, from Lease {ns}/{args.lease_name})"
     if not pods:
         return (
@@ -488,15 +585,50 @@ def _text(raw: bytes) -> str:
     return str(body)
 
 
-def reply(operator: Operator, params: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
+def token_of(headers: Mapping[str, str]) -> str:
+    """The caller's bearer token: ``Authorization: Bearer``, else :data:`TOKEN_HEADER` (what came through the API
+    server's pod proxy, which drops ``Authorization`` once it has authenticated the caller)."""
+    for name in ("Authorization", TOKEN_HEADER):
+        scheme, _, token = headers.get(name, "").partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    return ""
+
+
+async def reply(
+    operator: Operator, params: Mapping[str, str], *, token: str, reviewer: access.Reviewer
+) -> tuple[int, dict[str, Any]]:
     """The HTTP answer of ``/explain`` for its query parameters: ``target`` and ``namespace``, or ``path`` as
-    ``NAMESPACE/TARGET`` (what the pod proxy forwards)."""
+    ``NAMESPACE/TARGET`` (what the pod proxy forwards), asked with ``token``.
+
+    Nothing is told without a right: the token's user (TokenReview) must be allowed to ``get`` the object explained
+    (SubjectAccessReview: :meth:`Target.right`), else 401 (no token, or one the API server does not know) or 403,
+    with ``missing`` naming what was missing; 503 when the API server could not be asked."""
     target = params.get("target", "")
     namespace = params.get("namespace", "default")
     if not target and params.get("path"):
         namespace, _, target = params["path"].partition("/")
     if not target:
         return 400, {"message": "say what to explain: ?target=POD|podgroup/NAME|queue/NAME&namespace=NS"}
+    try:
+        asked = Target.parse(target, namespace)
+    except NotFound as exc:
+        return 404, {"message": str(exc)}
+    right = asked.right()
+    if not token:
+        return 401, {
+            "message": f"explain needs a Kubernetes bearer token (Authorization: Bearer ..., or {TOKEN_HEADER}:"
+            " Bearer ... through the API server's pod proxy)",
+            "missing": "token",
+        }
+    checked = await reviewer.check(token, right)
+    if isinstance(checked, access.Refusal):
+        body: dict[str, Any] = {"message": checked.message}
+        if checked.status == 401:
+            body["missing"] = "token"
+        elif checked.status == 403:
+            body["missing"] = right
+        return checked.status, body
     if not operator.leading:
         return 503, {"message": "this replica is a standby; ask the leader (its /leader answers 200)"}
     if not operator.ready:

@@ -7,11 +7,17 @@ point); ``/readyz`` 200 once the first full listing is in the cache, 503 before 
 ``kubectl get pods`` instead of idling silently; ``/leader`` 200 ``leader`` on the replica that schedules, 503
 ``standby`` elsewhere (or the refusal); ``/explain?target=...&
 namespace=...`` answers ``gpusched explain`` from the leader's live state (JSON ``{"answer": text}``; 404 for an
-object the scheduler does not know, 503 on a standby; see ``scheduler.k8s.explain``). Metrics port: ``/metrics``
-in the Prometheus text format, with the state gauges recomputed for each scrape.
+object the scheduler does not know, 503 on a standby; see ``scheduler.k8s.explain``) to a caller whose bearer token
+the API server knows and who may ``get`` the object explained (401, 403 otherwise: ``scheduler.k8s.access``).
+Metrics port: ``/metrics`` in the Prometheus text format, with the state gauges recomputed for each scrape on the
+leader (a standby exports none of them: ``scheduler.k8s.metrics``).
 
-Both bind ``--bind-address`` (default all interfaces: the kubelet's probes and Prometheus come from outside the
-pod); ``127.0.0.1`` keeps them to the host.
+Both bind ``--bind-address`` (default all interfaces: the kubelet's probes, the API server's pod proxy and
+Prometheus come from outside the pod); ``127.0.0.1`` keeps them to the host. The probes answer anyone (they tell
+only whether the process runs, is warm and leads); ``/explain`` asks who. ``/metrics`` answers anyone too, for
+Prometheus, which scrapes without a token by default: its series carry figures per queue (Queues are cluster-wide
+objects) and for the cluster as a whole, never a pod's, a namespace's or a node's name
+(``scheduler.k8s.metrics``: label values are bounded). manifests/networkpolicy.yaml lets in only these two ports.
 """
 
 from __future__ import annotations
@@ -21,8 +27,13 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from scheduler.k8s import explain
+from scheduler.k8s import access, explain
 from scheduler.k8s.operator import Operator
+
+#: TokenReviews and SubjectAccessReviews ``/explain`` may ask per second, and at once: a person running
+#: ``gpusched explain`` asks two per new token and 30 s, a script polling with one token asks nothing new.
+EXPLAIN_REVIEWS_QPS = 5.0
+EXPLAIN_REVIEWS_BURST = 20
 
 
 @dataclass
@@ -54,9 +65,16 @@ def health_app(operator: Operator) -> web.Application:
             return web.Response(text="leader")
         return web.Response(status=503, text=_cannot_lead(operator) or "standby")
 
+    # A budget of its own, so that made-up tokens cannot spend the bindings' (scheduler.k8s.access).
+    reviewer = access.Reviewer(operator.client, qps=EXPLAIN_REVIEWS_QPS, burst=EXPLAIN_REVIEWS_BURST)
+
     async def explained(request: web.Request) -> web.Response:
-        status, body = explain.reply(operator, request.query)
-        return web.json_response(body, status=status)
+        status, body = await explain.reply(
+            operator, request.query, token=explain.token_of(request.headers), reviewer=reviewer
+        )
+        headers = {"WWW-Authenticate": 'Bearer realm="gpusched explain"'} if status == 401 else None
+        headers = {"Retry-After": "1"} if status == 429 else headers
+        return web.json_response(body, status=status, headers=headers)
 
     app = web.Application()
     app.router.add_get("/explain", explained)
@@ -75,9 +93,10 @@ def _cannot_lead(operator: Operator) -> str:
 
 def metrics_app(operator: Operator) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
-        operator.metrics.refresh_state(
-            operator.loop, operator.pending, node_problems=operator.cache.gpu_topology_problems
-        )
+        if operator.leading:  # a standby exports no state gauge (scheduler.k8s.metrics): nothing to recompute
+            operator.metrics.refresh_state(
+                operator.loop, operator.pending, node_problems=operator.cache.gpu_topology_problems
+            )
         response = web.Response(body=operator.metrics.exposition())
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response

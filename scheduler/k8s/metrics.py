@@ -7,6 +7,16 @@ happen; gauges that describe state (pending work, queue allocation and quotas, c
 are recomputed by :meth:`Metrics.refresh_state` before each scrape, from the cache and the queue, so they can
 never drift from what the scheduler holds.
 
+The state gauges (:data:`STATE_GAUGES`: pending work, queues, cluster GPUs and nodes) are exported by the leader
+only. A standby keeps the same warm cache, so it would export the same figures, and a dashboard that sums a
+Deployment's replicas (``sum(gpusched_cluster_gpus{state="total"})``) would count the cluster once per replica: 800
+GPUs on a 400-GPU cluster with two replicas. They sit behind a collector that yields nothing unless ``leading()``
+says so at the scrape (the operator's: it holds the Lease, as the lease thread sees it now), so a replica that
+loses the lease drops them from its next scrape and Prometheus marks them stale. Counters and histograms stay on
+every replica (only the leader's move, except ``gpusched_invalid_objects_total``: every replica parses every
+object, so a dashboard takes the ``max`` of its rates, not the sum), as do ``gpusched_is_leader``,
+``gpusched_ready`` and the process series.
+
 Conventions, as kube-scheduler's and Kueue's users expect them: base units (CPU in cores, memory in bytes, GPUs
 in GPUs), ``_seconds`` histograms, ``_total`` counters. Label values are bounded: a ``queue`` label names a Queue
 that exists (or ``default``), so a typo'd queue name on a pod does not start a new series; a ``reason`` is one
@@ -33,6 +43,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.metrics_core import Metric
 
 from scheduler.api import resources
 from scheduler.api.gputopo import ANNOTATION as GPU_TOPOLOGY
@@ -66,16 +77,59 @@ def base_unit(name: str, amount: float) -> float:
 #: (``pluginMetricsSamplePercent``, 10%): timing every call of every what-if of a preemption search cost the loop
 #: a tenth of its time (docs/performance.md).
 PLUGIN_SAMPLE = 0.1
+#: The gauges describing the cluster and the queue, exported by the leader only (see the module notes).
+STATE_GAUGES = (
+    "gpusched_pending_pods",
+    "gpusched_pending_gangs",
+    "gpusched_pending_jobs",
+    "gpusched_queue_allocated",
+    "gpusched_queue_guaranteed",
+    "gpusched_queue_limit",
+    "gpusched_queue_borrowing_limit",
+    "gpusched_queue_borrowed",
+    "gpusched_queue_dominant_share",
+    "gpusched_queue_rank_share",
+    "gpusched_queue_fair_share",
+    "gpusched_cluster_gpus",
+    "gpusched_cluster_nodes",
+    "gpusched_largest_free_gpu_block",
+    "gpusched_node_annotation_problems",
+)
+
+
+class _LeaderOnly:
+    """A collector of the state gauges that yields them only while ``leading()`` (see the module notes)."""
+
+    def __init__(self, leading: Callable[[], bool]) -> None:
+        self.leading = leading
+        self.gauges: list[Gauge] = []
+
+    def describe(self) -> list[Metric]:
+        return [family for gauge in self.gauges for family in gauge.describe()]
+
+    def collect(self) -> list[Metric]:
+        if not self.leading():
+            return []
+        return [family for gauge in self.gauges for family in gauge.collect()]
 
 
 class Metrics:
-    def __init__(self, *, plugin_sample: float = PLUGIN_SAMPLE, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        plugin_sample: float = PLUGIN_SAMPLE,
+        seed: int | None = None,
+        leading: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """``leading`` says, at each scrape, whether this replica exports the state gauges (:data:`STATE_GAUGES`);
+        the operator passes whether it holds the Lease."""
         #: Whether the current cycle's plugin calls are timed (:meth:`cycle_starts`).
         self.timing = True
         self._plugin_sample = plugin_sample
         self._sampler = random.Random(seed)
         self.registry = CollectorRegistry()
         r = self.registry
+        self._state = _LeaderOnly(leading)
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         if GC_COLLECTOR is not None:
@@ -139,91 +193,93 @@ class Metrics:
             registry=r,
         )
         self.pending_pods = Gauge(
-            "gpusched_pending_pods", "Pods waiting to be scheduled, by queue.", ["queue"], registry=r
+            "gpusched_pending_pods", "Pods waiting to be scheduled, by queue.", ["queue"], registry=None
         )
         self.pending_gangs = Gauge(
-            "gpusched_pending_gangs", "Gangs waiting to be scheduled, by queue.", ["queue"], registry=r
+            "gpusched_pending_gangs", "Gangs waiting to be scheduled, by queue.", ["queue"], registry=None
         )
         self.pending_jobs = Gauge(
             "gpusched_pending_jobs",
             "Jobs (a pod, or a gang) in the scheduling queue, by where they wait: active (ready to be tried),"
             " backoff, unschedulable (until a cluster event may help), in-flight (being scheduled).",
             ["state"],
-            registry=r,
+            registry=None,
         )
         self.queue_allocated = Gauge(
             "gpusched_queue_allocated",
             "What each queue's pods hold (a parent: its subtree), by resource, in base units (CPU in cores).",
             ["queue", "resource"],
-            registry=r,
+            registry=None,
         )
         self.queue_guaranteed = Gauge(
             "gpusched_queue_guaranteed",
             "Each queue's guarantee (nominal quota), by resource, in base units.",
             ["queue", "resource"],
-            registry=r,
+            registry=None,
         )
         self.queue_limit = Gauge(
             "gpusched_queue_limit",
             "Each queue's limit, by resource, in base units (only resources it limits).",
             ["queue", "resource"],
-            registry=r,
+            registry=None,
         )
         self.queue_borrowing_limit = Gauge(
             "gpusched_queue_borrowing_limit",
             "The most each queue may hold above its guarantee, by resource, in base units (only where set).",
             ["queue", "resource"],
-            registry=r,
+            registry=None,
         )
         self.queue_borrowed = Gauge(
             "gpusched_queue_borrowed",
             "What each queue holds above its guarantee (may be reclaimed), by resource, in base units.",
             ["queue", "resource"],
-            registry=r,
+            registry=None,
         )
         self.queue_share = Gauge(
             "gpusched_queue_dominant_share",
             "Weighted dominant share of each queue, decayed usage included (status.dominantShare).",
             ["queue"],
-            registry=r,
+            registry=None,
         )
         self.queue_rank_share = Gauge(
             "gpusched_queue_rank_share",
             "What each leaf queue is ordered by: its share beyond its guarantee over weight (status.rankShare).",
             ["queue"],
-            registry=r,
+            registry=None,
         )
         self.queue_fair_share = Gauge(
             "gpusched_queue_fair_share",
             "Each queue's fair share of the cluster (dominant, water-filled over demand; status.fairShare).",
             ["queue"],
-            registry=r,
+            registry=None,
         )
         self.cluster_gpus = Gauge(
             "gpusched_cluster_gpus",
             "Whole GPUs of schedulable nodes: total, allocated (any share used), partial (partly used), free"
             " (wholly free).",
             ["state"],
-            registry=r,
+            registry=None,
         )
         self.cluster_nodes = Gauge(
             "gpusched_cluster_nodes",
             "Schedulable GPU nodes: total, idle (every GPU free), stranded (free GPUs but under 1 CPU core or"
             " 1 GiB of memory free: the GPUs cannot be used).",
             ["state"],
-            registry=r,
+            registry=None,
         )
         self.largest_free_block = Gauge(
             "gpusched_largest_free_gpu_block",
             "The most wholly free GPUs on one schedulable node: the largest whole-GPU pod that fits now.",
-            registry=r,
+            registry=None,
         )
         self.node_annotation_problems = Gauge(
             "gpusched_node_annotation_problems",
             "Nodes whose annotation was refused (their GPUs are treated as unknown), by annotation.",
             ["annotation"],
-            registry=r,
+            registry=None,
         )
+        self._state.gauges = [g for g in vars(self).values() if isinstance(g, Gauge) and g._name in STATE_GAUGES]
+        r.register(self._state)
         self.is_leader = Gauge("gpusched_is_leader", "1 on the replica that schedules, else 0.", registry=r)
         self.ready = Gauge("gpusched_ready", "1 once the first full listing is in the cache.", registry=r)
         self.invalid_objects = Counter(

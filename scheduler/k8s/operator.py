@@ -89,7 +89,8 @@ class Operator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_status = 0.0
         self._last_usage = time.monotonic()
-        self.metrics = Metrics()
+        # The cluster's and the queue's gauges come from the leader only (a standby's warm cache holds the same).
+        self.metrics = Metrics(leading=lambda: self.leading and self.lease_held())
         self.cache = Cache()
         # pop_from_backoff: as kube-scheduler v1.33+ (SchedulerPopFromBackoffQ), an idle scheduler retries a pod a
         # cluster event woke without waiting out its backoff.

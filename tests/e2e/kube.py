@@ -692,6 +692,8 @@ class Scenario:
     nodes: list[str] = field(default_factory=list)
     queues: list[str] = field(default_factory=list)
     schedulers: list[Gpusched] = field(default_factory=list)
+    #: ClusterRoles (and their ClusterRoleBindings, of the same name) made for ServiceAccounts of this scenario.
+    cluster_roles: list[str] = field(default_factory=list)
 
     # ---- creating ----
 
@@ -733,6 +735,67 @@ class Scenario:
         created: dict[str, Any] = self.kube.request("POST", Kube.custom_path("queues"), body)
         self.queues.append(body["metadata"]["name"])
         return created
+
+    def account_kubeconfig(
+        self,
+        account: str,
+        *,
+        rules: Sequence[Mapping[str, Any]] = (),
+        cluster_rules: Sequence[Mapping[str, Any]] = (),
+    ) -> Path:
+        """A kubeconfig whose user is a new ServiceAccount ``account`` of the scenario's namespace, by its token
+        (a TokenRequest), with ``rules`` in the namespace (a Role) and ``cluster_rules`` everywhere (a ClusterRole,
+        removed at cleanup); no rule: a user the API server knows and that may do nothing."""
+        ns = self.namespace
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        self.kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": account}})
+        subjects = [{"kind": "ServiceAccount", "name": account, "namespace": ns}]
+        if rules:
+            self.kube.request("POST", f"{rbac}/namespaces/{ns}/roles", {"metadata": {"name": account}, "rules": rules})
+            self.kube.request(
+                "POST",
+                f"{rbac}/namespaces/{ns}/rolebindings",
+                {
+                    "metadata": {"name": account},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+                    "subjects": subjects,
+                },
+            )
+        if cluster_rules:
+            name = f"{ns}-{account}"
+            self.cluster_roles.append(name)
+            self.kube.request("POST", f"{rbac}/clusterroles", {"metadata": {"name": name}, "rules": cluster_rules})
+            self.kube.request(
+                "POST",
+                f"{rbac}/clusterrolebindings",
+                {
+                    "metadata": {"name": name},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                    "subjects": subjects,
+                },
+            )
+        token = self.kube.request(
+            "POST",
+            f"/api/v1/namespaces/{ns}/serviceaccounts/{account}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+        )["status"]["token"]
+        admin = yaml.safe_load(self.kube.kubeconfig.read_text())
+        context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+        cluster = next(c for c in admin["clusters"] if c["name"] == context["cluster"])
+        path = self.workdir / f"{account}.kubeconfig"
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [cluster],
+                    "users": [{"name": account, "user": {"token": token}}],
+                    "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
+                    "current-context": account,
+                }
+            )
+        )
+        return path
 
     def delete_pod(self, name: str) -> None:
         with contextlib.suppress(APIError):
@@ -831,6 +894,10 @@ class Scenario:
         for name in self.nodes:
             with contextlib.suppress(APIError):
                 self.kube.request("DELETE", f"/api/v1/nodes/{name}")
+        for name in self.cluster_roles:
+            for kind in ("clusterrolebindings", "clusterroles"):
+                with contextlib.suppress(APIError):
+                    self.kube.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/{kind}/{name}")
 
         def pods_gone() -> bool:
             return not self.kube.pods(self.namespace)

@@ -22,7 +22,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from localcluster import GPU_RESOURCE, LocalCluster, cached_binaries, free_port, wait_for  # noqa: E402
+from localcluster import GPU_RESOURCE, APIError, LocalCluster, cached_binaries, free_port, wait_for  # noqa: E402
 from skips import required  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -41,6 +41,39 @@ def cluster() -> Iterator[LocalCluster]:
             c.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{crd}.scheduling.gpusched.io")
         c.request("POST", "/api/v1/namespaces", {"metadata": {"name": "gpusched-system"}})
         yield c
+
+
+@contextlib.contextmanager
+def _queue_reader_token(cluster: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """A file holding the token of a ServiceAccount of ``namespace`` that may ``get`` Queues (the right ``gpusched
+    explain queue/NAME`` needs); its ClusterRole and binding are removed at the end."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    name = f"{namespace}-queue-reader"
+    cluster.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "reader"}})
+    rules = [{"apiGroups": ["scheduling.gpusched.io"], "resources": ["queues"], "verbs": ["get"]}]
+    try:
+        cluster.request("POST", f"{rbac}/clusterroles", {"metadata": {"name": name}, "rules": rules})
+        cluster.request(
+            "POST",
+            f"{rbac}/clusterrolebindings",
+            {
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+            },
+        )
+        answer = cluster.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/reader/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}},
+        )
+        path = tmp_path / "reader.token"
+        path.write_text(answer["status"]["token"])
+        yield path
+    finally:
+        for kind in ("clusterrolebindings", "clusterroles"):
+            with contextlib.suppress(APIError):
+                cluster.request("DELETE", f"{rbac}/{kind}/{name}")
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -149,6 +182,7 @@ def test_manifests_apply_on_a_real_api_server(cluster: LocalCluster) -> None:
         "deployment.apps/gpusched",
         "poddisruptionbudget.policy/gpusched",
         "service/gpusched-metrics",
+        "networkpolicy.networking.k8s.io/gpusched",
     ):
         assert created in text
 
@@ -179,23 +213,27 @@ def test_a_missing_lease_namespace_is_named_and_readiness_says_it_cannot_lead(
         lease = cluster.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/gpusched")
         assert lease["metadata"]["annotations"]["gpusched.io/explain-url"] == f"http://127.0.0.1:{health}"
 
-        explained = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "scheduler.cli",
-                "explain",
-                "queue/default",
-                "--kubeconfig",
-                str(cluster.kubeconfig),
-                "--scheduler-namespace",
-                ns,
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=60,
-        )
+        # The admin kubeconfig authenticates with a client certificate: no token to pass on, so a ServiceAccount's.
+        with _queue_reader_token(cluster, ns, tmp_path) as token_file:
+            explained = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "scheduler.cli",
+                    "explain",
+                    "queue/default",
+                    "--kubeconfig",
+                    str(cluster.kubeconfig),
+                    "--token-file",
+                    str(token_file),
+                    "--scheduler-namespace",
+                    ns,
+                ],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                timeout=60,
+            )
     assert explained.returncode == 0, explained.stderr
     assert explained.stdout.startswith("queue default"), explained.stdout
     # stderr says who answered and nothing else (no log line).

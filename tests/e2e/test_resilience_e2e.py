@@ -132,6 +132,10 @@ def test_two_replicas_only_the_leader_binds_and_the_standby_takes_over(sched: Sc
     assert _binds(leader_replica) >= 6
     assert _binds(standby) == 0, "the standby bound pods"
     assert _metric(standby.metrics(), "gpusched_is_leader") == 0
+    # Metrics once: the standby's warm cache is not exported, so a sum over both replicas counts each GPU once.
+    total = 'gpusched_cluster_gpus{state="total"}'
+    assert "gpusched_cluster_gpus" not in standby.metrics()
+    assert _metric(leader_replica.metrics(), total) >= 16  # ha-0 and ha-1, and whatever other nodes the cluster has
 
     leader_replica.kill()
     standby.wait_leader(timeout=30)
@@ -141,6 +145,7 @@ def test_two_replicas_only_the_leader_binds_and_the_standby_takes_over(sched: Sc
     sched.wait_bound(after)
     assert _binds(standby) >= 6
     assert _metric(standby.metrics(), "gpusched_is_leader") == 1
+    assert _metric(standby.metrics(), total) >= 16  # the new leader exports the cluster
     kube_mod.check_no_overcommit(sched.pods(), sched.my_nodes())
 
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client as k8s_client
@@ -109,6 +110,14 @@ class FakeApiServer:
         self.delete_answers: dict[str, Canned] = {}
         #: Pod name -> the answer to its eviction (default: 201, and the pod is gone, as an accepted eviction).
         self.eviction_answers: dict[str, Canned] = {}
+        #: TokenReview: token -> the user it is (any other token is unknown).
+        self.tokens: dict[str, str] = {}
+        #: SubjectAccessReview: (user, verb, resource, namespace) the user may do, whatever the object's name;
+        #: ``resource`` is ``pods`` or ``PLURAL.GROUP`` (``queues.scheduling.gpusched.io``), namespace "" for a
+        #: cluster-wide right (it covers every namespace), ``nonResourceURLs`` rights as (user, verb, path, "").
+        self.rights: set[tuple[str, str, str, str]] = set()
+        #: Pod name -> the base URL its pod proxy forwards to (``pods/NAME:PORT/proxy/...``).
+        self.pod_proxies: dict[str, str] = {}
         self.in_flight = 0
         self.max_in_flight = 0
         self._release = asyncio.Event()
@@ -140,6 +149,9 @@ class FakeApiServer:
         app.router.add_patch(claims + "/status", self._patch_resource_claim)
         app.router.add_post("/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", self._create_resource_claim)
         app.router.add_delete(claims, self._delete_resource_claim)
+        app.router.add_post("/apis/authentication.k8s.io/v1/tokenreviews", self._token_review)
+        app.router.add_post("/apis/authorization.k8s.io/v1/subjectaccessreviews", self._access_review)
+        app.router.add_get("/api/v1/namespaces/{ns}/pods/{target}/proxy/{path:.*}", self._pod_proxy)
         self._server = TestServer(app)
 
     @property
@@ -165,6 +177,42 @@ class FakeApiServer:
             Seen(request.method, request.path, body, request.content_type, request.headers.get("User-Agent", ""))
         )
         return body
+
+    async def _token_review(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        user = self.tokens.get(body["spec"]["token"])
+        status = {"authenticated": True, "user": {"username": user, "groups": ["system:authenticated"]}}
+        return web.json_response({**body, "status": status if user else {"error": "unknown token"}}, status=201)
+
+    async def _access_review(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        spec = body["spec"]
+        if "nonResourceAttributes" in spec:
+            asked = spec["nonResourceAttributes"]
+            allowed = (spec["user"], asked["verb"], asked["path"], "") in self.rights
+        else:
+            asked = spec["resourceAttributes"]
+            resource = asked["resource"] + (f".{asked['group']}" if asked.get("group") else "")
+            allowed = any(
+                (spec["user"], asked["verb"], resource, namespace) in self.rights
+                for namespace in {"", asked.get("namespace", "")}
+            )
+        return web.json_response({**body, "status": {"allowed": allowed}}, status=201)
+
+    async def _pod_proxy(self, request: web.Request) -> web.Response:
+        """Forward to :attr:`pod_proxies` as the API server does: query and headers kept, but ``Authorization``
+        removed (the API server drops it once it has authenticated the caller)."""
+        await self._record(request)
+        name = request.match_info["target"].partition(":")[0]
+        base = self.pod_proxies.get(name)
+        if base is None:
+            return web.json_response(status(503, "ServiceUnavailable", f"pod {name} has no address"), status=503)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("authorization", "host")}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{base}/{request.match_info['path']}", params=request.query, headers=headers) as answer,
+        ):
+            return web.Response(status=answer.status, body=await answer.read(), content_type=answer.content_type)
 
     async def _answer(self, canned: Canned) -> web.Response:
         if canned.hang:

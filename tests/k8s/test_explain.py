@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 import pytest
 
@@ -88,19 +89,27 @@ async def test_a_queue_in_kubernetes_units(operator: Operator) -> None:
 
 
 async def test_the_endpoint_answers_from_the_leader_and_says_when_a_standby_is_asked(
-    operator: Operator, capsys: pytest.CaptureFixture[str]
+    fake: FakeApiServer, operator: Operator, tmp_path: Path
 ) -> None:
     operator.node_event(node("gpu-0", gpus=8))
     operator.pod_event(pod("big", 9))
     operator.listed()
     operator.loop.run_until_idle()
+    fake.tokens["alice-token"] = "alice"
+    fake.rights |= {("alice", "get", "pods", "default"), ("alice", "get", "pods", "x")}
+    token = tmp_path / "token"
+    token.write_text("alice-token\n")
     servers = await health.serve(operator, health_port=0, metrics_port=0, host="127.0.0.1")
     url = f"http://127.0.0.1:{servers.health_port}"
+
+    def asked(target: str, namespace: str) -> argparse.Namespace:
+        return argparse.Namespace(target=target, namespace=namespace, url=url, timeout=5.0, token_file=str(token))
+
     try:
-        args = argparse.Namespace(target="big", namespace="default", url=url, timeout=5.0)
+        args = asked("big", "default")
         code, text, _ = await explain._ask(args)
         assert code == 200 and text.startswith("pod default/big")
-        code, text, _ = await explain._ask(argparse.Namespace(target="ghost", namespace="x", url=url, timeout=5.0))
+        code, text, _ = await explain._ask(asked("ghost", "x"))
         assert code == 404 and "not a pending pod" in text
         operator.set_leading(False)
         code, text, _ = await explain._ask(args)

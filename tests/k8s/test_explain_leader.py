@@ -21,8 +21,22 @@ NS = "gpusched-system"
 
 def _args(target: str) -> argparse.Namespace:
     return argparse.Namespace(
-        target=target, namespace="default", url=None, timeout=5.0, scheduler_namespace=NS, lease_name="gpusched"
+        target=target,
+        namespace="default",
+        url=None,
+        timeout=5.0,
+        scheduler_namespace=NS,
+        lease_name="gpusched",
+        health_port=explain.HEALTH_PORT,
+        token_file=None,
     )
+
+
+def _as_alice(fake: FakeApiServer, client: k8s.Client) -> None:
+    """The client's kubeconfig user is alice (a bearer token), who may read the queues."""
+    fake.tokens["alice-token"] = "alice"
+    fake.rights.add(("alice", "get", "queues.scheduling.gpusched.io", ""))
+    client.api.configuration.api_key["BearerToken"] = "Bearer alice-token"
 
 
 def _lease(holder: str, url: str) -> dict[str, object]:
@@ -43,6 +57,7 @@ async def test_explain_asks_the_address_the_leader_published_when_no_scheduler_p
     operator.node_event({"metadata": {"name": "gpu-0"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
     operator.listed()
     operator.set_leading(True)
+    _as_alice(fake, client)
     servers = await health.serve(operator, health_port=0, metrics_port=0, host="127.0.0.1")
     try:
         fake.leases[(NS, "gpusched")] = _lease("laptop-42", run.explain_url("0.0.0.0", servers.health_port))
@@ -82,6 +97,7 @@ async def test_the_command_prints_the_answer_and_who_answered_and_no_log_line(
 ) -> None:
     operator.listed()
     operator.set_leading(True)
+    _as_alice(fake, client)
     servers = await health.serve(operator, health_port=0, metrics_port=0, host="127.0.0.1")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
@@ -90,7 +106,7 @@ async def test_the_command_prints_the_answer_and_who_answered_and_no_log_line(
                 "apiVersion": "v1",
                 "kind": "Config",
                 "clusters": [{"name": "fake", "cluster": {"server": fake.url}}],
-                "users": [{"name": "me", "user": {}}],
+                "users": [{"name": "me", "user": {"token": "alice-token"}}],
                 "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "me"}}],
                 "current-context": "fake",
             }

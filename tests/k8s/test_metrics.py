@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 
 from scheduler.core.extension_points import Framework
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import run
-from scheduler.k8s.metrics import Metrics
+from scheduler.k8s import health, run
+from scheduler.k8s.metrics import STATE_GAUGES, Metrics
 from scheduler.k8s.operator import Operator
 from tests.k8s.test_operator import node, pod
 
@@ -121,3 +122,58 @@ def test_plugin_calls_are_timed_in_the_sampled_cycles_only(sample: float, low: i
     assert probe.calls == 400
     assert low <= _timed_calls(metrics) <= high
     assert _timed_calls(metrics) % 4 == 0  # whole cycles
+
+
+async def test_two_replicas_export_the_cluster_once_the_standby_none_of_the_state_gauges(client: k8s.Client) -> None:
+    """Both replicas hold the same warm cache; summed over the Deployment, the GPUs count once (not 2x)."""
+    replicas = [Operator(client, k8s_config.parse({}), identity=f"replica-{i}") for i in range(2)]
+    leader, standby = replicas
+    held = [True]
+    leader.lease_held = lambda: held[0]
+    for op in replicas:
+        op.queue_event(QUEUE)
+        op.node_event(node("gpu-0", gpus=8))
+        op.node_event(node("gpu-1", gpus=4))
+        op.pod_event(pod("a", 2, labels={"gpusched.io/queue": "team-a"}))
+        op.listed()
+    leader.set_leading(True)
+    servers = [await health.serve(op, health_port=0, metrics_port=0, host="127.0.0.1") for op in replicas]
+    try:
+        texts = [await _get_metrics(s.metrics_port) for s in servers]
+        totals = [_sample(text, 'gpusched_cluster_gpus{state="total"}') for text in texts]
+        assert totals == [12.0, None]
+        assert sum(t or 0 for t in totals) == 12.0
+        assert _state_gauges(texts[0]) == list(STATE_GAUGES)
+        assert _state_gauges(texts[1]) == []
+        assert "gpusched_is_leader 0.0" in texts[1] and "gpusched_ready 1.0" in texts[1]
+        # The lease thread sees the lease lost before the event loop hears of it: the next scrape has no gauge.
+        held[0] = False
+        lost = await _get_metrics(servers[0].metrics_port)
+        assert _state_gauges(lost) == []
+        held[0] = True
+        leader.set_leading(False)
+        standby.set_leading(True)
+        texts = [await _get_metrics(s.metrics_port) for s in servers]
+        assert [_sample(text, 'gpusched_cluster_gpus{state="total"}') for text in texts] == [None, 12.0]
+    finally:
+        for s in servers:
+            await s.close()
+
+
+async def _get_metrics(port: int) -> str:
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as response:
+        assert response.status == 200
+        return await response.text()
+
+
+def _state_gauges(text: str) -> list[str]:
+    """The state gauges a scrape carries (a family with no series still has its TYPE line)."""
+    return [name for name in STATE_GAUGES if f"# TYPE {name} gauge" in text]
+
+
+def _sample(text: str, series: str) -> float | None:
+    """The value of ``series`` (name and labels as exposed), None when the scrape does not carry it."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return None
