@@ -157,6 +157,7 @@ def occupy(snapshot: Snapshot, held: np.ndarray) -> None:
     nothing = np.zeros(0)
     for slot in np.flatnonzero(held[: a.slots]).tolist():
         free = np.maximum(a.cap[slot] - a.used[slot], 0.0)
+        free[~np.isfinite(free)] = 0.0  # a capacity without bound stays so
         if free.any():
             snapshot.place(Placement(slot, free))
         for device in range(int(a.gpu_count[slot])):
