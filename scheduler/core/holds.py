@@ -10,7 +10,10 @@ unavailable, and counts ``cycle.NOMINATED_PODS`` on their nodes), whatever plugi
   requests on its node, in the cycles (and victim searches) of pods of its priority or lower only, so that a pod
   of equal priority does not take its room but still fits beside it where the node holds both. Every other
   nomination (a gang's, reclaim's, a pod with GPUs, whose devices are chosen only when it binds) holds the whole
-  nodes its victims free.
+  nodes its victims free. A gang's or a reclaim's victim search sees these nodes as the job's cycles will once its
+  own victims free room (:meth:`Holds.in_search`): on a node held for a job of its priority or lower only what its
+  own victims free counts (the room already free there is the holder's), and a node held for a job of higher
+  priority not at all.
 - a *reservation* against starvation (off unless ``reserve_after_s`` is set): the best-ranked job of 2+ whole GPUs
   that has waited that long without room holds the nodes with the most free GPUs until their GPUs cover it; other
   jobs backfill only elsewhere. Off by default: without run-time estimates a reservation idles GPUs while its nodes
@@ -68,6 +71,24 @@ class Holds:
             masks.append(self.reservation[2])
         reserved = union(masks)
         return {} if reserved is None else {RESERVED_SLOTS: reserved}
+
+    def in_search(self, key: str, priority: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """How job ``key``'s victim search (at ``priority``) sees the nodes held for others, as its cycles will once
+        its victims free room for it (:meth:`context`, with a nomination of its own): ``(kept, shared)``. ``kept``:
+        the nodes those cycles still leave alone (nominations of higher priority, the reservation), left out of the
+        search. ``shared``: the other nominations' nodes, of its priority or lower, which those cycles may use; of
+        their room only what its own victims free is the job's, the rest is freed for their holders (None: none)."""
+        masks = [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) > priority]
+        if self.reservation is not None and self.reservation[0] != key:
+            masks.append(self.reservation[2])
+        kept = union(masks)
+        shared = union(
+            [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) <= priority]
+        )
+        if shared is not None and kept is not None:
+            size = min(shared.shape[0], kept.shape[0])
+            shared[:size] &= ~kept[:size]
+        return kept, shared if shared is not None and shared.any() else None
 
     def nominated_for_others(self, key: str, priority: int) -> np.ndarray | None:
         """The node slots nominated for jobs other than ``key`` of ``priority`` or higher (None: none), which a

@@ -235,10 +235,12 @@ class Preemptor:
         *,
         snapshot: Snapshot,
         context: Mapping[str, Any] | None = None,
+        held: np.ndarray | None = None,
         group: PodGroup | None = None,
     ) -> list[reclaim.Candidate]:
-        """``context``: what the job's what-ifs respect, as its own cycle does; ``group``: the gang whose core
-        ``pods`` are, whose segments must each find a domain (``reclaim.find_victims``)."""
+        """``context``: what the job's what-ifs respect, as its own cycle does; ``held``: nodes held for other jobs
+        where only what its own victims free counts (``Holds.in_search``); ``group``: the gang whose core ``pods``
+        are, whose segments must each find a domain (``reclaim.find_victims``)."""
         find: Callable[..., list[reclaim.Candidate]] = reclaim.find_victims
         current = self._running_at
         version = fruitless.generation(self.scheduler.cache.arrays)
@@ -249,6 +251,7 @@ class Preemptor:
             "snapshot": snapshot,
             "placed": placed,
             "context": context,
+            "held": held,
             "group": group,
             "ahead": ahead,
         }

@@ -28,6 +28,7 @@ import numpy as np
 
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
+from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Cache, Snapshot
 from scheduler.core import fruitless, gang
 from scheduler.core.cycle import Scheduler
@@ -149,6 +150,24 @@ def move(cache: Cache, snapshot: Snapshot, victim: Candidate, *, away: bool) -> 
                 snapshot.place(entry.placement)
 
 
+def occupy(snapshot: Snapshot, held: np.ndarray) -> None:
+    """Take the room free on the ``held`` node slots in ``snapshot``'s open what-if (placements of no pod), so that
+    only what victims free there is left: the room already free on a node held for another job is that job's."""
+    a = snapshot.arrays
+    nothing = np.zeros(0)
+    for slot in np.flatnonzero(held[: a.slots]).tolist():
+        free = np.maximum(a.cap[slot] - a.used[slot], 0.0)
+        free[~np.isfinite(free)] = 0.0  # a capacity without bound stays so
+        if free.any():
+            snapshot.place(Placement(slot, free))
+        for device in range(int(a.gpu_count[slot])):
+            milli, memory = float(a.gpu_free[slot, device]), float(a.gpu_mem_free[slot, device])
+            # A device of unknown memory has it infinite: its free milli taken is enough.
+            memory = memory if np.isfinite(memory) and memory > 0.0 else 0.0
+            if milli > 0.0 or memory > 0.0:
+                snapshot.place(Placement(slot, nothing, (device,), max(milli, 0.0), (memory,)))
+
+
 def find_victims(
     scheduler: Scheduler,
     job: Sequence[PodRequest],
@@ -157,6 +176,7 @@ def find_victims(
     policy: str,
     candidates: Sequence[Candidate],
     context: Mapping[str, Any] | None = None,
+    held: np.ndarray | None = None,
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
     group: PodGroup | None = None,
@@ -175,8 +195,12 @@ def find_victims(
     the caller knows them already; ``placed``: where the candidates run, as arrays, to tell them at once).
 
     ``context`` is passed to the job's what-ifs (a domain mask keeps it inside one domain; nodes held in it,
-    ``RESERVED_SLOTS``, are left out of the what-ifs and of the free-GPU checks, though the actions do not pass
-    them: see docs/gangs.md on reclaim latency). ``surplus`` bounds
+    ``RESERVED_SLOTS``, are left out of the what-ifs and of the free-GPU checks: the actions pass the nodes the job
+    could not use even with victims of its own there, ``Holds.in_search``). ``held``: nodes held for other jobs that
+    the job may share once its victims free room there; the what-ifs open with the room free on them taken
+    (:func:`occupy`), so that only what the job's own victims free there counts, not the room freed for their holder
+    (counted as free, it made a job that fails only on held room look as if it needed no victim: it waited for
+    the hold, see docs/gangs.md on reclaim latency). ``surplus`` bounds
     what may be taken from a queue (what it holds beyond its guarantee, per resource): victims of a queue in it
     are taken only while the queue stays at or above its guarantee, so that a reclaim never pushes its victim's
     queue below its own guarantee (which would reclaim back: ping-pong). ``ahead``: per queue, how far it is ahead of
@@ -213,6 +237,8 @@ def find_victims(
     # before the what-if opens: every return after that point goes through its rollback. Nodes held for other
     # jobs (``RESERVED_SLOTS`` in ``context``) count as the job's cycle counts them: not at all.
     _, free_now = gang.free_gpus(cache.arrays, context)
+    if held is not None:
+        free_now = _without(free_now, held)
     if usable is not None:
         free_now = free_now[: usable.shape[0]][usable[: free_now.shape[0]]]
     freeable = sum(p.gpu.count for c in ordered for p in c.pods if p.gpu.whole)
@@ -246,6 +272,8 @@ def find_victims(
         return not gang.whole_gpus_short(free, needs)
 
     try:
+        if held is not None:
+            occupy(snapshot, held)
         # Remove candidates in order until the job fits; the cheap check spares the what-if until the GPUs
         # freed could hold it. If it never fits, nothing is preempted.
         chosen: list[Candidate] = []
@@ -294,6 +322,14 @@ def _usable_slots(
     return usable
 
 
+def _without(free: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """``free`` (per node slot) with nothing on the ``held`` node slots."""
+    size = min(free.shape[0], held.shape[0])
+    out = free.copy()
+    out[:size][held[:size]] = 0
+    return out
+
+
 def _runs_on(cache: Cache, candidate: Candidate, usable: np.ndarray) -> bool:
     """Whether a pod of ``candidate`` runs on a node ``usable`` marks."""
     for pod in candidate.pods:
@@ -312,6 +348,7 @@ def find_victims_in_domain(
     policy: str,
     candidates: Sequence[Candidate],
     context: Mapping[str, Any] | None = None,
+    held: np.ndarray | None = None,
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
     group: PodGroup | None = None,
@@ -319,7 +356,7 @@ def find_victims_in_domain(
     ahead: Mapping[str, float] | None = None,
 ) -> list[Candidate]:
     """Victims all inside one domain of ``level`` whose eviction lets ``job`` fit inside that domain, or [].
-    ``context`` as :func:`find_victims`' (a mask it holds narrows every domain).
+    ``context`` and ``held`` as :func:`find_victims`' (a mask the context holds narrows every domain).
 
     Every domain whose free GPUs plus its candidates' GPUs could hold the job is tried; the one whose victims
     cost least (lowest top priority, then fewest GPUs, then fewest jobs) wins. A candidate with pods in two
@@ -338,6 +375,8 @@ def find_victims_in_domain(
     size = min(ids.shape[0], column.shape[0])
     column[:size] = ids[:size, level]
     usable, free = gang.free_gpus(cache.arrays, context)
+    if held is not None:
+        free = _without(free, held)
     outer = (context or {}).get(TOPOLOGY_SLOTS)
     if outer is not None:
         reach = min(outer.shape[0], usable.shape[0])
@@ -365,6 +404,7 @@ def find_victims_in_domain(
             policy=policy,
             candidates=local,
             context={**(context or {}), TOPOLOGY_SLOTS: inside},
+            held=held,
             surplus=surplus,
             snapshot=snapshot,
             group=group,

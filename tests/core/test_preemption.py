@@ -271,6 +271,25 @@ def test_a_nominated_node_goes_to_the_higher_priority_preemptor_first() -> None:
     assert loop.holds.context("default/other")[RESERVED_SLOTS][n0]  # without a nomination: off every one
 
 
+def test_a_victim_search_sees_held_nodes_as_the_job_s_cycles_will_once_it_holds_room() -> None:
+    # n0 is held for a preemptor of priority 100, n1 for one of 1000. A job of priority 100 that evicts victims will
+    # then share n0 (a hold of its priority) but still stay off n1: its search counts on n0 only what its own victims
+    # free, and leaves n1 out; one of priority 1000 shares both.
+    cluster, loop, clock, _, _ = _loop(("n0", 2), ("n1", 2))
+    _run(loop, clock, [_pod("a", 1, 0, node="n0"), _pod("b", 1, 0, node="n1")])
+    loop.holds.nominate("default/medium", [_pod("a", 1, 0, node="n0")], 100)
+    loop.holds.nominate("default/high", [_pod("b", 1, 0, node="n1")], 1000)
+    n0, n1 = cluster.cache.slot_of("n0"), cluster.cache.slot_of("n1")
+    kept, shared = loop.holds.in_search("default/other", 100)
+    assert kept is not None and shared is not None
+    assert (kept[n1], shared[n0]) == (True, True) and not kept[n0] and not shared[n1]
+    kept, shared = loop.holds.in_search("default/other", 1000)
+    assert kept is None and shared is not None and shared[n0] and shared[n1]
+    # Its own nomination is no hold at all.
+    kept, shared = loop.holds.in_search("default/high", 1000)
+    assert kept is None and shared is not None and shared[n0] and not shared[n1]
+
+
 def test_a_preemptor_leaves_alone_a_node_nominated_for_one_of_its_priority() -> None:
     # kube-scheduler adds a nominated pod of the preemptor's priority or higher to its node before looking for
     # victims there. first's victim has gone from n0 before first is tried again: n0 has room for first, and for

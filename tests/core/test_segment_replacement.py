@@ -1,6 +1,7 @@
 """A segmented gang's members made again go back to their own segment's domain, and a segmented gang's victim
-search frees room segment by segment; ``reclaim.find_victims`` leaves out the nodes its context holds (the actions
-do not pass them yet: docs/gangs.md, reclaim latency)."""
+search frees room segment by segment; ``reclaim.find_victims`` leaves out the nodes its context holds, and on the
+nodes held for other jobs that it may share counts only the room its own victims free (docs/gangs.md, reclaim
+latency)."""
 
 from __future__ import annotations
 
@@ -148,6 +149,32 @@ def test_the_victim_search_leaves_nodes_held_for_another_job_alone() -> None:
         cluster.scheduler, job, priority=1, policy="Any", candidates=[candidate], context=context
     )
     assert [v.key for v in victims] == ["default/there"]
+
+
+def test_on_a_node_held_for_another_job_only_the_room_the_victims_free_counts() -> None:
+    """Node a (4 GPUs) is held for another job, with 2 GPUs free and a 2-GPU candidate; node b has a 4-GPU candidate.
+    A pod of 4 GPUs fits on a with a's candidate gone only by taking the 2 GPUs held for the other job: the search
+    chooses b's candidate, whose room is all its own; without the hold it chooses a's."""
+    cluster, _, _ = _loop([("a", 4, "X"), ("b", 4, "X")])
+    candidates = []
+    for name, gpus, node in (("half", 2, "a"), ("there", 4, "b")):
+        cluster.place(objects.pod(name, gpus=gpus, node_selector={"kubernetes.io/hostname": node}))
+        entry = cluster.cache.pod(f"default/{name}")
+        assert entry is not None
+        candidates.append(reclaim.Candidate(entry.pod.key, "qa", 0, 0.0, [entry.pod], {"nvidia.com/gpu": gpus}))
+    job = [api_pod.parse_pod(objects.pod("wants", gpus=4))]
+    free = reclaim.find_victims(cluster.scheduler, job, priority=1, policy="Any", candidates=candidates)
+    assert [v.key for v in free] == ["default/half"]
+    slot = cluster.cache.slot_of("a")
+    assert slot is not None
+    held = np.arange(cluster.cache.arrays.slots) == slot
+    snapshot = cluster.cache.snapshot()
+    victims = reclaim.find_victims(
+        cluster.scheduler, job, priority=1, policy="Any", candidates=candidates, held=held, snapshot=snapshot
+    )
+    assert [v.key for v in victims] == ["default/there"]
+    # Nothing of the what-ifs stays in the cycle's snapshot: the held node's 2 GPUs are free there again.
+    assert not snapshot.in_what_if and int((snapshot.arrays.gpu_free[slot] > 0).sum()) == 2
 
 
 def test_a_preemption_for_a_segmented_gang_frees_one_clique_for_its_segment() -> None:

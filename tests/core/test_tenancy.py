@@ -563,6 +563,49 @@ def test_preemptors_in_one_batch_choose_different_victims_while_deletions_are_pe
     assert {f"prod{i}" for i in range(4)} <= set(_placed(cluster))
 
 
+def test_a_job_whose_only_free_room_is_held_for_another_job_reclaims_instead_of_waiting() -> None:
+    # prod0 reclaims a whole node of batch's 1-GPU pods; seven of its eight victims are gone, so that node has 7 free
+    # GPUs, all held for prod0 until the eighth goes. research, below its guarantee, asks 4 GPUs: the held room is
+    # not its own, so it reclaims from batch on the other node instead of waiting for prod0's hold.
+    cluster, loop, clock, events, evictions = _reclaim_loop(QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}))
+    loop.queues_changed(
+        [
+            QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 8}),
+            QueueSpec(name="research", guaranteed={"nvidia.com/gpu": 8}),
+            QueueSpec(name="batch"),
+        ]
+    )
+    _fill_with_batch(loop, clock, count=16, gpus=1)
+    nodes = {d.pod.name: d.node for d in cluster.binder.decisions}
+    clock.now = 20.0
+    loop.pod_pending(_pod("prod0", 8, queue="prod"))
+    loop.run_until_idle()
+    first = sorted(p.name for p in evictions.pods)
+    assert len(first) == 8 and len({nodes[name] for name in first}) == 1
+    held_node = nodes[first[0]]
+    last = evictions.pods[-1]
+    for pod in evictions.pods[:-1]:
+        cluster.cache.remove_pod(pod.key)
+        loop.pod_gone(pod.key)
+    clock.now = 30.0
+    loop.cluster_event("pod deleted")
+    loop.pod_pending(_pod("research0", 4, queue="research"))
+    loop.run_until_idle()
+    assert "prod0" not in _placed(cluster) and "research0" not in _placed(cluster)
+    assert "Reclaiming" in events.reasons("pod default/research0")
+    second = evictions.pods[8:]
+    assert len(second) == 4 and all(nodes[p.name] != held_node for p in second), [p.name for p in second]
+    # Every victim goes: each job runs where its own victims were.
+    for pod in [last, *second]:
+        cluster.cache.remove_pod(pod.key)
+        loop.pod_gone(pod.key)
+    clock.now = 40.0
+    loop.cluster_event("pod deleted")
+    loop.run_until_idle()
+    where = {d.pod.name: d.node for d in cluster.binder.decisions}
+    assert where["prod0"] == held_node and where["research0"] != held_node
+
+
 def test_shared_gpu_charges_released_in_another_order_leave_exactly_nothing() -> None:
     # 0.1, 0.7, 0.3 and 2.0 GPUs charged to one queue and released in another order: float sums ended at
     # -3.55e-15, and the fair-share computation raised on the negative demand (killing the scheduling task).

@@ -22,6 +22,7 @@ from scheduler.core.actions import NOTHING, WAITS, Outcome
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor, Search
 from scheduler.core.tenancy import Tenancy
+from scheduler.framework.interface import RESERVED_SLOTS
 
 
 class Preempt:
@@ -57,7 +58,9 @@ class Preempt:
             return NOTHING
         policy = self.tenancy.within_queue_policy(queue)
         # ``own`` holds only what it may take: a bound one above its priority lets its lent surplus through.
-        # A segmented gang is fitted segment by segment (the context is not passed: see docs/gangs.md on held nodes).
+        # A segmented gang is fitted segment by segment. Of the attempt's context only the nodes held for other
+        # jobs count, as its cycles will see them once it holds room of its own (see docs/gangs.md on held nodes).
+        kept, held = self.preemptor.holds.in_search(attempt.key, priority)
         victims = self.preemptor.victims(
             attempt.members,
             priority + 1,
@@ -65,6 +68,8 @@ class Preempt:
             own,
             attempt.level,
             snapshot=snapshot,
+            context=None if kept is None else {RESERVED_SLOTS: kept},
+            held=held,
             group=attempt.job.group if attempt.whole_gang else None,
         )
         if not victims:

@@ -15,7 +15,7 @@ from scheduler.core.actions import NOTHING, WAITS, Outcome
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import Tenancy, requests_of
-from scheduler.framework.interface import TOPOLOGY_SLOTS
+from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS
 
 
 class Reclaim:
@@ -41,10 +41,14 @@ class Reclaim:
                     left[name] -= victim.request.get(name, 0.0)
         policy = self.tenancy.reclaim_policy(queue)
         # The victims' what-ifs place a segmented gang segment by segment, inside the domain its running members
-        # hold (only those keys of the attempt's context: leaving the nodes held for other jobs out too was
-        # measured and left out, see docs/gangs.md).
+        # hold (those keys of the attempt's context), and see the nodes held for other jobs as its cycles will once
+        # its victims free room for it: those it may share offer only what its own victims free there, the others
+        # are left out (see docs/gangs.md on reclaim latency).
         group = attempt.job.group if attempt.whole_gang else None
         context = {k: v for k, v in attempt.context.items() if k in (TOPOLOGY_SLOTS, segment_layout.LAYOUT)}
+        kept, held = self.preemptor.holds.in_search(attempt.key, attempt.priority)
+        if kept is not None:
+            context[RESERVED_SLOTS] = kept
         victims = self.preemptor.victims(
             pods,
             attempt.priority,
@@ -54,6 +58,7 @@ class Reclaim:
             surplus,
             snapshot=snapshot,
             context=context,
+            held=held,
             group=group,
         )
         if not victims:
