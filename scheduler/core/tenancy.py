@@ -225,13 +225,17 @@ class Tenancy:
     # --- accounting ----------------------------------------------------------------------------------------------
 
     def hold(self, pod: PodRequest, leaf: str) -> bool:
-        """Count ``pod`` in ``leaf`` (moved there if it was held in another leaf); False if nothing changed."""
+        """Count ``pod`` in ``leaf`` (moved there if it was held in another leaf), with what it asks for now: a
+        bound pod whose request changes (an annotation edited into something malformed counts its shared GPU whole,
+        ``scheduler.api.pod.parse_bound_pod``) is counted as a replica started afterwards would count it. A pod with
+        ResourceClaims keeps what it was counted with: the watch's object does not carry its claims' GPUs. False if
+        nothing changed."""
         held = self._held.get(pod.key)
-        if held is not None and held[0] == leaf:
+        request = held[1] if held is not None and pod.resource_claims else exact_request_of(pod)
+        if held is not None and held == (leaf, request):
             return False
         if held is not None:
             self._add(held[0], held[1], -1)
-        request = held[1] if held is not None else exact_request_of(pod)
         self._held[pod.key] = (leaf, request)
         self._add(leaf, request, 1)
         return True

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.k8s import config as k8s_config
 from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import FakeApiServer, eventually
 from tests.k8s.test_operator import bound, events, flushed, node, pod
@@ -103,3 +104,36 @@ async def test_a_bound_pod_with_a_malformed_annotation_still_holds_its_gpus(
     operator.pod_event(shared)
     entry = operator.cache.pod("default/shared")
     assert entry is not None and entry.pod.gpu.whole and entry.pod.gpu.count == 1
+
+
+async def test_a_queue_counts_an_edited_bound_pod_as_a_restarted_replica_reads_it(
+    fake: FakeApiServer, operator: Operator, client: Any
+) -> None:
+    # The fault test (seed 1): a bound 500-milli pod was edited to a malformed gpu-memory after the last restart;
+    # the leader kept counting 0.5 GPU in its queue while a replica started afterwards reads it as the whole GPU.
+    # Both must count what the pod says now.
+    def shared(memory: str | None) -> dict[str, Any]:
+        manifest = pod("shared", 0, node_name="gpu-0", labels={"gpusched.io/queue": "q"})
+        manifest["metadata"]["annotations"] = {"gpusched.io/gpu-milli": "500", "gpusched.io/gpu-ids": "0"}
+        if memory is not None:
+            manifest["metadata"]["annotations"]["gpusched.io/gpu-memory"] = memory
+        return manifest
+
+    def gpus(op: Operator) -> float:
+        return op.loop.queue_statuses()["q"].allocated.get("nvidia.com/gpu", 0.0)
+
+    queue = {"metadata": {"name": "q", "uid": "uid-q"}, "spec": {}}
+    operator.node_event(node("gpu-0", gpus=8))
+    operator.queue_event(queue)
+    operator.pod_event(shared(None))
+    operator.listed()
+    assert gpus(operator) == 0.5
+    operator.pod_event(shared("lots"))
+
+    restarted = Operator(client, k8s_config.parse({}), identity="restarted")
+    restarted.node_event(node("gpu-0", gpus=8))
+    restarted.queue_event(queue)
+    restarted.pod_event(shared("lots"))
+    restarted.listed()
+    assert gpus(restarted) == 1.0
+    assert gpus(operator) == gpus(restarted)
