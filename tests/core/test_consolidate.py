@@ -219,6 +219,51 @@ def test_background_defragmentation_is_off_unless_the_profile_sets_it_and_waits_
     assert not on.loop.defragment() and on.made == 0
 
 
+def test_background_defragmentation_fills_no_whole_node_to_empty_another() -> None:
+    # n0 is whole. Emptying n1 by moving its two pods onto n0 would leave as many GPUs on whole nodes as before: the
+    # pods go to n2, which has room, or nowhere.
+    room = World(used=(0, 2, 5), consolidation={"defragmentEverySeconds": 60})
+    room.clock.now = 100.0
+    assert room.loop.defragment()
+    room.step()
+    assert room.used() == [0, 0, 7] and room.made == 2
+    full = World(used=(0, 2, 8), consolidation={"defragmentEverySeconds": 60})
+    full.clock.now = 100.0
+    assert not full.loop.defragment()
+    assert full.made == 0 and full.used() == [0, 2, 8]
+
+
+def test_no_plan_puts_pods_on_a_node_pods_left_while_their_cooldown_runs() -> None:
+    world = World()
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert world.cluster.cache.pod("default/big") is not None and world.used() == [8, 8, 8]
+    assert world.made == 2  # two pods left n1 for big
+    # big ends; n1 fills again with pods that may not move (7 used); three of n2's pods end (5 used).
+    world.cluster.cache.remove_pod("default/big")
+    world.loop.pod_gone("default/big")
+    for j in range(3):
+        world.bound(world.pod(f"f{j}"), "n1")
+        world.cluster.cache.remove_pod(f"default/d2-{j}")
+        world.loop.pod_gone(f"default/d2-{j}")
+    world.loop.cluster_event(ClusterEvent.POD_DELETED)
+    assert world.used() == [8, 7, 5]
+    # A 4-GPU pod would fit on n2 if one of its pods went to n1, the only node with room: the node pods left for big
+    # less than the cooldown (600 s) ago. No plan; it waits.
+    world.loop.pod_pending(world.pod("next", gpus=4))
+    world.step()
+    assert world.made == 2 and world.cluster.cache.pod("default/next") is None
+    told = [m for o, r, m in world.events.seen if r == "NoMovePlan" and o == "pod default/next"]
+    assert told, world.events.seen
+    # Once the cooldown has ended (and the cluster changed: a pod comes), the plan may go there.
+    world.clock.now += 600.0
+    world.bound(world.pod("tick", gpus=0), "n0")
+    world.loop.cluster_event(ClusterEvent.POD_DELETED)
+    world.step()
+    assert world.made == 3 and world.used() == [8, 8, 8]
+    assert world.cluster.cache.pod("default/next") is not None
+
+
 def test_a_replacement_waits_for_its_target_and_makes_no_room_of_its_own() -> None:
     world = World()
     world.loop.pod_pending(world.pod("big", gpus=4))
