@@ -107,8 +107,9 @@ class Moves:
         #: Node name -> when a moved pod last left it (its move started, or its replacement was placed): no plan
         #: puts a pod there within the cooldown (:meth:`barred_targets`), so that no move undoes an earlier one.
         self.vacated: dict[str, float] = {}
-        #: Job key -> (the cluster's version when a search found no plan, why).
-        self.no_plan: dict[str, tuple[int, str]] = {}
+        #: Job key -> (the cluster's version when a search found no plan, why, when a cooldown ends: the answer
+        #: holds while the version is that one, until then at the latest).
+        self.no_plan: dict[str, tuple[int, str, float]] = {}
         #: "No plan" answers by job shape, until something that could change them happens.
         self.memo = move_memo.NoPlanMemo()
         #: Bumped whenever what may move or what plans hold changes (the memo's answers are then stale).
@@ -330,7 +331,7 @@ class Moves:
         self.abandon(key, why)
         # Not searched again until the cluster changes: the next plan would meet the same refusal.
         a = self.scheduler.cache.arrays
-        self.no_plan[key] = (fruitless.generation(a), why)
+        self.no_plan[key] = (fruitless.generation(a), why, float("inf"))
         return key
 
     def abandon(self, key: str, why: str) -> None:
@@ -379,7 +380,7 @@ class Moves:
         plan = self.plans.get(key)
         if plan is not None:
             return f"moving pods for it: {plan.plan.describe()}"
-        return self.no_plan.get(key, (0, ""))[1]
+        return self.no_plan.get(key, (0, "", 0.0))[1]
 
 
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
