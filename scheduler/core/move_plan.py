@@ -2,10 +2,11 @@
 
 Everything is tried on one what-if of the cycle's snapshot: the pods of a candidate set are taken off their nodes,
 the job is placed (a gang whole, inside one domain of the level its topology requires), then every moved pod is
-placed again, never on the node it leaves nor on a node the caller bars (``barred``: where earlier moves came
-from); a set for which all of that holds is a plan, and every what-if is rolled back. Which pods may move at all
-(the rules: controller, Queue, annotation, priority, cooldown, budgets) and where they may not go are the caller's
-(``scheduler.core.moves``); here only the per-node and per-plan budgets and the disruption budgets bound the sets.
+placed again, never on the node it leaves nor on a node the caller bars (``barred``: background defragmentation's
+whole nodes, and where earlier moves came from); a set for which all of that holds is a plan, and every what-if is
+rolled back. Which pods may move at all (the rules: controller, Queue, annotation, priority, cooldown, budgets) and
+where they may not go are the caller's (``scheduler.core.moves``); here only the per-node and per-plan budgets and
+the disruption budgets bound the sets.
 
 The plan kept moves the fewest pods, then the fewest GPUs, then leaves the least fragmentation (the FGD paper's
 measure over the typical pods of the profile's ``fgd`` plugin). Sets are tried node by node first: on each of the
@@ -166,9 +167,9 @@ class Search:
         barred: np.ndarray | None = None,
     ) -> None:
         """``confine``: the only node slots the job may go to (None: any); the moved pods are not confined.
-        ``barred``: node slots no moved pod may go to (besides the node it leaves), so that a plan does not undo
-        an earlier one: nodes pods left by a move whose cooldown runs (``Moves.barred_targets``), and for
-        background defragmentation the whole nodes too; the job may go there."""
+        ``barred``: node slots no moved pod may go to (besides the node it leaves; the job may go there):
+        background defragmentation bars the whole nodes and those pods left by a move whose cooldown runs
+        (``Moves.barred_targets``), so that its plan undoes no earlier one."""
         self.scheduler = scheduler
         self.snapshot = snapshot
         self.members = list(members)

@@ -16,9 +16,10 @@ pods), of a priority not above the job's, not moved (or refused an eviction) wit
 assumed), not leaving already, and not part of a plan. A gang's members never move: a gang moves whole or not at
 all, and whole-gang moves are not carried out yet.
 
-Where moved pods may not go (:meth:`Moves.barred_targets`): a node a moved pod left less than the cooldown ago (since
-its move started, or its replacement was placed), for every plan, so that no move is undone, or its node filled
-again, by the next plan while the moved pod itself may not move.
+Where background defragmentation's moved pods may not go (:meth:`Moves.barred_targets`): a node a moved pod left
+less than the cooldown ago (since its move started, or its replacement was placed), so that no background plan
+fills again the room an earlier plan made while the moved pod itself may not move. A pending job's plan may use
+that room: the job it is for needs it now (barring it there was measured: longer waits for the large pods).
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ class Moves:
         self.leaving: dict[str, str] = {}
         #: Pod key -> when it was placed by a move, or its eviction was refused (not moved again within the cooldown).
         self.cooled: dict[str, float] = {}
-        #: Node name -> when a moved pod last left it (its move started, or its replacement was placed): no plan
-        #: puts a pod there within the cooldown (:meth:`barred_targets`), so that no move undoes an earlier one.
+        #: Node name -> when a moved pod last left it (its move started, or its replacement was placed): no
+        #: background plan puts a pod there within the cooldown (:meth:`barred_targets`).
         self.vacated: dict[str, float] = {}
         #: Job key -> (the cluster's version when a search found no plan, why, when a cooldown ends: the answer
         #: holds while the version is that one, until then at the latest).
@@ -188,8 +189,8 @@ class Moves:
         return True
 
     def cooldown_ends(self) -> float:
-        """When the earliest cooldown still running ends (a pod may move again then, or a plan put pods on a node
-        pods left); infinity if none runs."""
+        """When the earliest cooldown still running ends (a pod may move again then, or a background plan put pods
+        on a node pods left); infinity if none runs."""
         now = self.clock()
         ends = [
             since + self.limits.cooldown_s
@@ -199,9 +200,9 @@ class Moves:
         return min(ends, default=float("inf"))
 
     def barred_targets(self) -> np.ndarray | None:
-        """The node slots no plan may put a moved pod on: those a moved pod left less than the cooldown ago (a pod
-        moved off a node for a job, or to empty it, is not followed by another pod moved onto it before the
-        moved pod itself may move again). None if there are none."""
+        """The node slots background defragmentation puts no moved pod on: those a moved pod left less than the
+        cooldown ago (a pod moved off a node, for a job or to empty it, is not followed by another pod moved onto it
+        before the moved pod itself may move again). None if there are none."""
         now, cache = self.clock(), self.scheduler.cache
         for node, since in list(self.vacated.items()):
             if now - since >= self.limits.cooldown_s:

@@ -233,32 +233,60 @@ def test_background_defragmentation_fills_no_whole_node_to_empty_another() -> No
     assert full.made == 0 and full.used() == [0, 2, 8]
 
 
-def test_no_plan_puts_pods_on_a_node_pods_left_while_their_cooldown_runs() -> None:
-    world = World()
+def _big_moved_two_pods_off_n1(world: World) -> dict[str, int]:
+    """A 4-GPU pod gets room on n1 by moving two of its pods (one to n0, one to n2) and ends; each node's pods by
+    name then."""
     world.loop.pod_pending(world.pod("big", gpus=4))
     world.step()
     assert world.cluster.cache.pod("default/big") is not None and world.used() == [8, 8, 8]
-    assert world.made == 2  # two pods left n1 for big
-    # big ends; n1 fills again with pods that may not move (7 used); three of n2's pods end (5 used).
-    world.cluster.cache.remove_pod("default/big")
-    world.loop.pod_gone("default/big")
-    for j in range(3):
-        world.bound(world.pod(f"f{j}"), "n1")
-        world.cluster.cache.remove_pod(f"default/d2-{j}")
-        world.loop.pod_gone(f"default/d2-{j}")
+    assert world.made == 2
+    _gone(world, "big")
+    return {e.pod.name: e.placement.slot for e in world.cluster.cache.pods()}
+
+
+def _gone(world: World, *names: str) -> None:
+    for name in names:
+        world.cluster.cache.remove_pod(f"default/{name}")
+        world.loop.pod_gone(f"default/{name}")
     world.loop.cluster_event(ClusterEvent.POD_DELETED)
-    assert world.used() == [8, 7, 5]
-    # A 4-GPU pod would fit on n2 if one of its pods went to n1, the only node with room: the node pods left for big
-    # less than the cooldown (600 s) ago. No plan; it waits.
-    world.loop.pod_pending(world.pod("next", gpus=4))
+
+
+def test_background_defragmentation_puts_no_pod_on_a_node_pods_left_while_their_cooldown_runs() -> None:
+    world = World(consolidation={"defragmentEverySeconds": 60, "defragmentPodsPerHour": 2})
+    on = _big_moved_two_pods_off_n1(world)
+    # n2 keeps one pod (its replacement ends too): emptying it means moving that pod to n1, the node two pods left
+    # for big less than the cooldown (600 s) ago; n1's four pods are over the hour's budget (2).
+    _gone(world, *[name for name, slot in on.items() if slot == 2 and name != "d2-6"])
+    assert world.used() == [8, 4, 1]
+    world.clock.now += 60.0
+    assert not world.loop.defragment() and world.made == 2
+    world.clock.now += 600.0
+    assert world.loop.defragment()
+    world.step()
+    assert world.used() == [8, 5, 0] and world.made == 3
+
+
+def test_a_job_whose_only_plan_waits_for_a_cooldown_gets_it_when_the_cooldown_ends() -> None:
+    world = World()
+    on = _big_moved_two_pods_off_n1(world)
+    # Only the replacement on n2 may move (the others give way to pods no controller recreates), and it was placed
+    # by a move less than the cooldown (600 s) ago: a 5-GPU pod gets no plan, though n2 would hold it were that pod on
+    # n1.
+    replaced = next(name for name, slot in on.items() if slot == 2 and name.startswith("new"))
+    _gone(world, *[name for name, slot in on.items() if slot in (1, 2) and name != replaced])
+    for j in range(4):
+        world.bound(world.pod(f"f1-{j}"), "n1")
+    for j in range(3):
+        world.bound(world.pod(f"f2-{j}"), "n2")
+    assert world.used() == [8, 4, 4]
+    world.loop.pod_pending(world.pod("next", gpus=5))
     world.step()
     assert world.made == 2 and world.cluster.cache.pod("default/next") is None
-    told = [m for o, r, m in world.events.seen if r == "NoMovePlan" and o == "pod default/next"]
-    assert told, world.events.seen
-    # Once the cooldown has ended the plan may go there, though nothing else changed.
+    assert [m for o, r, m in world.events.seen if r == "NoMovePlan" and o == "pod default/next"], world.events.seen
+    # The cooldown ends, nothing else changes: the job searches again, and the pod moves to n1.
     world.clock.now += 600.0
     world.step()
-    assert world.made == 3 and world.used() == [8, 8, 8]
+    assert world.made == 3 and world.used() == [8, 5, 8]
     assert world.cluster.cache.pod("default/next") is not None
 
 

@@ -104,7 +104,6 @@ class Consolidate:
             level=level,
             limits=moves.limits,
             within_budgets=moves.within_budgets,
-            barred=moves.barred_targets(),
         ).run(lambda slot: moves.movable_on(slot, priority))
 
     def scheduler_event(self, attempt: Attempt, why: str) -> None:
