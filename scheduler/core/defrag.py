@@ -7,6 +7,12 @@ pending job (``scheduler.core.move_plan``) for a stand-in asking every GPU of th
 way (``scheduler.core.moves``: targets held, pods evicted, each controller's new pod placed on its target), the
 emptied node held until the moves are done. The same rules decide which pods may move (any priority: there is no
 job to compare with), and no more than ``defragmentPodsPerHour`` pods move in any hour.
+
+A plan must leave the cluster strictly better by what it is for, the GPUs on whole nodes (GPU nodes none of whose
+GPUs is in use): its moved pods go to no whole node, nor to a node pods left within the cooldown
+(``Moves.barred_targets``), so the node it empties is the only one whose GPUs change from in use to free. Without
+that, with one node in use and one whole, the next run would empty the full node into the whole one, and the pods
+would go back and forth every cooldown for nothing.
 """
 
 from __future__ import annotations
@@ -63,13 +69,19 @@ class Defragmenter:
         a = self.scheduler.cache.arrays
         present = (a.base_reason == layout.FIT) & (a.gpu_count > 0)
         used = np.where(present, (a.gpu_free < layout.WHOLE).sum(axis=1), 0)
+        # The moved pods go neither to a whole node (filling one to empty another gains nothing) nor to a node pods
+        # left within the cooldown: the node emptied is then the only one whose GPUs change from in use to free.
+        barred = present & (used == 0)
+        vacated = self.moves.barred_targets()
+        if vacated is not None:
+            barred[: vacated.shape[0]] |= vacated[: barred.shape[0]]
         slots = np.flatnonzero(present & (used > 0))
         for slot in slots[np.lexsort((slots, used[slots]))][:CANDIDATES].tolist():
             pods = self.moves.movable_on(slot, ANY_PRIORITY)
             gpus = sum(p.pod.gpu.count for p in pods if p.pod.gpu.whole)
             if not pods or gpus < used[slot] or len(pods) > budget:
                 continue
-            if self._empty(slot, len(pods)):
+            if self._empty(slot, len(pods), barred):
                 self.recent.append((now, len(self.moves.plans[self._key(slot)].plan.moves)))
                 self.nodes_emptied += 1
                 return True
@@ -78,7 +90,7 @@ class Defragmenter:
     def _key(self, slot: int) -> str:
         return f"defragment:{self.scheduler.cache.names[slot]}"
 
-    def _empty(self, slot: int, pods: int) -> bool:
+    def _empty(self, slot: int, pods: int, barred: np.ndarray) -> bool:
         cache = self.scheduler.cache
         a = cache.arrays
         node = cache.names[slot]
@@ -104,6 +116,7 @@ class Defragmenter:
             limits=limits,
             within_budgets=self.moves.within_budgets,
             confine=only,
+            barred=barred,
         ).run(lambda s: self.moves.movable_on(s, ANY_PRIORITY) if s == slot else [])
         if found.plan is None:
             return False

@@ -10,7 +10,7 @@ ask, their priority, gang and topology level, the nodes it may use) is kept unti
 - a node is added;
 - consolidation's own state moves (``Moves.epoch``: a plan starts, ends or is abandoned, a pod leaves, a
   PodDisruptionBudget changes): what may move and what is held differ;
-- a pod's cooldown ends (it may move again): the answer is kept only until the earliest of them.
+- a cooldown ends (a pod may move again): the answer is kept only until the earliest of them.
 
 A pending job of the same shape then gets the answer without a search. Answers with a plan are not kept (a plan is
 carried out at once).

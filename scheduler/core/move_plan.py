@@ -2,10 +2,11 @@
 
 Everything is tried on one what-if of the cycle's snapshot: the pods of a candidate set are taken off their nodes,
 the job is placed (a gang whole, inside one domain of the level its topology requires), then every moved pod is
-placed again, never on the node it leaves; a set for which all of that holds is a plan, and every what-if is
-rolled back. Which pods may move at all (the rules: controller, Queue, annotation, priority, cooldown, budgets) is
-the caller's (``scheduler.core.moves``); here only the per-node and per-plan budgets and the disruption budgets
-bound the sets.
+placed again, never on the node it leaves nor on a node the caller bars (``barred``: background defragmentation's
+whole nodes, and where earlier moves came from); a set for which all of that holds is a plan, and every what-if is
+rolled back. Which pods may move at all (the rules: controller, Queue, annotation, priority, cooldown, budgets) and
+where they may not go are the caller's (``scheduler.core.moves``); here only the per-node and per-plan budgets and
+the disruption budgets bound the sets.
 
 The plan kept moves the fewest pods, then the fewest GPUs, then leaves the least fragmentation (the FGD paper's
 measure over the typical pods of the profile's ``fgd`` plugin). Sets are tried node by node first: on each of the
@@ -163,13 +164,28 @@ class Search:
         limits: ConsolidationConfig,
         within_budgets: Callable[[Sequence[PodRequest]], bool],
         confine: np.ndarray | None = None,
+        barred: np.ndarray | None = None,
     ) -> None:
-        """``confine``: the only node slots the job may go to (None: any); the moved pods are not confined."""
+        """``confine``: the only node slots the job may go to (None: any); the moved pods are not confined.
+        ``barred``: node slots no moved pod may go to (besides the node it leaves; the job may go there):
+        background defragmentation bars the whole nodes and those pods left by a move whose cooldown runs
+        (``Moves.barred_targets``), so that its plan undoes no earlier one."""
         self.scheduler = scheduler
         self.snapshot = snapshot
         self.members = list(members)
         self.whole_gang = whole_gang
         self.context = dict(context)
+        #: What the moved pods' placements respect: the context, and the barred nodes.
+        self.move_context = self.context
+        if barred is not None and barred.any():
+            away = np.zeros(snapshot.slots, dtype=bool)
+            size = min(barred.shape[0], away.shape[0])
+            away[:size] = barred[:size]
+            previous = self.context.get(RESERVED_SLOTS)
+            if previous is not None:
+                size = min(previous.shape[0], away.shape[0])
+                away[:size] |= previous[:size]
+            self.move_context = {**self.context, RESERVED_SLOTS: away}
         self.level = level
         self.limits = limits
         self.within_budgets = within_budgets
@@ -214,7 +230,7 @@ class Search:
                 f"the job needs {_gpus(self.members)} GPUs and the cluster has {int(anywhere.sum())} free",
                 verdict=IMPOSSIBLE,
             )
-        room = self.room = move_room.Room(self.snapshot, self.job_context, self.context)
+        room = self.room = move_room.Room(self.snapshot, self.job_context, self.move_context)
         largest = max(self.members, key=lambda p: (p.gpu.count if p.gpu.whole else 0, p.gpu.total_milli, p.key))
         # A set of one node must free room for a member there: the job's only one, or a gang's smallest.
         self.bar = largest if len(self.members) == 1 else min(self.members, key=lambda p: (p.gpu.count, p.key))
@@ -372,12 +388,12 @@ class Search:
             for entry in sorted(chosen, key=lambda e: (-e.pod.gpu.count, e.pod.key)):
                 away = np.zeros(snapshot.slots, dtype=bool)
                 away[entry.placement.slot] = True
-                held = self.context.get(RESERVED_SLOTS)
+                held = self.move_context.get(RESERVED_SLOTS)
                 if held is not None:
                     size = min(held.shape[0], away.shape[0])
                     away[:size] |= held[:size]
                 again = replace(entry.pod, node_name="", gpu_ids=(), phase="Pending")
-                result = scheduler.place(again, snapshot, {**self.context, RESERVED_SLOTS: away})
+                result = scheduler.place(again, snapshot, {**self.move_context, RESERVED_SLOTS: away})
                 if result.decision is None:
                     return None
                 target = scheduler.cache.slot_of(result.decision.node)

@@ -15,6 +15,11 @@ Which pods may move (:meth:`Moves.movable_on`): pods a controller recreates (an 
 pods), of a priority not above the job's, not moved (or refused an eviction) within the cooldown, bound (not
 assumed), not leaving already, and not part of a plan. A gang's members never move: a gang moves whole or not at
 all, and whole-gang moves are not carried out yet.
+
+Where background defragmentation's moved pods may not go (:meth:`Moves.barred_targets`): a node a moved pod left
+less than the cooldown ago (since its move started, or its replacement was placed), so that no background plan
+fills again the room an earlier plan made while the moved pod itself may not move. A pending job's plan may use
+that room: the job it is for needs it now (barring it there was measured: longer waits for the large pods).
 """
 
 from __future__ import annotations
@@ -100,8 +105,12 @@ class Moves:
         self.leaving: dict[str, str] = {}
         #: Pod key -> when it was placed by a move, or its eviction was refused (not moved again within the cooldown).
         self.cooled: dict[str, float] = {}
-        #: Job key -> (the cluster's version when a search found no plan, why).
-        self.no_plan: dict[str, tuple[int, str]] = {}
+        #: Node name -> when a moved pod last left it (its move started, or its replacement was placed): no
+        #: background plan puts a pod there within the cooldown (:meth:`barred_targets`).
+        self.vacated: dict[str, float] = {}
+        #: Job key -> (the cluster's version when a search found no plan, why, when a cooldown ends: the answer
+        #: holds while the version is that one, until then at the latest).
+        self.no_plan: dict[str, tuple[int, str, float]] = {}
         #: "No plan" answers by job shape, until something that could change them happens.
         self.memo = move_memo.NoPlanMemo()
         #: Bumped whenever what may move or what plans hold changes (the memo's answers are then stale).
@@ -180,12 +189,30 @@ class Moves:
         return True
 
     def cooldown_ends(self) -> float:
-        """When the earliest cooldown still running ends (a pod may move again then); infinity if none runs."""
+        """When the earliest cooldown still running ends (a pod may move again then, or a background plan put pods
+        on a node pods left); infinity if none runs."""
         now = self.clock()
         ends = [
-            since + self.limits.cooldown_s for since in self.cooled.values() if now - since < self.limits.cooldown_s
+            since + self.limits.cooldown_s
+            for since in (*self.cooled.values(), *self.vacated.values())
+            if now - since < self.limits.cooldown_s
         ]
         return min(ends, default=float("inf"))
+
+    def barred_targets(self) -> np.ndarray | None:
+        """The node slots background defragmentation puts no moved pod on: those a moved pod left less than the
+        cooldown ago (a pod moved off a node, for a job or to empty it, is not followed by another pod moved onto it
+        before the moved pod itself may move again). None if there are none."""
+        now, cache = self.clock(), self.scheduler.cache
+        for node, since in list(self.vacated.items()):
+            if now - since >= self.limits.cooldown_s:
+                del self.vacated[node]
+        slots = [cache.slot_of(node) for node in self.vacated]
+        if not any(slot is not None for slot in slots):
+            return None
+        barred = np.zeros(cache.arrays.slots, dtype=bool)
+        barred[[slot for slot in slots if slot is not None]] = True
+        return barred
 
     def forget_answers(self) -> set[str]:
         """Forget every "no plan" and the pods found movable (a PodDisruptionBudget or a Queue changed); the jobs
@@ -229,8 +256,10 @@ class Moves:
             key, obj, plan, self.clock(), job_slots, targets, set(range(len(plan.moves))), background=placed
         )
         self.no_plan.pop(key, None)
+        now = self.clock()
         for move in plan.moves:
             self.leaving[move.pod.key] = key
+            self.vacated[move.source] = now
             self.events.emit(
                 obj=f"pod {move.pod.key}",
                 kind="Normal",
@@ -267,8 +296,10 @@ class Moves:
             if key == job_key:
                 plan.job_placed = True
             elif key in plan.claimed:
-                plan.waiting.discard(plan.claimed.pop(key))
+                move = plan.claimed.pop(key)
+                plan.waiting.discard(move)
                 self.cooled[key] = now
+                self.vacated[plan.plan.moves[move].source] = now  # the moved pod's cooldown starts now
             else:
                 continue
             self.epoch += 1
@@ -301,7 +332,7 @@ class Moves:
         self.abandon(key, why)
         # Not searched again until the cluster changes: the next plan would meet the same refusal.
         a = self.scheduler.cache.arrays
-        self.no_plan[key] = (fruitless.generation(a), why)
+        self.no_plan[key] = (fruitless.generation(a), why, float("inf"))
         return key
 
     def abandon(self, key: str, why: str) -> None:
@@ -350,7 +381,7 @@ class Moves:
         plan = self.plans.get(key)
         if plan is not None:
             return f"moving pods for it: {plan.plan.describe()}"
-        return self.no_plan.get(key, (0, ""))[1]
+        return self.no_plan.get(key, (0, "", 0.0))[1]
 
 
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:

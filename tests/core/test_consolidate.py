@@ -187,7 +187,7 @@ def test_a_budget_change_wakes_a_job_that_found_no_plan() -> None:
     world.loop.moves.mover = None
     world.loop.run_until_idle()
     world.loop.moves.mover = world.mover
-    world.loop.moves.no_plan["default/big"] = (0, "found none")
+    world.loop.moves.no_plan["default/big"] = (0, "found none", float("inf"))
     world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": 1}}))
     assert world.loop.moves.no_plan == {}
     world.clock.now += 5.0
@@ -217,6 +217,77 @@ def test_background_defragmentation_is_off_unless_the_profile_sets_it_and_waits_
     on.loop.pod_pending(on.pod("huge", gpus=16))  # fits nowhere: it waits in the queue
     on.loop.run_until_idle()
     assert not on.loop.defragment() and on.made == 0
+
+
+def test_background_defragmentation_fills_no_whole_node_to_empty_another() -> None:
+    # n0 is whole. Emptying n1 by moving its two pods onto n0 would leave as many GPUs on whole nodes as before: the
+    # pods go to n2, which has room, or nowhere.
+    room = World(used=(0, 2, 5), consolidation={"defragmentEverySeconds": 60})
+    room.clock.now = 100.0
+    assert room.loop.defragment()
+    room.step()
+    assert room.used() == [0, 0, 7] and room.made == 2
+    full = World(used=(0, 2, 8), consolidation={"defragmentEverySeconds": 60})
+    full.clock.now = 100.0
+    assert not full.loop.defragment()
+    assert full.made == 0 and full.used() == [0, 2, 8]
+
+
+def _big_moved_two_pods_off_n1(world: World) -> dict[str, int]:
+    """A 4-GPU pod gets room on n1 by moving two of its pods (one to n0, one to n2) and ends; each node's pods by
+    name then."""
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    assert world.cluster.cache.pod("default/big") is not None and world.used() == [8, 8, 8]
+    assert world.made == 2
+    _gone(world, "big")
+    return {e.pod.name: e.placement.slot for e in world.cluster.cache.pods()}
+
+
+def _gone(world: World, *names: str) -> None:
+    for name in names:
+        world.cluster.cache.remove_pod(f"default/{name}")
+        world.loop.pod_gone(f"default/{name}")
+    world.loop.cluster_event(ClusterEvent.POD_DELETED)
+
+
+def test_background_defragmentation_puts_no_pod_on_a_node_pods_left_while_their_cooldown_runs() -> None:
+    world = World(consolidation={"defragmentEverySeconds": 60, "defragmentPodsPerHour": 2})
+    on = _big_moved_two_pods_off_n1(world)
+    # n2 keeps one pod (its replacement ends too): emptying it means moving that pod to n1, the node two pods left
+    # for big less than the cooldown (600 s) ago; n1's four pods are over the hour's budget (2).
+    _gone(world, *[name for name, slot in on.items() if slot == 2 and name != "d2-6"])
+    assert world.used() == [8, 4, 1]
+    world.clock.now += 60.0
+    assert not world.loop.defragment() and world.made == 2
+    world.clock.now += 600.0
+    assert world.loop.defragment()
+    world.step()
+    assert world.used() == [8, 5, 0] and world.made == 3
+
+
+def test_a_job_whose_only_plan_waits_for_a_cooldown_gets_it_when_the_cooldown_ends() -> None:
+    world = World()
+    on = _big_moved_two_pods_off_n1(world)
+    # Only the replacement on n2 may move (the others give way to pods no controller recreates), and it was placed
+    # by a move less than the cooldown (600 s) ago: a 5-GPU pod gets no plan, though n2 would hold it were that pod on
+    # n1.
+    replaced = next(name for name, slot in on.items() if slot == 2 and name.startswith("new"))
+    _gone(world, *[name for name, slot in on.items() if slot in (1, 2) and name != replaced])
+    for j in range(4):
+        world.bound(world.pod(f"f1-{j}"), "n1")
+    for j in range(3):
+        world.bound(world.pod(f"f2-{j}"), "n2")
+    assert world.used() == [8, 4, 4]
+    world.loop.pod_pending(world.pod("next", gpus=5))
+    world.step()
+    assert world.made == 2 and world.cluster.cache.pod("default/next") is None
+    assert [m for o, r, m in world.events.seen if r == "NoMovePlan" and o == "pod default/next"], world.events.seen
+    # The cooldown ends, nothing else changes: the job searches again, and the pod moves to n1.
+    world.clock.now += 600.0
+    world.step()
+    assert world.made == 3 and world.used() == [8, 5, 8]
+    assert world.cluster.cache.pod("default/next") is not None
 
 
 def test_a_replacement_waits_for_its_target_and_makes_no_room_of_its_own() -> None:

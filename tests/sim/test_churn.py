@@ -11,6 +11,8 @@ import pytest
 
 from scheduler.api.errors import InvalidObject
 from scheduler.cli import main
+from scheduler.framework.interface import Decision
+from scheduler.framework.profile import ProfileConfig
 from scheduler.sim import churn
 from scheduler.sim.churn import Arrival, Workload
 from scheduler.sim.trace import NodeSpec, PodSpec
@@ -191,18 +193,39 @@ def test_defrag_turns_on_background_defragmentation_with_consolidate_only() -> N
     assert caught.value.field == "--policy" and "consolidate" in str(caught.value)
 
 
-def test_background_defragmentation_empties_a_node_when_nothing_waits() -> None:
-    # spread leaves a1 and a2 on a node each; nothing waits, so defrag moves one of them: a whole node is free.
+class _Nodes(churn.ChurnSimulation):
+    """Records the nodes each pod ran on, in order, under the name it first arrived as (a moved pod's replacement
+    goes on with its pod's list)."""
+
+    def __init__(self, nodes: list[NodeSpec], load: Workload, config: ProfileConfig) -> None:
+        self.nodes: dict[str, list[str]] = {}
+        super().__init__(nodes, load, config)
+
+    def placed(self, decision: Decision) -> None:
+        super().placed(decision)
+        name = decision.pod.name
+        self.nodes.setdefault(self.origin.get(name, name), []).append(decision.node)
+
+
+def test_background_defragmentation_empties_a_node_once_and_never_moves_a_pod_back() -> None:
+    # spread leaves a1 and a2 on a node each; nothing waits, so at 300 s defrag moves a1 to a2's node: n1 is whole.
+    # From then on one node holds both pods and the other is whole. Emptying the full one would only fill the whole
+    # one (no GPU more on whole nodes), so nothing moves again, though both pods may move from 900 s on (the
+    # cooldown of a1's move, 600 s, has ended) and defrag looks every 300 s until 2,900 s. One move in all.
     nodes = [NodeSpec("n1", 64000, 262144, 8, "V100M32"), NodeSpec("n2", 64000, 262144, 8, "V100M32")]
     arrivals = [Arrival("a1", _pod("a1", 1), 0.0, 5000.0), Arrival("a2", _pod("a2", 1), 0.0, 5000.0)]
     tick = [Arrival(f"t{i}", _pod(f"t{i}", 0), 100.0 * i, 1.0) for i in range(2, 30)]
     horizon = 2900.0
     plain = _run(nodes, [*arrivals, *tick], horizon, "spread+consolidate")
-    defrag = _run(nodes, [*arrivals, *tick], horizon, "spread+consolidate+defrag")
     assert (plain.moves, plain.free_whole_node_gpus) == (0, 0.0)
-    # (It moves more than once: with one node in use, the node it empties is the one it filled before.)
-    assert defrag.moves >= 1
-    assert 0.0 < defrag.free_whole_node_gpus <= 8.0
+    sim = _Nodes(
+        nodes, Workload([*arrivals, *tick], horizon), churn.profile("spread+consolidate+defrag", shapes=[], seed=0)
+    )
+    sim.run()
+    defrag = sim.result(0.0)
+    assert {k: v for k, v in sim.nodes.items() if k.startswith("a")} == {"a1": ["n1", "n2"], "a2": ["n2"]}
+    assert defrag.moves == 1 and sim.loop.defragmenter.nodes_emptied == 1
+    assert defrag.free_whole_node_gpus == pytest.approx(8.0 * (horizon - 300.0) / horizon)  # n1 whole from 300 s
 
 
 def test_a_sample_arrives_while_the_population_is_drawn_from_the_whole_list() -> None:

@@ -41,7 +41,7 @@ class Consolidate:
         a = snapshot.arrays
         version = fruitless.generation(a)
         tried = moves.no_plan.get(attempt.key)
-        if tried is not None and tried[0] == version:
+        if tried is not None and tried[0] == version and moves.clock() < tried[2]:
             return NOTHING
         shape = move_memo.shape(
             attempt.members,
@@ -68,7 +68,7 @@ class Consolidate:
         if tried is None or _counts.sub("N", tried[1]) != _counts.sub("N", why):
             # Once per distinct reason: counts of nodes and pods in it change with every search.
             self.scheduler_event(attempt, why)
-        moves.no_plan[attempt.key] = (version, why)
+        moves.no_plan[attempt.key] = (version, why, moves.cooldown_ends())
         moves.last_verdict[attempt.key] = verdict
         return NOTHING
 
