@@ -620,3 +620,25 @@ def test_a_replica_that_stops_leading_in_the_middle_of_a_plan_in_steps_takes_no_
     world.bound(replacement.pod, replacement.node)
     cluster.recount()
     assert cluster.allowed == 1 and world.mover.pods == [evicted]
+
+
+def test_a_budget_that_does_not_allow_the_next_step_in_time_abandons_the_plan_and_says_which() -> None:
+    cluster = OneBudget(consolidation={"stepTimeoutSeconds": 60})
+    world = cluster.world
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.loop.run_until_idle()
+    (evicted,) = world.mover.pods
+    second = world.loop.moves.plans["default/big"].plan.moves[1].pod
+    cluster.step(rounds=1)  # the first eviction goes through
+    # Another pod under the budget stops running before the first replacement runs: the budget allows nothing.
+    other = world.cluster.cache.pod("default/web-0-0")
+    assert other is not None
+    world.cluster.cache.upsert_pod(dataclasses.replace(other.pod, phase="Pending"))
+    cluster.step(rounds=13)
+    (why,) = [m for _, r, m in world.events.seen if r == "ConsolidationAbandoned"]
+    assert why.startswith(
+        f"step 2 of 2 did not come within 60s: PodDisruptionBudget default/web allows no eviction of {second.key}"
+    ), why
+    assert world.made == 1 and cluster.refused == 0 and world.cluster.cache.pod(second.key) is not None
+    assert world.loop.moves.plans == {} and world.cluster.cache.pod("default/big") is None
+    assert evicted.key not in {e.pod.key for e in world.cluster.cache.pods()}
