@@ -266,34 +266,45 @@ def test_a_four_gpu_pod_binds_by_moving_two_pods_and_a_strict_budget_first_keeps
     _after(sched, replicas, kept, moved=2)
 
 
+#: Issue 46's cluster: 8 single-replica Deployments (w0 ... w7) whose pods may move, 2, 4 and 2 per node, under one
+#: budget of maxUnavailable 1; the other pods may not move; 1, 2 and 1 GPUs free. A 4-GPU pod needs two of cons-1's
+#: pods moved, and the budget allows one eviction at a time.
+WEB = tuple(f"w{i}" for i in range(8))
+ONE_BUDGET_LAYOUT = [
+    {**dict.fromkeys(WEB[:2], 1), KEEP: 3, FIXED: 2},
+    {**dict.fromkeys(WEB[2:6], 1), KEEP: 1, FIXED: 1},
+    {**dict.fromkeys(WEB[6:], 1), KEEP: 3, FIXED: 2},
+]
+
+
+def _one_budget_allows_one(s: Scenario) -> None:
+    kube_mod.wait_until(
+        lambda: _budgets(s, MOVABLE).get("status", {}).get("disruptionsAllowed") == 1,
+        timeout=60,
+        what="the budget allowing one disruption",
+        describe=s.describe,
+    )
+
+
+def _big_within_the_budget(s: Scenario, replicas: Mapping[str, int]) -> list[dict[str, Any]] | None:
+    """One look: never two of the budget's pods unavailable; big, once Running."""
+    up = [p for p in _running(s) if p["metadata"]["labels"].get(MOVABLE) == "yes"]
+    assert len(up) >= len(WEB) - 1, f"{len(up)} of {len(WEB)} pods under the budget available\n{s.describe()}"
+    return _watch_budgets(s, replicas, ["big"])
+
+
 def test_two_moves_under_one_budget_of_max_unavailable_one_are_carried_out_one_after_the_other(
     sched: Scenario,
 ) -> None:
-    # Issue 46's cluster: 8 single-replica Deployments (w0 ... w7) whose pods may move, 2, 4 and 2 per node, under one
-    # budget of maxUnavailable 1; the other pods may not move; 1, 2 and 1 GPUs free. The 4-GPU pod needs two of
-    # cons-1's pods moved, and the budget allows one eviction at a time.
-    web = [f"w{i}" for i in range(8)]
-    layout = [
-        {**dict.fromkeys(web[:2], 1), KEEP: 3, FIXED: 2},
-        {**dict.fromkeys(web[2:6], 1), KEEP: 1, FIXED: 1},
-        {**dict.fromkeys(web[6:], 1), KEEP: 3, FIXED: 2},
-    ]
-    replicas, kept = _setup(sched, layout, budgets=False, one_budget=True)
-    kube_mod.wait_until(
-        lambda: _budgets(sched, MOVABLE).get("status", {}).get("disruptionsAllowed") == 1,
-        timeout=60,
-        what="the budget allowing one disruption",
+    replicas, kept = _setup(sched, ONE_BUDGET_LAYOUT, budgets=False, one_budget=True)
+    _one_budget_allows_one(sched)
+    sched.create_pod(kube_mod.pod("big", gpus=4))
+    (big,) = kube_mod.wait_until(
+        lambda: _big_within_the_budget(sched, replicas),
+        timeout=120,
+        what="big Running after two moves",
         describe=sched.describe,
     )
-    sched.create_pod(kube_mod.pod("big", gpus=4))
-
-    def looked() -> list[dict[str, Any]] | None:
-        """One look: never two of the budget's pods unavailable; big, once Running."""
-        up = [p for p in _running(sched) if p["metadata"]["labels"].get(MOVABLE) == "yes"]
-        assert len(up) >= len(web) - 1, f"{len(up)} of {len(web)} pods under the budget available\n{sched.describe()}"
-        return _watch_budgets(sched, replicas, ["big"])
-
-    (big,) = kube_mod.wait_until(looked, timeout=120, what="big Running after two moves", describe=sched.describe)
     assert node_of(big) == "cons-1", node_of(big)
     told = sched.wait_event("big", "Consolidating")["message"]
     assert "move 2 pod(s)" in told and "one at a time" in told, told
@@ -391,6 +402,66 @@ def test_a_leader_killed_in_the_middle_of_a_plan_loses_no_pod_and_binds_nothing_
         )
         assert node_of(big) == "cons-1", node_of(big)
         _after(sched, replicas, kept, moved=2)
+        twice = {h["name"]: sorted(h["nodes"]) for h in watcher.snapshot().values() if len(h["nodes"]) > 1}
+        assert not twice, f"bound to two nodes: {twice}"
+    finally:
+        watcher.stop()
+        _let_go(sched)
+
+
+def test_a_leader_killed_between_the_steps_of_a_plan_takes_no_further_step_and_nothing_moves_twice(
+    sched: Scenario,
+) -> None:
+    local = sched.kube.local
+    if local is None:
+        pytest.skip("pausing the controller manager needs the suite's own control plane (not GPUSCHED_E2E_KUBECONFIG)")
+    watcher = kube_mod.PodWatcher(sched.kube, sched.namespace).start()
+    try:
+        replicas, kept = _setup(sched, ONE_BUDGET_LAYOUT, budgets=False, one_budget=True, schedulers=2, held=WEB)
+        _one_budget_allows_one(sched)
+        (leader,) = [r for r in sched.schedulers if r.is_leader()]
+        (standby,) = [r for r in sched.schedulers if r is not leader]
+        web = {p["metadata"]["uid"] for p in _running(sched) if p["metadata"]["labels"].get(MOVABLE) == "yes"}
+
+        def leaving() -> list[str]:
+            return [p["metadata"]["name"] for p in sched.pods() if p["metadata"].get("deletionTimestamp")]
+
+        # With the controller manager paused, the first step's pod is evicted (the API server counts it in the
+        # budget: it allows none now) and no replacement comes: the plan stands between its steps. Kill its leader.
+        with local.controllers_paused():
+            sched.create_pod(kube_mod.pod("big", gpus=4))
+            (first,) = kube_mod.wait_until(
+                leaving, timeout=60, what="the first moved pod leaving", describe=sched.describe
+            )
+            leader.kill()
+            standby.wait_leader(timeout=30)
+        _let_go(sched)
+        (big,) = kube_mod.wait_until(
+            lambda: _big_within_the_budget(sched, replicas),
+            timeout=120,
+            what="big Running after the failover",
+            describe=sched.describe,
+        )
+        assert node_of(big) == "cons-1", node_of(big)
+        # Two pods moved in all: the old leader's first step, and one by the new leader's own plan (the old plan's
+        # second step never taken); every Deployment runs again; no pod bound to two nodes.
+        moved = web - {p["metadata"]["uid"] for p in _running(sched)}
+        assert len(moved) == 2, sorted(moved)
+        by = sorted(
+            (e.get("reportingInstance", ""), e["involvedObject"]["name"])
+            for e in sched.kube.events(sched.namespace)
+            if e.get("reason") == "Moved"
+        )
+        assert [i for i, _ in by] == sorted([leader.identity, standby.identity]), by
+        assert (leader.identity, first) in by, by
+        kube_mod.wait_until(
+            lambda: len(_running(sched)) == sum(replicas.values()) + 1,
+            timeout=60,
+            what="every Deployment's pods Running",
+            describe=sched.describe,
+        )
+        assert set(kept) <= {p["metadata"]["uid"] for p in _running(sched)}
+        kube_mod.check_no_overcommit(sched.pods(), sched.my_nodes())
         twice = {h["name"]: sorted(h["nodes"]) for h in watcher.snapshot().values() if len(h["nodes"]) > 1}
         assert not twice, f"bound to two nodes: {twice}"
     finally:
