@@ -642,3 +642,25 @@ def test_a_budget_that_does_not_allow_the_next_step_in_time_abandons_the_plan_an
     assert world.made == 1 and cluster.refused == 0 and world.cluster.cache.pod(second.key) is not None
     assert world.loop.moves.plans == {} and world.cluster.cache.pod("default/big") is None
     assert evicted.key not in {e.pod.key for e in world.cluster.cache.pods()}
+
+
+def test_the_next_step_waits_for_a_status_of_the_budget_seen_after_the_last_eviction() -> None:
+    cluster = OneBudget()
+    world = cluster.world
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.loop.run_until_idle()
+    (evicted,) = world.mover.pods
+    # The API server counts the eviction in the budget, but that status has not reached the scheduler yet; the pod
+    # goes and its replacement runs on its target.
+    world.cluster.cache.remove_pod(evicted.key)
+    world.loop.pod_gone(evicted.key)
+    world.loop.pod_pending(dataclasses.replace(evicted, name="new1", node_name="", phase="Pending"))
+    world.loop.run_until_idle()
+    (decision,) = world.cluster.binder.decisions
+    world.bound(decision.pod, decision.node)
+    # The budget as last seen, from before the eviction, allows one: no step on its word.
+    assert world.mover.pods == [evicted]
+    cluster.publish(0)  # the eviction's count arrives
+    assert world.mover.pods == [evicted]
+    cluster.publish(1)  # the disruption controller's, with the replacement running
+    assert len(world.mover.pods) == 2 and world.mover.pods[1].key != evicted.key
