@@ -114,7 +114,7 @@ class Defragmenter:
             context={},
             level=None,
             limits=limits,
-            within_budgets=self.moves.within_budgets,
+            pace=self.moves.pace,
             confine=only,
             barred=barred,
         ).run(lambda s: self.moves.movable_on(s, ANY_PRIORITY) if s == slot else [])

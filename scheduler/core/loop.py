@@ -162,6 +162,7 @@ class SchedulingLoop:
             self._demand_version += 1
             self.resort()
         job.refresh_phase(now)
+        self.moves.running(pod)  # a moved pod's replacement Running: its plan may take its next step
 
     def pod_gone(self, key: str, *, finished: str = "") -> None:
         """The pod was deleted, or ``finished`` (its phase ``Succeeded`` or ``Failed``): a gang counts it."""
@@ -240,10 +241,24 @@ class SchedulingLoop:
         consolidation moves no more of its pods at once than it allows."""
         self.preemptor.budget_upsert(budget)
         self._moves_rules_changed(ClusterEvent.BUDGET_CHANGED)
+        self.moves.budget_changed(budget.key)  # a plan in steps may take its next one
 
     def budget_removed(self, key: str) -> None:
         self.preemptor.budget_removed(key)
         self._moves_rules_changed(ClusterEvent.BUDGET_CHANGED)
+        self.moves.budget_changed(key)
+
+    def leadership_lost(self) -> None:
+        """This replica no longer leads: the move plans it was carrying out are dropped, so that no later step is
+        taken on its word (the pods not evicted stay; whoever leads next searches from what it finds)."""
+        for key in list(self.moves.plans):
+            self.moves.abandon(key, "this replica no longer leads")
+
+    def carry_out_moves(self) -> None:
+        """Abandon the move plans whose step under way was not done in time, and release what they held (call it
+        periodically: a step may be late with nothing else happening); the jobs they were for try again."""
+        if self.moves.plans and self.moves.expire():
+            self.cluster_event(ClusterEvent.POD_DELETED)
 
     def _moves_rules_changed(self, event: ClusterEvent) -> None:
         """What may move changed (a budget, a Queue): the jobs consolidation found no plan for search again."""

@@ -8,11 +8,12 @@ rolled back. Which pods may move at all (the rules: controller, Queue, annotatio
 where they may not go are the caller's (``scheduler.core.moves``); here only the per-node and per-plan budgets and
 the disruption budgets bound the sets.
 
-The plan kept moves the fewest pods, then the fewest GPUs, then leaves the least fragmentation (the FGD paper's
-measure over the typical pods of the profile's ``fgd`` plugin). Sets are tried node by node first: on each of the
-``candidate_nodes`` nodes that need the fewest moves to hold the job's largest member, every set of its movable
-pods up to the per-node budget, smallest first. A job that needs room on several nodes (a gang) then gets the
-fewest-moves sets of the best nodes together, one node more at a time, and every pod it can do without is put back.
+The plan kept moves the fewest pods, then the fewest GPUs, then is done at once rather than in steps, then leaves
+the least fragmentation (the FGD paper's measure over the typical pods of the profile's ``fgd`` plugin). Sets are
+tried node by node first: on each of the ``candidate_nodes`` nodes that need the fewest moves to hold the job's
+largest member, every set of its movable pods up to the per-node budget, smallest first. A job that needs room on
+several nodes (a gang) then gets the fewest-moves sets of the best nodes together, one node more at a time, and
+every pod it can do without is put back.
 
 Two rules shape what a plan may spend:
 
@@ -24,10 +25,15 @@ Two rules shape what a plan may spend:
 - **Most of a node is emptied directly**: for a member asking more than half of a node's GPUs, the node's set is
   also the one a person would pick: its movable pods largest first, the fewest that free enough (one set per node,
   not every subset), within ``maxPodsPerWholeNode`` pods instead of ``maxPodsPerNode`` and ``maxPodsPerPlan``.
+
+The PodDisruptionBudgets decide how a set's evictions may go (:class:`Pace`, the caller's answer): all at once;
+one at a time (a budget allows fewer of its pods at once than the set moves, but each eviction alone: the plan is
+carried out in steps, in the order of its moves); or not at all (the set is left out).
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -57,6 +63,15 @@ RANKED_PER_CANDIDATE = 4
 PLAN, IMPOSSIBLE, OUT_OF_REACH = "plan", "impossible", "out of reach"
 
 
+class Pace(enum.Enum):
+    """How a set's evictions may go within the PodDisruptionBudgets."""
+
+    #: Every eviction at once: the budgets allow them together.
+    AT_ONCE = "at once"
+    #: One eviction at a time, in the plan's order: a budget allows fewer of its pods at once, but each alone.
+    IN_STEPS = "one at a time"
+
+
 @dataclass(frozen=True, slots=True)
 class Move:
     """One running pod moved: from ``source`` to ``target`` (its replacement's place)."""
@@ -77,14 +92,19 @@ class Plan:
     gpus: int
     #: The cluster's fragmentation after the plan (GPU-milli; the FGD measure).
     fragmentation: float
+    #: How its evictions go: at once, or one at a time in the order of ``moves`` (the budgets allow no more).
+    pace: Pace = Pace.AT_ONCE
 
-    def cost(self) -> tuple[int, int, float]:
-        return (len(self.moves), self.gpus, self.fragmentation)
+    def cost(self) -> tuple[int, int, bool, float]:
+        """Fewest pods, then fewest GPUs, then a plan done at once before one done in steps (it is over sooner and
+        holds its nodes for less), then the least fragmentation."""
+        return (len(self.moves), self.gpus, self.pace is Pace.IN_STEPS, self.fragmentation)
 
     def describe(self) -> str:
         moved = ", ".join(f"{m.pod.key} {m.source} -> {m.target}" for m in self.moves)
         placed = ", ".join(f"{d.pod.key} on {d.node}" for d in self.job)
-        return f"move {len(self.moves)} pod(s) ({self.gpus} GPUs): {moved}; then {placed}"
+        steps = " one at a time, as the PodDisruptionBudgets allow" if self.pace is Pace.IN_STEPS else ""
+        return f"move {len(self.moves)} pod(s) ({self.gpus} GPUs){steps}: {moved}; then {placed}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +182,12 @@ class Search:
         context: Mapping[str, Any],
         level: int | None,
         limits: ConsolidationConfig,
-        within_budgets: Callable[[Sequence[PodRequest]], bool],
+        pace: Callable[[Sequence[PodRequest]], Pace | None],
         confine: np.ndarray | None = None,
         barred: np.ndarray | None = None,
     ) -> None:
-        """``confine``: the only node slots the job may go to (None: any); the moved pods are not confined.
+        """``pace``: how evicting a set of pods may go within the PodDisruptionBudgets (None: not at all);
+        ``confine``: the only node slots the job may go to (None: any); the moved pods are not confined.
         ``barred``: node slots no moved pod may go to (besides the node it leaves; the job may go there):
         background defragmentation bars the whole nodes and those pods left by a move whose cooldown runs
         (``Moves.barred_targets``), so that its plan undoes no earlier one."""
@@ -188,7 +209,7 @@ class Search:
             self.move_context = {**self.context, RESERVED_SLOTS: away}
         self.level = level
         self.limits = limits
-        self.within_budgets = within_budgets
+        self.pace = pace
         self.job_context = dict(context)
         if confine is not None:
             held = np.ones(snapshot.slots, dtype=bool)
@@ -199,7 +220,7 @@ class Search:
                 held[:size] |= previous[:size]
             self.job_context[RESERVED_SLOTS] = held
         self._typical: fgd_kernel.TypicalPods | None = None
-        #: Sets left out because their evictions together would exceed a PodDisruptionBudget.
+        #: Sets left out because their evictions would exceed a PodDisruptionBudget, even one at a time.
         self.over_budget = 0
         #: Sets left out because they would move as many GPUs (or pods) as the job asks GPUs, or more.
         self.no_gain = 0
@@ -275,7 +296,10 @@ class Search:
         bounded = bool(left) or self.cut or ranking.cut or self.attempts >= MAX_ATTEMPTS
         why = "no set of movable pods lets the job and every moved pod fit"
         if self.over_budget:
-            why += f" ({self.over_budget} set(s) left out: their evictions would exceed a PodDisruptionBudget)"
+            why += (
+                f" ({self.over_budget} set(s) left out: their evictions would exceed a PodDisruptionBudget, even one"
+                " at a time)"
+            )
         if self.no_gain:
             why += (
                 f" ({self.no_gain} set(s) left out: they would move as many GPUs or pods as the job asks GPUs, or more)"
@@ -372,7 +396,8 @@ class Search:
         if not buys_more_than_it_costs(pods, self.members, self.limits.plan_cost):
             self.no_gain += 1
             return None
-        if not self.within_budgets(pods):
+        pace = self.pace(pods)
+        if pace is None:
             self.over_budget += 1
             return None
         self.attempts += 1
@@ -401,7 +426,7 @@ class Search:
                 snapshot.place(snapshot.placement(again, target, result.decision.gpu_ids))
                 source = snapshot.names[entry.placement.slot] or ""
                 moves.append(Move(entry.pod, source, result.decision.node, result.decision.gpu_ids))
-            return Plan(tuple(moves), tuple(job), _gpus(pods), self._fragmentation())
+            return Plan(tuple(moves), tuple(job), _gpus(pods), self._fragmentation(), pace)
         finally:
             snapshot.rollback(token)
 

@@ -6,8 +6,21 @@ handed to the :class:`~scheduler.core.ports.Mover` (the Eviction API in a cluste
 recreates it: the first new pending pod of the same controller and the same GPUs claims the move
 (:meth:`Moves.claim`) and may go only to that move's target; the job may go only to its own nodes; every other job
 leaves all of them alone. A plan ends when the job and every replacement are placed, and is abandoned (everything
-it holds released, a reason on the job) when an eviction is refused, the job leaves, or it has not ended after
-:data:`PLAN_TIMEOUT_S`.
+it holds released, a reason on the job) when an eviction is refused, the job leaves, or a step of it is not done
+within ``stepTimeoutSeconds``.
+
+A plan whose evictions a PodDisruptionBudget allows one at a time only (``move_plan.Pace.IN_STEPS``: it allows
+fewer of its pods at once than the plan moves) is carried out in steps, as the Eviction API allows it: every target
+held from the start, one eviction per step in the plan's order, and the next step once the last moved pod's
+replacement is bound on its target and Running (the budget counts healthy pods), the budgets that cover it have
+been seen again since that eviction (the API server counts an eviction in the budget's status at once; a status
+read before it would allow too much), and they allow the next pod's eviction. A step not done within the bound
+abandons the plan: the pods not evicted stay where they are. A plan within the budgets at once is one step: every
+eviction at once, and its end within the bound.
+
+Plans live in the leader's memory: a new leader starts with none, so a step the old leader had not taken is never
+taken (no pod is evicted twice, nor past its budget on the word of a dead leader); the evicted pods' replacements
+are placed as any pod, and the job searches again from what it finds.
 
 Which pods may move (:meth:`Moves.movable_on`): pods a controller recreates (an ``ownerReference`` with
 ``controller: true``), not annotated ``gpusched.io/consolidation: never``, whose Queue's
@@ -36,14 +49,12 @@ from scheduler.cache.state import PodEntry
 from scheduler.core import fruitless, move_memo
 from scheduler.core.cycle import Scheduler
 from scheduler.core.jobs import Jobs
-from scheduler.core.move_plan import Plan
+from scheduler.core.move_plan import Pace, Plan
 from scheduler.core.ports import Events, Mover
 from scheduler.core.tenancy import Tenancy
 from scheduler.framework.interface import RESERVED_SLOTS
 from scheduler.framework.profile import ConsolidationConfig
 
-#: A plan not ended after this long (seconds) is abandoned: what it holds goes back to everyone.
-PLAN_TIMEOUT_S = 120.0
 #: The controller kind whose pods are training (run to completion: a move loses their progress).
 TRAINING_KINDS = frozenset({"Job"})
 
@@ -68,6 +79,16 @@ class InFlight:
     job_placed: bool = False
     #: No job to place (background defragmentation): the job's nodes stay held until every move is done.
     background: bool = False
+    #: How many moves have been evicted (the first of ``plan.moves``: all at once, or one per step).
+    evicted: int = 0
+    #: When the step under way began (its eviction; the plan's start for the first).
+    step_started: float = 0.0
+    #: Placed replacement pod key -> its move; the moves whose replacement was seen Running on its target.
+    replaced: dict[str, int] = field(default_factory=dict)
+    running: set[int] = field(default_factory=set)
+    #: Budget key -> how many times it had been seen when the last step's eviction was asked (the next step waits
+    #: for a newer status of each).
+    seen_at_eviction: dict[str, int] = field(default_factory=dict)
 
     def holds(self, slots: int) -> np.ndarray:
         held = self.background or not self.job_placed
@@ -120,6 +141,8 @@ class Moves:
         self.last_verdict: dict[str, str] = {}
         #: (node slot, priority) -> (epoch, valid until, the node's pods then, the movable ones among them).
         self._movable: dict[tuple[int, int], tuple[int, float, tuple[Any, ...], list[PodEntry]]] = {}
+        #: Budget key -> how many times a status of it was seen (a stepped plan's next step waits for a new one).
+        self.budget_seen: dict[str, int] = {}
         #: Counters for metrics: plans started and abandoned, pods moved, whole GPUs those pods held.
         self.started = 0
         self.abandoned = 0
@@ -171,22 +194,33 @@ class Moves:
             return f"moved or refused {now - since:.0f}s ago (cooldown {self.limits.cooldown_s:g}s)"
         return ""
 
-    def within_budgets(self, pods: Sequence[PodRequest]) -> bool:
-        """Whether evicting ``pods`` together exceeds no PodDisruptionBudget, read as the Eviction API that will
-        enforce them reads them (``api_pdb.Reading.EVICTION``: an empty selector selects every pod of its
-        namespace)."""
+    def pace(self, pods: Sequence[PodRequest]) -> Pace | None:
+        """How evicting ``pods`` may go within the PodDisruptionBudgets, read as the Eviction API that will enforce
+        them reads them (``api_pdb.Reading.EVICTION``: an empty selector selects every pod of its namespace): at
+        once if no budget covers more of them than it allows; one at a time if some budget does, but each allows
+        one; None if some eviction would be refused even alone (a budget that allows none, or a pod under two)."""
         eviction = api_pdb.Reading.EVICTION
         for pod in pods:
             if (
                 sum(1 for b in self.budgets.values() if b.covers(pod.namespace, pod.name, pod.labels, reading=eviction))
                 > 1
             ):
-                return False  # the Eviction API refuses a pod under two budgets (it cannot weigh them together)
+                return None  # the Eviction API refuses a pod under two budgets (it cannot weigh them together)
+        pace = Pace.AT_ONCE
         for budget in self.budgets.values():
             covered = sum(1 for p in pods if budget.covers(p.namespace, p.name, p.labels, reading=eviction))
+            if covered and budget.allowed < 1:
+                return None
             if covered > budget.allowed:
-                return False
-        return True
+                pace = Pace.IN_STEPS
+        return pace
+
+    def _covering(self, pod: PodRequest) -> list[str]:
+        """The keys of the budgets that evicting ``pod`` costs."""
+        eviction = api_pdb.Reading.EVICTION
+        return [
+            key for key, b in self.budgets.items() if b.covers(pod.namespace, pod.name, pod.labels, reading=eviction)
+        ]
 
     def cooldown_ends(self) -> float:
         """When the earliest cooldown still running ends (a pod may move again then, or a background plan put pods
@@ -226,22 +260,46 @@ class Moves:
     # --- carrying a plan out -------------------------------------------------------------------------------------
 
     def in_flight(self, key: str) -> bool:
-        """Whether a plan is being carried out for job ``key`` (abandoned first if it timed out)."""
+        """Whether a plan is being carried out for job ``key`` (abandoned first if a step of it timed out)."""
         self.expire()
         return key in self.plans
 
-    def expire(self) -> None:
-        """Abandon every plan that has not ended within :data:`PLAN_TIMEOUT_S` (a replacement that never came, a
-        background plan no job asks about): what they hold goes back to everyone."""
-        now = self.clock()
+    def expire(self) -> list[str]:
+        """Abandon every plan whose step under way was not done within ``stepTimeoutSeconds`` (a replacement that
+        never came or never ran, a budget that never allowed the next eviction, a background plan no job asks
+        about): what they hold goes back to everyone. The jobs whose plans were abandoned."""
+        now, bound = self.clock(), self.limits.step_timeout_s
+        out = []
         for key, plan in list(self.plans.items()):
-            if now - plan.started >= PLAN_TIMEOUT_S:
-                self.abandon(key, f"the plan did not end within {PLAN_TIMEOUT_S:g}s")
+            if now - plan.step_started >= bound:
+                self.abandon(key, self._late(plan, bound))
+                out.append(key)
+        return out
+
+    def _late(self, plan: InFlight, bound: float) -> str:
+        """Why ``plan``'s step under way is late (it was given ``bound`` seconds)."""
+        moves = plan.plan.moves
+        if plan.evicted < len(moves):
+            last = plan.evicted - 1
+            step = f"step {plan.evicted + 1} of {len(moves)} did not come within {bound:g}s"
+            if last not in plan.running:
+                return f"{step}: the replacement of {moves[last].pod.key} is not Running on {moves[last].target}"
+            pod = moves[plan.evicted].pod
+            unseen = sorted(self._unseen(plan))
+            if unseen:
+                return f"{step}: no status of PodDisruptionBudget {', '.join(unseen)} seen since the last eviction"
+            over = [k for k in self._covering(pod) if self.budgets[k].allowed < 1]
+            return f"{step}: PodDisruptionBudget {', '.join(over)} allows no eviction of {pod.key}"
+        return f"the plan did not end within {bound:g}s of its last eviction"
+
+    def _unseen(self, plan: InFlight) -> set[str]:
+        """The budgets whose status has not been seen again since ``plan``'s last eviction."""
+        return {k for k, n in plan.seen_at_eviction.items() if self.budget_seen.get(k, 0) <= n}
 
     def start(self, key: str, obj: str, plan: Plan, *, placed: bool = False) -> None:
-        """Carry ``plan`` out for job ``key`` (``obj`` in Events) as one statement: hold the targets, then evict
-        every moved pod. ``placed``: there is no job to place (background defragmentation: the plan's nodes are
-        held until the moves are done)."""
+        """Carry ``plan`` out for job ``key`` (``obj`` in Events) as one statement: hold every target, then evict
+        the moved pods, all of them or (a plan in steps) the first. ``placed``: there is no job to place
+        (background defragmentation: the plan's nodes are held until the moves are done)."""
         self.epoch += 1
         assert self.mover is not None
         cache = self.scheduler.cache
@@ -252,25 +310,65 @@ class Moves:
             if slot is not None:
                 job_slots[slot] = True
         targets = [cache.slot_of(m.target) or 0 for m in plan.moves]
-        self.plans[key] = InFlight(
-            key, obj, plan, self.clock(), job_slots, targets, set(range(len(plan.moves))), background=placed
-        )
-        self.no_plan.pop(key, None)
         now = self.clock()
+        flight = InFlight(
+            key, obj, plan, now, job_slots, targets, set(range(len(plan.moves))), background=placed, step_started=now
+        )
+        self.plans[key] = flight
+        self.no_plan.pop(key, None)
         for move in plan.moves:
-            self.leaving[move.pod.key] = key
-            self.vacated[move.source] = now
+            self.leaving[move.pod.key] = key  # part of a plan from the start, evicted now or at its step
+        self.events.emit(obj=obj, kind="Normal", reason="Consolidating", message=plan.describe())
+        self.started += 1
+        self._evict(flight, len(plan.moves) if plan.pace is Pace.AT_ONCE else 1)
+
+    def _evict(self, plan: InFlight, count: int) -> None:
+        """Evict the next ``count`` moves of ``plan``: a step begins."""
+        assert self.mover is not None
+        moves = plan.plan.moves[plan.evicted : plan.evicted + count]
+        plan.evicted += len(moves)
+        plan.step_started = self.clock()
+        plan.seen_at_eviction = {k: self.budget_seen.get(k, 0) for m in moves for k in self._covering(m.pod)}
+        for move in moves:
+            self.vacated[move.source] = plan.step_started
             self.events.emit(
                 obj=f"pod {move.pod.key}",
                 kind="Normal",
                 reason="Moved",
-                message=f"moved from {move.source} to {move.target} to make room for {obj} (consolidation)",
+                message=f"moved from {move.source} to {move.target} to make room for {plan.obj} (consolidation)",
             )
-        self.events.emit(obj=obj, kind="Normal", reason="Consolidating", message=plan.describe())
-        self.started += 1
-        self.moved += len(plan.moves)
-        self.gpus_moved += plan.gpus
-        self.mover.move([m.pod for m in plan.moves], f"consolidation: making room for {obj}")
+        self.moved += len(moves)
+        self.gpus_moved += sum(m.pod.gpu.count for m in moves if m.pod.gpu.whole)
+        self.mover.move([m.pod for m in moves], f"consolidation: making room for {plan.obj}")
+
+    def advance(self) -> None:
+        """Take the next step of every plan in steps whose last moved pod's replacement runs on its target and
+        whose budgets allow the next eviction (seen again since the last one)."""
+        for plan in list(self.plans.values()):
+            moves = plan.plan.moves
+            if plan.evicted >= len(moves) or plan.evicted - 1 not in plan.running or self._unseen(plan):
+                continue
+            if self.pace([moves[plan.evicted].pod]) is not Pace.AT_ONCE:
+                continue
+            self.epoch += 1
+            self._evict(plan, 1)
+
+    def budget_changed(self, key: str) -> None:
+        """A status of budget ``key`` was seen (or it went): a plan in steps may take its next one."""
+        self.budget_seen[key] = self.budget_seen.get(key, 0) + 1
+        self.advance()
+
+    def running(self, pod: PodRequest) -> None:
+        """A bound pod was seen (its phase may have changed): a replacement Running on its target lets its plan take
+        the next step, when the budgets allow it."""
+        if pod.phase != "Running":
+            return
+        for plan in self.plans.values():
+            i = plan.replaced.get(pod.key)
+            if i is not None and i not in plan.running and pod.node_name == plan.plan.moves[i].target:
+                plan.running.add(i)
+                self.advance()
+                return
 
     def claim(self, pod: PodRequest) -> None:
         """A new pending pod: if a moved pod's controller made it, it takes that move's target."""
@@ -280,6 +378,8 @@ class Moves:
             if pod.key in plan.claimed:
                 return
             for i in sorted(plan.waiting - set(plan.claimed.values())):
+                if i >= plan.evicted:
+                    break  # a move whose step has not come: its pod still runs
                 moved = plan.plan.moves[i].pod
                 if moved.owner == pod.owner and moved.gpu == pod.gpu:
                     plan.claimed[pod.key] = i
@@ -296,14 +396,15 @@ class Moves:
             if key == job_key:
                 plan.job_placed = True
             elif key in plan.claimed:
-                move = plan.claimed.pop(key)
-                plan.waiting.discard(move)
+                i = plan.claimed.pop(key)
+                plan.waiting.discard(i)
+                plan.replaced[key] = i
                 self.cooled[key] = now
-                self.vacated[plan.plan.moves[move].source] = now  # the moved pod's cooldown starts now
+                self.vacated[plan.plan.moves[i].source] = now  # the moved pod's cooldown starts now
             else:
                 continue
             self.epoch += 1
-            if (plan.job_placed or plan.background) and not plan.waiting:
+            if (plan.job_placed or plan.background) and not plan.waiting and plan.evicted == len(plan.plan.moves):
                 self._end(job_key)
             return
 

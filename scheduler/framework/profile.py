@@ -64,6 +64,10 @@ class ConsolidationConfig:
     defragment_pods_per_hour: int = 10
     #: What a plan may spend against what it places (:data:`PLAN_COSTS`; ``scheduler.core.move_plan``).
     plan_cost: str = "FewerGPUsAndPods"
+    #: A plan's step not done within this long (seconds) abandons the plan: all its evictions and its end for a plan
+    #: within the PodDisruptionBudgets at once; for a plan carried out one eviction at a time, each eviction's
+    #: replacement Running and the budgets allowing the next, then the plan's end (``scheduler.core.moves``).
+    step_timeout_s: float = 120.0
 
 
 #: ``planCost``: what a plan may spend. The GPU-milli its moved pods hold fewer than the job asks, and its moved
@@ -80,6 +84,7 @@ _CONSOLIDATION_KEYS = {
     "candidateNodes": ("candidate_nodes", 1),
     "defragmentEverySeconds": ("defragment_every_s", 0),
     "defragmentPodsPerHour": ("defragment_pods_per_hour", 0),
+    "stepTimeoutSeconds": ("step_timeout_s", 1),
 }
 
 

@@ -143,7 +143,11 @@ class Adapter:
 
     def move(self, pods: list[PodRequest], reason: str) -> None:
         """Consolidation's moves: evict ``pods`` through the Eviction API, in order, stopping at a refusal (which
-        abandons the plan in the loop)."""
+        abandons the plan in the loop). A replica that does not lead evicts nothing (the loop drops its plans when
+        it loses the lease: this is the last guard)."""
+        if not self._leading():
+            log.warning("move not carried out: not leading", pods=[p.key for p in pods])
+            return
         self.metrics.moved(len(pods), sum(p.gpu.count for p in pods if p.gpu.whole))
         self._spawn(evictions.evict_in_order(self.client, pods, reason, refused=self._move_refused))
 

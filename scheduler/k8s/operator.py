@@ -179,6 +179,8 @@ class Operator:
         self.metrics.is_leader.set(1.0 if leading else 0.0)
         if leading:
             self.feed.grouper.leading()
+        else:
+            self.loop.leadership_lost()  # no step of a move plan on the word of a replica that does not lead
         self._wake.set()
 
     def listed(self) -> None:
@@ -250,6 +252,7 @@ class Operator:
         if now - self._last_usage >= USAGE_INTERVAL_S:
             self.loop.record_usage(now - self._last_usage)
             self._last_usage = now
+        self.loop.carry_out_moves()  # a move plan whose step is late is abandoned, what it held released
         self.loop.defragment()  # when the profile turns it on and it is time (it keeps its own schedule)
         if now - self._last_status >= STATUS_INTERVAL_S / 2:
             self._last_status = now

@@ -142,9 +142,9 @@ def test_a_disruption_budget_bounds_the_plan() -> None:
     for i in range(3):
         selector = {"matchLabels": {"app": f"d{i}"}}
         raw = {"metadata": {"namespace": "default", "name": f"d{i}"}, "spec": {"selector": selector}}
-        world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": 1}}))
-    # One pod of a Deployment at a time: room on n1 needs two of d1's pods, and one pod off n0 or n2 leaves 2 free
-    # there. No plan holds: nothing moves, and the pod says why.
+        world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": int(i != 1)}}))
+    # d1's budget allows no eviction: room on n1 needs two of d1's pods, and two pods off n0 or n2 (one at a time, as
+    # their budgets allow) leave 3 free there. No plan holds: nothing moves, and the pod says why.
     _no_plan_for_a_budget(world)
 
 
@@ -551,3 +551,187 @@ def test_a_node_that_cannot_be_emptied_is_remembered_until_a_pod_leaves() -> Non
     world.step()
     assert moves.verdicts.get(move_plan.PLAN) == 1 and world.made == 3
     assert world.cluster.cache.pod("default/whole") is not None or world.cluster.cache.pod("default/whole2") is not None
+
+
+class OneBudget:
+    """Issue 46's cluster: 1-GPU pods of single-replica ReplicaSets on three 8-GPU nodes at 7, 6 and 7 GPUs used; 8
+    of them (2, 4 and 2 per node) labelled ``app: web`` under one PodDisruptionBudget of maxUnavailable 1, the others
+    annotated never to move. The budget is kept as the API server and the disruption controller keep it: an eviction
+    costs it one at once, and is refused (HTTP 429) when it allows none; it allows one again when all 8 pods run."""
+
+    def __init__(self, *, consolidation: dict[str, int] | None = None, starts: bool = True) -> None:
+        self.world = World(used=(0, 0, 0), consolidation=consolidation)
+        #: Whether a bound pod starts running (False: it stays Pending on its node, as with an image never pulled).
+        self.starts = starts
+        never = {"gpusched.io/consolidation": "never"}
+        for i, (web, kept) in enumerate(((2, 5), (4, 2), (2, 5))):
+            for j in range(web):
+                self.world.bound(self.world.pod(f"web-{i}-{j}", owner=f"web-{i}-{j}", labels={"app": "web"}), f"n{i}")
+            for j in range(kept):
+                self.world.bound(self.world.pod(f"kept-{i}-{j}", owner=f"kept-{i}-{j}", annotations=never), f"n{i}")
+        self.allowed = -1
+        #: The most web pods not running at one time, and the evictions the API server refused.
+        self.most_down = 0
+        self.refused = 0
+        self.recount()
+
+    def running(self) -> int:
+        pods = self.world.cluster.cache.pods()
+        return sum(1 for e in pods if e.pod.labels.get("app") == "web" and e.pod.phase == "Running")
+
+    def recount(self) -> None:
+        """The disruption controller: 8 wanted, at most 1 unavailable."""
+        self.most_down = max(self.most_down, 8 - self.running())
+        self.publish(max(0, self.running() - 7))
+
+    def publish(self, allowed: int) -> None:
+        if allowed == self.allowed:
+            return
+        self.allowed = allowed
+        raw = {
+            "metadata": {"namespace": "default", "name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        }
+        self.world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": allowed}}))
+
+    def step(self, rounds: int = 10) -> None:
+        """Cycles, bindings (running or not), the budget's status, and evictions through the Eviction API."""
+        world = self.world
+        for _ in range(rounds):
+            world.clock.now += 5.0
+            world.loop.carry_out_moves()  # as the operator does between batches of cycles
+            world.loop.run_until_idle()
+            for decision in world.cluster.binder.decisions:
+                if self.starts or decision.pod.name == "big":
+                    world.bound(decision.pod, decision.node)
+                else:
+                    placed = dataclasses.replace(decision.pod, node_name=decision.node, phase="Pending")
+                    world.cluster.cache.upsert_pod(placed)
+                    world.loop.pod_placed(placed)
+            world.cluster.binder.decisions.clear()
+            self.recount()
+            moved, world.mover.pods = world.mover.pods, []
+            for pod in moved:
+                if self.allowed < 1:
+                    self.refused += 1
+                    message = "HTTP 429: Cannot evict pod as it would violate the pod's disruption budget."
+                    world.loop.move_refused(pod.key, message)
+                    continue
+                self.publish(self.allowed - 1)
+                world.cluster.cache.remove_pod(pod.key)
+                world.loop.pod_gone(pod.key)
+                world.made += 1
+                world.loop.pod_pending(dataclasses.replace(pod, name=f"new{world.made}", node_name="", phase="Pending"))
+                self.most_down = max(self.most_down, 8 - self.running())
+            if moved:
+                world.loop.cluster_event(ClusterEvent.POD_DELETED)
+
+
+def test_two_moves_under_a_budget_that_allows_one_at_a_time_are_carried_out_one_after_the_other() -> None:
+    cluster = OneBudget()
+    world = cluster.world
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    cluster.step()
+    big = world.cluster.cache.pod("default/big")
+    assert big is not None, world.events.seen
+    assert big.pod.node_name == "n1" and world.used() == [8, 8, 8]
+    # Two web pods moved, one after the other: never two down at once, no eviction refused, every web pod runs again.
+    assert world.made == 2 and cluster.most_down == 1 and cluster.refused == 0
+    assert cluster.running() == 8
+    assert world.reasons().count("Moved") == 2 and "ConsolidationAbandoned" not in world.reasons()
+    (told,) = [m for _, r, m in world.events.seen if r == "Consolidating"]
+    assert "one at a time" in told, told
+    assert world.loop.moves.plans == {} and world.loop.moves.leaving == {}
+
+
+def test_a_step_not_done_within_its_bound_abandons_the_plan_and_releases_what_it_held() -> None:
+    # The first moved pod's replacement is bound but never runs (an image never pulled): the budget never allows the
+    # second eviction.
+    cluster = OneBudget(consolidation={"stepTimeoutSeconds": 60}, starts=False)
+    world = cluster.world
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    cluster.step(rounds=2)
+    first, second = world.loop.moves.plans["default/big"].plan.moves
+    # Every free GPU is held for the plan (the job's node, the second target): a 1-GPU pod waits.
+    world.loop.pod_pending(world.pod("small"))
+    cluster.step(rounds=8)
+    assert world.made == 1 and world.cluster.cache.pod("default/small") is None
+    assert world.cluster.cache.pod(second.pod.key) is not None and "ConsolidationAbandoned" not in world.reasons()
+    cluster.step(rounds=4)  # 60 s after the first eviction
+    (why,) = [m for _, r, m in world.events.seen if r == "ConsolidationAbandoned"]
+    assert why.startswith(
+        f"step 2 of 2 did not come within 60s: the replacement of {first.pod.key} is not Running on {first.target}"
+    ), why
+    # The second pod was never evicted; everything held is released: the 1-GPU pod binds. The 4-GPU pod waits, told
+    # why (with one web pod not running, the budget allows no eviction).
+    assert world.made == 1 and cluster.refused == 0 and world.cluster.cache.pod(second.pod.key) is not None
+    assert world.loop.moves.plans == {} and world.loop.moves.leaving == {}
+    assert world.cluster.cache.pod("default/small") is not None
+    assert world.cluster.cache.pod("default/big") is None
+    told = [m for o, r, m in world.events.seen if r == "NoMovePlan" and o == "pod default/big"]
+    assert told and "PodDisruptionBudget" in told[-1], told
+
+
+def test_a_replica_that_stops_leading_in_the_middle_of_a_plan_in_steps_takes_no_further_step() -> None:
+    cluster = OneBudget()
+    world = cluster.world
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.loop.run_until_idle()
+    (evicted,) = world.mover.pods  # the first step
+    cluster.publish(0)
+    world.cluster.cache.remove_pod(evicted.key)
+    world.loop.pod_gone(evicted.key)
+    world.loop.pod_pending(dataclasses.replace(evicted, name="new1", node_name="", phase="Pending"))
+    world.loop.run_until_idle()
+    (replacement,) = world.cluster.binder.decisions  # bound to its target, not running yet
+    world.loop.leadership_lost()
+    assert world.loop.moves.plans == {} and world.loop.moves.leaving == {}
+    # The replacement runs, the budget allows one again: this replica, no longer leading, evicts nothing more
+    # (whoever leads now searches from what it finds).
+    world.bound(replacement.pod, replacement.node)
+    cluster.recount()
+    assert cluster.allowed == 1 and world.mover.pods == [evicted]
+
+
+def test_a_budget_that_does_not_allow_the_next_step_in_time_abandons_the_plan_and_says_which() -> None:
+    cluster = OneBudget(consolidation={"stepTimeoutSeconds": 60})
+    world = cluster.world
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.loop.run_until_idle()
+    (evicted,) = world.mover.pods
+    second = world.loop.moves.plans["default/big"].plan.moves[1].pod
+    cluster.step(rounds=1)  # the first eviction goes through
+    # Another pod under the budget stops running before the first replacement runs: the budget allows nothing.
+    other = world.cluster.cache.pod("default/web-0-0")
+    assert other is not None
+    world.cluster.cache.upsert_pod(dataclasses.replace(other.pod, phase="Pending"))
+    cluster.step(rounds=13)
+    (why,) = [m for _, r, m in world.events.seen if r == "ConsolidationAbandoned"]
+    assert why.startswith(
+        f"step 2 of 2 did not come within 60s: PodDisruptionBudget default/web allows no eviction of {second.key}"
+    ), why
+    assert world.made == 1 and cluster.refused == 0 and world.cluster.cache.pod(second.key) is not None
+    assert world.loop.moves.plans == {} and world.cluster.cache.pod("default/big") is None
+    assert evicted.key not in {e.pod.key for e in world.cluster.cache.pods()}
+
+
+def test_the_next_step_waits_for_a_status_of_the_budget_seen_after_the_last_eviction() -> None:
+    cluster = OneBudget()
+    world = cluster.world
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.loop.run_until_idle()
+    (evicted,) = world.mover.pods
+    # The API server counts the eviction in the budget, but that status has not reached the scheduler yet; the pod
+    # goes and its replacement runs on its target.
+    world.cluster.cache.remove_pod(evicted.key)
+    world.loop.pod_gone(evicted.key)
+    world.loop.pod_pending(dataclasses.replace(evicted, name="new1", node_name="", phase="Pending"))
+    world.loop.run_until_idle()
+    (decision,) = world.cluster.binder.decisions
+    world.bound(decision.pod, decision.node)
+    # The budget as last seen, from before the eviction, allows one: no step on its word.
+    assert world.mover.pods == [evicted]
+    cluster.publish(0)  # the eviction's count arrives
+    assert world.mover.pods == [evicted]
+    cluster.publish(1)  # the disruption controller's, with the replacement running
+    assert len(world.mover.pods) == 2 and world.mover.pods[1].key != evicted.key

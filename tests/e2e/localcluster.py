@@ -46,7 +46,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -742,6 +742,24 @@ class LocalCluster:
         """Raise ClusterError if any component has died."""
         for proc in self.procs.values():
             proc.check_running()
+
+    # ---- the controller manager paused ----------------------------------
+
+    @contextlib.contextmanager
+    def controllers_paused(self) -> Iterator[None]:
+        """kube-controller-manager stopped (SIGSTOP) inside the block and continued (SIGCONT) after it, whatever
+        happens: meanwhile no ReplicaSet makes a pod and no PodDisruptionBudget's status is recomputed (the API
+        server still counts an eviction in it)."""
+        proc = self.procs["kube-controller-manager"]
+        assert proc.popen is not None and proc.alive(), "kube-controller-manager is not running"
+        self._log("pausing kube-controller-manager (SIGSTOP)")
+        os.killpg(proc.popen.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, signal.SIGCONT)
+            self._log("kube-controller-manager continued (SIGCONT)")
 
     # ---- API server restarts -------------------------------------------
 

@@ -121,14 +121,18 @@ def test_consolidate_is_named_and_tuned_in_a_profile_not_in_the_default(tmp_path
     assert "consolidate" not in profile.load().actions
     text = (
         "actions: [allocate, consolidate, preempt]\n"
-        "consolidation: {maxPodsPerNode: 1, cooldownSeconds: 60, defragmentEverySeconds: 300, maxPodsPerWholeNode: 0}\n"
+        "consolidation: {maxPodsPerNode: 1, cooldownSeconds: 60, defragmentEverySeconds: 300, maxPodsPerWholeNode: 0,"
+        " stepTimeoutSeconds: 300}\n"
     )
     loaded = profile.load(_write(tmp_path, text))
     assert loaded.actions == ("allocate", "consolidate", "preempt")
     assert loaded.consolidation == profile.ConsolidationConfig(
-        max_pods_per_node=1, cooldown_s=60, defragment_every_s=300, max_pods_per_whole_node=0
+        max_pods_per_node=1, cooldown_s=60, defragment_every_s=300, max_pods_per_whole_node=0, step_timeout_s=300
     )
     assert profile.load().consolidation.defragment_every_s == 0  # background defragmentation is off by default
+    assert profile.load().consolidation.step_timeout_s == 120  # a plan's step is given two minutes by default
+    with pytest.raises(InvalidObject, match=r"consolidation\.stepTimeoutSeconds: 0 is not a whole number >= 1"):
+        profile.consolidation({"stepTimeoutSeconds": 0}, "--consolidation")
 
 
 def test_plan_cost_is_one_of_its_names_and_a_yaml_boolean_is_refused_by_name(tmp_path: Path) -> None:

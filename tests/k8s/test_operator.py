@@ -494,6 +494,11 @@ async def test_moves_are_evicted_in_order_through_the_eviction_api_and_a_refusal
     fake.eviction_answers["m1"] = Canned(
         429, status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
     )
+    # A replica that does not lead evicts nothing (its plans are dropped when it loses the lease; this is the last
+    # guard).
+    operator.adapter.move(moved, "consolidation")
+    assert "gpusched_consolidation_moves_total 0.0" in operator.metrics.exposition().decode()
+    operator.set_leading(True)
     operator.adapter.move(moved, "consolidation")
     await eventually(lambda: bool(refused))
     evicted = [r.path.split("/")[-2] for r in fake.seen if r.path.endswith("/eviction")]

@@ -103,7 +103,7 @@ class Consolidate:
             context=context,
             level=level,
             limits=moves.limits,
-            within_budgets=moves.within_budgets,
+            pace=moves.pace,
         ).run(lambda slot: moves.movable_on(slot, priority))
 
     def scheduler_event(self, attempt: Attempt, why: str) -> None:
