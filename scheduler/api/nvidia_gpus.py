@@ -20,7 +20,7 @@ say (``nvidia.com/mig.strategy``): *mixed*, each profile an extended resource of
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from scheduler.api.dra import GPU_DRIVER, Device
 from scheduler.api.resources import MILLI_PER_GPU
@@ -39,6 +39,7 @@ DEVICE_PLUGIN_MIG_PREFIX = "nvidia.com/mig-"
 LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 _SINGLE_PRODUCT = re.compile(r"-MIG-(\d+g\.[^-]+)$")
+_MODEL_PROFILE = re.compile(r"(?:^|-)MIG-(\d+g\.[^-]+)$")
 
 
 def is_gpu(device: Device) -> bool:
@@ -102,3 +103,22 @@ def gpu_order(device: Device) -> tuple[int, str]:
     """The order of a node's GPUs: the number in the device name (``gpu-12``), then the name."""
     found = _NUMBER.search(device.name)
     return (int(found.group(1)) if found else 1 << 30, device.name)
+
+
+def asked_single_strategy_milli(node_selector: Mapping[str, str], models: Sequence[str]) -> int:
+    """The share of a GPU each ``nvidia.com/gpu`` of a pod is, known before it is placed, when the pod can only go
+    to single-strategy nodes of a MIG profile: its node selector names a MIG product (``...-MIG-1g.5gb``), or every
+    model it allows (``gpusched.io/gpu-model``) ends with one (``MIG-1g.5gb``; the largest share among them). 0 when
+    the pod may get whole GPUs."""
+    product = node_selector.get(LABEL_GPU_PRODUCT, "")
+    found = _SINGLE_PRODUCT.search(product)
+    if found:
+        return profile_milli(found.group(1), product=product)
+    shares = []
+    for model in models:
+        named = _MODEL_PROFILE.search(model)
+        share = profile_milli(named.group(1), product=model) if named else 0
+        if not share:
+            return 0
+        shares.append(share)
+    return max(shares, default=0)

@@ -53,23 +53,29 @@ class QueueStatus:
     gpu_limit: float | None = None
 
 
-def request_of(pod: PodRequest, *, device_milli: int = resources.MILLI_PER_GPU) -> Vector:
+def request_of(pod: PodRequest, *, device_milli: int | None = None) -> Vector:
     """What a pod counts against its queue: its requests, GPUs in GPUs (a shared GPU as a fraction, a MIG device as
     the share of a GPU its compute slices are: :func:`exact_request_of`)."""
     return {name: _to_float(name, amount) for name, amount in exact_request_of(pod, device_milli=device_milli).items()}
 
 
-def exact_request_of(pod: PodRequest, *, device_milli: int = resources.MILLI_PER_GPU) -> dict[str, int]:
+def exact_request_of(pod: PodRequest, *, device_milli: int | None = None) -> dict[str, int]:
     """What a pod counts against its queue in integers: its requests, GPUs in milli-GPUs.
 
-    ``nvidia.com/gpu`` adds the pod's GPUs: ``device_milli`` each for a pod of whole GPUs placed on a node whose GPU
-    slots are MIG devices (``Cache.mig_slots``; a pod not placed yet counts whole GPUs, as it may get them). MIG
-    devices asked by NVIDIA's device plugin's names (``nvidia.com/mig-3g.40gb``, the mixed strategy) add their
-    share of a GPU too (428 each), and count under their own name as well (a Queue may bound them by name)."""
+    ``nvidia.com/gpu`` adds the pod's GPUs, whole or a shared fraction; for a pod of whole GPUs, ``device_milli``
+    each: what one GPU slot of the node that holds it is (a MIG device's share on a node of the single MIG strategy,
+    ``Cache.mig_slots``). A pod not placed (``device_milli`` None) counts whole GPUs, as it may get them, unless its
+    node selector or GPU models keep it to MIG devices (``nvidia_gpus.asked_single_strategy_milli``). MIG devices
+    asked by NVIDIA's device plugin's names (``nvidia.com/mig-3g.40gb``, the mixed strategy) add their share of a
+    GPU too (428 each), and count under their own name as well (a Queue may bound them by name)."""
     vector = {name: int(amount) for name, amount in pod.resources.items() if name != resources.PODS}
     gpu = pod.gpu.total_milli if pod.gpu.count else 0
-    if pod.gpu.whole and device_milli < resources.MILLI_PER_GPU:
-        gpu = pod.gpu.count * device_milli
+    if pod.gpu.whole:
+        if device_milli is None:
+            device_milli = (
+                nvidia_gpus.asked_single_strategy_milli(pod.node_selector, pod.gpu.models) or resources.MILLI_PER_GPU
+            )
+        gpu = pod.gpu.count * min(device_milli, resources.MILLI_PER_GPU)
     for name, amount in pod.resources.items():
         if name.startswith(nvidia_gpus.DEVICE_PLUGIN_MIG_PREFIX):
             gpu += int(amount) * nvidia_gpus.device_plugin_mig_milli(name)
@@ -78,12 +84,12 @@ def exact_request_of(pod: PodRequest, *, device_milli: int = resources.MILLI_PER
     return vector
 
 
-def device_milli(cache: Cache, pod: PodRequest) -> int:
+def device_milli(cache: Cache, pod: PodRequest) -> int | None:
     """The share of a GPU (milli) one GPU slot of the node that holds ``pod`` is: a MIG device's on a node of the
-    single MIG strategy (``Cache.mig_slots``), else (a whole GPU, or the pod is on no node the cache knows) 1000."""
+    single MIG strategy (``Cache.mig_slots``), else 1000; None when the pod is on no node the cache knows."""
     entry = cache.pod(pod.key)
     slot = entry.placement.slot if entry is not None else cache.slot_of(pod.node_name)
-    return cache.mig_slots.get(slot, resources.MILLI_PER_GPU) if slot is not None else resources.MILLI_PER_GPU
+    return cache.mig_slots.get(slot, resources.MILLI_PER_GPU) if slot is not None else None
 
 
 def placed_requests_of(cache: Cache, pods: Iterable[PodRequest]) -> Vector:
@@ -261,7 +267,7 @@ class Tenancy:
         self._add(leaf, request, 1)
         return True
 
-    def _device_milli(self, pod: PodRequest) -> int:
+    def _device_milli(self, pod: PodRequest) -> int | None:
         return device_milli(self.cache, pod)
 
     def release(self, key: str) -> bool:

@@ -162,6 +162,38 @@ def test_fgd_prefers_whole_gpus_for_a_gpu_pod_and_is_not_confused_by_mig_nodes()
     assert slot is not None and int(cluster.cache.arrays.gpu_count[slot]) == 0
 
 
+@pytest.mark.parametrize(
+    ("selector", "models", "milli"),
+    [
+        ({"nvidia.com/gpu.product": A100_1G}, (), 142),
+        ({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"}, (), 428),
+        ({}, ("MIG-1g.5gb",), 142),
+        ({}, ("MIG-1g.5gb", "MIG-2g.10gb"), 285),  # the largest it may get
+        ({}, ("MIG-1g.5gb", "H100"), 0),  # it may get a whole H100
+        ({}, ("A100",), 0),
+        ({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}, (), 0),
+    ],
+)
+def test_a_pending_pod_kept_to_mig_devices_says_so_by_its_selector_or_models(
+    selector: dict[str, str], models: tuple[str, ...], milli: int
+) -> None:
+    assert nvidia_gpus.asked_single_strategy_milli(selector, models) == milli
+
+
+def test_a_queues_gpu_limit_lets_single_strategy_pods_in_by_their_share_before_they_are_placed() -> None:
+    # Seven 1g.5gb pods are 0.994 GPU: a queue limited to 1 GPU runs them all, although each asks nvidia.com/gpu: 1
+    # (before placement it is counted by what its node selector keeps it to, not as the whole GPU it cannot get).
+    cluster = Cluster([_single("mig-0"), objects.node("h100", cpu="64", gpus=8, product=H100)])
+    loop = _loop(cluster)
+    loop.queues_changed([QueueSpec(name="team", limit={"nvidia.com/gpu": 1.0})])
+    selector = {"nvidia.com/gpu.product": A100_1G}
+    for i in range(8):
+        loop.pod_pending(_gpu_pod(f"s{i}", 1, queue="team", node_selector=selector))
+    loop.run_until_idle()
+    assert len(cluster.binder.decisions) == 7
+    assert loop.queue_statuses()["team"].allocated["nvidia.com/gpu"] == pytest.approx(0.994)
+
+
 def test_a_pod_found_bound_on_a_single_strategy_node_counts_its_devices_share_after_a_restart() -> None:
     raw = objects.pod("s", gpus=2, node_name="mig-0", labels={"gpusched.io/queue": "team"}, phase="Running")
     cluster = Cluster([_single("mig-0")], bound=[raw])
