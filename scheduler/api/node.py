@@ -9,6 +9,13 @@ A node whose HAMi device plugin registered its devices (``hami.io/node-nvidia-re
 has those instead: HAMi advertises devices x split count as ``nvidia.com/gpu``, so its GPUs are the healthy devices
 of the annotation in index order, their memory the smallest device's, their model the label's or else HAMi's. An
 unreadable register leaves the node without GPUs (and a problem) rather than with the split count as GPUs.
+
+A node whose device plugin publishes MIG devices as ``nvidia.com/gpu`` (the GPU Operator's single MIG strategy:
+label ``nvidia.com/mig.strategy=single``, product ``NVIDIA-A100-SXM4-40GB-MIG-1g.5gb``) has those devices as its
+GPU slots, one slot a device, so that pods asking ``nvidia.com/gpu`` are placed on it by count as kube-scheduler
+places them; :attr:`NodeInfo.mig_profile` says the slots are MIG devices, each :attr:`NodeInfo.mig_milli` of a GPU
+(queues count that), which the device plugin, not gpusched, picks for a pod. Under the mixed strategy the MIG devices
+are extended resources (``nvidia.com/mig-1g.10gb``) in ``allocatable``, as any.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from scheduler.api import hami as api_hami
-from scheduler.api import resources, selectors
+from scheduler.api import nvidia_gpus, resources, selectors
 from scheduler.api.errors import InvalidObject
 from scheduler.api.resources import ResourceList
 
@@ -42,6 +49,16 @@ class NodeInfo:
     problems: tuple[InvalidObject, ...] = ()
     #: The devices HAMi's device plugin registered, GPU ``i`` being ``hami_devices[i]``; empty: no HAMi on the node.
     hami_devices: tuple[api_hami.Device, ...] = ()
+    #: The MIG profile (``1g.5gb``) of the devices the node's device plugin publishes as ``nvidia.com/gpu`` (the
+    #: single MIG strategy): its GPU slots are those devices; empty: its slots are GPUs.
+    mig_profile: str = ""
+
+    @property
+    def mig_milli(self) -> int:
+        """The share of a GPU one of its GPU slots is: 1000, or a MIG device's (``mig_profile``)."""
+        if not self.mig_profile:
+            return resources.MILLI_PER_GPU
+        return nvidia_gpus.profile_milli(self.mig_profile, product=self.gpu_model) or resources.MILLI_PER_GPU
 
 
 def parse_node(raw: Mapping[str, object]) -> NodeInfo:
@@ -97,6 +114,7 @@ def parse_node(raw: Mapping[str, object]) -> NodeInfo:
         unschedulable=bool(spec.get("unschedulable")),
         problems=tuple(problems),
         hami_devices=hami_devices,
+        mig_profile="" if hami_devices else nvidia_gpus.single_strategy_profile(labels),
     )
 
 

@@ -104,6 +104,12 @@ class Snapshot:
     def slot_of(self, name: str) -> int | None:
         return self._cache.slot_of(name)
 
+    @property
+    def mig_slots(self) -> Mapping[int, int]:
+        """Node slot -> the share of a GPU each of its GPU slots is, for nodes whose slots are MIG devices
+        (``Cache.mig_slots``)."""
+        return MappingProxyType(self._cache.mig_slots)
+
     def name_rank(self) -> I64:
         """Per node slot, the node's place in name order."""
         return self._cache.name_rank()

@@ -133,6 +133,10 @@ class Cache:
         #: Nodes whose ``gpusched.io/gpu-topology`` annotation was refused, by node name (their GPUs are treated
         #: as unknown until it is fixed).
         self.gpu_topology_problems: dict[str, InvalidObject] = {}
+        #: Node slot -> the share of a GPU (milli) each of its GPU slots is, for the nodes whose GPU slots are MIG
+        #: devices (NVIDIA's device plugin under the single MIG strategy, ``NodeInfo.mig_profile``); the others are
+        #: not listed (a slot of theirs is a whole GPU).
+        self.mig_slots: dict[int, int] = {}
 
     # --- columns and models ------------------------------------------------------------------------------------
 
@@ -199,6 +203,10 @@ class Cache:
                 self._domains = None
             entry.info = info
         self._set_gpu_topology(slot, info)
+        if info.mig_profile:
+            self.mig_slots[slot] = info.mig_milli
+        else:
+            self.mig_slots.pop(slot, None)
         for name in info.allocatable:
             self.column(name)
         self.arrays.grow(gpus=info.gpus)
@@ -270,6 +278,7 @@ class Cache:
         self._gpu_topology.pop(slot, None)
         self._topology_index = None
         self.gpu_topology_problems.pop(name, None)
+        self.mig_slots.pop(slot, None)
         self.labels.clear(slot)
         if self.taints.pop(slot, None) is not None:
             self._taint_index = None

@@ -29,7 +29,7 @@ import numpy as np
 from scheduler.cache.state import Cache, PodEntry
 from scheduler.core.jobs import Job, Jobs
 from scheduler.core.reclaim import Candidate, Placements
-from scheduler.core.tenancy import Tenancy, requests_of
+from scheduler.core.tenancy import Tenancy, placed_requests_of
 from scheduler.kernels import layout
 
 
@@ -141,13 +141,17 @@ def entry(cache: Cache, job: Job, columns: int) -> _Entry | None:
     surplus = [p for p in job.surplus() if p.key in found]
     for rank, pod in enumerate(surplus):
         candidates.append(
-            Candidate(pod.key, queue, priority, job.started, [pod], requests_of([pod]), 0.0, job.key, rank)
+            Candidate(
+                pod.key, queue, priority, job.started, [pod], placed_requests_of(cache, [pod]), 0.0, job.key, rank
+            )
         )
         pieces.append(held([found[pod.key]], columns))
     after = frozenset(p.key for p in surplus)
     core = [p for p in pods if p.key not in after]
     if core:
-        candidates.append(Candidate(job.key, queue, priority, job.started, core, requests_of(core), after=after))
+        candidates.append(
+            Candidate(job.key, queue, priority, job.started, core, placed_requests_of(cache, core), after=after)
+        )
         pieces.append(held([found[p.key] for p in core], columns))
     slots = frozenset(e.placement.slot for e in found.values())
     return _Entry(candidates, pieces, slots)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from scheduler.api import fairshare, resources
+from scheduler.api import fairshare, nvidia_gpus, resources
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
 from scheduler.api.queue import QueueSpec, QueueTree
@@ -53,20 +53,51 @@ class QueueStatus:
     gpu_limit: float | None = None
 
 
-def request_of(pod: PodRequest) -> Vector:
-    """What a pod counts against its queue: its requests, GPUs in GPUs (a shared GPU as a fraction)."""
-    vector = {name: float(amount) for name, amount in pod.resources.items() if name != resources.PODS}
-    if pod.gpu.count:
-        vector[resources.GPU] = pod.gpu.total_milli / 1000.0
-    return vector
+def request_of(pod: PodRequest, *, device_milli: int | None = None) -> Vector:
+    """What a pod counts against its queue: its requests, GPUs in GPUs (a shared GPU as a fraction, a MIG device as
+    the share of a GPU its compute slices are: :func:`exact_request_of`)."""
+    return {name: _to_float(name, amount) for name, amount in exact_request_of(pod, device_milli=device_milli).items()}
 
 
-def exact_request_of(pod: PodRequest) -> dict[str, int]:
-    """What a pod counts against its queue in integers: as :func:`request_of`, GPUs in milli-GPUs."""
+def exact_request_of(pod: PodRequest, *, device_milli: int | None = None) -> dict[str, int]:
+    """What a pod counts against its queue in integers: its requests, GPUs in milli-GPUs.
+
+    ``nvidia.com/gpu`` adds the pod's GPUs, whole or a shared fraction; for a pod of whole GPUs, ``device_milli``
+    each: what one GPU slot of the node that holds it is (a MIG device's share on a node of the single MIG strategy,
+    ``Cache.mig_slots``). A pod not placed (``device_milli`` None) counts whole GPUs, as it may get them, unless its
+    node selector or GPU models keep it to MIG devices (``nvidia_gpus.asked_single_strategy_milli``). MIG devices
+    asked by NVIDIA's device plugin's names (``nvidia.com/mig-3g.40gb``, the mixed strategy) add their share of a
+    GPU too (428 each), and count under their own name as well (a Queue may bound them by name)."""
     vector = {name: int(amount) for name, amount in pod.resources.items() if name != resources.PODS}
-    if pod.gpu.count:
-        vector[resources.GPU] = int(pod.gpu.total_milli)
+    gpu = pod.gpu.total_milli if pod.gpu.count else 0
+    if pod.gpu.whole:
+        if device_milli is None:
+            device_milli = (
+                nvidia_gpus.asked_single_strategy_milli(pod.node_selector, pod.gpu.models) or resources.MILLI_PER_GPU
+            )
+        gpu = pod.gpu.count * min(device_milli, resources.MILLI_PER_GPU)
+    for name, amount in pod.resources.items():
+        if name.startswith(nvidia_gpus.DEVICE_PLUGIN_MIG_PREFIX):
+            gpu += int(amount) * nvidia_gpus.device_plugin_mig_milli(name)
+    if gpu:
+        vector[resources.GPU] = gpu
     return vector
+
+
+def device_milli(cache: Cache, pod: PodRequest) -> int | None:
+    """The share of a GPU (milli) one GPU slot of the node that holds ``pod`` is: a MIG device's on a node of the
+    single MIG strategy (``Cache.mig_slots``), else 1000; None when the pod is on no node the cache knows."""
+    entry = cache.pod(pod.key)
+    slot = entry.placement.slot if entry is not None else cache.slot_of(pod.node_name)
+    return cache.mig_slots.get(slot, resources.MILLI_PER_GPU) if slot is not None else None
+
+
+def placed_requests_of(cache: Cache, pods: Iterable[PodRequest]) -> Vector:
+    """What placed pods count against their queue (:func:`requests_of`, each on the node that holds it)."""
+    total: Vector = {}
+    for pod in pods:
+        add_into(total, request_of(pod, device_milli=device_milli(cache, pod)))
+    return total
 
 
 def _to_float(name: str, amount: int) -> float:
@@ -231,7 +262,10 @@ class Tenancy:
         ResourceClaims keeps what it was counted with: the watch's object does not carry its claims' GPUs. False if
         nothing changed."""
         held = self._held.get(pod.key)
-        request = held[1] if held is not None and pod.resource_claims else exact_request_of(pod)
+        if held is not None and pod.resource_claims:
+            request = held[1]
+        else:
+            request = exact_request_of(pod, device_milli=self._device_milli(pod))
         if held is not None and held == (leaf, request):
             return False
         if held is not None:
@@ -239,6 +273,9 @@ class Tenancy:
         self._held[pod.key] = (leaf, request)
         self._add(leaf, request, 1)
         return True
+
+    def _device_milli(self, pod: PodRequest) -> int | None:
+        return device_milli(self.cache, pod)
 
     def release(self, key: str) -> bool:
         """Stop counting pod ``key``; False if it was not held (nothing changed)."""
@@ -269,13 +306,22 @@ class Tenancy:
         self._stale = True
 
     def capacity(self) -> Vector:
+        """The cluster's resources; GPUs in GPUs: whole GPUs, and MIG devices as their share of a GPU (the GPU slots
+        of single-strategy nodes, and the mixed strategy's ``nvidia.com/mig-<profile>``), as queues count them."""
         a = self.cache.arrays
         present = a.base_reason != layout.ABSENT
-        capacity = {resources.GPU: float(a.gpu_count[present].sum())}
+        gpus = float(a.gpu_count[present].sum())
+        for slot, milli in self.cache.mig_slots.items():
+            gpus -= float(a.gpu_count[slot]) * (1.0 - milli / resources.MILLI_PER_GPU)
+        capacity = {}
         for column, name in enumerate(self.cache.columns):
             if column in (layout.GPU_MILLI, layout.GPU_MEMORY, layout.PODS):
                 continue
             capacity[name] = float(a.cap[present, column].sum())
+            mig = nvidia_gpus.device_plugin_mig_milli(name)
+            if mig:
+                gpus += capacity[name] * mig / resources.MILLI_PER_GPU
+        capacity[resources.GPU] = gpus
         return capacity
 
     # --- fair-share gate ---------------------------------------------------------------------------------------

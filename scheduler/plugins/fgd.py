@@ -6,6 +6,11 @@ Typical pods come from the ``typical`` argument (the simulator passes the trace'
 to look ahead at: ``PENDING_PODS`` in the cycle state), a generic set until there are ``minPods`` to learn from.
 The waiting pods matter most when a cluster starts: without them, pods that take any GPU model fill the only A100
 node first when it happens to come first, and the pod waiting for an A100 finds none (found by the e2e suite).
+
+MIG devices are not GPUs to FGD: their partition is fixed on the node and the device plugin picks them. The mixed
+strategy's (``nvidia.com/mig-1g.10gb``) are extended resources, which FGD does not read; a node whose GPU slots are
+MIG devices (the single strategy) gets FGD's lowest score for a GPU pod and no device hint, so that a pod asking
+``nvidia.com/gpu`` is not steered to a MIG device as if its node were a large pool of idle whole GPUs.
 """
 
 from __future__ import annotations
@@ -112,5 +117,9 @@ class Fgd:
             exact=self.exact,
             scale=self.scale,
         )
+        if gpu.count and state.snapshot.mig_slots:
+            mig = np.isin(nodes, np.fromiter(state.snapshot.mig_slots, dtype=np.int64))
+            out[mig] = 0.0
+            hints[mig] = -1
         state.device_hints[self.name] = hints
         state.data[f"{self.name}.delta"] = delta

@@ -1,4 +1,9 @@
-"""Filter: resources, GPUs (count, share, memory, model), node selectors, required affinity, taints."""
+"""Filter: resources, GPUs (count, share, memory, model), node selectors, required affinity, taints.
+
+A node whose GPU slots are MIG devices (the single MIG strategy, ``Cache.mig_slots``) holds whole-GPU pods by count
+and no shared GPU: its device plugin gives every pod asking ``nvidia.com/gpu: 1`` a device of its own, so two pods
+sharing a slot would take two devices.
+"""
 
 from __future__ import annotations
 
@@ -77,3 +82,7 @@ class Fit:
             reasons,
             nodes=snap.node_count,
         )
+        if gpu.shared:
+            for slot in snap.mig_slots:
+                if reasons[slot] == layout.FIT:
+                    reasons[slot] = layout.GPU_SHARE

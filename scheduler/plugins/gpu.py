@@ -6,6 +6,10 @@ fully free tight groups as possible; ``gputopo.tightest_set``), else to the lowe
 A shared GPU goes to the device suggested by a score plugin (``device: hint``, e.g. FGD's least-fragmenting
 device), else the fitting device with the least free milli (``bestfit``: keeps emptier devices whole), the first
 fitting one (``first``) or a seeded random one.
+
+On a node whose GPU slots are MIG devices (the single MIG strategy) no device is chosen: the device plugin picks
+which MIG devices a pod gets, so ``gpusched.io/gpu-ids`` would name nothing; the cache counts the pod on the first
+free slots, by count as kube-scheduler does.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ class Gpu:
             state.data[GPU_IDS] = ()
             return Status.success()
         a = state.snapshot.arrays
+        if slot in state.snapshot.mig_slots:
+            state.data[GPU_IDS] = ()
+            return Status.success()
         if gpu.whole:
             topo = state.snapshot.gpu_topology(slot)
             if topo is None:

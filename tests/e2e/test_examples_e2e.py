@@ -160,16 +160,17 @@ def _pods_expected(docs: list[dict[str, Any]]) -> int:
 
 
 def test_every_example_workload_schedules_on_the_kind_walkthrough_nodes(sched: Scenario) -> None:
-    """Each workload of examples/ (kind's, k3d's, the Indexed Job, HAMi's and DRA's pods), applied with kubectl as
-    written, on the nodes and queues of the kind walkthrough as shipped, one file after the other: every pod it
-    makes binds. The workloads, hami and dra examples lacked the fake nodes' toleration, and their queue
-    ``team-a`` was made nowhere: their pods waited for ever."""
+    """Each workload of examples/ (kind's, k3d's, the Indexed Job, HAMi's, DRA's and device-plugin MIG's pods),
+    applied with kubectl as written, on the nodes and queues of the kind walkthrough as shipped (its fake MIG nodes
+    too), one file after the other: every pod it makes binds. The workloads, hami and dra examples lacked the fake
+    nodes' toleration, and their queue ``team-a`` was made nowhere: their pods waited for ever."""
     workloads = _workload_files()
     assert {p.relative_to(ROOT).as_posix() for p in workloads} >= {
         "examples/kind/workload.yaml",
         "examples/workloads/indexed-job.yaml",
         "examples/hami/pod.yaml",
         "examples/dra/gpu-claims.yaml",
+        "examples/mig/pods.yaml",
     }
     # The walkthrough's cluster: its fake nodes and what comes with them (a DeviceClass, ResourceSlices), then
     # its queues, in the order its README applies them.
