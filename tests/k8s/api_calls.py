@@ -13,6 +13,10 @@ scheduler needs it, and whose rights it is made with:
 - :data:`USER`: ``gpusched explain``, run by a person with their own kubeconfig: not the ServiceAccount's to grant;
 - :data:`DISCOVERY`: the API's discovery, which every authenticated client may read (``system:discovery``).
 
+A row with ``checked`` is a right the API server checks while serving a call of another row (a synthetic
+subresource, such as ``resourceclaims/binding``): no scan of the code finds those, only a run with the shipped rights
+(tests/e2e/test_rbac_e2e.py, or any scenario under ``GPUSCHED_E2E_AS_SERVICE_ACCOUNT=1``).
+
 kopf's watches (``scheduler.k8s.handlers``) are rows of :data:`KOPF` (list and watch of what its handlers name; with
 the settings there kopf posts no Events, keeps nothing on the objects, uses no peering and scans no CRDs).
 
@@ -58,6 +62,9 @@ class Call:
     rights: str = CLUSTER
     #: ``get``/``update`` narrowed to one object's name (the Lease's).
     named: bool = False
+    #: Not the request's own right but one the API server checks while serving it (why): the row's method has a row
+    #: of its own as well.
+    checked: str = ""
 
 
 CALLS: tuple[Call, ...] = (
@@ -376,6 +383,24 @@ CALLS: tuple[Call, ...] = (
         "resourceclaims/status",
         ("update",),
         "undo: the allocation taken back, with the claim's version as a precondition",
+    ),
+    *(
+        Call(
+            "device_claims",
+            "ResourceV1Api",
+            method,
+            "resource.k8s.io",
+            "resourceclaims/binding",
+            (verb,),
+            "writing a claim's allocation or reservedFor",
+            checked="the API server asks for this synthetic subresource, with the request's verb, before it lets a "
+            "status write change status.allocation or status.reservedFor (Kubernetes 1.36, the suite's version, "
+            "does); without it every DRA bind is refused",
+        )
+        for method, verb in (
+            ("patch_namespaced_resource_claim_status", "patch"),
+            ("replace_namespaced_resource_claim_status", "update"),
+        )
     ),
     Call(
         "device_claims",
