@@ -61,6 +61,9 @@ SHIPPED_RBAC_KINDS = frozenset(
         "CustomResourceDefinition",
     }
 )
+RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
+#: The binding docs/dashboard.md has an operator make for ``--dashboard-auth=kubernetes``.
+AUTH_DELEGATOR_BINDING = "gpusched-auth-delegator"
 #: ``1`` (or ``true``): every scenario's ``gpusched run`` runs as the shipped ServiceAccount
 #: (:meth:`Scenario.gpusched`), not with the suite's admin kubeconfig.
 AS_SERVICE_ACCOUNT_ENV = "GPUSCHED_E2E_AS_SERVICE_ACCOUNT"
@@ -658,6 +661,11 @@ class Gpusched:
             *self.extra_args,
         ]
 
+    @property
+    def as_service_account(self) -> bool:
+        """Whether it runs with other credentials than the suite's admin ones (the shipped ServiceAccount's)."""
+        return self.kubeconfig != self.kube.kubeconfig
+
     def start(self) -> Gpusched:
         if self.alive():
             raise ClusterError(f"gpusched {self.identity} is already running")
@@ -771,6 +779,8 @@ class Scenario:
     schedulers: list[Gpusched] = field(default_factory=list)
     #: Whether a replica of this scenario ran as the shipped ServiceAccount (its Lease is freed at the end).
     shipped_lease: bool = False
+    #: Whether the shipped ServiceAccount was bound to ``system:auth-delegator`` (unbound at the end).
+    auth_delegator: bool = False
 
     # ---- creating ----
 
@@ -871,6 +881,27 @@ class Scenario:
         replica = self.gpusched(identity, config=config, as_service_account=as_service_account)
         return replica.start().wait_ready().wait_leader()
 
+    def bind_auth_delegator(self) -> None:
+        """Bind the shipped ServiceAccount to ``system:auth-delegator`` until the scenario ends, as docs/dashboard.md
+        tells an operator to for ``--dashboard-auth=kubernetes`` (TokenReviews and SubjectAccessReviews)."""
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": AUTH_DELEGATOR_BINDING},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:auth-delegator",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": SYSTEM_NAMESPACE}],
+        }
+        self.auth_delegator = True
+        try:
+            self.kube.request("POST", f"{RBAC_API}/clusterrolebindings", binding)
+        except APIError as exc:
+            if exc.status != 409:
+                raise
+
     def free_shipped_lease(self) -> None:
         """Delete the shipped Lease (as admin), so that the next replica takes it at once."""
         with contextlib.suppress(APIError):
@@ -944,9 +975,12 @@ class Scenario:
         """Stop the schedulers, delete the namespace's pods at once, the namespace, the nodes and the queues."""
         for replica in self.schedulers:
             replica.stop(kill=True)
-        refused = {r.identity: r.refusals() for r in self.schedulers if r.kubeconfig != self.kube.kubeconfig}
+        refused = {r.identity: r.refusals() for r in self.schedulers if r.as_service_account}
         if self.shipped_lease:
             self.free_shipped_lease()
+        if self.auth_delegator:
+            with contextlib.suppress(APIError):
+                self.kube.request("DELETE", f"{RBAC_API}/clusterrolebindings/{AUTH_DELEGATOR_BINDING}")
         with contextlib.suppress(APIError):
             self.kube.request("DELETE", Kube.pods_path(self.namespace), query={"gracePeriodSeconds": "0"}, timeout=60)
         with contextlib.suppress(APIError):

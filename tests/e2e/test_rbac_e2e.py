@@ -139,7 +139,7 @@ def test_gpusched_run_as_the_shipped_service_account_is_refused_nothing(sched: S
         )
         sched.create_queue(kube_mod.queue(queue, guaranteed={kube_mod.GPU_RESOURCE: "16"}))
         replica = sched.gpusched(as_service_account=True)
-        assert replica.kubeconfig != kube.kubeconfig
+        assert replica.as_service_account
         before = _refused(kube)
         replica.start().wait_ready().wait_leader()
 
