@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -40,10 +41,36 @@ from localcluster import GPU_RESOURCE, KWOK_NODE_ANNOTATION, APIError, ClusterEr
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 CRDS = REPO / "crds"
+MANIFESTS = REPO / "manifests"
 GROUP = "scheduling.gpusched.io"
 VERSION = "v1alpha1"
 SCHEDULER_NAME = "gpusched"
 SYSTEM_NAMESPACE = "gpusched-system"
+#: The ServiceAccount manifests/ ships, and the one Lease its Role lets it get and update (by name).
+SERVICE_ACCOUNT = "gpusched"
+SHIPPED_LEASE = "gpusched"
+#: What of manifests/ gives the ServiceAccount its rights (the Deployment and its Service need an image: not applied).
+SHIPPED_RBAC_KINDS = frozenset(
+    {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "CustomResourceDefinition",
+    }
+)
+RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
+#: The binding docs/dashboard.md has an operator make for ``--dashboard-auth=kubernetes``.
+AUTH_DELEGATOR_BINDING = "gpusched-auth-delegator"
+#: ``1`` (or ``true``): every scenario's ``gpusched run`` runs as the shipped ServiceAccount
+#: (:meth:`Scenario.gpusched`), not with the suite's admin kubeconfig.
+AS_SERVICE_ACCOUNT_ENV = "GPUSCHED_E2E_AS_SERVICE_ACCOUNT"
+#: A log line of gpusched that says the API server refused one of its requests for want of a right: the authorizer's
+#: message (``pods is forbidden: User "system:serviceaccount:..." cannot list resource "pods" ...``), not another 403
+#: (an Event refused because its namespace is being deleted says "forbidden: unable to create new content").
+REFUSED = re.compile(r"is forbidden: User .{1,300}? cannot ")
 #: Every object a scenario creates carries this label with the scenario's name, so leftovers can be found.
 OWNER_LABEL = "e2e.gpusched.io/scenario"
 
@@ -140,6 +167,8 @@ class Kube:
         self.token = token
         #: The LocalCluster when the suite started one (API server restarts need it), else None.
         self.local = local
+        #: Whether :meth:`apply_shipped_rbac` has run on this cluster.
+        self.shipped_rbac = False
 
     @classmethod
     def of_local(cls, cluster: LocalCluster) -> Kube:
@@ -247,6 +276,45 @@ class Kube:
                             if exc.status != 429 or time.monotonic() > deadline:
                                 raise
                             time.sleep(0.1)
+
+    def apply_shipped_rbac(self) -> list[str]:
+        """Apply what manifests/ ships for the scheduler's rights, as ``kubectl apply -k manifests/`` would make it
+        (rendered by ``kubectl kustomize``, so the Role and the ServiceAccount land in the kustomization's namespace):
+        the namespace, the ServiceAccount, the ClusterRole and the Role with their bindings, the CRDs. Returns the
+        objects applied (``Kind/name``)."""
+        rendered = self.kubectl("kustomize", str(MANIFESTS)).stdout
+        docs = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in SHIPPED_RBAC_KINDS]
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
+        self.shipped_rbac = True
+        return [f"{d['kind']}/{d['metadata']['name']}" for d in docs]
+
+    def service_account_kubeconfig(
+        self, path: Path, *, namespace: str = SYSTEM_NAMESPACE, name: str = SERVICE_ACCOUNT, seconds: int = 3600
+    ) -> Path:
+        """Write at ``path`` a kubeconfig for the ServiceAccount ``namespace/name``: this cluster's server and CA
+        (from the suite's kubeconfig) and a token of the TokenRequest API, as a pod of that ServiceAccount would get
+        mounted; no other credential. Returns ``path``."""
+        review = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": seconds},
+        }
+        token = self.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", review)["status"][
+            "token"
+        ]
+        view = json.loads(self.kubectl("config", "view", "--raw", "--minify", "--flatten", "-o", "json").stdout)
+        user = f"system:serviceaccount:{namespace}:{name}"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "e2e", "cluster": view["clusters"][0]["cluster"]}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": name, "context": {"cluster": "e2e", "user": user, "namespace": namespace}}],
+            "current-context": name,
+        }
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
 
     def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels or {})}}
@@ -560,8 +628,12 @@ class Gpusched:
         config: Mapping[str, Any] | None = None,
         lease_name: str = "gpusched",
         extra_args: Sequence[str] = (),
+        kubeconfig: Path | None = None,
     ) -> None:
+        """``kubeconfig``: the credentials it runs with (:meth:`Kube.service_account_kubeconfig`); None: the suite's
+        own (cluster-admin)."""
         self.kube = kube
+        self.kubeconfig = kubeconfig if kubeconfig is not None else kube.kubeconfig
         self.identity = identity
         self.config_path = workdir / f"{identity}.yaml"
         self.config_path.write_text(yaml.safe_dump(dict(config or {})))
@@ -578,7 +650,7 @@ class Gpusched:
         return [
             *gpusched_command(),
             "run",
-            f"--kubeconfig={self.kube.kubeconfig}",
+            f"--kubeconfig={self.kubeconfig}",
             f"--config={self.config_path}",
             f"--namespace={SYSTEM_NAMESPACE}",
             f"--lease-name={self.lease_name}",
@@ -588,6 +660,11 @@ class Gpusched:
             "--log-format=json",
             *self.extra_args,
         ]
+
+    @property
+    def as_service_account(self) -> bool:
+        """Whether it runs with other credentials than the suite's admin ones (the shipped ServiceAccount's)."""
+        return self.kubeconfig != self.kube.kubeconfig
 
     def start(self) -> Gpusched:
         if self.alive():
@@ -676,6 +753,14 @@ class Gpusched:
         except OSError as exc:
             return f"<no log: {exc}>"
 
+    def refusals(self) -> list[str]:
+        """The lines of its log that say the API server refused a request of it (403 Forbidden: a right missing)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if REFUSED.search(line)]
+
 
 # --------------------------------------------------------------------------------------------------------------
 # a scenario: its own namespace, nodes, queues and schedulers, all removed at the end
@@ -694,6 +779,10 @@ class Scenario:
     schedulers: list[Gpusched] = field(default_factory=list)
     #: ClusterRoles (and their ClusterRoleBindings, of the same name) made for ServiceAccounts of this scenario.
     cluster_roles: list[str] = field(default_factory=list)
+    #: Whether a replica of this scenario ran as the shipped ServiceAccount (its Lease is freed at the end).
+    shipped_lease: bool = False
+    #: Whether the shipped ServiceAccount was bound to ``system:auth-delegator`` (unbound at the end).
+    auth_delegator: bool = False
 
     # ---- creating ----
 
@@ -801,22 +890,88 @@ class Scenario:
         with contextlib.suppress(APIError):
             self.kube.request("DELETE", Kube.pods_path(self.namespace, name), query={"gracePeriodSeconds": "0"})
 
-    def gpusched(self, identity: str = "gpusched-0", *, config: Mapping[str, Any] | None = None) -> Gpusched:
-        """A replica of ``gpusched run`` (not started) that is stopped when the scenario ends."""
-        # A Lease of its own: a replica killed by the previous scenario would otherwise hold it for a lease term.
-        replica = Gpusched(
-            self.kube,
-            identity=f"{self.name}-{identity}",
-            workdir=self.workdir,
-            config=config,
-            lease_name=f"gpusched-{self.name}"[:63].rstrip("-"),
-        )
+    def gpusched(
+        self,
+        identity: str = "gpusched-0",
+        *,
+        config: Mapping[str, Any] | None = None,
+        as_service_account: bool | None = None,
+    ) -> Gpusched:
+        """A replica of ``gpusched run`` (not started) that is stopped when the scenario ends.
+
+        ``as_service_account``: it runs as manifests/ ships it, with the ServiceAccount's token and rights (applied
+        here, see :meth:`Kube.apply_shipped_rbac`) and the one Lease its Role names; else with the suite's admin
+        kubeconfig and a Lease of the scenario's own. None: as ``GPUSCHED_E2E_AS_SERVICE_ACCOUNT`` says (default:
+        admin)."""
+        if as_service_account is None:
+            as_service_account = os.environ.get(AS_SERVICE_ACCOUNT_ENV, "").lower() in ("1", "true", "yes")
+        full = f"{self.name}-{identity}"
+        if not as_service_account:
+            # A Lease of its own: a replica killed by the previous scenario would otherwise hold it for a lease term.
+            replica = Gpusched(
+                self.kube,
+                identity=full,
+                workdir=self.workdir,
+                config=config,
+                lease_name=f"gpusched-{self.name}"[:63].rstrip("-"),
+            )
+        else:
+            if not self.kube.shipped_rbac:
+                self.kube.apply_shipped_rbac()
+            if not self.shipped_lease:
+                self.free_shipped_lease()  # a replica of an earlier run may have been killed holding it
+                self.shipped_lease = True
+            kubeconfig = self.kube.service_account_kubeconfig(self.workdir / f"{full}.kubeconfig")
+            replica = Gpusched(
+                self.kube,
+                identity=full,
+                workdir=self.workdir,
+                config=config,
+                lease_name=SHIPPED_LEASE,
+                kubeconfig=kubeconfig,
+            )
         self.schedulers.append(replica)
         return replica
 
-    def start_gpusched(self, identity: str = "gpusched-0", *, config: Mapping[str, Any] | None = None) -> Gpusched:
+    def start_gpusched(
+        self,
+        identity: str = "gpusched-0",
+        *,
+        config: Mapping[str, Any] | None = None,
+        as_service_account: bool | None = None,
+    ) -> Gpusched:
         """Start one replica and wait until it is ready and leads."""
-        return self.gpusched(identity, config=config).start().wait_ready().wait_leader()
+        replica = self.gpusched(identity, config=config, as_service_account=as_service_account)
+        return replica.start().wait_ready().wait_leader()
+
+    def bind_auth_delegator(self) -> None:
+        """Bind the shipped ServiceAccount to ``system:auth-delegator`` until the scenario ends, as docs/dashboard.md
+        tells an operator to for ``--dashboard-auth=kubernetes`` (TokenReviews and SubjectAccessReviews)."""
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": AUTH_DELEGATOR_BINDING},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:auth-delegator",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": SYSTEM_NAMESPACE}],
+        }
+        try:
+            self.kube.request("POST", f"{RBAC_API}/clusterrolebindings", binding)
+        except APIError as exc:
+            if exc.status != 409:  # 409: the shipped manifests' binding (manifests/rbac.yaml) is there already
+                raise
+        else:
+            self.auth_delegator = True  # made here: deleted when the scenario ends
+
+    def free_shipped_lease(self) -> None:
+        """Delete the shipped Lease (as admin), so that the next replica takes it at once."""
+        with contextlib.suppress(APIError):
+            self.kube.request(
+                "DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM_NAMESPACE}/leases/{SHIPPED_LEASE}"
+            )
 
     # ---- reading ----
 
@@ -884,6 +1039,12 @@ class Scenario:
         """Stop the schedulers, delete the namespace's pods at once, the namespace, the nodes and the queues."""
         for replica in self.schedulers:
             replica.stop(kill=True)
+        refused = {r.identity: r.refusals() for r in self.schedulers if r.as_service_account}
+        if self.shipped_lease:
+            self.free_shipped_lease()
+        if self.auth_delegator:
+            with contextlib.suppress(APIError):
+                self.kube.request("DELETE", f"{RBAC_API}/clusterrolebindings/{AUTH_DELEGATOR_BINDING}")
         with contextlib.suppress(APIError):
             self.kube.request("DELETE", Kube.pods_path(self.namespace), query={"gracePeriodSeconds": "0"}, timeout=60)
         with contextlib.suppress(APIError):
@@ -904,6 +1065,10 @@ class Scenario:
 
         with contextlib.suppress(WaitTimeout):
             wait_until(pods_gone, timeout=30, what=f"pods of {self.namespace} deleted")
+        # A replica run as the shipped ServiceAccount was refused a request: a right manifests/rbac.yaml lacks.
+        refused = {identity: lines for identity, lines in refused.items() if lines}
+        if refused:
+            raise AssertionError(f"the API server refused requests of gpusched run as its ServiceAccount: {refused}")
 
 
 def scenario_workdir() -> Path:

@@ -126,6 +126,8 @@ def test_the_dashboard_in_a_browser(sched: Scenario) -> None:
     port = free_port()
     replica = sched.gpusched()
     replica.extra_args += [f"--dashboard-port={port}", "--dashboard-auth=kubernetes"]
+    if replica.as_service_account:
+        sched.bind_auth_delegator()  # what docs/dashboard.md asks of an operator for --dashboard-auth=kubernetes
     replica.start().wait_ready().wait_leader()
     sched.create_pod(kube_mod.pod("first", gpus=4, queue=queue))
     sched.wait_bound(["first"])
