@@ -9,7 +9,8 @@ leaves all of them alone. A plan ends when the job and every replacement are pla
 it holds released, a reason on the job) when an eviction is refused, the job leaves, or it has not ended after
 :data:`PLAN_TIMEOUT_S`.
 
-Which pods may move (:meth:`Moves.movable_on`): pods a controller recreates (an ``ownerReference`` with
+Which pods may move (:meth:`Moves.movable_on`): pods gpusched placed (never those another scheduler bound,
+``scheduler.core.tenancy``), that a controller recreates (an ``ownerReference`` with
 ``controller: true``), not annotated ``gpusched.io/consolidation: never``, whose Queue's
 ``spec.consolidation.moves`` allows them (``ExceptTraining`` by default: not a gang's members, not a batch Job's
 pods), of a priority not above the job's, not moved (or refused an eviction) within the cooldown, bound (not
@@ -140,6 +141,8 @@ class Moves:
 
     def why_not(self, pod: PodRequest, priority: int, now: float) -> str:
         """Why ``pod`` may not move for a job of ``priority``; "" if it may."""
+        if self.tenancy.is_outside(pod.key):
+            return f"another scheduler ({pod.scheduler_name}) placed it: gpusched never evicts its pods"
         if not pod.owner:
             return "no controller recreates it"
         if pod.annotations.get(ANNOTATION_CONSOLIDATION, "allow") != "allow":

@@ -10,6 +10,11 @@ held, moved and released in: each pod is held at most once (keyed by pod), in on
 kept in integers (CPU in milli-cores, memory in bytes, GPUs in milli-GPUs), so a queue whose pods have all left
 holds exactly nothing (float sums of shared-GPU fractions used to end at -3.6e-15, and the fair-share
 computation rejected the negative demand).
+
+Pods another scheduler bound (kube-scheduler's, on shared nodes) are held by no queue: :meth:`Tenancy.hold_outside`
+keeps their sum apart, and :meth:`Tenancy.capacity`, what the fair shares, the dominant shares and the capacity
+kept idle for queues that do not lend are computed over, is the cluster less that sum. Guarantees are promises
+about what the other schedulers leave (docs/operator.md, "Running beside kube-scheduler").
 """
 
 from __future__ import annotations
@@ -100,6 +105,10 @@ class Tenancy:
         #: Per leaf, the integer sums behind ``allocated``.
         self._exact: dict[str, dict[str, int]] = {}
         self._rank: dict[str, fairshare.LeafKey] = {}
+        #: Pod key -> what a pod another scheduler bound holds (in integers); charged to no queue.
+        self._outside: dict[str, dict[str, int]] = {}
+        #: The integer sum of ``_outside``.
+        self._outside_exact: dict[str, int] = {}
         self._capacity: Vector = {}
         #: Fair shares for the gate (per demand variant, queue and resource); None when allocation or demand
         #: changed since.
@@ -237,12 +246,40 @@ class Tenancy:
         return True
 
     def release(self, key: str) -> bool:
-        """Stop counting pod ``key``; False if it was not held (nothing changed)."""
+        """Stop counting pod ``key`` (in its queue, or outside any); False if it was not held (nothing changed)."""
+        outside = self._outside.pop(key, None)
+        if outside is not None:
+            self._add_outside(outside, -1)
+            return True
         held = self._held.pop(key, None)
         if held is None:
             return False
         self._add(held[0], held[1], -1)
         return True
+
+    def hold_outside(self, pod: PodRequest) -> bool:
+        """Count ``pod``, bound by another scheduler, as holding capacity no queue has; False if it already was."""
+        if pod.key in self._outside:
+            return False
+        request = exact_request_of(pod)
+        self._outside[pod.key] = request
+        self._add_outside(request, 1)
+        return True
+
+    def is_outside(self, key: str) -> bool:
+        """Whether pod ``key`` is one another scheduler bound (held by no queue, never evicted by gpusched)."""
+        return key in self._outside
+
+    def outside(self) -> Vector:
+        """What the pods other schedulers bound hold, GPUs in GPUs: the part of the cluster no queue has."""
+        return {name: _to_float(name, amount) for name, amount in self._outside_exact.items() if amount}
+
+    def _add_outside(self, request: Mapping[str, int], sign: int) -> None:
+        for name, amount in request.items():
+            self._outside_exact[name] = self._outside_exact.get(name, 0) + sign * amount
+        # The capacity left to the queues moved: shares, ranks and the fair-share gate are recomputed.
+        self._stale = True
+        self._fair = None
 
     def _add(self, leaf: str, request: Mapping[str, int], sign: int) -> None:
         exact = self._exact.setdefault(leaf, {})
@@ -265,6 +302,8 @@ class Tenancy:
         self._stale = True
 
     def capacity(self) -> Vector:
+        """What the queues share: the present nodes' capacity less what pods of other schedulers hold (never
+        below zero)."""
         a = self.cache.arrays
         present = a.base_reason != layout.ABSENT
         capacity = {resources.GPU: float(a.gpu_count[present].sum())}
@@ -272,6 +311,9 @@ class Tenancy:
             if column in (layout.GPU_MILLI, layout.GPU_MEMORY, layout.PODS):
                 continue
             capacity[name] = float(a.cap[present, column].sum())
+        for name, amount in self._outside_exact.items():
+            if amount and name in capacity:
+                capacity[name] = max(0.0, capacity[name] - _to_float(name, amount))
         return capacity
 
     # --- fair-share gate ---------------------------------------------------------------------------------------

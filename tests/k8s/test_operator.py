@@ -518,3 +518,34 @@ async def test_the_scheduling_task_ends_on_cancel_even_when_just_woken(client: k
     done, _ = await asyncio.wait([task], timeout=2.0)
     assert task in done and task.cancelled()
     await op.close()
+
+
+async def test_kube_schedulers_pods_hold_their_gpus_in_no_queue_and_are_never_evicted(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    # Both schedulers on one node: kube-scheduler's pods (no queue label) hold 6 of its 8 GPUs. Queue default's
+    # status counts only what gpusched bound there; the queues share the 2 GPUs left; nothing of theirs is evicted.
+    operator.set_leading(True)
+    operator.queue_event({"metadata": {"name": "default", "uid": "uid-q"}, "spec": {}})
+    operator.node_event(node("gpu-0", gpus=8))
+    for i in range(3):
+        operator.pod_event(pod(f"theirs{i}", 2, scheduler="default-scheduler", node_name="gpu-0"))
+    operator.pod_event(pod("mine", 2))
+    urgent = pod("urgent", 4)
+    urgent["spec"]["priority"] = 1000  # above theirs: only who bound them keeps them from being preempted
+    operator.pod_event(urgent)
+    operator.listed()
+    await eventually(lambda: "mine" in bound(fake))
+    operator.pod_event(pod("mine", 2, node_name="gpu-0"))
+
+    def default_status() -> dict[str, Any]:
+        patches = fake.requests("PATCH", "/queues/default/status")
+        return patches[-1].body["status"] if patches else {}
+
+    await eventually(lambda: default_status().get("allocated", {}).get(GPU) == "2")
+    assert operator.loop.tenancy.capacity()[GPU] == 2.0
+    theirs = api_pod.parse_bound_pod(pod("theirs0", 2, scheduler="default-scheduler", node_name="gpu-0"))[0]
+    assert operator.loop.queue_of(theirs) == ""
+    await settled(operator)
+    assert "urgent" not in bound(fake)
+    assert fake.requests("POST", "/eviction") == [] and fake.requests("DELETE", "/pods/theirs") == []
