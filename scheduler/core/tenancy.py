@@ -258,10 +258,14 @@ class Tenancy:
         return True
 
     def hold_outside(self, pod: PodRequest) -> bool:
-        """Count ``pod``, bound by another scheduler, as holding capacity no queue has; False if it already was."""
-        if pod.key in self._outside:
-            return False
+        """Count ``pod``, bound by another scheduler, as holding capacity no queue has (what it asks now: a pod
+        resized in place counts its new requests); False if it already was, as it is."""
         request = exact_request_of(pod)
+        held = self._outside.get(pod.key)
+        if held == request:
+            return False
+        if held is not None:
+            self._add_outside(held, -1)
         self._outside[pod.key] = request
         self._add_outside(request, 1)
         return True

@@ -73,6 +73,12 @@ def test_their_pods_hold_capacity_in_no_queue_and_the_queues_share_what_is_left(
     # The queues share the 8 GPUs kube-scheduler leaves: batch holds all of them, a dominant share of 1.
     assert loop.tenancy.capacity()[GPU] == 8.0 and loop.tenancy.outside()[GPU] == 8.0
     assert statuses["batch"].dominant_share == 1.0
+    # The same pod seen again counts once; seen with other requests (resized in place), with those.
+    loop.pod_outside(_theirs("theirs0", 2, "n1"))
+    assert loop.tenancy.outside()[GPU] == 8.0
+    loop.pod_outside(_theirs("theirs0", 1, "n1"))
+    assert loop.tenancy.outside()[GPU] == 7.0
+    loop.pod_outside(_theirs("theirs0", 2, "n1"))
     assert loop.queue_of(_theirs("theirs0", 2, "n1")) == "" and loop.queue_of(_mine("b0", 2)) == "batch"
 
     # The dashboard's map shows their GPUs held, in no queue's colour.
