@@ -139,6 +139,11 @@ class ClusterArrays:
             self.gen[slot] = gen
         self._close()
 
+    @property
+    def in_what_if(self) -> bool:
+        """Whether a checkpoint is open (what changes now may be rolled back)."""
+        return self._open > 0
+
     def keep(self, token: int) -> None:
         """Keep the changes since ``token`` and close the checkpoint (an outer one can still undo them)."""
         if self._open == 1:

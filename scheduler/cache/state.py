@@ -102,6 +102,9 @@ class Cache:
         #: Node slot -> its PreferNoSchedule taints (a score, not a filter); slots without them are not listed.
         self.soft_taints: dict[int, tuple[Taint, ...]] = {}
         self._pods: dict[str, PodEntry] = {}
+        #: Bound pods whose devices are a guess (:meth:`_devices_for`: no ``gpusched.io/gpu-ids``, another
+        #: scheduler's), given devices again when a pod leaves their over-committed node (:meth:`_guess_again`).
+        self._guessed: set[str] = set()
         #: Host ports of the pods held (bound and assumed), per node slot.
         self.ports = PortIndex()
         #: The pods held (bound and assumed) by namespace and labels, and their affinity terms per node slot; built
@@ -267,6 +270,7 @@ class Cache:
         entry = self.nodes.pop(slot)
         for key, pod_entry in entry.pods.items():
             self._pods.pop(key, None)
+            self._guessed.discard(key)
             if pod_entry.pod.host_ports:
                 self.ports.add(slot, pod_entry.pod.host_ports, -1)
             self._unindex(pod_entry.pod, slot)
@@ -470,6 +474,10 @@ class Cache:
         self.arrays.apply(placement)
         entry = PodEntry(pod, placement, assumed)
         self._pods[pod.key] = entry
+        if not assumed and pod.gpu.count:
+            count = int(self.arrays.gpu_count[slot])
+            if len([g for g in pod.gpu_ids if g < count]) != pod.gpu.count:
+                self._guessed.add(pod.key)  # the devices are not the pod's own record: a guess
         self.nodes[slot].pods[pod.key] = entry
         if pod.host_ports:
             self.ports.add(slot, pod.host_ports)
@@ -495,9 +503,31 @@ class Cache:
         if entry.pod.host_ports:
             self.ports.add(entry.placement.slot, entry.pod.host_ports, -1)
         self._unindex(entry.pod, entry.placement.slot)
+        self._guessed.discard(key)
         node = self.nodes.get(entry.placement.slot)
         if node is not None:
             node.pods.pop(key, None)
+            self._guess_again(entry.placement.slot)
+
+    def _guess_again(self, slot: int) -> None:
+        """A pod left node ``slot``: if some of its GPUs are still over-committed, the pods whose devices were
+        guessed are given devices again, in the order they came.
+
+        Over-commitment comes from two schedulers choosing the same free GPUs in the same moment: the pod that came
+        second to the cache was guessed onto the devices with most free, already taken. The kubelet keeps one of
+        the two and refuses the other, which then leaves; the one kept holds the devices the refused one had. Left
+        as guessed, its node showed one GPU over-committed and another free, and every 1-GPU pod of gpusched went
+        to that free GPU and was refused by the kubelet in turn."""
+        a = self.arrays
+        count = int(a.gpu_count[slot])
+        if not self._guessed or count == 0 or a.in_what_if or float(a.gpu_free[slot, :count].min()) >= 0.0:
+            return
+        guessed = [entry for key, entry in self.nodes[slot].pods.items() if key in self._guessed]
+        for entry in guessed:
+            a.apply(entry.placement, sign=-1.0)
+        for entry in guessed:
+            entry.placement = self._placement(entry.pod, slot, ())
+            a.apply(entry.placement)
 
     @property
     def pod_index(self) -> PodIndex:

@@ -164,6 +164,13 @@ class SchedulingLoop:
         job.refresh_phase(now)
         self.moves.running(pod)  # a moved pod's replacement Running: its plan may take its next step
 
+    def pod_outside(self, pod: PodRequest) -> None:
+        """The API server shows ``pod`` bound by another scheduler: it holds its node's capacity (the cache has it)
+        and no queue's; the capacity the queues share is the smaller for it. Never evicted or moved from here."""
+        if self.tenancy.hold_outside(pod):
+            self._demand_version += 1
+            self.resort()
+
     def pod_gone(self, key: str, *, finished: str = "") -> None:
         """The pod was deleted, or ``finished`` (its phase ``Succeeded`` or ``Failed``): a gang counts it."""
         self.queue.remove(key)
@@ -332,7 +339,9 @@ class SchedulingLoop:
         return self.jobs.gang(group_key)
 
     def queue_of(self, pod: PodRequest) -> str:
-        """The leaf queue ``pod`` counts against (its job's)."""
+        """The leaf queue ``pod`` counts against (its job's); "" for a pod another scheduler bound (no queue)."""
+        if self.tenancy.is_outside(pod.key):
+            return ""
         return self.jobs.queue_of(pod)
 
     def held(self, leaf: str) -> Vector:

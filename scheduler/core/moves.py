@@ -22,7 +22,8 @@ Plans live in the leader's memory: a new leader starts with none, so a step the 
 taken (no pod is evicted twice, nor past its budget on the word of a dead leader); the evicted pods' replacements
 are placed as any pod, and the job searches again from what it finds.
 
-Which pods may move (:meth:`Moves.movable_on`): pods a controller recreates (an ``ownerReference`` with
+Which pods may move (:meth:`Moves.movable_on`): pods gpusched placed (never those another scheduler bound,
+``scheduler.core.tenancy``), that a controller recreates (an ``ownerReference`` with
 ``controller: true``), not annotated ``gpusched.io/consolidation: never``, whose Queue's
 ``spec.consolidation.moves`` allows them (``ExceptTraining`` by default: not a gang's members, not a batch Job's
 pods), of a priority not above the job's, not moved (or refused an eviction) within the cooldown, bound (not
@@ -172,6 +173,8 @@ class Moves:
 
     def why_not(self, pod: PodRequest, priority: int, now: float) -> str:
         """Why ``pod`` may not move for a job of ``priority``; "" if it may."""
+        if self.tenancy.is_outside(pod.key):
+            return f"another scheduler ({pod.scheduler_name}) placed it: gpusched never evicts its pods"
         if not pod.owner:
             return "no controller recreates it"
         if pod.annotations.get(ANNOTATION_CONSOLIDATION, "allow") != "allow":

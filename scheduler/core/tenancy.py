@@ -10,6 +10,11 @@ held, moved and released in: each pod is held at most once (keyed by pod), in on
 kept in integers (CPU in milli-cores, memory in bytes, GPUs in milli-GPUs), so a queue whose pods have all left
 holds exactly nothing (float sums of shared-GPU fractions used to end at -3.6e-15, and the fair-share
 computation rejected the negative demand).
+
+Pods another scheduler bound (kube-scheduler's, on shared nodes) are held by no queue: :meth:`Tenancy.hold_outside`
+keeps their sum apart, and :meth:`Tenancy.capacity`, what the fair shares, the dominant shares and the capacity
+kept idle for queues that do not lend are computed over, is the cluster less that sum. Guarantees are promises
+about what the other schedulers leave (docs/operator.md, "Running beside kube-scheduler").
 """
 
 from __future__ import annotations
@@ -131,6 +136,10 @@ class Tenancy:
         #: Per leaf, the integer sums behind ``allocated``.
         self._exact: dict[str, dict[str, int]] = {}
         self._rank: dict[str, fairshare.LeafKey] = {}
+        #: Pod key -> what a pod another scheduler bound holds (in integers); charged to no queue.
+        self._outside: dict[str, dict[str, int]] = {}
+        #: The integer sum of ``_outside``.
+        self._outside_exact: dict[str, int] = {}
         self._capacity: Vector = {}
         #: Fair shares for the gate (per demand variant, queue and resource); None when allocation or demand
         #: changed since.
@@ -278,12 +287,44 @@ class Tenancy:
         return device_milli(self.cache, pod)
 
     def release(self, key: str) -> bool:
-        """Stop counting pod ``key``; False if it was not held (nothing changed)."""
+        """Stop counting pod ``key`` (in its queue, or outside any); False if it was not held (nothing changed)."""
+        outside = self._outside.pop(key, None)
+        if outside is not None:
+            self._add_outside(outside, -1)
+            return True
         held = self._held.pop(key, None)
         if held is None:
             return False
         self._add(held[0], held[1], -1)
         return True
+
+    def hold_outside(self, pod: PodRequest) -> bool:
+        """Count ``pod``, bound by another scheduler, as holding capacity no queue has (what it asks now: a pod
+        resized in place counts its new requests); False if it already was, as it is."""
+        request = exact_request_of(pod)
+        held = self._outside.get(pod.key)
+        if held == request:
+            return False
+        if held is not None:
+            self._add_outside(held, -1)
+        self._outside[pod.key] = request
+        self._add_outside(request, 1)
+        return True
+
+    def is_outside(self, key: str) -> bool:
+        """Whether pod ``key`` is one another scheduler bound (held by no queue, never evicted by gpusched)."""
+        return key in self._outside
+
+    def outside(self) -> Vector:
+        """What the pods other schedulers bound hold, GPUs in GPUs: the part of the cluster no queue has."""
+        return {name: _to_float(name, amount) for name, amount in self._outside_exact.items() if amount}
+
+    def _add_outside(self, request: Mapping[str, int], sign: int) -> None:
+        for name, amount in request.items():
+            self._outside_exact[name] = self._outside_exact.get(name, 0) + sign * amount
+        # The capacity left to the queues moved: shares, ranks and the fair-share gate are recomputed.
+        self._stale = True
+        self._fair = None
 
     def _add(self, leaf: str, request: Mapping[str, int], sign: int) -> None:
         exact = self._exact.setdefault(leaf, {})
@@ -306,8 +347,9 @@ class Tenancy:
         self._stale = True
 
     def capacity(self) -> Vector:
-        """The cluster's resources; GPUs in GPUs: whole GPUs, and MIG devices as their share of a GPU (the GPU slots
-        of single-strategy nodes, and the mixed strategy's ``nvidia.com/mig-<profile>``), as queues count them."""
+        """What the queues share: the present nodes' capacity less what pods of other schedulers hold (never below
+        zero); GPUs in GPUs: whole GPUs, and MIG devices as their share of a GPU (the GPU slots of single-strategy
+        nodes, and the mixed strategy's ``nvidia.com/mig-<profile>``), as queues count them."""
         a = self.cache.arrays
         present = a.base_reason != layout.ABSENT
         gpus = float(a.gpu_count[present].sum())
@@ -322,6 +364,9 @@ class Tenancy:
             if mig:
                 gpus += capacity[name] * mig / resources.MILLI_PER_GPU
         capacity[resources.GPU] = gpus
+        for name, amount in self._outside_exact.items():
+            if amount and name in capacity:
+                capacity[name] = max(0.0, capacity[name] - _to_float(name, amount))
         return capacity
 
     # --- fair-share gate ---------------------------------------------------------------------------------------

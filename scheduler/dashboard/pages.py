@@ -257,7 +257,9 @@ def _node(node: view.NodeView, viewer: view.Redacted) -> str:
     for index, cell in enumerate(node.cells):
         pods = ", ".join(viewer.pod(key) for key in cell.pods)
         title = f"GPU {index}: {cell.state}" + (f", {cell.used_milli}m used" if cell.used_milli else "")
-        title += (f", queue {cell.queue}" if cell.queue else "") + (f", pods {pods}" if pods else "")
+        # A held GPU in no queue is held by a pod another scheduler bound (docs/operator.md).
+        owner = f", queue {cell.queue}" if cell.queue else (", no queue (another scheduler's)" if cell.pods else "")
+        title += owner + (f", pods {pods}" if pods else "")
         title += f", NVLink clique {cell.clique}" if cell.clique >= 0 else ""
         cells.append(
             f'<i class="cell {cell.state}" data-gpu={index} data-state={cell.state} data-queue="{e(cell.queue)}" '

@@ -26,7 +26,8 @@ class GpuCell:
     """One GPU of a node."""
 
     state: str
-    #: The queue of the pod (or first of the pods) holding it; empty when idle.
+    #: The queue of the pod (or first of the pods) holding it; empty when idle or held by a pod another scheduler
+    #: bound (charged to no queue).
     queue: str = ""
     #: Keys (``namespace/name``) of the pods holding it.
     pods: tuple[str, ...] = ()

@@ -13,7 +13,8 @@ methods take raw objects as the informers and kopf's handlers deliver them (``sc
   release its GPUs nor queue it again.
 - Bound pods of every scheduler count on their nodes, whatever their annotations say later; pods of ours on a
   node are charged to their job's queue (``scheduler.core.jobs``), so queue usage after a restart is what the
-  cluster holds, whatever order pods and PodGroups are listed in.
+  cluster holds, whatever order pods and PodGroups are listed in; pods of other schedulers are charged to no
+  queue and shrink what the queues share (``scheduler.core.tenancy``).
 - Per-pod state has one owner: the pods waiting for a node, when each was first seen, the unreadable ones, the
   ones whose owners are being read and every object's uid live here; a pod that leaves is dropped here and told to
   every other holder of per-pod state (``on_pod_gone``: the conditions writer, the status publisher, the binder).
@@ -209,6 +210,9 @@ class PodFeed:
                 # Counted against its job's queue from now on, before the first listing too: the loop moves it
                 # to its PodGroup's queue whenever the group is known, in whatever order the two arrive.
                 self.loop.pod_placed(pod)
+            else:
+                # Another scheduler's: it holds its node and no queue, and is never evicted by us.
+                self.loop.pod_outside(pod)
             return
         if pod.scheduler_name != self.scheduler_name:
             self.cache.upsert_pod(pod)

@@ -182,6 +182,24 @@ def test_without_gpu_ids_devices_are_guessed_as_a_device_plugin_would() -> None:
     assert _free_devices(cache, "a") == [0.0, 100.0, 0.0, 1000.0]
 
 
+def test_a_guess_over_committed_by_a_race_takes_the_gpus_the_refused_pod_leaves() -> None:
+    # kube-scheduler and gpusched chose GPU 3 in the same moment: gpusched's pod has it by its gpu-ids, and the
+    # other scheduler's pod, guessed onto the devices with most free, over-commits GPU 0. The kubelet refuses
+    # gpusched's pod (it leaves): kube-scheduler's holds the freed GPU 3, and no GPU shows free that is not.
+    cache = _cache(objects.node("a", gpus=4))
+    cache.upsert_pod(_bound("ours", "a", gpus=3, annotations={"gpusched.io/gpu-ids": "0,1,2"}))
+    cache.upsert_pod(_bound("racer", "a", gpus=1, annotations={"gpusched.io/gpu-ids": "3"}))
+    cache.upsert_pod(_bound("theirs", "a", gpus=1, scheduler_name="default-scheduler"))
+    assert _free_devices(cache, "a") == [-1000.0, 0.0, 0.0, 0.0]
+    cache.upsert_pod(_bound("racer", "a", gpus=1, annotations={"gpusched.io/gpu-ids": "3"}, phase="Failed"))
+    assert _free_devices(cache, "a") == [0.0, 0.0, 0.0, 0.0]
+    theirs = cache.pod("default/theirs")
+    assert theirs is not None and theirs.placement.gpu_ids == (3,)
+    # Pods with their own gpu-ids are never moved by a guess: the node is simply full until one leaves.
+    cache.remove_pod("default/theirs")
+    assert _free_devices(cache, "a") == [0.0, 0.0, 0.0, 1000.0]
+
+
 def test_gpu_ids_survive_the_devices_disappearing_for_a_while() -> None:
     # A device plugin restart briefly reports no GPUs; when they return, pods are where their annotation says.
     cache = _cache(objects.node("a", gpus=4))

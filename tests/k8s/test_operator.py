@@ -577,3 +577,70 @@ async def test_the_scheduling_task_ends_on_cancel_even_when_just_woken(client: k
     done, _ = await asyncio.wait([task], timeout=2.0)
     assert task in done and task.cancelled()
     await op.close()
+
+
+async def test_kube_schedulers_pods_hold_their_gpus_in_no_queue_and_are_never_evicted(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    # Both schedulers on one node: kube-scheduler's pods (no queue label) hold 6 of its 8 GPUs. Queue default's
+    # status counts only what gpusched bound there; the queues share the 2 GPUs left; nothing of theirs is evicted.
+    operator.set_leading(True)
+    operator.queue_event({"metadata": {"name": "default", "uid": "uid-q"}, "spec": {}})
+    operator.node_event(node("gpu-0", gpus=8))
+    for i in range(3):
+        operator.pod_event(pod(f"theirs{i}", 2, scheduler="default-scheduler", node_name="gpu-0"))
+    operator.pod_event(pod("mine", 2))
+    urgent = pod("urgent", 4)
+    urgent["spec"]["priority"] = 1000  # above theirs: only who bound them keeps them from being preempted
+    operator.pod_event(urgent)
+    operator.listed()
+    await eventually(lambda: "mine" in bound(fake))
+    operator.pod_event(pod("mine", 2, node_name="gpu-0"))
+
+    def default_status() -> dict[str, Any]:
+        patches = fake.requests("PATCH", "/queues/default/status")
+        return patches[-1].body["status"] if patches else {}
+
+    await eventually(lambda: default_status().get("allocated", {}).get(GPU) == "2")
+    assert operator.loop.tenancy.capacity()[GPU] == 2.0
+    theirs = api_pod.parse_bound_pod(pod("theirs0", 2, scheduler="default-scheduler", node_name="gpu-0"))[0]
+    assert operator.loop.queue_of(theirs) == ""
+    await settled(operator)
+    assert "urgent" not in bound(fake)
+    assert fake.requests("POST", "/eviction") == [] and fake.requests("DELETE", "/pods/theirs") == []
+
+
+async def test_a_pod_of_ours_the_kubelet_refused_frees_its_gpus_and_is_not_bound_again(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    # Both schedulers chose the last free GPUs of gpu-0 in the same moment; the kubelet admitted kube-scheduler's
+    # pod and refused ours (docs/operator.md, "Running beside kube-scheduler").
+    operator.set_leading(True)
+    operator.queue_event({"metadata": {"name": "default", "uid": "uid-q"}, "spec": {}})
+    operator.node_event(node("gpu-0", gpus=8))
+    operator.pod_event(pod("mine", 8))
+    operator.listed()
+    await eventually(lambda: "mine" in bound(fake))
+    operator.pod_event(pod("mine", 8, node_name="gpu-0"))
+    operator.pod_event(pod("theirs", 8, scheduler="default-scheduler", node_name="gpu-0"))
+    refused = pod("mine", 8, node_name="gpu-0")
+    refused["status"] = {
+        "phase": "Failed",
+        "reason": "OutOfnvidia.com/gpu",
+        "message": "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 8, used: 8, "
+        "capacity: 8",
+    }
+    operator.pod_event(refused)
+    assert operator.cache.pod("default/mine") is None
+    assert operator.loop.held("default").get(GPU, 0.0) == 0.0
+
+    def default_status() -> dict[str, Any]:
+        patches = fake.requests("PATCH", "/queues/default/status")
+        return patches[-1].body["status"] if patches else {}
+
+    await eventually(lambda: default_status().get("allocated", {}).get(GPU, "0") == "0")
+    # The GPUs kube-scheduler's pod holds stay taken: a new pod of ours waits, the refused one is not bound again.
+    operator.pod_event(pod("next", 8))
+    await eventually(lambda: bool(events(fake, "FailedScheduling")))
+    await settled(operator)
+    assert list(bound(fake)) == ["mine"] and len(fake.requests("POST", "/pods/mine/binding")) == 1
