@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from scheduler.api.pod import PodRequest
-from scheduler.core import gang, gate
+from scheduler.core import capacity, gang, gate
 from scheduler.core.actions import Action, Verdict
 from scheduler.core.cycle import Scheduler
 from scheduler.core.hints import Hints
@@ -144,6 +144,8 @@ class Session:
         group, first = attempt.job.group, attempt.job.first_attempt
         if status.code == Code.UNRESOLVABLE and status.plugin == "topology":
             return "InvalidTopology"
+        if capacity.says_never(status.message):
+            return capacity.NEVER_FITS  # not "NotAllMembersFit": no wait makes room that the cluster does not have
         timed_out = group is not None and first is not None and self.clock() - first >= group.schedule_timeout_s
         return "Unschedulable" if timed_out else "NotAllMembersFit"
 
