@@ -401,6 +401,11 @@ async def test_a_member_of_a_segment_made_again_is_explained_inside_its_segment_
     assert operator.cache.pod("default/seg-1b") is None
     text = explain.answer(operator, "seg-1b")
     assert "nodes: 0 of 2 pass every filter" in text, text
+    # Why the other clique's node is out: the member's own segment holds it there.
+    assert (
+        "  segment 1 of 2 (spec.segments: 2 members each, required in one clique): the other members of its segment"
+        f" run on {home}, so it may use only clique X (nvidia.com/gpu.clique=X)" in text.splitlines()
+    ), text
     # The gang's condition says what it waits for: that member's room, not members (before: "3 of 4 members exist").
     job = operator.loop.gang("default/seg")
     assert job is not None
