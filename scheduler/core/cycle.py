@@ -108,6 +108,11 @@ class Scheduler:
         #: containers would start without their devices).
         self._allocates_claims = any(p.name == "dra" for p in framework.reservers)
 
+    @property
+    def allocates_claims(self) -> bool:
+        """Whether the profile allocates ResourceClaims (has the ``dra`` plugin)."""
+        return self._allocates_claims
+
     def schedule(self, pod: PodRequest, context: Mapping[str, Any] | None = None) -> Result:
         """Run one cycle for ``pod``; on success the pod is assumed in the cache and handed to the binder."""
         snapshot = self.cache.snapshot()

@@ -21,7 +21,7 @@ from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PodRequest
 from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Snapshot
-from scheduler.core import reason_texts, reclaim
+from scheduler.core import capacity, reason_texts, reclaim
 from scheduler.core.cycle import Scheduler
 from scheduler.kernels import layout
 
@@ -68,18 +68,22 @@ def more_important_first(candidates: Sequence[reclaim.Candidate]) -> list[reclai
 
 def no_candidate(
     snapshot: Snapshot,
+    pod: PodRequest,
+    request: np.ndarray,
     *,
     priority: int,
     placed: reclaim.Placements,
     allowed: np.ndarray,
     reasons: np.ndarray | None,
 ) -> str:
-    """kube-scheduler's PostFilter message when no node can make room for a pod (:func:`node_victims` found none):
+    """kube-scheduler's PostFilter message when no node can make room for ``pod`` (:func:`node_victims` found none):
     ``preemption: 0/N nodes are available: ...``, the nodes of its failed cycle counted by why, as DefaultPreemption
-    counts them: :data:`NOT_HELPFUL` on a node refused for a reason no eviction changes (``reclaim.UNRESOLVABLE``;
-    every node when the pod was refused before any node was looked at), :data:`NO_VICTIMS` on a node without a
-    candidate ``allowed`` of lower priority than ``priority``, else what the node refused the pod for (evicting all
-    it may evict there did not make room; the cycle's own reason stands for the filter's after the evictions)."""
+    counts them: :data:`NOT_HELPFUL` on a node refused for a reason no eviction changes (``reclaim.UNRESOLVABLE``,
+    or too small for the pod even empty, as kube-scheduler's NodeResourcesFit calls a request above allocatable
+    unresolvable; every node when the pod was refused before any node was looked at), :data:`NO_VICTIMS` on a node
+    without a candidate ``allowed`` of lower priority than ``priority``, else what the node refused the pod for
+    (evicting all it may evict there did not make room; the cycle's own reason stands for the filter's after the
+    evictions). ``request``: the pod's request vector (``Cache.request_vector``)."""
     if reasons is None:
         nodes = int((snapshot.arrays.base_reason != layout.ABSENT).sum())
         return f"preemption: 0/{nodes} nodes are available: {nodes} {NOT_HELPFUL}." if nodes else ""
@@ -93,6 +97,10 @@ def no_candidate(
     slots = placed.slot[entries]
     victims = np.bincount(slots[slots < size], minlength=size)[:size] > 0
     not_helpful = present & (reclaim.among(reasons, reclaim.UNRESOLVABLE) | (reasons == layout.FIT))
+    room = capacity.room_when_empty(snapshot, pod, request)
+    too_small = np.zeros(size, dtype=bool)
+    too_small[: min(size, room.shape[0])] = ~room[:size]
+    not_helpful |= present & too_small
     no_victims = present & ~not_helpful & ~victims
     counts: dict[str, int] = {}
     for text, count in ((NOT_HELPFUL, int(not_helpful.sum())), (NO_VICTIMS, int(no_victims.sum()))):

@@ -28,6 +28,10 @@ from scheduler.core.tenancy import requests_of
 from scheduler.framework.interface import Code, Decision, Status
 from scheduler.queue.scheduling import SchedulingQueue
 
+#: What kube-scheduler's DynamicResources PostFilter says for a pod without ResourceClaims (k8s 1.36), before its
+#: DefaultPreemption's words: gpusched's profile with ``dra`` says it too.
+NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
+
 
 class Session:
     def __init__(
@@ -101,6 +105,8 @@ class Session:
                 self.holds.reserve(attempt)
         # Said after the actions that make room, as kube-scheduler's FailedScheduling comes after its PostFilter:
         # why preemption did not help, if it did not, is part of the message.
+        if said and self.scheduler.allocates_claims and not any(p.resource_claims for p in members):
+            said = f"{NO_CLAIMS_TO_DEALLOCATE}, {said}"  # kube-scheduler's DynamicResources PostFilter runs first
         message = _with_post_filter(status.message, outcome.diagnosis, said)
         self._not_placed(attempt, self._reason(attempt, status), message)
         self.hints.failed(item.key, members, self.scheduler.wakes(outcome.diagnosis))

@@ -211,27 +211,29 @@ def test_preemption_policy_never_waits_for_room_instead() -> None:
 
 def test_failed_scheduling_says_why_preemption_did_not_help_as_kube_scheduler_does() -> None:
     # n0 holds a pod of the preemptor's priority (nothing to evict), n1 a lower one whose eviction frees 1 of the 2
-    # asked, n2 has room behind a taint (no eviction changes that): kube-scheduler's DefaultPreemption counts the
-    # nodes by why after its own sentence, as "preemption: 0/N nodes are available: ...".
+    # asked, n2 has room behind a taint (no eviction changes that), n3 is smaller than the pod even empty (kube-
+    # scheduler's NodeResourcesFit calls that unresolvable): kube-scheduler's DefaultPreemption counts the nodes by
+    # why after its own sentence, as "preemption: 0/N nodes are available: ...".
     taint = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
     cluster = Cluster(
         [
-            objects.node("n0", extra={FOO: "1"}),
+            objects.node("n0", extra={FOO: "2"}),
             objects.node("n1", extra={FOO: "2"}),
             objects.node("n2", extra={FOO: "4"}, taints=[taint]),
+            objects.node("n3", extra={FOO: "1"}),
         ],
         ("fit",),
     )
     clock, events, evictions = Clock(), Events(), Evictions()
     loop = SchedulingLoop(cluster.scheduler, SchedulingQueue(clock=clock), clock=clock, events=events)
     loop.evictor = evictions
-    _run(loop, clock, [_pod("equal", 1, 10, node="n0"), _pod("low", 1, 1, node="n1"), _pod("mid", 1, 10, node="n1")])
+    _run(loop, clock, [_pod("equal", 2, 10, node="n0"), _pod("low", 1, 1, node="n1"), _pod("mid", 1, 10, node="n1")])
     _run(loop, clock, [_pod("big", 2, 10), _pod("big-too", 2, 10)])  # the second: the search found nothing already
     assert evictions.pods == []
     said = (
-        "0/3 nodes are available: 2 Insufficient example.com/foo, 1 node(s) had untolerated taint {dedicated: ml}."
-        " preemption: 0/3 nodes are available: 1 Insufficient example.com/foo, 1 No preemption victims found for"
-        " incoming pod, 1 Preemption is not helpful for scheduling."
+        "0/4 nodes are available: 3 Insufficient example.com/foo, 1 node(s) had untolerated taint {dedicated: ml}."
+        " preemption: 0/4 nodes are available: 2 Preemption is not helpful for scheduling, 1 Insufficient"
+        " example.com/foo, 1 No preemption victims found for incoming pod."
     )
     assert events.messages("pod default/big") == [said]
     assert events.messages("pod default/big-too") == [said]

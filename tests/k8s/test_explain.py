@@ -160,9 +160,10 @@ async def test_a_pod_larger_than_any_node_is_told_it_never_fits_not_to_wait(oper
     operator.loop.run_until_idle()
     never = "Never fits as the cluster is: it asks 9 GPUs on one node and nodes have at most 8"
     said = operator.conditions.said["default/big"]
-    # kube-scheduler's two sentences (no pod to evict on any node), then gpusched's.
-    kube = "0/6 nodes are available: 6 Insufficient nvidia.com/gpu. preemption: 0/6 nodes are available: 6 No"
-    kube += " preemption victims found for incoming pod. "
+    # kube-scheduler's two sentences (every node smaller than the pod: no eviction helps; its DRA plugin's words
+    # first, the profile has dra), then gpusched's.
+    kube = "0/6 nodes are available: 6 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: 0/6"
+    kube += " nodes are available: 6 Preemption is not helpful for scheduling. "
     assert said.startswith(kube + never), said
     text = explain.answer(operator, "big")
     assert never in text and "it fits once a node large enough joins, or it asks for less" in text
@@ -231,10 +232,10 @@ async def test_a_plain_pod_requiring_a_level_no_node_is_labelled_with_never_fits
     operator.loop.run_until_idle()
     said = operator.conditions.said["default/ranked"]
     assert said == (
-        "0/1 nodes are available: 1 node(s) outside the job's topology domain. preemption: 0/1 nodes are available:"
-        " 1 No preemption victims found for incoming pod. Never fits as the cluster is: of the nodes with room for"
-        " it, 1 node(s) outside the job's topology domain; it fits there once it runs on a node labelled"
-        " network.topology.gpusched.io/rack (level rack; no node has it)."
+        "0/1 nodes are available: 1 node(s) outside the job's topology domain. no new claims to deallocate,"
+        " preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod. Never fits as the"
+        " cluster is: of the nodes with room for it, 1 node(s) outside the job's topology domain; it fits there once"
+        " it runs on a node labelled network.topology.gpusched.io/rack (level rack; no node has it)."
     )
     assert said[said.index("Never fits") :] in explain.answer(operator, "ranked")
 

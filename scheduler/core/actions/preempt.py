@@ -118,8 +118,15 @@ class Preempt:
         if known and self._said is not None and self._said[0] == key:
             return self._said[1]
         allowed = self._own(attempt, placed)
+        pod = attempt.members[0]
         said = node_preemption.no_candidate(
-            snapshot, priority=attempt.priority, placed=placed, allowed=allowed, reasons=attempt.reasons
+            snapshot,
+            pod,
+            self.preemptor.scheduler.cache.request_vector(pod),
+            priority=attempt.priority,
+            placed=placed,
+            allowed=allowed,
+            reasons=attempt.reasons,
         )
         self._said = (key, said)
         return said
