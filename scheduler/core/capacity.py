@@ -31,12 +31,22 @@ Mask = npt.NDArray[np.bool_]
 
 #: How a pending reason starts its sentence on work that cannot fit until the cluster or the work changes.
 NEVER = "Never fits as the cluster is"
+#: The reason of a gang's ``Scheduled=False`` condition when its message says :data:`NEVER` (a gang whose members
+#: fit one day, only not now, says ``NotAllMembersFit``).
+NEVER_FITS = "NeverFits"
 #: Reasons that depend only on the node and the pod's spec: no pod leaving can clear them. A cordon is not one (it
 #: is lifted after maintenance), nor a taint Kubernetes sets for a node's condition (below).
 NODE_RULES = (layout.TAINT, layout.SELECTOR, layout.GPU_MODEL)
 #: Taints the node lifecycle controller and cloud providers set and clear on their own (not ready, unreachable,
 #: memory pressure, not yet initialised): a node out for them is out for a while.
 PASSING_TAINTS = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+
+
+def says_never(message: str) -> bool:
+    """Whether a pending reason says the work never fits as the cluster is: every such sentence, a pod's, a gang's
+    or a topology level's, starts with :data:`NEVER`, wherever it stands in the message (after a member's name, or
+    after kube-scheduler's ``0/N nodes are available`` sentence)."""
+    return NEVER in message
 
 
 def room_when_empty(snapshot: Snapshot, pod: PodRequest, request: npt.NDArray[np.float64]) -> Mask:

@@ -39,10 +39,13 @@ class Diagnosis:
     #: Why no node ever can hold the pod as the cluster is, and what would change it; "" if it waits for room.
     never: str = ""
 
-    def message(self) -> str:
-        """kube-scheduler's sentence (which tools and tests match on), then whether it waits or never fits."""
+    def message(self, post_filter: str = "") -> str:
+        """kube-scheduler's sentence (which tools and tests match on) with what its PostFilter adds (``post_filter``:
+        ``preemption: ...``), then whether it waits or never fits."""
         parts = ", ".join(f"{n} {text}" for text, n in self.counts)
         said = f"0/{self.nodes} nodes are available: {parts}." if parts else f"0/{self.nodes} nodes are available."
+        if post_filter:
+            said = f"{said} {post_filter}"
         return f"{said} {self.never}" if self.never else said
 
 
@@ -104,6 +107,11 @@ class Scheduler:
         #: Whether the profile allocates ResourceClaims; without it a pod with claims must not be bound (its
         #: containers would start without their devices).
         self._allocates_claims = any(p.name == "dra" for p in framework.reservers)
+
+    @property
+    def allocates_claims(self) -> bool:
+        """Whether the profile allocates ResourceClaims (has the ``dra`` plugin)."""
+        return self._allocates_claims
 
     def schedule(self, pod: PodRequest, context: Mapping[str, Any] | None = None) -> Result:
         """Run one cycle for ``pod``; on success the pod is assumed in the cache and handed to the binder."""

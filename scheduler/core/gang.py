@@ -391,21 +391,50 @@ def member_context(
             context[TOPOLOGY_SLOTS] = column == domain
     if member is None:
         return context
-    layout = segment_layout.layout(scheduler.cache, group, keys, [member, *pending])
+    home = segment_home(scheduler, group, keys, member=member, pending=pending)
+    if home is None:
+        return context
+    context[GANG_SLOTS] = {slot: home.anchor.count(slot) for slot in set(home.anchor)}
+    if home.level is not None and home.domain >= 0:  # -1: the segment's nodes lost their label: held to no domain
+        inside = _column(scheduler, home.level, scheduler.cache.arrays.slots) == home.domain
+        outer = context.get(TOPOLOGY_SLOTS)
+        context[TOPOLOGY_SLOTS] = inside if outer is None else _within(outer, inside)
+    return context
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHome:
+    """Where a member of a segmented gang goes because the other members of its segment run (:func:`segment_home`)."""
+
+    #: Its segment (from 0) and how many segments ``minMember`` members make.
+    index: int
+    count: int
+    #: The node slots its segment's running members are on, one entry per member.
+    anchor: list[int]
+    #: The level its segments are required in (None: only preferred), and the domain of that level the running
+    #: members are in (-1: their node has no label of the level).
+    level: int | None
+    domain: int
+
+
+def segment_home(
+    scheduler: Scheduler, group: PodGroup, placed: Iterable[str], *, member: PodRequest, pending: Iterable[PodRequest]
+) -> SegmentHome | None:
+    """Where ``member`` of segmented gang ``group`` is held when other members of its segment run (``placed``: the
+    gang's placed members; ``pending``: its other waiting members, which rank it), or None (no segments, or none of
+    its segment runs). :func:`member_context` gives its cycle this, and ``gpusched explain`` says it."""
+    layout = segment_layout.layout(scheduler.cache, group, placed, [member, *pending])
     index = layout.segment.get(member.key) if layout is not None else None
     anchor = layout.anchor(index) if layout is not None and index is not None else []
-    if not anchor:
-        return context
-    context[GANG_SLOTS] = {slot: anchor.count(slot) for slot in set(anchor)}
-    (seg_required, _), problem = resolve_levels(scheduler, group.segment_topology, obj=f"podgroup {group.key}")
-    if problem is None and seg_required is not None:
-        column = _column(scheduler, seg_required, scheduler.cache.arrays.slots)
-        domain = int(column[anchor[0]])
-        if domain >= 0:  # the segment's nodes lost their label: it is held to no domain
-            home = column == domain
-            outer = context.get(TOPOLOGY_SLOTS)
-            context[TOPOLOGY_SLOTS] = home if outer is None else _within(outer, home)
-    return context
+    if index is None or not anchor:
+        return None
+    (required, _), problem = resolve_levels(scheduler, group.segment_topology, obj=f"podgroup {group.key}")
+    level = required if problem is None else None
+    domain = -1
+    if level is not None:
+        domain = int(_column(scheduler, level, scheduler.cache.arrays.slots)[anchor[0]])
+    count = -(-group.min_member // group.segment_size)
+    return SegmentHome(index, count, anchor, level, domain)
 
 
 def rejoin_context(

@@ -21,7 +21,7 @@ from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PodRequest
 from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Snapshot
-from scheduler.core import reclaim
+from scheduler.core import capacity, reason_texts, reclaim
 from scheduler.core.cycle import Scheduler
 from scheduler.kernels import layout
 
@@ -29,6 +29,10 @@ from scheduler.kernels import layout
 #: (``minCandidateNodesAbsolute``, and ``minCandidateNodesPercentage`` of the nodes that could help).
 CANDIDATE_NODES = 100
 CANDIDATE_NODES_PERCENT = 10
+#: kube-scheduler's words for a node no eviction can help (refused for a reason no eviction changes, or not looked at)
+#: and for a node without a pod the preemptor may evict (DefaultPreemption's node statuses).
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
 #: Added to each victim's priority in the sum criterion (kube-scheduler's MaxInt32 + 1), so that more victims of
 #: a negative priority never sum to less than fewer of them.
 _PRIORITY_OFFSET = 2**31
@@ -60,6 +64,56 @@ class NodeVictims:
 def more_important_first(candidates: Sequence[reclaim.Candidate]) -> list[reclaim.Candidate]:
     """Higher priority first, then the one running longer (kube-scheduler's MoreImportantPod), then by key."""
     return sorted(candidates, key=lambda c: (-c.priority, c.started, c.key))
+
+
+def no_candidate(
+    snapshot: Snapshot,
+    pod: PodRequest,
+    request: np.ndarray,
+    *,
+    priority: int,
+    placed: reclaim.Placements,
+    allowed: np.ndarray,
+    reasons: np.ndarray | None,
+) -> str:
+    """kube-scheduler's PostFilter message when no node can make room for ``pod`` (:func:`node_victims` found none):
+    ``preemption: 0/N nodes are available: ...``, the nodes of its failed cycle counted by why, as DefaultPreemption
+    counts them: :data:`NOT_HELPFUL` on a node refused for a reason no eviction changes (``reclaim.UNRESOLVABLE``,
+    or too small for the pod even empty, as kube-scheduler's NodeResourcesFit calls a request above allocatable
+    unresolvable; every node when the pod was refused before any node was looked at), :data:`NO_VICTIMS` on a node
+    without a candidate ``allowed`` of lower priority than ``priority``, else what the node refused the pod for
+    (evicting all it may evict there did not make room; the cycle's own reason stands for the filter's after the
+    evictions). ``request``: the pod's request vector (``Cache.request_vector``)."""
+    if reasons is None:
+        nodes = int((snapshot.arrays.base_reason != layout.ABSENT).sum())
+        return f"preemption: 0/{nodes} nodes are available: {nodes} {NOT_HELPFUL}." if nodes else ""
+    present = reasons != layout.ABSENT
+    nodes = int(present.sum())
+    if not nodes:
+        return ""
+    allowed = allowed & (placed.priority < priority) & ~placed.behind
+    entries = allowed[placed.owner]
+    size = reasons.shape[0]
+    slots = placed.slot[entries]
+    victims = np.bincount(slots[slots < size], minlength=size)[:size] > 0
+    not_helpful = present & (reclaim.among(reasons, reclaim.UNRESOLVABLE) | (reasons == layout.FIT))
+    room = capacity.room_when_empty(snapshot, pod, request)
+    too_small = np.zeros(size, dtype=bool)
+    too_small[: min(size, room.shape[0])] = ~room[:size]
+    not_helpful |= present & too_small
+    no_victims = present & ~not_helpful & ~victims
+    counts: dict[str, int] = {}
+    for text, count in ((NOT_HELPFUL, int(not_helpful.sum())), (NO_VICTIMS, int(no_victims.sum()))):
+        if count:
+            counts[text] = count
+    rest = present & ~not_helpful & ~no_victims
+    codes, numbers = np.unique(reasons[rest], return_counts=True)
+    for code, count in zip(codes.tolist(), numbers.tolist(), strict=True):
+        text = reason_texts.reason_text(int(code), snapshot.columns)
+        counts[text] = counts.get(text, 0) + int(count)
+    # Ordered as the cycle's own sentence orders its reasons (``cycle.Diagnosis``): most nodes first, then by text.
+    parts = ", ".join(f"{n} {text}" for text, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"preemption: 0/{nodes} nodes are available: {parts}."
 
 
 def node_victims(

@@ -43,6 +43,11 @@ from scheduler.core.ports import Events, Evictor
 from scheduler.core.running_jobs import Running, RunningJobs
 from scheduler.core.tenancy import Tenancy
 
+#: kube-scheduler's PostFilter messages (DefaultPreemption's PodEligibleToPreemptOthers) for a pod that may not
+#: preempt: its ``preemptionPolicy`` is ``Never``; its victims are still terminating.
+NOT_ELIGIBLE_NEVER = "preemption: not eligible due to preemptionPolicy=Never."
+NOT_ELIGIBLE_TERMINATING = "preemption: not eligible due to a terminating pod on the nominated node."
+
 
 @dataclass(frozen=True)
 class Search:
@@ -53,6 +58,10 @@ class Search:
 
     waits: bool = False
     may: bool = True
+    #: Why it may not preempt at all, in kube-scheduler's words (``preemptionPolicy: Never``); "" otherwise.
+    refused: str = ""
+    #: It may not search because a search found nothing at this cluster generation already.
+    known: bool = False
     running: list[reclaim.Candidate] = field(default_factory=list)
     placements: reclaim.Placements | None = None
     #: The victims evicted and not gone when the search opened.
@@ -132,6 +141,10 @@ class Preemptor:
         running = self._running_at[1]
         return running.candidates, running.placements
 
+    def placements(self) -> reclaim.Placements:
+        """Where every job holding capacity runs, as arrays, at the cluster's generation of now."""
+        return self._running(fruitless.generation(self.scheduler.cache.arrays))[1]
+
     def search(self, attempt: Attempt) -> Search:
         """The victims ``attempt`` may choose from, found once per attempt (reclaim, then preempt, share them); or,
         without them, whether it waits for victims already evicted."""
@@ -146,13 +159,13 @@ class Preemptor:
             return Search(may=False)
         single = attempt.members[0] if attempt.job.group is None else None
         if single is not None and single.preemption_policy == PREEMPT_NEVER:
-            return Search(may=False)  # kube-scheduler: "not eligible due to preemptionPolicy=Never."
+            return Search(may=False, refused=NOT_ELIGIBLE_NEVER)
         if self.holds.still_evicting(attempt.key):
             return Search(waits=True, may=False)  # its victims are still terminating
         version = fruitless.generation(self.scheduler.cache.arrays)
         key = self._memo_key(attempt)
         if self.fruitless.known(key, version):
-            return Search(may=False)
+            return Search(may=False, known=True)
         self.fruitless.record(key, version)  # until it finds victims (found)
         for victim_key, victim in list(self.terminating.items()):
             if all(self.scheduler.cache.pod(p.key) is None for p in victim.pods):
@@ -160,6 +173,11 @@ class Preemptor:
                 self.evicted_for.pop(victim_key, None)
         running, placements = self._running(version)
         return Search(running=running, placements=placements, leaving=frozenset(self.terminating))
+
+    def outcome_key(self, attempt: Attempt) -> tuple[Hashable, int]:
+        """What a search's outcome is remembered by (:meth:`_memo_key`), with the cluster's generation: the same key
+        finds the same victims, or none, on the same nodes."""
+        return self._memo_key(attempt), fruitless.generation(self.scheduler.cache.arrays)
 
     def _memo_key(self, attempt: Attempt) -> Hashable:
         """What a fruitless search is remembered by: a single pod's shape, queue and priority (any pod of them finds

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from scheduler.api.pod import PodRequest
-from scheduler.core import gang, gate
+from scheduler.core import capacity, gang, gate
 from scheduler.core.actions import Action, Verdict
-from scheduler.core.cycle import Scheduler
+from scheduler.core.cycle import Diagnosis, Scheduler
 from scheduler.core.hints import Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job
@@ -27,6 +27,10 @@ from scheduler.core.ports import Events
 from scheduler.core.tenancy import requests_of
 from scheduler.framework.interface import Code, Decision, Status
 from scheduler.queue.scheduling import SchedulingQueue
+
+#: What kube-scheduler's DynamicResources PostFilter says for a pod without ResourceClaims (k8s 1.36), before its
+#: DefaultPreemption's words: gpusched's profile with ``dra`` says it too.
+NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
 
 
 class Session:
@@ -79,26 +83,35 @@ class Session:
             self._allocated(attempt, outcome.decisions)
             return
         status = outcome.status
-        self._not_placed(attempt, self._reason(attempt, status), status.message)
-        if status.code == Code.ERROR:
-            self.queue.requeue_error(item, status.message)
-            return
-        if status.gated:
+        if status.code == Code.ERROR or status.gated:
+            self._not_placed(attempt, self._reason(attempt, status), status.message)
+            if status.code == Code.ERROR:
+                self.queue.requeue_error(item, status.message)
+                return
             # Not tried at all (an object it names does not exist yet): no backoff, no room made for it.
             self.hints.failed(item.key, members, self.scheduler.wakes(outcome.diagnosis))
             self.queue.requeue_gated(item, status.message)
             return
+        said = ""
         if attempt.unresolved is None:
             waits = False
             for action in make_room:
-                if action.run(attempt, self.scheduler.cache.snapshot()).verdict is Verdict.WAITS:
+                made = action.run(attempt, self.scheduler.cache.snapshot())
+                said = made.said or said
+                if made.verdict is Verdict.WAITS:
                     waits = True
                     break
             if not waits:
                 self.holds.reserve(attempt)
+        # Said after the actions that make room, as kube-scheduler's FailedScheduling comes after its PostFilter:
+        # why preemption did not help, if it did not, is part of the message.
+        if said and self.scheduler.allocates_claims and not any(p.resource_claims for p in members):
+            said = f"{NO_CLAIMS_TO_DEALLOCATE}, {said}"  # kube-scheduler's DynamicResources PostFilter runs first
+        message = _with_post_filter(status.message, outcome.diagnosis, said)
+        self._not_placed(attempt, self._reason(attempt, status), message)
         self.hints.failed(item.key, members, self.scheduler.wakes(outcome.diagnosis))
         self.gate.starve(item.key, item.queue, requests_of(members))
-        self.queue.requeue_unschedulable(item, status.message)
+        self.queue.requeue_unschedulable(item, message)
 
     def _choose(self, attempt: Attempt) -> bool:
         """Choose the pods ``attempt`` places and what its cycles get from outside; False if it cannot be tried as
@@ -144,6 +157,8 @@ class Session:
         group, first = attempt.job.group, attempt.job.first_attempt
         if status.code == Code.UNRESOLVABLE and status.plugin == "topology":
             return "InvalidTopology"
+        if capacity.says_never(status.message):
+            return capacity.NEVER_FITS  # not "NotAllMembersFit": no wait makes room that the cluster does not have
         timed_out = group is not None and first is not None and self.clock() - first >= group.schedule_timeout_s
         return "Unschedulable" if timed_out else "NotAllMembersFit"
 
@@ -185,6 +200,17 @@ class Session:
         )
         job.refresh_phase(now)
         self.enqueue(job)
+
+
+def _with_post_filter(message: str, diagnosis: Diagnosis | None, said: str) -> str:
+    """``message`` with kube-scheduler's PostFilter words ``said`` after its own sentence (before gpusched's "Never
+    fits" sentence when there is one), as kube-scheduler's FitError puts them; a message of gpusched's own, not
+    kube-scheduler's ``0/N nodes are available`` (a profile that cannot allocate claims), is left as it is."""
+    if not said or not message.startswith("0/"):
+        return message
+    if diagnosis is not None and message == diagnosis.message():
+        return diagnosis.message(post_filter=said)
+    return f"{message} {said}"
 
 
 def scheduled(pod: str, node: str, gpu_ids: tuple[int, ...]) -> str:

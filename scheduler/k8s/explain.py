@@ -49,6 +49,7 @@ from kubernetes_asyncio.client import CoordinationV1Api
 
 from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
+from scheduler.api.podgroup import PodGroup
 from scheduler.api.topology import TopologyConstraint
 from scheduler.core import capacity, gang, reason_texts
 from scheduler.core.actions import consolidate
@@ -207,11 +208,14 @@ def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
     key = _job_key(operator, pod)
     context = _cycle_context(operator, key)
     job = operator.loop.job_of(pod.key)
+    held = ""
     if job is not None and job.group is not None and (key == pod.key or job.placed):
         # Placed alone after its gang, or its gang placed again around members that still run: near them, inside
         # their domain and, in a segmented gang, its own segment's (gang.member_context, as the cycle gets it).
         pending = job.pending.values()
         context.update(gang.member_context(operator.scheduler, job.group, job.placed, member=pod, pending=pending))
+        home = gang.segment_home(operator.scheduler, job.group, job.placed, member=pod, pending=pending)
+        held = _segment_text(operator, job.group, home) if home is not None else ""
     filtered = operator.scheduler.filter(pod, snapshot, context)
     reasons = filtered.reasons
     if reasons is None:
@@ -232,6 +236,8 @@ def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
     for reason, nodes in sorted(failing.items(), key=lambda kv: -len(kv[1])):
         more = f" and {len(nodes) - SHOWN} more" if len(nodes) > SHOWN else ""
         lines.append(f"    {len(nodes)} {reason}: {', '.join(sorted(nodes)[:SHOWN])}{more}")
+    if held:
+        lines.append(f"  {held}")
     never = capacity.pod_never_fits(snapshot, pod, filtered.state.request, reasons) if fit == 0 else ""
     if never:
         return [*lines, f"  {never}"]
@@ -254,6 +260,26 @@ def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
     if fit == 0:
         lines.append("  it waits: what keeps it off each node above can change (room freed, holds released)")
     return lines
+
+
+def _segment_text(operator: Operator, group: PodGroup, home: gang.SegmentHome) -> str:
+    """What holds a replacement member of a segmented gang where its segment runs (the restriction its cycle gets
+    from ``gang.member_context``), so that a node left out for it is not a mystery."""
+    cache = operator.scheduler.cache
+    names = cache.snapshot().names
+    nodes = sorted({names[slot] or f"slot {slot}" for slot in home.anchor if slot < len(names)})
+    shown = ", ".join(nodes[:SHOWN]) + (f" and {len(nodes) - SHOWN} more" if len(nodes) > SHOWN else "")
+    each = f"spec.segments: {group.segment_size} members each"
+    head = f"segment {home.index + 1} of {home.count}"
+    if home.level is None:
+        return f"{head} ({each}): the other members of its segment run on {shown}, which it prefers"
+    level, label = cache.topology.level_label(home.level), cache.topology.levels[home.level]
+    head += f" ({each}, required in one {level}): the other members of its segment run on {shown}"
+    if home.domain < 0:
+        return f"{head}, which have no label {label}: it is held to no {level}, only drawn to those nodes"
+    entry = cache.nodes.get(home.anchor[0])
+    value = entry.info.labels.get(label, "") if entry is not None else ""
+    return f"{head}, so it may use only {level} {value} ({label}={value})"
 
 
 def _amounts(vector: Mapping[str, float]) -> str:

@@ -8,6 +8,8 @@ The algorithm is client-go's leaderelection, written on the shared :class:`Clien
   renewing is an update with the Lease's ``resourceVersion``, so of two replicas racing only one wins (409);
 - a leader whose last successful renewal is ``renew_deadline`` old stops leading, before anyone else may take
   the lease (``renew_deadline < lease_duration``), and a leader that sees another holder stops at once;
+- an attempt is bounded by the renew deadline (a leader's by what is left of it), never by ``retry_period``,
+  which is only the pause between attempts;
 - on a clean shutdown the leader empties ``holderIdentity`` so a standby takes over at its next retry instead
   of waiting out the lease.
 
@@ -143,9 +145,13 @@ class LeaderElector:
         self._on_change(leading)
 
     async def _attempt(self) -> _Attempt:
-        timeout = self.config.retry_period_s
+        # A leader has what is left of its renew deadline; a standby the whole deadline. The retry period says how
+        # often to try, not how long the API server may take: bounded by it, a standby whose API server (or
+        # machine) answered a read and a create more slowly than that gave up every attempt, so it never heard a
+        # refusal nor took a free lease (a test saw it with a 50 ms retry period under load).
+        timeout = self.config.renew_deadline_s
         if self.leading:
-            timeout = max(0.05, self.config.renew_deadline_s - (self._clock() - self._renewed))
+            timeout = max(0.05, timeout - (self._clock() - self._renewed))
         try:
             async with asyncio.timeout(timeout):
                 return await self._try()

@@ -76,6 +76,25 @@ def test_a_gang_that_does_not_fit_holds_nothing() -> None:
     assert "FailedScheduling" in events.reasons("podgroup default/big")
 
 
+def test_a_gang_that_never_fits_says_so_in_its_reason_and_one_that_waits_does_not() -> None:
+    cluster, loop, _, _ = _loop()  # 2 nodes of 8 GPUs
+    loop.group_upsert(PodGroup("default", "big", min_member=3))
+    for i in range(3):
+        loop.pod_pending(_member("big", i, gpus=8))  # 24 GPUs: more than the cluster has in all
+    # 2 x 8 GPUs fit the cluster, not while a pod holds one of its nodes.
+    cluster.cache.upsert_pod(api_pod.parse_pod(objects.pod("busy", gpus=8, node_name="n0")))
+    loop.group_upsert(PodGroup("default", "later", min_member=2))
+    for i in range(2):
+        loop.pod_pending(_member("later", i, gpus=8))
+    loop.run_until_idle()
+    assert cluster.binder.decisions == []
+    big, later = loop.group_status("default/big"), loop.group_status("default/later")
+    assert big is not None and later is not None
+    assert big["conditions"][0]["reason"] == "NeverFits"  # type: ignore[index]
+    assert big["conditions"][0]["message"].startswith("Never fits as the cluster is")  # type: ignore[index]
+    assert later["conditions"][0]["reason"] == "NotAllMembersFit"  # type: ignore[index]
+
+
 def test_the_what_if_rolls_back_when_the_last_member_fails() -> None:
     # Three members of 4 GPUs and 40 CPUs: the GPUs pass the cheap check (room for four groups of 4), but each
     # 64-CPU node takes only one of them, so the third member fits nowhere after two were placed on the snapshot.
@@ -174,9 +193,12 @@ def test_members_beyond_min_member_are_placed_afterwards_near_the_gang() -> None
 
 def test_backoff_then_unschedulable_after_the_timeout_and_still_retried() -> None:
     cluster, loop, clock, _ = _loop(nodes=1)
+    # 2 x 4 GPUs fit the 8-GPU node once the pod holding half of it goes: the gang waits (a gang that never fits
+    # the cluster says NeverFits instead, whatever its timeout).
+    cluster.cache.upsert_pod(api_pod.parse_pod(objects.pod("busy", gpus=4, node_name="n0")))
     loop.group_upsert(PodGroup("default", "g", min_member=2, schedule_timeout_s=30.0))
-    loop.pod_pending(_member("g", 0, gpus=8))
-    loop.pod_pending(_member("g", 1, gpus=8))
+    loop.pod_pending(_member("g", 0, gpus=4))
+    loop.pod_pending(_member("g", 1, gpus=4))
     assert loop.run_until_idle() == 1
     status = loop.group_status("default/g")
     assert status is not None and status["phase"] == "Scheduling"

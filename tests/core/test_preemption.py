@@ -90,7 +90,8 @@ def test_basic_preemption_takes_the_one_low_priority_pod_and_nominates_its_node(
     _run(loop, clock, [_pod("preemptor", 2, 1000)])
     assert [p.name for p in evictions.pods] == ["p0-0"]
     assert evictions.nominated == {"default/preemptor": "n0"}
-    assert events.reasons("pod default/preemptor") == ["FailedScheduling", "Preempting"]
+    # As kube-scheduler: its FailedScheduling comes after its PostFilter made room.
+    assert events.reasons("pod default/preemptor") == ["Preempting", "FailedScheduling"]
     assert "on node n0" in events.messages("pod default/p0-0")[-1]
     gone(cluster, loop, clock, evictions.pods)
     assert _placed(cluster)["preemptor"] == "n0"
@@ -206,6 +207,59 @@ def test_preemption_policy_never_waits_for_room_instead() -> None:
     assert "Preempting" not in events.reasons("pod default/polite")
     gone(cluster, loop, clock, [_pod("low", 1, 0)])
     assert "polite" in _placed(cluster)
+
+
+def test_failed_scheduling_says_why_preemption_did_not_help_as_kube_scheduler_does() -> None:
+    # n0 holds a pod of the preemptor's priority (nothing to evict), n1 a lower one whose eviction frees 1 of the 2
+    # asked, n2 has room behind a taint (no eviction changes that), n3 is smaller than the pod even empty (kube-
+    # scheduler's NodeResourcesFit calls that unresolvable): kube-scheduler's DefaultPreemption counts the nodes by
+    # why after its own sentence, as "preemption: 0/N nodes are available: ...".
+    taint = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    cluster = Cluster(
+        [
+            objects.node("n0", extra={FOO: "2"}),
+            objects.node("n1", extra={FOO: "2"}),
+            objects.node("n2", extra={FOO: "4"}, taints=[taint]),
+            objects.node("n3", extra={FOO: "1"}),
+        ],
+        ("fit",),
+    )
+    clock, events, evictions = Clock(), Events(), Evictions()
+    loop = SchedulingLoop(cluster.scheduler, SchedulingQueue(clock=clock), clock=clock, events=events)
+    loop.evictor = evictions
+    _run(loop, clock, [_pod("equal", 2, 10, node="n0"), _pod("low", 1, 1, node="n1"), _pod("mid", 1, 10, node="n1")])
+    _run(loop, clock, [_pod("big", 2, 10), _pod("big-too", 2, 10)])  # the second: the search found nothing already
+    assert evictions.pods == []
+    said = (
+        "0/4 nodes are available: 3 Insufficient example.com/foo, 1 node(s) had untolerated taint {dedicated: ml}."
+        " preemption: 0/4 nodes are available: 2 Preemption is not helpful for scheduling, 1 Insufficient"
+        " example.com/foo, 1 No preemption victims found for incoming pod."
+    )
+    assert events.messages("pod default/big") == [said]
+    assert events.messages("pod default/big-too") == [said]
+
+
+def test_a_pod_that_preempts_or_may_not_says_so_as_kube_scheduler_does() -> None:
+    _, loop, clock, events, evictions = _loop(("n0", 1))
+    _run(loop, clock, [_pod("low", 1, 0)])
+    _run(loop, clock, [_pod("polite", 1, 100, never=True)])
+    assert events.messages("pod default/polite") == [
+        "0/1 nodes are available: 1 Insufficient example.com/foo. preemption: not eligible due to"
+        " preemptionPolicy=Never."
+    ]
+    _run(loop, clock, [_pod("urgent", 1, 100)])
+    assert [p.name for p in evictions.pods] == ["low"]
+    # Preemption made room: kube-scheduler's message says only why it did not fit now.
+    failed = [m for m in events.messages("pod default/urgent") if m.startswith("0/")]
+    assert failed == ["0/1 nodes are available: 1 Insufficient example.com/foo."]
+    clock.now += 30.0  # past its backoff
+    loop.cluster_event("node updated")
+    loop.run_until_idle()  # tried again while its victim terminates: it waits for it
+    failed = [m for m in events.messages("pod default/urgent") if m.startswith("0/")]
+    assert len(failed) == 2 and failed[-1] == (
+        "0/1 nodes are available: 1 Insufficient example.com/foo. preemption: not eligible due to a terminating"
+        " pod on the nominated node."
+    )
 
 
 def test_victims_of_equal_or_higher_priority_are_never_chosen() -> None:

@@ -442,7 +442,7 @@ def test_within_a_queue_higher_priority_work_preempts_lower_priority_work() -> N
     loop.run_until_idle()
     # One 4-GPU victim is enough; the youngest goes.
     assert [p.name for p in evictions.pods] == ["low3"]
-    assert events.reasons("pod default/urgent") == ["FailedScheduling", "Preempting"]
+    assert events.reasons("pod default/urgent") == ["Preempting", "FailedScheduling"]
     assert "higher-priority work of queue 'batch'" in events.messages("pod default/low3")[-1]
     assert loop.preemptions == {"batch": 1}
 
@@ -463,7 +463,7 @@ def test_a_gang_member_placed_alone_preempts_at_the_priority_it_was_queued_at() 
     loop.pod_pending(_with_priority(_pod("train-1", 4, queue="batch", group="train"), 0))
     loop.run_until_idle()
     assert [p.name for p in evictions.pods] == ["low2"]
-    assert events.reasons("pod default/train-1") == ["FailedScheduling", "Preempting"]
+    assert events.reasons("pod default/train-1") == ["Preempting", "FailedScheduling"]
 
 
 def test_within_queue_never_and_equal_priority_preempt_nothing() -> None:

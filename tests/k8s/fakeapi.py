@@ -99,6 +99,8 @@ class FakeApiServer:
         self.lease_rv = 0
         #: While set, lease requests hang (an API server the leader cannot reach).
         self.leases_unreachable = False
+        #: Seconds each Lease request takes before it is answered (an API server, or a machine, under load).
+        self.lease_delay = 0.0
         #: Namespaces that do not exist: a Lease cannot be created there (404, as the API server answers).
         self.missing_namespaces: set[str] = set()
         #: (namespace, name) -> ResourceClaim, with the API server's optimistic concurrency on PUT (resource.k8s.io).
@@ -311,6 +313,8 @@ class FakeApiServer:
     async def _lease_gate(self) -> None:
         while self.leases_unreachable:
             await asyncio.sleep(0.01)
+        if self.lease_delay:
+            await asyncio.sleep(self.lease_delay)
 
     async def _get_lease(self, request: web.Request) -> web.Response:
         await self._record(request)

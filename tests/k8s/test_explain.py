@@ -169,7 +169,11 @@ async def test_a_pod_larger_than_any_node_is_told_it_never_fits_not_to_wait(oper
     operator.loop.run_until_idle()
     never = "Never fits as the cluster is: it asks 9 GPUs on one node and nodes have at most 8"
     said = operator.conditions.said["default/big"]
-    assert said.startswith("0/6 nodes are available: 6 Insufficient nvidia.com/gpu. " + never), said
+    # kube-scheduler's two sentences (every node smaller than the pod: no eviction helps; its DRA plugin's words
+    # first, the profile has dra), then gpusched's.
+    kube = "0/6 nodes are available: 6 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: 0/6"
+    kube += " nodes are available: 6 Preemption is not helpful for scheduling. "
+    assert said.startswith(kube + never), said
     text = explain.answer(operator, "big")
     assert never in text and "it fits once a node large enough joins, or it asks for less" in text
     assert "must free up" not in text and "it waits" not in text
@@ -237,11 +241,12 @@ async def test_a_plain_pod_requiring_a_level_no_node_is_labelled_with_never_fits
     operator.loop.run_until_idle()
     said = operator.conditions.said["default/ranked"]
     assert said == (
-        "0/1 nodes are available: 1 node(s) outside the job's topology domain. Never fits as the cluster is: of the"
-        " nodes with room for it, 1 node(s) outside the job's topology domain; it fits there once it runs on a node"
-        " labelled network.topology.gpusched.io/rack (level rack; no node has it)."
+        "0/1 nodes are available: 1 node(s) outside the job's topology domain. no new claims to deallocate,"
+        " preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod. Never fits as the"
+        " cluster is: of the nodes with room for it, 1 node(s) outside the job's topology domain; it fits there once"
+        " it runs on a node labelled network.topology.gpusched.io/rack (level rack; no node has it)."
     )
-    assert said.split(". ", 1)[1] in explain.answer(operator, "ranked")
+    assert said[said.index("Never fits") :] in explain.answer(operator, "ranked")
 
 
 #: What a Python repr looks like in text meant for people: ``TopologyConstraint(required=...``, ``{'cpu': ...``,
@@ -406,6 +411,11 @@ async def test_a_member_of_a_segment_made_again_is_explained_inside_its_segment_
     assert operator.cache.pod("default/seg-1b") is None
     text = explain.answer(operator, "seg-1b")
     assert "nodes: 0 of 2 pass every filter" in text, text
+    # Why the other clique's node is out: the member's own segment holds it there.
+    assert (
+        "  segment 1 of 2 (spec.segments: 2 members each, required in one clique): the other members of its segment"
+        f" run on {home}, so it may use only clique X (nvidia.com/gpu.clique=X)" in text.splitlines()
+    ), text
     # The gang's condition says what it waits for: that member's room, not members (before: "3 of 4 members exist").
     job = operator.loop.gang("default/seg")
     assert job is not None

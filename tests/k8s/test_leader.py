@@ -223,6 +223,24 @@ async def test_a_missing_namespace_is_named_until_it_exists(
     assert a.elector.refusal == ""
 
 
+async def test_a_standby_hears_an_api_server_slower_than_its_retry_period(
+    fake: FakeApiServer, client: k8s.Client, replicas: list[Replica]
+) -> None:
+    # Every Lease request answered after 1.5 retry periods, as a loaded API server (or machine) answers: a standby
+    # that gave up each attempt after one retry period never learnt why it was refused, nor took the lease once
+    # it could (the missing-namespace test above failed that way under load).
+    fake.lease_delay = 1.5 * FAST.retry_period_s
+    fake.missing_namespaces.add(KEY[0])
+    a = Replica(client, "a")
+    replicas.append(a)
+    await eventually(lambda: bool(a.elector.refusal))
+    assert a.elector.refusal.startswith(f"namespace {KEY[0]} does not exist")
+    fake.missing_namespaces.clear()
+    await eventually(lambda: a.leading)
+    assert a.elector.refusal == ""
+    assert fake.leases[KEY]["spec"]["holderIdentity"] == "a"
+
+
 async def test_a_conflict_is_not_a_refusal(fake: FakeApiServer, client: k8s.Client, replicas: list[Replica]) -> None:
     a = Replica(client, "a")
     replicas.append(a)

@@ -139,7 +139,10 @@ async def test_bound_pods_of_any_scheduler_count_and_the_pending_pod_is_told_why
     await flushed(operator)
     assert bound(fake) == {}
     message = events(fake, "FailedScheduling")[0]["message"]
-    assert message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    assert message == (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: 0/1 nodes"
+        " are available: 1 No preemption victims found for incoming pod."
+    )
     patches = fake.requests("PATCH", "/pods/mine/status")
     condition = patches[-1].body["status"]["conditions"][0]
     assert (condition["type"], condition["status"], condition["reason"]) == ("PodScheduled", "False", "Unschedulable")

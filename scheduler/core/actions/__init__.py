@@ -38,7 +38,7 @@ from scheduler.cache.state import Snapshot
 from scheduler.core.cycle import Diagnosis, Scheduler
 from scheduler.core.jobs import Attempt
 from scheduler.core.moves import Moves
-from scheduler.core.preemption import Preemptor
+from scheduler.core.preemption import NOT_ELIGIBLE_TERMINATING, Preemptor
 from scheduler.core.tenancy import Tenancy
 from scheduler.framework.interface import Decision, Status
 
@@ -66,10 +66,20 @@ class Outcome:
     decisions: tuple[Decision, ...] = ()
     #: Why no node could take it, node counts per reason (for the queueing hints).
     diagnosis: Diagnosis | None = None
+    #: What kube-scheduler's PostFilter would add to the ``FailedScheduling`` message (``preemption: ...``): why
+    #: preemption made no room for a single pod, or "" (it made room, or it is not kube-scheduler's kind).
+    said: str = ""
 
 
 NOTHING = Outcome(Verdict.NOTHING)
 WAITS = Outcome(Verdict.WAITS)
+#: A single pod whose victims are still terminating waits for them, and says so as kube-scheduler does.
+WAITS_FOR_VICTIMS = Outcome(Verdict.WAITS, said=NOT_ELIGIBLE_TERMINATING)
+
+
+def waits_for_victims(attempt: Attempt) -> Outcome:
+    """What reclaim and preempt answer for a job whose victims are still terminating (``Search.waits``)."""
+    return WAITS_FOR_VICTIMS if attempt.job.group is None else WAITS
 
 
 class Action(Protocol):

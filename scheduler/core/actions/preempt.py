@@ -15,10 +15,14 @@ priority, so the surplus does not come back by preemption.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
+import numpy as np
+
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core import node_preemption, reclaim
-from scheduler.core.actions import NOTHING, WAITS, Outcome
+from scheduler.core.actions import NOTHING, WAITS, Outcome, Verdict, waits_for_victims
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor, Search
 from scheduler.core.tenancy import Tenancy
@@ -31,20 +35,30 @@ class Preempt:
     def __init__(self, preemptor: Preemptor, tenancy: Tenancy) -> None:
         self.preemptor = preemptor
         self.tenancy = tenancy
+        #: The last ``preemption: ...`` said, by :meth:`Preemptor.outcome_key`: the pods of one shape that the
+        #: search memo answers at once are told the same without counting the nodes again.
+        self._said: tuple[tuple[Hashable, int], str] | None = None
 
     def run(self, attempt: Attempt, snapshot: Snapshot) -> Outcome:
         search = self.preemptor.search(attempt)
+        single = attempt.job.group is None
         if search.waits:
-            return WAITS
+            return waits_for_victims(attempt)
         if not search.may:
-            if attempt.job.group is None:
-                self.preemptor.unnominate(attempt.key)  # nothing found for its shape at this generation already
-            return NOTHING
-        if attempt.job.group is None:
+            if not single:
+                return NOTHING
+            self.preemptor.unnominate(attempt.key)
+            said = search.refused
+            if search.known:  # nothing found for its shape at this generation already: the same nodes, said again
+                said = self._no_candidate(attempt, self.preemptor.placements(), snapshot, known=True)
+            return Outcome(Verdict.NOTHING, said=said)
+        if single:
+            placed = search.placements
+            assert placed is not None
             if self._pod(attempt, attempt.members[0], search, snapshot):
                 return WAITS
             self.preemptor.unnominate(attempt.key)
-            return NOTHING
+            return Outcome(Verdict.NOTHING, said=self._no_candidate(attempt, placed, snapshot))
         queue, priority, job = attempt.queue, attempt.priority, attempt.job.key
         lent = attempt.whole_gang
         own = [
@@ -83,27 +97,52 @@ class Preempt:
         self.preemptor.make_room(attempt, victims, reason=reason, event="Preempting", message=message)
         return WAITS
 
+    def _own(self, attempt: Attempt, placed: reclaim.Placements) -> np.ndarray:
+        """Per candidate of ``placed``, whether single pod ``attempt`` may evict it: work of its queue of lower
+        priority (none when the queue's withinQueue policy is never), not evicted already for another pod of its
+        priority or higher (victims evicted for it, or for a pod of lower priority, are still on their node: it
+        may count them)."""
+        p, key, priority = self.preemptor, attempt.key, attempt.priority
+        if self.tenancy.within_queue_policy(attempt.queue) == reclaim.NEVER:
+            return np.zeros(len(placed.candidates), dtype=bool)
+        own = (placed.queue == placed.queues.get(attempt.queue, -1)) & (placed.priority < priority)
+        for leaving, victim in p.terminating.items():
+            if (index := placed.index.get(leaving)) is None:
+                continue
+            evicted_for, evictor_priority = p.evicted_for.get(victim.key, ("", priority))
+            if evicted_for != key and evictor_priority >= priority:
+                own[index] = False
+        return np.asarray(own, dtype=bool)
+
+    def _no_candidate(
+        self, attempt: Attempt, placed: reclaim.Placements, snapshot: Snapshot, *, known: bool = False
+    ) -> str:
+        """kube-scheduler's ``preemption: ...`` for a single pod no node can make room for; ``known``: the search
+        memo answered (a search that ran counts the nodes again: a queue's policy may have changed meanwhile)."""
+        key = self.preemptor.outcome_key(attempt)
+        if known and self._said is not None and self._said[0] == key:
+            return self._said[1]
+        allowed = self._own(attempt, placed)
+        pod = attempt.members[0]
+        said = node_preemption.no_candidate(
+            snapshot,
+            pod,
+            self.preemptor.scheduler.cache.request_vector(pod),
+            priority=attempt.priority,
+            placed=placed,
+            allowed=allowed,
+            reasons=attempt.reasons,
+        )
+        self._said = (key, said)
+        return said
+
     def _pod(self, attempt: Attempt, pod: PodRequest, search: Search, snapshot: Snapshot) -> bool:
         """Within-queue preemption for one pod, on one node, as kube-scheduler's DefaultPreemption does it."""
         p = self.preemptor
         key, queue, priority, obj = attempt.key, attempt.queue, attempt.priority, attempt.obj
-        if self.tenancy.within_queue_policy(queue) == reclaim.NEVER:
-            return False
-
-        # Victims already evicted (for this pod, or for a pod of lower priority) are still on their node: this pod
-        # may count them.
-        def available(c: reclaim.Candidate) -> bool:
-            if c.key not in p.terminating:
-                return True
-            evicted_for, evictor_priority = p.evicted_for.get(c.key, ("", priority))
-            return evicted_for == key or evictor_priority < priority
-
         placed = search.placements
         assert placed is not None
-        own = (placed.queue == placed.queues.get(queue, -1)) & (placed.priority < priority)
-        for leaving, victim in p.terminating.items():
-            if (index := placed.index.get(leaving)) is not None and not available(victim):
-                own[index] = False
+        own = self._own(attempt, placed)
         if not own.any():
             return False
         choice = node_preemption.node_victims(

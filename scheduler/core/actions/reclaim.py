@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from scheduler.cache.state import Snapshot
 from scheduler.core import segment_layout
-from scheduler.core.actions import NOTHING, WAITS, Outcome
+from scheduler.core.actions import NOTHING, WAITS, Outcome, waits_for_victims
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import Tenancy, requests_of
@@ -29,7 +29,7 @@ class Reclaim:
         search = self.preemptor.search(attempt)
         queue, pods = attempt.queue, attempt.members
         if search.waits:
-            return WAITS
+            return waits_for_victims(attempt)
         if not search.may or not self.tenancy.within_guarantee(queue, requests_of(pods)):
             return NOTHING
         borrowers = [c for c in search.candidates if c.queue != queue and self.tenancy.borrowing(c.queue)]
