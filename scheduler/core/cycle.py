@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.api.dra import ClaimAllocation
 from scheduler.api.pod import PodRequest
 from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Cache, Snapshot
@@ -22,10 +23,29 @@ from scheduler.framework import interface
 from scheduler.framework.interface import Code, CycleState, Decision, Status
 from scheduler.kernels import layout
 
-#: The cycle context's key for the single pods nominated by preemption that the pod must count: placements of their
-#: requests on their nodes (``scheduler.core.holds``), added in a what-if while the pod is filtered, as
+#: The cycle context's key for the single pods nominated by preemption that the pod must count: a list of
+#: :class:`NominatedPod` (``scheduler.core.holds``), placed on their nodes in a what-if while the pod is filtered, as
 #: kube-scheduler's addNominatedPods adds them (not while it is scored).
 NOMINATED_PODS = "nominated.pods"
+
+
+@dataclass(frozen=True, slots=True)
+class NominatedPod:
+    """A single pod nominated to node ``slot`` by its preemption, which the cycles of pods of its priority or lower
+    count there (:meth:`Scheduler.add_nominated`)."""
+
+    pod: PodRequest
+    slot: int
+    #: What it asks for, per resource column (``Cache.request_vector``).
+    request: np.ndarray = field(repr=False)
+    #: The pods its preemption evicted (keys): those still on the node are gone when it binds, so its devices are
+    #: chosen as if they were gone already.
+    victims: tuple[str, ...] = ()
+
+    @property
+    def devices(self) -> bool:
+        """Whether it asks for GPUs or ResourceClaims: devices it is given only on a node, chosen there."""
+        return bool(self.pod.gpu.count or self.pod.resource_claims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +213,56 @@ class Scheduler:
         finally:
             snapshot.rollback(token)
 
+    def add_nominated(self, nominated: NominatedPod, snapshot: Snapshot) -> None:
+        """Place ``nominated`` on its node in ``snapshot``'s open what-if, as it will be placed when it binds: its
+        requests, and for a pod with GPUs or ResourceClaims the devices its own cycle would choose there with its
+        victims gone (kube-scheduler's addNominatedPods adds its requests to the node; GPUs and shares are given per
+        device here, so a count on the node would not keep the devices it needs free). A victim still there keeps
+        what it holds in the what-if too: its devices stay taken beside the nominated pod's, and the node's other
+        resources are over-committed until it goes, as kube-scheduler counts them.
+
+        A pod that no longer fits its node even with its victims gone (the node changed, a pod of higher priority
+        nominated there first) still counts: its requests, and the devices with the most room left."""
+        pod, slot = nominated.pod, nominated.slot
+        if not nominated.devices:
+            snapshot.place(Placement(slot, nominated.request, pod=pod))
+            return
+        chosen = self._devices_at_binding(nominated, snapshot)
+        if chosen is None:
+            a = snapshot.arrays
+            free = a.gpu_free[slot, : int(a.gpu_count[slot])]
+            most = np.argsort(-free, kind="stable")[: pod.gpu.count]
+            snapshot.place(snapshot.placement(pod, slot, sorted(int(g) for g in most)))
+            return
+        gpu_ids, claims = chosen
+        snapshot.place(snapshot.placement(pod, slot, gpu_ids))
+        if claims:
+            snapshot.pick_devices(claims)
+
+    def _devices_at_binding(
+        self, nominated: NominatedPod, snapshot: Snapshot
+    ) -> tuple[tuple[int, ...], tuple[ClaimAllocation, ...]] | None:
+        """The GPUs and claim allocations the nominated pod's cycle would choose on its node with its victims gone
+        (None: it would not fit there), found by the filters and reservers on that node alone (:meth:`fits_on`) in
+        a what-if that is undone."""
+        pod, slot = nominated.pod, nominated.slot
+        token = snapshot.checkpoint()
+        try:
+            for key in nominated.victims:
+                entry = self.cache.pod(key)
+                if entry is not None and entry.placement.slot == slot:
+                    snapshot.unplace(entry.placement)
+            filtered = self._filter(pod, snapshot, None, only=slot)
+            if filtered.reasons is None or filtered.reasons[slot] != layout.FIT:
+                return None
+            state = filtered.state
+            state.feasible = np.array([slot], dtype=np.int64)
+            if not all(reserver.reserve(state, slot).ok for reserver in self.framework.reservers):
+                return None
+            return tuple(state.data.get(interface.GPU_IDS, ())), tuple(state.data.get(interface.DEVICE_CLAIMS, ()))
+        finally:
+            snapshot.rollback(token)
+
     def filter(
         self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None = None, *, only: int | None = None
     ) -> Filtered:
@@ -206,7 +276,7 @@ class Scheduler:
         if not nominated:
             return self._filter(pod, snapshot, context, only=only)
         slots = snapshot.arrays.slots
-        counted = [p for p in nominated if p.slot < slots and (p.pod is None or p.pod.key != pod.key)]
+        counted = [p for p in nominated if p.slot < slots and p.pod.key != pod.key]
         if only is not None:
             counted = [p for p in counted if p.slot == only]
             if not counted:
@@ -234,14 +304,14 @@ class Scheduler:
         pod: PodRequest,
         snapshot: Snapshot,
         context: Mapping[str, Any] | None,
-        nominated: list[Placement],
+        nominated: list[NominatedPod],
         only: int | np.ndarray,
     ) -> Filtered:
         """:meth:`_filter` on the ``only`` node slots with ``nominated`` placed on theirs (a what-if, undone)."""
         token = snapshot.checkpoint()
         try:
-            for placement in nominated:
-                snapshot.place(placement)
+            for nominated_pod in nominated:
+                self.add_nominated(nominated_pod, snapshot)
             return self._filter(pod, snapshot, context, only=only)
         finally:
             snapshot.rollback(token)

@@ -6,14 +6,16 @@ unavailable, and counts ``cycle.NOMINATED_PODS`` on their nodes), whatever plugi
 - a *nomination*: the room a job's preemption is freeing (like kube-scheduler's nominated node). Without it the
   capacity goes to whoever comes first and the preemptor preempts again. Kept, with the pods it evicted, until the
   job is placed or gone; once every victim is gone and the job still does not fit, it is dropped. A single pod
-  without GPUs or ResourceClaims nominated by within-queue preemption is counted as kube-scheduler counts it: its
-  requests on its node, in the cycles (and victim searches) of pods of its priority or lower only, so that a pod
-  of equal priority does not take its room but still fits beside it where the node holds both. Every other
-  nomination (a gang's, reclaim's, a pod with GPUs, whose devices are chosen only when it binds) holds the whole
-  nodes its victims free. A gang's or a reclaim's victim search sees these nodes as the job's cycles will once its
-  own victims free room (:meth:`Holds.in_search`): on a node held for a job of its priority or lower only what its
-  own victims free counts (the room already free there is the holder's), and a node held for a job of higher
-  priority not at all.
+  nominated by within-queue preemption is counted as kube-scheduler counts it: placed on its node in the cycles
+  (and victim searches) of pods of its priority or lower only (``cycle.NOMINATED_PODS``), so that a pod of equal
+  priority does not take its room but still fits beside it where the node holds both. Its GPUs and its claims'
+  devices are chosen there as its own cycle would choose them with its victims gone
+  (``Scheduler.add_nominated``): whole GPUs are only to be had whole, so counting its milli on the node would not
+  keep the devices it needs free. The pod as its latest update shows it is counted (:meth:`Holds.pod_updated`).
+  Every other nomination (a gang's, reclaim's) holds the whole nodes its victims free. A gang's or a reclaim's
+  victim search sees these nodes as the job's cycles will once its own victims free room (:meth:`Holds.in_search`):
+  on a node held for a job of its priority or lower only what its own victims free counts (the room already free
+  there is the holder's), and a node held for a job of higher priority not at all.
 - a *reservation* against starvation (off unless ``reserve_after_s`` is set): the best-ranked job of 2+ whole GPUs
   that has waited that long without room holds the nodes with the most free GPUs until their GPUs cover it; other
   jobs backfill only elsewhere. Off by default: without run-time estimates a reservation idles GPUs while its nodes
@@ -28,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from scheduler.api.pod import PodRequest
-from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Cache
+from scheduler.core.cycle import NominatedPod
 from scheduler.core.jobs import Attempt
 from scheduler.core.tenancy import Tenancy
 from scheduler.framework.interface import RESERVED_SLOTS
@@ -98,31 +100,43 @@ class Holds:
             [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) >= priority]
         )
 
-    def nominated_pods(self, key: str, priority: int) -> list[Placement]:
-        """The single pods nominated for jobs other than ``key`` of ``priority`` or higher, each as a placement of its
-        requests on its node, which a pod of ``priority`` counts there (kube-scheduler's addNominatedPods)."""
-        placements: list[Placement] = []
+    def nominated_pods(self, key: str, priority: int) -> list[NominatedPod]:
+        """The single pods nominated for jobs other than ``key`` of ``priority`` or higher, which a pod of
+        ``priority`` counts on their nodes (kube-scheduler's addNominatedPods), the higher priority first (placed in
+        that order, the devices a node holds go to them in that order)."""
+        found: list[tuple[int, NominatedPod]] = []
         for owner, (pod, node, request) in self.pods.items():
-            if owner == key or self.priority.get(owner, 0) < priority:
+            own = self.priority.get(owner, 0)
+            if owner == key or own < priority:
                 continue
             slot = self.cache.slot_of(node)
             if slot is not None:
-                placements.append(Placement(slot, request, pod=pod))
-        return placements
+                found.append((own, NominatedPod(pod, slot, request, tuple(self.evicting.get(owner, ())))))
+        found.sort(key=lambda entry: -entry[0])
+        return [nominated for _, nominated in found]
+
+    def pod_updated(self, pod: PodRequest) -> None:
+        """Pod ``pod`` changed (an update from the watch): if it is nominated and counted by its requests, it is
+        counted as it is now."""
+        held = self.pods.get(pod.key)
+        if held is not None and held[0] != pod:
+            self.pods[pod.key] = (pod, held[1], self._request(pod))
+
+    def _request(self, pod: PodRequest) -> np.ndarray:
+        return self.cache.request_vector(pod)[: self.cache.arrays.cap.shape[1]]
 
     def nominate(
         self, key: str, victims: list[PodRequest], priority: int = 0, *, pod: PodRequest | None = None, node: str = ""
     ) -> None:
         """Job ``key`` (of ``priority``) evicts ``victims``: the room they free is its own until it is placed or
-        gone. ``pod`` on ``node``: a single pod nominated there, counted by its requests if it asks for no GPU and
-        no ResourceClaim (else, and for a job, the nodes its victims free are held whole)."""
+        gone. ``pod`` on ``node``: a single pod nominated there, counted by its requests (and the devices it will
+        take there); without, for a job, the nodes its victims free are held whole."""
         self.priority[key] = priority
         self.evicting[key] = [victim.key for victim in victims]
         self.nominated.pop(key, None)
         self.pods.pop(key, None)
-        if pod is not None and not pod.gpu.total_milli and not pod.resource_claims:
-            request = self.cache.request_vector(pod)[: self.cache.arrays.cap.shape[1]]
-            self.pods[key] = (pod, node, request)
+        if pod is not None:
+            self.pods[key] = (pod, node, self._request(pod))
             return
         freed = np.zeros(self.cache.arrays.slots, dtype=bool)
         for victim in victims:

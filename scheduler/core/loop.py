@@ -146,6 +146,9 @@ class SchedulingLoop:
             return
         if pod.key in job.placed:
             return
+        # A nominated pod is counted on its node as it is now (kube-scheduler's nominator takes the update too).
+        self.holds.pod_updated(pod)
+        self.preemptor.pod_updated(pod)
         self.moves.claim(pod)  # a moved pod's replacement goes to the target held for it
         self._enqueue(job)
         job.refresh_phase(self.clock())  # a gang's count of members that exist

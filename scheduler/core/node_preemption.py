@@ -19,10 +19,9 @@ import numpy as np
 
 from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PodRequest
-from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Snapshot
 from scheduler.core import capacity, reason_texts, reclaim
-from scheduler.core.cycle import Scheduler
+from scheduler.core.cycle import NominatedPod, Scheduler
 from scheduler.kernels import layout
 
 #: kube-scheduler's DefaultPreemption defaults: nodes tried per search once one without budget violations is found
@@ -128,7 +127,7 @@ def node_victims(
     reasons: np.ndarray | None = None,
     offset: int = 0,
     held: np.ndarray | None = None,
-    nominated: Sequence[Placement] = (),
+    nominated: Sequence[NominatedPod] = (),
 ) -> NodeVictims | None:
     """The node and victims that let ``pod`` fit with the least disruption (see the module notes), or None.
 
@@ -140,7 +139,8 @@ def node_victims(
     the ``offset``-th on (modulo their number), as kube-scheduler starts at a random one. ``held``: per node slot,
     whether it is nominated whole for another job of the pod's priority or higher (not tried). ``nominated``: the
     single pods nominated for others of the pod's priority or higher, counted on their nodes as the pod's cycle
-    counts them (kube-scheduler adds them to the node before it looks for victims there)."""
+    counts them (kube-scheduler adds them to the node before it looks for victims there): their requests, and the
+    devices they will take there (``Scheduler.add_nominated``)."""
     cache = scheduler.cache
     a = cache.arrays
     allowed = allowed & (placed.priority < priority) & ~placed.behind
@@ -175,11 +175,11 @@ def node_victims(
     slots = placed.slot[taken]
     rows = placed.rows[taken]
     room = a.cap - a.used
-    by_slot: dict[int, list[Placement]] = {}
-    for placement in nominated:
-        if placement.slot < a.slots:
-            by_slot.setdefault(placement.slot, []).append(placement)
-            room[placement.slot, : placement.request.shape[0]] -= placement.request
+    by_slot: dict[int, list[NominatedPod]] = {}
+    for other in nominated:
+        if other.slot < a.slots:
+            by_slot.setdefault(other.slot, []).append(other)
+            room[other.slot, : other.request.shape[0]] -= other.request
     for column in np.flatnonzero(plain[: rows.shape[1]]).tolist():
         room[:, column] += np.bincount(slots, weights=rows[:, column], minlength=a.slots)[: a.slots]
     enough_room = worth & np.all(room[:, plain] >= request[plain] - 1e-9, axis=1)
@@ -238,8 +238,8 @@ def node_victims(
             local = more_important_first([placed.candidates[i] for i in placed.by_slot[slot] if allowed[i]])
             inner = snapshot.checkpoint()
             try:
-                for placement in by_slot.get(slot, ()):
-                    snapshot.place(placement)
+                for other in by_slot.get(slot, ()):
+                    scheduler.add_nominated(other, snapshot)
                 for victim in local:
                     remove(victim)
                 if not fits(slot):

@@ -120,6 +120,12 @@ class Preemptor:
         self.fruitless.forget(("job", key))
         self.nominations.pop(key, None)
 
+    def pod_updated(self, pod: PodRequest) -> None:
+        """Pod ``pod`` changed: a nomination of it keeps the pod as it is now (its shape, if it searches again)."""
+        nominated = self.nominations.get(pod.key)
+        if nominated is not None:
+            self.nominations[pod.key] = (pod, nominated[1], nominated[2])
+
     def budget_upsert(self, budget: api_pdb.DisruptionBudget) -> None:
         self.budgets[budget.key] = budget
 

@@ -17,9 +17,11 @@ from scheduler.core import gang, node_preemption, reclaim
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import RESERVED_SLOTS
 from scheduler.queue.scheduling import SchedulingQueue
+from tests.api import dra_objects as dra
 from tests.api import objects
 from tests.core.harness import Clock, Cluster, Events, gone
 from tests.core.test_tenancy import Evictions
+from tests.plugins.test_dra import DraCluster, pod_with
 
 FOO = "example.com/foo"
 
@@ -564,3 +566,160 @@ def test_a_pod_of_equal_priority_fits_beside_a_nominated_pod_where_the_node_hold
     gone(cluster, loop, clock, evictions.pods)
     assert _placed(cluster)["first"] == "n0"
     assert "beside" not in _placed(cluster) and len(evictions.pods) == 1
+
+
+# --- nominated pods with GPUs and ResourceClaims, counted by their requests ------------------------------------
+
+
+def _gpu_loop(*nodes: tuple[str, int]) -> tuple[Cluster, SchedulingLoop, Clock, Evictions]:
+    """Nodes named and sized in whole GPUs (the device plugin's ``nvidia.com/gpu``)."""
+    cluster = Cluster([objects.node(name, gpus=gpus) for name, gpus in nodes])
+    clock = Clock()
+    loop = SchedulingLoop(cluster.scheduler, SchedulingQueue(clock=clock), clock=clock, events=Events())
+    evictions = Evictions()
+    loop.evictor = evictions
+    return cluster, loop, clock, evictions
+
+
+def _gpu_pod(
+    name: str, priority: int, *, gpus: int = 0, milli: int | None = None, node: str = ""
+) -> api_pod.PodRequest:
+    raw = objects.pod(name, gpus=gpus, milli=milli, node_selector={"kubernetes.io/hostname": node} if node else None)
+    raw["spec"]["priority"] = priority
+    return api_pod.parse_pod(raw)
+
+
+def test_preemptors_of_equal_priority_with_gpus_do_not_take_each_others_freed_room() -> None:
+    # As with CPU requests above, with whole GPUs: first and second each evict a 1-GPU pod, each on its own node (of
+    # one GPU). first's victim goes first and second is tried before first: first is counted on its node with the
+    # GPU it will take there, so second waits for its own victim instead of taking first's GPU (first would then
+    # evict another pod, and second's freed GPU would go unused).
+    cluster, loop, clock, evictions = _gpu_loop(("n0", 1), ("n1", 1))
+    _run(loop, clock, [_gpu_pod("low-a", 0, gpus=1, node="n0"), _gpu_pod("low-b", 0, gpus=1, node="n1")])
+    _run(loop, clock, [_gpu_pod("first", 10, gpus=1)])
+    _run(loop, clock, [_gpu_pod("second", 10, gpus=1)])
+    assert [p.name for p in evictions.pods] == ["low-b", "low-a"]
+    assert evictions.nominated == {"default/first": "n1", "default/second": "n0"}
+    cluster.cache.remove_pod("default/low-b")
+    loop.pod_gone("default/low-b")
+    _run(loop, clock, [_gpu_pod("second", 10, gpus=1)])  # an update: second is tried first
+    assert "second" not in _placed(cluster)
+    gone(cluster, loop, clock, evictions.pods[1:])
+    assert len(evictions.pods) == 2  # the minimum: no preemptor evicted twice
+    placed = _placed(cluster)
+    assert (placed["first"], placed["second"]) == ("n1", "n0")
+
+
+def test_a_pod_of_equal_priority_fits_beside_a_nominated_pod_with_gpus_where_the_node_holds_both() -> None:
+    # n0's 4 GPUs: big holds 3, keeper 1. first (2 GPUs) evicts big; once big is gone, first's 2 GPUs and keeper's
+    # leave one: a 1-GPU pod of first's priority takes it, a 2-GPU one waits (and evicts nothing).
+    cluster, loop, clock, evictions = _gpu_loop(("n0", 4))
+    _run(loop, clock, [_gpu_pod("big", 0, gpus=3), _gpu_pod("keeper", 100, gpus=1)])
+    _run(loop, clock, [_gpu_pod("first", 10, gpus=2)])
+    assert [p.name for p in evictions.pods] == ["big"] and evictions.nominated == {"default/first": "n0"}
+    cluster.cache.remove_pod("default/big")  # its deletion not yet heard by the loop
+    _run(loop, clock, [_gpu_pod("beside", 10, gpus=2)])
+    assert "beside" not in _placed(cluster) and len(evictions.pods) == 1
+    _run(loop, clock, [_gpu_pod("small", 10, gpus=1)])
+    assert _placed(cluster)["small"] == "n0"
+    gone(cluster, loop, clock, evictions.pods)
+    assert _placed(cluster)["first"] == "n0"
+    assert "beside" not in _placed(cluster) and len(evictions.pods) == 1
+    # Each took GPUs of its own.
+    devices = {d.pod.name: set(d.gpu_ids) for d in cluster.binder.decisions}
+    assert len(devices["first"]) == 2 and not devices["first"] & (devices["small"] | devices["keeper"])
+
+
+def test_a_nominated_shared_gpu_pod_is_counted_with_its_share_as_its_latest_update_says() -> None:
+    # One GPU: keeper 200 milli, low 800. first (300) evicts low, then its share is edited to 600 while low is still
+    # there. Once low is gone, first's 600 and keeper's 200 leave 200: a pod of first's priority asking 300 (which
+    # the old share would have left room for) waits, one asking 200 fits beside first.
+    cluster, loop, clock, evictions = _gpu_loop(("n0", 1))
+    _run(loop, clock, [_gpu_pod("keeper", 100, milli=200), _gpu_pod("low", 0, milli=800)])
+    _run(loop, clock, [_gpu_pod("first", 10, milli=300)])
+    assert [p.name for p in evictions.pods] == ["low"] and evictions.nominated == {"default/first": "n0"}
+    _run(loop, clock, [_gpu_pod("first", 10, milli=600)])  # the update, while its victim is still there
+    assert "first" not in _placed(cluster) and len(evictions.pods) == 1
+    cluster.cache.remove_pod("default/low")  # its deletion not yet heard by the loop
+    _run(loop, clock, [_gpu_pod("middle", 10, milli=300)])
+    assert "middle" not in _placed(cluster) and len(evictions.pods) == 1
+    _run(loop, clock, [_gpu_pod("tiny", 10, milli=200)])
+    assert _placed(cluster)["tiny"] == "n0"
+    gone(cluster, loop, clock, evictions.pods)
+    assert _placed(cluster)["first"] == "n0" and "middle" not in _placed(cluster)
+    assert cluster.free_devices("n0") == [0.0]
+
+
+def test_a_nominated_pod_with_resource_claims_is_counted_with_the_devices_it_will_take() -> None:
+    # The same with DRA: node a's 4 GPUs from its ResourceSlice, big's claim holds 3, keeper's 1. first's claim
+    # asks 2 and evicts big; once big and its claim are gone, a pod of first's priority whose claim asks 1 takes
+    # the GPU left, one asking 2 waits, and first gets two GPUs nobody else has.
+    cluster = DraCluster(("a",), gpus=4)
+    clock = Clock()
+    loop = SchedulingLoop(cluster.scheduler, SchedulingQueue(clock=clock), clock=clock, events=Events())
+    evictions = Evictions()
+    loop.evictor = evictions
+
+    def claimed(name: str, priority: int, gpus: int) -> api_pod.PodRequest:
+        cluster.claim(dra.claim(f"{name}-gpus", dra.request(count=gpus)))
+        raw = pod_with(name, f"{name}-gpus")
+        raw["spec"]["priority"] = priority
+        return cluster.pod(raw)
+
+    _run(loop, clock, [claimed("big", 0, 3), claimed("keeper", 100, 1)])
+    for decision in cluster.binder.decisions:  # the claims' status, as the API server shows it once they are bound
+        name, devices = decision.pod.name, [d.device for c in decision.claims for d in c.devices]
+        allocation = dra.allocation("a", *devices)
+        cluster.claim(
+            dra.claim(f"{name}-gpus", dra.request(count=len(devices)), allocation=allocation, reserved_for=[name])
+        )
+    _run(loop, clock, [claimed("first", 10, 2)])
+    assert [p.name for p in evictions.pods] == ["big"] and evictions.nominated == {"default/first": "a"}
+    cluster.cache.remove_pod("default/big")  # its deletion not yet heard by the loop
+    cluster.store.remove_claim("default/big-gpus")
+    _run(loop, clock, [claimed("beside", 10, 2)])
+    assert "beside" not in _placed(cluster) and len(evictions.pods) == 1
+    _run(loop, clock, [claimed("small", 10, 1)])
+    assert _placed(cluster)["small"] == "a"
+    gone(cluster, loop, clock, evictions.pods)
+    assert _placed(cluster)["first"] == "a" and "beside" not in _placed(cluster)
+    devices = {d.pod.name: {x.device for c in d.claims for x in c.devices} for d in cluster.binder.decisions}
+    assert len(devices["first"]) == 2 and not devices["first"] & (devices["small"] | devices["keeper"])
+
+
+def test_a_gang_of_lower_priority_does_not_count_on_the_gpus_freed_for_a_nominated_pod() -> None:
+    # first (2 GPUs, priority 100) evicts n1's two pods; once they are gone from the cache, n1's GPUs are first's. A
+    # gang of priority 50 (two 1-GPU members) counts first there, in its cycles as in its victim search, so it evicts
+    # n0's pods for itself instead of waiting for room that is not its own.
+    cluster, loop, clock, evictions = _gpu_loop(("n0", 2), ("n1", 2))
+    _run(loop, clock, [_gpu_pod("low-a", 0, gpus=1, node="n0"), _gpu_pod("low-b", 0, gpus=1, node="n0")])
+    _run(loop, clock, [_gpu_pod("low-c", 0, gpus=1, node="n1"), _gpu_pod("low-d", 0, gpus=1, node="n1")])
+    _run(loop, clock, [_gpu_pod("first", 100, gpus=2)])
+    assert sorted(p.name for p in evictions.pods) == ["low-c", "low-d"]
+    assert evictions.nominated == {"default/first": "n1"}
+    for pod in evictions.pods:
+        cluster.cache.remove_pod(pod.key)  # their deletion not yet heard by the loop
+    loop.group_upsert(PodGroup("default", "g", min_member=2, priority=50))
+    for i in range(2):
+        raw = objects.pod(f"g-{i}", gpus=1, labels={"gpusched.io/pod-group": "g"})
+        raw["spec"]["priority"] = 50
+        loop.pod_pending(api_pod.parse_pod(raw))
+    loop.run_until_idle()
+    assert not {"g-0", "g-1"} & set(_placed(cluster))
+    assert sorted(p.name for p in evictions.pods[2:]) == ["low-a", "low-b"]
+    gone(cluster, loop, clock, evictions.pods)
+    placed = _placed(cluster)
+    assert (placed["first"], placed["g-0"], placed["g-1"]) == ("n1", "n0", "n0")
+
+
+def test_a_nominated_pod_that_no_longer_fits_its_node_is_still_counted_there() -> None:
+    # first is nominated to n0 for 2 GPUs, but keeper (of higher priority) holds one of them now: with its victims
+    # gone first would not fit, yet it is counted there, on the GPUs with the most room, so a pod of lower priority
+    # does not take n0's free GPU; one of higher priority than first's does not count it and takes the GPU.
+    cluster, loop, clock, _ = _gpu_loop(("n0", 2))
+    _run(loop, clock, [_gpu_pod("keeper", 1000, gpus=1)])
+    loop.holds.nominate("default/first", [], 100, pod=_gpu_pod("first", 100, gpus=2), node="n0")
+    _run(loop, clock, [_gpu_pod("low", 0, gpus=1)])
+    assert "low" not in _placed(cluster)
+    _run(loop, clock, [_gpu_pod("high", 500, gpus=1)])
+    assert _placed(cluster)["high"] == "n0"

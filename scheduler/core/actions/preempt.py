@@ -23,6 +23,7 @@ from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core import node_preemption, reclaim
 from scheduler.core.actions import NOTHING, WAITS, Outcome, Verdict, waits_for_victims
+from scheduler.core.cycle import NOMINATED_PODS
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor, Search
 from scheduler.core.tenancy import Tenancy
@@ -73,8 +74,12 @@ class Preempt:
         policy = self.tenancy.within_queue_policy(queue)
         # ``own`` holds only what it may take: a bound one above its priority lets its lent surplus through.
         # A segmented gang is fitted segment by segment. Of the attempt's context only the nodes held for other
-        # jobs count, as its cycles will see them once it holds room of its own (see docs/gangs.md on held nodes).
+        # jobs count, as its cycles will see them once it holds room of its own (see docs/gangs.md on held nodes),
+        # and the single pods nominated for others of its priority or higher, counted on their nodes.
         kept, held = self.preemptor.holds.in_search(attempt.key, priority)
+        context: dict[str, object] = {} if kept is None else {RESERVED_SLOTS: kept}
+        if nominated := attempt.context.get(NOMINATED_PODS):
+            context[NOMINATED_PODS] = nominated
         victims = self.preemptor.victims(
             attempt.members,
             priority + 1,
@@ -82,7 +87,7 @@ class Preempt:
             own,
             attempt.level,
             snapshot=snapshot,
-            context=None if kept is None else {RESERVED_SLOTS: kept},
+            context=context or None,
             held=held,
             group=attempt.job.group if attempt.whole_gang else None,
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from scheduler.cache.state import Snapshot
 from scheduler.core import segment_layout
 from scheduler.core.actions import NOTHING, WAITS, Outcome, waits_for_victims
+from scheduler.core.cycle import NOMINATED_PODS
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import Tenancy, requests_of
@@ -43,9 +44,12 @@ class Reclaim:
         # The victims' what-ifs place a segmented gang segment by segment, inside the domain its running members
         # hold (those keys of the attempt's context), and see the nodes held for other jobs as its cycles will once
         # its victims free room for it: those it may share offer only what its own victims free there, the others
-        # are left out (see docs/gangs.md on reclaim latency).
+        # are left out (see docs/gangs.md on reclaim latency); the single pods nominated for others of its priority
+        # or higher are counted on their nodes, as its cycles count them.
         group = attempt.job.group if attempt.whole_gang else None
-        context = {k: v for k, v in attempt.context.items() if k in (TOPOLOGY_SLOTS, segment_layout.LAYOUT)}
+        context = {
+            k: v for k, v in attempt.context.items() if k in (TOPOLOGY_SLOTS, segment_layout.LAYOUT, NOMINATED_PODS)
+        }
         kept, held = self.preemptor.holds.in_search(attempt.key, attempt.priority)
         if kept is not None:
             context[RESERVED_SLOTS] = kept
