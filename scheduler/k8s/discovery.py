@@ -3,11 +3,13 @@ instead of its watches failing forever.
 
 Before this, the ``resource.k8s.io/v1`` informers always started: on a cluster without that API (Kubernetes before
 1.34, or one that turned it off) each listing got 404 and was tried again every second, for as long as the process
-ran, and a pod with ResourceClaims was retried as "not listed yet" with no word of why. Now :func:`detect` asks the
-API's discovery (``GET /apis/<group>/<version>``, which every authenticated client may read) once per API of
-:data:`OPTIONAL`; for one the cluster does not serve, the caller does not start its watches and switches its feature
-off (``scheduler.k8s.run``), :func:`detect` writes one log line naming what is off and why, and the gauge
-``gpusched_api_available{group_version}`` says 0 (1 where served).
+ran, and a pod with ResourceClaims was retried as "not listed yet" with no word of why. Now the task that would run
+an API's watches (:func:`watch_if_served`) first asks the API's discovery (``GET /apis/<group>/<version>``, which
+every authenticated client may read), once: where the cluster does not serve it, the watches are not started, the
+feature is switched off (:data:`DRA`: a pod with ResourceClaims waits, told why, instead of being placed without its
+devices), one log line names what is off and why, and the gauge ``gpusched_api_available{group_version}`` says 0 (1
+where served). The other watches start meanwhile: an API server that does not answer holds up only this look, and
+readiness never waited for an optional kind.
 
 Invariants:
 
