@@ -76,6 +76,9 @@ class DeviceStore:
         #: Whether the kinds have been listed (the operator's watches); until then a pod with claims waits. True where
         #: nothing watches (the simulator, tests).
         self.listed = True
+        #: Why the cluster's devices cannot be known at all ("" when they can): the cluster does not serve the DRA API,
+        #: so nothing watches them and a pod with claims waits with this reason instead of being placed without them.
+        self.unavailable = ""
         #: Grows at every change (what the plugin memoises on).
         self.version = 0
         #: Grows at every change of a class or a slice (what devices exist and what they match), not of a claim.

@@ -6,8 +6,10 @@ Watches: DeviceClasses, ResourceSlices and ResourceClaims (``resource.k8s.io/v1`
 :class:`scheduler.k8s.informer.Informer` (:func:`informers`); :class:`DeviceWatches` parses what they deliver into
 the cache's :class:`scheduler.cache.device_store.DeviceStore` and tells the operator, which wakes the pods waiting for a
 device, gives nodes their DRA GPUs and re-reads the GPU count of the pending pods whose claims changed. Until the
-three kinds are listed, a pod with claims is retried after a backoff. An object that cannot be read (a broken CEL
-expression, a bad quantity) is reported (an Event naming the field) and left out.
+three kinds are listed, a pod with claims is retried after a backoff. On a cluster that does not serve the API
+(before Kubernetes 1.34) nothing is watched (:func:`switch_off`, ``scheduler.k8s.discovery``) and such a pod waits,
+told why. An object that cannot be read (a broken CEL expression, a bad quantity) is reported (an Event naming the
+field) and left out.
 
 PreBind (:class:`ClaimWriter`), for a decision with claims, before the pod's binding is posted, per claim:
 
@@ -114,6 +116,12 @@ class DeviceWatches(informer.StoreWatches[DeviceStore]):
 
     def claim_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         self.feed(self._claims, body, deleted)
+
+
+def switch_off(watches: DeviceWatches, *, why: str) -> None:
+    """The cluster does not serve the API (``scheduler.k8s.discovery``): nothing watches the kinds, and a pod with
+    claims waits, told ``why``, instead of being placed without its devices."""
+    watches.store.unavailable = why
 
 
 def informers(client: Client, watches: DeviceWatches) -> dict[str, Informer]:

@@ -282,6 +282,13 @@ class Metrics:
         r.register(self._state)
         self.is_leader = Gauge("gpusched_is_leader", "1 on the replica that schedules, else 0.", registry=r)
         self.ready = Gauge("gpusched_ready", "1 once the first full listing is in the cache.", registry=r)
+        self.api_available = Gauge(
+            "gpusched_api_available",
+            "1 when the cluster serves this optional API, 0 when it does not and its feature is off (looked up once at "
+            "start; scheduler.k8s.discovery).",
+            ["group_version"],
+            registry=r,
+        )
         self.invalid_objects = Counter(
             "gpusched_invalid_objects", "Objects that could not be parsed, by kind.", ["kind"], registry=r
         )

@@ -34,7 +34,7 @@ import structlog
 from scheduler.api import pod as api_pod
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import dashboard_options, device_claims, handlers, health, logs, volume_binding
+from scheduler.k8s import dashboard_options, device_claims, discovery, handlers, health, logs, volume_binding
 from scheduler.k8s.informer import Informer
 from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaseThread
 from scheduler.k8s.operator import Operator, warm_kernels
@@ -336,10 +336,21 @@ async def _supervise(
     }
     # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (scheduler.k8s.volume_binding).
     informers.update(volume_binding.informers(client, operator.feed.volumes))
-    # DeviceClasses, ResourceSlices and ResourceClaims (scheduler.k8s.device_claims).
-    informers.update(device_claims.informers(client, operator.feed.devices))
     for kind, informer in informers.items():
         tasks[kind] = asyncio.create_task(informer.run(), name=f"gpusched {kind}")
+    # DeviceClasses, ResourceSlices and ResourceClaims (scheduler.k8s.device_claims), where the cluster serves them
+    # (asked once, scheduler.k8s.discovery); else the DRA feature is off.
+    devices = operator.feed.devices
+    tasks["devices"] = asyncio.create_task(
+        discovery.watch_if_served(
+            client,
+            discovery.DRA,
+            lambda: device_claims.informers(client, devices),
+            off=lambda why: device_claims.switch_off(devices, why=why),
+            metrics=operator.metrics,
+        ),
+        name="gpusched devices",
+    )
     lease: LeaseThread | None = None
     if _observing(args):
         pass  # gpusched dashboard: a local copy that never leads, and so never decides or writes
@@ -385,7 +396,7 @@ async def _supervise(
     if lease is not None:  # first, and given the time to hand the lease over
         await lease.stop(RELEASE_TIMEOUT_S + CANCEL_GRACE_S)
         await _end(tasks["lease"], grace=CANCEL_GRACE_S)
-    await asyncio.gather(*(_end(tasks[name]) for name in ("scheduling", *informers)))
+    await asyncio.gather(*(_end(tasks[name]) for name in ("scheduling", "devices", *informers)))
     kopf_stop.set()
     await _end(tasks["watches"], grace=WATCHES_STOP_S, cancel_first=False)
     await _end(stopper)

@@ -114,6 +114,9 @@ class DynamicResources:
         }
         if not pod.resource_claims and not extended:
             return Status.success()
+        if store.unavailable:
+            # The API is looked up once, at the scheduler's start: no cluster event can help, only its restart.
+            return self._refuse(snap, Code.UNRESOLVABLE, store.unavailable)
         if not store.listed:
             return Status(Code.ERROR, "DeviceClasses, ResourceSlices and ResourceClaims are not listed yet", self.name)
         picked = {c.claim: c for c in snap.device_picks if c.allocation is not None}

@@ -527,6 +527,13 @@ class LocalCluster:
         creating a pod in a namespace fails until the controller manager has
         created that namespace's ``default`` ServiceAccount, a pointless race
         for scheduler tests.
+    disabled_apis:
+        Group versions the API server does not serve (``resource.k8s.io/v1``: a cluster as it was before Kubernetes
+        1.34), through ``--runtime-config=<group version>=false``. Without ``resource.k8s.io/v1`` a 1.36 API server
+        is never ready with the Node authorizer (it watches ResourceSlices while DRA's feature gate is on, locked on
+        since 1.35): pass ``node_authorizer=False`` too.
+    node_authorizer:
+        Authorize with ``Node,RBAC`` (default), else RBAC only (kwok's nodes use the admin credentials anyway).
     extra_apiserver_args, extra_controller_manager_args, extra_kwok_args,
     extra_scheduler_args:
         Appended to the command lines.
@@ -541,6 +548,8 @@ class LocalCluster:
         with_controller_manager: bool = True,
         with_kwok: bool = True,
         service_account_admission: bool = False,
+        disabled_apis: Iterable[str] = (),
+        node_authorizer: bool = True,
         extra_apiserver_args: Iterable[str] = (),
         extra_controller_manager_args: Iterable[str] = (),
         extra_kwok_args: Iterable[str] = (),
@@ -559,6 +568,8 @@ class LocalCluster:
         self.with_controller_manager = with_controller_manager
         self.with_kwok = with_kwok
         self.service_account_admission = service_account_admission
+        self.disabled_apis = list(disabled_apis)
+        self.node_authorizer = node_authorizer
         self.extra_apiserver_args = list(extra_apiserver_args)
         self.extra_controller_manager_args = list(extra_controller_manager_args)
         self.extra_kwok_args = list(extra_kwok_args)
@@ -1054,6 +1065,9 @@ class LocalCluster:
         )
 
         admission = ["--disable-admission-plugins=ServiceAccount"] if not self.service_account_admission else []
+        runtime_config = (
+            ["--runtime-config=" + ",".join(f"{gv}=false" for gv in self.disabled_apis)] if self.disabled_apis else []
+        )
         add(
             "kube-apiserver",
             [
@@ -1072,11 +1086,12 @@ class LocalCluster:
                 # no kubelets/pod network: don't publish 127.0.0.1 as the
                 # "kubernetes" service endpoint (loopback is invalid there)
                 "--endpoint-reconciler-type=none",
-                "--authorization-mode=Node,RBAC",
+                "--authorization-mode=Node,RBAC" if self.node_authorizer else "--authorization-mode=RBAC",
                 "--allow-privileged=true",
                 "--profiling=false",
                 f"--cert-dir={w / 'apiserver-certs'}",
                 *admission,
+                *runtime_config,
                 *self.extra_apiserver_args,
             ],
         )

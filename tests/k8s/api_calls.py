@@ -197,6 +197,16 @@ CALLS: tuple[Call, ...] = (
         "whether the CRDs are served before kopf starts",
         rights=DISCOVERY,
     ),
+    Call(
+        "discovery",
+        "CustomObjectsApi",
+        "get_api_resources",
+        "",
+        "",
+        (),
+        "whether the cluster serves resource.k8s.io/v1, once at start (DRA off where it does not)",
+        rights=DISCOVERY,
+    ),
     # --- binding (scheduler.k8s.binder) ----------------------------------------------------------------------------
     Call("binder", "CoreV1Api", "create_namespaced_pod_binding", "", "pods/binding", ("create",), "binds a pod"),
     Call(

@@ -5,7 +5,9 @@ It records every request (method, path, JSON body, content type), answers bindin
 binder's read-back, keeps Events it was sent (so a PATCH of a count is visible), counts bindings in flight,
 deletes pods (preemption), takes patches of claims (volume binding), and keeps coordination.k8s.io Leases
 with the API server's optimistic concurrency (an update must carry the current ``resourceVersion``, else 409),
-for leader election.
+for leader election. Its discovery (``GET /apis/<group>/<version>``) serves the group versions of :data:`DISCOVERY`
+unless a test names one in ``unserved``: then that group version answers 404 everywhere, as on a cluster that does
+not serve it.
 """
 
 from __future__ import annotations
@@ -68,6 +70,14 @@ def status(code: int, reason: str = "", message: str = "") -> dict[str, Any]:
 
 BOUND = Canned(201, status(201))
 
+#: The group versions the fake's discovery serves, with their resources (the kinds gpusched reads of each).
+DISCOVERY: dict[str, tuple[str, ...]] = {
+    "resource.k8s.io/v1": ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates"),
+    "policy/v1": ("poddisruptionbudgets",),
+    "storage.k8s.io/v1": ("storageclasses", "csinodes"),
+    "coordination.k8s.io/v1": ("leases",),
+}
+
 
 class FakeApiServer:
     def __init__(self) -> None:
@@ -120,6 +130,10 @@ class FakeApiServer:
         self.rights: set[tuple[str, str, str, str]] = set()
         #: Pod name -> the base URL its pod proxy forwards to (``pods/NAME:PORT/proxy/...``).
         self.pod_proxies: dict[str, str] = {}
+        #: Group versions (``resource.k8s.io/v1``) answered 404, discovery and lists alike.
+        self.unserved: set[str] = set()
+        #: The paths of the discovery and custom list or watch requests, in order.
+        self.reads: list[str] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self._release = asyncio.Event()
@@ -131,6 +145,7 @@ class FakeApiServer:
         app.router.add_get("/api/v1/nodes", self._list_nodes)
         app.router.add_get("/api/v1/pods", self._list_pods)
         app.router.add_get("/api/v1/namespaces/{ns}/pods", self._list_namespaced_pods)
+        app.router.add_get("/apis/{group}/{version}", self._discovery)
         app.router.add_get("/apis/{group}/{version}/{plural}", self._list_custom)
         app.router.add_get("/apis/{group}/{version}/namespaces/{ns}/{plural}/{name}", self._get_custom)
         leases = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
@@ -282,7 +297,31 @@ class FakeApiServer:
             if kind == "ERROR":
                 return response
 
+    def _unserved(self, request: web.Request) -> web.Response | None:
+        """404 for a group version of :attr:`unserved`, as the API server answers (None when it is served)."""
+        group_version = f"{request.match_info['group']}/{request.match_info['version']}"
+        if group_version not in self.unserved:
+            return None
+        return web.json_response(
+            status(404, "NotFound", "the server could not find the requested resource"), status=404
+        )
+
+    async def _discovery(self, request: web.Request) -> web.Response:
+        self.reads.append(request.path)
+        group_version = f"{request.match_info['group']}/{request.match_info['version']}"
+        missing = self._unserved(request)
+        if missing is not None or group_version not in DISCOVERY:
+            return missing or web.json_response(status(404, "NotFound", "not found"), status=404)
+        resources = [
+            {"name": name, "kind": name, "verbs": ["get", "list", "watch"]} for name in DISCOVERY[group_version]
+        ]
+        return web.json_response({"kind": "APIResourceList", "groupVersion": group_version, "resources": resources})
+
     async def _list_custom(self, request: web.Request) -> web.Response:
+        self.reads.append(request.path)
+        missing = self._unserved(request)
+        if missing is not None:
+            return missing
         return web.json_response({"items": self.custom.get(request.match_info["plural"], []), "metadata": {}})
 
     async def _get_custom(self, request: web.Request) -> web.Response:
