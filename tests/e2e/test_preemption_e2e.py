@@ -8,6 +8,8 @@ of equal priority each get the node their own victim frees. See docs/pods.md.
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import kube as kube_mod
@@ -35,6 +37,22 @@ def _release(sched: Scenario, name: str) -> None:
             {"metadata": {"finalizers": None}},
             content_type="application/merge-patch+json",
         )
+
+
+@contextlib.contextmanager
+def _priority_classes(sched: Scenario) -> Iterator[tuple[str, str]]:
+    """A low (10) and a high (1000) PriorityClass of the scenario, deleted when the block ends."""
+    low, high = f"{sched.name}-low", f"{sched.name}-high"
+    for name, value in ((low, 10), (high, 1000)):
+        sched.kube.request(
+            "POST", PRIORITY_CLASSES, {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": name}, "value": value}
+        )
+    try:
+        yield low, high
+    finally:
+        for name in (low, high):
+            with contextlib.suppress(APIError):
+                sched.kube.request("DELETE", f"{PRIORITY_CLASSES}/{name}")
 
 
 def test_a_budget_protects_its_pod_when_another_nodes_victim_makes_room(sched: Scenario) -> None:
@@ -113,9 +131,11 @@ VAP_BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicyb
 PROTECTED = "e2e.gpusched.io/protected"
 
 
-def _deny_deletes(sched: Scenario, name: str) -> None:
+@contextlib.contextmanager
+def _denied_deletes(sched: Scenario, name: str) -> Iterator[None]:
     """A ValidatingAdmissionPolicy that refuses the DELETE of the scenario's pods labelled ``PROTECTED``: a victim
-    whose deletion the API server refuses, as a policy engine (Kyverno, Gatekeeper) or a webhook may refuse it."""
+    whose deletion the API server refuses, as a policy engine (Kyverno, Gatekeeper) or a webhook may refuse it.
+    Deleted when the block ends."""
     sched.kube.request(
         "POST",
         VAP,
@@ -157,17 +177,17 @@ def _deny_deletes(sched: Scenario, name: str) -> None:
             },
         },
     )
+    try:
+        yield
+    finally:
+        for path in (f"{VAP_BINDINGS}/{name}", f"{VAP}/{name}"):
+            with contextlib.suppress(APIError):
+                sched.kube.request("DELETE", path)
 
 
 def test_a_victim_whose_deletion_is_refused_frees_its_preemptor_and_says_why(sched: Scenario) -> None:
-    low, high = f"{sched.name}-low", f"{sched.name}-high"
     policy = f"{sched.name}-deny"
-    for name, value in ((low, 10), (high, 1000)):
-        sched.kube.request(
-            "POST", PRIORITY_CLASSES, {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": name}, "value": value}
-        )
-    try:
-        _deny_deletes(sched, policy)
+    with _priority_classes(sched) as (low, high), _denied_deletes(sched, policy):
         sched.add_nodes([kube_mod.gpu_node("vap-0", gpus=0, cpu="2")])
         sched.start_gpusched()
         sched.create_pod(kube_mod.pod("victim", cpu="2", labels={PROTECTED: "yes"}, priority_class=low))
@@ -179,10 +199,13 @@ def test_a_victim_whose_deletion_is_refused_frees_its_preemptor_and_says_why(sch
 
         def refused() -> bool:
             try:
-                sched.kube.request("DELETE", kube_mod.Kube.pods_path(sched.namespace, "probe"))
+                sched.kube.request("DELETE", kube_mod.Kube.pods_path(sched.namespace, probe["metadata"]["name"]))
             except APIError as exc:
                 return exc.status in (403, 422)
-            raise AssertionError("the policy let the probe pod be deleted")
+            # Deleted: the API server had not loaded the policy yet. Its grace period keeps the name: a new probe.
+            probe["metadata"]["name"] = f"probe-{time.monotonic_ns()}"
+            sched.create_pod(probe)
+            return False
 
         kube_mod.wait_until(refused, timeout=30, what="the admission policy enforced")
 
@@ -197,24 +220,12 @@ def test_a_victim_whose_deletion_is_refused_frees_its_preemptor_and_says_why(sch
         (urgent,) = sched.wait_bound(["urgent"], timeout=60)
         assert node_of(urgent) == "vap-1"
         assert node_of(sched.pod("victim")) == "vap-0"
-    finally:
-        for path in (f"{VAP_BINDINGS}/{policy}", f"{VAP}/{policy}"):
-            with contextlib.suppress(APIError):
-                sched.kube.request("DELETE", path)
-        for name in (low, high):
-            with contextlib.suppress(APIError):
-                sched.kube.request("DELETE", f"{PRIORITY_CLASSES}/{name}")
 
 
 def test_two_preemptors_of_equal_priority_on_two_full_nodes_each_get_their_own_node(sched: Scenario) -> None:
     # Each preemptor's victims free one node; neither may take the room freed for the other (a nominated pod counts
     # against pods of its priority), so exactly two pods are preempted and each preemptor binds where its victim was.
-    low, high = f"{sched.name}-low", f"{sched.name}-high"
-    for name, value in ((low, 10), (high, 1000)):
-        sched.kube.request(
-            "POST", PRIORITY_CLASSES, {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": name}, "value": value}
-        )
-    try:
+    with _priority_classes(sched) as (low, high):
         sched.add_nodes([kube_mod.gpu_node(f"eq-{i}", gpus=8) for i in range(2)])
         sched.start_gpusched()
         for i in range(2):
@@ -228,7 +239,3 @@ def test_two_preemptors_of_equal_priority_on_two_full_nodes_each_get_their_own_n
         assert sorted(node_of(p) for p in highs) == ["eq-0", "eq-1"]
         preempted = [e for e in sched.kube.events(sched.namespace) if e.get("reason") == "Preempted"]
         assert sorted(e["involvedObject"]["name"] for e in preempted) == ["low-0", "low-1"], preempted
-    finally:
-        for name in (low, high):
-            with contextlib.suppress(APIError):
-                sched.kube.request("DELETE", f"{PRIORITY_CLASSES}/{name}")
