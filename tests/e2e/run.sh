@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the e2e suite (tests/e2e) if it can run here, and say plainly why when it cannot.
 #
-#   tests/e2e/run.sh [PYTEST ARGS...]        (make test and make e2e call it)
+#   tests/e2e/run.sh [PYTEST ARGS...]        (make test and make e2e call it; arguments that name files under
+#                                             tests/ run those alone)
 #
 # Where the cluster comes from, in this order:
 #   GPUSCHED_E2E_KUBECONFIG   an existing cluster (kind, k3d) with kwok in it, see docs/e2e.md
@@ -49,4 +50,11 @@ elif [ -z "${GPUSCHED_E2E_BIN:-}" ]; then
     exit 0
   fi
 fi
+# The suite, unless the arguments name test files or folders themselves (`run.sh tests/e2e/test_rbac_e2e.py`):
+# pytest would run both, the named file and the whole suite.
+for arg in "$@"; do
+  case "$arg" in
+    tests/*|./tests/*) exec "$PY" -m pytest -q "$@" ;;
+  esac
+done
 exec "$PY" -m pytest -q tests/e2e "$@"
