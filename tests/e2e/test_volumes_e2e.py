@@ -197,7 +197,12 @@ def test_an_unbound_immediate_claim_leaves_the_pod_pending_with_kubes_message(sc
     sched.start_gpusched()
     sched.create_pod(with_claim(kube_mod.pod("waits"), "later"))
     event = sched.wait_event("waits", "FailedScheduling")
-    assert event["message"].endswith("nodes are available: pod has unbound immediate PersistentVolumeClaims."), event
+    # kube-scheduler's FitError: VolumeBinding's PreFilter message, then what its PostFilter plugins said (DRA's, and
+    # preemption's, which no eviction helps), as tests/e2e/test_messages_side_by_side_e2e.py compares them.
+    assert event["message"] == (
+        "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. no new claims to deallocate, "
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    ), event
     sched.stays_unbound(["waits"], seconds=2)
 
 
