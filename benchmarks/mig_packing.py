@@ -176,7 +176,7 @@ def replay(
 ) -> Outcome:
     cluster = Cluster(nodes, policy)
     counted = [a for a in arrivals if a.counted]
-    window, end = counted[0].at, counted[-1].at + grace
+    window, end = counted[0].at, counted[-1].at + (grace if deadline is None else deadline + 0.5)
     events: list[tuple[float, int, int]] = [(a.at, 1, i) for i, a in enumerate(arrivals)]  # (time, kind, claim)
     heapq.heapify(events)
     pending: list[int] = []
@@ -207,7 +207,11 @@ def replay(
                 continue
             held[j], bound[j] = where, now
             in_use += mig_stream.compute_slices(arrivals[j].profile)
-            heapq.heappush(events, (now + arrivals[j].life, 0, j))
+            leave_after = arrivals[j].leave_after
+            if leave_after is None:
+                heapq.heappush(events, (now + arrivals[j].life, 0, j))
+            elif j + leave_after < len(arrivals):  # leaves as that later arrival comes
+                heapq.heappush(events, (max(now, arrivals[j + leave_after].at), 0, j))
         pending = still
     busy += in_use * (end - max(last, window))
     capacity = nodes * mig_stream.GPUS_PER_NODE * mig_stream.COMPUTE_PER_GPU
@@ -228,9 +232,6 @@ def main(argv: list[str] | None = None) -> int:
         "--smallest-first",
         action="store_true",
         help="try the pending claims smallest profile first (the most claims, the big ones last) instead of oldest",
-    )
-    parser.add_argument(
-        "--deadline", type=float, default=None, help="a claim not bound this long after it came is withdrawn"
     )
     args = parser.parse_args(argv)
     seeds = [int(x) for x in args.seeds.split(",")]

@@ -32,6 +32,13 @@ the cluster's capacity", "claims placed over the stream"):
   average over seeds: over a run, seeds 42-44 offered 0.66 to 0.90 of the cluster at a nominal 1.0, 0.86 to 1.16
   at 1.4.)
 
+*Issue 46's churn stream* (``--leave-after LOW,HIGH``, with ``--mix``, ``--rate`` and ``--deadline``): the
+``--claims`` arrivals all counted, no warm-up, profiles drawn by the weights of ``--mix`` (default 1g 40%, 2g 25%,
+3g 15%, 4g 12%, 7g 8%), exponential gaps at ``--rate`` arrivals a second, each pod deleted once a seeded number of
+later arrivals (LOW to HIGH) have come; a pod not bound ``--deadline`` seconds after its creation is deleted
+unplaced. ``--loads`` and ``--life`` do not shape it (``offered`` is not computed for it), and a claim is placed if
+bound before its deadline. ``benchmarks/mig_packing.py`` replays it too, with the same options.
+
 Reported per case: the load offered in the counted window, claims placed of those asked, the placed share of the
 4g and 7g claims, the compute slices in use on average over the counted window (of the cluster's), counted pods
 placed per second of it, the counter sets over-consumed in any allocation the API server holds (read every second:
@@ -94,6 +101,8 @@ class Arrival:
     life: float
     #: Counted in the results (arrivals of the warm-up and the cool-down keep the load, and are not counted).
     counted: bool = True
+    #: The churn stream's: the pod leaves when this many later arrivals have come (``life`` is then unused).
+    leave_after: int | None = None
 
 
 @dataclass(slots=True)
@@ -112,6 +121,8 @@ class Result:
     compute_in_use: float = math.nan
     stream_s: float = math.nan
     over_consumed: int = 0
+    #: Compute slices held by bound pods at the stream's end.
+    compute_at_end: int = 0
     #: The most an arrival was created after its time (seconds): the benchmark's own lag on a loaded machine.
     driver_lag: float = math.nan
     problems: list[str] = field(default_factory=list)
@@ -156,6 +167,23 @@ def stream(
     for i, (profile, lifetime, gap) in enumerate(zip(chosen, lives, gaps, strict=True)):
         out.append(Arrival(f"mig-{i:04d}", profile, at, lifetime, counted=before <= i < before + claims))
         at += gap * scale
+    return out
+
+
+def churn_stream(
+    *, claims: int, mix: dict[str, float], leave_after: tuple[int, int], rate: float, seed: int
+) -> list[Arrival]:
+    """Issue 46's stream: ``claims`` arrivals, all counted, profiles drawn from ``mix`` (weights), exponential gaps
+    at ``rate`` arrivals per second, each pod leaving when a seeded number of later arrivals (between the two of
+    ``leave_after``) have come."""
+    rng = random.Random(seed)
+    profiles, weights = list(mix), list(mix.values())
+    out = []
+    at = 0.0
+    for i in range(claims):
+        profile = rng.choices(profiles, weights)[0]
+        out.append(Arrival(f"mig-{i:04d}", profile, at, 0.0, leave_after=rng.randint(*leave_after)))
+        at += rng.expovariate(rate)
     return out
 
 
@@ -216,7 +244,15 @@ async def over_consumed(api: Api, slices: list[dict[str, Any]]) -> list[str]:
 
 
 async def run_stream(
-    cluster: LocalCluster, *, case: str, arrivals: list[Arrival], nodes: int, grace: float, late: float, start: Any
+    cluster: LocalCluster,
+    *,
+    case: str,
+    arrivals: list[Arrival],
+    nodes: int,
+    grace: float,
+    late: float,
+    start: Any,
+    deadline: float | None = None,
 ) -> Result:
     api = Api(cluster, connections=64)
     counted = [a for a in arrivals if a.counted]
@@ -256,6 +292,9 @@ async def run_stream(
             created[arrival.name] = time.monotonic() - began
 
         by_name = {a.name: a for a in arrivals}
+        index = {a.name: i for i, a in enumerate(arrivals)}
+        #: Pods deleted unbound at their deadline (the churn stream's withdrawal).
+        withdrawn: set[str] = set()
         #: Pod -> when it is to be deleted (its bind plus its lifetime, seconds of the stream); deleted ones.
         due: dict[str, float] = {}
         deleted: set[str] = set()
@@ -266,6 +305,8 @@ async def run_stream(
         window = counted[0].at
         end = counted[-1].at + grace
         stop = counted[-1].at + max(grace, late)
+        if deadline is not None:
+            end = stop = counted[-1].at + deadline + 0.5
         while True:
             now = time.monotonic() - began
             coming = []
@@ -274,8 +315,18 @@ async def run_stream(
                 next_arrival += 1
             for name, at in list(watch.bound_at.items()):
                 if name in by_name and name not in due:
-                    due[name] = at - began + by_name[name].life
+                    a = by_name[name]
+                    due[name] = at - began + a.life if a.leave_after is None else math.inf
             leaving = [n for n, t in due.items() if t <= now and n not in deleted]
+            for n in due:
+                a = by_name[n]
+                if a.leave_after is not None and n not in deleted and next_arrival > index[n] + a.leave_after:
+                    leaving.append(n)
+            if deadline is not None:
+                for n, t in created.items():
+                    if n not in watch.bound_at and n not in deleted and now - t >= deadline:
+                        leaving.append(n)
+                        withdrawn.add(n)
             deleted.update(leaving)
             await asyncio.gather(*coming, *(delete(api, f"{path}/{n}") for n in leaving))
             if window <= now <= end:
@@ -288,7 +339,9 @@ async def run_stream(
         problems.update(await over_consumed(api, slices))
         result.driver_lag = max((created[a.name] - a.at for a in arrivals if a.name in created), default=math.nan)
         bound = {a.name: watch.bound_at[a.name] - began for a in counted if a.name in watch.bound_at}
-        placed = [a.name for a in counted if bound.get(a.name, math.inf) <= end]
+        placed = [a.name for a in counted if bound.get(a.name, math.inf) <= end and a.name not in withdrawn]
+        if samples:
+            result.compute_at_end = samples[-1][1]
         result.placed = len(placed)
         result.placed_late = sum(1 for a in counted if bound.get(a.name, math.inf) <= counted[-1].at + late)
         result.claims = [
@@ -335,6 +388,7 @@ def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> 
             k.apply_crds()
             k.ensure_namespace(kube.SYSTEM_NAMESPACE)
             replica = kube.Gpusched(k, identity="bench", workdir=kube.scenario_workdir())
+            print(f"[gpusched] log: {replica.log_path}", file=sys.stderr, flush=True)
             # Ready (leading, caches listed) before the stream starts, as kube-scheduler is started and healthy.
             start = lambda: replica.start().wait_ready().wait_leader()  # noqa: E731
         try:
@@ -347,6 +401,7 @@ def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> 
                     grace=args.grace,
                     late=args.late,
                     start=start,
+                    deadline=args.deadline,
                 )
             )
         finally:
@@ -383,6 +438,10 @@ def _mean_waits(result: Result) -> dict[str, float]:
 
 
 def arrivals_of(args: argparse.Namespace, *, load: float, seed: int) -> list[Arrival]:
+    if args.leave_after:
+        low, high = (int(x) for x in args.leave_after.split(","))
+        mix = {f"{p}": float(w) for p, w in (x.split(":") for x in args.mix.split(","))}
+        return churn_stream(claims=args.claims, mix=mix, leave_after=(low, high), rate=args.rate, seed=seed)
     warmup = args.life * 1.5 if args.warmup is None else args.warmup
     return stream(
         claims=args.claims,
@@ -433,6 +492,21 @@ def add_stream_options(parser: argparse.ArgumentParser, *, loads: str) -> None:
         "reported too",
     )
     parser.add_argument(
+        "--leave-after",
+        default=None,
+        help="LOW,HIGH: issue 46's churn stream: each pod leaves after this many later arrivals (seeded), all "
+        "--claims counted, no warm-up; with --mix, --rate and --deadline",
+    )
+    parser.add_argument(
+        "--mix",
+        default="1g.10gb:40,2g.20gb:25,3g.40gb:15,4g.40gb:12,7g.80gb:8",
+        help="the churn stream's profiles and their weights",
+    )
+    parser.add_argument("--rate", type=float, default=2.0, help="the churn stream's arrivals per second")
+    parser.add_argument(
+        "--deadline", type=float, default=None, help="a pod not bound this long after its creation is deleted"
+    )
+    parser.add_argument(
         "--warmup",
         type=float,
         default=None,
@@ -475,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"[{case}] load {load} seed {seed}: offered {100 * outcome.offered:.1f}%, "
                     f"{outcome.placed}/{outcome.asked} placed ({outcome.placed_late} by the late end), "
-                    f"{outcome.big_placed}/{outcome.big_asked} big, compute {100 * outcome.compute_in_use:.1f}%, "
+                    f"{outcome.big_placed}/{outcome.big_asked} big, compute {100 * outcome.compute_in_use:.1f}% "
+                    f"({outcome.compute_at_end} slices at the end), "
                     f"over-consumed {outcome.over_consumed} {outcome.problems}, not placed {outcome.missed}, "
                     f"driver lag {outcome.driver_lag:.2f} s, "
                     f"mean wait {_mean_waits(outcome)}",

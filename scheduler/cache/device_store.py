@@ -154,7 +154,14 @@ class DeviceStore:
         return True
 
     def upsert_claim(self, claim: ResourceClaim) -> bool:
-        if self.claims.get(claim.key) == claim:
+        """Take a claim from the watch or from our own write's answer. A version older than the one held is
+        dropped, as kube-scheduler's assume cache drops it: the answer to our allocation's write comes before the
+        watch's events of the versions before it, and one of those (say, the finalizer added) taken as it came
+        showed the claim unallocated until the watch caught up: its devices free for another claim meanwhile."""
+        held = self.claims.get(claim.key)
+        if held == claim:
+            return False
+        if held is not None and held.uid == claim.uid and _older(claim.resource_version, held.resource_version):
             return False
         self.claims[claim.key] = claim
         if claim.extended and claim.owner_pod:
@@ -464,6 +471,15 @@ class DeviceStore:
 
 
 _NONE = NodeDevices((), ())
+
+
+def _older(version: str, than: str) -> bool:
+    """Whether resourceVersion ``version`` comes before ``than`` (both integers, as kube-scheduler's assume cache
+    reads them; a version that is not one is never older)."""
+    try:
+        return int(version) < int(than)
+    except ValueError:
+        return False
 
 
 def _node_devices(devices: list[Device]) -> NodeDevices:
