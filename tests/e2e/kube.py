@@ -1195,9 +1195,19 @@ class BindOrder(PodWatcher):
             if node_of(pod):
                 self.bound.setdefault(name, self._seq)
 
-    def piecemeal(self, members: Iterable[str]) -> str | None:
-        """Why the gang ``members`` (pod names) was not bound whole, or None when it was."""
+    def piecemeal(self, members: Iterable[str], *, timeout: float = 30.0) -> str | None:
+        """Why the gang ``members`` (pod names) was not bound whole, or None when it was. The watch trails a listing:
+        a test that saw the members bound by listing them first waits (up to ``timeout``) until the watch has seen
+        each one created and bound, so that the order is judged on what the watch saw, not on what it has yet to."""
         names = sorted(members)
+
+        def seen() -> bool:
+            with self._lock:
+                return all(n in self.created and n in self.bound for n in names)
+
+        deadline = time.monotonic() + timeout
+        while not seen() and time.monotonic() < deadline:
+            time.sleep(0.1)
         with self._lock:
             unseen = [n for n in names if n not in self.created]
             unbound = [n for n in names if n not in self.bound]
