@@ -1137,7 +1137,7 @@ class PodWatcher:
             try:
                 listed = self.kube.request("GET", path, timeout=30)
                 for p in listed.get("items") or []:
-                    self._record(p)
+                    self._event("ADDED", p)
                 self._watch(path, str(listed["metadata"]["resourceVersion"]))
             except Exception as exc:  # the API server is away or restarting: list again shortly
                 self.errors = [*self.errors[-9:], repr(exc)[:200]]
@@ -1158,7 +1158,12 @@ class PodWatcher:
                 if event.get("type") == "ERROR":
                     return  # 410 Gone and the like: list again
                 self.events_seen += 1
-                self._record(event.get("object") or {})
+                self._event(str(event.get("type")), event.get("object") or {})
+
+    def _event(self, kind: str, pod: Mapping[str, Any]) -> None:
+        """A pod as the listing (``ADDED``) or the watch (``ADDED``, ``MODIFIED``, ``DELETED``) delivered it; a
+        subclass that needs the event's type overrides this, the others :meth:`_record`."""
+        self._record(pod)
 
 
 class BindOrder(PodWatcher):

@@ -18,10 +18,6 @@ the GPU of the refused pod showing free (``Cache._guess_again`` since).
 from __future__ import annotations
 
 import contextlib
-import json
-import threading
-import urllib.parse
-import urllib.request
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,18 +39,17 @@ SIZES = (2, 1, 4, 1)
 KUBE_SCHEDULER = "default-scheduler"
 
 
-class KubeletAdmission:
+class KubeletAdmission(kube_mod.PodWatcher):
     """The kubelets' admission on kwok nodes, for ``nvidia.com/gpu``: see the module notes.
 
-    A background list-then-watch of one namespace's pods. A pod seen bound is admitted if its whole GPUs fit beside
-    those of the pods admitted on its node before it; otherwise its status is set to what a kubelet writes
-    (``phase: Failed``, reason ``OutOfnvidia.com/gpu``), again if anything writes it back. An admitted pod that ends
-    or is deleted frees its GPUs.
+    A background list-then-watch of one namespace's pods (:class:`kube.PodWatcher`'s). A pod seen bound is admitted
+    if its whole GPUs fit beside those of the pods admitted on its node before it; otherwise its status is set to
+    what a kubelet writes (``phase: Failed``, reason ``OutOfnvidia.com/gpu``), again if anything writes it back. An
+    admitted pod that ends or is deleted frees its GPUs.
     """
 
     def __init__(self, kube: Kube, namespace: str, allocatable: Mapping[str, int]) -> None:
-        self.kube = kube
-        self.namespace = namespace
+        super().__init__(kube, namespace)
         self.allocatable = dict(allocatable)
         #: Pod UID -> (node, whole GPUs, scheduler name).
         self.admitted: dict[str, tuple[str, int, str]] = {}
@@ -62,16 +57,13 @@ class KubeletAdmission:
         self.refused: dict[str, dict[str, Any]] = {}
         #: (node, scheduler name) -> whole GPUs of every pod ever admitted there.
         self.admitted_gpus: Counter[tuple[str, str]] = Counter()
-        self.errors: list[str] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"admission-{namespace}", daemon=True)
 
     def start(self) -> KubeletAdmission:
-        self._thread.start()
+        super().start()
         return self
 
     def stop(self) -> None:
+        """Stop admitting; the (daemon) thread ends with its current watch, unwaited for."""
         self._stop.set()
 
     def caught_up(self, pods: list[dict[str, Any]]) -> bool:
@@ -88,7 +80,7 @@ class KubeletAdmission:
                     return False
         return True
 
-    def _seen(self, kind: str, pod: Mapping[str, Any]) -> None:
+    def _event(self, kind: str, pod: Mapping[str, Any]) -> None:
         meta = pod.get("metadata") or {}
         uid, node = str(meta.get("uid") or ""), node_of(pod)
         if not uid:
@@ -139,33 +131,6 @@ class KubeletAdmission:
             )
         except Exception as exc:  # gone meanwhile, or the API server busy: the next event of the pod retries
             self.errors = [*self.errors[-9:], repr(exc)[:200]]
-
-    def _run(self) -> None:
-        path = Kube.pods_path(self.namespace)
-        while not self._stop.is_set():
-            try:
-                listed = self.kube.request("GET", path, timeout=30)
-                for p in listed.get("items") or []:
-                    self._seen("ADDED", p)
-                self._watch(path, str(listed["metadata"]["resourceVersion"]))
-            except Exception as exc:  # the watch broke: list again shortly
-                self.errors = [*self.errors[-9:], repr(exc)[:200]]
-                self._stop.wait(0.5)
-
-    def _watch(self, path: str, resource_version: str) -> None:
-        query = urllib.parse.urlencode({"watch": "1", "resourceVersion": resource_version, "timeoutSeconds": "60"})
-        headers = {"Accept": "application/json"}
-        if self.kube.token:
-            headers["Authorization"] = self.kube.token if " " in self.kube.token else f"Bearer {self.kube.token}"
-        req = urllib.request.Request(f"{self.kube.server}{path}?{query}", headers=headers)
-        with urllib.request.urlopen(req, timeout=90, context=self.kube.ssl_context) as resp:
-            for raw in resp:
-                if self._stop.is_set():
-                    return
-                event = json.loads(raw)
-                if event.get("type") == "ERROR":
-                    return
-                self._seen(str(event.get("type")), event.get("object") or {})
 
 
 def _holds(p: Mapping[str, Any]) -> bool:
