@@ -104,12 +104,18 @@ class Job:
         return len(self.placed) + len(self.succeeded) >= need
 
     @property
+    def missing(self) -> int:
+        """How many members a gang still needs placed to hold ``minMember`` placed or completed ones (0 or less:
+        none)."""
+        assert self.group is not None
+        return self.group.min_member - len(self.placed) - len(self.succeeded)
+
+    @property
     def alone_allowed(self) -> bool:
         """Whether a gang's pending members may be placed one by one: the gang holds ``minMember`` placed members
         (the rest join it), or all but one and some placed (a member whose binding failed rejoins its placed
         siblings)."""
-        assert self.group is not None
-        missing = self.group.min_member - len(self.placed) - len(self.succeeded)
+        missing = self.missing
         return missing <= 0 or (missing == 1 and bool(self.placed))
 
     @property

@@ -114,43 +114,10 @@ class Session:
         self.queue.requeue_unschedulable(item, message)
 
     def _choose(self, attempt: Attempt) -> bool:
-        """Choose the pods ``attempt`` places and what its cycles get from outside; False if it cannot be tried as
-        it was queued (a gang not ready, or a member whose gang no longer holds its place)."""
-        job = attempt.job
-        group = job.group
-        context = self.context(attempt.key)
-        if attempt.whole_gang:
-            assert group is not None
-            if job.first_attempt is None:
-                job.first_attempt = self.clock()
-            need = group.min_member - len(job.placed) - len(job.succeeded)
-            if need <= 0 or len(job.pending) < need:
-                return False
-            attempt.members = gang.core_members(job.pending.values(), need)
-            (attempt.level, _), attempt.unresolved = gang.resolve_levels(
-                self.scheduler, group.topology, obj=attempt.obj
-            )
-            context = gang.rejoin_context(self.scheduler, group, job.placed, context, pending=job.pending.values())
-        else:
-            pod = attempt.alone or next(iter(job.pending.values()), None)
-            if pod is None:
-                return False
-            attempt.members = [pod]
-        if group is not None and not attempt.whole_gang:
-            if not job.alone_allowed:
-                return False  # the gang lost its members meanwhile (preempted, deleted): this one waits for it
-            if job.full:
-                return False  # an elastic gang at its maxMember: this one waits for a member to leave
-            # A member beyond minMember, or one whose binding failed: place it near the others (the same context
-            # gpusched explain gives it).
-            context = {
-                **context,
-                **gang.member_context(
-                    self.scheduler, group, job.placed, member=attempt.members[0], pending=job.pending.values()
-                ),
-            }
-        attempt.context = context
-        return True
+        """Choose the pods ``attempt`` places and what its cycles get from outside (:func:`choose`)."""
+        if attempt.whole_gang and attempt.job.first_attempt is None:
+            attempt.job.first_attempt = self.clock()
+        return choose(self.scheduler, attempt, self.context(attempt.key))
 
     def _reason(self, attempt: Attempt, status: Status) -> str:
         """The reason of a gang's Scheduled=False condition after a cycle that did not place it."""
@@ -217,3 +184,43 @@ def scheduled(pod: str, node: str, gpu_ids: tuple[int, ...]) -> str:
     # kube-scheduler's wording, which tools and Kubernetes' own e2e tests match on.
     gpus = f" (GPUs {','.join(str(g) for g in gpu_ids)})" if gpu_ids else ""
     return f"Successfully assigned {pod} to {node}{gpus}"
+
+
+def choose(scheduler: Scheduler, attempt: Attempt, context: dict[str, Any]) -> bool:
+    """Whether ``attempt`` can be tried as it was queued, and if so its pods and what its cycles get (:func:`fill`;
+    ``context``: what its job's cycles get from outside, ``SchedulingLoop.cycle_context``). False for a gang not
+    ready, or a member whose gang no longer holds its place."""
+    job, group = attempt.job, attempt.job.group
+    if attempt.whole_gang:
+        if job.missing <= 0 or len(job.pending) < job.missing:
+            return False
+    elif attempt.alone is None and not job.pending:
+        return False
+    elif group is not None and not job.alone_allowed:
+        return False  # the gang lost its members meanwhile (preempted, deleted): this one waits for it
+    elif group is not None and job.full:
+        return False  # an elastic gang at its maxMember: this one waits for a member to leave
+    fill(scheduler, attempt, context)
+    return True
+
+
+def fill(scheduler: Scheduler, attempt: Attempt, context: dict[str, Any]) -> None:
+    """Fill in what ``attempt`` tries: its pods (a gang's ``minMember`` core members, or its one pod), the topology
+    level a whole gang stays inside, and what its cycles get: ``context``, with what a gang's running members add.
+    The session tries exactly this (after :func:`choose`), and ``scheduler.core.explanation`` tells it, so the two
+    cannot disagree."""
+    job, group = attempt.job, attempt.job.group
+    if attempt.whole_gang:
+        assert group is not None
+        attempt.members = gang.core_members(job.pending.values(), job.missing)
+        (attempt.level, _), attempt.unresolved = gang.resolve_levels(scheduler, group.topology, obj=attempt.obj)
+        context = gang.rejoin_context(scheduler, group, job.placed, context, pending=job.pending.values())
+    else:
+        attempt.members = [attempt.alone or next(iter(job.pending.values()))]
+        if group is not None:
+            # A member beyond minMember, or one whose binding failed: place it near the others.
+            member = gang.member_context(
+                scheduler, group, job.placed, member=attempt.members[0], pending=job.pending.values()
+            )
+            context = {**context, **member}
+    attempt.context = context
