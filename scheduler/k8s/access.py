@@ -36,12 +36,17 @@ from typing import Any
 
 from kubernetes_asyncio.client import AuthenticationV1Api, AuthorizationV1Api
 
+from scheduler.k8s import status as k8s_status
 from scheduler.k8s.client import Client, RateLimiter
 
 #: Seconds a TokenReview's or SubjectAccessReview's answer is kept.
 TTL_S = 30.0
 #: Tokens whose answers are kept.
 KEPT = 256
+#: The header that carries the caller's token through the API server's pod proxy, which removes ``Authorization``
+#: once it has authenticated the caller (k8s.io/apiserver's authentication filter): ``Bearer TOKEN``, as
+#: ``Authorization`` (which a direct request, ``gpusched explain --url`` or the Lease's address, sends).
+TOKEN_HEADER = "Gpusched-Authorization"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,51 @@ def pods_in(namespace: str, *, verb: str = "get", name: str = "") -> dict[str, A
     """The attributes of ``verb`` on pods in ``namespace`` (one pod when ``name`` is given)."""
     attributes = {"namespace": namespace, "verb": verb, "resource": "pods"}
     return {"resourceAttributes": {**attributes, "name": name} if name else attributes}
+
+
+def to_get(kind: str, *, namespace: str, name: str) -> dict[str, Any]:
+    """The attributes of ``get`` on one object, as ``kubectl get`` needs: a ``pod`` or a ``podgroup`` in
+    ``namespace``, or a (cluster-wide) ``queue``."""
+    if kind == "pod":
+        return pods_in(namespace, name=name)
+    crd = k8s_status.PODGROUPS if kind == "podgroup" else k8s_status.QUEUES
+    attributes = {"verb": "get", "group": crd.group, "resource": crd.plural, "name": name}
+    if crd.namespaced:
+        attributes["namespace"] = namespace
+    return {"resourceAttributes": attributes}
+
+
+def token_of(headers: Mapping[str, str]) -> str:
+    """The caller's bearer token: ``Authorization: Bearer``, else :data:`TOKEN_HEADER` (what came through the API
+    server's pod proxy, which drops ``Authorization`` once it has authenticated the caller)."""
+    for name in ("Authorization", TOKEN_HEADER):
+        scheme, _, token = headers.get(name, "").partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    return ""
+
+
+async def refused(
+    reviewer: Reviewer, token: str, attributes: Mapping[str, Any], *, asking: str
+) -> tuple[int, dict[str, Any]] | None:
+    """None when the user of ``token`` may do what ``attributes`` say; else the HTTP status and the JSON body that
+    say why, ``missing`` naming what was missing: ``token`` (401: none, or one the API server does not know) or
+    the right (403). ``asking``: what is asked for, as the 401 without a token names it."""
+    if not token:
+        return 401, {
+            "message": f"{asking} needs a Kubernetes bearer token (Authorization: Bearer ..., or {TOKEN_HEADER}:"
+            " Bearer ... through the API server's pod proxy)",
+            "missing": "token",
+        }
+    checked = await reviewer.check(token, attributes)
+    if not isinstance(checked, Refusal):
+        return None
+    body: dict[str, Any] = {"message": checked.message}
+    if checked.status == 401:
+        body["missing"] = "token"
+    elif checked.status == 403:
+        body["missing"] = dict(attributes)
+    return checked.status, body
 
 
 def describe(attributes: Mapping[str, Any]) -> str:

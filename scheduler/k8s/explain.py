@@ -1,12 +1,12 @@
 """``gpusched explain POD|podgroup/NAME|queue/NAME``: why a pod or a gang waits, or how a queue stands, told from
-the running leader's live state.
+the running leader's live state; this module carries it, ``scheduler.core.explanation`` tells it.
 
 Two halves:
 
-- :func:`answer` runs inside the scheduler (``/explain`` on the health port, see ``scheduler.k8s.health``): it
-  reads the operator's cache, queue and loop as they are now, on the event loop (so no cycle runs meanwhile),
-  writes nothing, and takes milliseconds. A gang's what-if is placed on the cache's snapshot inside a checkpoint
-  that is rolled back. Only the leader answers (a standby's queue does not move): 503 elsewhere.
+- :func:`reply` answers ``/explain`` inside the scheduler (on the health port, see ``scheduler.k8s.health``): it
+  parses the query, checks the caller's right, and hands the operator's loop, as it is now, to the core's
+  explanation (:func:`answer`), on the event loop (so no cycle runs meanwhile). Only the leader answers (a standby's
+  queue does not move): 503 elsewhere.
 - :func:`main` is the command (``gpusched explain``, or ``kubectl gpusched explain`` through :func:`kubectl_main`):
   it asks ``--url`` when given, else the scheduler's pods through the API server's pod proxy (no port-forward),
   the Lease's holder first, else the address the leader published on its Lease (a ``gpusched run`` outside the
@@ -15,17 +15,14 @@ Two halves:
 
 Nothing is told without a right, as on the dashboard (``scheduler.k8s.access``): ``/explain`` needs a bearer
 token, which a TokenReview turns into a user, and a SubjectAccessReview that this user may ``get`` the object
-explained (:meth:`Target.right`: the pod, the PodGroup in its namespace, the Queue); else 401 or 403 with a JSON
-body naming what is missing. The command sends its kubeconfig user's token (a ``token``, or what an exec plugin or
+explained (``access.to_get``: the pod, the PodGroup in its namespace, the Queue); else 401 or 403 with a JSON body
+naming what is missing. The command sends its kubeconfig user's token (a ``token``, or what an exec plugin or
 auth provider gave the client library), or ``--token-file``'s: as ``Authorization: Bearer`` to an address, and as
-:data:`TOKEN_HEADER` through the pod proxy, since the API server drops ``Authorization`` once it has authenticated
-the caller.
+``access.TOKEN_HEADER`` through the pod proxy, since the API server drops ``Authorization`` once it has
+authenticated the caller.
 
-Units are Kubernetes quantities (``2500m`` CPU, ``256Gi`` memory, ``0.5`` GPUs). The free-GPU figure counts only
-nodes the pod may use (not tainted against it, selected, schedulable); a gang member says it waits for its gang.
-The filtering and a gang's what-if are the cycle's own (``Scheduler.filter``, ``gang.try_gang``), with the nodes the
-loop holds for other jobs, so explain cannot disagree with a cycle; work no node could ever hold as the cluster is
-says so, and what would change it (``scheduler.core.capacity``), instead of what would have to free up.
+Units are Kubernetes quantities (``2500m`` CPU, ``256Gi`` memory, ``0.5`` GPUs) and shares as the Queue's status
+writes them (:data:`UNITS`).
 """
 
 from __future__ import annotations
@@ -38,49 +35,32 @@ import os
 import sys
 import time
 import urllib.parse
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import numpy as np
 from kubernetes_asyncio.client import CoordinationV1Api
 
-from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.topology import TopologyConstraint
-from scheduler.core import capacity, gang, reason_texts
-from scheduler.core.actions import consolidate
-from scheduler.core.loop import SchedulingLoop
+from scheduler.core import explanation
 from scheduler.k8s import access, logs
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.leader import EXPLAIN_URL_ANNOTATION
-from scheduler.kernels import layout
 
 if TYPE_CHECKING:
     from scheduler.k8s.operator import Operator
 
-#: Node names shown per reason.
-SHOWN = 5
-#: Filter results that still let a node's free GPUs count for the pod: the GPU or resource shortfalls.
-_GPU_ELIGIBLE = (layout.FIT, layout.GPU_COUNT, layout.GPU_SHARE, layout.GPU_MEMORY_SHORT)
 #: The label of the scheduler's pods and the port of their health server (manifests/deployment.yaml).
 POD_SELECTOR = "app.kubernetes.io/name=gpusched"
 HEALTH_PORT = 8081
 _GROUP_WORDS = ("podgroup", "podgroups", "pg")
 _QUEUE_WORDS = ("queue", "queues", "gq", "q")
 _POD_WORDS = ("pod", "pods", "po")
-#: The header that carries the caller's token through the API server's pod proxy, which removes ``Authorization``
-#: once it has authenticated the caller (k8s.io/apiserver's authentication filter): ``Bearer TOKEN``, as
-#: ``Authorization`` (which a direct request, ``--url`` or the Lease's address, sends).
-TOKEN_HEADER = "Gpusched-Authorization"
 
-
-class NotFound(Exception):
-    """The object named is not one the scheduler knows."""
+#: The object named is not one the scheduler knows (the core's, raised by the parsing here too).
+NotFound = explanation.NotFound
 
 
 # --- the server half -----------------------------------------------------------------------------------------
@@ -110,176 +90,24 @@ class Target:
             return cls("pod", namespace, name)
         raise NotFound(f"cannot tell what {target!r} names: use POD, podgroup/NAME or queue/NAME")
 
-    def right(self) -> dict[str, Any]:
-        """The SubjectAccessReview attributes of the right to read this explanation: ``get`` on the object itself
-        (a pod, a PodGroup in its namespace, a Queue), as ``kubectl get`` would need."""
-        if self.kind == "pod":
-            return access.pods_in(self.namespace, name=self.name)
-        crd = k8s_status.PODGROUPS if self.kind == "podgroup" else k8s_status.QUEUES
-        attributes = {"verb": "get", "group": crd.group, "resource": crd.plural, "name": self.name}
-        if crd.namespaced:
-            attributes["namespace"] = self.namespace
-        return {"resourceAttributes": attributes}
-
 
 def answer(operator: Operator, target: str, namespace: str = "default") -> str:
     """The explanation of ``target`` (``POD``, ``pod/NAME``, ``podgroup/NAME``, ``queue/NAME``); NotFound if the
     scheduler does not know it."""
     asked = Target.parse(target, namespace)
-    if asked.kind == "podgroup":
-        return explain_group(operator, f"{namespace}/{asked.name}")
-    if asked.kind == "queue":
-        return explain_queue(operator, asked.name)
-    return explain_pod(operator, f"{namespace}/{asked.name}")
-
-
-def explain_pod(operator: Operator, key: str) -> str:
-    pod = operator.pending.get(key)
-    lines = [f"pod {key}"]
-    if pod is None:
-        held = operator.cache.pod(key)
-        if held is not None:
-            node = operator.cache.snapshot().names[held.placement.slot]
-            return "\n".join([*lines, f"  on node {node}: not pending"])
-        unreadable = operator.unreadable_pods.get(key)
-        if unreadable is not None:
-            return "\n".join([*lines, f"  cannot be read: {unreadable[1]}"])
-        raise NotFound(f"pod {key} is not a pending pod of gpusched (schedulerName: gpusched) that it knows")
-    said = operator.conditions.said.get(key)
-    if said:
-        lines.append(f"  last said (PodScheduled=False Unschedulable): {said}")
-    job = operator.loop.job_of(key)
-    if job is not None and job.group is not None:
-        group = job.group
-        lines.append(
-            f"  member of gang {group.key} (minMember {group.min_member}): {len(job.placed)} placed, {job.exists}"
-            f" exist; it is placed only together with its gang (gpusched explain podgroup/{group.name}"
-            f" -n {group.namespace})"
-        )
-    elif pod.pod_group:
-        lines.append(f"  waits for its PodGroup {pod.namespace}/{pod.pod_group}, which does not exist")
-    lines += _filters(operator, pod)
-    if job is None or job.group is None:
-        lines += _consolidation_lines(operator, _job_key(operator, pod), [pod], whole_gang=False, level=None)
-    lines += _queue_lines(operator, pod)
-    return "\n".join(lines)
-
-
-def _consolidation_lines(
-    operator: Operator, job_key: str, members: list[api_pod.PodRequest], *, whole_gang: bool, level: int | None
-) -> list[str]:
-    """The plan consolidation is carrying out for the job, the one it would carry out now, or why none exists (the
-    action's own search, on the cycle's context); nothing when the profile does not consolidate."""
-    loop = operator.loop
-    action = next((a for a in loop.actions if isinstance(a, consolidate.Consolidate)), None)
-    if action is None or loop.moves.mover is None:
-        return []
-    if job_key in loop.moves.plans:
-        return [f"  consolidation: {loop.moves.why(job_key)}"]
-    found = action.plan_for(
-        members,
-        operator.cache.snapshot(),
-        whole_gang=whole_gang,
-        priority=max(p.priority for p in members),
-        level=level,
-        context=_cycle_context(operator, job_key),
+    live = explanation.Live(
+        loop=operator.loop,
+        pending=operator.pending,
+        units=UNITS,
+        unreadable=operator.unreadable_pods,
+        said=operator.conditions.said,
+        queue_problems=operator.queue_problems,
     )
-    if found.plan is None:
-        return [f"  consolidation cannot make room: {found.why}"]
-    return [f"  consolidation would {found.plan.describe()}"]
-
-
-def _cycle_context(operator: Operator, job_key: str) -> dict[str, Any]:
-    """What the loop gives job ``job_key``'s cycles (``SchedulingLoop.cycle_context``): the nodes held for other jobs
-    (nominations, reservations, the targets of moves), and the waiting demand some scores look ahead at."""
-    return operator.loop.cycle_context(job_key)
-
-
-def _job_key(operator: Operator, pod: api_pod.PodRequest) -> str:
-    """The key the queue and the holds know ``pod``'s work by: its gang's while the gang is not placed."""
-    job = operator.loop.job_of(pod.key)
-    return job.key if job is not None and job.group is not None and not job.satisfied else pod.key
-
-
-def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
-    snapshot = operator.cache.snapshot()
-    # The cycle's own filtering (Scheduler.filter), with what the loop gives the cycle: the nodes held for other
-    # jobs, and for a member placed after its gang, its siblings' nodes and topology domain.
-    key = _job_key(operator, pod)
-    context = _cycle_context(operator, key)
-    job = operator.loop.job_of(pod.key)
-    held = ""
-    if job is not None and job.group is not None and (key == pod.key or job.placed):
-        # Placed alone after its gang, or its gang placed again around members that still run: near them, inside
-        # their domain and, in a segmented gang, its own segment's (gang.member_context, as the cycle gets it).
-        pending = job.pending.values()
-        context.update(gang.member_context(operator.scheduler, job.group, job.placed, member=pod, pending=pending))
-        home = gang.segment_home(operator.scheduler, job.group, job.placed, member=pod, pending=pending)
-        held = _segment_text(operator, job.group, home) if home is not None else ""
-    filtered = operator.scheduler.filter(pod, snapshot, context)
-    reasons = filtered.reasons
-    if reasons is None:
-        return [f"  {filtered.status.message}"]
-    names = snapshot.names
-    failing: dict[str, list[str]] = defaultdict(list)
-    fit = 0
-    for slot, code in enumerate(reasons.tolist()):
-        node = names[slot] if slot < len(names) else None
-        if node is None or code == layout.ABSENT:
-            continue
-        if code == layout.FIT:
-            fit += 1
-        else:
-            failing[reason_texts.node_text(snapshot, pod, code, slot)].append(node)
-    total = fit + sum(len(v) for v in failing.values())
-    lines = [f"  nodes: {fit} of {total} pass every filter"]
-    for reason, nodes in sorted(failing.items(), key=lambda kv: -len(kv[1])):
-        more = f" and {len(nodes) - SHOWN} more" if len(nodes) > SHOWN else ""
-        lines.append(f"    {len(nodes)} {reason}: {', '.join(sorted(nodes)[:SHOWN])}{more}")
-    if held:
-        lines.append(f"  {held}")
-    never = capacity.pod_never_fits(snapshot, pod, filtered.state.request, reasons) if fit == 0 else ""
-    if never:
-        return [*lines, f"  {never}"]
-    if pod.gpu.whole and pod.gpu.count:
-        a = snapshot.arrays
-        codes = reasons[: len(names)]
-        eligible = np.flatnonzero(np.isin(codes, _GPU_ELIGIBLE) | (codes >= layout.RESOURCE))
-        free = (a.gpu_free[eligible] >= layout.WHOLE).sum(axis=1) if eligible.size else np.zeros(0, dtype=np.int64)
-        best = int(free.max()) if free.size else 0
-        where = names[int(eligible[int(free.argmax())])] if free.size and best else "no node"
-        lines.append(
-            f"  GPUs: it needs {pod.gpu.count} whole GPUs on one node; the most free on one node it may use"
-            f" (taints, selectors, cordons considered): {best} ({where})"
-        )
-        if fit == 0 and eligible.size and best < pod.gpu.count:
-            lines.append(
-                f"  to fit: {pod.gpu.count - best} more GPUs must free up on such a node, or a node with"
-                f" {pod.gpu.count} free GPUs it may use must join"
-            )
-    if fit == 0:
-        lines.append("  it waits: what keeps it off each node above can change (room freed, holds released)")
-    return lines
-
-
-def _segment_text(operator: Operator, group: PodGroup, home: gang.SegmentHome) -> str:
-    """What holds a replacement member of a segmented gang where its segment runs (the restriction its cycle gets
-    from ``gang.member_context``), so that a node left out for it is not a mystery."""
-    cache = operator.scheduler.cache
-    names = cache.snapshot().names
-    nodes = sorted({names[slot] or f"slot {slot}" for slot in home.anchor if slot < len(names)})
-    shown = ", ".join(nodes[:SHOWN]) + (f" and {len(nodes) - SHOWN} more" if len(nodes) > SHOWN else "")
-    each = f"spec.segments: {group.segment_size} members each"
-    head = f"segment {home.index + 1} of {home.count}"
-    if home.level is None:
-        return f"{head} ({each}): the other members of its segment run on {shown}, which it prefers"
-    level, label = cache.topology.level_label(home.level), cache.topology.levels[home.level]
-    head += f" ({each}, required in one {level}): the other members of its segment run on {shown}"
-    if home.domain < 0:
-        return f"{head}, which have no label {label}: it is held to no {level}, only drawn to those nodes"
-    entry = cache.nodes.get(home.anchor[0])
-    value = entry.info.labels.get(label, "") if entry is not None else ""
-    return f"{head}, so it may use only {level} {value} ({label}={value})"
+    if asked.kind == "podgroup":
+        return explanation.explain_group(live, f"{namespace}/{asked.name}")
+    if asked.kind == "queue":
+        return explanation.explain_queue(live, asked.name)
+    return explanation.explain_pod(live, f"{namespace}/{asked.name}")
 
 
 def _amounts(vector: Mapping[str, float]) -> str:
@@ -287,122 +115,8 @@ def _amounts(vector: Mapping[str, float]) -> str:
     return text or "nothing"
 
 
-def _queue_status(loop: SchedulingLoop, name: str) -> Mapping[str, object]:
-    """Queue ``name``'s status as its object shows it (empty if the queue is not in use)."""
-    status = loop.queue_statuses().get(name)
-    return k8s_status.queue_status(status) if status is not None else {}
-
-
-def _queue_lines(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
-    loop = operator.loop
-    job = loop.job_of(pod.key)
-    leaf = loop.queue_of(pod)
-    problem = loop.tenancy.problem(leaf)
-    if problem:
-        return [f"  queue: {problem}; the pod waits for it"]
-    key = job.key if job is not None and job.group is not None and not job.satisfied else pod.key
-    loop.sort_pending()  # the order as the next cycle will read it
-    position = loop.queue.position(key)
-    where = dict(loop.queue.pending()).get(key, "")
-    waiting = sum(1 for _, w in loop.queue.pending() if w == "active")
-    status = _queue_status(loop, leaf)
-    if position is not None:
-        place = f"position {position + 1} of {waiting} ready to be tried"
-    elif where == "unschedulable":
-        place = "waiting for a change in the cluster that may let it fit (node added, pod deleted, queue changed)"
-    elif where == "backoff":
-        place = "in backoff after a failed attempt"
-    else:
-        place = "not in the queue"
-    return [
-        f"  queue {leaf}: {place}; the queue holds {_amounts(loop.held(leaf))}; share beyond guarantee over weight"
-        f" {status.get('rankShare', '-')} (lower goes first); fair share {status.get('fairShare', '-')}"
-    ]
-
-
-def explain_group(operator: Operator, key: str) -> str:
-    loop = operator.loop
-    state = loop.gang(key)
-    if state is None or state.group is None:
-        raise NotFound(f"podgroup {key}: no such PodGroup (or it could not be read)")
-    group = state.group
-    lines = [
-        f"podgroup {key}: minMember {group.min_member}, {len(state.pending)} pending and {len(state.placed)}"
-        f" placed members, queue {state.queue}, phase {state.phase}",
-    ]
-    for condition in state.conditions.values():
-        lines.append(f"  {condition.type}={condition.status} {condition.reason}: {condition.message}")
-    need = group.min_member - len(state.placed) - len(state.succeeded)
-    if need <= 0:
-        return "\n".join([*lines, "  the gang is placed; remaining members are placed one by one"])
-    if len(state.pending) < need:
-        return "\n".join(
-            [
-                *lines,
-                f"  waiting for members: {len(state.pending)} of the {need} still needed exist; the gang is"
-                " tried once they do",
-            ]
-        )
-    members = gang.core_members(state.pending.values(), need)
-    # The cycle's own what-if (gang.try_gang: the cheap checks, the topology's domains, the nodes held for others),
-    # so what this says and the gang's Scheduled condition cannot disagree.
-    context = gang.rejoin_context(
-        operator.scheduler, group, state.placed, _cycle_context(operator, state.key), pending=state.pending.values()
-    )
-    result = gang.try_gang(operator.scheduler, group, members, context)
-    if result.status.ok:
-        nodes = sorted({d.node for d in result.decisions})
-        kept = f", inside its topology ({_topology_text(group.topology)})" if group.topology else ""
-        lines.append(
-            f"  a placement exists now for {need} members (on {', '.join(nodes[:SHOWN])}"
-            f"{' ...' if len(nodes) > SHOWN else ''}{kept}): the gang waits its turn in the queue"
-        )
-    else:
-        lines.append(f"  placing {need} members together now fails: {result.status.message}")
-        (level, _), _ = gang.resolve_levels(operator.scheduler, group.topology, obj=f"podgroup {key}")
-        lines += _consolidation_lines(operator, state.key, members, whole_gang=True, level=level)
-    lines += _queue_lines(operator, members[0])
-    return "\n".join(lines)
-
-
-def _topology_text(constraint: TopologyConstraint) -> str:
-    levels = (("required", constraint.required), ("preferred", constraint.preferred))
-    return ", ".join(f"{word} level {level}" for word, level in levels if level)
-
-
-def explain_queue(operator: Operator, name: str) -> str:
-    loop = operator.loop
-    tree = loop.tenancy.tree
-    if name not in tree:
-        problem = operator.queue_problems.get(name)
-        if problem:
-            return f"queue {name}: not in use: {problem}"
-        raise NotFound(f"queue {name}: no such Queue")
-    spec = tree.spec(name)
-    status = _queue_status(loop, name)
-    leaves = sorted(tree.leaves(), key=loop.tenancy.rank)
-    kind = "leaf" if tree.is_leaf(name) else "parent"
-    lines = [f"queue {name}: {kind}, parent {spec.parent or '-'}, weight {spec.weight:g}, priority {spec.priority}"]
-    lines.append(f"  guarantee: {_amounts(spec.guaranteed)}; limit: {_amounts(spec.limit) if spec.limit else 'none'}")
-    if spec.borrowing_limit or not spec.borrowing_allowed:
-        allowed = "" if spec.borrowing_allowed else " (borrowing not allowed)"
-        lines.append(f"  borrowing limit: {_amounts(spec.borrowing_limit)}{allowed}")
-
-    def shown(field: str) -> str:
-        value = status.get(field)
-        return ", ".join(f"{r} {v}" for r, v in value.items()) if isinstance(value, Mapping) and value else "nothing"
-
-    lines.append(f"  holds: {shown('allocated')}; borrowed: {shown('borrowed')}")
-    lines.append(
-        f"  waiting: {status.get('pendingPods', 0)} pods ({status.get('pendingGangs', 0)} gangs);"
-        f" shares: dominant {status.get('dominantShare', '-')}, fair {status.get('fairShare', '-')}"
-    )
-    if name in leaves:
-        lines.append(
-            f"  order: {leaves.index(name) + 1} of {len(leaves)} leaf queues, by share beyond guarantee over weight"
-            f" {status.get('rankShare', '-')} (lower goes first)"
-        )
-    return "\n".join(lines)
+#: Numbers as the Queue's status writes them: Kubernetes quantities, and shares.
+UNITS = explanation.Units(amounts=_amounts, share=k8s_status.share)
 
 
 # --- the command half ----------------------------------------------------------------------------------------
@@ -582,7 +296,7 @@ async def _ask_pods(client: k8s_client.Client, args: argparse.Namespace) -> tupl
             ns,
             "explain",
             path2=f"{args.namespace}/{args.target}",
-            _headers={TOKEN_HEADER: f"Bearer {token}"} if token else {},
+            _headers={access.TOKEN_HEADER: f"Bearer {token}"} if token else {},
         )
         text = str(reply.body.get("answer") or reply.message)
         if reply.status != 503:
@@ -611,16 +325,6 @@ def _text(raw: bytes) -> str:
     return str(body)
 
 
-def token_of(headers: Mapping[str, str]) -> str:
-    """The caller's bearer token: ``Authorization: Bearer``, else :data:`TOKEN_HEADER` (what came through the API
-    server's pod proxy, which drops ``Authorization`` once it has authenticated the caller)."""
-    for name in ("Authorization", TOKEN_HEADER):
-        scheme, _, token = headers.get(name, "").partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            return token.strip()
-    return ""
-
-
 async def reply(
     operator: Operator, params: Mapping[str, str], *, token: str, reviewer: access.Reviewer
 ) -> tuple[int, dict[str, Any]]:
@@ -628,7 +332,7 @@ async def reply(
     ``NAMESPACE/TARGET`` (what the pod proxy forwards), asked with ``token``.
 
     Nothing is told without a right: the token's user (TokenReview) must be allowed to ``get`` the object explained
-    (SubjectAccessReview: :meth:`Target.right`), else 401 (no token, or one the API server does not know) or 403,
+    (SubjectAccessReview: ``access.to_get``), else 401 (no token, or one the API server does not know) or 403,
     with ``missing`` naming what was missing; 503 when the API server could not be asked."""
     target = params.get("target", "")
     namespace = params.get("namespace", "default")
@@ -640,21 +344,11 @@ async def reply(
         asked = Target.parse(target, namespace)
     except NotFound as exc:
         return 404, {"message": str(exc)}
-    right = asked.right()
-    if not token:
-        return 401, {
-            "message": f"explain needs a Kubernetes bearer token (Authorization: Bearer ..., or {TOKEN_HEADER}:"
-            " Bearer ... through the API server's pod proxy)",
-            "missing": "token",
-        }
-    checked = await reviewer.check(token, right)
-    if isinstance(checked, access.Refusal):
-        body: dict[str, Any] = {"message": checked.message}
-        if checked.status == 401:
-            body["missing"] = "token"
-        elif checked.status == 403:
-            body["missing"] = right
-        return checked.status, body
+    refused = await access.refused(
+        reviewer, token, access.to_get(asked.kind, namespace=asked.namespace, name=asked.name), asking="explain"
+    )
+    if refused is not None:
+        return refused
     if not operator.leading:
         return 503, {"message": "this replica is a standby; ask the leader (its /leader answers 200)"}
     if not operator.ready:

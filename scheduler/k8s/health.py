@@ -70,7 +70,7 @@ def health_app(operator: Operator) -> web.Application:
 
     async def explained(request: web.Request) -> web.Response:
         status, body = await explain.reply(
-            operator, request.query, token=explain.token_of(request.headers), reviewer=reviewer
+            operator, request.query, token=access.token_of(request.headers), reviewer=reviewer
         )
         headers = {"WWW-Authenticate": 'Bearer realm="gpusched explain"'} if status == 401 else None
         headers = {"Retry-After": "1"} if status == 429 else headers
