@@ -2,7 +2,8 @@
 
 The dashboard (``scheduler.k8s.dashboard_access``) and ``/explain`` on the health port (``scheduler.k8s.health``)
 both read what the scheduler holds about other people's work, so both ask the same two questions through one
-:class:`Reviewer`:
+:class:`Reviewer` (``/explain``'s question is :func:`to_get`, its token comes by :func:`token_of`, and
+:func:`refused` is its answer when the user may not):
 
 1. a bearer token goes to a TokenReview: the API server says who it is (a user, a ServiceAccount, an OIDC
    identity), or that it is no one (:class:`Refusal` 401);

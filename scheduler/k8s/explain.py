@@ -22,7 +22,7 @@ auth provider gave the client library), or ``--token-file``'s: as ``Authorizatio
 authenticated the caller.
 
 Units are Kubernetes quantities (``2500m`` CPU, ``256Gi`` memory, ``0.5`` GPUs) and shares as the Queue's status
-writes them (:data:`UNITS`).
+writes them.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ import aiohttp
 from kubernetes_asyncio.client import CoordinationV1Api
 
 from scheduler.api.errors import InvalidObject
-from scheduler.core import explanation
 from scheduler.k8s import access, logs
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import status as k8s_status
@@ -59,8 +58,9 @@ _GROUP_WORDS = ("podgroup", "podgroups", "pg")
 _QUEUE_WORDS = ("queue", "queues", "gq", "q")
 _POD_WORDS = ("pod", "pods", "po")
 
-#: The object named is not one the scheduler knows (the core's, raised by the parsing here too).
-NotFound = explanation.NotFound
+
+class NotFound(Exception):
+    """The object named is not one the scheduler knows."""
 
 
 # --- the server half -----------------------------------------------------------------------------------------
@@ -94,29 +94,33 @@ class Target:
 def answer(operator: Operator, target: str, namespace: str = "default") -> str:
     """The explanation of ``target`` (``POD``, ``pod/NAME``, ``podgroup/NAME``, ``queue/NAME``); NotFound if the
     scheduler does not know it."""
+    # Imported here, where the scheduler answers: the command only asks, and the core (numba and its kernels with
+    # it) would more than double its start.
+    from scheduler.core import explanation
+
     asked = Target.parse(target, namespace)
     live = explanation.Live(
         loop=operator.loop,
         pending=operator.pending,
-        units=UNITS,
+        units=explanation.Units(amounts=_amounts, share=k8s_status.share),
         unreadable=operator.unreadable_pods,
         said=operator.conditions.said,
         queue_problems=operator.queue_problems,
     )
-    if asked.kind == "podgroup":
-        return explanation.explain_group(live, f"{namespace}/{asked.name}")
-    if asked.kind == "queue":
-        return explanation.explain_queue(live, asked.name)
-    return explanation.explain_pod(live, f"{namespace}/{asked.name}")
+    try:
+        if asked.kind == "podgroup":
+            return explanation.explain_group(live, f"{namespace}/{asked.name}")
+        if asked.kind == "queue":
+            return explanation.explain_queue(live, asked.name)
+        return explanation.explain_pod(live, f"{namespace}/{asked.name}")
+    except explanation.NotFound as exc:
+        raise NotFound(str(exc)) from None
 
 
 def _amounts(vector: Mapping[str, float]) -> str:
+    """A resource vector as Kubernetes quantities, as the Queue's status writes them."""
     text = ", ".join(f"{name} {amount}" for name, amount in k8s_status.quantities(vector).items())
     return text or "nothing"
-
-
-#: Numbers as the Queue's status writes them: Kubernetes quantities, and shares.
-UNITS = explanation.Units(amounts=_amounts, share=k8s_status.share)
 
 
 # --- the command half ----------------------------------------------------------------------------------------
