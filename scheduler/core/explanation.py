@@ -67,7 +67,7 @@ class Live:
     #: The pods waiting for a node, by key, as the feed saw them (a pod whose PodGroup does not exist included).
     pending: Mapping[str, api_pod.PodRequest]
     units: Units
-    #: Pods that could not be read: key -> (anything, why).
+    #: Pods whose spec could not be read: key -> (uid, why).
     unreadable: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     #: What each waiting pod's ``PodScheduled=False`` condition said last.
     said: Mapping[str, str] = field(default_factory=dict)
