@@ -21,14 +21,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Cache, PodEntry, Snapshot
-from scheduler.core import fruitless
+from scheduler.core import memo as core_memo
+from scheduler.core.memo import Memo
 from scheduler.framework.interface import PENDING_PODS, RESERVED_SLOTS
 
 #: Shapes remembered at most (the oldest answer goes first).
@@ -36,7 +37,7 @@ MAX_SHAPES = 256
 
 
 @dataclass(slots=True)
-class _Answer:
+class Answer:
     why: str
     verdict: str
     gen: npt.NDArray[np.int64]
@@ -58,7 +59,7 @@ def shape(
         return None
     held = context.get(RESERVED_SLOTS)
     # Who the pod is does not matter to its fit (the owner and Services only weigh soft spreading).
-    kinds = [fruitless.pod_shape(dataclasses.replace(p, owner="", service_labels=())) for p in members]
+    kinds = [core_memo.pod_shape(dataclasses.replace(p, owner="", service_labels=())) for p in members]
     if any(kind is None for kind in kinds):
         return None
     return (
@@ -70,87 +71,56 @@ def shape(
     )
 
 
-class NoPlanMemo:
-    def __init__(self) -> None:
-        self._answers: dict[Hashable, _Answer] = {}
-        #: Searches spared (an answer recalled) and answers dropped because something changed.
-        self.recalled = 0
-        self.dropped = 0
+class Present(NamedTuple):
+    """What an answer is held against when it is recalled."""
 
-    def __len__(self) -> int:
-        return len(self._answers)
+    snapshot: Snapshot
+    cache: Cache
+    epoch: int
+    now: float
 
-    def clear(self) -> None:
-        self._answers.clear()
 
-    def recall(
-        self, key: Hashable | None, snapshot: Snapshot, cache: Cache, *, epoch: int, now: float
-    ) -> tuple[str, str] | None:
-        """The remembered (why, verdict) for job shape ``key``, if nothing that could change it happened."""
-        if key is None:
-            return None
-        answer = self._answers.get(key)
-        if answer is None:
-            return None
-        if not self._holds(answer, snapshot, cache, epoch, now):
-            del self._answers[key]
-            self.dropped += 1
-            return None
-        self.recalled += 1
-        return answer.why, answer.verdict
+def answer(snapshot: Snapshot, cache: Cache, *, why: str, verdict: str, epoch: int, until: float) -> Answer:
+    """A "no plan" found on ``snapshot``, to keep until ``until`` at the latest, with what it read."""
+    a = snapshot.arrays
+    return Answer(
+        why,
+        verdict,
+        a.gen.copy(),
+        a.cap.copy(),
+        a.base_reason.copy(),
+        a.node_model.copy(),
+        [dict(cache.pods_on(slot)) for slot in range(a.slots)],
+        [_node(cache, slot) for slot in range(a.slots)],
+        epoch,
+        until,
+    )
 
-    def keep(
-        self,
-        key: Hashable | None,
-        snapshot: Snapshot,
-        cache: Cache,
-        *,
-        why: str,
-        verdict: str,
-        epoch: int,
-        until: float,
-    ) -> None:
-        """Remember a "no plan" for job shape ``key`` on ``snapshot``, valid until ``until`` at the latest."""
-        if key is None:
-            return
-        a = snapshot.arrays
-        pods = [dict(cache.pods_on(slot)) for slot in range(a.slots)]
-        nodes = [_node(cache, slot) for slot in range(a.slots)]
-        self._answers.pop(key, None)
-        if len(self._answers) >= MAX_SHAPES:
-            self._answers.pop(next(iter(self._answers)))
-        self._answers[key] = _Answer(
-            why,
-            verdict,
-            a.gen.copy(),
-            a.cap.copy(),
-            a.base_reason.copy(),
-            a.node_model.copy(),
-            pods,
-            nodes,
-            epoch,
-            until,
-        )
 
-    @staticmethod
-    def _holds(answer: _Answer, snapshot: Snapshot, cache: Cache, epoch: int, now: float) -> bool:
-        a = snapshot.arrays
-        if epoch != answer.epoch or now >= answer.until or a.slots != answer.gen.shape[0]:
+def holds(answer: Answer, present: Present) -> bool:
+    """Whether ``answer`` still holds: nothing it read changed in a way that could make a plan possible."""
+    a, cache = present.snapshot.arrays, present.cache
+    if present.epoch != answer.epoch or present.now >= answer.until or a.slots != answer.gen.shape[0]:
+        return False
+    if a.cap.shape != answer.cap.shape:
+        return False
+    for slot in np.flatnonzero(a.gen != answer.gen).tolist():
+        if (
+            not np.array_equal(a.cap[slot], answer.cap[slot])
+            or a.base_reason[slot] != answer.base_reason[slot]
+            or a.node_model[slot] != answer.node_model[slot]
+            or _node(cache, slot) is not answer.nodes[slot]
+        ):
             return False
-        if a.cap.shape != answer.cap.shape:
+        now_on = cache.pods_on(slot)
+        if any(now_on.get(key) is not entry for key, entry in answer.pods[slot].items()):
             return False
-        for slot in np.flatnonzero(a.gen != answer.gen).tolist():
-            if (
-                not np.array_equal(a.cap[slot], answer.cap[slot])
-                or a.base_reason[slot] != answer.base_reason[slot]
-                or a.node_model[slot] != answer.node_model[slot]
-                or _node(cache, slot) is not answer.nodes[slot]
-            ):
-                return False
-            now_on = cache.pods_on(slot)
-            if any(now_on.get(key) is not entry for key, entry in answer.pods[slot].items()):
-                return False
-        return True
+    return True
+
+
+def memo() -> Memo[Hashable, Answer, Present]:
+    """Consolidation's "no plan" answers by job shape."""
+    return Memo(holds, limit=MAX_SHAPES)
 
 
 def _node(cache: Cache, slot: int) -> object:

@@ -40,14 +40,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import ANNOTATION_CONSOLIDATION, PodRequest
 from scheduler.cache.state import PodEntry
-from scheduler.core import fruitless, move_memo
+from scheduler.core import memo, move_memo
 from scheduler.core.cycle import Scheduler
 from scheduler.core.jobs import Jobs
 from scheduler.core.move_plan import Pace, Plan
@@ -58,6 +58,25 @@ from scheduler.framework.profile import ConsolidationConfig
 
 #: The controller kind whose pods are training (run to completion: a move loses their progress).
 TRAINING_KINDS = frozenset({"Job"})
+
+
+#: Per-job "no plan" answers kept at most (the oldest goes first).
+_NO_PLANS_KEPT = 65536
+
+
+class NoPlan(NamedTuple):
+    """A consolidation search found no plan for a job."""
+
+    #: The cluster's generation it was found at.
+    version: int
+    why: str
+    #: When the earliest cooldown ends (a pod may move again): it holds until then at the latest.
+    until: float
+
+
+def _no_plan_holds(answer: NoPlan, present: tuple[int, float]) -> bool:
+    version, now = present
+    return answer.version == version and now < answer.until
 
 
 @dataclass(slots=True)
@@ -130,11 +149,11 @@ class Moves:
         #: Node name -> when a moved pod last left it (its move started, or its replacement was placed): no
         #: background plan puts a pod there within the cooldown (:meth:`barred_targets`).
         self.vacated: dict[str, float] = {}
-        #: Job key -> (the cluster's version when a search found no plan, why, when a cooldown ends: the answer
-        #: holds while the version is that one, until then at the latest).
-        self.no_plan: dict[str, tuple[int, str, float]] = {}
+        #: Job key -> the last search's "no plan" for it: it holds while the cluster's generation is the one it was
+        #: found at, until the earliest cooldown ends at the latest (recalled with (generation, now)).
+        self.no_plan: memo.Memo[str, NoPlan, tuple[int, float]] = memo.Memo(_no_plan_holds, limit=_NO_PLANS_KEPT)
         #: "No plan" answers by job shape, until something that could change them happens.
-        self.memo = move_memo.NoPlanMemo()
+        self.memo = move_memo.memo()
         #: Bumped whenever what may move or what plans hold changes (the memo's answers are then stale).
         self.epoch = 0
         #: Searches run, by verdict (``move_plan.PLAN``, ``IMPOSSIBLE``, ``OUT_OF_REACH``), and each job's last one.
@@ -318,7 +337,7 @@ class Moves:
             key, obj, plan, now, job_slots, targets, set(range(len(plan.moves))), background=placed, step_started=now
         )
         self.plans[key] = flight
-        self.no_plan.pop(key, None)
+        self.no_plan.forget(key)
         for move in plan.moves:
             self.leaving[move.pod.key] = key  # part of a plan from the start, evicted now or at its step
         self.events.emit(obj=obj, kind="Normal", reason="Consolidating", message=plan.describe())
@@ -436,7 +455,7 @@ class Moves:
         self.abandon(key, why)
         # Not searched again until the cluster changes: the next plan would meet the same refusal.
         a = self.scheduler.cache.arrays
-        self.no_plan[key] = (fruitless.generation(a), why, float("inf"))
+        self.no_plan.keep(key, NoPlan(memo.generation(a), why, float("inf")))
         return key
 
     def abandon(self, key: str, why: str) -> None:
@@ -485,7 +504,8 @@ class Moves:
         plan = self.plans.get(key)
         if plan is not None:
             return f"moving pods for it: {plan.plan.describe()}"
-        return self.no_plan.get(key, (0, "", 0.0))[1]
+        last = self.no_plan.last(key)
+        return last.why if last is not None else ""
 
 
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:

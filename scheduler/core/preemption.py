@@ -9,7 +9,7 @@ eviction.
 
 State kept here and nowhere else: victims evicted and not gone yet (never chosen again by a job of equal or lower
 priority, and no longer counted as their queue's surplus), the searches that found nothing at the cluster's
-generation (:class:`scheduler.core.fruitless.Fruitless`: not run again until the cluster changes, for the job, or
+generation (a :class:`scheduler.core.memo.Memo`: not run again until the cluster changes, for the job, or
 for any single pod of the same shape, queue and priority), the nodes nominated for single pods, the cluster's
 PodDisruptionBudgets, and how many jobs were preempted per victim queue (metrics). The nodes a preemptor frees are
 nominated for it in :class:`scheduler.core.holds.Holds`.
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,13 +36,16 @@ from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PREEMPT_NEVER, PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Snapshot
-from scheduler.core import fruitless, reclaim
+from scheduler.core import memo, reclaim
 from scheduler.core.cycle import Scheduler
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Jobs
 from scheduler.core.ports import Events, Evictor
 from scheduler.core.running_jobs import Running, RunningJobs
 from scheduler.core.tenancy import Tenancy
+
+#: Fruitless searches remembered at most (the oldest goes first); each holds only at the generation it was found at.
+_FRUITLESS_KEPT = 4096
 
 #: kube-scheduler's PostFilter messages (DefaultPreemption's PodEligibleToPreemptOthers) for a pod that may not
 #: preempt: its ``preemptionPolicy`` is ``Never``; its victims are still terminating.
@@ -95,7 +99,7 @@ class Preemptor:
         self.events = events
         self.evictor = evictor
         #: The searches that found no victims at the cluster's generation (:meth:`_memo_key`).
-        self.fruitless = fruitless.Fruitless()
+        self.fruitless: memo.Memo[Hashable, int, int] = memo.Memo(operator.eq, limit=_FRUITLESS_KEPT)
         #: Victims evicted and not yet gone (job key -> the candidate).
         self.terminating: dict[str, reclaim.Candidate] = {}
         #: Per victim in :attr:`terminating`, the job it was evicted for and that job's priority.
@@ -149,7 +153,7 @@ class Preemptor:
 
     def placements(self) -> reclaim.Placements:
         """Where every job holding capacity runs, as arrays, at the cluster's generation of now."""
-        return self._running(fruitless.generation(self.scheduler.cache.arrays))[1]
+        return self._running(memo.generation(self.scheduler.cache.arrays))[1]
 
     def search(self, attempt: Attempt) -> Search:
         """The victims ``attempt`` may choose from, found once per attempt (reclaim, then preempt, share them); or,
@@ -168,11 +172,11 @@ class Preemptor:
             return Search(may=False, refused=NOT_ELIGIBLE_NEVER)
         if self.holds.still_evicting(attempt.key):
             return Search(waits=True, may=False)  # its victims are still terminating
-        version = fruitless.generation(self.scheduler.cache.arrays)
+        version = memo.generation(self.scheduler.cache.arrays)
         key = self._memo_key(attempt)
-        if self.fruitless.known(key, version):
+        if self.fruitless.recall(key, version) is not None:
             return Search(may=False, known=True)
-        self.fruitless.record(key, version)  # until it finds victims (found)
+        self.fruitless.keep(key, version)  # until it finds victims (found)
         for victim_key, victim in list(self.terminating.items()):
             if all(self.scheduler.cache.pod(p.key) is None for p in victim.pods):
                 del self.terminating[victim_key]
@@ -183,13 +187,13 @@ class Preemptor:
     def outcome_key(self, attempt: Attempt) -> tuple[Hashable, int]:
         """What a search's outcome is remembered by (:meth:`_memo_key`), with the cluster's generation: the same key
         finds the same victims, or none, on the same nodes."""
-        return self._memo_key(attempt), fruitless.generation(self.scheduler.cache.arrays)
+        return self._memo_key(attempt), memo.generation(self.scheduler.cache.arrays)
 
     def _memo_key(self, attempt: Attempt) -> Hashable:
         """What a fruitless search is remembered by: a single pod's shape, queue and priority (any pod of them finds
         what it finds), unless victims were evicted for it (it may count them); else the job."""
         if attempt.job.group is None and all(f != attempt.key for f, _ in self.evicted_for.values()):
-            shape = fruitless.pod_shape(attempt.members[0])
+            shape = memo.pod_shape(attempt.members[0])
             if shape is not None:
                 return ("pod", attempt.queue, attempt.priority, shape)
         return ("job", attempt.key)
@@ -202,7 +206,7 @@ class Preemptor:
         """Nominated single pod ``key`` lost its room to a preemptor of higher priority: it searches again."""
         self.fruitless.forget(("job", key))
         nominated = self.nominations.get(key)
-        if nominated is not None and (shape := fruitless.pod_shape(nominated[0])) is not None:
+        if nominated is not None and (shape := memo.pod_shape(nominated[0])) is not None:
             self.fruitless.forget(("pod", self.jobs.queue_of(nominated[0]), nominated[2], shape))
 
     def eviction_failed(self, pod_key: str, message: str) -> list[str]:
@@ -267,7 +271,7 @@ class Preemptor:
         are, whose segments must each find a domain (``reclaim.find_victims``)."""
         find: Callable[..., list[reclaim.Candidate]] = reclaim.find_victims
         current = self._running_at
-        version = fruitless.generation(self.scheduler.cache.arrays)
+        version = memo.generation(self.scheduler.cache.arrays)
         placed = current[1].placements if current is not None and current[0] == version else None
         # The queues' shares as the candidates were built (they come from the last build).
         ahead = current[1].ahead if current is not None else None

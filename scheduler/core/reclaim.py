@@ -30,7 +30,7 @@ from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Cache, Snapshot
-from scheduler.core import fruitless, gang
+from scheduler.core import gang, memo
 from scheduler.core.cycle import Scheduler
 from scheduler.framework.interface import TOPOLOGY_SLOTS
 from scheduler.kernels import layout
@@ -310,7 +310,7 @@ def _usable_slots(
     usable = np.zeros(snapshot.arrays.slots, dtype=bool)
     shapes: set[object] = set()
     for pod in job:
-        shape = fruitless.pod_shape(pod)
+        shape = memo.pod_shape(pod)
         if shape is not None and shape in shapes:
             continue  # a gang's members are mostly alike: one filter per kind of member
         shapes.add(shape)

@@ -12,6 +12,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.core import move_plan, move_room
 from scheduler.core.loop import ClusterEvent, SchedulingLoop
+from scheduler.core.moves import NoPlan
 from scheduler.framework import profile
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
@@ -187,9 +188,9 @@ def test_a_budget_change_wakes_a_job_that_found_no_plan() -> None:
     world.loop.moves.mover = None
     world.loop.run_until_idle()
     world.loop.moves.mover = world.mover
-    world.loop.moves.no_plan["default/big"] = (0, "found none", float("inf"))
+    world.loop.moves.no_plan.keep("default/big", NoPlan(0, "found none", float("inf")))
     world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": 1}}))
-    assert world.loop.moves.no_plan == {}
+    assert len(world.loop.moves.no_plan) == 0
     world.clock.now += 5.0
     world.loop.run_until_idle()
     assert len(world.mover.pods) == 2

@@ -15,12 +15,12 @@ from typing import Any
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
-from scheduler.core import fruitless, move_memo
+from scheduler.core import memo, move_memo
 from scheduler.core.actions import NOTHING, WAITS, Outcome
 from scheduler.core.cycle import Scheduler
 from scheduler.core.jobs import Attempt
 from scheduler.core.move_plan import Found, Search
-from scheduler.core.moves import Moves
+from scheduler.core.moves import Moves, NoPlan
 
 _counts = re.compile(r"\d+")
 
@@ -39,9 +39,9 @@ class Consolidate:
         if moves.in_flight(attempt.key) or moves.replacing(attempt.key):
             return WAITS
         a = snapshot.arrays
-        version = fruitless.generation(a)
-        tried = moves.no_plan.get(attempt.key)
-        if tried is not None and tried[0] == version and moves.clock() < tried[2]:
+        version = memo.generation(a)
+        tried = moves.no_plan.last(attempt.key)
+        if moves.no_plan.recall(attempt.key, (version, moves.clock())) is not None:
             return NOTHING
         shape = move_memo.shape(
             attempt.members,
@@ -51,9 +51,9 @@ class Consolidate:
             context=attempt.context,
         )
         cache = self.scheduler.cache
-        recalled = moves.memo.recall(shape, snapshot, cache, epoch=moves.epoch, now=moves.clock())
+        recalled = moves.memo.recall(shape, move_memo.Present(snapshot, cache, moves.epoch, moves.clock()))
         if recalled is not None:
-            why, verdict = recalled
+            why, verdict = recalled.why, recalled.verdict
         else:
             found = self.search(attempt, snapshot)
             moves.verdicts[found.verdict] = moves.verdicts.get(found.verdict, 0) + 1
@@ -62,13 +62,15 @@ class Consolidate:
                 moves.start(attempt.key, attempt.obj, found.plan)
                 return WAITS
             why, verdict = found.why, found.verdict
-            moves.memo.keep(
-                shape, snapshot, cache, why=why, verdict=verdict, epoch=moves.epoch, until=moves.cooldown_ends()
-            )
-        if tried is None or _counts.sub("N", tried[1]) != _counts.sub("N", why):
+            if shape is not None:
+                kept = move_memo.answer(
+                    snapshot, cache, why=why, verdict=verdict, epoch=moves.epoch, until=moves.cooldown_ends()
+                )
+                moves.memo.keep(shape, kept)
+        if tried is None or _counts.sub("N", tried.why) != _counts.sub("N", why):
             # Once per distinct reason: counts of nodes and pods in it change with every search.
             self.scheduler_event(attempt, why)
-        moves.no_plan[attempt.key] = (version, why, moves.cooldown_ends())
+        moves.no_plan.keep(attempt.key, NoPlan(version, why, moves.cooldown_ends()))
         moves.last_verdict[attempt.key] = verdict
         return NOTHING
 
