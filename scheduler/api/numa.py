@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.api import fields, resources
@@ -207,3 +207,66 @@ def koordinator_policy(value: str, *, obj: str, field: str) -> Policy:
             field=field,
         )
     return _KOORDINATOR[name]
+
+
+#: A container's requests as the Topology Manager reads them: (resource, amount) pairs, sorted (hashable, so that
+#: replicas keep one pod shape).
+Requests = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PodAsk:
+    """What of a pod the Topology Manager aligns: each container's requests, whether the pod is Guaranteed, and the
+    policy it asks for itself (Koordinator's annotation; None: none)."""
+
+    containers: tuple[Requests, ...] = ()
+    init_containers: tuple[Requests, ...] = ()
+    guaranteed: bool = False
+    policy: Policy | None = None
+
+
+#: A pod the Topology Manager has nothing to align for (the default of a pod made without a spec).
+NO_ASK = PodAsk()
+
+
+def _frozen_requests(requests: Mapping[str, int]) -> Requests:
+    return tuple(sorted((name, amount) for name, amount in requests.items() if amount))
+
+
+def guaranteed(
+    containers: Sequence[Mapping[str, object]], requests: Sequence[Mapping[str, int]], *, qos_class: str, obj: str
+) -> bool:
+    """Whether the pod is of QoS class Guaranteed: ``status.qosClass`` when the API server has set it, else as it
+    sets it: every container (init containers too) has CPU and memory limits, and its requests equal them."""
+    if qos_class:
+        return qos_class == "Guaranteed"
+    for container, asked in zip(containers, requests, strict=True):
+        res = container.get("resources") or {}
+        limits_raw = res.get("limits") if isinstance(res, Mapping) else None
+        limits = resources.parse_resource_list(limits_raw, obj=obj)
+        for name in (resources.CPU, resources.MEMORY):
+            if not limits.get(name) or asked.get(name) != limits[name]:
+                return False
+    return bool(containers)
+
+
+def pod_ask(
+    containers: Sequence[tuple[Mapping[str, object], Mapping[str, int]]],
+    init_containers: Sequence[tuple[Mapping[str, object], Mapping[str, int]]],
+    *,
+    qos_class: str,
+    annotations: Mapping[str, str],
+    obj: str,
+) -> PodAsk:
+    """A pod's :class:`PodAsk` from its containers (each as (the container, its requests)), ``status.qosClass`` and
+    its annotations."""
+    every = list(init_containers) + list(containers)
+    spec = annotations.get(KOORDINATOR_POD_SPEC)
+    return PodAsk(
+        containers=tuple(_frozen_requests(r) for _, r in containers),
+        init_containers=tuple(_frozen_requests(r) for _, r in init_containers),
+        guaranteed=guaranteed([c for c, _ in every], [r for _, r in every], qos_class=qos_class, obj=obj),
+        policy=None
+        if spec is None
+        else koordinator_policy(spec, obj=obj, field=f"metadata.annotations[{KOORDINATOR_POD_SPEC}]"),
+    )

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from scheduler.api import numa
+from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
 
 
@@ -135,3 +136,51 @@ def test_koordinator_policies_from_the_annotation_or_the_label() -> None:
         numa.koordinator_policy("Single", obj="node n", field="f")
     with pytest.raises(InvalidObject, match="not JSON"):
         numa.koordinator_policy("{nope", obj="pod a", field="f")
+
+
+def _pod(*, qos: str = "", limits: bool = True, annotation: str | None = None) -> dict[str, Any]:
+    resources_ = {"requests": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}}
+    if limits:
+        resources_["limits"] = {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}
+    pod: dict[str, Any] = {
+        "metadata": {"name": "train", "namespace": "ml", "annotations": {}},
+        "spec": {
+            "schedulerName": "gpusched",
+            "initContainers": [
+                {"name": "fetch", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+                {"name": "proxy", "restartPolicy": "Always", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+            ],
+            "containers": [{"name": "main", "resources": resources_}],
+        },
+        "status": {"qosClass": qos} if qos else {},
+    }
+    if annotation is not None:
+        pod["metadata"]["annotations"][numa.KOORDINATOR_POD_SPEC] = annotation
+    return pod
+
+
+def test_a_pod_says_what_the_topology_manager_aligns_of_it() -> None:
+    ask = api_pod.parse_pod(_pod()).numa
+    # The sidecar runs beside the app container, so it is aligned as one; the init container runs before them.
+    assert ask.containers == (
+        (("cpu", 4000), ("memory", 8 * 2**30), ("nvidia.com/gpu", 2)),
+        (("cpu", 1000), ("memory", 2**30)),
+    )
+    assert ask.init_containers == ((("cpu", 1000), ("memory", 2**30)),)
+    assert ask.guaranteed and ask.policy is None
+    assert not api_pod.parse_pod(_pod(limits=False)).numa.guaranteed  # requests without limits: Burstable
+    assert not api_pod.parse_pod(_pod(qos="Burstable")).numa.guaranteed  # the API server's class wins
+    asked = api_pod.parse_pod(_pod(annotation='{"numaTopologyPolicy": "SingleNUMANode"}')).numa
+    assert asked.policy == numa.Policy.SINGLE_NUMA_NODE
+    # Replicas keep one shape: the ask is hashable.
+    assert hash(ask) == hash(api_pod.parse_pod(_pod()).numa)
+
+
+def test_a_bad_policy_annotation_refuses_a_pending_pod_and_is_dropped_from_a_bound_one() -> None:
+    with pytest.raises(InvalidObject) as err:
+        api_pod.parse_pod(_pod(annotation="Strict"))
+    assert err.value.field == f"metadata.annotations[{numa.KOORDINATOR_POD_SPEC}]"
+    bound = _pod(annotation="Strict")
+    bound["spec"]["nodeName"] = "gpu-0"
+    pod, problems = api_pod.parse_bound_pod(bound)
+    assert pod.node_name == "gpu-0" and pod.numa.policy is None and len(problems) == 1
