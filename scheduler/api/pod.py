@@ -23,6 +23,7 @@ from scheduler.api import dra as api_dra
 from scheduler.api import extended_resources as api_extended
 from scheduler.api import hami as api_hami
 from scheduler.api import host_ports, quantity, resources, selectors
+from scheduler.api import numa as api_numa
 from scheduler.api import topology as api_topology
 from scheduler.api import volumes as api_volumes
 from scheduler.api.errors import InvalidObject
@@ -107,6 +108,9 @@ class PodRequest:
     service_labels: tuple[tuple[str, str], ...] = ()
     #: ``spec.preemptionPolicy``: ``Never`` keeps the pod from preempting others (it waits for room instead).
     preemption_policy: str = PREEMPT_LOWER_PRIORITY
+    #: What the node's Topology Manager aligns of it (each container's requests, Guaranteed or not), and the NUMA
+    #: policy it asks for (``scheduler.api.numa``).
+    numa: api_numa.PodAsk = api_numa.NO_ASK
     created: float = 0.0
 
     @property
@@ -410,6 +414,15 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         # The GPUs gpusched allocated through the pod's claims (its own, or the one made for its extended
         # resources; whole devices): counted as the device plugin's.
         gpu = GpuRequest(count=len(gpu_ids), milli=resources.MILLI_PER_GPU)
+    init_containers, containers = read
+    sidecars = [c for c in init_containers if c.container.get("restartPolicy") == "Always"]
+    numa_ask = api_numa.pod_ask(
+        [(c.container, c.requests) for c in (*containers, *sidecars)],
+        [(c.container, c.requests) for c in init_containers if c not in sidecars],
+        qos_class=str(status.get("qosClass") or ""),
+        annotations=annotations,
+        obj=obj,
+    )
     priority = spec.get("priority") or 0
     if not isinstance(priority, int):
         raise InvalidObject(f"{priority!r} is not an integer", obj=obj, field="spec.priority")
@@ -446,6 +459,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         owner=api_affinity.controller_of(meta),
         owner_kind=api_affinity.controller_kind_of(meta),
         preemption_policy=str(preemption_policy),
+        numa=numa_ask,
         topology=api_topology.parse_constraint(
             annotations.get(ANNOTATION_TOPOLOGY_REQUIRED),
             annotations.get(ANNOTATION_TOPOLOGY_PREFERRED),
@@ -464,6 +478,7 @@ _SCHEDULING_ANNOTATIONS = (
     ANNOTATION_GPU_IDS,
     ANNOTATION_TOPOLOGY_REQUIRED,
     ANNOTATION_TOPOLOGY_PREFERRED,
+    api_numa.KOORDINATOR_POD_SPEC,
 )
 
 

@@ -1,0 +1,103 @@
+"""The nodes' NUMA zones as the scheduler knows them: what their NodeResourceTopology objects publish, and its own
+count of the pods the objects do not show yet.
+
+The agent that publishes a node's object (NFD's topology-updater, the resource-topology-exporter) reads what the
+kubelet has allocated and writes it every 60 s by default, so a pod bound a moment ago is not in its zone's
+``available`` yet; binding on those figures sends the next pod to the same full zone, and the kubelet refuses it
+(scheduler-plugins' NodeResourceTopologyMatch in its default mode does exactly that). So the store keeps, for each
+pod it placed or saw on a node with zones, the zones it predicted the pod takes (the Topology Manager replayed:
+``scheduler.plugins.numa.admission``), and counts them against the published figures until the object shows
+them: until an update of the node's object arrives after the pod started running (the kubelet had admitted it and
+allocated its resources, and the agent had read them). A pod that leaves gives its share back only when the next
+update shows it (the published figure is on the safe side meanwhile).
+
+After a restart the store is rebuilt from the pods on the nodes: a pod that was running before the object's last
+update is in the published figures; the others are predicted again (``scheduler.plugins.numa``).
+
+Every input enters through its methods: :meth:`NumaStore.upsert` / :meth:`remove` (the objects' watch), and for
+pods :meth:`placed`, :meth:`running`, :meth:`gone`; :meth:`available` answers what each zone of a node has left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from scheduler.api.numa import NodeZones
+
+
+@dataclass(slots=True)
+class _Predicted:
+    node: str
+    #: What the pod takes of each zone (by zone index).
+    taken: tuple[Mapping[str, int], ...]
+    #: When it was seen running (None: not yet): an update of the node's object after that shows it.
+    running_since: float | None = None
+
+
+class NumaStore:
+    def __init__(self) -> None:
+        #: Node name -> its zones as last published, and when that update arrived.
+        self.nodes: dict[str, NodeZones] = {}
+        self._published_at: dict[str, float] = {}
+        #: Pod key -> the zones predicted for it, while the node's object does not show it.
+        self._predicted: dict[str, _Predicted] = {}
+        #: Grows at every change (what a plugin memoises on).
+        self.version = 0
+
+    def upsert(self, zones: NodeZones, *, now: float) -> None:
+        """The node's object was published (created or updated) at ``now``: pods running before that are in it."""
+        self.nodes[zones.node] = zones
+        self._published_at[zones.node] = now
+        for key, p in list(self._predicted.items()):
+            if p.node == zones.node and p.running_since is not None and p.running_since <= now:
+                del self._predicted[key]
+        self.version += 1
+
+    def remove(self, node: str) -> None:
+        """The node's object is gone: the node has no NUMA rule any more (its kubelet's policy is not known)."""
+        self.nodes.pop(node, None)
+        self._published_at.pop(node, None)
+        for key in [k for k, p in self._predicted.items() if p.node == node]:
+            del self._predicted[key]
+        self.version += 1
+
+    def placed(self, pod_key: str, node: str, taken: Sequence[Mapping[str, int]]) -> None:
+        """The scheduler placed (or found) pod ``pod_key`` on ``node``, taking ``taken`` of each zone."""
+        if node in self.nodes and any(taken):
+            self._predicted[pod_key] = _Predicted(node, tuple(dict(t) for t in taken))
+            self.version += 1
+
+    def running(self, pod_key: str, *, since: float) -> None:
+        """Pod ``pod_key`` runs (the kubelet admitted it) since ``since``: the next update of its node shows it."""
+        p = self._predicted.get(pod_key)
+        if p is not None and p.running_since is None:
+            p.running_since = since
+
+    def gone(self, pod_key: str) -> None:
+        """Pod ``pod_key`` left, or its binding failed: if the object did not show it yet, it never will."""
+        if self._predicted.pop(pod_key, None) is not None:
+            self.version += 1
+
+    def predicted(self, pod_key: str) -> tuple[Mapping[str, int], ...] | None:
+        """What pod ``pod_key`` is counted as taking of each zone of its node, while the object does not show it."""
+        p = self._predicted.get(pod_key)
+        return p.taken if p is not None else None
+
+    def published_at(self, node: str) -> float | None:
+        return self._published_at.get(node)
+
+    def available(self, node: str) -> list[dict[str, int]] | None:
+        """What each zone of ``node`` has left: the published figures less the pods they do not show yet (never
+        below zero); None for a node without zones."""
+        zones = self.nodes.get(node)
+        if zones is None:
+            return None
+        left = [dict(z.available) for z in zones.zones]
+        for p in self._predicted.values():
+            if p.node != node:
+                continue
+            for i, taken in enumerate(p.taken[: len(left)]):
+                for name, amount in taken.items():
+                    left[i][name] = max(0, left[i].get(name, 0) - amount)
+        return left

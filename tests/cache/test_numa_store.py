@@ -1,0 +1,54 @@
+"""The scheduler's own count of NUMA zones while the published NodeResourceTopology lags behind the pods it placed."""
+
+from __future__ import annotations
+
+from scheduler.api import numa
+from scheduler.cache.numa_store import NumaStore
+
+GPU = "nvidia.com/gpu"
+
+
+def zones(free: list[int], *, node: str = "gpu-0") -> numa.NodeZones:
+    return numa.NodeZones(
+        node,
+        numa.Policy.SINGLE_NUMA_NODE,
+        numa.Scope.CONTAINER,
+        tuple(numa.Zone(f"node-{i}", i, {GPU: 4}, {GPU: 4}, {GPU: f}) for i, f in enumerate(free)),
+    )
+
+
+def test_a_placed_pod_counts_in_its_zone_until_an_update_after_it_runs_shows_it() -> None:
+    store = NumaStore()
+    store.upsert(zones([4, 4]), now=0.0)
+    store.placed("ml/a", "gpu-0", [{GPU: 3}, {}])
+    assert store.available("gpu-0") == [{GPU: 1}, {GPU: 4}]  # the object still says 4: our own count says 1
+    store.upsert(zones([4, 4]), now=5.0)  # published before the pod ran: it cannot show it
+    assert store.available("gpu-0") == [{GPU: 1}, {GPU: 4}]
+    store.running("ml/a", since=10.0)
+    store.upsert(zones([1, 4]), now=70.0)  # the agent's next round shows the pod
+    assert store.available("gpu-0") == [{GPU: 1}, {GPU: 4}] and store.predicted("ml/a") is None
+
+
+def test_a_pod_that_leaves_before_the_object_shows_it_is_no_longer_counted() -> None:
+    store = NumaStore()
+    store.upsert(zones([4, 4]), now=0.0)
+    store.placed("ml/a", "gpu-0", [{GPU: 3}, {}])
+    store.gone("ml/a")
+    assert store.available("gpu-0") == [{GPU: 4}, {GPU: 4}]
+
+
+def test_nodes_without_zones_have_no_count_and_a_removed_object_drops_its_pods() -> None:
+    store = NumaStore()
+    store.placed("ml/a", "cpu-0", [{GPU: 1}])
+    assert store.available("cpu-0") is None and store.predicted("ml/a") is None
+    store.upsert(zones([4, 4]), now=0.0)
+    store.placed("ml/b", "gpu-0", [{}, {GPU: 2}])
+    store.remove("gpu-0")
+    assert store.available("gpu-0") is None and store.predicted("ml/b") is None
+
+
+def test_the_count_never_goes_below_zero() -> None:
+    store = NumaStore()
+    store.upsert(zones([1, 4]), now=0.0)
+    store.placed("ml/a", "gpu-0", [{GPU: 3}, {}])  # the object already shows part of it
+    assert store.available("gpu-0") == [{GPU: 0}, {GPU: 4}]
