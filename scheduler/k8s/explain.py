@@ -52,7 +52,6 @@ from scheduler.api.errors import InvalidObject
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.topology import TopologyConstraint
 from scheduler.core import capacity, gang, reason_texts
-from scheduler.core.actions import consolidate
 from scheduler.core.loop import SchedulingLoop
 from scheduler.k8s import access, logs
 from scheduler.k8s import client as k8s_client
@@ -160,33 +159,27 @@ def explain_pod(operator: Operator, key: str) -> str:
         lines.append(f"  waits for its PodGroup {pod.namespace}/{pod.pod_group}, which does not exist")
     lines += _filters(operator, pod)
     if job is None or job.group is None:
-        lines += _consolidation_lines(operator, _job_key(operator, pod), [pod], whole_gang=False, level=None)
+        lines += _action_lines(operator, _job_key(operator, pod), [pod], whole_gang=False, level=None)
     lines += _queue_lines(operator, pod)
     return "\n".join(lines)
 
 
-def _consolidation_lines(
+def _action_lines(
     operator: Operator, job_key: str, members: list[api_pod.PodRequest], *, whole_gang: bool, level: int | None
 ) -> list[str]:
-    """The plan consolidation is carrying out for the job, the one it would carry out now, or why none exists (the
-    action's own search, on the cycle's context); nothing when the profile does not consolidate."""
-    loop = operator.loop
-    action = next((a for a in loop.actions if isinstance(a, consolidate.Consolidate)), None)
-    if action is None or loop.moves.mover is None:
-        return []
-    if job_key in loop.moves.plans:
-        return [f"  consolidation: {loop.moves.why(job_key)}"]
-    found = action.plan_for(
-        members,
-        operator.cache.snapshot(),
-        whole_gang=whole_gang,
-        priority=max(p.priority for p in members),
-        level=level,
-        context=_cycle_context(operator, job_key),
-    )
-    if found.plan is None:
-        return [f"  consolidation cannot make room: {found.why}"]
-    return [f"  consolidation would {found.plan.describe()}"]
+    """What each of the profile's actions is doing, or would do now, for the job (``Action.explain``: consolidation
+    says the plan it carries out or would, or why none exists, on the cycle's context)."""
+    lines: list[str] = []
+    for action in operator.loop.actions:
+        lines += action.explain(
+            job_key,
+            members,
+            operator.cache.snapshot(),
+            whole_gang=whole_gang,
+            level=level,
+            context=_cycle_context(operator, job_key),
+        )
+    return lines
 
 
 def _cycle_context(operator: Operator, job_key: str) -> dict[str, Any]:
@@ -360,7 +353,7 @@ def explain_group(operator: Operator, key: str) -> str:
     else:
         lines.append(f"  placing {need} members together now fails: {result.status.message}")
         (level, _), _ = gang.resolve_levels(operator.scheduler, group.topology, obj=f"podgroup {key}")
-        lines += _consolidation_lines(operator, state.key, members, whole_gang=True, level=level)
+        lines += _action_lines(operator, state.key, members, whole_gang=True, level=level)
     lines += _queue_lines(operator, members[0])
     return "\n".join(lines)
 
