@@ -271,6 +271,10 @@ class Preemptor(State):
         """How job ``key``'s victim search sees the nodes held for others (``Holds.in_search``)."""
         return self.holds.in_search(key, priority)
 
+    def leaving(self) -> list[reclaim.Candidate]:
+        """The victims evicted and not gone yet (what they will free counts already)."""
+        return list(self.terminating.values())
+
     def leaving_for_others(self, key: str, priority: int) -> list[str]:
         """The victims evicted and not gone for a job other than ``key`` of ``priority`` or higher (those evicted
         for ``key``, or for a pod of lower priority, are still on their node: it may count them)."""

@@ -37,7 +37,7 @@ class Reclaim(Action):
             return NOTHING
         borrowers = [c for c in search.candidates if c.queue != queue and self.tenancy.borrowing(c.queue)]
         surplus = {q: bound for q in {c.queue for c in borrowers} if (bound := self.tenancy.surplus(q)) is not None}
-        for victim in self.preemptor.terminating.values():
+        for victim in self.preemptor.leaving():
             left = surplus.get(victim.queue)
             if left is not None:
                 for name in left:
