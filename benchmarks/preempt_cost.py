@@ -60,6 +60,7 @@ from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
 from scheduler.core.extension_points import Framework  # noqa: E402
 from scheduler.core.jobs import Attempt  # noqa: E402
 from scheduler.core.loop import SchedulingLoop  # noqa: E402
+from scheduler.core.preemption import Preemptor  # noqa: E402
 from scheduler.framework import profile  # noqa: E402
 from scheduler.queue.scheduling import SchedulingQueue  # noqa: E402
 
@@ -148,8 +149,7 @@ def attempt_of(loop: SchedulingLoop, pods: list[PodRequest], group: PodGroup | N
     assert queued is not None
     attempt = Attempt(queued[0], item, queued[1])
     assert loop.session._choose(attempt)
-    allocate = loop.actions[0]
-    outcome = allocate.run(attempt, loop.scheduler.cache.snapshot())
+    outcome = loop.session.act(loop.actions[0], attempt)
     assert outcome.verdict is Verdict.NOTHING, outcome
     return attempt
 
@@ -158,7 +158,7 @@ def search(loop: SchedulingLoop, attempt: Attempt) -> Verdict:
     """The session's disruptive actions for a fresh attempt of the same job (the session's loop over them)."""
     fresh = dataclasses.replace(attempt)
     for action in loop.actions[1:]:
-        verdict = action.run(fresh, loop.scheduler.cache.snapshot()).verdict
+        verdict = loop.session.act(action, fresh).verdict
         if verdict is Verdict.WAITS:
             return verdict
     return Verdict.NOTHING
@@ -166,7 +166,8 @@ def search(loop: SchedulingLoop, attempt: Attempt) -> Verdict:
 
 def undo(loop: SchedulingLoop, attempt: Attempt) -> None:
     """Forget what a successful search decided (its nomination, its victims leaving)."""
-    p = loop.preemptor
+    p = loop.action_state(Preemptor)
+    assert p is not None
     loop.holds.release(attempt.key)
     p.terminating.clear()
     p.evicted_for.clear()
@@ -306,6 +307,8 @@ def main() -> None:
     print(f"{'finds victims':>14} {best_us(found, args.cycles, args.rounds, clock):10.0f}")
     loop.queue.done(finds.key)
 
+    preemptor = loop.action_state(Preemptor)
+    assert preemptor is not None
     nowhere = {"pool": "b"}
     group = PodGroup(namespace="bench", name="gang", min_member=2, priority=1000)
     failing: dict[str, Callable[[], Attempt]] = {
@@ -321,7 +324,7 @@ def main() -> None:
         attempt = make()
 
         def fresh(attempt: Attempt = attempt) -> None:
-            loop.preemptor.policies_changed()
+            preemptor.policies_changed()
             assert search(loop, attempt) is Verdict.NOTHING
 
         def again(attempt: Attempt = attempt) -> None:

@@ -18,18 +18,17 @@ would go back and forth every cooldown for nothing.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
 from scheduler.api.pod import PodRequest
 from scheduler.api.resources import GpuRequest
-from scheduler.core.cycle import Scheduler
+from scheduler.core.actions import Setting, State
 from scheduler.core.move_plan import Search
 from scheduler.core.moves import Moves
+from scheduler.core.statement import Statement
 from scheduler.kernels import layout
-from scheduler.queue.scheduling import SchedulingQueue
 
 #: Nodes tried per run, fewest GPUs in use first.
 CANDIDATES = 8
@@ -38,21 +37,21 @@ HOUR_S = 3600.0
 ANY_PRIORITY = 2**31
 
 
-class Defragmenter:
-    def __init__(
-        self, scheduler: Scheduler, moves: Moves, queue: SchedulingQueue, *, clock: Callable[[], float]
-    ) -> None:
-        self.scheduler = scheduler
+class Defragmenter(State):
+    """Background work of the consolidate action (``scheduler.core.actions.State.background``)."""
+
+    def __init__(self, setting: Setting, moves: Moves) -> None:
+        self.scheduler = setting.scheduler
         self.moves = moves
-        self.queue = queue
-        self.clock = clock
+        self.queue = setting.queue
+        self.clock = setting.clock
         self.last = -float("inf")
         #: (when, pods) of the background plans of the last hour.
         self.recent: deque[tuple[float, int]] = deque()
         #: Nodes emptied so far (for metrics and the simulator).
         self.nodes_emptied = 0
 
-    def run(self) -> bool:
+    def background(self) -> bool:
         """Empty one node if it is time, nothing waits, and the hour's budget allows; whether a plan started."""
         limits = self.moves.limits
         now = self.clock()
@@ -120,5 +119,7 @@ class Defragmenter:
         ).run(lambda s: self.moves.movable_on(s, ANY_PRIORITY) if s == slot else [])
         if found.plan is None:
             return False
-        self.moves.start(self._key(slot), f"node {node}", found.plan, placed=True)
+        statement = Statement(self.scheduler)
+        self.moves.start(self._key(slot), f"node {node}", found.plan, statement, placed=True)
+        statement.commit()  # no session around it: its plan is carried out at once
         return True

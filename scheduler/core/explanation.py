@@ -31,7 +31,6 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.topology import TopologyConstraint
 from scheduler.cache.state import Cache
 from scheduler.core import capacity, gang, reason_texts, session
-from scheduler.core.actions import consolidate
 from scheduler.core.cycle import Scheduler
 from scheduler.core.jobs import Attempt, Job
 from scheduler.core.loop import SchedulingLoop
@@ -111,33 +110,27 @@ def explain_pod(live: Live, key: str) -> str:
         lines.append(f"  waits for its PodGroup {pod.namespace}/{pod.pod_group}, which does not exist")
     lines += _filters(live, pod)
     if job is None or job.group is None:
-        lines += _consolidation_lines(live, _job_key(live, pod), [pod], whole_gang=False, level=None)
+        lines += _action_lines(live, _job_key(live, pod), [pod], whole_gang=False, level=None)
     lines += _queue_lines(live, pod)
     return "\n".join(lines)
 
 
-def _consolidation_lines(
+def _action_lines(
     live: Live, job_key: str, members: list[api_pod.PodRequest], *, whole_gang: bool, level: int | None
 ) -> list[str]:
-    """The plan consolidation is carrying out for the job, the one it would carry out now, or why none exists (the
-    action's own search, on the cycle's context); nothing when the profile does not consolidate."""
-    loop = live.loop
-    action = next((a for a in loop.actions if isinstance(a, consolidate.Consolidate)), None)
-    if action is None or loop.moves.mover is None:
-        return []
-    if job_key in loop.moves.plans:
-        return [f"  consolidation: {loop.moves.why(job_key)}"]
-    found = action.plan_for(
-        members,
-        live.cache.snapshot(),
-        whole_gang=whole_gang,
-        priority=max(p.priority for p in members),
-        level=level,
-        context=loop.cycle_context(job_key),
-    )
-    if found.plan is None:
-        return [f"  consolidation cannot make room: {found.why}"]
-    return [f"  consolidation would {found.plan.describe()}"]
+    """What each of the profile's actions is doing, or would do now, for the job (``Action.explain``: consolidation
+    says the plan it carries out or would, or why none exists, on the cycle's context)."""
+    lines: list[str] = []
+    for action in live.loop.actions:
+        lines += action.explain(
+            job_key,
+            members,
+            live.cache.snapshot(),
+            whole_gang=whole_gang,
+            level=level,
+            context=live.loop.cycle_context(job_key),
+        )
+    return lines
 
 
 def _job_key(live: Live, pod: api_pod.PodRequest) -> str:
@@ -307,7 +300,7 @@ def explain_group(live: Live, key: str) -> str:
         )
     else:
         lines.append(f"  placing {need} members together now fails: {result.status.message}")
-        lines += _consolidation_lines(live, state.key, members, whole_gang=True, level=attempt.level)
+        lines += _action_lines(live, state.key, members, whole_gang=True, level=attempt.level)
     lines += _queue_lines(live, members[0])
     return "\n".join(lines)
 

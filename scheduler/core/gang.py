@@ -2,9 +2,9 @@
 
 One cycle places ``minMember`` members on a checkpoint of the snapshot, largest first, each seeing the
 placements before it (and preferring the nodes the gang already uses, through the ``gang`` score plugin). If
-every one of them fits, all are assumed in the cache and handed to the binder; if any does not, the snapshot
-is rolled back and nothing is held. A gang never holds part of the cluster while it waits, so two gangs that
-each need more than half the cluster cannot deadlock: whichever is tried first with room runs.
+every one of them fits, all are placed (``scheduler.core.statement``: assumed, then handed to the binder); if any
+does not, the snapshot is rolled back and nothing is held. A gang never holds part of the cluster while it waits,
+so two gangs that each need more than half the cluster cannot deadlock: whichever is tried first with room runs.
 
 Topology (``PodGroup.spec.topology``, levels of the cluster's Topology): :func:`topology_plan` lists the node masks
 to try, in order, and the what-if runs inside each (the ``topology`` filter plugin keeps members in the mask)
@@ -47,6 +47,7 @@ from scheduler.cache.arrays import ClusterArrays
 from scheduler.cache.state import Snapshot
 from scheduler.core import capacity, segment_layout
 from scheduler.core.cycle import Diagnosis, Scheduler
+from scheduler.core.statement import Statement
 from scheduler.framework.interface import GANG_SLOTS, RESERVED_SLOTS, TOPOLOGY_SLOTS, Code, Decision, Status
 from scheduler.kernels import layout
 
@@ -165,7 +166,9 @@ def place_gang(
     """Place ``members`` all together or not at all; on success they are assumed and handed to the binder."""
     result = plan_gang(scheduler, scheduler.cache.snapshot(), group, members, context)
     if result.status.ok:
-        commit(scheduler, result.decisions)
+        statement = Statement(scheduler)
+        statement.place(result.decisions)
+        statement.commit()
     return result
 
 
@@ -225,15 +228,6 @@ def try_gang(
 ) -> GangResult:
     """:func:`plan_gang` on the cache's snapshot of now: what a gang cycle would decide, and nothing it does."""
     return plan_gang(scheduler, scheduler.cache.snapshot(), group, members, context)
-
-
-def commit(scheduler: Scheduler, decisions: Sequence[Decision]) -> None:
-    """Make ``decisions`` real as one statement: every pod assumed in the cache, then every one handed to the
-    binder (a binder that answers at once sees its siblings assumed already)."""
-    for decision in decisions:
-        scheduler.cache.assume(decision.pod, decision.node, decision.gpu_ids, decision.volumes, decision.claims)
-    for decision in decisions:
-        scheduler.binder.bind(decision)
 
 
 def what_if(

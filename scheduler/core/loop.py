@@ -17,8 +17,9 @@ The loop orchestrates; each concern keeps its own state in a module of its own:
 - ``scheduler.core.session``: one item taken from the queue, read as an attempt of its job: the queue gate, the
   actions, and the failure tail, once, for any job;
 - ``scheduler.core.actions``: what a job taken from the queue goes through, in the profile's order (allocate,
-  then for a job that does not fit reclaim and preempt), each action in a module of its own;
-  ``scheduler.core.preemption`` and ``scheduler.core.reclaim``: the victims reclaim and preempt choose from;
+  then for a job that does not fit the actions that make room), each action in a module of its own, with the
+  state it keeps; the loop knows them only through their interface (``Action``, and ``State``: the hooks through
+  which it tells each state what happened, and asks what it holds);
 - ``scheduler.core.holds``: nominations and reservations, applied to every other job's cycles by the core;
 - ``scheduler.core.hints``: which cluster events may help which waiting jobs.
 
@@ -40,27 +41,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from scheduler.api.pdb import DisruptionBudget
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.core import actions, gate, holds
+from scheduler.core.actions import registry
 from scheduler.core.cycle import NOMINATED_PODS, Scheduler
-from scheduler.core.defrag import Defragmenter
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job, Jobs
-from scheduler.core.moves import Moves
 from scheduler.core.ports import Events, Evictor, Mover
-from scheduler.core.preemption import Preemptor
 from scheduler.core.session import Session
 from scheduler.core.tenancy import QueueStatus, Tenancy, Vector, add_into, requests_of
 from scheduler.framework.interface import PENDING_PODS, RESERVED_SLOTS
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
 __all__ = ["ClusterEvent", "Events", "Evictor", "Job", "SchedulingLoop"]
+
+S = TypeVar("S", bound=actions.State)
 
 
 class SchedulingLoop:
@@ -88,26 +89,16 @@ class SchedulingLoop:
         self.gate = gate.Gate(self.tenancy, fair_share=fair_share_gate)
         self.holds = Holds(scheduler.cache, self.tenancy, clock=clock, reserve_after_s=reserve_after_s)
         self.hints = Hints()
-        self.preemptor = Preemptor(scheduler, self.jobs, self.tenancy, self.holds, events=events, evictor=evictor)
-        self.moves = Moves(
-            scheduler,
-            self.jobs,
-            self.tenancy,
-            clock=clock,
-            events=events,
-            limits=scheduler.framework.config.consolidation,
-            budgets=self.preemptor.budgets,
+        #: What the actions are built from; the ports (``evictor``, ``mover``) may be set later.
+        self.setting = actions.Setting(
+            scheduler, queue, self.jobs, self.tenancy, self.holds, clock, events, evictor=evictor, mover=mover
         )
-        self.moves.mover = mover
-        self.defragmenter = Defragmenter(scheduler, self.moves, queue, clock=clock)
+        #: The cluster's PodDisruptionBudgets by ``namespace/name`` (preemption weighs them, consolidation obeys them).
+        self.budgets = self.setting.budgets
         #: The session's actions, in the profile's order (``allocate`` first).
-        self.actions = actions.build(
-            scheduler.framework.config.actions,
-            scheduler=scheduler,
-            preemptor=self.preemptor,
-            tenancy=self.tenancy,
-            moves=self.moves,
-        )
+        self.actions = registry.build(scheduler.framework.config.actions, self.setting)
+        #: What they keep between cycles, each state once (actions may share one), in the actions' order.
+        self.states = list(dict.fromkeys(state for action in self.actions for state in action.states))
         self.session = Session(
             scheduler,
             queue,
@@ -148,8 +139,8 @@ class SchedulingLoop:
             return
         # A nominated pod is counted on its node as it is now (kube-scheduler's nominator takes the update too).
         self.holds.pod_updated(pod)
-        self.preemptor.pod_updated(pod)
-        self.moves.claim(pod)  # a moved pod's replacement goes to the target held for it
+        for state in self.states:
+            state.pod_pending(pod)
         self._enqueue(job)
         job.refresh_phase(self.clock())  # a gang's count of members that exist
 
@@ -165,7 +156,8 @@ class SchedulingLoop:
             self._demand_version += 1
             self.resort()
         job.refresh_phase(now)
-        self.moves.running(pod)  # a moved pod's replacement Running: its plan may take its next step
+        for state in self.states:
+            state.pod_placed(pod)
 
     def pod_outside(self, pod: PodRequest) -> None:
         """The API server shows ``pod`` bound by another scheduler: it holds its node's capacity (the cache has it)
@@ -219,8 +211,7 @@ class SchedulingLoop:
 
     def queues_changed(self, specs: list[QueueSpec]) -> None:
         """The cluster's Queues changed: rebuild the tree, report bad queues, queue what was waiting for them."""
-        self.preemptor.policies_changed()
-        self._moves_rules_changed(ClusterEvent.QUEUE_CHANGED)  # a Queue's spec.consolidation.moves may differ
+        self._wake(ClusterEvent.QUEUE_CHANGED, [state.queues_changed() for state in self.states])
         for problem in self.tenancy.set_queues(specs):
             self.events.emit(obj=problem.obj, kind="Warning", reason="InvalidQueue", message=str(problem))
         self._leaf_order = None
@@ -236,43 +227,41 @@ class SchedulingLoop:
     def move_refused(self, pod_key: str, message: str) -> None:
         """The eviction of pod ``pod_key``, moved by consolidation, was refused (a PodDisruptionBudget): its plan is
         abandoned, what it held released, and the job it made room for tries again when the cluster changes."""
-        self.moves.refused(pod_key, message)
+        for state in self.states:
+            state.move_refused(pod_key, message)
         self.cluster_event(ClusterEvent.POD_DELETED)
 
     def eviction_failed(self, pod_key: str, message: str) -> None:
         """The deletion of preempted pod ``pod_key`` failed: the jobs it was evicted for no longer hold its room
         and are tried again now."""
-        jobs = set(self.preemptor.eviction_failed(pod_key, message))
-        if jobs:
-            self.queue.move_all_to_active("VictimDeletionFailed", lambda item: item.key in jobs)
+        self._wake("VictimDeletionFailed", [state.eviction_failed(pod_key, message) for state in self.states])
 
     def budget_upsert(self, budget: DisruptionBudget) -> None:
         """A PodDisruptionBudget was seen (new or changed): preemption prefers victims it does not protect, and
         consolidation moves no more of its pods at once than it allows."""
-        self.preemptor.budget_upsert(budget)
-        self._moves_rules_changed(ClusterEvent.BUDGET_CHANGED)
-        self.moves.budget_changed(budget.key)  # a plan in steps may take its next one
+        self.budgets[budget.key] = budget
+        self._wake(ClusterEvent.BUDGET_CHANGED, [state.budget_changed(budget.key) for state in self.states])
 
     def budget_removed(self, key: str) -> None:
-        self.preemptor.budget_removed(key)
-        self._moves_rules_changed(ClusterEvent.BUDGET_CHANGED)
-        self.moves.budget_changed(key)
+        self.budgets.pop(key, None)
+        self._wake(ClusterEvent.BUDGET_CHANGED, [state.budget_changed(key) for state in self.states])
 
     def leadership_lost(self) -> None:
-        """This replica no longer leads: the move plans it was carrying out are dropped, so that no later step is
-        taken on its word (the pods not evicted stay; whoever leads next searches from what it finds)."""
-        for key in list(self.moves.plans):
-            self.moves.abandon(key, "this replica no longer leads")
+        """This replica no longer leads: what the actions were carrying out (move plans) is dropped, so that no later
+        step is taken on its word."""
+        for state in self.states:
+            state.leadership_lost()
 
     def carry_out_moves(self) -> None:
-        """Abandon the move plans whose step under way was not done in time, and release what they held (call it
-        periodically: a step may be late with nothing else happening); the jobs they were for try again."""
-        if self.moves.plans and self.moves.expire():
+        """Give up what the actions' states hold past its time (a move plan whose step under way was not done in
+        time), and release it (call it periodically: a step may be late with nothing else happening); the jobs it
+        was for try again."""
+        if any([state.expire() for state in self.states]):
             self.cluster_event(ClusterEvent.POD_DELETED)
 
-    def _moves_rules_changed(self, event: ClusterEvent) -> None:
-        """What may move changed (a budget, a Queue): the jobs consolidation found no plan for search again."""
-        waiting = self.moves.forget_answers()
+    def _wake(self, event: ClusterEvent | str, keys: list[set[str]]) -> None:
+        """Try the jobs of ``keys`` again now (the actions' answers for them are stale)."""
+        waiting = set().union(*keys)
         if waiting:
             self.queue.move_all_to_active(event, lambda item: item.key in waiting)
 
@@ -354,16 +343,25 @@ class SchedulingLoop:
     @property
     def evictor(self) -> Evictor | None:
         """Who deletes preempted pods (None: no preemption)."""
-        return self.preemptor.evictor
+        return self.setting.evictor
 
     @evictor.setter
     def evictor(self, evictor: Evictor | None) -> None:
-        self.preemptor.evictor = evictor
+        self.setting.evictor = evictor
 
     @property
-    def preemptions(self) -> dict[str, int]:
-        """Jobs preempted so far, by the victim's queue."""
-        return self.preemptor.preemptions
+    def mover(self) -> Mover | None:
+        """Who evicts the pods consolidation moves (None: no pod moves)."""
+        return self.setting.mover
+
+    @mover.setter
+    def mover(self, mover: Mover | None) -> None:
+        self.setting.mover = mover
+
+    def action_state(self, kind: type[S]) -> S | None:
+        """The state of ``kind`` the profile's actions keep (what metrics, the simulator and tests read of it); None
+        when none of them keeps one."""
+        return next((state for state in self.states if isinstance(state, kind)), None)
 
     # --- the cycle ---------------------------------------------------------------------------------------------
 
@@ -383,7 +381,7 @@ class SchedulingLoop:
     def defragment(self) -> bool:
         """Background defragmentation, if the profile turns it on and it is time (call it periodically): when
         nothing waits, empty a nearly empty node by moving its pods (``scheduler.core.defrag``). Whether it did."""
-        return self.defragmenter.run()
+        return any([state.background() for state in self.states])
 
     def run_until_idle(self, limit: int = 1_000_000) -> int:
         """Run cycles until nothing is ready (or ``limit`` cycles). Returns how many ran."""
@@ -398,7 +396,7 @@ class SchedulingLoop:
         """What job ``key``'s cycles get from outside: the nodes held for others (nominations, reservations, the
         targets of moves), the pods nominated for others that it counts (those of its priority or higher), and the
         waiting demand."""
-        found = (self.holds.context(key).get(RESERVED_SLOTS), self.moves.context(key).get(RESERVED_SLOTS))
+        found = (self.holds.context(key).get(RESERVED_SLOTS), *(state.held(key) for state in self.states))
         masks = [mask for mask in found if mask is not None]
         held = masks[0] if len(masks) == 1 else holds.union(masks)  # None when neither holds a node
         context: dict[str, Any] = {PENDING_PODS: self} if held is None else {RESERVED_SLOTS: held, PENDING_PODS: self}
@@ -496,18 +494,18 @@ class SchedulingLoop:
 
     def _job_placed(self, key: str) -> None:
         """Job ``key`` was placed: it holds nothing for later, waits for nothing, starves no more."""
-        self.moves.placed(key)
+        for state in self.states:
+            state.job_placed(key)
         self.holds.release(key)
         self.hints.forget(key)
-        self.preemptor.forget(key)
         if self.gate.fed(key):
             self._wake_gated()
 
     def _job_gone(self, key: str) -> None:
-        self.moves.gone(key)
+        for state in self.states:
+            state.job_gone(key)
         self.holds.release(key)
         self.hints.forget(key)
-        self.preemptor.forget(key)
         if self.gate.forget(key):
             self._wake_gated()
 

@@ -1,8 +1,9 @@
 """Consolidation's state: which running pods may move, the plans being carried out, and what they hold.
 
-A plan (``scheduler.core.move_plan``) is carried out as one statement (:meth:`Moves.start`): its targets are held
-first (the job's nodes for the job, each moved pod's target for the pod that replaces it), then the moved pods are
-handed to the :class:`~scheduler.core.ports.Mover` (the Eviction API in a cluster). A moved pod's controller
+A plan (``scheduler.core.move_plan``) is carried out as one statement (:meth:`Moves.start` records its steps on
+the session's ``scheduler.core.statement.Statement``): its targets are held first (the job's nodes for the job, each
+moved pod's target for the pod that replaces it), then the moved pods are handed to the
+:class:`~scheduler.core.ports.Mover` (the Eviction API in a cluster). A moved pod's controller
 recreates it: the first new pending pod of the same controller and the same GPUs claims the move
 (:meth:`Moves.claim`) and may go only to that move's target; the job may go only to its own nodes; every other job
 leaves all of them alone. A plan ends when the job and every replacement are placed, and is abandoned (everything
@@ -38,7 +39,7 @@ that room: the job it is for needs it now (barring it there was measured: longer
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -48,13 +49,10 @@ from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import ANNOTATION_CONSOLIDATION, PodRequest
 from scheduler.cache.state import PodEntry
 from scheduler.core import memo, move_memo
-from scheduler.core.cycle import Scheduler
-from scheduler.core.jobs import Jobs
+from scheduler.core.actions import Setting, State
 from scheduler.core.move_plan import Pace, Plan
-from scheduler.core.ports import Events, Mover
-from scheduler.core.tenancy import Tenancy
-from scheduler.framework.interface import RESERVED_SLOTS
-from scheduler.framework.profile import ConsolidationConfig
+from scheduler.core.ports import Mover
+from scheduler.core.statement import Statement
 
 #: The controller kind whose pods are training (run to completion: a move loses their progress).
 TRAINING_KINDS = frozenset({"Job"})
@@ -118,28 +116,20 @@ class InFlight:
         return mask
 
 
-class Moves:
-    def __init__(
-        self,
-        scheduler: Scheduler,
-        jobs: Jobs,
-        tenancy: Tenancy,
-        *,
-        clock: Callable[[], float],
-        events: Events,
-        limits: ConsolidationConfig,
-        budgets: Mapping[str, api_pdb.DisruptionBudget],
-    ) -> None:
-        self.scheduler = scheduler
-        self.jobs = jobs
-        self.tenancy = tenancy
-        self.clock = clock
-        self.events = events
-        self.limits = limits
-        #: The cluster's PodDisruptionBudgets (the preemptor's: one copy).
-        self.budgets = budgets
-        #: Who evicts moved pods (None: no consolidation).
-        self.mover: Mover | None = None
+class Moves(State):
+    """The consolidate action's state (``scheduler.core.actions.State``: the loop tells it what happened through its
+    hooks)."""
+
+    def __init__(self, setting: Setting) -> None:
+        self.setting = setting
+        self.scheduler = setting.scheduler
+        self.jobs = setting.jobs
+        self.tenancy = setting.tenancy
+        self.clock = setting.clock
+        self.events = setting.events
+        self.limits = setting.scheduler.framework.config.consolidation
+        #: The cluster's PodDisruptionBudgets (the loop's: one copy).
+        self.budgets: Mapping[str, api_pdb.DisruptionBudget] = setting.budgets
         #: Job key -> its plan being carried out.
         self.plans: dict[str, InFlight] = {}
         #: Moved pod key (the pod that leaves) -> the job key of its plan.
@@ -168,6 +158,45 @@ class Moves:
         self.abandoned = 0
         self.moved = 0
         self.gpus_moved = 0
+
+    @property
+    def mover(self) -> Mover | None:
+        """Who evicts moved pods (the loop's; None: no consolidation)."""
+        return self.setting.mover
+
+    # --- the loop's hooks (``scheduler.core.actions.State``) ----------------------------------------------------
+
+    def pod_pending(self, pod: PodRequest) -> None:
+        self.claim(pod)  # a moved pod's replacement goes to the target held for it
+
+    def pod_placed(self, pod: PodRequest) -> None:
+        self.running(pod)  # a moved pod's replacement Running: its plan may take its next step
+
+    def job_placed(self, key: str) -> None:
+        self.placed(key)
+
+    def job_gone(self, key: str) -> None:
+        self.gone(key)
+
+    def queues_changed(self) -> set[str]:
+        return self.forget_answers()  # a Queue's spec.consolidation.moves may differ
+
+    def budget_changed(self, key: str) -> set[str]:
+        waiting = self.forget_answers()
+        self.budget_read(key)  # a plan in steps may take its next one
+        return waiting
+
+    def move_refused(self, pod_key: str, message: str) -> None:
+        self.refused(pod_key, message)
+
+    def expire(self) -> bool:
+        return bool(self.plans and self.abandon_late())
+
+    def leadership_lost(self) -> None:
+        """The plans being carried out are dropped, so that no later step is taken on this replica's word (the pods
+        not evicted stay; whoever leads next searches from what it finds)."""
+        for key in list(self.plans):
+            self.abandon(key, "this replica no longer leads")
 
     # --- the rules -----------------------------------------------------------------------------------------------
 
@@ -283,10 +312,10 @@ class Moves:
 
     def in_flight(self, key: str) -> bool:
         """Whether a plan is being carried out for job ``key`` (abandoned first if a step of it timed out)."""
-        self.expire()
+        self.abandon_late()
         return key in self.plans
 
-    def expire(self) -> list[str]:
+    def abandon_late(self) -> list[str]:
         """Abandon every plan whose step under way was not done within ``stepTimeoutSeconds`` (a replacement that
         never came or never ran, a budget that never allowed the next eviction, a background plan no job asks
         about): what they hold goes back to everyone. The jobs whose plans were abandoned."""
@@ -318,11 +347,10 @@ class Moves:
         """The budgets whose status has not been seen again since ``plan``'s last eviction."""
         return {k for k, n in plan.seen_at_eviction.items() if self.budget_seen.get(k, 0) <= n}
 
-    def start(self, key: str, obj: str, plan: Plan, *, placed: bool = False) -> None:
-        """Carry ``plan`` out for job ``key`` (``obj`` in Events) as one statement: hold every target, then evict
-        the moved pods, all of them or (a plan in steps) the first. ``placed``: there is no job to place
+    def start(self, key: str, obj: str, plan: Plan, statement: Statement, *, placed: bool = False) -> None:
+        """Record on ``statement`` how ``plan`` is carried out for job ``key`` (``obj`` in Events): every target held,
+        then the moved pods evicted, all of them or (a plan in steps) the first. ``placed``: there is no job to place
         (background defragmentation: the plan's nodes are held until the moves are done)."""
-        self.epoch += 1
         assert self.mover is not None
         cache = self.scheduler.cache
         slots = cache.arrays.slots
@@ -336,13 +364,22 @@ class Moves:
         flight = InFlight(
             key, obj, plan, now, job_slots, targets, set(range(len(plan.moves))), background=placed, step_started=now
         )
+        statement.hold(key, lambda: self._hold(flight))
+        statement.tell(
+            obj, lambda: self.events.emit(obj=obj, kind="Normal", reason="Consolidating", message=plan.describe())
+        )
+        count = len(plan.moves) if plan.pace is Pace.AT_ONCE else 1
+        statement.evict(", ".join(m.pod.key for m in plan.moves[:count]), lambda: self._evict(flight, count))
+
+    def _hold(self, flight: InFlight) -> None:
+        """``flight``'s targets are held from now on, and its moved pods part of it."""
+        self.epoch += 1
+        key = flight.key
         self.plans[key] = flight
         self.no_plan.forget(key)
-        for move in plan.moves:
+        for move in flight.plan.moves:
             self.leaving[move.pod.key] = key  # part of a plan from the start, evicted now or at its step
-        self.events.emit(obj=obj, kind="Normal", reason="Consolidating", message=plan.describe())
         self.started += 1
-        self._evict(flight, len(plan.moves) if plan.pace is Pace.AT_ONCE else 1)
 
     def _evict(self, plan: InFlight, count: int) -> None:
         """Evict the next ``count`` moves of ``plan``: a step begins."""
@@ -375,7 +412,7 @@ class Moves:
             self.epoch += 1
             self._evict(plan, 1)
 
-    def budget_changed(self, key: str) -> None:
+    def budget_read(self, key: str) -> None:
         """A status of budget ``key`` was seen (or it went): a plan in steps may take its next one."""
         self.budget_seen[key] = self.budget_seen.get(key, 0) + 1
         self.advance()
@@ -480,12 +517,12 @@ class Moves:
 
     # --- what every cycle respects -------------------------------------------------------------------------------
 
-    def context(self, key: str) -> dict[str, Any]:
-        """What job ``key``'s cycles must respect: a plan's job goes only to its nodes, a replacement only to its
-        target; everyone else leaves every plan's targets alone."""
+    def held(self, key: str) -> np.ndarray | None:
+        """The node slots job ``key``'s cycles must leave alone: a plan's job goes only to its nodes, a replacement
+        only to its target; everyone else leaves every plan's targets alone."""
         if not self.plans:
-            return {}
-        self.expire()
+            return None
+        self.abandon_late()
         slots = self.scheduler.cache.arrays.slots
         reserved = np.zeros(slots, dtype=bool)
         for job_key, plan in self.plans.items():
@@ -497,7 +534,7 @@ class Moves:
                 reserved |= only
             else:
                 reserved |= plan.holds(slots)
-        return {RESERVED_SLOTS: reserved}
+        return reserved
 
     def why(self, key: str) -> str:
         """The plan being carried out for job ``key``, or why the last search found none ("" if none ran)."""

@@ -5,13 +5,15 @@ The decisions are the actions' (``scheduler.core.actions.reclaim``: borrowed wor
 ``scheduler.core.reclaim`` on what-ifs of the snapshot. Here: who may search (an evictor is set; a pod with
 ``preemptionPolicy: Never`` never preempts; a job whose victims are still terminating waits for them), the
 candidates (every job holding capacity, whole; an elastic gang's surplus members one by one, then its core), and
-eviction.
+eviction, recorded as steps of the session's statement (``scheduler.core.statement``: made real only when the session
+commits them).
 
 State kept here and nowhere else: victims evicted and not gone yet (never chosen again by a job of equal or lower
 priority, and no longer counted as their queue's surplus), the searches that found nothing at the cluster's
 generation (a :class:`scheduler.core.memo.Memo`: not run again until the cluster changes, for the job, or
-for any single pod of the same shape, queue and priority), the nodes nominated for single pods, the cluster's
-PodDisruptionBudgets, and how many jobs were preempted per victim queue (metrics). The nodes a preemptor frees are
+for any single pod of the same shape, queue and priority), the nodes nominated for single pods, and how many jobs
+were preempted per victim queue (metrics). It is the reclaim and preempt actions' one state
+(``scheduler.core.actions.State``: the loop tells it what happened through its hooks). The nodes a preemptor frees are
 nominated for it in :class:`scheduler.core.holds.Holds`.
 
 A single pod's search is kube-scheduler's PostFilter in its cost as in its choice: the candidates are arrays put
@@ -32,17 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PREEMPT_NEVER, PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Snapshot
-from scheduler.core import memo, reclaim
-from scheduler.core.cycle import Scheduler
-from scheduler.core.holds import Holds
-from scheduler.core.jobs import Attempt, Jobs
-from scheduler.core.ports import Events, Evictor
+from scheduler.core import memo, node_preemption, reclaim
+from scheduler.core.actions import WAITS, Outcome, Setting, State
+from scheduler.core.jobs import Attempt
+from scheduler.core.ports import Evictor
 from scheduler.core.running_jobs import Running, RunningJobs
-from scheduler.core.tenancy import Tenancy
+from scheduler.core.statement import Statement
 
 #: Fruitless searches remembered at most (the oldest goes first); each holds only at the generation it was found at.
 _FRUITLESS_KEPT = 4096
@@ -51,6 +51,13 @@ _FRUITLESS_KEPT = 4096
 #: preempt: its ``preemptionPolicy`` is ``Never``; its victims are still terminating.
 NOT_ELIGIBLE_NEVER = "preemption: not eligible due to preemptionPolicy=Never."
 NOT_ELIGIBLE_TERMINATING = "preemption: not eligible due to a terminating pod on the nominated node."
+#: A single pod whose victims are still terminating waits for them, and says so as kube-scheduler does.
+WAITS_FOR_VICTIMS = Outcome(WAITS.verdict, said=NOT_ELIGIBLE_TERMINATING)
+
+
+def waits_for_victims(attempt: Attempt) -> Outcome:
+    """What reclaim and preempt answer for a job whose victims are still terminating (``Search.waits``)."""
+    return WAITS_FOR_VICTIMS if attempt.job.group is None else WAITS
 
 
 @dataclass(frozen=True)
@@ -81,23 +88,17 @@ class Search:
         ]
 
 
-class Preemptor:
-    def __init__(
-        self,
-        scheduler: Scheduler,
-        jobs: Jobs,
-        tenancy: Tenancy,
-        holds: Holds,
-        *,
-        events: Events,
-        evictor: Evictor | None,
-    ) -> None:
+class Preemptor(State):
+    def __init__(self, setting: Setting) -> None:
+        scheduler, jobs, tenancy = setting.scheduler, setting.jobs, setting.tenancy
+        self.setting = setting
         self.scheduler = scheduler
         self.jobs = jobs
         self.tenancy = tenancy
-        self.holds = holds
-        self.events = events
-        self.evictor = evictor
+        self.holds = setting.holds
+        self.events = setting.events
+        #: The cluster's PodDisruptionBudgets (the loop's: one copy).
+        self.budgets = setting.budgets
         #: The searches that found no victims at the cluster's generation (:meth:`_memo_key`).
         self.fruitless: memo.Memo[Hashable, int, int] = memo.Memo(operator.eq, limit=_FRUITLESS_KEPT)
         #: Victims evicted and not yet gone (job key -> the candidate).
@@ -106,8 +107,6 @@ class Preemptor:
         self.evicted_for: dict[str, tuple[str, int]] = {}
         #: Single pods with a nominated node: job key -> (the pod, the node, its priority).
         self.nominations: dict[str, tuple[PodRequest, str, int]] = {}
-        #: The cluster's PodDisruptionBudgets by ``namespace/name``.
-        self.budgets: dict[str, api_pdb.DisruptionBudget] = {}
         #: Jobs preempted so far, by the victim's queue.
         self.preemptions: dict[str, int] = {}
         #: Every job holding capacity as candidates, each job's rebuilt only when it changed.
@@ -119,22 +118,33 @@ class Preemptor:
         #: The last attempt's search (its actions share it).
         self._search: tuple[Attempt, Search] | None = None
 
+    @property
+    def evictor(self) -> Evictor | None:
+        """Who deletes preempted pods (the loop's; None: no preemption)."""
+        return self.setting.evictor
+
+    # --- the loop's hooks (``scheduler.core.actions.State``) ----------------------------------------------------
+
+    def job_placed(self, key: str) -> None:
+        self.forget(key)
+
+    def job_gone(self, key: str) -> None:
+        self.forget(key)
+
     def forget(self, key: str) -> None:
         """Job ``key`` is placed or gone (a binding clears the pod's nominatedNodeName in the API server)."""
         self.fruitless.forget(("job", key))
         self.nominations.pop(key, None)
 
-    def pod_updated(self, pod: PodRequest) -> None:
+    def pod_pending(self, pod: PodRequest) -> None:
         """Pod ``pod`` changed: a nomination of it keeps the pod as it is now (its shape, if it searches again)."""
         nominated = self.nominations.get(pod.key)
         if nominated is not None:
             self.nominations[pod.key] = (pod, nominated[1], nominated[2])
 
-    def budget_upsert(self, budget: api_pdb.DisruptionBudget) -> None:
-        self.budgets[budget.key] = budget
-
-    def budget_removed(self, key: str) -> None:
-        self.budgets.pop(key, None)
+    def queues_changed(self) -> set[str]:
+        self.policies_changed()
+        return set()
 
     def policies_changed(self) -> None:
         """Queues changed (guarantees, policies): searches that found nothing may find something now."""
@@ -209,7 +219,7 @@ class Preemptor:
         if nominated is not None and (shape := memo.pod_shape(nominated[0])) is not None:
             self.fruitless.forget(("pod", self.jobs.queue_of(nominated[0]), nominated[2], shape))
 
-    def eviction_failed(self, pod_key: str, message: str) -> list[str]:
+    def eviction_failed(self, pod_key: str, message: str) -> set[str]:
         """The deletion of victim pod ``pod_key`` failed (refused, or no answer in time): it no longer counts as
         leaving, and each job that evicted it loses the room it held and searches again, as kube-scheduler retries
         a preemptor whose victims could not be deleted (were it deleted after all, the search finds the room free).
@@ -231,20 +241,127 @@ class Preemptor:
                 reason="PreemptionFailed",
                 message=f"the deletion of victim pod {pod_key} failed ({message}); looking for room again",
             )
-        return jobs
+        return set(jobs)
+
+    # --- what the reclaim and preempt actions ask ----------------------------------------------------------------
 
     def offset(self) -> int:
         """Where a single pod's search starts among the nodes that may help (modulo their number)."""
         return int(self._offsets.integers(2**31))
 
     def make_room(
-        self, attempt: Attempt, victims: list[reclaim.Candidate], *, reason: str, event: str, message: str
+        self,
+        attempt: Attempt,
+        victims: list[reclaim.Candidate],
+        statement: Statement,
+        *,
+        reason: str,
+        event: str,
+        message: str,
     ) -> None:
-        """Commit ``victims`` for ``attempt`` as one statement: the room they free nominated for it, every victim
-        evicted (``reason`` in their Events), and an Event ``event`` for the job."""
+        """Record on ``statement`` what ``victims`` do for ``attempt``: the room they free nominated for it, every
+        victim evicted (``reason`` in their Events), and an Event ``event`` for the job."""
         self.found(attempt)
-        self.evict(attempt.key, attempt.priority, victims, reason)
-        self.events.emit(obj=attempt.obj, kind="Normal", reason=event, message=message)
+        key, priority = attempt.key, attempt.priority
+        freed = [pod for victim in victims for pod in victim.pods]
+        statement.nominate(key, lambda: self.holds.nominate(key, freed, priority))
+        for victim in victims:
+            statement.evict(victim.key, functools.partial(self.evict_one, victim, reason))
+        statement.tell(
+            attempt.obj, lambda: self.events.emit(obj=attempt.obj, kind="Normal", reason=event, message=message)
+        )
+
+    def in_search(self, key: str, priority: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """How job ``key``'s victim search sees the nodes held for others (``Holds.in_search``)."""
+        return self.holds.in_search(key, priority)
+
+    def leaving(self) -> list[reclaim.Candidate]:
+        """The victims evicted and not gone yet (what they will free counts already)."""
+        return list(self.terminating.values())
+
+    def leaving_for_others(self, key: str, priority: int) -> list[str]:
+        """The victims evicted and not gone for a job other than ``key`` of ``priority`` or higher (those evicted
+        for ``key``, or for a pod of lower priority, are still on their node: it may count them)."""
+        out = []
+        for leaving, victim in self.terminating.items():
+            evicted_for, evictor_priority = self.evicted_for.get(victim.key, ("", priority))
+            if evicted_for != key and evictor_priority >= priority:
+                out.append(leaving)
+        return out
+
+    def node_victims(
+        self,
+        attempt: Attempt,
+        pod: PodRequest,
+        *,
+        placed: reclaim.Placements,
+        allowed: np.ndarray,
+        snapshot: Snapshot,
+    ) -> node_preemption.NodeVictims | None:
+        """The node and victims that let single pod ``pod`` of ``attempt`` fit (``node_preemption.node_victims``),
+        with the budgets weighed, the search started at a random node, and the pods nominated for others counted."""
+        key, priority = attempt.key, attempt.priority
+        return node_preemption.node_victims(
+            self.scheduler,
+            pod,
+            priority=priority,
+            placed=placed,
+            allowed=allowed,
+            budgets=list(self.budgets.values()),
+            snapshot=snapshot,
+            reasons=attempt.reasons,
+            offset=self.offset(),
+            held=self.holds.nominated_for_others(key, priority),
+            nominated=self.holds.nominated_pods(key, priority),
+        )
+
+    def nominate_node(
+        self, attempt: Attempt, pod: PodRequest, choice: node_preemption.NodeVictims, statement: Statement
+    ) -> None:
+        """Record on ``statement`` what ``choice`` does for single pod ``pod`` of ``attempt``: its node nominated for
+        it (the lower-priority pods nominated there search again), every victim evicted, and an Event saying so."""
+        key, queue, priority, obj = attempt.key, attempt.queue, attempt.priority, attempt.obj
+        self.found(attempt)
+        # Lower-priority pods nominated to this node may no longer fit there: they search again (kube-scheduler
+        # clears their nominatedNodeName too).
+        for other, (_, node, other_priority) in list(self.nominations.items()):
+            taken = any(self.evicted_for.get(v.key, ("", 0))[0] == other for v in choice.victims)
+            if other != key and other_priority < priority and (node == choice.node or taken):
+                statement.nominate(other, functools.partial(self._displaced, other))
+        statement.nominate(key, lambda: self.holds.nominate(key, choice.pods, priority, pod=pod, node=choice.node))
+        reason = f"Preempted by pod {pod.uid or pod.key} on node {choice.node}: higher-priority work of queue "
+        reason += f"{queue!r} ({obj})"
+        for victim in choice.victims:
+            statement.evict(victim.key, functools.partial(self._evict_for, victim, key, priority, reason))
+        statement.nominate(key, lambda: self._nominated(key, pod, choice.node, priority))
+        budgets = f", {choice.violations} exceeding a PodDisruptionBudget" if choice.violations else ""
+        message = (
+            f"preempting {len(choice.pods)} lower-priority pod(s) of queue {queue!r} on node {choice.node}{budgets}"
+        )
+        statement.tell(obj, lambda: self.events.emit(obj=obj, kind="Normal", reason="Preempting", message=message))
+
+    def _displaced(self, key: str) -> None:
+        """Nominated single pod ``key`` lost its node to a preemptor of higher priority."""
+        self.retry(key)
+        self.holds.release(key)
+        self.unnominate(key)
+
+    def _evict_for(self, victim: reclaim.Candidate, key: str, priority: int, reason: str) -> None:
+        """Evict ``victim`` for job ``key`` of ``priority``, unless it is leaving already."""
+        self.evicted_for[victim.key] = (key, priority)
+        if victim.key in self.terminating:
+            return  # evicted already, for a pod of lower priority
+        if all(v.deleting for v in victim.pods):
+            self.terminating[victim.key] = victim  # being deleted by someone else: no second deletion
+            return
+        self.evict_one(victim, reason)
+
+    def _nominated(self, key: str, pod: PodRequest, node: str, priority: int) -> None:
+        """Single pod ``pod`` (job ``key``) waits for ``node``: its nominatedNodeName says so."""
+        if self.nominations.get(key, (pod, "", 0))[1] != node:
+            assert self.evictor is not None
+            self.evictor.nominate(pod, node)
+        self.nominations[key] = (pod, node, priority)
 
     def unnominate(self, key: str) -> None:
         """Clear the nominatedNodeName of single pod ``key``, if it has one."""
@@ -288,11 +405,6 @@ class Preemptor:
         return find(
             self.scheduler, pods, priority=priority, policy=policy, candidates=candidates, surplus=surplus, **kwargs
         )
-
-    def evict(self, key: str, priority: int, victims: list[reclaim.Candidate], reason: str) -> None:
-        self.holds.nominate(key, [pod for victim in victims for pod in victim.pods], priority)
-        for victim in victims:
-            self.evict_one(victim, reason)
 
     def evict_one(self, victim: reclaim.Candidate, reason: str) -> None:
         assert self.evictor is not None

@@ -5,7 +5,9 @@ An item is read as an :class:`~scheduler.core.jobs.Attempt` of its job: ``minMem
 together (once that many exist), one member of a gang placed alone near its placed siblings (while the gang holds
 its place), or a single pod. The queue gate may hold it back (a queue limit, the fair-share gate): it then waits
 for the events that may change that. Else the actions run (``scheduler.core.actions``): allocate, and for a job
-that did not fit the actions that make room, until one does. A job that was not placed gets an Event (a gang:
+that did not fit the actions that make room, until one does. Each action records what it decides on a
+:class:`~scheduler.core.statement.Statement`, which the session commits when the action placed the job or makes room
+for it, and discards otherwise. A job that was not placed gets an Event (a gang:
 its Scheduled=False condition and phase too); unless allocate broke (``ERROR``: backoff), the failure tail runs:
 a reservation against starvation (unless room is being made for it), the queueing hints, the gate's starving
 demand, and the unschedulable pool.
@@ -18,12 +20,13 @@ from typing import Any
 
 from scheduler.api.pod import PodRequest
 from scheduler.core import capacity, gang, gate
-from scheduler.core.actions import Action, Verdict
+from scheduler.core.actions import Action, Outcome, Verdict
 from scheduler.core.cycle import Diagnosis, Scheduler
 from scheduler.core.hints import Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job
 from scheduler.core.ports import Events
+from scheduler.core.statement import Statement
 from scheduler.core.tenancy import requests_of
 from scheduler.framework.interface import Code, Decision, Status
 from scheduler.queue.scheduling import SchedulingQueue
@@ -78,7 +81,7 @@ class Session:
             self.queue.requeue_unschedulable(item, over)
             return
         allocate, *make_room = self.actions
-        outcome = allocate.run(attempt, self.scheduler.cache.snapshot())
+        outcome = self.act(allocate, attempt)
         if outcome.verdict is Verdict.PLACED:
             self._allocated(attempt, outcome.decisions)
             return
@@ -96,7 +99,7 @@ class Session:
         if attempt.unresolved is None:
             waits = False
             for action in make_room:
-                made = action.run(attempt, self.scheduler.cache.snapshot())
+                made = self.act(action, attempt)
                 said = made.said or said
                 if made.verdict is Verdict.WAITS:
                     waits = True
@@ -112,6 +115,17 @@ class Session:
         self.hints.failed(item.key, members, self.scheduler.wakes(outcome.diagnosis))
         self.gate.starve(item.key, item.queue, requests_of(members))
         self.queue.requeue_unschedulable(item, message)
+
+    def act(self, action: Action, attempt: Attempt) -> Outcome:
+        """Run ``action`` on the cycle's snapshot; commit what it decided if it placed the job or makes room for it,
+        else discard it."""
+        statement = Statement(self.scheduler)
+        outcome = action.run(attempt, self.scheduler.cache.snapshot(), statement)
+        if outcome.verdict is Verdict.NOTHING:
+            statement.discard()
+        else:
+            statement.commit()
+        return outcome
 
     def _choose(self, attempt: Attempt) -> bool:
         """Choose the pods ``attempt`` places and what its cycles get from outside (:func:`choose`)."""

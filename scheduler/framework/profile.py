@@ -34,10 +34,6 @@ import yaml
 from scheduler.api.errors import InvalidObject
 
 TIE_BREAKS = ("first", "random")
-#: The session's actions in the only order they may run: least disruptive first (``scheduler.core.actions``).
-#: ``allocate`` places the job; the others run only when it did not fit: ``reclaim`` takes back what other queues
-#: borrowed, ``preempt`` evicts lower-priority work of the job's own queue.
-ACTIONS = ("allocate", "consolidate", "reclaim", "preempt")
 #: The actions of a profile that names none. ``consolidate`` (move running pods to make room) is not among them: it
 #: evicts running pods that did nothing wrong, so a cluster asks for it (docs/consolidation.md).
 DEFAULT_ACTIONS = ("allocate", "reclaim", "preempt")
@@ -103,7 +99,8 @@ class ProfileConfig:
     tie_break: str = "first"
     seed: int = 0
     plugins: tuple[PluginConfig, ...] = ()
-    #: The session's actions, in order (a subsequence of :data:`ACTIONS` that starts with ``allocate``).
+    #: The session's actions, in order: names the core knows (``scheduler.core.actions.registry``, an open registry
+    #: like the plugins': it checks the names and their order when the profile is built).
     actions: tuple[str, ...] = DEFAULT_ACTIONS
     consolidation: ConsolidationConfig = ConsolidationConfig()
 
@@ -195,26 +192,15 @@ def consolidation(raw: object, source: str) -> ConsolidationConfig:
 
 
 def _actions(raw: object, source: str) -> tuple[str, ...]:
-    """The session's actions: known names, each once, ``allocate`` first, in the order of :data:`ACTIONS`."""
+    """The session's actions: a list of names, each once (which names, and in which order, the core's registry of
+    actions checks when the profile is built, as the plugins' registry checks theirs)."""
     if not isinstance(raw, list) or not raw:
-        raise InvalidObject(f"must be a non-empty list of actions among {list(ACTIONS)}", obj=source, field="actions")
+        raise InvalidObject("must be a non-empty list of actions", obj=source, field="actions")
     for i, name in enumerate(raw):
-        if name not in ACTIONS:
-            raise InvalidObject(
-                f"unknown action {name!r} (known: {', '.join(ACTIONS)})", obj=source, field=f"actions[{i}]"
-            )
+        if not isinstance(name, str) or not name:
+            raise InvalidObject(f"{name!r} is not an action's name", obj=source, field=f"actions[{i}]")
         if name in raw[:i]:
             raise InvalidObject(f"action {name!r} is listed twice", obj=source, field=f"actions[{i}]")
-    if raw[0] != "allocate":
-        raise InvalidObject("the first action must be 'allocate' (it places the job)", obj=source, field="actions[0]")
-    for i in range(1, len(raw)):
-        if ACTIONS.index(raw[i]) < ACTIONS.index(raw[i - 1]):
-            raise InvalidObject(
-                f"{raw[i]!r} cannot run after {raw[i - 1]!r}: actions run least disruptive first, in the order"
-                f" {', '.join(ACTIONS)}",
-                obj=source,
-                field=f"actions[{i}]",
-            )
     return tuple(raw)
 
 

@@ -147,7 +147,7 @@ class PodFeed:
 
     def budget_keys(self) -> list[str]:
         """Keys of the PodDisruptionBudgets the loop holds: what a relist of them reconciles."""
-        return list(self.loop.preemptor.budgets)
+        return list(self.loop.budgets)
 
     def service_keys(self) -> list[str]:
         """Keys of the Services held: what a relist of them reconciles."""

@@ -126,7 +126,7 @@ class Operator:
             clock=clock,
             events=self.adapter,
             evictor=self.adapter,
-            mover=self.adapter if "consolidate" in config.profile.actions else None,
+            mover=self.adapter,
             reserve_after_s=config.reserve_after_s,
         )
         self.publisher = StatusPublisher(

@@ -38,8 +38,10 @@ import numpy as np
 from scheduler.api import typical
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
+from scheduler.core.actions import registry
+from scheduler.core.moves import Moves
 from scheduler.framework.interface import Decision
-from scheduler.framework.profile import ACTIONS, ConsolidationConfig, ProfileConfig
+from scheduler.framework.profile import ConsolidationConfig, ProfileConfig
 from scheduler.kernels import layout
 from scheduler.sim import jobsim, policies, protocol, trace
 from scheduler.sim.trace import NodeSpec, PodSpec
@@ -320,6 +322,7 @@ class ChurnSimulation(jobsim.JobSimulation):
                 waits.setdefault(f"{LARGE}+", []).append(start - arrival.at)
         span = max(self.horizon, 1e-9)
         placed = len(self.first_placed)
+        moves = self.loop.action_state(Moves)
         return ChurnRun(
             time_weighted_alloc=100.0 * self.area / (span * self.capacity),
             waits={cls: _wait_figures(values) for cls, values in waits.items()},
@@ -334,8 +337,8 @@ class ChurnSimulation(jobsim.JobSimulation):
             cycles=self.cycles,
             wall_s=wall_s,
             events=self.log.count,
-            searches=dict(self.loop.moves.verdicts),
-            searches_recalled=self.loop.moves.memo.recalled,
+            searches=dict(moves.verdicts) if moves is not None else {},
+            searches_recalled=moves.memo.recalled if moves is not None else 0,
         )
 
 
@@ -445,10 +448,10 @@ def profile(
     defrag = "defrag" in extra
     actions = ("allocate", *(e for e in extra if e != "defrag"))
     for action in extra:
-        if (action not in ACTIONS and action != "defrag") or extra.count(action) > 1:
+        if (action not in registry.ACTIONS and action != "defrag") or extra.count(action) > 1:
             raise InvalidObject(
                 f"{name!r}: {action!r} is not an action after allocate nor defrag "
-                f"(known: {', '.join(ACTIONS[1:])}, defrag)",
+                f"(known: {', '.join(a for a in registry.ACTIONS if a != registry.FIRST)}, defrag)",
                 obj="gpusched simulate",
                 field="--policy",
             )
@@ -463,7 +466,7 @@ def profile(
     if defrag:
         consolidation = dataclasses.replace(consolidation, defragment_every_s=DEFRAG_EVERY_S)
     return dataclasses.replace(
-        config, name=name, actions=tuple(a for a in ACTIONS if a in actions), consolidation=consolidation
+        config, name=name, actions=tuple(a for a in registry.ACTIONS if a in actions), consolidation=consolidation
     )
 
 

@@ -92,7 +92,7 @@ class JobSimulation:
             clock=self.clock,
             events=self.log,
             evictor=evictor,
-            mover=self.mover if "consolidate" in config.actions else None,
+            mover=self.mover,
             reserve_after_s=reserve_after_s,
         )
         #: Scheduling cycles run so far.

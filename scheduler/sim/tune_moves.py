@@ -82,7 +82,7 @@ class TuneSimulation(jobsim.JobSimulation):
         self.arrived_at.append(self.total_arrived)
         self.allocated_at.append(float(self.cache.arrays.used[:, layout.GPU_MILLI].sum()))
         if self.moves >= self.budget:
-            self.loop.moves.mover = None  # the budget is spent: no new plan
+            self.loop.mover = None  # the budget is spent: no new plan
 
     def replaced(self, old: PodRequest, new: PodRequest) -> None:
         self.origin[new.name] = self.origin.get(old.name, self.index.get(old.name, -1))

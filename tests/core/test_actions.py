@@ -7,13 +7,19 @@ import dataclasses
 import pytest
 
 from scheduler.api import pod as api_pod
+from scheduler.api.errors import InvalidObject
 from scheduler.api.queue import QueueSpec
-from scheduler.core import actions
+from scheduler.cache.state import Snapshot
+from scheduler.core.actions import Action, Outcome, Setting, Verdict, registry
+from scheduler.core.extension_points import Framework
+from scheduler.core.jobs import Attempt
 from scheduler.core.loop import SchedulingLoop
+from scheduler.core.statement import Statement
 from scheduler.framework import profile
+from scheduler.framework.interface import Decision
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
-from tests.core.harness import Clock, Cluster, Events
+from tests.core.harness import Clock, Cluster, Events, RecordingBinder
 
 
 class Evictions:
@@ -49,13 +55,60 @@ def _pod(name: str, queue: str, priority: int = 0) -> api_pod.PodRequest:
 
 
 def test_every_action_a_profile_may_name_is_built_in_the_profiles_order() -> None:
-    loop, _, _, _ = _loop(list(profile.ACTIONS))
-    assert [a.name for a in loop.actions] == list(profile.ACTIONS)
+    loop, _, _, _ = _loop(list(registry.ACTIONS))
+    assert [a.name for a in loop.actions] == list(registry.ACTIONS)
     assert [a.name for a in _loop(["allocate", "preempt"])[0].actions] == ["allocate", "preempt"]
-    built = actions.build(
-        profile.ACTIONS, scheduler=loop.scheduler, preemptor=loop.preemptor, tenancy=loop.tenancy, moves=loop.moves
-    )
-    assert [a.name for a in built] == list(profile.ACTIONS)
+    # reclaim and preempt share the preemptor's state: the loop tells it what happens once.
+    assert [type(state).__name__ for state in loop.states] == ["Moves", "Defragmenter", "Preemptor"]
+
+
+@pytest.mark.parametrize(
+    ("names", "field", "message"),
+    [
+        (["allocate", "backfill"], "actions[1]", r"unknown action 'backfill' \(known: allocate, consolidate"),
+        (["reclaim", "allocate"], "actions[0]", "the first action must be 'allocate'"),
+        (["allocate", "reclaim", "consolidate"], "actions[2]", "'consolidate' cannot run after 'reclaim'"),
+        (["allocate", "preempt", "reclaim"], "actions[2]", "least disruptive first"),
+    ],
+)
+def test_a_profile_naming_actions_the_core_does_not_know_or_out_of_order_is_refused_when_built(
+    names: list[str], field: str, message: str
+) -> None:
+    config = profile.parse({"plugins": ["fit"], "actions": names})
+    with pytest.raises(InvalidObject, match=message) as err:
+        Framework.build(config)
+    assert err.value.field == field and err.value.obj == "profile gpusched"
+
+
+class _Decides(Action):
+    """An action of a test, registered after allocate: it records placing the pod on n0, and says ``verdict``."""
+
+    name = "decides"
+
+    def __init__(self, setting: Setting, verdict: Verdict) -> None:
+        self.scheduler, self.verdict = setting.scheduler, verdict
+
+    def run(self, attempt: Attempt, snapshot: Snapshot, statement: Statement) -> Outcome:
+        pod = attempt.members[0]
+        statement.place([Decision(pod, "n0", ())])
+        return Outcome(self.verdict)
+
+
+@pytest.mark.parametrize(("verdict", "bound"), [(Verdict.NOTHING, []), (Verdict.WAITS, ["default/big"])])
+def test_a_registered_action_is_run_and_what_it_decides_happens_only_if_it_places_or_makes_room(
+    monkeypatch: pytest.MonkeyPatch, verdict: Verdict, bound: list[str]
+) -> None:
+    monkeypatch.setitem(registry.ACTIONS, "decides", lambda setting: _Decides(setting, verdict))
+    loop, _, events, _ = _loop(["allocate", "decides"])
+    binder = loop.scheduler.binder
+    assert isinstance(binder, RecordingBinder)
+    before = len(binder.decisions)
+    loop.pod_pending(_pod("big", "prod", priority=100))
+    loop.run_until_idle()
+    after = [d.pod.key for d in binder.decisions[before:]]
+    assert after == bound  # a statement discarded binds nothing; one committed binds what it placed
+    assert (loop.scheduler.cache.pod("default/big") is not None) == bool(bound)
+    assert events.reasons("pod default/big").count("FailedScheduling") == 1
 
 
 @pytest.mark.parametrize(

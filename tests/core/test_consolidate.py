@@ -11,8 +11,9 @@ from scheduler.api import pod as api_pod
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.core import move_plan, move_room
+from scheduler.core.defrag import Defragmenter
 from scheduler.core.loop import ClusterEvent, SchedulingLoop
-from scheduler.core.moves import NoPlan
+from scheduler.core.moves import Moves, NoPlan
 from scheduler.framework import profile
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
@@ -46,13 +47,19 @@ class World:
         self.loop = SchedulingLoop(
             self.cluster.scheduler, SchedulingQueue(clock=self.clock), clock=self.clock, events=self.events
         )
-        self.loop.moves.mover = self.mover
+        self.loop.mover = self.mover
         if queues:
             self.loop.queues_changed(queues)
         self.made = 0
         for i, count in enumerate(used):
             for j in range(count):
                 self.bound(self.pod(f"d{i}-{j}", owner=f"d{i}"), f"n{i}")
+
+    @property
+    def moves(self) -> Moves:
+        moves = self.loop.action_state(Moves)
+        assert moves is not None
+        return moves
 
     def pod(self, name: str, *, gpus: int = 1, owner: str = "", **kw: object) -> api_pod.PodRequest:
         pod = api_pod.parse_pod(objects.pod(name, gpus=gpus, **kw))  # type: ignore[arg-type]
@@ -102,12 +109,12 @@ def test_a_four_gpu_pod_fits_only_by_moving_two_pods_and_every_moved_pod_runs_ag
     assert world.made == 2  # n1 had 2 free: two pods moved off it
     assert len(list(world.cluster.cache.pods())) == 20 + 1
     assert world.reasons().count("Moved") == 2 and "Consolidating" in world.reasons()
-    assert world.loop.moves.plans == {} and world.loop.moves.moved == 2
+    assert world.moves.plans == {} and world.moves.moved == 2
 
 
 def test_nothing_moves_without_the_action_in_the_profile() -> None:
     world = World()
-    world.loop.moves.mover = None
+    world.loop.mover = None
     world.loop.pod_pending(world.pod("big", gpus=4))
     world.step()
     assert world.cluster.cache.pod("default/big") is None and world.made == 0
@@ -168,7 +175,7 @@ def test_a_refused_eviction_abandons_the_plan_and_releases_its_targets() -> None
     refused = world.mover.pods[0]
     world.mover.pods = []
     world.loop.move_refused(refused.key, "Cannot evict pod as it would violate the pod's disruption budget.")
-    assert world.loop.moves.plans == {} and world.loop.moves.leaving == {}
+    assert world.moves.plans == {} and world.moves.leaving == {}
     assert "ConsolidationAbandoned" in world.reasons()
     # Not tried again (it would meet the same refusal) until the cluster changes.
     world.clock.now += 5.0
@@ -185,12 +192,12 @@ def test_a_budget_change_wakes_a_job_that_found_no_plan() -> None:
     world = World()
     raw = {"metadata": {"namespace": "default", "name": "all"}, "spec": {"selector": {"matchLabels": {"x": "y"}}}}
     world.loop.pod_pending(world.pod("big", gpus=4, labels={"x": "y"}))
-    world.loop.moves.mover = None
+    world.loop.mover = None
     world.loop.run_until_idle()
-    world.loop.moves.mover = world.mover
-    world.loop.moves.no_plan.keep("default/big", NoPlan(0, "found none", float("inf")))
+    world.loop.mover = world.mover
+    world.moves.no_plan.keep("default/big", NoPlan(0, "found none", float("inf")))
     world.loop.budget_upsert(api_pdb.parse_pdb({**raw, "status": {"disruptionsAllowed": 1}}))
-    assert len(world.loop.moves.no_plan) == 0
+    assert len(world.moves.no_plan) == 0
     world.clock.now += 5.0
     world.loop.run_until_idle()
     assert len(world.mover.pods) == 2
@@ -202,7 +209,7 @@ def test_background_defragmentation_empties_the_emptiest_node_within_its_hourly_
     assert world.loop.defragment()
     world.step()
     assert world.used()[2] == 0 and sum(world.used()) == 13, world.used()
-    assert world.loop.defragmenter.nodes_emptied == 1 and world.made == 2
+    assert world.loop.action_state(Defragmenter).nodes_emptied == 1 and world.made == 2
     # Not again before its time; then the hour's budget (3 pods) has 1 left: n1's 5 pods are too many.
     assert not world.loop.defragment()
     world.clock.now += 120.0
@@ -299,13 +306,13 @@ def test_a_replacement_waits_for_its_target_and_makes_no_room_of_its_own() -> No
     world.mover.pods = []
     # The controller's new pods come while the moved pods still run: their targets are free, so they bind there.
     world.loop.pod_pending(dataclasses.replace(moved[0], name="new-a", node_name="", phase="Pending"))
-    assert world.loop.moves.replacing("default/new-a")
+    assert world.moves.replacing("default/new-a")
     # Its target taken meanwhile by a pod the scheduler did not place: the replacement waits, moving nothing.
-    target = world.loop.moves.plans["default/big"].plan.moves[0].target
+    target = world.moves.plans["default/big"].plan.moves[0].target
     world.bound(world.pod("intruder"), target)
     world.loop.run_until_idle()
     assert world.cluster.cache.pod("default/new-a") is None and not world.mover.pods
-    assert "default/new-a" not in world.loop.moves.no_plan  # no search ran for it
+    assert "default/new-a" not in world.moves.no_plan  # no search ran for it
     assert not [o for o, r, _ in world.events.seen if r == "NoMovePlan" and o == "pod default/new-a"]
 
 
@@ -314,11 +321,11 @@ def test_a_plan_that_does_not_end_is_abandoned_and_what_it_held_released() -> No
     world.clock.now = 100.0
     assert world.loop.defragment()
     world.mover.pods = []  # the evictions never happen: no replacement comes
-    assert "defragment:n2" in world.loop.moves.plans
+    assert "defragment:n2" in world.moves.plans
     world.clock.now += 121.0
     world.loop.pod_pending(world.pod("small"))
     world.loop.run_until_idle()  # a cycle of any job expires it
-    assert world.loop.moves.plans == {} and "ConsolidationAbandoned" in world.reasons()
+    assert world.moves.plans == {} and "ConsolidationAbandoned" in world.reasons()
 
 
 def test_a_budget_with_an_empty_selector_is_weighed_as_the_eviction_api_weighs_it() -> None:
@@ -347,7 +354,7 @@ def test_a_pod_under_two_budgets_is_not_moved() -> None:
 def test_a_no_plan_answer_is_kept_for_the_same_shape_until_a_pod_leaves() -> None:
     world = World(used=(7, 7, 7))
     # 3 GPUs free in all: no plan for a 4-GPU pod (moves only gather free GPUs), nor for another of its shape.
-    moves = world.loop.moves
+    moves = world.moves
     world.loop.pod_pending(world.pod("big", gpus=4))
     world.step()
     assert moves.verdicts.get("impossible", 0) >= 1 and world.made == 0
@@ -369,8 +376,8 @@ def test_a_search_stopped_by_its_bounds_says_so(monkeypatch: pytest.MonkeyPatch)
     world = World()
     world.loop.pod_pending(world.pod("big", gpus=4))
     world.step()
-    assert world.loop.moves.verdicts == {move_plan.OUT_OF_REACH: 1}
-    assert world.loop.moves.last_verdict["default/big"] == move_plan.OUT_OF_REACH
+    assert world.moves.verdicts == {move_plan.OUT_OF_REACH: 1}
+    assert world.moves.last_verdict["default/big"] == move_plan.OUT_OF_REACH
 
 
 def _ranked(bare: int) -> tuple[World, move_room.Ranking]:
@@ -384,7 +391,7 @@ def _ranked(bare: int) -> tuple[World, move_room.Ranking]:
     ranking = move_room.rank(
         move_room.Room(world.cluster.cache.snapshot(), {}, {}),
         world.pod("big", gpus=4),
-        lambda slot: world.loop.moves.movable_on(slot, 0),
+        lambda slot: world.moves.movable_on(slot, 0),
         per_node=2,
         enough=64,
     )
@@ -414,7 +421,7 @@ def test_a_queue_that_comes_to_allow_moves_lets_its_pods_move() -> None:
             world.bound(world.pod(f"d{i}-{j}", owner=f"d{i}", labels={"gpusched.io/queue": "fixed"}), f"n{i}")
     world.loop.pod_pending(world.pod("big", gpus=4))
     world.step()
-    assert world.made == 0 and world.loop.moves.verdicts
+    assert world.made == 0 and world.moves.verdicts
     # Remembered answers and the pods found movable are stale once the Queue allows moves.
     world.loop.queues_changed([QueueSpec(name="fixed", moves="Any")])
     world.loop.cluster_event(ClusterEvent.QUEUE_CHANGED)
@@ -519,13 +526,13 @@ def test_a_pod_asking_most_of_a_node_gets_it_emptied_beyond_the_per_node_budget(
     world = _most_of_a_node()
     assert world.cluster.cache.pod("default/whole") is not None, world.events.seen
     assert world.made == 3 and world.used() == [8, 8, 8]
-    assert world.loop.moves.verdicts == {move_plan.PLAN: 1}
+    assert world.moves.verdicts == {move_plan.PLAN: 1}
 
 
 def test_the_whole_node_budget_bounds_emptying_a_node() -> None:
     world = _most_of_a_node({"maxPodsPerWholeNode": 2})
     assert world.made == 0 and world.cluster.cache.pod("default/whole") is None
-    assert world.loop.moves.verdicts == {move_plan.IMPOSSIBLE: 1}
+    assert world.moves.verdicts == {move_plan.IMPOSSIBLE: 1}
     off = _most_of_a_node({"maxPodsPerWholeNode": 0, "maxPodsPerNode": 4})
     # Off, the per-node sets still reach it: 3 pods within maxPodsPerNode 4 and maxPodsPerPlan 4.
     assert off.cluster.cache.pod("default/whole") is not None and off.made == 3
@@ -539,7 +546,7 @@ def test_a_node_that_cannot_be_emptied_is_remembered_until_a_pod_leaves() -> Non
         world.bound(world.pod(f"bare{j}"), "n1")
     world.bound(world.pod("seven", gpus=7), "n2")
     # 8 GPUs free in all (2, 5, 1), but n0's three 2-GPU pods have room for two of them elsewhere: no plan.
-    moves = world.loop.moves
+    moves = world.moves
     world.loop.pod_pending(world.pod("whole", gpus=8))
     world.step()
     assert world.made == 0 and moves.verdicts == {move_plan.IMPOSSIBLE: 1}
@@ -642,7 +649,7 @@ def test_two_moves_under_a_budget_that_allows_one_at_a_time_are_carried_out_one_
     assert world.reasons().count("Moved") == 2 and "ConsolidationAbandoned" not in world.reasons()
     (told,) = [m for _, r, m in world.events.seen if r == "Consolidating"]
     assert "one at a time" in told, told
-    assert world.loop.moves.plans == {} and world.loop.moves.leaving == {}
+    assert world.moves.plans == {} and world.moves.leaving == {}
 
 
 def test_a_step_not_done_within_its_bound_abandons_the_plan_and_releases_what_it_held() -> None:
@@ -652,7 +659,7 @@ def test_a_step_not_done_within_its_bound_abandons_the_plan_and_releases_what_it
     world = cluster.world
     world.loop.pod_pending(world.pod("big", gpus=4))
     cluster.step(rounds=2)
-    first, second = world.loop.moves.plans["default/big"].plan.moves
+    first, second = world.moves.plans["default/big"].plan.moves
     # Every free GPU is held for the plan (the job's node, the second target): a 1-GPU pod waits.
     world.loop.pod_pending(world.pod("small"))
     cluster.step(rounds=8)
@@ -666,7 +673,7 @@ def test_a_step_not_done_within_its_bound_abandons_the_plan_and_releases_what_it
     # The second pod was never evicted; everything held is released: the 1-GPU pod binds. The 4-GPU pod waits, told
     # why (with one web pod not running, the budget allows no eviction).
     assert world.made == 1 and cluster.refused == 0 and world.cluster.cache.pod(second.pod.key) is not None
-    assert world.loop.moves.plans == {} and world.loop.moves.leaving == {}
+    assert world.moves.plans == {} and world.moves.leaving == {}
     assert world.cluster.cache.pod("default/small") is not None
     assert world.cluster.cache.pod("default/big") is None
     told = [m for o, r, m in world.events.seen if r == "NoMovePlan" and o == "pod default/big"]
@@ -686,7 +693,7 @@ def test_a_replica_that_stops_leading_in_the_middle_of_a_plan_in_steps_takes_no_
     world.loop.run_until_idle()
     (replacement,) = world.cluster.binder.decisions  # bound to its target, not running yet
     world.loop.leadership_lost()
-    assert world.loop.moves.plans == {} and world.loop.moves.leaving == {}
+    assert world.moves.plans == {} and world.moves.leaving == {}
     # The replacement runs, the budget allows one again: this replica, no longer leading, evicts nothing more
     # (whoever leads now searches from what it finds).
     world.bound(replacement.pod, replacement.node)
@@ -700,7 +707,7 @@ def test_a_budget_that_does_not_allow_the_next_step_in_time_abandons_the_plan_an
     world.loop.pod_pending(world.pod("big", gpus=4))
     world.loop.run_until_idle()
     (evicted,) = world.mover.pods
-    second = world.loop.moves.plans["default/big"].plan.moves[1].pod
+    second = world.moves.plans["default/big"].plan.moves[1].pod
     cluster.step(rounds=1)  # the first eviction goes through
     # Another pod under the budget stops running before the first replacement runs: the budget allows nothing.
     other = world.cluster.cache.pod("default/web-0-0")
@@ -712,7 +719,7 @@ def test_a_budget_that_does_not_allow_the_next_step_in_time_abandons_the_plan_an
         f"step 2 of 2 did not come within 60s: PodDisruptionBudget default/web allows no eviction of {second.key}"
     ), why
     assert world.made == 1 and cluster.refused == 0 and world.cluster.cache.pod(second.key) is not None
-    assert world.loop.moves.plans == {} and world.cluster.cache.pod("default/big") is None
+    assert world.moves.plans == {} and world.cluster.cache.pod("default/big") is None
     assert evicted.key not in {e.pod.key for e in world.cluster.cache.pods()}
 
 

@@ -154,6 +154,6 @@ def test_consolidation_never_moves_their_pods() -> None:
             _outside(world.cluster, world.loop, _theirs(f"d{i}-{j}", 1, f"n{i}", owner=f"d{i}"))
     world.loop.pod_pending(world.pod("big", gpus=4))
     world.step()
-    assert world.made == 0 and world.loop.moves.moved == 0
+    assert world.made == 0 and world.moves.moved == 0
     assert world.cluster.cache.pod("default/big") is None
-    assert world.loop.moves.why_not(_theirs("d0-0", 1, "n0", owner="d0"), 1000, 0.0).startswith("another scheduler")
+    assert world.moves.why_not(_theirs("d0-0", 1, "n0", owner="d0"), 1000, 0.0).startswith("another scheduler")

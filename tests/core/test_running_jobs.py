@@ -15,6 +15,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.core.loop import SchedulingLoop
+from scheduler.core.preemption import Preemptor
 from scheduler.core.running_jobs import Running, RunningJobs
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
@@ -96,7 +97,7 @@ def test_the_kept_candidates_are_a_build_from_scratch(operations: list[tuple[Any
     clock = Clock()
     loop = SchedulingLoop(cluster.scheduler, SchedulingQueue(clock=clock), clock=clock, events=Events())
     loop.queues_changed([QueueSpec(name=q, guaranteed={"nvidia.com/gpu": 4}) for q in QUEUES])
-    kept = loop.preemptor.running_jobs
+    kept = loop.action_state(Preemptor).running_jobs
     groups: dict[int, PodGroup] = {}
     for operation in operations:
         clock.now += 1.0

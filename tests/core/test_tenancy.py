@@ -11,6 +11,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.core.loop import SchedulingLoop
+from scheduler.core.preemption import Preemptor
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
 from tests.core.harness import Clock, Cluster, Events
@@ -444,7 +445,7 @@ def test_within_a_queue_higher_priority_work_preempts_lower_priority_work() -> N
     assert [p.name for p in evictions.pods] == ["low3"]
     assert events.reasons("pod default/urgent") == ["Preempting", "FailedScheduling"]
     assert "higher-priority work of queue 'batch'" in events.messages("pod default/low3")[-1]
-    assert loop.preemptions == {"batch": 1}
+    assert loop.action_state(Preemptor).preemptions == {"batch": 1}
 
 
 def test_a_gang_member_placed_alone_preempts_at_the_priority_it_was_queued_at() -> None:

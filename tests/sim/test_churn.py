@@ -11,6 +11,7 @@ import pytest
 
 from scheduler.api.errors import InvalidObject
 from scheduler.cli import main
+from scheduler.core.defrag import Defragmenter
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
 from scheduler.sim import churn
@@ -224,7 +225,7 @@ def test_background_defragmentation_empties_a_node_once_and_never_moves_a_pod_ba
     sim.run()
     defrag = sim.result(0.0)
     assert {k: v for k, v in sim.nodes.items() if k.startswith("a")} == {"a1": ["n1", "n2"], "a2": ["n2"]}
-    assert defrag.moves == 1 and sim.loop.defragmenter.nodes_emptied == 1
+    assert defrag.moves == 1 and sim.loop.action_state(Defragmenter).nodes_emptied == 1
     assert defrag.free_whole_node_gpus == pytest.approx(8.0 * (horizon - 300.0) / horizon)  # n1 whole from 300 s
 
 

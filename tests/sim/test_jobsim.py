@@ -7,6 +7,8 @@ from scheduler.api import node as api_node
 from scheduler.api import resources
 from scheduler.api.pod import PodRequest
 from scheduler.api.resources import GpuRequest
+from scheduler.core.defrag import Defragmenter
+from scheduler.core.moves import Moves
 from scheduler.framework import profile
 from scheduler.framework.interface import Decision
 from scheduler.sim import jobsim
@@ -79,7 +81,7 @@ def test_with_consolidate_the_four_gpu_pod_runs_and_every_moved_pod_runs_again()
     assert "big" in sim.where
     assert sim.follow and all(new in sim.where for new in sim.follow.values())
     assert len(sim.where) == 21 and len(sim.follow) == 2
-    assert sim.loop.moves.moved == len(sim.follow)
+    assert sim.loop.action_state(Moves).moved == len(sim.follow)
 
 
 def test_without_it_the_four_gpu_pod_waits() -> None:
@@ -97,4 +99,4 @@ def test_background_defragmentation_empties_a_node_in_the_simulator() -> None:
     sim.run()
     # s23 was alone on n2: it moved to n0, where s0 left; n2 is whole again.
     assert sim.follow == {"s23": "s23~m1"} and sim.where["s23~m1"] == "n0"
-    assert "n2" not in sim.where.values() and sim.loop.defragmenter.nodes_emptied == 1
+    assert "n2" not in sim.where.values() and sim.loop.action_state(Defragmenter).nodes_emptied == 1

@@ -3,7 +3,8 @@
 Between allocate and reclaim: nobody's work is lost, every moved pod runs again elsewhere (its controller
 recreates it, and the new pod goes to the target the plan held for it). The plan is searched on one what-if of the
 snapshot (``scheduler.core.move_plan``) among the pods that may move (``scheduler.core.moves``); it is carried
-out as one statement (targets held, then the moved pods evicted) and the job waits for its room. A job whose plan
+out as one statement (``scheduler.core.statement``: targets held, then the moved pods evicted) and the job waits for
+its room. A job whose plan
 is being carried out waits for it; a search that finds nothing is not run again until the cluster changes.
 """
 
@@ -16,23 +17,26 @@ from typing import Any
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core import memo, move_memo
-from scheduler.core.actions import NOTHING, WAITS, Outcome
-from scheduler.core.cycle import Scheduler
+from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting
+from scheduler.core.defrag import Defragmenter
 from scheduler.core.jobs import Attempt
 from scheduler.core.move_plan import Found, Search
 from scheduler.core.moves import Moves, NoPlan
+from scheduler.core.statement import Statement
 
 _counts = re.compile(r"\d+")
 
 
-class Consolidate:
+class Consolidate(Action):
     name = "consolidate"
 
-    def __init__(self, scheduler: Scheduler, moves: Moves) -> None:
-        self.scheduler = scheduler
-        self.moves = moves
+    def __init__(self, setting: Setting) -> None:
+        self.scheduler = setting.scheduler
+        self.moves = setting.state(Moves, lambda: Moves(setting))
+        # Background defragmentation moves pods as a plan for a job does, when nothing waits.
+        self.states = (self.moves, setting.state(Defragmenter, lambda: Defragmenter(setting, self.moves)))
 
-    def run(self, attempt: Attempt, snapshot: Snapshot) -> Outcome:
+    def run(self, attempt: Attempt, snapshot: Snapshot, statement: Statement) -> Outcome:
         moves = self.moves
         if moves.mover is None:
             return NOTHING
@@ -59,7 +63,7 @@ class Consolidate:
             moves.verdicts[found.verdict] = moves.verdicts.get(found.verdict, 0) + 1
             moves.last_verdict[attempt.key] = found.verdict
             if found.plan is not None:
-                moves.start(attempt.key, attempt.obj, found.plan)
+                moves.start(attempt.key, attempt.obj, found.plan, statement)
                 return WAITS
             why, verdict = found.why, found.verdict
             if shape is not None:
@@ -107,6 +111,34 @@ class Consolidate:
             limits=moves.limits,
             pace=moves.pace,
         ).run(lambda slot: moves.movable_on(slot, priority))
+
+    def explain(
+        self,
+        key: str,
+        members: Sequence[PodRequest],
+        snapshot: Snapshot,
+        *,
+        whole_gang: bool,
+        level: int | None,
+        context: dict[str, Any],
+    ) -> list[str]:
+        """The plan being carried out for job ``key``, the one it would carry out now, or why none exists (its own
+        search, on the cycle's ``context``); nothing when no pod may be moved (no mover)."""
+        if self.moves.mover is None:
+            return []
+        if key in self.moves.plans:
+            return [f"  consolidation: {self.moves.why(key)}"]
+        found = self.plan_for(
+            members,
+            snapshot,
+            whole_gang=whole_gang,
+            priority=max(p.priority for p in members),
+            level=level,
+            context=context,
+        )
+        if found.plan is None:
+            return [f"  consolidation cannot make room: {found.why}"]
+        return [f"  consolidation would {found.plan.describe()}"]
 
     def scheduler_event(self, attempt: Attempt, why: str) -> None:
         self.moves.events.emit(

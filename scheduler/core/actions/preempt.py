@@ -5,7 +5,7 @@ the snapshot by ``scheduler.core.reclaim.find_victims`` (from one domain when it
 pod does it as kube-scheduler's DefaultPreemption: victims on one node (``node_preemption.node_victims``, budgets
 weighed), that node nominated for it (``status.nominatedNodeName``, cleared when a later search finds nothing),
 and victims evicted for a pod of lower priority counted as its own. The room is nominated for the job and every
-victim evicted, as one statement.
+victim evicted, as one statement (``scheduler.core.statement``).
 
 An elastic gang's surplus (its members placed beyond ``minMember``) is lent: a gang of the same queue waiting for
 its minimum takes it even at equal priority (never a core of equal priority), so that a job that grew into idle
@@ -22,25 +22,27 @@ import numpy as np
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core import node_preemption, reclaim
-from scheduler.core.actions import NOTHING, WAITS, Outcome, Verdict, waits_for_victims
+from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting, Verdict
 from scheduler.core.cycle import NOMINATED_PODS
 from scheduler.core.jobs import Attempt
-from scheduler.core.preemption import Preemptor, Search
-from scheduler.core.tenancy import Tenancy
+from scheduler.core.preemption import Preemptor, Search, waits_for_victims
+from scheduler.core.statement import Statement
 from scheduler.framework.interface import RESERVED_SLOTS
 
 
-class Preempt:
+class Preempt(Action):
     name = "preempt"
 
-    def __init__(self, preemptor: Preemptor, tenancy: Tenancy) -> None:
-        self.preemptor = preemptor
-        self.tenancy = tenancy
+    def __init__(self, setting: Setting) -> None:
+        self.preemptor = setting.state(Preemptor, lambda: Preemptor(setting))
+        self.states = (self.preemptor,)
+        self.scheduler = setting.scheduler
+        self.tenancy = setting.tenancy
         #: The last ``preemption: ...`` said, by :meth:`Preemptor.outcome_key`: the pods of one shape that the
         #: search memo answers at once are told the same without counting the nodes again.
         self._said: tuple[tuple[Hashable, int], str] | None = None
 
-    def run(self, attempt: Attempt, snapshot: Snapshot) -> Outcome:
+    def run(self, attempt: Attempt, snapshot: Snapshot, statement: Statement) -> Outcome:
         search = self.preemptor.search(attempt)
         single = attempt.job.group is None
         if search.waits:
@@ -56,7 +58,7 @@ class Preempt:
         if single:
             placed = search.placements
             assert placed is not None
-            if self._pod(attempt, attempt.members[0], search, snapshot):
+            if self._pod(attempt, attempt.members[0], search, snapshot, statement):
                 return WAITS
             self.preemptor.unnominate(attempt.key)
             return Outcome(Verdict.NOTHING, said=self._no_candidate(attempt, placed, snapshot))
@@ -76,7 +78,7 @@ class Preempt:
         # A segmented gang is fitted segment by segment. Of the attempt's context only the nodes held for other
         # jobs count, as its cycles will see them once it holds room of its own (see docs/gangs.md on held nodes),
         # and the single pods nominated for others of its priority or higher, counted on their nodes.
-        kept, held = self.preemptor.holds.in_search(attempt.key, priority)
+        kept, held = self.preemptor.in_search(attempt.key, priority)
         context: dict[str, object] = {} if kept is None else {RESERVED_SLOTS: kept}
         if nominated := attempt.context.get(NOMINATED_PODS):
             context[NOMINATED_PODS] = nominated
@@ -99,7 +101,7 @@ class Preempt:
         else:
             reason = f"surplus of an elastic gang given back to {attempt.obj} of queue {queue!r}, below its minimum"
             message = f"preempting {len(victims)} job(s) or surplus member(s) of queue {queue!r}"
-        self.preemptor.make_room(attempt, victims, reason=reason, event="Preempting", message=message)
+        self.preemptor.make_room(attempt, victims, statement, reason=reason, event="Preempting", message=message)
         return WAITS
 
     def _own(self, attempt: Attempt, placed: reclaim.Placements) -> np.ndarray:
@@ -107,15 +109,12 @@ class Preempt:
         priority (none when the queue's withinQueue policy is never), not evicted already for another pod of its
         priority or higher (victims evicted for it, or for a pod of lower priority, are still on their node: it
         may count them)."""
-        p, key, priority = self.preemptor, attempt.key, attempt.priority
+        key, priority = attempt.key, attempt.priority
         if self.tenancy.within_queue_policy(attempt.queue) == reclaim.NEVER:
             return np.zeros(len(placed.candidates), dtype=bool)
         own = (placed.queue == placed.queues.get(attempt.queue, -1)) & (placed.priority < priority)
-        for leaving, victim in p.terminating.items():
-            if (index := placed.index.get(leaving)) is None:
-                continue
-            evicted_for, evictor_priority = p.evicted_for.get(victim.key, ("", priority))
-            if evicted_for != key and evictor_priority >= priority:
+        for leaving in self.preemptor.leaving_for_others(key, priority):
+            if (index := placed.index.get(leaving)) is not None:
                 own[index] = False
         return np.asarray(own, dtype=bool)
 
@@ -132,7 +131,7 @@ class Preempt:
         said = node_preemption.no_candidate(
             snapshot,
             pod,
-            self.preemptor.scheduler.cache.request_vector(pod),
+            self.scheduler.cache.request_vector(pod),
             priority=attempt.priority,
             placed=placed,
             allowed=allowed,
@@ -141,60 +140,15 @@ class Preempt:
         self._said = (key, said)
         return said
 
-    def _pod(self, attempt: Attempt, pod: PodRequest, search: Search, snapshot: Snapshot) -> bool:
+    def _pod(self, attempt: Attempt, pod: PodRequest, search: Search, snapshot: Snapshot, statement: Statement) -> bool:
         """Within-queue preemption for one pod, on one node, as kube-scheduler's DefaultPreemption does it."""
-        p = self.preemptor
-        key, queue, priority, obj = attempt.key, attempt.queue, attempt.priority, attempt.obj
         placed = search.placements
         assert placed is not None
         own = self._own(attempt, placed)
         if not own.any():
             return False
-        choice = node_preemption.node_victims(
-            p.scheduler,
-            pod,
-            priority=priority,
-            placed=placed,
-            allowed=own,
-            budgets=list(p.budgets.values()),
-            snapshot=snapshot,
-            reasons=attempt.reasons,
-            offset=p.offset(),
-            held=p.holds.nominated_for_others(key, priority),
-            nominated=p.holds.nominated_pods(key, priority),
-        )
+        choice = self.preemptor.node_victims(attempt, pod, placed=placed, allowed=own, snapshot=snapshot)
         if choice is None:
             return False
-        p.found(attempt)
-        # Lower-priority pods nominated to this node may no longer fit there: they search again (kube-scheduler
-        # clears their nominatedNodeName too).
-        for other, (_, node, other_priority) in list(p.nominations.items()):
-            taken = any(p.evicted_for.get(v.key, ("", 0))[0] == other for v in choice.victims)
-            if other != key and other_priority < priority and (node == choice.node or taken):
-                p.retry(other)
-                p.holds.release(other)
-                p.unnominate(other)
-        p.holds.nominate(key, choice.pods, priority, pod=pod, node=choice.node)
-        reason = f"Preempted by pod {pod.uid or pod.key} on node {choice.node}: higher-priority work of queue "
-        reason += f"{queue!r} ({obj})"
-        for victim in choice.victims:
-            p.evicted_for[victim.key] = (key, priority)
-            if victim.key in p.terminating:
-                continue  # evicted already, for a pod of lower priority
-            if all(v.deleting for v in victim.pods):
-                p.terminating[victim.key] = victim  # being deleted by someone else: no second deletion
-                continue
-            p.evict_one(victim, reason)
-        if p.nominations.get(key, (pod, "", 0))[1] != choice.node:
-            assert p.evictor is not None
-            p.evictor.nominate(pod, choice.node)
-        p.nominations[key] = (pod, choice.node, priority)
-        budgets = f", {choice.violations} exceeding a PodDisruptionBudget" if choice.violations else ""
-        p.events.emit(
-            obj=obj,
-            kind="Normal",
-            reason="Preempting",
-            message=f"preempting {len(choice.pods)} lower-priority pod(s) of queue {queue!r} on node "
-            f"{choice.node}{budgets}",
-        )
+        self.preemptor.nominate_node(attempt, pod, choice, statement)
         return True

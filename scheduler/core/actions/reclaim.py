@@ -4,29 +4,31 @@ Only for a job that stays within its own queue's guarantee: the victims are whol
 (above their guarantee), found on what-ifs of the snapshot by ``scheduler.core.reclaim.find_victims`` under the
 job's queue's ``reclaim`` policy, never taking a victim's queue below its own guarantee (what terminating victims
 will free already counts). A gang whose topology requires one domain gets victims from one domain only. The room
-they free is nominated for the job, and every victim is evicted, as one statement.
+they free is nominated for the job, and every victim is evicted, as one statement (``scheduler.core.statement``).
 """
 
 from __future__ import annotations
 
 from scheduler.cache.state import Snapshot
 from scheduler.core import segment_layout
-from scheduler.core.actions import NOTHING, WAITS, Outcome, waits_for_victims
+from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting
 from scheduler.core.cycle import NOMINATED_PODS
 from scheduler.core.jobs import Attempt
-from scheduler.core.preemption import Preemptor
-from scheduler.core.tenancy import Tenancy, requests_of
+from scheduler.core.preemption import Preemptor, waits_for_victims
+from scheduler.core.statement import Statement
+from scheduler.core.tenancy import requests_of
 from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS
 
 
-class Reclaim:
+class Reclaim(Action):
     name = "reclaim"
 
-    def __init__(self, preemptor: Preemptor, tenancy: Tenancy) -> None:
-        self.preemptor = preemptor
-        self.tenancy = tenancy
+    def __init__(self, setting: Setting) -> None:
+        self.preemptor = setting.state(Preemptor, lambda: Preemptor(setting))
+        self.states = (self.preemptor,)
+        self.tenancy = setting.tenancy
 
-    def run(self, attempt: Attempt, snapshot: Snapshot) -> Outcome:
+    def run(self, attempt: Attempt, snapshot: Snapshot, statement: Statement) -> Outcome:
         search = self.preemptor.search(attempt)
         queue, pods = attempt.queue, attempt.members
         if search.waits:
@@ -35,7 +37,7 @@ class Reclaim:
             return NOTHING
         borrowers = [c for c in search.candidates if c.queue != queue and self.tenancy.borrowing(c.queue)]
         surplus = {q: bound for q in {c.queue for c in borrowers} if (bound := self.tenancy.surplus(q)) is not None}
-        for victim in self.preemptor.terminating.values():
+        for victim in self.preemptor.leaving():
             left = surplus.get(victim.queue)
             if left is not None:
                 for name in left:
@@ -50,7 +52,7 @@ class Reclaim:
         context = {
             k: v for k, v in attempt.context.items() if k in (TOPOLOGY_SLOTS, segment_layout.LAYOUT, NOMINATED_PODS)
         }
-        kept, held = self.preemptor.holds.in_search(attempt.key, attempt.priority)
+        kept, held = self.preemptor.in_search(attempt.key, attempt.priority)
         if kept is not None:
             context[RESERVED_SLOTS] = kept
         victims = self.preemptor.victims(
@@ -70,6 +72,7 @@ class Reclaim:
         self.preemptor.make_room(
             attempt,
             victims,
+            statement,
             reason=f"preempted to give queue {queue!r} its guarantee back ({attempt.obj})",
             event="Reclaiming",
             message=f"preempting {len(victims)} job(s) of queues above their guarantee",
