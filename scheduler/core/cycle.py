@@ -17,9 +17,10 @@ from scheduler.api.dra import ClaimAllocation
 from scheduler.api.pod import PodRequest
 from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Cache, Snapshot
-from scheduler.core import capacity, reason_texts
+from scheduler.core import capacity, reason_texts, registry
 from scheduler.core.extension_points import Framework
 from scheduler.framework import interface
+from scheduler.framework import reasons as framework_reasons
 from scheduler.framework.interface import Code, CycleState, Decision, Status
 from scheduler.kernels import layout
 
@@ -76,8 +77,9 @@ def diagnose(reasons: np.ndarray, snapshot: Snapshot, pod: PodRequest, request: 
     codes, counts = np.unique(present[present != layout.FIT], return_counts=True)
     by_text: Counter[str] = Counter()
     for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
-        if code == layout.TAINT:
-            by_text.update(reason_texts.taint_texts(snapshot, pod, np.flatnonzero(reasons == layout.TAINT)))
+        reason = registry.REASONS.get(code)
+        if reason is not None and reason.texts is not None:  # named per node (a taint)
+            by_text.update(reason.texts(snapshot, pod, np.flatnonzero(reasons == code)))
         else:
             by_text[reason_texts.reason_text(code, snapshot.columns)] += count
     ordered = tuple(sorted(by_text.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -270,7 +272,7 @@ class Scheduler:
         ResourceClaims, the pre-filters, the nodes held for other jobs, then every filter plugin; a node that passes
         and has pods nominated to it that ``context`` names (``NOMINATED_PODS``) passes only if it passes again with
         them placed there. ``only``: the one
-        node slot to judge (:meth:`fits_on`); every other node is out of the question (``layout.RESERVED``), which
+        node slot to judge (:meth:`fits_on`); every other node is out of the question (``reasons.RESERVED``), which
         the filters skip as they skip any node already refused."""
         nominated = context.get(NOMINATED_PODS) if context else None
         if not nominated:
@@ -294,7 +296,8 @@ class Scheduler:
         again = np.unique(np.array([p.slot for p in counted], dtype=np.int64))
         second = self._with_nominated(pod, snapshot, context, counted, again)
         if second.reasons is None:
-            filtered.reasons[again] = layout.RESERVED  # a pre-filter refused it with them counted: they hold it
+            # A pre-filter refused it with them counted: they hold it.
+            filtered.reasons[again] = framework_reasons.RESERVED.code
         else:
             filtered.reasons[again] = second.reasons[again]
         return filtered
@@ -334,20 +337,20 @@ class Scheduler:
         reasons = snapshot.arrays.base_reason.copy()
         if only is not None:
             kept = reasons[only]
-            reasons[:] = layout.RESERVED
+            reasons[:] = framework_reasons.RESERVED.code
             reasons[only] = kept
         reserved = state.data.get(interface.RESERVED_SLOTS)
         if reserved is not None:
             # Nodes nominated for a preemptor or reserved for a starving job (scheduler.core.holds): part of the
             # core path, so a profile cannot leave them out.
             size = min(reserved.shape[0], reasons.shape[0])
-            reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = layout.RESERVED
+            reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = framework_reasons.RESERVED.code
         for filter_plugin in self.framework.filters:
             filter_plugin.filter(state, reasons)
         if reserved is not None:
             # Again after the filters: node_rules gives a pod that tolerates cordons the cordoned nodes back, held
             # ones too.
-            reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = layout.RESERVED
+            reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = framework_reasons.RESERVED.code
         return Filtered(state, Status.success(), reasons)
 
     def wakes(self, diagnosis: Diagnosis | None) -> frozenset[interface.ClusterEvent] | None:
@@ -358,8 +361,9 @@ class Scheduler:
             return None
         events: set[interface.ClusterEvent] = set()
         for code in diagnosis.codes:
-            if code == layout.UNSCHEDULABLE:
-                events |= {interface.ClusterEvent.NODE_UPDATED, interface.ClusterEvent.NODE_ADDED}
+            own = framework_reasons.wakes(framework_reasons.CORE, code)
+            if own is not None:
+                events |= own
                 continue
             declared = [w for f in self.framework.filters if (w := f.wakes(code)) is not None]
             if not declared:

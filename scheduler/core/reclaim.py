@@ -30,10 +30,9 @@ from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Cache, Snapshot
-from scheduler.core import fruitless, gang
+from scheduler.core import fruitless, gang, registry
 from scheduler.core.cycle import Scheduler
 from scheduler.framework.interface import TOPOLOGY_SLOTS
-from scheduler.kernels import layout
 
 NEVER = "Never"
 LOWER_PRIORITY = "LowerPriority"
@@ -82,39 +81,6 @@ def put_back_order(candidate: Candidate) -> tuple[object, ...]:
     gang's core before its surplus, whose member of lowest rank comes back first."""
     c = candidate
     return (-c.priority, c.started, c.job, c.surplus, -c.rank)
-
-
-def _codes(*codes: int) -> np.ndarray:
-    """A table that says, per reason code (an int8 read as uint8), whether it is one of ``codes``."""
-    table = np.zeros(256, dtype=bool)
-    table[np.array(codes, dtype=np.int8).view(np.uint8)] = True
-    return table
-
-
-def among(reasons: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """Per node, whether its reason is one of the table's."""
-    return table[reasons.astype(np.int8, copy=False).view(np.uint8)]
-
-
-#: Why a node refuses a pod that no eviction can change (kube-scheduler's UnschedulableAndUnresolvable): the node
-#: itself (absent, cordoned, its taints, labels, GPU model), the pod's affinity to pods there, a missing topology
-#: label, its volumes and claims bound elsewhere. Preemption does not try such a node.
-UNRESOLVABLE = _codes(
-    layout.ABSENT,
-    layout.UNSCHEDULABLE,
-    layout.TAINT,
-    layout.SELECTOR,
-    layout.GPU_MODEL,
-    layout.POD_AFFINITY,
-    layout.SPREAD_MISSING_LABEL,
-    layout.VOLUME_NODE_CONFLICT,
-    layout.VOLUME_BIND_CONFLICT,
-    layout.VOLUME_MISSING,
-    layout.VOLUME_ZONE,
-    layout.DRA_CLAIM_NODE,
-)
-#: Reasons another node's pods may be behind (their anti-affinity, the spread's skew): a victim elsewhere may help.
-_ACROSS_NODES = _codes(layout.POD_ANTI_AFFINITY, layout.EXISTING_ANTI_AFFINITY, layout.SPREAD, layout.TOPOLOGY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,8 +271,9 @@ def _usable_slots(
     scheduler: Scheduler, snapshot: Snapshot, job: Sequence[PodRequest], context: Mapping[str, Any] | None
 ) -> np.ndarray | None:
     """Per node slot, whether a pod of ``job`` may go there once pods leave it: its cycle's filters did not refuse
-    the node for a reason no eviction changes (:data:`UNRESOLVABLE`). None when they cannot tell: a pod refused
-    before any node was looked at, or a node refused for what another node's pods do (anti-affinity, spread)."""
+    the node for a reason no eviction changes (as the filter declares it, ``Reason.eviction_helps``). None when they
+    cannot tell: a pod refused before any node was looked at, or a node refused for what another node's pods do
+    (``Reason.across_nodes``: anti-affinity, spread)."""
     usable = np.zeros(snapshot.arrays.slots, dtype=bool)
     shapes: set[object] = set()
     for pod in job:
@@ -315,10 +282,10 @@ def _usable_slots(
             continue  # a gang's members are mostly alike: one filter per kind of member
         shapes.add(shape)
         reasons = scheduler.filter(pod, snapshot, context).reasons
-        if reasons is None or among(reasons, _ACROSS_NODES).any():
+        if reasons is None or registry.REASONS.across_nodes(reasons).any():
             return None
         size = min(reasons.shape[0], usable.shape[0])
-        usable[:size] |= ~among(reasons[:size], UNRESOLVABLE)
+        usable[:size] |= ~registry.REASONS.unresolvable(reasons[:size])
     return usable
 
 

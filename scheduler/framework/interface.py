@@ -1,8 +1,8 @@
 """The extension points, one Status type, and the per-cycle state.
 
-Plugins are vectorised: a filter marks every node at once in an int8 reason array (``scheduler.kernels.layout``
-codes), a score plugin scores every feasible node at once. The Status code of a failed cycle decides what
-happens to the pod next, as in kube-scheduler:
+Plugins are vectorised: a filter marks every node at once in an int8 reason array (with the codes it declares,
+``scheduler.framework.reasons``), a score plugin scores every feasible node at once. The Status code of a failed
+cycle decides what happens to the pod next, as in kube-scheduler:
 
 - ``ERROR``: something broke (not the pod's fault) -> retry after backoff;
 - ``UNSCHEDULABLE``: no node fits now -> wait for a cluster event; preemption may help;
@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,9 @@ from scheduler.api.pod import PodRequest
 from scheduler.api.volumes import ClaimBinding
 from scheduler.cache.state import Snapshot
 from scheduler.kernels import layout
+
+if TYPE_CHECKING:
+    from scheduler.framework.reasons import Reason
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -124,6 +127,9 @@ class PreFilterPlugin(Plugin, Protocol):
 
 @runtime_checkable
 class FilterPlugin(Plugin, Protocol):
+    #: The reason codes it sets, with what they mean (``scheduler.framework.reasons``).
+    reasons: tuple[Reason, ...]
+
     def filter(self, state: CycleState, reasons: I8) -> None:
         """Set a reason for every node (still ``FIT``) that cannot hold the pod."""
 

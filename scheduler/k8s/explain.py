@@ -51,7 +51,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.topology import TopologyConstraint
-from scheduler.core import capacity, gang, reason_texts
+from scheduler.core import capacity, gang, reason_texts, registry
 from scheduler.core.actions import consolidate
 from scheduler.core.loop import SchedulingLoop
 from scheduler.k8s import access, logs
@@ -65,8 +65,6 @@ if TYPE_CHECKING:
 
 #: Node names shown per reason.
 SHOWN = 5
-#: Filter results that still let a node's free GPUs count for the pod: the GPU or resource shortfalls.
-_GPU_ELIGIBLE = (layout.FIT, layout.GPU_COUNT, layout.GPU_SHARE, layout.GPU_MEMORY_SHORT)
 #: The label of the scheduler's pods and the port of their health server (manifests/deployment.yaml).
 POD_SELECTOR = "app.kubernetes.io/name=gpusched"
 HEALTH_PORT = 8081
@@ -244,7 +242,8 @@ def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
     if pod.gpu.whole and pod.gpu.count:
         a = snapshot.arrays
         codes = reasons[: len(names)]
-        eligible = np.flatnonzero(np.isin(codes, _GPU_ELIGIBLE) | (codes >= layout.RESOURCE))
+        # A node refused only for want of room (its filter declares it so) still counts its free GPUs.
+        eligible = np.flatnonzero(registry.REASONS.short_of_room(codes))
         free = (a.gpu_free[eligible] >= layout.WHOLE).sum(axis=1) if eligible.size else np.zeros(0, dtype=np.int64)
         best = int(free.max()) if free.size else 0
         where = names[int(eligible[int(free.argmax())])] if free.size and best else "no node"
