@@ -25,7 +25,7 @@ import numpy as np
 
 from scheduler.api.pod import PodRequest
 from scheduler.api.resources import GpuRequest
-from scheduler.core.cycle import Scheduler
+from scheduler.core.cycle import EMPTY, Scheduler
 from scheduler.core.move_plan import Search
 from scheduler.core.moves import Moves
 from scheduler.kernels import layout
@@ -111,7 +111,7 @@ class Defragmenter:
             cache.snapshot(),
             [stand_in],
             whole_gang=False,
-            context={},
+            context=EMPTY,
             level=None,
             limits=limits,
             pace=self.moves.pace,

@@ -53,7 +53,6 @@ from scheduler.core.jobs import Jobs
 from scheduler.core.move_plan import Pace, Plan
 from scheduler.core.ports import Events, Mover
 from scheduler.core.tenancy import Tenancy
-from scheduler.framework.interface import RESERVED_SLOTS
 from scheduler.framework.profile import ConsolidationConfig
 
 #: The controller kind whose pods are training (run to completion: a move loses their progress).
@@ -461,11 +460,11 @@ class Moves:
 
     # --- what every cycle respects -------------------------------------------------------------------------------
 
-    def context(self, key: str) -> dict[str, Any]:
-        """What job ``key``'s cycles must respect: a plan's job goes only to its nodes, a replacement only to its
-        target; everyone else leaves every plan's targets alone."""
+    def reserved(self, key: str) -> np.ndarray | None:
+        """The node slots job ``key``'s cycles must leave alone (None: none): a plan's job goes only to its nodes, a
+        replacement only to its target; everyone else leaves every plan's targets alone."""
         if not self.plans:
-            return {}
+            return None
         self.expire()
         slots = self.scheduler.cache.arrays.slots
         reserved = np.zeros(slots, dtype=bool)
@@ -478,7 +477,7 @@ class Moves:
                 reserved |= only
             else:
                 reserved |= plan.holds(slots)
-        return {RESERVED_SLOTS: reserved}
+        return reserved
 
     def why(self, key: str) -> str:
         """The plan being carried out for job ``key``, or why the last search found none ("" if none ran)."""

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -36,7 +35,7 @@ from scheduler.api.pod import PREEMPT_NEVER, PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Snapshot
 from scheduler.core import fruitless, reclaim
-from scheduler.core.cycle import Scheduler
+from scheduler.core.cycle import EMPTY, Context, Scheduler
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Jobs
 from scheduler.core.ports import Events, Evictor
@@ -258,7 +257,7 @@ class Preemptor:
         surplus: dict[str, dict[str, float]] | None = None,
         *,
         snapshot: Snapshot,
-        context: Mapping[str, Any] | None = None,
+        context: Context = EMPTY,
         held: np.ndarray | None = None,
         group: PodGroup | None = None,
     ) -> list[reclaim.Candidate]:

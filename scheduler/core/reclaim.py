@@ -21,8 +21,7 @@ candidates and placements kept by ``scheduler.core.running_jobs``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -31,8 +30,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Cache, Snapshot
 from scheduler.core import fruitless, gang, registry
-from scheduler.core.cycle import Scheduler
-from scheduler.framework.interface import TOPOLOGY_SLOTS
+from scheduler.core.cycle import EMPTY, Context, Scheduler
 
 NEVER = "Never"
 LOWER_PRIORITY = "LowerPriority"
@@ -141,7 +139,7 @@ def find_victims(
     priority: int,
     policy: str,
     candidates: Sequence[Candidate],
-    context: Mapping[str, Any] | None = None,
+    context: Context = EMPTY,
     held: np.ndarray | None = None,
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
@@ -161,7 +159,7 @@ def find_victims(
     the caller knows them already; ``placed``: where the candidates run, as arrays, to tell them at once).
 
     ``context`` is passed to the job's what-ifs (a domain mask keeps it inside one domain; nodes held in it,
-    ``RESERVED_SLOTS``, are left out of the what-ifs and of the free-GPU checks: the actions pass the nodes the job
+    ``Context.reserved``, are left out of the what-ifs and of the free-GPU checks: the actions pass the nodes the job
     could not use even with victims of its own there, ``Holds.in_search``). ``held``: nodes held for other jobs that
     the job may share once its victims free room there; the what-ifs open with the room free on them taken
     (:func:`occupy`), so that only what the job's own victims free there counts, not the room freed for their holder
@@ -201,7 +199,7 @@ def find_victims(
     needs = [p.gpu.count for p in job if p.gpu.whole]
     # Not even every candidate's whole GPUs on top of the free ones would be enough: no what-if needed. Checked
     # before the what-if opens: every return after that point goes through its rollback. Nodes held for other
-    # jobs (``RESERVED_SLOTS`` in ``context``) count as the job's cycle counts them: not at all.
+    # jobs (``context.reserved``) count as the job's cycle counts them: not at all.
     _, free_now = gang.free_gpus(cache.arrays, context)
     if held is not None:
         free_now = _without(free_now, held)
@@ -227,7 +225,7 @@ def find_victims(
         finally:
             snapshot.rollback(inner)
 
-    mask = (context or {}).get(TOPOLOGY_SLOTS)
+    mask = context.topology_slots
 
     def enough_gpus() -> bool:
         # A cheap necessary condition before a what-if: enough whole free GPUs, in groups large enough.
@@ -268,7 +266,7 @@ def find_victims(
 
 
 def _usable_slots(
-    scheduler: Scheduler, snapshot: Snapshot, job: Sequence[PodRequest], context: Mapping[str, Any] | None
+    scheduler: Scheduler, snapshot: Snapshot, job: Sequence[PodRequest], context: Context
 ) -> np.ndarray | None:
     """Per node slot, whether a pod of ``job`` may go there once pods leave it: its cycle's filters did not refuse
     the node for a reason no eviction changes (as the filter declares it, ``Reason.eviction_helps``). None when they
@@ -314,7 +312,7 @@ def find_victims_in_domain(
     priority: int,
     policy: str,
     candidates: Sequence[Candidate],
-    context: Mapping[str, Any] | None = None,
+    context: Context = EMPTY,
     held: np.ndarray | None = None,
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
@@ -334,7 +332,7 @@ def find_victims_in_domain(
     cache = scheduler.cache
     snapshot = snapshot if snapshot is not None else cache.snapshot()
     # The nodes its pods may use, told once for every domain (the domain's own bound is its mask).
-    may_use = _usable_slots(scheduler, snapshot, job, None)
+    may_use = _usable_slots(scheduler, snapshot, job, EMPTY)
     if may_use is None:
         may_use = np.ones(snapshot.arrays.slots, dtype=bool)
     ids = cache.domain_ids()
@@ -344,7 +342,7 @@ def find_victims_in_domain(
     usable, free = gang.free_gpus(cache.arrays, context)
     if held is not None:
         free = _without(free, held)
-    outer = (context or {}).get(TOPOLOGY_SLOTS)
+    outer = context.topology_slots
     if outer is not None:
         reach = min(outer.shape[0], usable.shape[0])
         usable[:reach] &= outer[:reach]
@@ -370,7 +368,7 @@ def find_victims_in_domain(
             priority=priority,
             policy=policy,
             candidates=local,
-            context={**(context or {}), TOPOLOGY_SLOTS: inside},
+            context=replace(context, topology_slots=inside),
             held=held,
             surplus=surplus,
             snapshot=snapshot,

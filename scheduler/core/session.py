@@ -14,12 +14,11 @@ demand, and the unschedulable pool.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from scheduler.api.pod import PodRequest
 from scheduler.core import capacity, gang, gate
 from scheduler.core.actions import Action, Verdict
-from scheduler.core.cycle import Diagnosis, Scheduler
+from scheduler.core.cycle import Context, Diagnosis, Scheduler
 from scheduler.core.hints import Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job
@@ -45,7 +44,7 @@ class Session:
         holds: Holds,
         hints: Hints,
         actions: Sequence[Action],
-        context: Callable[[str], dict[str, Any]],
+        context: Callable[[str], Context],
         placed: Callable[[str, Job, list[PodRequest]], None],
         enqueue: Callable[[Job], None],
     ) -> None:
@@ -143,12 +142,9 @@ class Session:
                 return False  # an elastic gang at its maxMember: this one waits for a member to leave
             # A member beyond minMember, or one whose binding failed: place it near the others (the same context
             # gpusched explain gives it).
-            context = {
-                **context,
-                **gang.member_context(
-                    self.scheduler, group, job.placed, member=attempt.members[0], pending=job.pending.values()
-                ),
-            }
+            context = gang.member_context(
+                self.scheduler, group, job.placed, context, member=attempt.members[0], pending=job.pending.values()
+            )
         attempt.context = context
         return True
 

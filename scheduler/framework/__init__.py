@@ -20,8 +20,9 @@ A filter (say ``numa``) takes these files:
    clear it (``wakes``), whether it is a shortfall of room (``short_of_room``: explain counts the node's free
    GPUs), and for a rule no pod leaving ever clears, its part of the never-fits sentence (``never``: what would
    change it); ``filter(state, reasons)``, which marks the nodes it refuses (those still ``layout.FIT``) with its
-   codes; ``wakes(code)``, usually ``reasons.wakes(self.reasons, code)``. It reads what the cycle brings in
-   ``state``; it imports no other plugin.
+   codes; ``wakes(code)``, usually ``reasons.wakes(self.reasons, code)``. It reads the pod and the snapshot in
+   ``state``, and what the cycle is told from outside in ``state.context`` (``interface.CycleContext``); it
+   imports no other plugin.
 2. ``scheduler/core/registry.py``: the class under its profile name in ``PLUGINS`` (its reasons come with it).
 3. ``tests/plugins/test_numa.py``: what a user notices (the node chosen, the ``FailedScheduling`` message).
 4. To run by default: ``scheduler/framework/default-profile.yaml`` names it (filters run in the profile's order;

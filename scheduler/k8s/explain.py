@@ -53,6 +53,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.topology import TopologyConstraint
 from scheduler.core import capacity, gang, reason_texts, registry
 from scheduler.core.actions import consolidate
+from scheduler.core.cycle import Context
 from scheduler.core.loop import SchedulingLoop
 from scheduler.k8s import access, logs
 from scheduler.k8s import client as k8s_client
@@ -187,7 +188,7 @@ def _consolidation_lines(
     return [f"  consolidation would {found.plan.describe()}"]
 
 
-def _cycle_context(operator: Operator, job_key: str) -> dict[str, Any]:
+def _cycle_context(operator: Operator, job_key: str) -> Context:
     """What the loop gives job ``job_key``'s cycles (``SchedulingLoop.cycle_context``): the nodes held for other jobs
     (nominations, reservations, the targets of moves), and the waiting demand some scores look ahead at."""
     return operator.loop.cycle_context(job_key)
@@ -211,7 +212,7 @@ def _filters(operator: Operator, pod: api_pod.PodRequest) -> list[str]:
         # Placed alone after its gang, or its gang placed again around members that still run: near them, inside
         # their domain and, in a segmented gang, its own segment's (gang.member_context, as the cycle gets it).
         pending = job.pending.values()
-        context.update(gang.member_context(operator.scheduler, job.group, job.placed, member=pod, pending=pending))
+        context = gang.member_context(operator.scheduler, job.group, job.placed, context, member=pod, pending=pending)
         home = gang.segment_home(operator.scheduler, job.group, job.placed, member=pod, pending=pending)
         held = _segment_text(operator, job.group, home) if home is not None else ""
     filtered = operator.scheduler.filter(pod, snapshot, context)

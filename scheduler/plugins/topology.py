@@ -2,8 +2,8 @@
 
 Filter:
 
-- during a gang's cycle the core passes the slots of the domain it chose (``TOPOLOGY_SLOTS``); every other node
-  is marked :data:`OUTSIDE`;
+- during a gang's cycle the core passes the slots of the domain it chose (``CycleContext.topology_slots``);
+  every other node is marked :data:`OUTSIDE`;
 - a plain pod with the annotation ``gpusched.io/topology-required`` goes only to nodes inside some domain of that
   level (a node without the level's label is outside every domain of it).
 
@@ -39,7 +39,6 @@ from scheduler.framework.interface import (
     I8,
     I64,
     ROOM_FREED,
-    TOPOLOGY_SLOTS,
     ClusterEvent,
     Code,
     CycleState,
@@ -121,7 +120,7 @@ class Topology:
         return framework_reasons.wakes(self.reasons, reason)
 
     def filter(self, state: CycleState, reasons: I8) -> None:
-        chosen: np.ndarray | None = state.data.get(TOPOLOGY_SLOTS)
+        chosen: np.ndarray | None = state.context.topology_slots
         if chosen is not None:
             size = min(chosen.shape[0], reasons.shape[0])
             outside = np.ones(reasons.shape[0], dtype=bool)

@@ -10,14 +10,13 @@ is being carried out waits for it; a search that finds nothing is not run again 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core import fruitless, move_memo
 from scheduler.core.actions import NOTHING, WAITS, Outcome
-from scheduler.core.cycle import Scheduler
+from scheduler.core.cycle import Context, Scheduler
 from scheduler.core.jobs import Attempt
 from scheduler.core.move_plan import Found, Search
 from scheduler.core.moves import Moves
@@ -91,7 +90,7 @@ class Consolidate:
         whole_gang: bool,
         priority: int,
         level: int | None,
-        context: Mapping[str, Any],
+        context: Context,
     ) -> Found:
         """The plan for a job of ``members`` (``gpusched explain`` asks this too, with the cycle's context)."""
         moves = self.moves

@@ -10,13 +10,11 @@ they free is nominated for the job, and every victim is evicted, as one statemen
 from __future__ import annotations
 
 from scheduler.cache.state import Snapshot
-from scheduler.core import segment_layout
 from scheduler.core.actions import NOTHING, WAITS, Outcome, waits_for_victims
-from scheduler.core.cycle import NOMINATED_PODS
+from scheduler.core.cycle import Context
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor
 from scheduler.core.tenancy import Tenancy, requests_of
-from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS
 
 
 class Reclaim:
@@ -47,12 +45,11 @@ class Reclaim:
         # are left out (see docs/gangs.md on reclaim latency); the single pods nominated for others of its priority
         # or higher are counted on their nodes, as its cycles count them.
         group = attempt.job.group if attempt.whole_gang else None
-        context = {
-            k: v for k, v in attempt.context.items() if k in (TOPOLOGY_SLOTS, segment_layout.LAYOUT, NOMINATED_PODS)
-        }
+        told = attempt.context
         kept, held = self.preemptor.holds.in_search(attempt.key, attempt.priority)
-        if kept is not None:
-            context[RESERVED_SLOTS] = kept
+        context = Context(
+            reserved=kept, nominated=told.nominated, topology_slots=told.topology_slots, segments=told.segments
+        )
         victims = self.preemptor.victims(
             pods,
             attempt.priority,
