@@ -7,9 +7,14 @@ also never fits when its members together ask more GPUs than the cluster's nodes
 ``FailedScheduling`` message, ``PodScheduled`` and the gang's ``Scheduled`` condition) and ``gpusched explain``
 say which, and what would change it, so nobody is told to wait for room that cannot come.
 
+The node rules are the reasons their filters declare with a never-fits part (``scheduler.framework.reasons``:
+taints, node selector and affinity, GPU model, a topology level's label); each says which of its nodes are out for
+good (a taint the node lifecycle controller clears on its own is not) and what would change it. A cordon is not
+one: it is lifted after maintenance.
+
 Capacity is the nodes' allocatable amounts, as if nothing ran on them. Which nodes a pod may use is read from the
 cycle's own filter results (the first reason each node failed, ``Scheduler.filter``), so this agrees with the
-cycle; a node held for another job (``layout.RESERVED``) is not filtered further and counts as one the pod may
+cycle; a node held for another job (``reasons.RESERVED``) is not filtered further and counts as one the pod may
 use, so the doubt goes to "waits".
 """
 
@@ -21,10 +26,10 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.api import quantity as api_quantity
-from scheduler.api import resources, selectors
+from scheduler.api import resources
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
-from scheduler.core import reason_texts
+from scheduler.core import registry
 from scheduler.kernels import layout
 
 Mask = npt.NDArray[np.bool_]
@@ -34,12 +39,6 @@ NEVER = "Never fits as the cluster is"
 #: The reason of a gang's ``Scheduled=False`` condition when its message says :data:`NEVER` (a gang whose members
 #: fit one day, only not now, says ``NotAllMembersFit``).
 NEVER_FITS = "NeverFits"
-#: Reasons that depend only on the node and the pod's spec: no pod leaving can clear them. A cordon is not one (it
-#: is lifted after maintenance), nor a taint Kubernetes sets for a node's condition (below).
-NODE_RULES = (layout.TAINT, layout.SELECTOR, layout.GPU_MODEL)
-#: Taints the node lifecycle controller and cloud providers set and clear on their own (not ready, unreachable,
-#: memory pressure, not yet initialised): a node out for them is out for a while.
-PASSING_TAINTS = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
 
 
 def says_never(message: str) -> bool:
@@ -72,14 +71,21 @@ def pod_never_fits(snapshot: Snapshot, pod: PodRequest, request: npt.NDArray[np.
     present = reasons != layout.ABSENT
     if not present.any():
         return ""
-    ruled_out = present & _node_rules(reasons) & ~_passing_taint(snapshot, pod, reasons)
-    ruled_out |= present & (reasons == layout.TOPOLOGY) & _unlabelled(snapshot, pod)
-    if pod.gpu.count and pod.gpu.models:
-        # A node that failed first for something else may have a GPU model the pod does not allow as well.
-        other_model = present & ~ruled_out & ~_model_ok(snapshot, pod)
-        if other_model.any():
-            reasons = np.where(other_model, layout.GPU_MODEL, reasons)
-            ruled_out |= other_model
+    rules = registry.REASONS.never
+    ruled_out = np.zeros(reasons.shape[0], dtype=bool)
+    for rule in rules:
+        refused = present & (reasons == rule.code)
+        lasting = rule.never.lasting if rule.never is not None else None
+        ruled_out |= lasting(snapshot, pod, refused) if lasting is not None and refused.any() else refused
+    for rule in rules:
+        elsewhere = rule.never.elsewhere if rule.never is not None else None
+        out = elsewhere(snapshot, pod) if elsewhere is not None else None
+        if out is not None:
+            # A node that failed first for something else may be out for this rule as well.
+            other = present & ~ruled_out & out
+            if other.any():
+                reasons = np.where(other, rule.code, reasons)
+                ruled_out |= other
     room = room_when_empty(snapshot, pod, request) & present
     if (room & ~ruled_out).any():
         return ""
@@ -91,8 +97,8 @@ def pod_never_fits(snapshot: Snapshot, pod: PodRequest, request: npt.NDArray[np.
         )
     blocked = room & ruled_out
     if blocked.any():
-        rules = _rules(snapshot, pod, reasons, blocked)
-        parts.append(f"of the nodes with room for it, {rules}")
+        said = _rules(snapshot, pod, reasons, blocked)
+        parts.append(f"of the nodes with room for it, {said}")
         change = f"it fits there once {_changes(snapshot, pod, reasons, blocked)}"
     else:
         if ruled_out.any() and may_use.any():
@@ -102,58 +108,6 @@ def pod_never_fits(snapshot: Snapshot, pod: PodRequest, request: npt.NDArray[np.
             parts.append(f"and even without that {_too_small(snapshot, pod, request, present, 'nodes')}")
         change = "it fits once a node large enough joins, or it asks for less"
     return f"{NEVER}: {'; '.join(parts)}; {change}."
-
-
-def _node_rules(reasons: np.ndarray) -> Mask:
-    """The nodes that failed for one of :data:`NODE_RULES` (three comparisons: cheaper than ``np.isin``)."""
-    ruled = np.zeros(reasons.shape[0], dtype=bool)
-    for code in NODE_RULES:
-        ruled |= reasons == code
-    return ruled
-
-
-def _required_level(snapshot: Snapshot, pod: PodRequest) -> int | None:
-    """The level a plain pod's ``gpusched.io/topology-required`` names (a gang's domains are the gang's)."""
-    if pod.pod_group or not pod.topology.required:
-        return None
-    return snapshot.topology.find_level(pod.topology.required)
-
-
-def _unlabelled(snapshot: Snapshot, pod: PodRequest) -> Mask:
-    """The nodes without the label of the level ``pod`` requires: outside every domain of it, whatever runs."""
-    level = _required_level(snapshot, pod)
-    outside = np.zeros(snapshot.slots, dtype=bool)
-    if level is not None:
-        ids = snapshot.domain_ids()
-        size = min(ids.shape[0], outside.shape[0])
-        outside[:size] = ids[:size, level] < 0
-        outside[size:] = True
-    return outside
-
-
-def _passing_taint(snapshot: Snapshot, pod: PodRequest, reasons: np.ndarray) -> Mask:
-    """The nodes out for a taint that clears on its own (:data:`PASSING_TAINTS`)."""
-    tainted = reasons == layout.TAINT
-    passing = np.zeros(reasons.shape[0], dtype=bool)
-    if not tainted.any():
-        return passing
-    ids, sets = snapshot.taint_index()
-    passing_set = np.zeros(len(sets) + 1, dtype=bool)  # the last entry stands for -1: no taint
-    size = min(ids.shape[0], reasons.shape[0])
-    for at in np.flatnonzero(np.bincount(ids[:size][tainted[:size]] + 1, minlength=len(sets) + 1)[1:]).tolist():
-        taint = selectors.untolerated(sets[at], pod.tolerations)
-        passing_set[at] = taint is not None and taint.key.startswith(PASSING_TAINTS)
-    passing[:size] = tainted[:size] & passing_set[ids[:size]]
-    return passing
-
-
-def _model_ok(snapshot: Snapshot, pod: PodRequest) -> Mask:
-    """Per node slot, whether its GPUs are of a model ``pod`` allows."""
-    a = snapshot.arrays
-    allowed = np.array([any(resources.model_matches(m, model) for m in pod.gpu.models) for model in snapshot.models])
-    if not allowed.size:
-        return np.zeros(a.slots, dtype=bool)
-    return np.asarray((a.node_model >= 0) & allowed[a.node_model.clip(0)], dtype=bool)
 
 
 def _too_small(snapshot: Snapshot, pod: PodRequest, request: npt.NDArray[np.float64], nodes: Mask, who: str) -> str:
@@ -188,54 +142,17 @@ def _too_small(snapshot: Snapshot, pod: PodRequest, request: npt.NDArray[np.floa
 def _rules(snapshot: Snapshot, pod: PodRequest, reasons: np.ndarray, nodes: Mask) -> str:
     """The node rules that keep ``pod`` off ``nodes``, as counts of kube-scheduler's reasons."""
     counts: Counter[str] = Counter()
-    for code in (*NODE_RULES, layout.TOPOLOGY):
-        slots = np.flatnonzero(nodes & (reasons == code))
-        if code == layout.TAINT:
-            counts.update(reason_texts.taint_texts(snapshot, pod, slots))
-        elif slots.size:
-            counts[reason_texts.reason_text(code, snapshot.columns)] += int(slots.size)
+    for rule in registry.REASONS.never:
+        slots = np.flatnonzero(nodes & (reasons == rule.code))
+        counts.update(rule.count(snapshot, pod, slots))
     return ", ".join(f"{n} {text}" for text, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _changes(snapshot: Snapshot, pod: PodRequest, reasons: np.ndarray, nodes: Mask) -> str:
-    """What would let ``pod`` use one of ``nodes``: a toleration, a label, an allowed GPU model."""
-    changes: list[str] = []
+    """What would let ``pod`` use one of ``nodes``: a toleration, a label, an allowed GPU model (each rule's own
+    clause; the rules that also hold on nodes refused first for something else, the broadest, last)."""
     codes = set(reasons[nodes].tolist())
-    if layout.TAINT in codes:
-        slots = np.flatnonzero(nodes & (reasons == layout.TAINT))
-        taints = sorted(
-            {
-                f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
-                for t, _ in reason_texts.untolerated_taints(snapshot, pod, slots)
-                if t is not None
-            }
-        )
-        changes.append(f"it tolerates {', '.join(taints)} (or the taint is removed)")
-    if layout.SELECTOR in codes:
-        missing = missing_labels(snapshot, pod)
-        if missing:
-            changes.append(f"a node is labelled {', '.join(missing)} (no node has that label)")
-        else:
-            changes.append("its node selector and affinity match one of them (or one is labelled to match)")
-    level = _required_level(snapshot, pod)
-    if layout.TOPOLOGY in codes and level is not None:
-        label, name = snapshot.topology.levels[level], snapshot.topology.level_label(level)
-        labelled = bool((snapshot.domain_ids()[:, level] >= 0).any())
-        changes.append(f"it runs on a node labelled {label} (level {name}{'' if labelled else '; no node has it'})")
-    if layout.GPU_MODEL in codes:
-        changes.append(f"it allows their GPU model (it asks {', '.join(pod.gpu.models)})")
-    return " or ".join(changes)
-
-
-def missing_labels(snapshot: Snapshot, pod: PodRequest) -> list[str]:
-    """The labels ``pod``'s node selector or required node affinity asks for that no node has (``key=value``, or
-    ``key`` for ``Exists``)."""
-    missing = [f"{k}={v}" for k, v in pod.node_selector.items() if not snapshot.select({k: v}, ()).any()]
-    for term in pod.affinity:
-        for req in term.labels:
-            if req.operator not in ("In", "Exists"):
-                continue
-            if not snapshot.select({}, (selectors.NodeSelectorTerm(labels=(req,)),)).any():
-                values = "|".join(req.values)
-                missing.append(f"{req.key}={values}" if req.operator == "In" else req.key)
-    return missing
+    rules = [r for r in registry.REASONS.never if r.code in codes and r.never is not None]
+    rules.sort(key=lambda r: r.never is not None and r.never.elsewhere is not None)
+    changes = [r.never.change(snapshot, pod, nodes & (reasons == r.code)) for r in rules if r.never is not None]
+    return " or ".join(change for change in changes if change)

@@ -7,26 +7,21 @@ finds no node keeps why, as counts of nodes per reason, for the pod's event and 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from scheduler.api.dra import ClaimAllocation
 from scheduler.api.pod import PodRequest
 from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Cache, Snapshot
-from scheduler.core import capacity, reason_texts
+from scheduler.core import capacity, reason_texts, registry, segment_layout
 from scheduler.core.extension_points import Framework
 from scheduler.framework import interface
+from scheduler.framework import reasons as framework_reasons
 from scheduler.framework.interface import Code, CycleState, Decision, Status
 from scheduler.kernels import layout
-
-#: The cycle context's key for the single pods nominated by preemption that the pod must count: a list of
-#: :class:`NominatedPod` (``scheduler.core.holds``), placed on their nodes in a what-if while the pod is filtered, as
-#: kube-scheduler's addNominatedPods adds them (not while it is scored).
-NOMINATED_PODS = "nominated.pods"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +41,29 @@ class NominatedPod:
     def devices(self) -> bool:
         """Whether it asks for GPUs or ResourceClaims: devices it is given only on a node, chosen there."""
         return bool(self.pod.gpu.count or self.pod.resource_claims)
+
+
+@dataclass(frozen=True, slots=True)
+class Context(interface.CycleContext):
+    """What a job's cycles are told from outside: what the plugins read (``interface.CycleContext``) and what only
+    the core reads. The loop builds it once per job (``SchedulingLoop.cycle_context``); the session, a gang's
+    what-ifs and the disruptive actions narrow it with ``dataclasses.replace``."""
+
+    #: Node slots held for other jobs (a boolean mask: nominations, reservations, the room of move plans;
+    #: ``scheduler.core.holds``): :meth:`Scheduler.filter` marks them unavailable in every cycle, whatever plugins
+    #: the profile names. None: none held.
+    reserved: npt.NDArray[np.bool_] | None = None
+    #: The single pods nominated by preemption that the pod must count (``scheduler.core.holds``), placed on their
+    #: nodes in a what-if while the pod is filtered, as kube-scheduler's addNominatedPods adds them (not while it is
+    #: scored).
+    nominated: tuple[NominatedPod, ...] = ()
+    #: For a whole-gang attempt that rejoins running members of a segmented gang: its segments' layout, so each
+    #: member goes back to its own segment's domain (``scheduler.core.gang.what_if_in_segments``).
+    segments: segment_layout.Layout | None = None
+
+
+#: A cycle told nothing from outside (a what-if, a test).
+EMPTY = Context()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +94,9 @@ def diagnose(reasons: np.ndarray, snapshot: Snapshot, pod: PodRequest, request: 
     codes, counts = np.unique(present[present != layout.FIT], return_counts=True)
     by_text: Counter[str] = Counter()
     for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
-        if code == layout.TAINT:
-            by_text.update(reason_texts.taint_texts(snapshot, pod, np.flatnonzero(reasons == layout.TAINT)))
+        reason = registry.REASONS.get(code)
+        if reason is not None and reason.texts is not None:  # named per node (a taint)
+            by_text.update(reason.texts(snapshot, pod, np.flatnonzero(reasons == code)))
         else:
             by_text[reason_texts.reason_text(code, snapshot.columns)] += count
     ordered = tuple(sorted(by_text.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -133,7 +152,7 @@ class Scheduler:
         """Whether the profile allocates ResourceClaims (has the ``dra`` plugin)."""
         return self._allocates_claims
 
-    def schedule(self, pod: PodRequest, context: Mapping[str, Any] | None = None) -> Result:
+    def schedule(self, pod: PodRequest, context: Context = EMPTY) -> Result:
         """Run one cycle for ``pod``; on success the pod is assumed in the cache and handed to the binder."""
         snapshot = self.cache.snapshot()
         result = self.place(pod, snapshot, context)
@@ -144,10 +163,10 @@ class Scheduler:
         self.binder.bind(result.decision)
         return result
 
-    def place(self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None = None) -> Result:
+    def place(self, pod: PodRequest, snapshot: Snapshot, context: Context = EMPTY) -> Result:
         """Filter, score, pick and reserve on ``snapshot`` without touching the cache (what-ifs use this).
 
-        ``context`` is copied into the cycle state's data (a gang's cycle passes the nodes it already uses).
+        ``context``: what the cycle is told from outside (the plugins read it as the cycle state's ``context``).
         """
         filtered = self.filter(pod, snapshot, context)
         state, reasons = filtered.state, filtered.reasons
@@ -193,7 +212,7 @@ class Scheduler:
         claims = tuple(state.data.get(interface.DEVICE_CLAIMS, ()))
         return Result(Status.success(), Decision(pod, node, gpu_ids, volumes, claims), state=state)
 
-    def fits_on(self, pod: PodRequest, snapshot: Snapshot, slot: int, context: Mapping[str, Any] | None = None) -> bool:
+    def fits_on(self, pod: PodRequest, snapshot: Snapshot, slot: int, context: Context = EMPTY) -> bool:
         """Whether ``pod`` fits on node ``slot`` of ``snapshot``: the answer of :meth:`place` with every other node
         held (that it would place the pod there), found by the same filters and reservers on that node alone.
 
@@ -252,7 +271,7 @@ class Scheduler:
                 entry = self.cache.pod(key)
                 if entry is not None and entry.placement.slot == slot:
                     snapshot.unplace(entry.placement)
-            filtered = self._filter(pod, snapshot, None, only=slot)
+            filtered = self._filter(pod, snapshot, EMPTY, only=slot)
             if filtered.reasons is None or filtered.reasons[slot] != layout.FIT:
                 return None
             state = filtered.state
@@ -264,15 +283,15 @@ class Scheduler:
             snapshot.rollback(token)
 
     def filter(
-        self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None = None, *, only: int | None = None
+        self, pod: PodRequest, snapshot: Snapshot, context: Context = EMPTY, *, only: int | None = None
     ) -> Filtered:
         """The cycle's filtering, the one the cycle and ``gpusched explain`` both run: the profile's check for
         ResourceClaims, the pre-filters, the nodes held for other jobs, then every filter plugin; a node that passes
-        and has pods nominated to it that ``context`` names (``NOMINATED_PODS``) passes only if it passes again with
+        and has pods nominated to it that ``context`` names (``Context.nominated``) passes only if it passes again with
         them placed there. ``only``: the one
-        node slot to judge (:meth:`fits_on`); every other node is out of the question (``layout.RESERVED``), which
+        node slot to judge (:meth:`fits_on`); every other node is out of the question (``reasons.RESERVED``), which
         the filters skip as they skip any node already refused."""
-        nominated = context.get(NOMINATED_PODS) if context else None
+        nominated = context.nominated
         if not nominated:
             return self._filter(pod, snapshot, context, only=only)
         slots = snapshot.arrays.slots
@@ -294,7 +313,8 @@ class Scheduler:
         again = np.unique(np.array([p.slot for p in counted], dtype=np.int64))
         second = self._with_nominated(pod, snapshot, context, counted, again)
         if second.reasons is None:
-            filtered.reasons[again] = layout.RESERVED  # a pre-filter refused it with them counted: they hold it
+            # A pre-filter refused it with them counted: they hold it.
+            filtered.reasons[again] = framework_reasons.RESERVED.code
         else:
             filtered.reasons[again] = second.reasons[again]
         return filtered
@@ -303,7 +323,7 @@ class Scheduler:
         self,
         pod: PodRequest,
         snapshot: Snapshot,
-        context: Mapping[str, Any] | None,
+        context: Context,
         nominated: list[NominatedPod],
         only: int | np.ndarray,
     ) -> Filtered:
@@ -317,16 +337,14 @@ class Scheduler:
             snapshot.rollback(token)
 
     def _filter(
-        self, pod: PodRequest, snapshot: Snapshot, context: Mapping[str, Any] | None, *, only: int | np.ndarray | None
+        self, pod: PodRequest, snapshot: Snapshot, context: Context, *, only: int | np.ndarray | None
     ) -> Filtered:
-        state = CycleState(pod=pod, snapshot=snapshot, request=snapshot.request_vector(pod))
+        state = CycleState(pod=pod, snapshot=snapshot, request=snapshot.request_vector(pod), context=context)
         if pod.resource_claims and not self._allocates_claims:
             message = (
                 f"the profile {self.framework.config.name!r} has no dra plugin to allocate the pod's ResourceClaims"
             )
             return Filtered(state, Status(Code.UNRESOLVABLE, message, "dra"))
-        if context:
-            state.data.update(context)
         for pre in self.framework.pre_filters:
             status = pre.pre_filter(state)
             if not status.ok:
@@ -334,20 +352,20 @@ class Scheduler:
         reasons = snapshot.arrays.base_reason.copy()
         if only is not None:
             kept = reasons[only]
-            reasons[:] = layout.RESERVED
+            reasons[:] = framework_reasons.RESERVED.code
             reasons[only] = kept
-        reserved = state.data.get(interface.RESERVED_SLOTS)
+        reserved = context.reserved
         if reserved is not None:
             # Nodes nominated for a preemptor or reserved for a starving job (scheduler.core.holds): part of the
             # core path, so a profile cannot leave them out.
             size = min(reserved.shape[0], reasons.shape[0])
-            reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = layout.RESERVED
+            reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = framework_reasons.RESERVED.code
         for filter_plugin in self.framework.filters:
             filter_plugin.filter(state, reasons)
         if reserved is not None:
             # Again after the filters: node_rules gives a pod that tolerates cordons the cordoned nodes back, held
             # ones too.
-            reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = layout.RESERVED
+            reasons[:size][reserved[:size] & (reasons[:size] == layout.FIT)] = framework_reasons.RESERVED.code
         return Filtered(state, Status.success(), reasons)
 
     def wakes(self, diagnosis: Diagnosis | None) -> frozenset[interface.ClusterEvent] | None:
@@ -358,8 +376,9 @@ class Scheduler:
             return None
         events: set[interface.ClusterEvent] = set()
         for code in diagnosis.codes:
-            if code == layout.UNSCHEDULABLE:
-                events |= {interface.ClusterEvent.NODE_UPDATED, interface.ClusterEvent.NODE_ADDED}
+            own = framework_reasons.wakes(framework_reasons.CORE, code)
+            if own is not None:
+                events |= own
                 continue
             declared = [w for f in self.framework.filters if (w := f.wakes(code)) is not None]
             if not declared:

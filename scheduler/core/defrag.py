@@ -25,6 +25,7 @@ import numpy as np
 from scheduler.api.pod import PodRequest
 from scheduler.api.resources import GpuRequest
 from scheduler.core.actions import Setting, State
+from scheduler.core.cycle import EMPTY
 from scheduler.core.move_plan import Search
 from scheduler.core.moves import Moves
 from scheduler.core.statement import Statement
@@ -110,7 +111,7 @@ class Defragmenter(State):
             cache.snapshot(),
             [stand_in],
             whole_gang=False,
-            context={},
+            context=EMPTY,
             level=None,
             limits=limits,
             pace=self.moves.pace,

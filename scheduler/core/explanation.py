@@ -30,7 +30,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.topology import TopologyConstraint
 from scheduler.cache.state import Cache
-from scheduler.core import capacity, gang, reason_texts, session
+from scheduler.core import capacity, gang, reason_texts, registry, session
 from scheduler.core.cycle import Scheduler
 from scheduler.core.jobs import Attempt, Job
 from scheduler.core.loop import SchedulingLoop
@@ -39,8 +39,6 @@ from scheduler.queue.scheduling import QueueItem
 
 #: Node names shown per reason.
 SHOWN = 5
-#: Filter results that still let a node's free GPUs count for the pod: the GPU or resource shortfalls.
-_GPU_ELIGIBLE = (layout.FIT, layout.GPU_COUNT, layout.GPU_SHARE, layout.GPU_MEMORY_SHORT)
 
 
 class NotFound(Exception):
@@ -189,7 +187,8 @@ def _filters(live: Live, pod: api_pod.PodRequest) -> list[str]:
     if pod.gpu.whole and pod.gpu.count:
         a = snapshot.arrays
         codes = reasons[: len(names)]
-        eligible = np.flatnonzero(np.isin(codes, _GPU_ELIGIBLE) | (codes >= layout.RESOURCE))
+        # A node refused only for want of room (its filter declares it so) still counts its free GPUs.
+        eligible = np.flatnonzero(registry.REASONS.short_of_room(codes))
         free = (a.gpu_free[eligible] >= layout.WHOLE).sum(axis=1) if eligible.size else np.zeros(0, dtype=np.int64)
         best = int(free.max()) if free.size else 0
         where = names[int(eligible[int(free.argmax())])] if free.size and best else "no node"

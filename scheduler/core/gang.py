@@ -30,9 +30,8 @@ members (only there when the segments are required).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -46,9 +45,9 @@ from scheduler.api.topology import TopologyConstraint
 from scheduler.cache.arrays import ClusterArrays
 from scheduler.cache.state import Snapshot
 from scheduler.core import capacity, segment_layout
-from scheduler.core.cycle import Diagnosis, Scheduler
+from scheduler.core.cycle import EMPTY, Context, Diagnosis, Scheduler
 from scheduler.core.statement import Statement
-from scheduler.framework.interface import GANG_SLOTS, RESERVED_SLOTS, TOPOLOGY_SLOTS, Code, Decision, Status
+from scheduler.framework.interface import Code, Decision, Status
 from scheduler.kernels import layout
 
 Mask = npt.NDArray[np.bool_]
@@ -161,7 +160,7 @@ def gpus_short(scheduler: Scheduler, members: Sequence[PodRequest]) -> str:
 
 
 def place_gang(
-    scheduler: Scheduler, group: PodGroup, members: Sequence[PodRequest], context: Mapping[str, Any] | None = None
+    scheduler: Scheduler, group: PodGroup, members: Sequence[PodRequest], context: Context = EMPTY
 ) -> GangResult:
     """Place ``members`` all together or not at all; on success they are assumed and handed to the binder."""
     result = plan_gang(scheduler, scheduler.cache.snapshot(), group, members, context)
@@ -177,7 +176,7 @@ def plan_gang(
     snapshot: Snapshot,
     group: PodGroup,
     members: Sequence[PodRequest],
-    context: Mapping[str, Any] | None = None,
+    context: Context = EMPTY,
 ) -> GangResult:
     """Where ``members`` fit all together, tried on what-ifs of ``snapshot`` (each rolled back, topology kept), or
     why they do not; nothing is committed. ``gpusched explain`` runs it too (:func:`try_gang`), so what it says and
@@ -195,13 +194,13 @@ def plan_gang(
         return GangResult(problem)
     result = GangResult(Status(Code.UNSCHEDULABLE, "no placement tried", "gang"))
     # Members of a gang whose other members run are kept in the domain those are in (``member_context``).
-    siblings = (context or {}).get(TOPOLOGY_SLOTS)
+    siblings = context.topology_slots
     if siblings is not None:
         masks = [_within(mask, siblings) for mask in masks]
     for mask in masks:
         token = snapshot.checkpoint()
         try:
-            inside = {**(context or {}), TOPOLOGY_SLOTS: mask} if mask is not None else context
+            inside = replace(context, topology_slots=mask) if mask is not None else context
             if group.segment_size:
                 result = what_if_in_segments(scheduler, snapshot, group, members, inside)
             else:
@@ -224,21 +223,22 @@ def _within(mask: Mask | None, siblings: Mask) -> Mask:
 
 
 def try_gang(
-    scheduler: Scheduler, group: PodGroup, members: Sequence[PodRequest], context: Mapping[str, Any] | None = None
+    scheduler: Scheduler, group: PodGroup, members: Sequence[PodRequest], context: Context = EMPTY
 ) -> GangResult:
     """:func:`plan_gang` on the cache's snapshot of now: what a gang cycle would decide, and nothing it does."""
     return plan_gang(scheduler, scheduler.cache.snapshot(), group, members, context)
 
 
 def what_if(
-    scheduler: Scheduler, snapshot: Snapshot, members: Sequence[PodRequest], context: Mapping[str, Any] | None = None
+    scheduler: Scheduler, snapshot: Snapshot, members: Sequence[PodRequest], context: Context = EMPTY
 ) -> GangResult:
     """Place ``members`` one after another on ``snapshot`` (inside a checkpoint the caller opened and will roll
     back), largest first; the decisions if all fit, else why the first that did not."""
     taken: dict[int, int] = {}
+    inside = replace(context, gang_slots=taken)  # ``taken`` grows as members are placed
     decisions: list[Decision] = []
     for pod in order_members(members):
-        result = scheduler.place(pod, snapshot, {**(context or {}), GANG_SLOTS: taken})
+        result = scheduler.place(pod, snapshot, inside)
         if result.decision is None:
             message = f"member {pod.name} of {len(members)} fits nowhere: {result.status.message}"
             return GangResult(Status(result.status.code, message, "gang"), blocked=pod.key, diagnosis=result.diagnosis)
@@ -255,7 +255,7 @@ def what_if_in_segments(
     snapshot: Snapshot,
     group: PodGroup,
     members: Sequence[PodRequest],
-    context: Mapping[str, Any] | None = None,
+    context: Context = EMPTY,
 ) -> GangResult:
     """Place ``members`` segment by segment on ``snapshot`` (inside a checkpoint the caller opened and will roll
     back), each segment inside one domain of the group's segment level; see the module notes."""
@@ -265,9 +265,9 @@ def what_if_in_segments(
         return GangResult(problem)
     level = required if required is not None else preferred
     assert level is not None
-    cut = _cut(group, members, (context or {}).get(segment_layout.LAYOUT))
+    cut = _cut(group, members, context.segments)
     count = len(cut)
-    outer = (context or {}).get(TOPOLOGY_SLOTS)
+    outer = context.topology_slots
     decisions: list[Decision] = []
     parents: set[int] = set()
     for index, (anchor, segment) in enumerate(cut):
@@ -293,7 +293,7 @@ def what_if_in_segments(
         placed: GangResult | None = None
         for mask in masks:
             token = snapshot.checkpoint()
-            result = what_if(scheduler, snapshot, segment, {**(context or {}), TOPOLOGY_SLOTS: mask})
+            result = what_if(scheduler, snapshot, segment, replace(context, topology_slots=mask))
             if result.status.ok:
                 snapshot.keep(token)
                 placed = result
@@ -359,13 +359,15 @@ def member_context(
     scheduler: Scheduler,
     group: PodGroup,
     placed: Iterable[str],
+    base: Context,
     *,
     member: PodRequest | None = None,
     pending: Iterable[PodRequest] = (),
-) -> dict[str, Any]:
-    """For a member placed after its gang (beyond ``minMember``, or after a bind failure), what its cycle gets: the
-    nodes its ``placed`` siblings are on (the ``gang`` score prefers them) and, with a required level, the domain
-    of that level they are in, so it joins them there (the loop's cycle and ``gpusched explain`` both use it).
+) -> Context:
+    """For a member placed after its gang (beyond ``minMember``, or after a bind failure), what its cycle gets on top
+    of ``base`` (its job's context): the nodes its ``placed`` siblings are on (the ``gang`` score prefers them) and,
+    with a required level, the domain of that level they are in, so it joins them there (the loop's cycle and
+    ``gpusched explain`` both use it).
 
     In a segmented gang, a ``member`` of a segment whose other members run (``pending``: the gang's other waiting
     members, which rank it) joins those: their nodes are the ones preferred and, with required segments, their
@@ -376,24 +378,21 @@ def member_context(
         entry = scheduler.cache.pod(key)
         if entry is not None:
             slots[entry.placement.slot] = slots.get(entry.placement.slot, 0) + 1
-    context: dict[str, Any] = {GANG_SLOTS: slots}
+    gang_slots = slots
+    topology: Mask | None = None
     (required, _), problem = resolve_levels(scheduler, group.topology, obj=f"podgroup {group.key}")
     if problem is None and required is not None and slots:
         column = _column(scheduler, required, scheduler.cache.arrays.slots)
         domain = int(column[next(iter(slots))])
         if domain >= 0:
-            context[TOPOLOGY_SLOTS] = column == domain
-    if member is None:
-        return context
-    home = segment_home(scheduler, group, keys, member=member, pending=pending)
-    if home is None:
-        return context
-    context[GANG_SLOTS] = {slot: home.anchor.count(slot) for slot in set(home.anchor)}
-    if home.level is not None and home.domain >= 0:  # -1: the segment's nodes lost their label: held to no domain
-        inside = _column(scheduler, home.level, scheduler.cache.arrays.slots) == home.domain
-        outer = context.get(TOPOLOGY_SLOTS)
-        context[TOPOLOGY_SLOTS] = inside if outer is None else _within(outer, inside)
-    return context
+            topology = column == domain
+    home = segment_home(scheduler, group, keys, member=member, pending=pending) if member is not None else None
+    if home is not None:
+        gang_slots = {slot: home.anchor.count(slot) for slot in set(home.anchor)}
+        if home.level is not None and home.domain >= 0:  # -1: the segment's nodes lost their label: held to no domain
+            inside = _column(scheduler, home.level, scheduler.cache.arrays.slots) == home.domain
+            topology = inside if topology is None else _within(topology, inside)
+    return replace(base, gang_slots=gang_slots, topology_slots=base.topology_slots if topology is None else topology)
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,10 +434,10 @@ def rejoin_context(
     scheduler: Scheduler,
     group: PodGroup,
     placed: Iterable[str],
-    context: Mapping[str, Any],
+    context: Context,
     *,
     pending: Iterable[PodRequest] = (),
-) -> dict[str, Any]:
+) -> Context:
     """What a whole-gang attempt gets when some of its members still run (the others were lost with their node and
     made again): :func:`member_context` on top of ``context``, so they go near the others, inside the domain of the
     required level the others are in (:func:`plan_gang` keeps every mask inside it), and wait while it has no room.
@@ -446,19 +445,17 @@ def rejoin_context(
     segment's domain (:func:`what_if_in_segments`)."""
     keys = list(placed)
     if not keys:
-        return dict(context)
-    out = {**context, **member_context(scheduler, group, keys)}
+        return context
+    out = member_context(scheduler, group, keys, context)
     layout = segment_layout.layout(scheduler.cache, group, keys, pending)
-    if layout is not None:
-        out[segment_layout.LAYOUT] = layout
-    return out
+    return out if layout is None else replace(out, segments=layout)
 
 
-def free_gpus(arrays: ClusterArrays, context: Mapping[str, Any] | None = None) -> tuple[Mask, npt.NDArray[np.int64]]:
+def free_gpus(arrays: ClusterArrays, context: Context = EMPTY) -> tuple[Mask, npt.NDArray[np.int64]]:
     """The usable node slots (present, schedulable, not reserved for another job) and their free whole GPUs."""
     a = arrays
     usable = a.base_reason == layout.FIT
-    reserved = (context or {}).get(RESERVED_SLOTS)
+    reserved = context.reserved
     if reserved is not None:
         size = min(reserved.shape[0], usable.shape[0])
         usable[:size] &= ~reserved[:size]
@@ -522,7 +519,7 @@ def topology_plan(
     scheduler: Scheduler,
     constraint: TopologyConstraint,
     members: Sequence[PodRequest],
-    context: Mapping[str, Any] | None = None,
+    context: Context = EMPTY,
     *,
     obj: str,
     arrays: ClusterArrays | None = None,

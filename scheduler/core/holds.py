@@ -1,13 +1,13 @@
 """Holds: node slots kept for one job while it waits, which every other job's cycle must leave alone.
 
-Two kinds, both applied by the core to every cycle (``Scheduler.place`` treats ``RESERVED_SLOTS`` as
-unavailable, and counts ``cycle.NOMINATED_PODS`` on their nodes), whatever plugins the profile names:
+Two kinds, both applied by the core to every cycle (``Scheduler.place`` treats ``Context.reserved`` as
+unavailable, and counts ``Context.nominated`` on their nodes), whatever plugins the profile names:
 
 - a *nomination*: the room a job's preemption is freeing (like kube-scheduler's nominated node). Without it the
   capacity goes to whoever comes first and the preemptor preempts again. Kept, with the pods it evicted, until the
   job is placed or gone; once every victim is gone and the job still does not fit, it is dropped. A single pod
   nominated by within-queue preemption is counted as kube-scheduler counts it: placed on its node in the cycles
-  (and victim searches) of pods of its priority or lower only (``cycle.NOMINATED_PODS``), so that a pod of equal
+  (and victim searches) of pods of its priority or lower only (``Context.nominated``), so that a pod of equal
   priority does not take its room but still fits beside it where the node holds both. Its GPUs and its claims'
   devices are chosen there as its own cycle would choose them with its victims gone
   (``Scheduler.add_nominated``): whole GPUs are only to be had whole, so counting its milli on the node would not
@@ -25,7 +25,6 @@ unavailable, and counts ``cycle.NOMINATED_PODS`` on their nodes), whatever plugi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -34,7 +33,6 @@ from scheduler.cache.state import Cache
 from scheduler.core.cycle import NominatedPod
 from scheduler.core.jobs import Attempt
 from scheduler.core.tenancy import Tenancy
-from scheduler.framework.interface import RESERVED_SLOTS
 from scheduler.kernels import layout
 
 
@@ -58,8 +56,9 @@ class Holds:
         #: (job key, its leaf queue, reserved node slots) for the job held against starvation.
         self.reservation: tuple[str, str, np.ndarray] | None = None
 
-    def context(self, key: str) -> dict[str, Any]:
-        """What job ``key``'s cycles must respect: the reservation and the nominations, unless they are its own.
+    def reserved(self, key: str) -> np.ndarray | None:
+        """The node slots job ``key``'s cycles must leave alone (None: none): the reservation and the nominations,
+        unless they are its own.
         A job with a nomination of its own ignores the others' of its priority or lower (preemptors whose victims
         share a node would otherwise keep each other off it; their victims are disjoint and freed room for all of
         them), not those of higher priority: as kube-scheduler counts a nominated pod against pods of its priority
@@ -71,8 +70,7 @@ class Holds:
             masks = [mask for owner, mask in self.nominated.items() if owner != key]
         if self.reservation is not None and self.reservation[0] != key:
             masks.append(self.reservation[2])
-        reserved = union(masks)
-        return {} if reserved is None else {RESERVED_SLOTS: reserved}
+        return union(masks)
 
     def in_search(self, key: str, priority: int) -> tuple[np.ndarray | None, np.ndarray | None]:
         """How job ``key``'s victim search (at ``priority``) sees the nodes held for others, as its cycles will once

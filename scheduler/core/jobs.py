@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup, member_rank
 from scheduler.api.queue import DEFAULT_QUEUE
+from scheduler.core.cycle import EMPTY, Context
 from scheduler.framework.interface import Status
 from scheduler.queue.scheduling import QueueItem
 
@@ -191,7 +191,7 @@ class Attempt:
     #: The pods this cycle places, all or none (the session chooses them before the actions run).
     members: list[PodRequest] = field(default_factory=list)
     #: What its cycles get from outside (held nodes, the waiting demand, a member's gang's nodes).
-    context: dict[str, Any] = field(default_factory=dict)
+    context: Context = EMPTY
     #: The topology level a whole gang must stay inside (its victims come from one domain of it), or None.
     level: int | None = None
     #: Why a whole gang's topology constraint cannot be kept (then nothing is evicted for it), or None.

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from scheduler.api.pdb import DisruptionBudget
 from scheduler.api.pod import PodRequest
@@ -49,14 +49,13 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.core import actions, gate, holds
 from scheduler.core.actions import registry
-from scheduler.core.cycle import NOMINATED_PODS, Scheduler
+from scheduler.core.cycle import Context, NominatedPod, Scheduler
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job, Jobs
 from scheduler.core.ports import Events, Evictor, Mover
 from scheduler.core.session import Session
 from scheduler.core.tenancy import QueueStatus, Tenancy, Vector, add_into, requests_of
-from scheduler.framework.interface import PENDING_PODS, RESERVED_SLOTS
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
 __all__ = ["ClusterEvent", "Events", "Evictor", "Job", "SchedulingLoop"]
@@ -392,22 +391,21 @@ class SchedulingLoop:
 
     # --- bookkeeping -------------------------------------------------------------------------------------------
 
-    def cycle_context(self, key: str) -> dict[str, Any]:
-        """What job ``key``'s cycles get from outside: the nodes held for others (nominations, reservations, the
-        targets of moves), the pods nominated for others that it counts (those of its priority or higher), and the
-        waiting demand."""
-        found = (self.holds.context(key).get(RESERVED_SLOTS), *(state.held(key) for state in self.states))
+    def cycle_context(self, key: str) -> Context:
+        """What job ``key``'s cycles get from outside (the one place a job's context is built): the nodes held for
+        others (nominations, reservations, the targets of moves), the pods nominated for others that it counts
+        (those of its priority or higher), and the waiting demand."""
+        found = (self.holds.reserved(key), *(state.held(key) for state in self.states))
         masks = [mask for mask in found if mask is not None]
         held = masks[0] if len(masks) == 1 else holds.union(masks)  # None when neither holds a node
-        context: dict[str, Any] = {PENDING_PODS: self} if held is None else {RESERVED_SLOTS: held, PENDING_PODS: self}
+        nominated: tuple[NominatedPod, ...] = ()
         if self.holds.pods:
             queued = self.jobs.queued(key)
             priority = queued[0].priority if queued is not None else 0
             if queued is not None and queued[1] is not None:
                 priority = max(priority, queued[1].priority)  # a member tried alone, as its queue item is ranked
-            if nominated := self.holds.nominated_pods(key, priority):
-                context[NOMINATED_PODS] = nominated
-        return context
+            nominated = tuple(self.holds.nominated_pods(key, priority))
+        return Context(pending=self, reserved=held, nominated=nominated)
 
     @property
     def version(self) -> int:

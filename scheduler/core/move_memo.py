@@ -19,9 +19,9 @@ carried out at once).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -29,8 +29,8 @@ import numpy.typing as npt
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Cache, PodEntry, Snapshot
 from scheduler.core import memo as core_memo
+from scheduler.core.cycle import Context
 from scheduler.core.memo import Memo
-from scheduler.framework.interface import PENDING_PODS, RESERVED_SLOTS
 
 #: Shapes remembered at most (the oldest answer goes first).
 MAX_SHAPES = 256
@@ -50,14 +50,20 @@ class Answer:
     until: float
 
 
+#: What of a job's context a kept answer may depend on: the held nodes (part of the key) and the waiting demand.
+_KEPT = ("reserved", "pending")
+
+
 def shape(
-    members: Sequence[PodRequest], *, whole_gang: bool, priority: int, level: int | None, context: Mapping[str, Any]
+    members: Sequence[PodRequest], *, whole_gang: bool, priority: int, level: int | None, context: Context
 ) -> Hashable | None:
     """What a search's answer depends on of the job; None if its context holds more than held nodes and the
     pending demand (which FGD's score looks ahead at: it orders nodes, it rules none out): not kept."""
-    if set(context) - {RESERVED_SLOTS, PENDING_PODS}:
-        return None
-    held = context.get(RESERVED_SLOTS)
+    for told in dataclasses.fields(context):
+        value = getattr(context, told.name)
+        if told.name not in _KEPT and value is not None and not (isinstance(value, tuple) and not value):
+            return None
+    held = context.reserved
     # Who the pod is does not matter to its fit (the owner and Services only weigh soft spreading).
     kinds = [core_memo.pod_shape(dataclasses.replace(p, owner="", service_labels=())) for p in members]
     if any(kind is None for kind in kinds):

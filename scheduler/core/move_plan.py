@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,9 +45,9 @@ from scheduler.api import typical
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import PodEntry, Snapshot
 from scheduler.core import gang, move_room
-from scheduler.core.cycle import Scheduler
+from scheduler.core.cycle import Context, Scheduler
 from scheduler.framework import fragmentation
-from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS, Decision
+from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ConsolidationConfig
 from scheduler.kernels import fgd as fgd_kernel
 from scheduler.kernels import layout
@@ -179,7 +179,7 @@ class Search:
         members: Sequence[PodRequest],
         *,
         whole_gang: bool,
-        context: Mapping[str, Any],
+        context: Context,
         level: int | None,
         limits: ConsolidationConfig,
         pace: Callable[[Sequence[PodRequest]], Pace | None],
@@ -195,30 +195,30 @@ class Search:
         self.snapshot = snapshot
         self.members = list(members)
         self.whole_gang = whole_gang
-        self.context = dict(context)
+        self.context = context
         #: What the moved pods' placements respect: the context, and the barred nodes.
-        self.move_context = self.context
+        self.move_context = context
         if barred is not None and barred.any():
             away = np.zeros(snapshot.slots, dtype=bool)
             size = min(barred.shape[0], away.shape[0])
             away[:size] = barred[:size]
-            previous = self.context.get(RESERVED_SLOTS)
+            previous = context.reserved
             if previous is not None:
                 size = min(previous.shape[0], away.shape[0])
                 away[:size] |= previous[:size]
-            self.move_context = {**self.context, RESERVED_SLOTS: away}
+            self.move_context = replace(context, reserved=away)
         self.level = level
         self.limits = limits
         self.pace = pace
-        self.job_context = dict(context)
+        self.job_context = context
         if confine is not None:
             held = np.ones(snapshot.slots, dtype=bool)
             held[: confine.shape[0]] &= ~confine[: snapshot.slots]
-            previous = self.context.get(RESERVED_SLOTS)
+            previous = context.reserved
             if previous is not None:
                 size = min(previous.shape[0], held.shape[0])
                 held[:size] |= previous[:size]
-            self.job_context[RESERVED_SLOTS] = held
+            self.job_context = replace(context, reserved=held)
         self._typical: fgd_kernel.TypicalPods | None = None
         #: Sets left out because their evictions would exceed a PodDisruptionBudget, even one at a time.
         self.over_budget = 0
@@ -413,12 +413,12 @@ class Search:
             for entry in sorted(chosen, key=lambda e: (-e.pod.gpu.count, e.pod.key)):
                 away = np.zeros(snapshot.slots, dtype=bool)
                 away[entry.placement.slot] = True
-                held = self.move_context.get(RESERVED_SLOTS)
+                held = self.move_context.reserved
                 if held is not None:
                     size = min(held.shape[0], away.shape[0])
                     away[:size] |= held[:size]
                 again = replace(entry.pod, node_name="", gpu_ids=(), phase="Pending")
-                result = scheduler.place(again, snapshot, {**self.move_context, RESERVED_SLOTS: away})
+                result = scheduler.place(again, snapshot, replace(self.move_context, reserved=away))
                 if result.decision is None:
                     return None
                 target = scheduler.cache.slot_of(result.decision.node)
@@ -450,7 +450,7 @@ class Search:
             masks = [column == d for d in np.unique(column[column >= 0]).tolist()]
         for mask in masks:
             inner = snapshot.checkpoint()
-            context = self.job_context if mask is None else {**self.job_context, TOPOLOGY_SLOTS: mask}
+            context = self.job_context if mask is None else replace(self.job_context, topology_slots=mask)
             planned = gang.what_if(scheduler, snapshot, self.members, context)
             if planned.status.ok:
                 snapshot.keep(inner)

@@ -19,7 +19,7 @@ member that asks more than half of a node's GPUs (:func:`needs_most_of`) may emp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ import numpy.typing as npt
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import PodEntry, Snapshot
 from scheduler.core import gang
+from scheduler.core.cycle import Context
 from scheduler.kernels import layout
 
 F64 = npt.NDArray[np.float64]
@@ -74,7 +75,7 @@ def _columns(width: int) -> npt.NDArray[np.int64]:
 class Room:
     """Free capacity of one snapshot, read once per search."""
 
-    def __init__(self, snapshot: Snapshot, job_context: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    def __init__(self, snapshot: Snapshot, job_context: Context, context: Context) -> None:
         """``job_context``: what the job's placement respects (the nodes it may go to); ``context``: the moved
         pods' (they may go anywhere but their own node and what other plans hold)."""
         a = snapshot.arrays

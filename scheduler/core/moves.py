@@ -518,8 +518,8 @@ class Moves(State):
     # --- what every cycle respects -------------------------------------------------------------------------------
 
     def held(self, key: str) -> np.ndarray | None:
-        """The node slots job ``key``'s cycles must leave alone: a plan's job goes only to its nodes, a replacement
-        only to its target; everyone else leaves every plan's targets alone."""
+        """The node slots job ``key``'s cycles must leave alone (None: none): a plan's job goes only to its nodes, a
+        replacement only to its target; everyone else leaves every plan's targets alone."""
         if not self.plans:
             return None
         self.abandon_late()

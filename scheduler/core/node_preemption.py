@@ -20,7 +20,7 @@ import numpy as np
 from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
-from scheduler.core import capacity, reason_texts, reclaim
+from scheduler.core import capacity, reason_texts, reclaim, registry
 from scheduler.core.cycle import NominatedPod, Scheduler
 from scheduler.kernels import layout
 
@@ -77,7 +77,7 @@ def no_candidate(
 ) -> str:
     """kube-scheduler's PostFilter message when no node can make room for ``pod`` (:func:`node_victims` found none):
     ``preemption: 0/N nodes are available: ...``, the nodes of its failed cycle counted by why, as DefaultPreemption
-    counts them: :data:`NOT_HELPFUL` on a node refused for a reason no eviction changes (``reclaim.UNRESOLVABLE``,
+    counts them: :data:`NOT_HELPFUL` on a node refused for a reason no eviction changes (``Reason.eviction_helps``,
     or too small for the pod even empty, as kube-scheduler's NodeResourcesFit calls a request above allocatable
     unresolvable; every node when the pod was refused before any node was looked at), :data:`NO_VICTIMS` on a node
     without a candidate ``allowed`` of lower priority than ``priority``, else what the node refused the pod for
@@ -95,7 +95,7 @@ def no_candidate(
     size = reasons.shape[0]
     slots = placed.slot[entries]
     victims = np.bincount(slots[slots < size], minlength=size)[:size] > 0
-    not_helpful = present & (reclaim.among(reasons, reclaim.UNRESOLVABLE) | (reasons == layout.FIT))
+    not_helpful = present & (registry.REASONS.unresolvable(reasons) | (reasons == layout.FIT))
     room = capacity.room_when_empty(snapshot, pod, request)
     too_small = np.zeros(size, dtype=bool)
     too_small[: min(size, room.shape[0])] = ~room[:size]
@@ -135,7 +135,7 @@ def node_victims(
     ``priority`` are victims. A candidate with pods on several nodes (a gang) is removed whole wherever it runs, and
     counted on each node it touches; an elastic gang's core only once its surplus is gone (its surplus members are
     candidates of their own). ``reasons``: per node slot, why the pod's failed cycle refused the node; a node refused
-    for a reason no eviction can change (``reclaim.UNRESOLVABLE``) is not tried. The nodes are tried in name order from
+    for a reason no eviction can change (``Reason.eviction_helps``) is not tried. The nodes are tried in name order from
     the ``offset``-th on (modulo their number), as kube-scheduler starts at a random one. ``held``: per node slot,
     whether it is nominated whole for another job of the pod's priority or higher (not tried). ``nominated``: the
     single pods nominated for others of the pod's priority or higher, counted on their nodes as the pod's cycle
@@ -157,7 +157,7 @@ def node_victims(
     worth = a.base_reason == layout.FIT
     if reasons is not None:
         size = min(reasons.shape[0], worth.shape[0])
-        worth[:size] &= ~reclaim.among(reasons[:size], reclaim.UNRESOLVABLE)
+        worth[:size] &= ~registry.REASONS.unresolvable(reasons[:size])
         worth[size:] = False  # came after the cycle: tried next time
     if held is not None:
         size = min(held.shape[0], worth.shape[0])

@@ -28,9 +28,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -39,6 +38,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Snapshot
 from scheduler.core import memo, node_preemption, reclaim
 from scheduler.core.actions import WAITS, Outcome, Setting, State
+from scheduler.core.cycle import EMPTY, Context
 from scheduler.core.jobs import Attempt
 from scheduler.core.ports import Evictor
 from scheduler.core.running_jobs import Running, RunningJobs
@@ -379,7 +379,7 @@ class Preemptor(State):
         surplus: dict[str, dict[str, float]] | None = None,
         *,
         snapshot: Snapshot,
-        context: Mapping[str, Any] | None = None,
+        context: Context = EMPTY,
         held: np.ndarray | None = None,
         group: PodGroup | None = None,
     ) -> list[reclaim.Candidate]:

@@ -21,8 +21,7 @@ candidates and placements kept by ``scheduler.core.running_jobs``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -30,10 +29,8 @@ from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Cache, Snapshot
-from scheduler.core import gang, memo
-from scheduler.core.cycle import Scheduler
-from scheduler.framework.interface import TOPOLOGY_SLOTS
-from scheduler.kernels import layout
+from scheduler.core import gang, memo, registry
+from scheduler.core.cycle import EMPTY, Context, Scheduler
 
 NEVER = "Never"
 LOWER_PRIORITY = "LowerPriority"
@@ -82,39 +79,6 @@ def put_back_order(candidate: Candidate) -> tuple[object, ...]:
     gang's core before its surplus, whose member of lowest rank comes back first."""
     c = candidate
     return (-c.priority, c.started, c.job, c.surplus, -c.rank)
-
-
-def _codes(*codes: int) -> np.ndarray:
-    """A table that says, per reason code (an int8 read as uint8), whether it is one of ``codes``."""
-    table = np.zeros(256, dtype=bool)
-    table[np.array(codes, dtype=np.int8).view(np.uint8)] = True
-    return table
-
-
-def among(reasons: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """Per node, whether its reason is one of the table's."""
-    return table[reasons.astype(np.int8, copy=False).view(np.uint8)]
-
-
-#: Why a node refuses a pod that no eviction can change (kube-scheduler's UnschedulableAndUnresolvable): the node
-#: itself (absent, cordoned, its taints, labels, GPU model), the pod's affinity to pods there, a missing topology
-#: label, its volumes and claims bound elsewhere. Preemption does not try such a node.
-UNRESOLVABLE = _codes(
-    layout.ABSENT,
-    layout.UNSCHEDULABLE,
-    layout.TAINT,
-    layout.SELECTOR,
-    layout.GPU_MODEL,
-    layout.POD_AFFINITY,
-    layout.SPREAD_MISSING_LABEL,
-    layout.VOLUME_NODE_CONFLICT,
-    layout.VOLUME_BIND_CONFLICT,
-    layout.VOLUME_MISSING,
-    layout.VOLUME_ZONE,
-    layout.DRA_CLAIM_NODE,
-)
-#: Reasons another node's pods may be behind (their anti-affinity, the spread's skew): a victim elsewhere may help.
-_ACROSS_NODES = _codes(layout.POD_ANTI_AFFINITY, layout.EXISTING_ANTI_AFFINITY, layout.SPREAD, layout.TOPOLOGY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +139,7 @@ def find_victims(
     priority: int,
     policy: str,
     candidates: Sequence[Candidate],
-    context: Mapping[str, Any] | None = None,
+    context: Context = EMPTY,
     held: np.ndarray | None = None,
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
@@ -195,7 +159,7 @@ def find_victims(
     the caller knows them already; ``placed``: where the candidates run, as arrays, to tell them at once).
 
     ``context`` is passed to the job's what-ifs (a domain mask keeps it inside one domain; nodes held in it,
-    ``RESERVED_SLOTS``, are left out of the what-ifs and of the free-GPU checks: the actions pass the nodes the job
+    ``Context.reserved``, are left out of the what-ifs and of the free-GPU checks: the actions pass the nodes the job
     could not use even with victims of its own there, ``Holds.in_search``). ``held``: nodes held for other jobs that
     the job may share once its victims free room there; the what-ifs open with the room free on them taken
     (:func:`occupy`), so that only what the job's own victims free there counts, not the room freed for their holder
@@ -235,7 +199,7 @@ def find_victims(
     needs = [p.gpu.count for p in job if p.gpu.whole]
     # Not even every candidate's whole GPUs on top of the free ones would be enough: no what-if needed. Checked
     # before the what-if opens: every return after that point goes through its rollback. Nodes held for other
-    # jobs (``RESERVED_SLOTS`` in ``context``) count as the job's cycle counts them: not at all.
+    # jobs (``context.reserved``) count as the job's cycle counts them: not at all.
     _, free_now = gang.free_gpus(cache.arrays, context)
     if held is not None:
         free_now = _without(free_now, held)
@@ -261,7 +225,7 @@ def find_victims(
         finally:
             snapshot.rollback(inner)
 
-    mask = (context or {}).get(TOPOLOGY_SLOTS)
+    mask = context.topology_slots
 
     def enough_gpus() -> bool:
         # A cheap necessary condition before a what-if: enough whole free GPUs, in groups large enough.
@@ -302,11 +266,12 @@ def find_victims(
 
 
 def _usable_slots(
-    scheduler: Scheduler, snapshot: Snapshot, job: Sequence[PodRequest], context: Mapping[str, Any] | None
+    scheduler: Scheduler, snapshot: Snapshot, job: Sequence[PodRequest], context: Context
 ) -> np.ndarray | None:
     """Per node slot, whether a pod of ``job`` may go there once pods leave it: its cycle's filters did not refuse
-    the node for a reason no eviction changes (:data:`UNRESOLVABLE`). None when they cannot tell: a pod refused
-    before any node was looked at, or a node refused for what another node's pods do (anti-affinity, spread)."""
+    the node for a reason no eviction changes (as the filter declares it, ``Reason.eviction_helps``). None when they
+    cannot tell: a pod refused before any node was looked at, or a node refused for what another node's pods do
+    (``Reason.across_nodes``: anti-affinity, spread)."""
     usable = np.zeros(snapshot.arrays.slots, dtype=bool)
     shapes: set[object] = set()
     for pod in job:
@@ -315,10 +280,10 @@ def _usable_slots(
             continue  # a gang's members are mostly alike: one filter per kind of member
         shapes.add(shape)
         reasons = scheduler.filter(pod, snapshot, context).reasons
-        if reasons is None or among(reasons, _ACROSS_NODES).any():
+        if reasons is None or registry.REASONS.across_nodes(reasons).any():
             return None
         size = min(reasons.shape[0], usable.shape[0])
-        usable[:size] |= ~among(reasons[:size], UNRESOLVABLE)
+        usable[:size] |= ~registry.REASONS.unresolvable(reasons[:size])
     return usable
 
 
@@ -347,7 +312,7 @@ def find_victims_in_domain(
     priority: int,
     policy: str,
     candidates: Sequence[Candidate],
-    context: Mapping[str, Any] | None = None,
+    context: Context = EMPTY,
     held: np.ndarray | None = None,
     surplus: Mapping[str, Mapping[str, float]] | None = None,
     snapshot: Snapshot | None = None,
@@ -367,7 +332,7 @@ def find_victims_in_domain(
     cache = scheduler.cache
     snapshot = snapshot if snapshot is not None else cache.snapshot()
     # The nodes its pods may use, told once for every domain (the domain's own bound is its mask).
-    may_use = _usable_slots(scheduler, snapshot, job, None)
+    may_use = _usable_slots(scheduler, snapshot, job, EMPTY)
     if may_use is None:
         may_use = np.ones(snapshot.arrays.slots, dtype=bool)
     ids = cache.domain_ids()
@@ -377,7 +342,7 @@ def find_victims_in_domain(
     usable, free = gang.free_gpus(cache.arrays, context)
     if held is not None:
         free = _without(free, held)
-    outer = (context or {}).get(TOPOLOGY_SLOTS)
+    outer = context.topology_slots
     if outer is not None:
         reach = min(outer.shape[0], usable.shape[0])
         usable[:reach] &= outer[:reach]
@@ -403,7 +368,7 @@ def find_victims_in_domain(
             priority=priority,
             policy=policy,
             candidates=local,
-            context={**(context or {}), TOPOLOGY_SLOTS: inside},
+            context=replace(context, topology_slots=inside),
             held=held,
             surplus=surplus,
             snapshot=snapshot,

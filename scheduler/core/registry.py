@@ -1,10 +1,11 @@
-"""Plugin names as profiles spell them, and the classes behind them."""
+"""Plugin names as profiles spell them, the classes behind them, and the reason codes their filters declare."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from scheduler.framework import reasons
 from scheduler.framework.interface import Plugin
 from scheduler.plugins import (
     balance,
@@ -53,3 +54,12 @@ PLUGINS: dict[str, Factory] = {
     "volumes": volumes.Volumes,
     "dra": dra.DynamicResources,
 }
+
+#: Every reason code the core and the registered filters declare (``scheduler.framework.reasons``): what the
+#: diagnosis, preemption, reclaim, the never-fits sentence and explain read about a refused node.
+REASONS = reasons.Table(
+    [
+        *(("core", reason) for reason in reasons.CORE),
+        *((name, reason) for name, factory in PLUGINS.items() for reason in getattr(factory, "reasons", ())),
+    ]
+)

@@ -22,9 +22,6 @@ from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup, member_rank
 from scheduler.cache.state import Cache
 
-#: The context key a gang's what-if finds its :class:`Layout` under (the core's own: no plugin reads it).
-LAYOUT = "gpusched.io/segment-layout"
-
 
 @dataclass(frozen=True, slots=True)
 class Layout:

@@ -16,12 +16,11 @@ demand, and the unschedulable pool.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from scheduler.api.pod import PodRequest
 from scheduler.core import capacity, gang, gate
 from scheduler.core.actions import Action, Outcome, Verdict
-from scheduler.core.cycle import Diagnosis, Scheduler
+from scheduler.core.cycle import Context, Diagnosis, Scheduler
 from scheduler.core.hints import Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job
@@ -48,7 +47,7 @@ class Session:
         holds: Holds,
         hints: Hints,
         actions: Sequence[Action],
-        context: Callable[[str], dict[str, Any]],
+        context: Callable[[str], Context],
         placed: Callable[[str, Job, list[PodRequest]], None],
         enqueue: Callable[[Job], None],
     ) -> None:
@@ -200,7 +199,7 @@ def scheduled(pod: str, node: str, gpu_ids: tuple[int, ...]) -> str:
     return f"Successfully assigned {pod} to {node}{gpus}"
 
 
-def choose(scheduler: Scheduler, attempt: Attempt, context: dict[str, Any]) -> bool:
+def choose(scheduler: Scheduler, attempt: Attempt, context: Context) -> bool:
     """Whether ``attempt`` can be tried as it was queued, and if so its pods and what its cycles get (:func:`fill`;
     ``context``: what its job's cycles get from outside, ``SchedulingLoop.cycle_context``). False for a gang not
     ready, or a member whose gang no longer holds its place."""
@@ -218,7 +217,7 @@ def choose(scheduler: Scheduler, attempt: Attempt, context: dict[str, Any]) -> b
     return True
 
 
-def fill(scheduler: Scheduler, attempt: Attempt, context: dict[str, Any]) -> None:
+def fill(scheduler: Scheduler, attempt: Attempt, context: Context) -> None:
     """Fill in what ``attempt`` tries: its pods (a gang's ``minMember`` core members, or its one pod), the topology
     level a whole gang stays inside, and what its cycles get: ``context``, with what a gang's running members add.
     The session tries exactly this (after :func:`choose`), and ``scheduler.core.explanation`` tells it, so the two
@@ -233,8 +232,7 @@ def fill(scheduler: Scheduler, attempt: Attempt, context: dict[str, Any]) -> Non
         attempt.members = [attempt.alone or next(iter(job.pending.values()))]
         if group is not None:
             # A member beyond minMember, or one whose binding failed: place it near the others.
-            member = gang.member_context(
-                scheduler, group, job.placed, member=attempt.members[0], pending=job.pending.values()
+            context = gang.member_context(
+                scheduler, group, job.placed, context, member=attempt.members[0], pending=job.pending.values()
             )
-            context = {**context, **member}
     attempt.context = context

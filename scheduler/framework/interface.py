@@ -1,8 +1,8 @@
 """The extension points, one Status type, and the per-cycle state.
 
-Plugins are vectorised: a filter marks every node at once in an int8 reason array (``scheduler.kernels.layout``
-codes), a score plugin scores every feasible node at once. The Status code of a failed cycle decides what
-happens to the pod next, as in kube-scheduler:
+Plugins are vectorised: a filter marks every node at once in an int8 reason array (with the codes it declares,
+``scheduler.framework.reasons``), a score plugin scores every feasible node at once. The Status code of a failed
+cycle decides what happens to the pod next, as in kube-scheduler:
 
 - ``ERROR``: something broke (not the pod's fault) -> retry after backoff;
 - ``UNSCHEDULABLE``: no node fits now -> wait for a cluster event; preemption may help;
@@ -11,7 +11,7 @@ happens to the pod next, as in kube-scheduler:
 
 There is no post-filter or permit point: preemption (``scheduler.core.preemption``) and gangs
 (``scheduler.core.gang``) are the core's, decided on whole jobs, not per pod by plugins. Plugins keep no state
-across cycles: what a cycle needs from outside comes in the cycle state's ``data`` (the keys below).
+across cycles: what a cycle needs from outside comes in the cycle state's ``context`` (:class:`CycleContext`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,9 @@ from scheduler.api.pod import PodRequest
 from scheduler.api.volumes import ClaimBinding
 from scheduler.cache.state import Snapshot
 from scheduler.kernels import layout
+
+if TYPE_CHECKING:
+    from scheduler.framework.reasons import Reason
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -87,6 +90,39 @@ class Status:
 _SUCCESS = Status()
 
 
+class Demand(Protocol):
+    """The waiting pods, and a number that grows whenever a pod starts or stops waiting or holding a node (so a
+    plugin that learns from them knows when to look again without counting them every cycle)."""
+
+    @property
+    def version(self) -> int: ...
+
+    def pods(self) -> list[PodRequest]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CycleContext:
+    """What a cycle is told from outside the pod and the snapshot, the part plugins read (``CycleState.context``).
+
+    The core makes it: the loop once per job (``SchedulingLoop.cycle_context``, with what only the core reads:
+    ``scheduler.core.cycle.Context``), then a gang's and a what-if's cycles narrow it (``dataclasses.replace``).
+    It is never changed in place; a plugin keeps what it works out for one cycle in ``CycleState.data``. Something
+    new a plugin must be told (per job, from outside the snapshot) is a field here, set in ``cycle_context``."""
+
+    #: The pods waiting in the scheduling queue: what a score may look ahead at (FGD learns its typical pods from
+    #: them and the pods the cluster holds). None: not known (a what-if outside the loop).
+    pending: Demand | None = None
+    #: During a gang's cycle: {node slot: the gang's members already placed there} (the ``gang`` score prefers
+    #: them). None outside a gang's cycle.
+    gang_slots: Mapping[int, int] | None = None
+    #: During a cycle constrained by topology: the node slots (a boolean mask) of the domain(s) chosen for the job;
+    #: the ``topology`` filter keeps the pod inside them. None: no such bound.
+    topology_slots: npt.NDArray[np.bool_] | None = None
+
+
+_NO_CONTEXT = CycleContext()
+
+
 @dataclass(slots=True)
 class CycleState:
     """What one scheduling cycle knows about one pod; plugins keep their own data under their name."""
@@ -98,6 +134,9 @@ class CycleState:
     feasible: I64 = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     #: Device suggestions per feasible node (aligned with ``feasible``), by the plugin that made them.
     device_hints: dict[str, I64] = field(default_factory=dict)
+    #: What the cycle is told from outside (the waiting pods, a gang's placed members, a topology bound).
+    context: CycleContext = _NO_CONTEXT
+    #: What the plugins work out for this cycle (a pre-filter for its filter and reserve), each under its own keys.
     data: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -124,6 +163,9 @@ class PreFilterPlugin(Plugin, Protocol):
 
 @runtime_checkable
 class FilterPlugin(Plugin, Protocol):
+    #: The reason codes it sets, with what they mean (``scheduler.framework.reasons``).
+    reasons: tuple[Reason, ...]
+
     def filter(self, state: CycleState, reasons: I8) -> None:
         """Set a reason for every node (still ``FIT``) that cannot hold the pod."""
 
@@ -182,26 +224,3 @@ GPU_IDS = "gpu_ids"
 VOLUME_BINDINGS = "volume.bindings"
 #: What reserve decided for the pod's ResourceClaims (``ClaimAllocation``s) is kept under this key.
 DEVICE_CLAIMS = "dra.claims"
-#: During a gang's cycle: {slot: members already placed there in this cycle}.
-GANG_SLOTS = "gang.slots"
-#: During a cycle constrained by topology: the node slots (a boolean mask) of the domain(s) chosen for the job;
-#: the ``topology`` filter plugin keeps the pod inside them.
-TOPOLOGY_SLOTS = "topology.slots"
-#: The pods waiting in the scheduling queue (a :class:`Demand`): what a score may look ahead at (FGD learns its
-#: typical pods from them and the pods the cluster holds). The loop passes it to every cycle.
-PENDING_PODS = "pending.pods"
-
-
-class Demand(Protocol):
-    """The waiting pods, and a number that grows whenever a pod starts or stops waiting or holding a node (so a
-    plugin that learns from them knows when to look again without counting them every cycle)."""
-
-    @property
-    def version(self) -> int: ...
-
-    def pods(self) -> list[PodRequest]: ...
-
-
-#: Node slots held for another job (a boolean mask: nominations and reservations, ``scheduler.core.holds``); the
-#: core marks them unavailable in every cycle, whatever plugins the profile names.
-RESERVED_SLOTS = "reserved.slots"

@@ -19,38 +19,20 @@ FIXED = 5
 #: Milli of one whole GPU.
 WHOLE = 1000.0
 
-# Why a node does not fit (the first reason found); RESOURCE + column for "Insufficient <resource>".
+# Why a node does not fit (the first reason found), as the kernels and the cache write it. These are the numbers
+# only: what each means (its text, whether an eviction helps...) is declared with the filter that owns it
+# (``scheduler.framework.reasons``), and the other filters' codes are in their own modules. A filter picks its
+# codes among 1..RESOURCE-1 and -128..-1 that nobody declares yet.
 FIT = 0
+#: An empty slot (no node there).
 ABSENT = 1
+#: A cordoned node (``spec.unschedulable``).
 UNSCHEDULABLE = 2
-TAINT = 3
-SELECTOR = 4
+#: The fit kernel's GPU refusals (the fit plugin declares them): a GPU model the pod does not allow, too few free
+#: whole GPUs, no GPU with the free share, no GPU with the free memory.
 GPU_MODEL = 5
 GPU_COUNT = 6
 GPU_SHARE = 7
 GPU_MEMORY_SHORT = 8
-RESERVED = 9
-TOPOLOGY = 10
-#: A pod there holds a host port the pod asks for (the ports plugin).
-PORTS = 11
-#: Inter-pod affinity (the interpod plugin): the pod's affinity, its anti-affinity, existing pods' anti-affinity.
-POD_AFFINITY = 12
-POD_ANTI_AFFINITY = 13
-EXISTING_ANTI_AFFINITY = 14
-#: Pod topology spread (the topology_spread plugin): the skew, and a node without the topology key. Codes 1..15
-#: are all taken, so further reasons count down from -2 (-1 is left unused).
-SPREAD = 15
-SPREAD_MISSING_LABEL = -2
-#: Volumes (the volumes plugin): a bound claim's volume is not reachable from the node (its node affinity; its
-#: zone labels), no volume to bind or provision there, a bound claim's volume does not exist, the node's CSI
-#: attach limit would be exceeded.
-VOLUME_NODE_CONFLICT = -3
-VOLUME_BIND_CONFLICT = -4
-VOLUME_MISSING = -5
-VOLUME_ZONE = -6
-VOLUME_LIMIT = -7
-#: ResourceClaims (the dra plugin): the claims cannot all be allocated from the node's free devices; an allocated
-#: claim's devices are on another node.
-DRA_CANNOT_ALLOCATE = -8
-DRA_CLAIM_NODE = -9
+#: "Insufficient <resource>": RESOURCE + the resource's column (the fit kernel).
 RESOURCE = 16

@@ -55,7 +55,9 @@ from scheduler.cache.device_allocator import allocate
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
 from scheduler.framework import interface
+from scheduler.framework import reasons as framework_reasons
 from scheduler.framework.interface import I8, ClusterEvent, Code, CycleState, Status
+from scheduler.framework.reasons import Reason
 from scheduler.kernels import layout
 
 PLAN = "dra.plan"
@@ -64,7 +66,12 @@ MEMO_MAX = 200_000
 _WAKES = frozenset(
     {ClusterEvent.DEVICE_CHANGED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_UPDATED, ClusterEvent.POD_DELETED}
 )
-_CODES = frozenset({layout.DRA_CANNOT_ALLOCATE, layout.DRA_CLAIM_NODE})
+#: The claims cannot all be allocated from the node's free devices (pods leaving free devices).
+CANNOT_ALLOCATE = Reason(-8, "cannot allocate all claims", eviction_helps=True, wakes=_WAKES)
+#: An allocated claim's devices are on another node: no eviction here changes that.
+CLAIM_NODE = Reason(
+    -9, "node(s) did not match the node of an allocated ResourceClaim", eviction_helps=False, wakes=_WAKES
+)
 
 
 @dataclass(slots=True)
@@ -91,6 +98,7 @@ class _Plan:
 
 class DynamicResources:
     name = "dra"
+    reasons = (CANNOT_ALLOCATE, CLAIM_NODE)
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
@@ -99,7 +107,7 @@ class DynamicResources:
         self._memo_version = -1
 
     def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
-        return _WAKES if reason in _CODES else None
+        return framework_reasons.wakes(self.reasons, reason)
 
     # --- pre-filter ------------------------------------------------------------------------------------------
 
@@ -217,7 +225,7 @@ class DynamicResources:
             if node is None:
                 continue
             if plan.pinned and node != plan.pinned:
-                reasons[slot] = layout.DRA_CLAIM_NODE
+                reasons[slot] = CLAIM_NODE.code
                 continue
             lacking = store.from_dra({} if plan.made else plan.extended, node, bool(snap.arrays.gpu_count[slot]))
             claims = plan.to_allocate
@@ -262,7 +270,7 @@ class DynamicResources:
             else:
                 found = allocate(claims, devices, taken, store, capacity)
             if found is None:
-                reasons[slot] = layout.DRA_CANNOT_ALLOCATE
+                reasons[slot] = CANNOT_ALLOCATE.code
             else:
                 plan.found[slot] = found
 

@@ -3,7 +3,7 @@ fragmentation over the typical pods drops most. Also suggests the device to the 
 
 Typical pods come from the ``typical`` argument (the simulator passes the trace's), or are learnt every
 ``refreshCycles`` cycles from the pods the cluster holds and the pods waiting in the scheduling queue (the demand
-to look ahead at: ``PENDING_PODS`` in the cycle state), a generic set until there are ``minPods`` to learn from.
+to look ahead at: ``CycleContext.pending``), a generic set until there are ``minPods`` to learn from.
 The waiting pods matter most when a cluster starts: without them, pods that take any GPU model fill the only A100
 node first when it happens to come first, and the pod waiting for an A100 finds none (found by the e2e suite).
 
@@ -25,7 +25,7 @@ from scheduler.api import resources, typical
 from scheduler.api.errors import InvalidObject
 from scheduler.framework import args as plugin_args
 from scheduler.framework import fragmentation
-from scheduler.framework.interface import F64, I64, PENDING_PODS, CycleState, Demand
+from scheduler.framework.interface import F64, I64, CycleState, Demand
 from scheduler.kernels import fgd as fgd_kernel
 from scheduler.kernels import layout
 
@@ -57,7 +57,7 @@ class Fgd:
         self._learnt_from = (0, 0)
 
     def _learn(self, state: CycleState) -> None:
-        demand: Demand | None = state.data.get(PENDING_PODS)
+        demand: Demand | None = state.context.pending
         held = (e.pod for e in state.snapshot.pods())
         pods = [
             (float(p.resources.get(resources.CPU, 0)), float(p.gpu.milli), p.gpu.count, p.gpu.models)
@@ -71,7 +71,7 @@ class Fgd:
     def _demand_moved(self, state: CycleState) -> bool:
         """Whether the pods held or waiting changed by a tenth since the typical pods were learnt (by one while
         there are few): a cluster that starts, or a burst of new work, is learnt from at once."""
-        demand: Demand | None = state.data.get(PENDING_PODS)
+        demand: Demand | None = state.context.pending
         if demand is None:
             return False
         version, size = self._learnt_from

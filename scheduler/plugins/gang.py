@@ -1,5 +1,5 @@
 """Score: keep a gang on few nodes. During a gang's cycle the core passes the slots its members already took
-(``GANG_SLOTS`` in the cycle state); a node there scores 100 (more with more members on it), others 0."""
+(``CycleContext.gang_slots``); a node there scores 100 (more with more members on it), others 0."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.framework import args as plugin_args
-from scheduler.framework.interface import F64, GANG_SLOTS, I64, CycleState
+from scheduler.framework.interface import F64, I64, CycleState
 
 
 class Gang:
@@ -19,7 +19,7 @@ class Gang:
         plugin_args.check_keys(self.name, args, ())
 
     def score(self, state: CycleState, nodes: I64, out: F64) -> bool:
-        taken: Mapping[int, int] | None = state.data.get(GANG_SLOTS)
+        taken: Mapping[int, int] | None = state.context.gang_slots
         if not taken:
             return False
         # Vectorised over the feasible nodes (thousands) against the few nodes the gang holds: a lookup per node

@@ -9,13 +9,13 @@ added to the counts from the snapshot, so a member's anti-affinity holds inside 
 Filter, in kube-scheduler's order, first failing rule per node:
 
 1. the pod's required affinity: every term's topology key is on the node, and in the node's domain of each key
-   some pod matches a term with that key (``layout.POD_AFFINITY``, "node(s) didn't match pod affinity rules").
+   some pod matches a term with that key (``POD_AFFINITY``, "node(s) didn't match pod affinity rules").
    When no pod anywhere matches any term and the pod matches all its own terms, it may go to any node with all
    the keys (the first of a set of pods with affinity to each other);
 2. the pod's required anti-affinity: no pod selected by a term in the node's domain of its key
-   (``layout.POD_ANTI_AFFINITY``, "node(s) didn't match pod anti-affinity rules");
+   (``POD_ANTI_AFFINITY``, "node(s) didn't match pod anti-affinity rules");
 3. existing pods' required anti-affinity: no pod whose anti-affinity term selects this pod in the node's domain
-   of that term's key (``layout.EXISTING_ANTI_AFFINITY``, "node(s) didn't satisfy existing pods anti-affinity
+   of that term's key (``EXISTING_ANTI_AFFINITY``, "node(s) didn't satisfy existing pods anti-affinity
    rules").
 
 Score (kube-scheduler's, normalised to 0..100 over the nodes scored, 0 everywhere when all are equal): per
@@ -40,7 +40,9 @@ from scheduler.api.pod import PodRequest
 from scheduler.cache import pods_index
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
+from scheduler.framework import reasons as framework_reasons
 from scheduler.framework.interface import F64, I8, I64, ClusterEvent, CycleState
+from scheduler.framework.reasons import Reason
 from scheduler.kernels import layout
 
 B = npt.NDArray[np.bool_]
@@ -48,6 +50,21 @@ B = npt.NDArray[np.bool_]
 #: Anti-affinity is cleared by a selected pod leaving, or by a node's labels changing (its domain); a node added
 #: may be in a free domain.
 _ANTI_CLEARED = frozenset({ClusterEvent.POD_DELETED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_UPDATED})
+#: No pod leaving makes a node meet the pod's affinity; it is met when a selected pod arrives, an event the loop is
+#: not told of yet: any event may help.
+POD_AFFINITY = Reason(12, "node(s) didn't match pod affinity rules", eviction_helps=False)
+#: Pods the pod's anti-affinity selects, or pods whose anti-affinity selects it, in the node's domain: evicting them
+#: (on this node or another of the domain) clears it.
+POD_ANTI_AFFINITY = Reason(
+    13, "node(s) didn't match pod anti-affinity rules", eviction_helps=True, across_nodes=True, wakes=_ANTI_CLEARED
+)
+EXISTING_ANTI_AFFINITY = Reason(
+    14,
+    "node(s) didn't satisfy existing pods anti-affinity rules",
+    eviction_helps=True,
+    across_nodes=True,
+    wakes=_ANTI_CLEARED,
+)
 
 
 def _domain_counts(snap: Snapshot, term: AffinityTerm, domains: I64, count: int) -> npt.NDArray[np.int64]:
@@ -107,15 +124,13 @@ def _at(values: npt.NDArray[Any], domains: I64, size: int) -> npt.NDArray[Any]:
 
 class InterPodAffinity:
     name = "interpod"
+    reasons = (POD_AFFINITY, POD_ANTI_AFFINITY, EXISTING_ANTI_AFFINITY)
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
 
     def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
-        if reason in (layout.POD_ANTI_AFFINITY, layout.EXISTING_ANTI_AFFINITY):
-            return _ANTI_CLEARED
-        # Affinity is met when a selected pod arrives, an event the loop is not told of yet: any event may help.
-        return None
+        return framework_reasons.wakes(self.reasons, reason)
 
     # --- filter ----------------------------------------------------------------------------------------------
 
@@ -130,19 +145,19 @@ class InterPodAffinity:
         size = reasons.shape[0]
         if affinity.required:
             ok = self._affinity_ok(snap, pod, size)
-            reasons[(reasons == layout.FIT) & ~ok] = layout.POD_AFFINITY
+            reasons[(reasons == layout.FIT) & ~ok] = POD_AFFINITY.code
         if affinity.anti_required:
             blocked = np.zeros(size, dtype=bool)
             for term in affinity.anti_required:
                 domains, count = snap.topology_domains(term.topology_key)
                 blocked |= _at(_domain_counts(snap, term, domains, count) > 0, domains, size)
-            reasons[(reasons == layout.FIT) & blocked] = layout.POD_ANTI_AFFINITY
+            reasons[(reasons == layout.FIT) & blocked] = POD_ANTI_AFFINITY.code
         if existing:
             blocked = np.zeros(size, dtype=bool)
             for term, _, counts in _term_slots(snap, pods_index.ANTI_REQUIRED, pod):
                 domains, count = snap.topology_domains(term.topology_key)
                 blocked |= _at(self._per_domain(counts, domains, count) > 0, domains, size)
-            reasons[(reasons == layout.FIT) & blocked] = layout.EXISTING_ANTI_AFFINITY
+            reasons[(reasons == layout.FIT) & blocked] = EXISTING_ANTI_AFFINITY.code
 
     @staticmethod
     def _per_domain(per_slot: npt.NDArray[np.int64], domains: I64, count: int) -> npt.NDArray[np.int64]:

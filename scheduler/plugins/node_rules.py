@@ -32,6 +32,7 @@ import numpy as np
 from scheduler.api.selectors import Taint
 from scheduler.framework import args as plugin_args
 from scheduler.framework.interface import F64, I8, I64, ClusterEvent, CycleState
+from scheduler.framework.reasons import Reason
 from scheduler.kernels import layout
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
@@ -41,12 +42,14 @@ AFFINITY_WEIGHT, TAINT_WEIGHT = 2.0, 3.0
 
 class NodeRules:
     name = "node_rules"
+    #: It sets no reason: it only gives cordoned nodes back (the core's UNSCHEDULABLE wakes on node changes).
+    reasons: tuple[Reason, ...] = ()
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
 
     def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
-        return None  # sets no reason: the core's UNSCHEDULABLE wakes on node changes
+        return None
 
     def filter(self, state: CycleState, reasons: I8) -> None:
         tolerations = state.pod.tolerations

@@ -9,10 +9,10 @@ the snapshot.
 
 Filter (``DoNotSchedule`` constraints), per constraint in order, first failing rule per node:
 
-- the node lacks the topology key: ``layout.SPREAD_MISSING_LABEL``, "node(s) didn't match pod topology spread
+- the node lacks the topology key: ``MISSING_LABEL``, "node(s) didn't match pod topology spread
   constraints (missing required label)";
 - placing the pod there would make its domain's count (plus one if the pod matches its own selector) exceed the
-  smallest count of any counted domain by more than ``maxSkew``: ``layout.SPREAD``, "node(s) didn't match pod
+  smallest count of any counted domain by more than ``maxSkew``: ``SKEW``, "node(s) didn't match pod
   topology spread constraints". With fewer counted domains than ``minDomains``, the smallest count is 0.
 
 Score (``ScheduleAnyway`` constraints; for a pod with no constraints at all, kube-scheduler's cluster defaults:
@@ -40,7 +40,9 @@ from scheduler.api.pod import PodRequest
 from scheduler.cache import pods_index
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
+from scheduler.framework import reasons as framework_reasons
 from scheduler.framework.interface import F64, I8, I64, ClusterEvent, CycleState
+from scheduler.framework.reasons import Reason
 from scheduler.kernels import layout
 
 B = npt.NDArray[np.bool_]
@@ -50,6 +52,20 @@ HOSTNAME = "kubernetes.io/hostname"
 #: loop is told of yet) or when nodes change (domains, labels, taints).
 _SKEW_CLEARED = frozenset({ClusterEvent.POD_DELETED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_UPDATED})
 _LABEL_CLEARED = frozenset({ClusterEvent.NODE_ADDED, ClusterEvent.NODE_UPDATED})
+#: The skew: evicting selected pods (in this node's domain, or in others) may even it.
+SKEW = Reason(
+    15,
+    "node(s) didn't match pod topology spread constraints",
+    eviction_helps=True,
+    across_nodes=True,
+    wakes=_SKEW_CLEARED,
+)
+MISSING_LABEL = Reason(
+    -2,
+    "node(s) didn't match pod topology spread constraints (missing required label)",
+    eviction_helps=False,
+    wakes=_LABEL_CLEARED,
+)
 
 
 def _term(pod: PodRequest, c: SpreadConstraint) -> AffinityTerm:
@@ -104,16 +120,13 @@ class _Nodes:
 
 class TopologySpread:
     name = "topology_spread"
+    reasons = (SKEW, MISSING_LABEL)
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
 
     def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
-        if reason == layout.SPREAD:
-            return _SKEW_CLEARED
-        if reason == layout.SPREAD_MISSING_LABEL:
-            return _LABEL_CLEARED
-        return None
+        return framework_reasons.wakes(self.reasons, reason)
 
     # --- filter ----------------------------------------------------------------------------------------------
 
@@ -141,9 +154,9 @@ class TopologySpread:
                 smallest = 0.0
             own = 1.0 if c.selector.matches(pods_index.selection_labels(pod)) else 0.0
             missing = domains < 0
-            head[(head == layout.FIT) & missing] = layout.SPREAD_MISSING_LABEL
+            head[(head == layout.FIT) & missing] = MISSING_LABEL.code
             at = np.where(missing, 0.0, per_domain[np.where(missing, count, domains)])
-            head[(head == layout.FIT) & ~missing & (at + own - smallest > c.max_skew)] = layout.SPREAD
+            head[(head == layout.FIT) & ~missing & (at + own - smallest > c.max_skew)] = SKEW.code
 
     # --- score -----------------------------------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 Filter:
 
-- during a gang's cycle the core passes the slots of the domain it chose (``TOPOLOGY_SLOTS``); every other node
-  is marked ``layout.TOPOLOGY``;
+- during a gang's cycle the core passes the slots of the domain it chose (``CycleContext.topology_slots``);
+  every other node is marked :data:`OUTSIDE`;
 - a plain pod with the annotation ``gpusched.io/topology-required`` goes only to nodes inside some domain of that
   level (a node without the level's label is outside every domain of it).
 
@@ -30,18 +30,21 @@ from scheduler.api import gputopo
 from scheduler.api import topology as api_topology
 from scheduler.api.errors import InvalidObject
 from scheduler.api.gputopo import GpuTopology
+from scheduler.api.pod import PodRequest
+from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
+from scheduler.framework import reasons as framework_reasons
 from scheduler.framework.interface import (
     F64,
     I8,
     I64,
     ROOM_FREED,
-    TOPOLOGY_SLOTS,
     ClusterEvent,
     Code,
     CycleState,
     Status,
 )
+from scheduler.framework.reasons import NeverFits, Reason
 from scheduler.kernels import layout
 
 #: The resolved (required, preferred) levels of a plain pod, kept in the cycle state by the pre-filter.
@@ -49,11 +52,50 @@ LEVELS = "topology.levels"
 _MEMO_LIMIT = 100_000
 
 
-_OUTSIDE = ROOM_FREED | {ClusterEvent.TOPOLOGY_CHANGED}
+def _required_level(snapshot: Snapshot, pod: PodRequest) -> int | None:
+    """The level a plain pod's ``gpusched.io/topology-required`` names (a gang's domains are the gang's)."""
+    if pod.pod_group or not pod.topology.required:
+        return None
+    return snapshot.topology.find_level(pod.topology.required)
+
+
+def _unlabelled(snapshot: Snapshot, pod: PodRequest, outside: np.ndarray) -> np.ndarray:
+    """Of the nodes ``outside`` the pod's domain, those without the label of the level it requires: outside every
+    domain of it, whatever runs."""
+    level = _required_level(snapshot, pod)
+    unlabelled = np.zeros(outside.shape[0], dtype=bool)
+    if level is not None:
+        ids = snapshot.domain_ids()
+        size = min(ids.shape[0], unlabelled.shape[0])
+        unlabelled[:size] = ids[:size, level] < 0
+        unlabelled[size:] = True
+    return outside & unlabelled
+
+
+def _label_node(snapshot: Snapshot, pod: PodRequest, nodes: np.ndarray) -> str:
+    level = _required_level(snapshot, pod)
+    if level is None:
+        return ""
+    label, name = snapshot.topology.levels[level], snapshot.topology.level_label(level)
+    labelled = bool((snapshot.domain_ids()[:, level] >= 0).any())
+    return f"it runs on a node labelled {label} (level {name}{'' if labelled else '; no node has it'})"
+
+
+#: Outside the job's domain: the domains change with the Topology and the nodes' labels, and which domain can hold
+#: it with the room freed in them. Pods elsewhere (in the domain) may be what keeps the job out of it.
+OUTSIDE = Reason(
+    10,
+    "node(s) outside the job's topology domain",
+    eviction_helps=True,
+    across_nodes=True,
+    wakes=ROOM_FREED | {ClusterEvent.TOPOLOGY_CHANGED},
+    never=NeverFits(change=_label_node, lasting=_unlabelled),
+)
 
 
 class Topology:
     name = "topology"
+    reasons = (OUTSIDE,)
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
@@ -75,24 +117,22 @@ class Topology:
         return Status.success()
 
     def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
-        # Outside the job's domain: the domains change with the Topology and the nodes' labels, and which domain
-        # can hold it with the room freed in them.
-        return _OUTSIDE if reason == layout.TOPOLOGY else None
+        return framework_reasons.wakes(self.reasons, reason)
 
     def filter(self, state: CycleState, reasons: I8) -> None:
-        chosen: np.ndarray | None = state.data.get(TOPOLOGY_SLOTS)
+        chosen: np.ndarray | None = state.context.topology_slots
         if chosen is not None:
             size = min(chosen.shape[0], reasons.shape[0])
             outside = np.ones(reasons.shape[0], dtype=bool)
             outside[:size] = ~chosen[:size]
-            reasons[outside & (reasons == layout.FIT)] = layout.TOPOLOGY
+            reasons[outside & (reasons == layout.FIT)] = OUTSIDE.code
         levels: tuple[int | None, int | None] | None = state.data.get(LEVELS)
         if levels is not None and levels[0] is not None:
             ids = state.snapshot.domain_ids()[:, levels[0]]
             size = min(ids.shape[0], reasons.shape[0])
             outside = np.ones(reasons.shape[0], dtype=bool)
             outside[:size] = ids[:size] < 0
-            reasons[outside & (reasons == layout.FIT)] = layout.TOPOLOGY
+            reasons[outside & (reasons == layout.FIT)] = OUTSIDE.code
 
     # --- score -------------------------------------------------------------------------------------------------
 

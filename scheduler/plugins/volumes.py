@@ -13,19 +13,19 @@ Pre-filter (the pod fits nowhere; the message is the whole of ``0/N nodes are av
 Filter, every node at once, first failing rule per node:
 
 1. CSI attach limits: the unique volumes of the pods on the node per CSI driver, plus the pod's new ones, above
-   the node's CSINode ``allocatable.count`` for that driver: ``layout.VOLUME_LIMIT``. A bound claim counts with
+   the node's CSINode ``allocatable.count`` for that driver: ``LIMIT``. A bound claim counts with
    its volume's driver and handle, an unbound one with its class's provisioner (as kube-scheduler counts it);
 2. a bound claim (or one the scheduler chose a volume for and has not seen bound yet): its volume's
-   ``spec.nodeAffinity.required`` (a node selector) must match: ``layout.VOLUME_NODE_CONFLICT``; a volume that
-   does not exist: ``layout.VOLUME_MISSING``; a claim already asked to be provisioned for a node
+   ``spec.nodeAffinity.required`` (a node selector) must match: ``NODE_CONFLICT``; a volume that
+   does not exist: ``MISSING``; a claim already asked to be provisioned for a node
    (``volume.kubernetes.io/selected-node``) fits that node only;
 3. an unbound ``WaitForFirstConsumer`` claim: a node passes when an Available static volume of the claim's class
    matches it (access modes, capacity at least the request, volume mode, the claim's selector, the volume's node
    affinity, not chosen for another claim), the smallest first as kube's binder picks; else when the class can
    provision there (a provisioner other than ``kubernetes.io/no-provisioner``, the node inside its
-   ``allowedTopologies``); else ``layout.VOLUME_BIND_CONFLICT``. A pod's several claims get distinct volumes;
+   ``allowedTopologies``); else ``BIND_CONFLICT``. A pod's several claims get distinct volumes;
 4. a bound volume's zone and region labels must be the node's (kube-scheduler's VolumeZone):
-   ``layout.VOLUME_ZONE``.
+   ``ZONE``.
 
 Reserve: the choice for the chosen node (which volume for which claim, or provisioning there) goes into the cycle
 state (``interface.VOLUME_BINDINGS``), from there into the Decision; the cache holds it until the binding
@@ -52,7 +52,9 @@ from scheduler.cache.state import Snapshot
 from scheduler.cache.volume_store import VolumeStore
 from scheduler.framework import args as plugin_args
 from scheduler.framework import interface
+from scheduler.framework import reasons as framework_reasons
 from scheduler.framework.interface import I8, ClusterEvent, Code, CycleState, Status
+from scheduler.framework.reasons import Reason
 from scheduler.kernels import layout
 
 B = npt.NDArray[np.bool_]
@@ -62,20 +64,21 @@ PLAN = "volumes.plan"
 RWOP_CONFLICT = "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 
-_CODES = frozenset(
-    {
-        layout.VOLUME_NODE_CONFLICT,
-        layout.VOLUME_BIND_CONFLICT,
-        layout.VOLUME_MISSING,
-        layout.VOLUME_ZONE,
-        layout.VOLUME_LIMIT,
-    }
-)
 #: A volume, claim or class changing may free or bring a volume; a node coming or changing may match one; a pod
 #: leaving frees its attachments.
 _WAKES = frozenset(
     {ClusterEvent.VOLUME_CHANGED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_UPDATED, ClusterEvent.POD_DELETED}
 )
+# Only the attach limit is cleared by evicting pods from the node: the others are where the volumes are.
+NODE_CONFLICT = Reason(-3, "node(s) had volume node affinity conflict", eviction_helps=False, wakes=_WAKES)
+BIND_CONFLICT = Reason(
+    -4, "node(s) didn't find available persistent volumes to bind", eviction_helps=False, wakes=_WAKES
+)
+MISSING = Reason(
+    -5, "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)", eviction_helps=False, wakes=_WAKES
+)
+ZONE = Reason(-6, "node(s) had no available volume zone", eviction_helps=False, wakes=_WAKES)
+LIMIT = Reason(-7, "node(s) exceed max volume count", eviction_helps=True, wakes=_WAKES)
 
 
 @dataclass(slots=True)
@@ -104,12 +107,13 @@ class _Plan:
 
 class Volumes:
     name = "volumes"
+    reasons = (NODE_CONFLICT, BIND_CONFLICT, MISSING, ZONE, LIMIT)
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
 
     def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
-        return _WAKES if reason in _CODES else None
+        return framework_reasons.wakes(self.reasons, reason)
 
     # --- pre-filter ------------------------------------------------------------------------------------------
 
@@ -198,25 +202,25 @@ class Volumes:
             reasons[(reasons == layout.FIT) & bad] = code
 
         if plan.handles and store.csi_nodes:
-            mark(_over_limit(snap, store, plan.handles, state.pod.key, size), code=layout.VOLUME_LIMIT)
+            mark(_over_limit(snap, store, plan.handles, state.pod.key, size), code=LIMIT.code)
         for name in plan.bound:
             volume = store.volumes.get(name)
             if volume is None:
-                mark(np.ones(size, dtype=bool), layout.VOLUME_MISSING)
+                mark(np.ones(size, dtype=bool), MISSING.code)
             elif volume.node_affinity:
-                mark(~select(volume.node_affinity), layout.VOLUME_NODE_CONFLICT)
+                mark(~select(volume.node_affinity), NODE_CONFLICT.code)
         for node in plan.pinned:
-            mark(_only(snap, node, size), layout.VOLUME_BIND_CONFLICT)
+            mark(_only(snap, node, size), BIND_CONFLICT.code)
         plan.chosen = []
         for to_bind in plan.to_bind:
             chosen = _choose(to_bind, plan, select, size)
             plan.chosen.append(chosen)
-            mark(chosen == -2, layout.VOLUME_BIND_CONFLICT)
+            mark(chosen == -2, BIND_CONFLICT.code)
         for name in plan.bound:
             volume = store.volumes.get(name)
             zone = api_volumes.zone_terms(volume) if volume is not None else ()
             if zone:
-                mark(~select(zone), layout.VOLUME_ZONE)
+                mark(~select(zone), ZONE.code)
 
     # --- reserve ---------------------------------------------------------------------------------------------
 

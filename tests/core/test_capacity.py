@@ -7,12 +7,12 @@ import numpy as np
 
 from scheduler.api import pod as api_pod
 from scheduler.core import capacity, gang
-from scheduler.framework.interface import RESERVED_SLOTS
+from scheduler.core.cycle import EMPTY, Context
 from tests.api import objects
 from tests.core.harness import Cluster
 
 
-def _message(cluster: Cluster, raw: dict[str, object], context: dict[str, object] | None = None) -> str:
+def _message(cluster: Cluster, raw: dict[str, object], context: Context = EMPTY) -> str:
     result = cluster.scheduler.place(api_pod.parse_pod(raw), cluster.cache.snapshot(), context)
     assert result.decision is None
     return result.status.message
@@ -25,7 +25,7 @@ def test_a_pod_that_fits_an_empty_node_waits() -> None:
 
 def test_a_node_held_for_another_job_is_one_it_may_use_later() -> None:
     cluster = Cluster([objects.node("a", gpus=8)])
-    held = {RESERVED_SLOTS: np.ones(cluster.cache.arrays.slots, dtype=bool)}
+    held = Context(reserved=np.ones(cluster.cache.arrays.slots, dtype=bool))
     assert _message(cluster, objects.pod("p", gpus=4), held) == (
         "0/1 nodes are available: 1 node(s) reserved for a waiting job."
     )

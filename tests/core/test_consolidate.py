@@ -11,6 +11,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.core import move_plan, move_room
+from scheduler.core.cycle import EMPTY
 from scheduler.core.defrag import Defragmenter
 from scheduler.core.loop import ClusterEvent, SchedulingLoop
 from scheduler.core.moves import Moves, NoPlan
@@ -389,7 +390,7 @@ def _ranked(bare: int) -> tuple[World, move_room.Ranking]:
         world.bound(world.pod(f"m-{j}", gpus=2, owner=f"m{j}"), "n1")
     world.bound(world.pod("full", gpus=8), "n2")
     ranking = move_room.rank(
-        move_room.Room(world.cluster.cache.snapshot(), {}, {}),
+        move_room.Room(world.cluster.cache.snapshot(), EMPTY, EMPTY),
         world.pod("big", gpus=4),
         lambda slot: world.moves.movable_on(slot, 0),
         per_node=2,

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.api import pod as api_pod
+from scheduler.core.cycle import Context
 from scheduler.framework import profile
-from scheduler.framework.interface import RESERVED_SLOTS
 from tests.api import objects
 from tests.core.harness import Cluster
 
@@ -137,7 +137,7 @@ def test_one_node_answers_as_a_cycle_with_every_other_node_held(
             name = snapshot.names[slot]
             held = np.ones(snapshot.arrays.slots, dtype=bool)
             held[slot] = False
-            whole = scheduler.place(pending, snapshot, {RESERVED_SLOTS: held})
+            whole = scheduler.place(pending, snapshot, Context(reserved=held))
             assert whole.state is not None
             feasible = whole.state.feasible.tolist()
             one = scheduler.fits_on(pending, snapshot, slot)

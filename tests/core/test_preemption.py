@@ -15,7 +15,6 @@ from scheduler.api.errors import InvalidObject
 from scheduler.api.podgroup import PodGroup
 from scheduler.core import gang, node_preemption, reclaim
 from scheduler.core.loop import SchedulingLoop
-from scheduler.framework.interface import RESERVED_SLOTS
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import dra_objects as dra
 from tests.api import objects
@@ -322,9 +321,11 @@ def test_a_nominated_node_goes_to_the_higher_priority_preemptor_first() -> None:
     loop.holds.nominate("default/high", victim, 1000)
     loop.holds.nominate("default/peer", victim, 1000)
     n0 = cluster.cache.slot_of("n0")
-    assert loop.holds.context("default/medium")[RESERVED_SLOTS][n0]
-    assert loop.holds.context("default/high") == {}  # a peer of equal priority does not keep it off either
-    assert loop.holds.context("default/other")[RESERVED_SLOTS][n0]  # without a nomination: off every one
+    medium = loop.holds.reserved("default/medium")
+    assert medium is not None and medium[n0]
+    assert loop.holds.reserved("default/high") is None  # a peer of equal priority does not keep it off either
+    other = loop.holds.reserved("default/other")
+    assert other is not None and other[n0]  # without a nomination: off every one
 
 
 def test_a_victim_search_sees_held_nodes_as_the_job_s_cycles_will_once_it_holds_room() -> None:
@@ -403,9 +404,9 @@ def _tried(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     tried: list[str] = []
     fits_on = cluster.scheduler.fits_on
 
-    def counting(pod: api_pod.PodRequest, snapshot: Any, slot: int, context: Any = None) -> bool:
+    def counting(pod: api_pod.PodRequest, snapshot: Any, slot: int, *context: Any) -> bool:
         tried.append(str(snapshot.names[slot]))
-        return fits_on(pod, snapshot, slot, context)
+        return fits_on(pod, snapshot, slot, *context)
 
     monkeypatch.setattr(cluster.scheduler, "fits_on", counting)
     return tried

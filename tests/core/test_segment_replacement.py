@@ -13,8 +13,8 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.api.topology import TopologyConstraint
 from scheduler.core import reclaim
+from scheduler.core.cycle import Context
 from scheduler.core.loop import SchedulingLoop
-from scheduler.framework.interface import RESERVED_SLOTS
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
 from tests.core.harness import Clock, Cluster, Events, gone
@@ -144,7 +144,7 @@ def test_the_victim_search_leaves_nodes_held_for_another_job_alone() -> None:
     slot = cluster.cache.slot_of("a")
     assert slot is not None
     held = np.arange(cluster.cache.arrays.slots) == slot
-    context = {RESERVED_SLOTS: held}
+    context = Context(reserved=held)
     victims = reclaim.find_victims(
         cluster.scheduler, job, priority=1, policy="Any", candidates=[candidate], context=context
     )

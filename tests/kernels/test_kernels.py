@@ -51,7 +51,7 @@ def _test_fit_matches_reference(seed: int, nodes: int) -> None:
     rng, c, req, k, m, gmem, _ = _setup(seed, nodes)
     model_ok = rng.random(3) < 0.5
     any_model = bool(rng.random() < 0.5)
-    node_reason = np.where(rng.random(nodes) < 0.1, layout.TAINT, layout.FIT).astype(np.int8)
+    node_reason = np.where(rng.random(nodes) < 0.1, layout.UNSCHEDULABLE, layout.FIT).astype(np.int8)
     args = (
         c.cap,
         c.used,

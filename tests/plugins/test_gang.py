@@ -9,12 +9,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.framework.interface import GANG_SLOTS, CycleState
+from scheduler.framework.interface import CycleContext, CycleState
 from scheduler.plugins.gang import Gang
 
 
 def _score(taken: dict[int, int], nodes: list[int]) -> tuple[bool, list[float]]:
-    state = cast(CycleState, SimpleNamespace(data={GANG_SLOTS: taken} if taken else {}))
+    state = cast(CycleState, SimpleNamespace(context=CycleContext(gang_slots=taken if taken else None)))
     out = np.full(len(nodes), -1.0)
     scored = Gang({}).score(state, np.array(nodes, dtype=np.int64), out)
     return scored, out.tolist()

@@ -13,6 +13,7 @@ from scheduler.api.errors import InvalidObject
 from scheduler.core import gang
 from scheduler.framework.interface import ClusterEvent, Code
 from scheduler.kernels import layout
+from scheduler.plugins import host_ports
 from scheduler.plugins.host_ports import NodePorts
 from tests.api import objects
 from tests.core.harness import Cluster
@@ -122,8 +123,8 @@ def test_gang_members_placed_earlier_in_the_same_what_if_hold_their_ports() -> N
 
 def test_the_port_reason_wakes_on_pod_deletion_and_new_nodes_only() -> None:
     plugin = NodePorts({})
-    assert plugin.wakes(layout.PORTS) == frozenset({ClusterEvent.POD_DELETED, ClusterEvent.NODE_ADDED})
-    assert plugin.wakes(layout.TAINT) is None
+    assert plugin.wakes(host_ports.PORTS.code) == frozenset({ClusterEvent.POD_DELETED, ClusterEvent.NODE_ADDED})
+    assert plugin.wakes(layout.GPU_COUNT) is None
 
 
 # --- node rules ---------------------------------------------------------------------------------------------------

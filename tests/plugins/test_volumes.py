@@ -406,10 +406,10 @@ def test_a_pod_without_claims_skips_the_plugin_before_any_per_node_work() -> Non
 
 def test_volume_reasons_wake_on_volume_node_and_pod_events() -> None:
     plugin = volumes_plugin.Volumes({})
-    for code in (layout.VOLUME_BIND_CONFLICT, layout.VOLUME_NODE_CONFLICT, layout.VOLUME_LIMIT):
+    for code in (volumes_plugin.BIND_CONFLICT.code, volumes_plugin.NODE_CONFLICT.code, volumes_plugin.LIMIT.code):
         wakes = plugin.wakes(code)
         assert wakes is not None and ClusterEvent.VOLUME_CHANGED in wakes
-    assert plugin.wakes(layout.PORTS) is None
+    assert plugin.wakes(layout.GPU_COUNT) is None  # not one of its codes
 
 
 def test_claim_sizes_are_compared_in_bytes() -> None:

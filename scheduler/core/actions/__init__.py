@@ -53,14 +53,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
 from scheduler.api.pdb import DisruptionBudget
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
-from scheduler.core.cycle import Diagnosis, Scheduler
+from scheduler.core.cycle import Context, Diagnosis, Scheduler
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Jobs
 from scheduler.core.ports import Events, Evictor, Mover
@@ -202,7 +202,7 @@ class Action:
         *,
         whole_gang: bool,
         level: int | None,
-        context: dict[str, Any],
+        context: Context,
     ) -> list[str]:
         """What it is doing, or would do now, for job ``key`` of ``members`` (``gpusched explain``), as lines; none
         unless it says more than the cycle's reasons."""

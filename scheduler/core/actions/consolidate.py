@@ -11,13 +11,13 @@ is being carried out waits for it; a search that finds nothing is not run again 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core import memo, move_memo
 from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting
+from scheduler.core.cycle import Context
 from scheduler.core.defrag import Defragmenter
 from scheduler.core.jobs import Attempt
 from scheduler.core.move_plan import Found, Search
@@ -97,7 +97,7 @@ class Consolidate(Action):
         whole_gang: bool,
         priority: int,
         level: int | None,
-        context: Mapping[str, Any],
+        context: Context,
     ) -> Found:
         """The plan for a job of ``members`` (``gpusched explain`` asks this too, with the cycle's context)."""
         moves = self.moves
@@ -120,7 +120,7 @@ class Consolidate(Action):
         *,
         whole_gang: bool,
         level: int | None,
-        context: dict[str, Any],
+        context: Context,
     ) -> list[str]:
         """The plan being carried out for job ``key``, the one it would carry out now, or why none exists (its own
         search, on the cycle's ``context``); nothing when no pod may be moved (no mover)."""

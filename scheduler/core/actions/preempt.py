@@ -23,11 +23,10 @@ from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core import node_preemption, reclaim
 from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting, Verdict
-from scheduler.core.cycle import NOMINATED_PODS
+from scheduler.core.cycle import Context
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor, Search, waits_for_victims
 from scheduler.core.statement import Statement
-from scheduler.framework.interface import RESERVED_SLOTS
 
 
 class Preempt(Action):
@@ -79,9 +78,7 @@ class Preempt(Action):
         # jobs count, as its cycles will see them once it holds room of its own (see docs/gangs.md on held nodes),
         # and the single pods nominated for others of its priority or higher, counted on their nodes.
         kept, held = self.preemptor.in_search(attempt.key, priority)
-        context: dict[str, object] = {} if kept is None else {RESERVED_SLOTS: kept}
-        if nominated := attempt.context.get(NOMINATED_PODS):
-            context[NOMINATED_PODS] = nominated
+        context = Context(reserved=kept, nominated=attempt.context.nominated)
         victims = self.preemptor.victims(
             attempt.members,
             priority + 1,
@@ -89,7 +86,7 @@ class Preempt(Action):
             own,
             attempt.level,
             snapshot=snapshot,
-            context=context or None,
+            context=context,
             held=held,
             group=attempt.job.group if attempt.whole_gang else None,
         )

@@ -10,14 +10,12 @@ they free is nominated for the job, and every victim is evicted, as one statemen
 from __future__ import annotations
 
 from scheduler.cache.state import Snapshot
-from scheduler.core import segment_layout
 from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting
-from scheduler.core.cycle import NOMINATED_PODS
+from scheduler.core.cycle import Context
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor, waits_for_victims
 from scheduler.core.statement import Statement
 from scheduler.core.tenancy import requests_of
-from scheduler.framework.interface import RESERVED_SLOTS, TOPOLOGY_SLOTS
 
 
 class Reclaim(Action):
@@ -49,12 +47,11 @@ class Reclaim(Action):
         # are left out (see docs/gangs.md on reclaim latency); the single pods nominated for others of its priority
         # or higher are counted on their nodes, as its cycles count them.
         group = attempt.job.group if attempt.whole_gang else None
-        context = {
-            k: v for k, v in attempt.context.items() if k in (TOPOLOGY_SLOTS, segment_layout.LAYOUT, NOMINATED_PODS)
-        }
+        told = attempt.context
         kept, held = self.preemptor.in_search(attempt.key, attempt.priority)
-        if kept is not None:
-            context[RESERVED_SLOTS] = kept
+        context = Context(
+            reserved=kept, nominated=told.nominated, topology_slots=told.topology_slots, segments=told.segments
+        )
         victims = self.preemptor.victims(
             pods,
             attempt.priority,
