@@ -19,7 +19,8 @@ The loop orchestrates; each concern keeps its own state in a module of its own:
 - ``scheduler.core.actions``: what a job taken from the queue goes through, in the profile's order (allocate,
   then for a job that does not fit reclaim and preempt), each action in a module of its own;
   ``scheduler.core.preemption`` and ``scheduler.core.reclaim``: the victims reclaim and preempt choose from;
-- ``scheduler.core.holds``: nominations and reservations, applied to every other job's cycles by the core;
+- ``scheduler.core.holds``: the one registry of holds (nominations, reservations, gangs' room, move plans), which
+  says what every job's cycles must leave alone;
 - ``scheduler.core.hints``: which cluster events may help which waiting jobs.
 
 Gang rules: a group is not tried until ``minMember`` of its members exist; then one cycle places ``minMember`` of
@@ -46,8 +47,8 @@ from scheduler.api.pdb import DisruptionBudget
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
-from scheduler.core import actions, gate, holds
-from scheduler.core.cycle import NOMINATED_PODS, Scheduler
+from scheduler.core import actions, gate
+from scheduler.core.cycle import Scheduler
 from scheduler.core.defrag import Defragmenter
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
@@ -57,7 +58,7 @@ from scheduler.core.ports import Events, Evictor, Mover
 from scheduler.core.preemption import Preemptor
 from scheduler.core.session import Session
 from scheduler.core.tenancy import QueueStatus, Tenancy, Vector, add_into, requests_of
-from scheduler.framework.interface import PENDING_PODS, RESERVED_SLOTS
+from scheduler.framework.interface import PENDING_PODS
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
 
 __all__ = ["ClusterEvent", "Events", "Evictor", "Job", "SchedulingLoop"]
@@ -97,6 +98,7 @@ class SchedulingLoop:
             events=events,
             limits=scheduler.framework.config.consolidation,
             budgets=self.preemptor.budgets,
+            holds=self.holds,
         )
         self.moves.mover = mover
         self.defragmenter = Defragmenter(scheduler, self.moves, queue, clock=clock)
@@ -148,7 +150,6 @@ class SchedulingLoop:
             return
         # A nominated pod is counted on its node as it is now (kube-scheduler's nominator takes the update too).
         self.holds.pod_updated(pod)
-        self.preemptor.pod_updated(pod)
         self.moves.claim(pod)  # a moved pod's replacement goes to the target held for it
         self._enqueue(job)
         job.refresh_phase(self.clock())  # a gang's count of members that exist
@@ -395,21 +396,14 @@ class SchedulingLoop:
     # --- bookkeeping -------------------------------------------------------------------------------------------
 
     def cycle_context(self, key: str) -> dict[str, Any]:
-        """What job ``key``'s cycles get from outside: the nodes held for others (nominations, reservations, the
-        targets of moves), the pods nominated for others that it counts (those of its priority or higher), and the
-        waiting demand."""
-        found = (self.holds.context(key).get(RESERVED_SLOTS), self.moves.context(key).get(RESERVED_SLOTS))
-        masks = [mask for mask in found if mask is not None]
-        held = masks[0] if len(masks) == 1 else holds.union(masks)  # None when neither holds a node
-        context: dict[str, Any] = {PENDING_PODS: self} if held is None else {RESERVED_SLOTS: held, PENDING_PODS: self}
-        if self.holds.pods:
-            queued = self.jobs.queued(key)
-            priority = queued[0].priority if queued is not None else 0
-            if queued is not None and queued[1] is not None:
-                priority = max(priority, queued[1].priority)  # a member tried alone, as its queue item is ranked
-            if nominated := self.holds.nominated_pods(key, priority):
-                context[NOMINATED_PODS] = nominated
-        return context
+        """What job ``key``'s cycles get from outside: what the holds registry keeps it off (the nodes held for
+        others: nominations, reservations, the targets of moves) and the pods nominated for others that it counts
+        (those of its priority or higher), and the waiting demand."""
+        queued = self.jobs.queued(key)
+        priority = queued[0].priority if queued is not None else 0
+        if queued is not None and queued[1] is not None:
+            priority = max(priority, queued[1].priority)  # a member tried alone, as its queue item is ranked
+        return {**self.holds.context(key, priority=priority), PENDING_PODS: self}
 
     @property
     def version(self) -> int:

@@ -7,7 +7,9 @@ recreates it: the first new pending pod of the same controller and the same GPUs
 (:meth:`Moves.claim`) and may go only to that move's target; the job may go only to its own nodes; every other job
 leaves all of them alone. A plan ends when the job and every replacement are placed, and is abandoned (everything
 it holds released, a reason on the job) when an eviction is refused, the job leaves, or a step of it is not done
-within ``stepTimeoutSeconds``.
+within ``stepTimeoutSeconds``. What a plan holds is one hold of kind ``MOVE_PLAN`` in the holds registry
+(``scheduler.core.holds``, which every cycle reads), kept up to date as the plan goes, released when it ends, and
+held until the deadline of the plan's step under way: the registry drops it then, and the plan is abandoned.
 
 A plan whose evictions a PodDisruptionBudget allows one at a time only (``move_plan.Pace.IN_STEPS``: it allows
 fewer of its pods at once than the plan moves) is carried out in steps, as the Eviction API allows it: every target
@@ -49,11 +51,11 @@ from scheduler.api.pod import ANNOTATION_CONSOLIDATION, PodRequest
 from scheduler.cache.state import PodEntry
 from scheduler.core import fruitless, move_memo
 from scheduler.core.cycle import Scheduler
+from scheduler.core.holds import Hold, Holds, Kind, sized
 from scheduler.core.jobs import Jobs
 from scheduler.core.move_plan import Pace, Plan
 from scheduler.core.ports import Events, Mover
 from scheduler.core.tenancy import Tenancy
-from scheduler.framework.interface import RESERVED_SLOTS
 from scheduler.framework.profile import ConsolidationConfig
 
 #: The controller kind whose pods are training (run to completion: a move loses their progress).
@@ -93,7 +95,7 @@ class InFlight:
 
     def holds(self, slots: int) -> np.ndarray:
         held = self.background or not self.job_placed
-        mask = _sized(self.job_slots, slots) if held else np.zeros(slots, dtype=bool)
+        mask = sized(self.job_slots, slots) if held else np.zeros(slots, dtype=bool)
         for i in self.waiting:
             mask[self.targets[i]] = True
         return mask
@@ -110,6 +112,7 @@ class Moves:
         events: Events,
         limits: ConsolidationConfig,
         budgets: Mapping[str, api_pdb.DisruptionBudget],
+        holds: Holds,
     ) -> None:
         self.scheduler = scheduler
         self.jobs = jobs
@@ -119,6 +122,9 @@ class Moves:
         self.limits = limits
         #: The cluster's PodDisruptionBudgets (the preemptor's: one copy).
         self.budgets = budgets
+        #: Where the plans' holds are kept (the one registry every cycle reads).
+        self.holds = holds
+        holds.when_expired(Kind.MOVE_PLAN, self._expired)
         #: Who evicts moved pods (None: no consolidation).
         self.mover: Mover | None = None
         #: Job key -> its plan being carried out.
@@ -270,14 +276,35 @@ class Moves:
     def expire(self) -> list[str]:
         """Abandon every plan whose step under way was not done within ``stepTimeoutSeconds`` (a replacement that
         never came or never ran, a budget that never allowed the next eviction, a background plan no job asks
-        about): what they hold goes back to everyone. The jobs whose plans were abandoned."""
-        now, bound = self.clock(), self.limits.step_timeout_s
-        out = []
-        for key, plan in list(self.plans.items()):
-            if now - plan.step_started >= bound:
-                self.abandon(key, self._late(plan, bound))
-                out.append(key)
-        return out
+        about): the registry drops their holds (each held until its step's deadline) and what they held goes back to
+        everyone. The jobs whose plans were abandoned."""
+        return [hold.job for hold in self.holds.expire() if hold.kind is Kind.MOVE_PLAN]
+
+    def _expired(self, hold: Hold) -> None:
+        """The registry dropped ``hold``, a plan's whose step under way is late: the plan is abandoned."""
+        plan = self.plans.get(hold.job)
+        if plan is not None:
+            self.abandon(hold.job, self._late(plan, self.limits.step_timeout_s))
+
+    def _hold(self, plan: InFlight) -> None:
+        """Hold (again) what ``plan`` holds now, until its step under way is due: the job's nodes until it is placed
+        and the targets still waiting for their replacements, kept off every other job; its job confined to its
+        nodes, each replacement that claimed a move to that move's target."""
+        slots = self.scheduler.cache.arrays.slots
+        only = {plan.key: plan.job_slots}
+        for pod_key, i in plan.claimed.items():
+            target = np.zeros(slots, dtype=bool)
+            target[plan.targets[i]] = True
+            only[pod_key] = target
+        self.holds.hold(
+            kind=Kind.MOVE_PLAN,
+            job=plan.key,
+            slots=plan.holds(slots),
+            until=plan.step_started + self.limits.step_timeout_s,
+            priority=max((d.pod.priority for d in plan.plan.job), default=0),
+            made=plan.started,
+            only=only,
+        )
 
     def _late(self, plan: InFlight, bound: float) -> str:
         """Why ``plan``'s step under way is late (it was given ``bound`` seconds)."""
@@ -342,6 +369,7 @@ class Moves:
             )
         self.moved += len(moves)
         self.gpus_moved += sum(m.pod.gpu.count for m in moves if m.pod.gpu.whole)
+        self._hold(plan)
         self.mover.move([m.pod for m in moves], f"consolidation: making room for {plan.obj}")
 
     def advance(self) -> None:
@@ -386,6 +414,7 @@ class Moves:
                 moved = plan.plan.moves[i].pod
                 if moved.owner == pod.owner and moved.gpu == pod.gpu:
                     plan.claimed[pod.key] = i
+                    self._hold(plan)
                     return
 
     def replacing(self, key: str) -> bool:
@@ -409,6 +438,8 @@ class Moves:
             self.epoch += 1
             if (plan.job_placed or plan.background) and not plan.waiting and plan.evicted == len(plan.plan.moves):
                 self._end(job_key)
+            else:
+                self._hold(plan)
             return
 
     def gone(self, key: str) -> None:
@@ -424,6 +455,7 @@ class Moves:
         for plan in self.plans.values():
             if plan.claimed.pop(key, None) is not None:
                 self.epoch += 1
+                self._hold(plan)
 
     def refused(self, pod_key: str, message: str) -> str | None:
         """The eviction of moved pod ``pod_key`` was refused: its plan is abandoned; the job's key, if any."""
@@ -446,6 +478,7 @@ class Moves:
             return
         self.epoch += 1
         self.abandoned += 1
+        self.holds.release(key, kind=Kind.MOVE_PLAN)
         for move in plan.plan.moves:
             if self.leaving.get(move.pod.key) == key:
                 del self.leaving[move.pod.key]
@@ -456,29 +489,11 @@ class Moves:
     def _end(self, key: str) -> None:
         self.epoch += 1
         plan = self.plans.pop(key)
+        self.holds.release(key, kind=Kind.MOVE_PLAN)
         for move in plan.plan.moves:
             self.leaving.pop(move.pod.key, None)
 
-    # --- what every cycle respects -------------------------------------------------------------------------------
-
-    def context(self, key: str) -> dict[str, Any]:
-        """What job ``key``'s cycles must respect: a plan's job goes only to its nodes, a replacement only to its
-        target; everyone else leaves every plan's targets alone."""
-        if not self.plans:
-            return {}
-        self.expire()
-        slots = self.scheduler.cache.arrays.slots
-        reserved = np.zeros(slots, dtype=bool)
-        for job_key, plan in self.plans.items():
-            if key == job_key:
-                reserved |= ~_sized(plan.job_slots, slots)
-            elif key in plan.claimed:
-                only = np.ones(slots, dtype=bool)
-                only[plan.targets[plan.claimed[key]]] = False
-                reserved |= only
-            else:
-                reserved |= plan.holds(slots)
-        return {RESERVED_SLOTS: reserved}
+    # --- what explain reads -------------------------------------------------------------------------------------
 
     def why(self, key: str) -> str:
         """The plan being carried out for job ``key``, or why the last search found none ("" if none ran)."""
@@ -491,11 +506,3 @@ class Moves:
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     """Whether two nodes' (entry, pod, assumed) lists name the same objects in the same state."""
     return len(a) == len(b) and all(x[0] is y[0] and x[1] is y[1] and x[2] == y[2] for x, y in zip(a, b, strict=True))
-
-
-def _sized(mask: np.ndarray, slots: int) -> np.ndarray:
-    """``mask`` cut or grown (False) to ``slots`` (the arrays grow when nodes come)."""
-    out = np.zeros(slots, dtype=bool)
-    size = min(slots, mask.shape[0])
-    out[:size] = mask[:size]
-    return out

@@ -10,9 +10,10 @@ eviction.
 State kept here and nowhere else: victims evicted and not gone yet (never chosen again by a job of equal or lower
 priority, and no longer counted as their queue's surplus), the searches that found nothing at the cluster's
 generation (:class:`scheduler.core.fruitless.Fruitless`: not run again until the cluster changes, for the job, or
-for any single pod of the same shape, queue and priority), the nodes nominated for single pods, the cluster's
-PodDisruptionBudgets, and how many jobs were preempted per victim queue (metrics). The nodes a preemptor frees are
-nominated for it in :class:`scheduler.core.holds.Holds`.
+for any single pod of the same shape, queue and priority), the cluster's PodDisruptionBudgets, and how many jobs
+were preempted per victim queue (metrics). The room a preemptor frees is held for it, and a single pod's nominated
+node recorded, in the holds registry (:class:`scheduler.core.holds.Holds`, read and written through it: nominations
+are stored there only).
 
 A single pod's search is kube-scheduler's PostFilter in its cost as in its choice: the candidates are arrays put
 together once per generation (:class:`scheduler.core.reclaim.Placements`) from what
@@ -37,7 +38,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.cache.state import Snapshot
 from scheduler.core import fruitless, reclaim
 from scheduler.core.cycle import Scheduler
-from scheduler.core.holds import Holds
+from scheduler.core.holds import Holds, Kind
 from scheduler.core.jobs import Attempt, Jobs
 from scheduler.core.ports import Events, Evictor
 from scheduler.core.running_jobs import Running, RunningJobs
@@ -100,8 +101,6 @@ class Preemptor:
         self.terminating: dict[str, reclaim.Candidate] = {}
         #: Per victim in :attr:`terminating`, the job it was evicted for and that job's priority.
         self.evicted_for: dict[str, tuple[str, int]] = {}
-        #: Single pods with a nominated node: job key -> (the pod, the node, its priority).
-        self.nominations: dict[str, tuple[PodRequest, str, int]] = {}
         #: The cluster's PodDisruptionBudgets by ``namespace/name``.
         self.budgets: dict[str, api_pdb.DisruptionBudget] = {}
         #: Jobs preempted so far, by the victim's queue.
@@ -118,13 +117,7 @@ class Preemptor:
     def forget(self, key: str) -> None:
         """Job ``key`` is placed or gone (a binding clears the pod's nominatedNodeName in the API server)."""
         self.fruitless.forget(("job", key))
-        self.nominations.pop(key, None)
-
-    def pod_updated(self, pod: PodRequest) -> None:
-        """Pod ``pod`` changed: a nomination of it keeps the pod as it is now (its shape, if it searches again)."""
-        nominated = self.nominations.get(pod.key)
-        if nominated is not None:
-            self.nominations[pod.key] = (pod, nominated[1], nominated[2])
+        self.holds.unnominate(key)
 
     def budget_upsert(self, budget: api_pdb.DisruptionBudget) -> None:
         self.budgets[budget.key] = budget
@@ -201,9 +194,11 @@ class Preemptor:
     def retry(self, key: str) -> None:
         """Nominated single pod ``key`` lost its room to a preemptor of higher priority: it searches again."""
         self.fruitless.forget(("job", key))
-        nominated = self.nominations.get(key)
-        if nominated is not None and (shape := fruitless.pod_shape(nominated[0])) is not None:
-            self.fruitless.forget(("pod", self.jobs.queue_of(nominated[0]), nominated[2], shape))
+        nominated = self.holds.nomination(key)
+        if nominated is not None and nominated.pod is not None:
+            shape = fruitless.pod_shape(nominated.pod)
+            if shape is not None:
+                self.fruitless.forget(("pod", self.jobs.queue_of(nominated.pod), nominated.priority, shape))
 
     def eviction_failed(self, pod_key: str, message: str) -> list[str]:
         """The deletion of victim pod ``pod_key`` failed (refused, or no answer in time): it no longer counts as
@@ -239,14 +234,15 @@ class Preemptor:
         """Commit ``victims`` for ``attempt`` as one statement: the room they free nominated for it, every victim
         evicted (``reason`` in their Events), and an Event ``event`` for the job."""
         self.found(attempt)
-        self.evict(attempt.key, attempt.priority, victims, reason)
+        kind = Kind.PREEMPTION if attempt.job.group is None else Kind.GANG
+        self.evict(attempt.key, attempt.priority, victims, reason, kind=kind)
         self.events.emit(obj=attempt.obj, kind="Normal", reason=event, message=message)
 
     def unnominate(self, key: str) -> None:
         """Clear the nominatedNodeName of single pod ``key``, if it has one."""
-        nominated = self.nominations.pop(key, None)
-        if nominated is not None and self.evictor is not None:
-            self.evictor.nominate(nominated[0], "")
+        nominated = self.holds.unnominate(key)
+        if nominated is not None and nominated.pod is not None and self.evictor is not None:
+            self.evictor.nominate(nominated.pod, "")
 
     def victims(
         self,
@@ -285,8 +281,10 @@ class Preemptor:
             self.scheduler, pods, priority=priority, policy=policy, candidates=candidates, surplus=surplus, **kwargs
         )
 
-    def evict(self, key: str, priority: int, victims: list[reclaim.Candidate], reason: str) -> None:
-        self.holds.nominate(key, [pod for victim in victims for pod in victim.pods], priority)
+    def evict(
+        self, key: str, priority: int, victims: list[reclaim.Candidate], reason: str, *, kind: Kind = Kind.PREEMPTION
+    ) -> None:
+        self.holds.nominate(key, [pod for victim in victims for pod in victim.pods], priority, kind=kind)
         for victim in victims:
             self.evict_one(victim, reason)
 

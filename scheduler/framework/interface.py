@@ -202,6 +202,7 @@ class Demand(Protocol):
     def pods(self) -> list[PodRequest]: ...
 
 
-#: Node slots held for another job (a boolean mask: nominations and reservations, ``scheduler.core.holds``); the
-#: core marks them unavailable in every cycle, whatever plugins the profile names.
+#: Node slots the job may not use (a boolean mask, computed for the job by the holds registry
+#: ``scheduler.core.holds``: room held for others' preemptions, gangs, move plans and reservations); the core marks
+#: them unavailable in every cycle, whatever plugins the profile names.
 RESERVED_SLOTS = "reserved.slots"

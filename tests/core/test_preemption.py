@@ -322,9 +322,11 @@ def test_a_nominated_node_goes_to_the_higher_priority_preemptor_first() -> None:
     loop.holds.nominate("default/high", victim, 1000)
     loop.holds.nominate("default/peer", victim, 1000)
     n0 = cluster.cache.slot_of("n0")
-    assert loop.holds.context("default/medium")[RESERVED_SLOTS][n0]
-    assert loop.holds.context("default/high") == {}  # a peer of equal priority does not keep it off either
-    assert loop.holds.context("default/other")[RESERVED_SLOTS][n0]  # without a nomination: off every one
+    assert loop.holds.context("default/medium", priority=100)[RESERVED_SLOTS][n0]
+    assert (
+        loop.holds.context("default/high", priority=1000) == {}
+    )  # a peer of equal priority does not keep it off either
+    assert loop.holds.context("default/other", priority=0)[RESERVED_SLOTS][n0]  # without a nomination: off every one
 
 
 def test_a_victim_search_sees_held_nodes_as_the_job_s_cycles_will_once_it_holds_room() -> None:

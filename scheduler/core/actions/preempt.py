@@ -24,6 +24,7 @@ from scheduler.cache.state import Snapshot
 from scheduler.core import node_preemption, reclaim
 from scheduler.core.actions import NOTHING, WAITS, Outcome, Verdict, waits_for_victims
 from scheduler.core.cycle import NOMINATED_PODS
+from scheduler.core.holds import Kind
 from scheduler.core.jobs import Attempt
 from scheduler.core.preemption import Preemptor, Search
 from scheduler.core.tenancy import Tenancy
@@ -168,12 +169,13 @@ class Preempt:
         p.found(attempt)
         # Lower-priority pods nominated to this node may no longer fit there: they search again (kube-scheduler
         # clears their nominatedNodeName too).
-        for other, (_, node, other_priority) in list(p.nominations.items()):
-            taken = any(p.evicted_for.get(v.key, ("", 0))[0] == other for v in choice.victims)
-            if other != key and other_priority < priority and (node == choice.node or taken):
-                p.retry(other)
-                p.holds.release(other)
-                p.unnominate(other)
+        for other in p.holds.of_kind(Kind.NOMINATION):
+            taken = any(p.evicted_for.get(v.key, ("", 0))[0] == other.job for v in choice.victims)
+            if other.job != key and other.priority < priority and (other.node == choice.node or taken):
+                p.retry(other.job)
+                p.holds.release(other.job)
+                p.unnominate(other.job)
+        previous = p.holds.nomination(key)
         p.holds.nominate(key, choice.pods, priority, pod=pod, node=choice.node)
         reason = f"Preempted by pod {pod.uid or pod.key} on node {choice.node}: higher-priority work of queue "
         reason += f"{queue!r} ({obj})"
@@ -185,10 +187,9 @@ class Preempt:
                 p.terminating[victim.key] = victim  # being deleted by someone else: no second deletion
                 continue
             p.evict_one(victim, reason)
-        if p.nominations.get(key, (pod, "", 0))[1] != choice.node:
+        if previous is None or previous.node != choice.node:
             assert p.evictor is not None
             p.evictor.nominate(pod, choice.node)
-        p.nominations[key] = (pod, choice.node, priority)
         budgets = f", {choice.violations} exceeding a PodDisruptionBudget" if choice.violations else ""
         p.events.emit(
             obj=obj,
