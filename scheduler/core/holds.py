@@ -3,9 +3,9 @@
 Each :class:`Hold` says what kind of hold it is (:class:`Kind`), who it is for (a job key: a single pod's, a gang's,
 a replacement pod's), that job's priority, the node slots it holds (and, where that is known, what it holds there:
 a nominated pod's requests), when it was made and until when: ``until`` None holds until it is released; a time
-makes it expire, and the registry drops an expired hold itself (:meth:`Holds.expire`, run before every read of the
-holds), telling the concern that made it (:meth:`Holds.when_expired`), never each caller. One hold per kind per job:
-holding again replaces it where it was.
+makes it expire, and the registry drops an expired hold itself (:meth:`Holds.expire`: before each cycle's context is
+computed, and whenever the loop looks at the move plans), telling the concern that made it
+(:meth:`Holds.when_expired`), never each caller. One hold per kind per job: holding again replaces it where it was.
 
 Kinds, and what a job ``key`` may use of a hold for another job (:meth:`Holds.context`, the cycle's
 ``RESERVED_SLOTS``; the victim searches read the same holds through :meth:`Holds.in_search`,
