@@ -58,6 +58,7 @@ from scheduler.cache.state import Cache  # noqa: E402
 from scheduler.core.actions import Verdict  # noqa: E402
 from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
 from scheduler.core.extension_points import Framework  # noqa: E402
+from scheduler.core.holds import Kind  # noqa: E402
 from scheduler.core.jobs import Attempt  # noqa: E402
 from scheduler.core.loop import SchedulingLoop  # noqa: E402
 from scheduler.core.preemption import Preemptor  # noqa: E402
@@ -171,7 +172,8 @@ def undo(loop: SchedulingLoop, attempt: Attempt) -> None:
     loop.holds.release(attempt.key)
     p.terminating.clear()
     p.evicted_for.clear()
-    p.nominations.clear()
+    for nominated in loop.holds.of_kind(Kind.NOMINATION):
+        loop.holds.unnominate(nominated.job)
     p.preemptions.clear()
     p.policies_changed()
 

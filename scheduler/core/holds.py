@@ -1,39 +1,127 @@
-"""Holds: node slots kept for one job while it waits, which every other job's cycle must leave alone.
+"""Holds: the one registry of node slots kept for a job, which every other job's cycles must leave alone.
 
-Two kinds, both applied by the core to every cycle (``Scheduler.place`` treats ``Context.reserved`` as
-unavailable, and counts ``Context.nominated`` on their nodes), whatever plugins the profile names:
+Each :class:`Hold` says what kind of hold it is (:class:`Kind`), who it is for (a job key: a single pod's, a gang's,
+a replacement pod's), that job's priority, the node slots it holds (and, where that is known, what it holds there:
+a nominated pod's requests), when it was made and until when: ``until`` None holds until it is released; a time
+makes it expire, and the registry drops an expired hold itself (:meth:`Holds.expire`: before each cycle's context is
+computed, and whenever the loop looks at the move plans), telling the concern that made it
+(:meth:`Holds.when_expired`), never each caller. One hold per kind per job: holding again replaces it where it was.
 
-- a *nomination*: the room a job's preemption is freeing (like kube-scheduler's nominated node). Without it the
-  capacity goes to whoever comes first and the preemptor preempts again. Kept, with the pods it evicted, until the
-  job is placed or gone; once every victim is gone and the job still does not fit, it is dropped. A single pod
-  nominated by within-queue preemption is counted as kube-scheduler counts it: placed on its node in the cycles
-  (and victim searches) of pods of its priority or lower only (``Context.nominated``), so that a pod of equal
-  priority does not take its room but still fits beside it where the node holds both. Its GPUs and its claims'
-  devices are chosen there as its own cycle would choose them with its victims gone
-  (``Scheduler.add_nominated``): whole GPUs are only to be had whole, so counting its milli on the node would not
-  keep the devices it needs free. The pod as its latest update shows it is counted (:meth:`Holds.pod_updated`).
-  Every other nomination (a gang's, reclaim's) holds the whole nodes its victims free. A gang's or a reclaim's
-  victim search sees these nodes as the job's cycles will once its own victims free room (:meth:`Holds.in_search`):
-  on a node held for a job of its priority or lower only what its own victims free counts (the room already free
-  there is the holder's), and a node held for a job of higher priority not at all.
-- a *reservation* against starvation (off unless ``reserve_after_s`` is set): the best-ranked job of 2+ whole GPUs
-  that has waited that long without room holds the nodes with the most free GPUs until their GPUs cover it; other
-  jobs backfill only elsewhere. Off by default: without run-time estimates a reservation idles GPUs while its nodes
-  drain (on the built-in gang scenario it cost 15 points of GPU allocation), so it is for fairness-first clusters.
+Kinds, and what a job ``key`` may use of a hold for another job (:meth:`Holds.context`, the cycle's
+``Context.reserved``; the victim searches read the same holds through :meth:`Holds.in_search`,
+:meth:`Holds.nominated_for_others` and :meth:`Holds.nominated_pods`):
+
+- ``NOMINATION``: the node a single pod's within-queue preemption is freeing (kube-scheduler's nominated node), the
+  pod counted there by its requests as kube-scheduler counts it: placed on its node in the cycles (and victim
+  searches) of pods of its priority or lower only (``Context.nominated``), so that a pod of equal priority does
+  not take its room but still fits beside it where the node holds both. Its GPUs and its claims' devices are chosen
+  there as its own cycle would choose them with its victims gone (``Scheduler.add_nominated``): whole GPUs are only
+  to be had whole, so counting its milli on the node would not keep the devices it needs free. The pod as its
+  latest update shows it is counted (:meth:`Holds.pod_updated`). Its node is also what was written in the pod's
+  ``status.nominatedNodeName``, which outlives the room: a released nomination stays *lapsed* (counted nowhere,
+  :attr:`Hold.lapsed`) until :meth:`Holds.unnominate` (the preemptor clears the pod's field then) or a new
+  nomination. This is the only record of nominations (the preemptor keeps none of its own).
+- ``PREEMPTION`` and ``GANG``: the whole nodes the victims of a job's reclaim or preemption free (a single pod's
+  reclaim; a gang's, or a gang member's). A job holding one of these ignores the others' of its priority or lower
+  (preemptors whose victims share a node would otherwise keep each other off it; their victims are disjoint and
+  freed room for all of them), not those of higher priority: as kube-scheduler counts a nominated pod against pods
+  of its priority or lower, the room a higher-priority preemptor waits for is its own first. Every other job leaves
+  them all alone. A gang's or a reclaim's victim search sees these nodes as the job's cycles will once its own
+  victims free room (:meth:`Holds.in_search`): on a node held for a job of its priority or lower only what its own
+  victims free counts (the room already free there is the holder's), and a node held for a job of higher priority
+  not at all.
+
+  The three preemption kinds are kept, with the pods evicted for them, until the job is placed or gone; once every
+  victim is gone and the job still does not fit, they are released (:meth:`Holds.still_evicting`).
+- ``MOVE_PLAN``: a consolidation plan being carried out (``scheduler.core.moves``): the job's nodes until it is
+  placed and each moved pod's target until its replacement is; until the deadline of the plan's step under way
+  (an expired plan is abandoned by its owner, told by the registry). Its users are confined within it
+  (:attr:`Hold.only`: the job to its nodes, a replacement that claimed a move to that move's target); everyone else
+  leaves it all alone, whatever its priority.
+- ``STARVATION``: a reservation against starvation (off unless ``reserve_after_s`` is set, :meth:`Holds.reserve`):
+  the best-ranked job of 2+ whole GPUs that has waited that long without room holds the nodes with the most free
+  GPUs until their GPUs cover it; other jobs backfill only elsewhere. Off by default: without run-time estimates a
+  reservation idles GPUs while its nodes drain (on the built-in gang scenario it cost 15 points of GPU allocation),
+  so it is for fairness-first clusters. Left out of no victim search.
+
+Releasing: :meth:`Holds.release` is "job ``key`` is placed or gone" (every hold for it whose kind ends with its
+job, :attr:`Kind.ends_with_job`; a nomination lapses); a move plan's hold ends with its plan, released by its
+owner with ``kind=Kind.MOVE_PLAN``.
+
+Adding a kind (issue 43's ``Reservation``: room held ahead of the pods that will use it): a member of :class:`Kind`
+(not ending with a job: it ends at its TTL, ``until``, or with its first user), made with
+:meth:`Holds.hold`\\ ``(kind=Kind.RESERVATION, job=<the reservation's key>, slots=..., until=<expiry>)`` and
+released with :meth:`Holds.release`\\ ``(key, kind=Kind.RESERVATION)``; its expiry told to whoever publishes its
+status through :meth:`Holds.when_expired`. Who may use it is the one rule in :meth:`Holds._binds` (its users, as a
+move plan's, through :attr:`Hold.only`; backfill would add there that a job whose run ends before the hold's
+expected start may use it); how the victim searches count it, in :meth:`Holds.in_search` (``kept`` leaves it out).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Cache
-from scheduler.core.cycle import NominatedPod
+from scheduler.core.cycle import Context, NominatedPod
 from scheduler.core.jobs import Attempt
 from scheduler.core.tenancy import Tenancy
 from scheduler.kernels import layout
+
+
+class Kind(enum.Enum):
+    """What a hold is for (the module notes say what each keeps whom off)."""
+
+    NOMINATION = "nomination"
+    PREEMPTION = "preemption"
+    GANG = "gang"
+    MOVE_PLAN = "move plan"
+    STARVATION = "starvation"
+
+    @property
+    def ends_with_job(self) -> bool:
+        """Whether a hold of this kind ends when its job is placed or gone (:meth:`Holds.release`); a move plan's
+        holds its replacements' targets after its job is placed, and ends with the plan."""
+        return self is not Kind.MOVE_PLAN
+
+
+#: The kinds that hold the room a job's reclaim or preemption frees (a job holds one of them at a time).
+PREEMPTING = (Kind.NOMINATION, Kind.PREEMPTION, Kind.GANG)
+#: Of those, the kinds held as whole nodes.
+WHOLE_NODES = (Kind.PREEMPTION, Kind.GANG)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Hold:
+    """Node slots held for job ``job`` (of ``priority``), made at ``made``, until ``until`` (None: until released)."""
+
+    kind: Kind
+    job: str
+    priority: int
+    #: The node slots held (a boolean mask, as long as the cache's arrays were when it was made).
+    slots: np.ndarray
+    made: float
+    until: float | None = None
+    #: The pods evicted for it (a preemption kind): while one is there, the job waits instead of preempting.
+    victims: tuple[str, ...] = ()
+    #: A nomination's pod, its node (by name: a node's slot may change when it leaves and comes back), and what
+    #: the pod takes there (its request vector).
+    pod: PodRequest | None = None
+    node: str = ""
+    request: np.ndarray | None = None
+    #: The leaf queue of a starving job (reservations are ranked by it).
+    queue: str = ""
+    #: Users confined within it: job key -> the node slots it may use (a move plan's job, its replacements).
+    only: Mapping[str, np.ndarray] = field(default_factory=dict)
+    #: A released nomination, kept only as the node written on its pod (it holds and counts nothing).
+    lapsed: bool = False
+
+    def expired(self, now: float) -> bool:
+        return self.until is not None and now >= self.until
 
 
 class Holds:
@@ -44,119 +132,241 @@ class Holds:
         self.tenancy = tenancy
         self.clock = clock
         self.reserve_after_s = reserve_after_s
-        #: Job key -> the node slots its preemption is freeing.
-        self.nominated: dict[str, np.ndarray] = {}
-        #: Job key -> the pods its preemption evicted (while any is there, the job waits instead of preempting).
-        self.evicting: dict[str, list[str]] = {}
-        #: Job key -> (the pod, its node, its request vector) for a single pod counted by its requests (the module
-        #: notes); such a job has no entry in :attr:`nominated`.
-        self.pods: dict[str, tuple[PodRequest, str, np.ndarray]] = {}
-        #: Job key -> the priority of a job with a nomination.
-        self.priority: dict[str, int] = {}
-        #: (job key, its leaf queue, reserved node slots) for the job held against starvation.
-        self.reservation: tuple[str, str, np.ndarray] | None = None
+        #: (kind, job key) -> its hold, in the order they were made.
+        self._holds: dict[tuple[Kind, str], Hold] = {}
+        #: Per kind, who is told when a hold of it expires.
+        self._told: dict[Kind, Callable[[Hold], None]] = {}
 
-    def reserved(self, key: str) -> np.ndarray | None:
-        """The node slots job ``key``'s cycles must leave alone (None: none): the reservation and the nominations,
-        unless they are its own.
-        A job with a nomination of its own ignores the others' of its priority or lower (preemptors whose victims
-        share a node would otherwise keep each other off it; their victims are disjoint and freed room for all of
-        them), not those of higher priority: as kube-scheduler counts a nominated pod against pods of its priority
-        or lower, the room a higher-priority preemptor waits for is its own first."""
-        if key in self.nominated:
-            own = self.priority.get(key, 0)
-            masks = [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) > own]
-        else:
-            masks = [mask for owner, mask in self.nominated.items() if owner != key]
-        if self.reservation is not None and self.reservation[0] != key:
-            masks.append(self.reservation[2])
-        return union(masks)
+    # --- making and ending holds ---------------------------------------------------------------------------------
+
+    def hold(
+        self,
+        *,
+        kind: Kind,
+        job: str,
+        slots: np.ndarray,
+        until: float | None = None,
+        priority: int = 0,
+        made: float | None = None,
+        victims: tuple[str, ...] = (),
+        pod: PodRequest | None = None,
+        node: str = "",
+        request: np.ndarray | None = None,
+        queue: str = "",
+        only: Mapping[str, np.ndarray] | None = None,
+    ) -> Hold:
+        """Hold ``slots`` for ``job`` (of ``priority``) until ``until`` (None: until released), made ``made`` (now
+        if None); it replaces ``job``'s hold of ``kind`` where that was. The other fields as :class:`Hold`'s."""
+        hold = Hold(
+            kind,
+            job,
+            priority,
+            slots,
+            self.clock() if made is None else made,
+            until,
+            victims,
+            pod,
+            node,
+            request,
+            queue,
+            {} if only is None else only,
+        )
+        self._holds[(kind, job)] = hold
+        return hold
+
+    def release(self, job: str, *, kind: Kind | None = None) -> None:
+        """Job ``job`` is placed or gone: every hold for it whose kind ends with its job is free for others (with
+        ``kind``: its hold of that kind). A nomination lapses: its node stays written on the pod (the module notes).
+        """
+        for each in (kind,) if kind is not None else [k for k in Kind if k.ends_with_job]:
+            hold = self._holds.get((each, job))
+            if hold is None:
+                continue
+            if each is Kind.NOMINATION:
+                if not hold.lapsed:
+                    self._holds[(each, job)] = replace(hold, lapsed=True, victims=(), request=None)
+            else:
+                del self._holds[(each, job)]
+
+    def expire(self) -> list[Hold]:
+        """Drop the holds whose time is up, telling whoever made them (:meth:`when_expired`); those dropped."""
+        now = self.clock()
+        gone = [hold for hold in self._holds.values() if hold.expired(now)]
+        for hold in gone:
+            del self._holds[(hold.kind, hold.job)]
+        for hold in gone:
+            told = self._told.get(hold.kind)
+            if told is not None:
+                told(hold)
+        return gone
+
+    def when_expired(self, kind: Kind, told: Callable[[Hold], None]) -> None:
+        """Tell ``told`` of every hold of ``kind`` that expires (its maker ends what the hold was for)."""
+        self._told[kind] = told
+
+    # --- what is held --------------------------------------------------------------------------------------------
+
+    def of_kind(self, kind: Kind) -> list[Hold]:
+        """The holds of ``kind``, in the order they were made (lapsed nominations included)."""
+        return [hold for (k, _), hold in self._holds.items() if k is kind]
+
+    @property
+    def reservation(self) -> Hold | None:
+        """The reservation against starvation, if a job holds one."""
+        return next(iter(self.of_kind(Kind.STARVATION)), None)
+
+    def context(self, key: str, *, priority: int) -> Context:
+        """What job ``key``'s cycles (at ``priority``) must respect: the node slots it may not use
+        (``Context.reserved``, by the rules of the module notes), and the single pods nominated for others that it
+        counts (``Context.nominated``, :meth:`nominated_pods`). Expired holds are dropped first."""
+        self.expire()
+        own = self._whole(key)
+        slots = self.cache.arrays.slots
+        masks = [mask for hold in self._holds.values() if (mask := self._binds(hold, key, own, slots)) is not None]
+        return Context(reserved=union(masks), nominated=tuple(self.nominated_pods(key, priority)))
+
+    def _binds(self, hold: Hold, key: str, own: Hold | None, slots: int) -> np.ndarray | None:
+        """The node slots ``hold`` keeps job ``key`` off (None: none); ``own``: the whole nodes ``key`` holds for its
+        own preemption, if any."""
+        if hold.kind is Kind.NOMINATION:
+            return None  # counted on its node by its requests (``Context.nominated``), not held whole
+        if hold.kind is Kind.MOVE_PLAN:
+            allowed = hold.only.get(key)
+            return ~sized(allowed, slots) if allowed is not None else sized(hold.slots, slots)
+        if hold.job == key:
+            return None
+        if hold.kind in WHOLE_NODES and own is not None and hold.priority <= own.priority:
+            return None
+        return hold.slots
+
+    def _whole(self, key: str) -> Hold | None:
+        """The whole nodes held for job ``key``'s own preemption, if any."""
+        return self._holds.get((Kind.PREEMPTION, key)) or self._holds.get((Kind.GANG, key))
+
+    def _others_whole(self, key: str) -> list[Hold]:
+        return [hold for hold in self._holds.values() if hold.kind in WHOLE_NODES and hold.job != key]
 
     def in_search(self, key: str, priority: int) -> tuple[np.ndarray | None, np.ndarray | None]:
         """How job ``key``'s victim search (at ``priority``) sees the nodes held for others, as its cycles will once
-        its victims free room for it (:meth:`context`, with a nomination of its own): ``(kept, shared)``. ``kept``:
-        the nodes those cycles still leave alone (nominations of higher priority, the reservation), left out of the
-        search. ``shared``: the other nominations' nodes, of its priority or lower, which those cycles may use; of
-        their room only what its own victims free is the job's, the rest is freed for their holders (None: none)."""
-        masks = [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) > priority]
-        if self.reservation is not None and self.reservation[0] != key:
-            masks.append(self.reservation[2])
+        its victims free room for it (:meth:`context`, with whole nodes of its own): ``(kept, shared)``. ``kept``:
+        the nodes those cycles still leave alone (whole nodes held for higher priority, the reservation against
+        starvation), left out of the search. ``shared``: the other whole nodes, held for its priority or lower,
+        which those cycles may use; of their room only what its own victims free is the job's, the rest is freed for
+        their holders (None: none)."""
+        others = self._others_whole(key)
+        masks = [hold.slots for hold in others if hold.priority > priority]
+        masks += [hold.slots for hold in self.of_kind(Kind.STARVATION) if hold.job != key]
         kept = union(masks)
-        shared = union(
-            [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) <= priority]
-        )
+        shared = union([hold.slots for hold in others if hold.priority <= priority])
         if shared is not None and kept is not None:
             size = min(shared.shape[0], kept.shape[0])
             shared[:size] &= ~kept[:size]
         return kept, shared if shared is not None and shared.any() else None
 
     def nominated_for_others(self, key: str, priority: int) -> np.ndarray | None:
-        """The node slots nominated for jobs other than ``key`` of ``priority`` or higher (None: none), which a
+        """The node slots held whole for jobs other than ``key`` of ``priority`` or higher (None: none), which a
         single pod's victim search leaves out: kube-scheduler adds such a nominated pod to its node before it looks
         for victims there, and a hold here is the whole node."""
-        return union(
-            [m for owner, m in self.nominated.items() if owner != key and self.priority.get(owner, 0) >= priority]
-        )
+        return union([hold.slots for hold in self._others_whole(key) if hold.priority >= priority])
 
     def nominated_pods(self, key: str, priority: int) -> list[NominatedPod]:
         """The single pods nominated for jobs other than ``key`` of ``priority`` or higher, which a pod of
         ``priority`` counts on their nodes (kube-scheduler's addNominatedPods), the higher priority first (placed in
         that order, the devices a node holds go to them in that order)."""
         found: list[tuple[int, NominatedPod]] = []
-        for owner, (pod, node, request) in self.pods.items():
-            own = self.priority.get(owner, 0)
-            if owner == key or own < priority:
+        for hold in self.of_kind(Kind.NOMINATION):
+            if hold.lapsed or hold.job == key or hold.priority < priority:
                 continue
-            slot = self.cache.slot_of(node)
-            if slot is not None:
-                found.append((own, NominatedPod(pod, slot, request, tuple(self.evicting.get(owner, ())))))
+            slot = self.cache.slot_of(hold.node)
+            if slot is not None and hold.pod is not None and hold.request is not None:
+                found.append((hold.priority, NominatedPod(hold.pod, slot, hold.request, hold.victims)))
         found.sort(key=lambda entry: -entry[0])
         return [nominated for _, nominated in found]
 
-    def pod_updated(self, pod: PodRequest) -> None:
-        """Pod ``pod`` changed (an update from the watch): if it is nominated and counted by its requests, it is
-        counted as it is now."""
-        held = self.pods.get(pod.key)
-        if held is not None and held[0] != pod:
-            self.pods[pod.key] = (pod, held[1], self._request(pod))
-
-    def _request(self, pod: PodRequest) -> np.ndarray:
-        return self.cache.request_vector(pod)[: self.cache.arrays.cap.shape[1]]
+    # --- nominations -------------------------------------------------------------------------------------------
 
     def nominate(
-        self, key: str, victims: list[PodRequest], priority: int = 0, *, pod: PodRequest | None = None, node: str = ""
+        self,
+        key: str,
+        victims: list[PodRequest],
+        priority: int = 0,
+        *,
+        pod: PodRequest | None = None,
+        node: str = "",
+        kind: Kind = Kind.PREEMPTION,
     ) -> None:
         """Job ``key`` (of ``priority``) evicts ``victims``: the room they free is its own until it is placed or
         gone. ``pod`` on ``node``: a single pod nominated there, counted by its requests (and the devices it will
-        take there); without, for a job, the nodes its victims free are held whole."""
-        self.priority[key] = priority
-        self.evicting[key] = [victim.key for victim in victims]
-        self.nominated.pop(key, None)
-        self.pods.pop(key, None)
+        take there); without, the nodes its victims free are held whole, as ``kind`` (a gang's or a reclaim's)."""
+        evicted = tuple(victim.key for victim in victims)
+        for each in WHOLE_NODES:
+            self._holds.pop((each, key), None)
         if pod is not None:
-            self.pods[key] = (pod, node, self._request(pod))
+            self._holds.pop((Kind.NOMINATION, key), None)
+            at = np.zeros(self.cache.arrays.slots, dtype=bool)
+            slot = self.cache.slot_of(node)
+            if slot is not None:
+                at[slot] = True
+            self.hold(
+                kind=Kind.NOMINATION,
+                job=key,
+                slots=at,
+                priority=priority,
+                victims=evicted,
+                pod=pod,
+                node=node,
+                request=self._request(pod),
+            )
             return
+        self.release(key, kind=Kind.NOMINATION)  # its node stays written on the pod until it is unnominated
         freed = np.zeros(self.cache.arrays.slots, dtype=bool)
         for victim in victims:
             entry = self.cache.pod(victim.key)
             if entry is not None:
                 freed[entry.placement.slot] = True
-        self.nominated[key] = freed
+        self.hold(kind=kind, job=key, slots=freed, priority=priority, victims=evicted)
+
+    def nomination(self, key: str) -> Hold | None:
+        """Single pod ``key``'s nomination (lapsed or not): its pod, node and priority."""
+        return self._holds.get((Kind.NOMINATION, key))
+
+    def unnominate(self, key: str) -> Hold | None:
+        """Forget single pod ``key``'s nomination altogether (its pod shows no nominated node any more); it, if any."""
+        return self._holds.pop((Kind.NOMINATION, key), None)
+
+    def pod_updated(self, pod: PodRequest) -> None:
+        """Pod ``pod`` changed (an update from the watch): if it is nominated, it is counted (and searches again) as
+        it is now."""
+        hold = self.nomination(pod.key)
+        if hold is not None and hold.pod != pod:
+            request = None if hold.lapsed else self._request(pod)
+            self._holds[(Kind.NOMINATION, pod.key)] = replace(hold, pod=pod, request=request)
+
+    def _request(self, pod: PodRequest) -> np.ndarray:
+        return self.cache.request_vector(pod)[: self.cache.arrays.cap.shape[1]]
 
     def evicting_for(self, pod_key: str) -> list[str]:
         """The jobs that evicted pod ``pod_key`` and hold the room it frees."""
-        return [key for key, victims in self.evicting.items() if pod_key in victims]
+        return [
+            hold.job
+            for hold in self._holds.values()
+            if hold.kind in PREEMPTING and not hold.lapsed and pod_key in hold.victims
+        ]
 
     def still_evicting(self, key: str) -> bool | None:
         """None without a nomination; True while a victim of job ``key`` is still there; False once all are gone
-        (the nomination is dropped then: the job preempts again if it still does not fit)."""
-        evicting = self.evicting.get(key)
-        if evicting is None:
-            return None
-        if any(self.cache.pod(k) is not None for k in evicting):
+        (what it holds is released then: the job preempts again if it still does not fit)."""
+        hold = self._whole(key)
+        if hold is None:
+            hold = self.nomination(key)
+            if hold is None or hold.lapsed:
+                return None
+        if any(self.cache.pod(k) is not None for k in hold.victims):
             return True
         self.release(key)
         return False
+
+    # --- reservations against starvation -------------------------------------------------------------------------
 
     def reserve(self, attempt: Attempt) -> None:
         """Reserve nodes for ``attempt``'s job if it is the best-ranked job left without room for long enough.
@@ -172,10 +382,11 @@ class Holds:
             return
         current = self.reservation
         if current is not None:
-            if current[0] == attempt.key:
+            if current.job == attempt.key:
                 return  # keep the nodes it has: they are draining for it
-            if self.tenancy.rank(current[1]) <= self.tenancy.rank(attempt.queue):
+            if self.tenancy.rank(current.queue) <= self.tenancy.rank(attempt.queue):
                 return
+            del self._holds[(Kind.STARVATION, current.job)]
         a = self.cache.arrays
         usable = (a.base_reason == layout.FIT) & (a.gpu_count > 0)
         slots = np.flatnonzero(usable)
@@ -185,16 +396,7 @@ class Holds:
         take = order[: int(np.searchsorted(covered, gpus)) + 1]
         mask = np.zeros(a.slots, dtype=bool)
         mask[take] = True
-        self.reservation = (attempt.key, attempt.queue, mask)
-
-    def release(self, key: str) -> None:
-        """Job ``key`` is placed or gone: whatever it held is free for others."""
-        self.nominated.pop(key, None)
-        self.pods.pop(key, None)
-        self.evicting.pop(key, None)
-        self.priority.pop(key, None)
-        if self.reservation is not None and self.reservation[0] == key:
-            self.reservation = None
+        self.hold(kind=Kind.STARVATION, job=attempt.key, slots=mask, priority=attempt.priority, queue=attempt.queue)
 
 
 def union(masks: list[np.ndarray]) -> np.ndarray | None:
@@ -206,3 +408,11 @@ def union(masks: list[np.ndarray]) -> np.ndarray | None:
     for mask in masks:
         held[: mask.shape[0]] |= mask
     return held
+
+
+def sized(mask: np.ndarray, slots: int) -> np.ndarray:
+    """``mask`` cut or grown (False) to ``slots`` (the arrays grow when nodes come)."""
+    out = np.zeros(slots, dtype=bool)
+    size = min(slots, mask.shape[0])
+    out[:size] = mask[:size]
+    return out

@@ -20,7 +20,8 @@ The loop orchestrates; each concern keeps its own state in a module of its own:
   then for a job that does not fit the actions that make room), each action in a module of its own, with the
   state it keeps; the loop knows them only through their interface (``Action``, and ``State``: the hooks through
   which it tells each state what happened, and asks what it holds);
-- ``scheduler.core.holds``: nominations and reservations, applied to every other job's cycles by the core;
+- ``scheduler.core.holds``: the one registry of holds (nominations, reservations, gangs' room, move plans), which
+  says what every job's cycles must leave alone;
 - ``scheduler.core.hints``: which cluster events may help which waiting jobs.
 
 Gang rules: a group is not tried until ``minMember`` of its members exist; then one cycle places ``minMember`` of
@@ -39,6 +40,7 @@ by priority, then by age; a job that does not fit preempts, least disruptive fir
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import TypeVar
@@ -49,7 +51,7 @@ from scheduler.api.podgroup import PodGroup
 from scheduler.api.queue import QueueSpec
 from scheduler.core import actions, gate, holds
 from scheduler.core.actions import registry
-from scheduler.core.cycle import Context, NominatedPod, Scheduler
+from scheduler.core.cycle import Context, Scheduler
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job, Jobs
@@ -392,20 +394,17 @@ class SchedulingLoop:
     # --- bookkeeping -------------------------------------------------------------------------------------------
 
     def cycle_context(self, key: str) -> Context:
-        """What job ``key``'s cycles get from outside (the one place a job's context is built): the nodes held for
-        others (nominations, reservations, the targets of moves), the pods nominated for others that it counts
-        (those of its priority or higher), and the waiting demand."""
-        found = (self.holds.reserved(key), *(state.held(key) for state in self.states))
-        masks = [mask for mask in found if mask is not None]
-        held = masks[0] if len(masks) == 1 else holds.union(masks)  # None when neither holds a node
-        nominated: tuple[NominatedPod, ...] = ()
-        if self.holds.pods:
-            queued = self.jobs.queued(key)
-            priority = queued[0].priority if queued is not None else 0
-            if queued is not None and queued[1] is not None:
-                priority = max(priority, queued[1].priority)  # a member tried alone, as its queue item is ranked
-            nominated = tuple(self.holds.nominated_pods(key, priority))
-        return Context(pending=self, reserved=held, nominated=nominated)
+        """What job ``key``'s cycles get from outside (the one place a job's context is built): what the holds
+        registry keeps it off (the nodes held for others: nominations, reservations, gangs' room, the targets of
+        moves) and the pods nominated for others that it counts (those of its priority or higher), what the actions'
+        states hold beyond the registry (``State.held``), and the waiting demand."""
+        queued = self.jobs.queued(key)
+        priority = queued[0].priority if queued is not None else 0
+        if queued is not None and queued[1] is not None:
+            priority = max(priority, queued[1].priority)  # a member tried alone, as its queue item is ranked
+        held = self.holds.context(key, priority=priority)
+        masks = [mask for mask in (held.reserved, *(state.held(key) for state in self.states)) if mask is not None]
+        return dataclasses.replace(held, pending=self, reserved=holds.union(masks))
 
     @property
     def version(self) -> int:

@@ -8,7 +8,9 @@ recreates it: the first new pending pod of the same controller and the same GPUs
 (:meth:`Moves.claim`) and may go only to that move's target; the job may go only to its own nodes; every other job
 leaves all of them alone. A plan ends when the job and every replacement are placed, and is abandoned (everything
 it holds released, a reason on the job) when an eviction is refused, the job leaves, or a step of it is not done
-within ``stepTimeoutSeconds``.
+within ``stepTimeoutSeconds``. What a plan holds is one hold of kind ``MOVE_PLAN`` in the holds registry
+(``scheduler.core.holds``, which every cycle reads), kept up to date as the plan goes, released when it ends, and
+held until the deadline of the plan's step under way: the registry drops it then, and the plan is abandoned.
 
 A plan whose evictions a PodDisruptionBudget allows one at a time only (``move_plan.Pace.IN_STEPS``: it allows
 fewer of its pods at once than the plan moves) is carried out in steps, as the Eviction API allows it: every target
@@ -50,6 +52,7 @@ from scheduler.api.pod import ANNOTATION_CONSOLIDATION, PodRequest
 from scheduler.cache.state import PodEntry
 from scheduler.core import memo, move_memo
 from scheduler.core.actions import Setting, State
+from scheduler.core.holds import Hold, Kind, sized
 from scheduler.core.move_plan import Pace, Plan
 from scheduler.core.ports import Mover
 from scheduler.core.statement import Statement
@@ -110,7 +113,7 @@ class InFlight:
 
     def holds(self, slots: int) -> np.ndarray:
         held = self.background or not self.job_placed
-        mask = _sized(self.job_slots, slots) if held else np.zeros(slots, dtype=bool)
+        mask = sized(self.job_slots, slots) if held else np.zeros(slots, dtype=bool)
         for i in self.waiting:
             mask[self.targets[i]] = True
         return mask
@@ -130,6 +133,9 @@ class Moves(State):
         self.limits = setting.scheduler.framework.config.consolidation
         #: The cluster's PodDisruptionBudgets (the loop's: one copy).
         self.budgets: Mapping[str, api_pdb.DisruptionBudget] = setting.budgets
+        #: Where the plans' holds are kept (the one registry every cycle reads).
+        self.holds = setting.holds
+        self.holds.when_expired(Kind.MOVE_PLAN, self._expired)
         #: Job key -> its plan being carried out.
         self.plans: dict[str, InFlight] = {}
         #: Moved pod key (the pod that leaves) -> the job key of its plan.
@@ -318,14 +324,35 @@ class Moves(State):
     def abandon_late(self) -> list[str]:
         """Abandon every plan whose step under way was not done within ``stepTimeoutSeconds`` (a replacement that
         never came or never ran, a budget that never allowed the next eviction, a background plan no job asks
-        about): what they hold goes back to everyone. The jobs whose plans were abandoned."""
-        now, bound = self.clock(), self.limits.step_timeout_s
-        out = []
-        for key, plan in list(self.plans.items()):
-            if now - plan.step_started >= bound:
-                self.abandon(key, self._late(plan, bound))
-                out.append(key)
-        return out
+        about): the registry drops their holds (each held until its step's deadline) and what they held goes back to
+        everyone. The jobs whose plans were abandoned."""
+        return [hold.job for hold in self.holds.expire() if hold.kind is Kind.MOVE_PLAN]
+
+    def _expired(self, hold: Hold) -> None:
+        """The registry dropped ``hold``, a plan's whose step under way is late: the plan is abandoned."""
+        plan = self.plans.get(hold.job)
+        if plan is not None:
+            self.abandon(hold.job, self._late(plan, self.limits.step_timeout_s))
+
+    def _hold(self, plan: InFlight) -> None:
+        """Hold (again) what ``plan`` holds now, until its step under way is due: the job's nodes until it is placed
+        and the targets still waiting for their replacements, kept off every other job; its job confined to its
+        nodes, each replacement that claimed a move to that move's target."""
+        slots = self.scheduler.cache.arrays.slots
+        only = {plan.key: plan.job_slots}
+        for pod_key, i in plan.claimed.items():
+            target = np.zeros(slots, dtype=bool)
+            target[plan.targets[i]] = True
+            only[pod_key] = target
+        self.holds.hold(
+            kind=Kind.MOVE_PLAN,
+            job=plan.key,
+            slots=plan.holds(slots),
+            until=plan.step_started + self.limits.step_timeout_s,
+            priority=max((d.pod.priority for d in plan.plan.job), default=0),
+            made=plan.started,
+            only=only,
+        )
 
     def _late(self, plan: InFlight, bound: float) -> str:
         """Why ``plan``'s step under way is late (it was given ``bound`` seconds)."""
@@ -364,21 +391,23 @@ class Moves(State):
         flight = InFlight(
             key, obj, plan, now, job_slots, targets, set(range(len(plan.moves))), background=placed, step_started=now
         )
-        statement.hold(key, lambda: self._hold(flight))
+        statement.hold(key, lambda: self._begin(flight))
         statement.tell(
             obj, lambda: self.events.emit(obj=obj, kind="Normal", reason="Consolidating", message=plan.describe())
         )
         count = len(plan.moves) if plan.pace is Pace.AT_ONCE else 1
         statement.evict(", ".join(m.pod.key for m in plan.moves[:count]), lambda: self._evict(flight, count))
 
-    def _hold(self, flight: InFlight) -> None:
-        """``flight``'s targets are held from now on, and its moved pods part of it."""
+    def _begin(self, flight: InFlight) -> None:
+        """``flight`` is carried out from now on: its targets held in the registry (:meth:`_hold`), its moved pods
+        part of it."""
         self.epoch += 1
         key = flight.key
         self.plans[key] = flight
         self.no_plan.forget(key)
         for move in flight.plan.moves:
             self.leaving[move.pod.key] = key  # part of a plan from the start, evicted now or at its step
+        self._hold(flight)
         self.started += 1
 
     def _evict(self, plan: InFlight, count: int) -> None:
@@ -398,6 +427,7 @@ class Moves(State):
             )
         self.moved += len(moves)
         self.gpus_moved += sum(m.pod.gpu.count for m in moves if m.pod.gpu.whole)
+        self._hold(plan)
         self.mover.move([m.pod for m in moves], f"consolidation: making room for {plan.obj}")
 
     def advance(self) -> None:
@@ -442,6 +472,7 @@ class Moves(State):
                 moved = plan.plan.moves[i].pod
                 if moved.owner == pod.owner and moved.gpu == pod.gpu:
                     plan.claimed[pod.key] = i
+                    self._hold(plan)
                     return
 
     def replacing(self, key: str) -> bool:
@@ -465,6 +496,8 @@ class Moves(State):
             self.epoch += 1
             if (plan.job_placed or plan.background) and not plan.waiting and plan.evicted == len(plan.plan.moves):
                 self._end(job_key)
+            else:
+                self._hold(plan)
             return
 
     def gone(self, key: str) -> None:
@@ -480,6 +513,7 @@ class Moves(State):
         for plan in self.plans.values():
             if plan.claimed.pop(key, None) is not None:
                 self.epoch += 1
+                self._hold(plan)
 
     def refused(self, pod_key: str, message: str) -> str | None:
         """The eviction of moved pod ``pod_key`` was refused: its plan is abandoned; the job's key, if any."""
@@ -502,6 +536,7 @@ class Moves(State):
             return
         self.epoch += 1
         self.abandoned += 1
+        self.holds.release(key, kind=Kind.MOVE_PLAN)
         for move in plan.plan.moves:
             if self.leaving.get(move.pod.key) == key:
                 del self.leaving[move.pod.key]
@@ -512,29 +547,11 @@ class Moves(State):
     def _end(self, key: str) -> None:
         self.epoch += 1
         plan = self.plans.pop(key)
+        self.holds.release(key, kind=Kind.MOVE_PLAN)
         for move in plan.plan.moves:
             self.leaving.pop(move.pod.key, None)
 
-    # --- what every cycle respects -------------------------------------------------------------------------------
-
-    def held(self, key: str) -> np.ndarray | None:
-        """The node slots job ``key``'s cycles must leave alone (None: none): a plan's job goes only to its nodes, a
-        replacement only to its target; everyone else leaves every plan's targets alone."""
-        if not self.plans:
-            return None
-        self.abandon_late()
-        slots = self.scheduler.cache.arrays.slots
-        reserved = np.zeros(slots, dtype=bool)
-        for job_key, plan in self.plans.items():
-            if key == job_key:
-                reserved |= ~_sized(plan.job_slots, slots)
-            elif key in plan.claimed:
-                only = np.ones(slots, dtype=bool)
-                only[plan.targets[plan.claimed[key]]] = False
-                reserved |= only
-            else:
-                reserved |= plan.holds(slots)
-        return reserved
+    # --- what explain reads -------------------------------------------------------------------------------------
 
     def why(self, key: str) -> str:
         """The plan being carried out for job ``key``, or why the last search found none ("" if none ran)."""
@@ -548,11 +565,3 @@ class Moves(State):
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     """Whether two nodes' (entry, pod, assumed) lists name the same objects in the same state."""
     return len(a) == len(b) and all(x[0] is y[0] and x[1] is y[1] and x[2] == y[2] for x, y in zip(a, b, strict=True))
-
-
-def _sized(mask: np.ndarray, slots: int) -> np.ndarray:
-    """``mask`` cut or grown (False) to ``slots`` (the arrays grow when nodes come)."""
-    out = np.zeros(slots, dtype=bool)
-    size = min(slots, mask.shape[0])
-    out[:size] = mask[:size]
-    return out

@@ -11,10 +11,11 @@ commits them).
 State kept here and nowhere else: victims evicted and not gone yet (never chosen again by a job of equal or lower
 priority, and no longer counted as their queue's surplus), the searches that found nothing at the cluster's
 generation (a :class:`scheduler.core.memo.Memo`: not run again until the cluster changes, for the job, or
-for any single pod of the same shape, queue and priority), the nodes nominated for single pods, and how many jobs
-were preempted per victim queue (metrics). It is the reclaim and preempt actions' one state
-(``scheduler.core.actions.State``: the loop tells it what happened through its hooks). The nodes a preemptor frees are
-nominated for it in :class:`scheduler.core.holds.Holds`.
+for any single pod of the same shape, queue and priority), and how many jobs were preempted per victim queue
+(metrics). It is the reclaim and preempt actions' one state (``scheduler.core.actions.State``: the loop tells it what
+happened through its hooks). The room a preemptor frees is held for it, and a single pod's nominated node recorded,
+in the holds registry (:class:`scheduler.core.holds.Holds`, read and written through it: nominations are stored there
+only).
 
 A single pod's search is kube-scheduler's PostFilter in its cost as in its choice: the candidates are arrays put
 together once per generation (:class:`scheduler.core.reclaim.Placements`) from what
@@ -39,6 +40,7 @@ from scheduler.cache.state import Snapshot
 from scheduler.core import memo, node_preemption, reclaim
 from scheduler.core.actions import WAITS, Outcome, Setting, State
 from scheduler.core.cycle import EMPTY, Context
+from scheduler.core.holds import Kind
 from scheduler.core.jobs import Attempt
 from scheduler.core.ports import Evictor
 from scheduler.core.running_jobs import Running, RunningJobs
@@ -105,8 +107,6 @@ class Preemptor(State):
         self.terminating: dict[str, reclaim.Candidate] = {}
         #: Per victim in :attr:`terminating`, the job it was evicted for and that job's priority.
         self.evicted_for: dict[str, tuple[str, int]] = {}
-        #: Single pods with a nominated node: job key -> (the pod, the node, its priority).
-        self.nominations: dict[str, tuple[PodRequest, str, int]] = {}
         #: Jobs preempted so far, by the victim's queue.
         self.preemptions: dict[str, int] = {}
         #: Every job holding capacity as candidates, each job's rebuilt only when it changed.
@@ -134,13 +134,7 @@ class Preemptor(State):
     def forget(self, key: str) -> None:
         """Job ``key`` is placed or gone (a binding clears the pod's nominatedNodeName in the API server)."""
         self.fruitless.forget(("job", key))
-        self.nominations.pop(key, None)
-
-    def pod_pending(self, pod: PodRequest) -> None:
-        """Pod ``pod`` changed: a nomination of it keeps the pod as it is now (its shape, if it searches again)."""
-        nominated = self.nominations.get(pod.key)
-        if nominated is not None:
-            self.nominations[pod.key] = (pod, nominated[1], nominated[2])
+        self.holds.unnominate(key)
 
     def queues_changed(self) -> set[str]:
         self.policies_changed()
@@ -215,9 +209,11 @@ class Preemptor(State):
     def retry(self, key: str) -> None:
         """Nominated single pod ``key`` lost its room to a preemptor of higher priority: it searches again."""
         self.fruitless.forget(("job", key))
-        nominated = self.nominations.get(key)
-        if nominated is not None and (shape := memo.pod_shape(nominated[0])) is not None:
-            self.fruitless.forget(("pod", self.jobs.queue_of(nominated[0]), nominated[2], shape))
+        nominated = self.holds.nomination(key)
+        if nominated is not None and nominated.pod is not None:
+            shape = memo.pod_shape(nominated.pod)
+            if shape is not None:
+                self.fruitless.forget(("pod", self.jobs.queue_of(nominated.pod), nominated.priority, shape))
 
     def eviction_failed(self, pod_key: str, message: str) -> set[str]:
         """The deletion of victim pod ``pod_key`` failed (refused, or no answer in time): it no longer counts as
@@ -264,7 +260,8 @@ class Preemptor(State):
         self.found(attempt)
         key, priority = attempt.key, attempt.priority
         freed = [pod for victim in victims for pod in victim.pods]
-        statement.nominate(key, lambda: self.holds.nominate(key, freed, priority))
+        kind = Kind.PREEMPTION if attempt.job.group is None else Kind.GANG
+        statement.nominate(key, lambda: self.holds.nominate(key, freed, priority, kind=kind))
         for victim in victims:
             statement.evict(victim.key, functools.partial(self.evict_one, victim, reason))
         statement.tell(
@@ -324,16 +321,19 @@ class Preemptor(State):
         self.found(attempt)
         # Lower-priority pods nominated to this node may no longer fit there: they search again (kube-scheduler
         # clears their nominatedNodeName too).
-        for other, (_, node, other_priority) in list(self.nominations.items()):
-            taken = any(self.evicted_for.get(v.key, ("", 0))[0] == other for v in choice.victims)
-            if other != key and other_priority < priority and (node == choice.node or taken):
-                statement.nominate(other, functools.partial(self._displaced, other))
+        for other in self.holds.of_kind(Kind.NOMINATION):
+            taken = any(self.evicted_for.get(v.key, ("", 0))[0] == other.job for v in choice.victims)
+            if other.job != key and other.priority < priority and (other.node == choice.node or taken):
+                statement.nominate(other.job, functools.partial(self._displaced, other.job))
+        # What the pod's nominatedNodeName says now: nothing else changes it before the statement commits.
+        previous = self.holds.nomination(key)
+        written = previous.node if previous is not None else ""
         statement.nominate(key, lambda: self.holds.nominate(key, choice.pods, priority, pod=pod, node=choice.node))
         reason = f"Preempted by pod {pod.uid or pod.key} on node {choice.node}: higher-priority work of queue "
         reason += f"{queue!r} ({obj})"
         for victim in choice.victims:
             statement.evict(victim.key, functools.partial(self._evict_for, victim, key, priority, reason))
-        statement.nominate(key, lambda: self._nominated(key, pod, choice.node, priority))
+        statement.nominate(key, lambda: self._nominated(pod, choice.node, written))
         budgets = f", {choice.violations} exceeding a PodDisruptionBudget" if choice.violations else ""
         message = (
             f"preempting {len(choice.pods)} lower-priority pod(s) of queue {queue!r} on node {choice.node}{budgets}"
@@ -356,18 +356,17 @@ class Preemptor(State):
             return
         self.evict_one(victim, reason)
 
-    def _nominated(self, key: str, pod: PodRequest, node: str, priority: int) -> None:
-        """Single pod ``pod`` (job ``key``) waits for ``node``: its nominatedNodeName says so."""
-        if self.nominations.get(key, (pod, "", 0))[1] != node:
+    def _nominated(self, pod: PodRequest, node: str, written: str) -> None:
+        """Single pod ``pod`` waits for ``node``: its nominatedNodeName says so (``written``: what it said)."""
+        if written != node:
             assert self.evictor is not None
             self.evictor.nominate(pod, node)
-        self.nominations[key] = (pod, node, priority)
 
     def unnominate(self, key: str) -> None:
         """Clear the nominatedNodeName of single pod ``key``, if it has one."""
-        nominated = self.nominations.pop(key, None)
-        if nominated is not None and self.evictor is not None:
-            self.evictor.nominate(nominated[0], "")
+        nominated = self.holds.unnominate(key)
+        if nominated is not None and nominated.pod is not None and self.evictor is not None:
+            self.evictor.nominate(nominated.pod, "")
 
     def victims(
         self,

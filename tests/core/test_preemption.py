@@ -14,6 +14,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
 from scheduler.api.podgroup import PodGroup
 from scheduler.core import gang, node_preemption, reclaim
+from scheduler.core.cycle import EMPTY
 from scheduler.core.loop import SchedulingLoop
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import dra_objects as dra
@@ -321,11 +322,10 @@ def test_a_nominated_node_goes_to_the_higher_priority_preemptor_first() -> None:
     loop.holds.nominate("default/high", victim, 1000)
     loop.holds.nominate("default/peer", victim, 1000)
     n0 = cluster.cache.slot_of("n0")
-    medium = loop.holds.reserved("default/medium")
-    assert medium is not None and medium[n0]
-    assert loop.holds.reserved("default/high") is None  # a peer of equal priority does not keep it off either
-    other = loop.holds.reserved("default/other")
-    assert other is not None and other[n0]  # without a nomination: off every one
+    assert loop.holds.context("default/medium", priority=100).reserved[n0]
+    # A peer of equal priority does not keep it off either.
+    assert loop.holds.context("default/high", priority=1000) == EMPTY
+    assert loop.holds.context("default/other", priority=0).reserved[n0]  # without a nomination: off every one
 
 
 def test_a_victim_search_sees_held_nodes_as_the_job_s_cycles_will_once_it_holds_room() -> None:

@@ -247,8 +247,8 @@ def test_a_large_job_reserves_nodes_so_small_jobs_cannot_starve_it() -> None:
     assert len(_placed(cluster)) == 16
     loop.pod_pending(_pod("big", 8, queue="prod"))
     loop.run_until_idle()
-    assert loop.holds.reservation is not None and loop.holds.reservation[0] == "default/big"
-    reserved = {cluster.cache.names[s] for s in np.flatnonzero(loop.holds.reservation[2])}
+    assert loop.holds.reservation is not None and loop.holds.reservation.job == "default/big"
+    reserved = {cluster.cache.names[s] for s in np.flatnonzero(loop.holds.reservation.slots)}
     assert len(reserved) == 1
     (node,) = reserved
 
