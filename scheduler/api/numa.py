@@ -10,7 +10,7 @@ deprecated ``topologyPolicies``, such as ``SingleNUMANodeContainerLevel``).
 
 Amounts are in scheduler units (milli-CPU, bytes, devices), as :mod:`scheduler.api.resources` reads them. A zone is
 known by its position in :attr:`NodeZones.zones` (zone ``node-1`` is NUMA node 1; zones are sorted by that number),
-which is the bit it has in an affinity mask (:mod:`scheduler.plugins.numa.admission`).
+which is the bit it has in an affinity mask (:mod:`scheduler.api.topology_manager`).
 
 Two other sources name a policy the kubelet does not enforce, read by the plugin and not here: Koordinator's pod
 annotation :data:`KOORDINATOR_POD_SPEC` (``{"numaTopologyPolicy": "SingleNUMANode"}``) and its node label

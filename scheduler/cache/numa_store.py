@@ -6,24 +6,30 @@ kubelet has allocated and writes it every 60 s by default, so a pod bound a mome
 ``available`` yet; binding on those figures sends the next pod to the same full zone, and the kubelet refuses it
 (scheduler-plugins' NodeResourceTopologyMatch in its default mode does exactly that). So the store keeps, for each
 pod it placed or saw on a node with zones, the zones it predicted the pod takes (the Topology Manager replayed:
-``scheduler.plugins.numa.admission``), and counts them against the published figures until the object shows
+``scheduler.api.topology_manager``), and counts them against the published figures until the object shows
 them: until an update of the node's object arrives after the pod started running (the kubelet had admitted it and
 allocated its resources, and the agent had read them). A pod that leaves gives its share back only when the next
 update shows it (the published figure is on the safe side meanwhile).
 
-After a restart the store is rebuilt from the pods on the nodes: a pod that was running before the object's last
-update is in the published figures; the others are predicted again (``scheduler.plugins.numa``).
+After a restart the count is rebuilt from the pods on the nodes, as they come: each is predicted again and counts
+until the node's next update (the object may already show the pods that ran before it: counted twice for up to one
+round of the agent, on the safe side, never an over-commit).
 
 Every input enters through its methods: :meth:`NumaStore.upsert` / :meth:`remove` (the objects' watch), and for
-pods :meth:`placed`, :meth:`running`, :meth:`gone`; :meth:`available` answers what each zone of a node has left.
+the pods the cache holds (bound and assumed) :meth:`pod_placed`, :meth:`pod_running`, :meth:`gone`;
+:meth:`available` answers what each zone of a node has left. A cluster without NodeResourceTopology objects pays one
+test of an empty dict per pod.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from scheduler.api import topology_manager
 from scheduler.api.numa import NodeZones
+from scheduler.api.pod import PodRequest
 
 
 @dataclass(slots=True)
@@ -36,7 +42,8 @@ class _Predicted:
 
 
 class NumaStore:
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         #: Node name -> its zones as last published, and when that update arrived.
         self.nodes: dict[str, NodeZones] = {}
         self._published_at: dict[str, float] = {}
@@ -45,8 +52,10 @@ class NumaStore:
         #: Grows at every change (what a plugin memoises on).
         self.version = 0
 
-    def upsert(self, zones: NodeZones, *, now: float) -> None:
-        """The node's object was published (created or updated) at ``now``: pods running before that are in it."""
+    def upsert(self, zones: NodeZones, *, now: float | None = None) -> None:
+        """The node's object was published (created or updated) at ``now`` (default: the clock's now): pods running
+        before that are in it."""
+        now = self.clock() if now is None else now
         self.nodes[zones.node] = zones
         self._published_at[zones.node] = now
         for key, p in list(self._predicted.items()):
@@ -68,11 +77,26 @@ class NumaStore:
             self._predicted[pod_key] = _Predicted(node, tuple(dict(t) for t in taken))
             self.version += 1
 
+    def pod_placed(self, pod: PodRequest, node: str) -> None:
+        """The cache holds ``pod`` on ``node`` (assumed or bound): counted in the zones the kubelet gives it, as
+        predicted on what the zones have left (bound and Running already: shown by the next update)."""
+        zones = self.nodes.get(node)
+        if zones is None:
+            return
+        admitted = topology_manager.admit_pod(zones, pod.numa, available=self.available(node))
+        self.placed(pod.key, node, admitted.taken)
+        if pod.phase == "Running":
+            self.pod_running(pod.key)
+
     def running(self, pod_key: str, *, since: float) -> None:
         """Pod ``pod_key`` runs (the kubelet admitted it) since ``since``: the next update of its node shows it."""
         p = self._predicted.get(pod_key)
         if p is not None and p.running_since is None:
             p.running_since = since
+
+    def pod_running(self, pod_key: str) -> None:
+        """:meth:`running` since now."""
+        self.running(pod_key, since=self.clock())
 
     def gone(self, pod_key: str) -> None:
         """Pod ``pod_key`` left, or its binding failed: if the object did not show it yet, it never will."""

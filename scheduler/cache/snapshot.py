@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.api import dra as api_dra
-from scheduler.api import host_ports, selectors
+from scheduler.api import host_ports, selectors, topology_manager
 from scheduler.api import topology as api_topology
 from scheduler.api import volumes as api_volumes
 from scheduler.api.gputopo import GpuTopology
@@ -27,6 +27,7 @@ from scheduler.api.selectors import Taint
 from scheduler.cache.arrays import ClusterArrays, Placement
 from scheduler.cache.device_budgets import CapacityUse, DeviceKey
 from scheduler.cache.device_store import DeviceStore
+from scheduler.cache.numa_store import NumaStore
 from scheduler.cache.pods_index import PodIndex, PortIndex
 from scheduler.cache.volume_store import VolumeStore
 from scheduler.kernels import layout
@@ -322,6 +323,34 @@ class Snapshot:
         """(+1 placed / -1 removed, pod, node slot) for each change the open what-ifs made, in order (read it,
         never change it: it is the snapshot's own list, empty outside what-ifs)."""
         return self._what_if
+
+    @property
+    def numa(self) -> NumaStore:
+        """The nodes' NUMA zones and the cache's count of what the pods take of them (read it, never change it)."""
+        return self._cache.numa
+
+    def numa_available(self, node: str) -> list[dict[str, int]] | None:
+        """What each NUMA zone of ``node`` has left (None: the node publishes no zones): the cache's count, less what
+        the pods the open what-ifs placed there take (a gang's members placed earlier, in order), plus what the pods
+        they removed took (a victim search)."""
+        store = self._cache.numa
+        zones, left = store.nodes.get(node), store.available(node)
+        if zones is None or left is None or not self._what_if:
+            return left
+        slot = self._cache.slot_of(node)
+        placed: dict[str, tuple[Mapping[str, int], ...]] = {}
+        for sign, pod, at in self._what_if:
+            if at != slot:
+                continue
+            if sign > 0:
+                taken = topology_manager.admit_pod(zones, pod.numa, available=left).taken
+                placed[pod.key] = taken
+            else:
+                taken = placed.pop(pod.key, ()) or store.predicted(pod.key) or ()
+            for zone, amounts in zip(left, taken, strict=False):
+                for name, amount in amounts.items():
+                    zone[name] = max(0, zone.get(name, 0) - sign * amount)
+        return left
 
     def host_port_conflicts(self, ports: tuple[HostPort, ...]) -> npt.NDArray[np.bool_]:
         """Per node slot, whether a pod there (bound, assumed, or placed by an open what-if and not removed by

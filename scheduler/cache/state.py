@@ -36,6 +36,7 @@ from scheduler.cache import arrays as arrays_mod
 from scheduler.cache.arrays import ClusterArrays, Placement
 from scheduler.cache.device_store import DeviceStore
 from scheduler.cache.labels import LabelIndex
+from scheduler.cache.numa_store import NumaStore
 from scheduler.cache.pods_index import PodIndex, PortIndex
 from scheduler.cache.snapshot import Snapshot, device_memory_column
 from scheduler.cache.volume_store import VolumeStore
@@ -115,6 +116,8 @@ class Cache:
         #: Claims, volumes, storage classes, CSINodes, and the volume choices assumed
         #: (``scheduler.cache.volume_store``).
         self.volumes = VolumeStore()
+        #: The nodes' NUMA zones and what the pods take of them (empty where no NodeResourceTopology is read).
+        self.numa = NumaStore()
         #: DeviceClasses, ResourceSlices' devices, ResourceClaims, the allocations assumed
         #: (``scheduler.cache.device_store``).
         self.devices = DeviceStore()
@@ -460,6 +463,8 @@ class Cache:
                 self._reindex(old.pod, pod, old.placement.slot)
                 old.pod = pod
                 self._confirmed(old)  # the watch shows an assumed pod on its node: the binding went through
+                if pod.phase == "Running" and self.numa.nodes:
+                    self.numa.pod_running(key)
                 return
             if same_node and not gpu_ids:
                 gpu_ids = old.placement.gpu_ids
@@ -487,6 +492,8 @@ class Cache:
             self._pod_index.add(pod, slot)
         if pod.volumes:
             self.volumes.pod_added(pod, slot)
+        if self.numa.nodes:
+            self.numa.pod_placed(pod, self.nodes[slot].info.name)
         return entry
 
     def remove_pod(self, key: str) -> None:
@@ -499,6 +506,8 @@ class Cache:
             self.volumes.release(key)  # only pods with claims have volume choices held
         if entry.pod.resource_claims or entry.pod.extended_asks:
             self.devices.release(key)
+        if self.numa.nodes:
+            self.numa.gone(key)
         self.arrays.apply(entry.placement, sign=-1.0)
         if entry.pod.host_ports:
             self.ports.add(entry.placement.slot, entry.pod.host_ports, -1)

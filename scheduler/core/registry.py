@@ -22,6 +22,7 @@ from scheduler.plugins import (
     host_ports,
     interpod,
     node_rules,
+    numa,
     resource_strategy,
     scarce_avoidance,
     spread,
@@ -53,6 +54,7 @@ PLUGINS: dict[str, Factory] = {
     "topology_spread": spread_constraints.TopologySpread,
     "volumes": volumes.Volumes,
     "dra": dra.DynamicResources,
+    "numa": numa.Numa,
 }
 
 #: Every reason code the core and the registered filters declare (``scheduler.framework.reasons``): what the

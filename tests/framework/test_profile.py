@@ -33,6 +33,7 @@ def test_the_default_profile_loads_and_builds() -> None:
         "topology_spread",
         "gpu",
         "dra",
+        "numa",
         "fgd",
         "gang",
         "topology",
@@ -47,6 +48,7 @@ def test_the_default_profile_loads_and_builds() -> None:
         "interpod",
         "topology_spread",
         "dra",
+        "numa",
         "topology",
     ]
     assert [p.name for p in fw.pre_filters] == ["volumes", "dra", "topology"]
@@ -80,6 +82,7 @@ def test_a_file_overrides_only_what_it_says(tmp_path: Path) -> None:
         "topology_spread",
         "gpu",
         "dra",
+        "numa",
         "fgd",
         "gang",
         "topology",

@@ -27,6 +27,10 @@ non-preferred ones the kubelet steers towards the widest of the resources' narro
 Admission. ``best-effort`` admits every pod (the hint only steers allocation), ``restricted`` only if the best hint
 is preferred, ``single-numa-node`` only if a preferred hint of one zone was left (or nothing is aligned).
 
+It lives among the types because it is a model of another component, not a choice of the scheduler's (as
+:mod:`scheduler.api.cel` evaluates CEL as the API server does): the cache replays it to count what each pod takes of
+its node's zones (``scheduler.cache.numa_store``), the ``numa`` filter to refuse the nodes the kubelet would.
+
 Scope ``container``: init containers are each judged on the zones as they are (they run before the others and
 their CPUs are handed on), then the app containers one after another, each taking from what the previous left.
 Scope ``pod``: the pod's effective requests judged once.
@@ -256,3 +260,28 @@ def admit(
         if consume:
             _take(ask, best.mask, left, taken)
     return Admission(True, tuple(taken))
+
+
+def policy_for(node: numa.NodeZones, ask: numa.PodAsk) -> numa.Policy:
+    """The rule ``node`` applies to a pod of ``ask``: its kubelet's (the NodeResourceTopology's), or where that is
+    ``none``, the one the pod asks for itself (Koordinator's annotation: a rule the kubelet does not enforce, kept by
+    the scheduler)."""
+    if node.policy != numa.Policy.NONE or ask.policy is None:
+        return node.policy
+    return ask.policy
+
+
+def admit_pod(
+    node: numa.NodeZones, ask: numa.PodAsk, *, available: Sequence[Mapping[str, int]] | None = None
+) -> Admission:
+    """:func:`admit` for a pod as :class:`scheduler.api.numa.PodAsk` reads it, under :func:`policy_for`."""
+    policy = policy_for(node, ask)
+    if policy != node.policy:
+        node = numa.NodeZones(node.node, policy, node.scope, node.zones)
+    return admit(
+        node,
+        containers=[dict(c) for c in ask.containers],
+        init_containers=[dict(c) for c in ask.init_containers],
+        guaranteed=ask.guaranteed,
+        available=available,
+    )

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.api import numa
-from scheduler.plugins.numa import admission
+from scheduler.api import topology_manager as admission
 
 GPU = "nvidia.com/gpu"
 GIB = 2**30

@@ -1,0 +1,103 @@
+"""The numa filter: a pod goes only where its node's kubelet (Topology Manager) admits it, the zones counted by the
+scheduler itself while the published objects lag, a gang's members each in their zone, and the messages."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from scheduler.api import numa
+from scheduler.api import pod as api_pod
+from scheduler.api import podgroup as api_podgroup
+from scheduler.core import capacity, gang
+from scheduler.framework import profile
+from scheduler.framework.interface import Code
+from tests.api import objects
+from tests.core.harness import Cluster
+
+GPU = "nvidia.com/gpu"
+
+
+def zones(node: str, free: Sequence[int], *, policy: numa.Policy = numa.Policy.SINGLE_NUMA_NODE) -> numa.NodeZones:
+    """Zones of 4 GPUs and 32 CPUs each with ``free`` GPUs left, as the node's NodeResourceTopology says."""
+    capacity_ = {GPU: 4, "cpu": 32_000}
+    return numa.NodeZones(
+        node,
+        policy,
+        numa.Scope.CONTAINER,
+        tuple(numa.Zone(f"node-{i}", i, capacity_, capacity_, {GPU: f, "cpu": 32_000}) for i, f in enumerate(free)),
+    )
+
+
+def cluster(*published: numa.NodeZones, plain: Sequence[str] = ()) -> Cluster:
+    names = [z.node for z in published] + list(plain)
+    c = Cluster(
+        [objects.node(name, gpus=8) for name in names],
+        config=profile.parse({"plugins": ["fit", "gpu", "numa"], "tieBreak": "first"}),
+    )
+    for z in published:
+        c.cache.numa.upsert(z, now=0.0)
+    return c
+
+
+def test_a_pod_goes_where_one_zone_holds_its_gpus_not_where_most_gpus_are_free() -> None:
+    # a-0 has 5 GPUs free, split 2 + 3 (small pods fragmented both sockets); b-0 has 4, all in zone 1.
+    c = cluster(zones("a-0", [2, 3]), zones("b-0", [0, 4]))
+    assert c.place(objects.pod("train", gpus=4))[0] == "b-0"
+
+
+def test_the_message_says_what_the_kubelet_would_say() -> None:
+    c = cluster(zones("a-0", [2, 3]), zones("b-0", [3, 1]))
+    result = c.schedule(objects.pod("train", gpus=4))
+    assert result.decision is None
+    assert "2 no NUMA zone has 4 nvidia.com/gpu (single-numa-node)" in result.status.message, result.status.message
+
+
+def test_the_schedulers_own_count_keeps_a_second_pod_off_a_zone_the_object_still_shows_free() -> None:
+    c = cluster(zones("a-0", [4, 0]), zones("b-0", [4, 0]))
+    first, _ = c.place(objects.pod("first", gpus=3))
+    # The object of the first pod's node still says 4 free in zone 0; the kubelet has 1 left there.
+    second, _ = c.place(objects.pod("second", gpus=3))
+    assert {first, second} == {"a-0", "b-0"}
+    assert c.cache.numa.available(first) == [{GPU: 1, "cpu": 32_000}, {GPU: 0, "cpu": 32_000}]
+
+
+def test_restricted_admits_what_needs_two_zones_and_best_effort_refuses_nothing() -> None:
+    c = cluster(zones("r-0", [4, 3], policy=numa.Policy.RESTRICTED))
+    assert c.schedule(objects.pod("six", gpus=6)).decision is not None  # never fits one zone: two are the fewest
+    c = cluster(zones("r-0", [2, 3], policy=numa.Policy.RESTRICTED))
+    assert c.schedule(objects.pod("four", gpus=4)).decision is None  # fits one zone once free: not spread now
+    c = cluster(zones("b-0", [2, 3], policy=numa.Policy.BEST_EFFORT))
+    assert c.schedule(objects.pod("four", gpus=4)).decision is not None
+
+
+def test_nodes_without_an_object_keep_todays_rules() -> None:
+    c = cluster(zones("a-0", [2, 3]), plain=["z-0"])
+    assert c.place(objects.pod("train", gpus=4))[0] == "z-0"
+
+
+def test_a_pod_asking_for_single_numa_node_is_kept_to_it_where_the_kubelet_enforces_nothing() -> None:
+    spec = {numa.KOORDINATOR_POD_SPEC: '{"numaTopologyPolicy": "SingleNUMANode"}'}
+    c = cluster(zones("a-0", [2, 3], policy=numa.Policy.NONE), zones("b-0", [0, 4], policy=numa.Policy.NONE))
+    assert c.place(objects.pod("asks", gpus=4, annotations=spec))[0] == "b-0"
+    assert c.place(objects.pod("plain", gpus=4))[0] == "a-0"  # without the ask: the first node with room
+
+
+def test_zones_too_small_for_the_pod_never_fit_and_say_so() -> None:
+    c = cluster(zones("a-0", [4, 4]), zones("b-0", [4, 4]))
+    result = c.schedule(objects.pod("big", gpus=6))
+    assert result.decision is None
+    assert "2 no NUMA zone has 6 nvidia.com/gpu (single-numa-node)" in result.status.message
+    assert f"{capacity.NEVER}: of the nodes with room for it, 2 no NUMA zone has 6" in result.status.message
+    assert "it fits there once a node whose NUMA zones can hold it joins" in result.status.message
+
+
+@pytest.mark.parametrize("members", [2, 3])
+def test_a_gangs_members_each_take_their_zone_in_the_one_what_if(members: int) -> None:
+    c = cluster(zones("a-0", [4, 4]))
+    group = api_podgroup.PodGroup(namespace="default", name="g", min_member=members)
+    pods = [api_pod.parse_pod(objects.pod(f"m{i}", gpus=3)) for i in range(members)]
+    placed = gang.place_gang(c.scheduler, group, pods)
+    # Two members of 3 GPUs take a zone each; a third finds 1 GPU left in each zone and the gang does not fit.
+    assert (placed.status.code is Code.SUCCESS) == (members == 2), placed.status.message
