@@ -29,12 +29,10 @@ from scheduler.api.node import NodeInfo  # noqa: E402
 from scheduler.api.pod import PodRequest  # noqa: E402
 from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest  # noqa: E402
 from scheduler.cache.state import Cache  # noqa: E402
+from scheduler.core import cycle, root  # noqa: E402
 from scheduler.core.actions import consolidate  # noqa: E402
-from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
-from scheduler.core.extension_points import Framework  # noqa: E402
 from scheduler.core.loop import SchedulingLoop  # noqa: E402
 from scheduler.framework import profile  # noqa: E402
-from scheduler.queue.scheduling import SchedulingQueue  # noqa: E402
 
 ALLOCATABLE = {CPU: 96_000, MEMORY: 768 * 2**30, PODS: 110}
 
@@ -72,8 +70,7 @@ def build(nodes: int, case: str, seed: int) -> SchedulingLoop:
             cache.assume(pod, name, tuple(range(used, used + gpus)))
             cache.confirm(pod.key)
             used += gpus
-    scheduler = Scheduler(cache, Framework.build(config), NoBinding())
-    loop = SchedulingLoop(scheduler, SchedulingQueue(clock=lambda: 0.0), clock=lambda: 0.0, events=Quiet())
+    loop = root.build(config, binder=cycle.NoBinding(), clock=lambda: 0.0, events=Quiet(), cache=cache).loop
     for entry in list(cache.pods()):
         loop.pod_placed(entry.pod)
     return loop

@@ -30,9 +30,7 @@ sys.path.insert(0, str(REPO))
 from scheduler.api.node import NodeInfo  # noqa: E402
 from scheduler.api.pod import PodRequest  # noqa: E402
 from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest  # noqa: E402
-from scheduler.cache.state import Cache  # noqa: E402
-from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
-from scheduler.core.extension_points import Framework  # noqa: E402
+from scheduler.core import cycle, root  # noqa: E402
 from scheduler.framework import profile  # noqa: E402
 from scheduler.framework.profile import ProfileConfig  # noqa: E402
 from scheduler.sim import trace  # noqa: E402
@@ -68,10 +66,8 @@ def bare(config: ProfileConfig) -> ProfileConfig:
 
 
 def one_round(config: ProfileConfig, infos: list[NodeInfo], pods: list[PodRequest]) -> tuple[float, list[str]]:
-    cache = Cache()
-    for info in infos:
-        cache.upsert_node(info)
-    scheduler = Scheduler(cache, Framework.build(config), NoBinding())
+    scheduler = root.build_scheduler(config, binder=cycle.NoBinding(), nodes=infos)
+    cache = scheduler.cache
     scheduler.schedule(pods[0])  # first call: kernels compiled, pod index built
     cache.forget(pods[0].key)
     chosen = []

@@ -67,27 +67,19 @@ def one_round(nodes: int, pods: int) -> tuple[float, int]:
     """(CPU microseconds per bound pod, pods bound) for one round from an empty cache."""
     from scheduler.api import node as api_node
     from scheduler.api import pod as api_pod
-    from scheduler.cache.state import Cache
-    from scheduler.core.cycle import Scheduler
-    from scheduler.core.loop import SchedulingLoop
     from scheduler.framework import profile
-    from scheduler.queue.scheduling import SchedulingQueue
 
-    try:
-        from scheduler.core.extension_points import Framework
-    except ImportError:  # before the split's renames
-        from scheduler.core.framework import Framework  # type: ignore[no-redef]
-
-    cache = Cache()
-    for i in range(nodes):
-        cache.upsert_node(api_node.parse_node(raw_node(i)))
+    infos = [api_node.parse_node(raw_node(i)) for i in range(nodes)]
     binder = _Decisions()
-    scheduler = Scheduler(cache, Framework.build(profile.load()), binder)
     try:
-        queue = SchedulingQueue(clock=time.time, pop_from_backoff=True)
-    except TypeError:  # before pop_from_backoff
-        queue = SchedulingQueue(clock=time.time)
-    loop = SchedulingLoop(scheduler, queue, clock=time.time, events=_NoEvents())
+        from scheduler.core import root
+    except ImportError:  # a tree before the composition root
+        cache, loop = _wired_by_hand(infos, binder)
+    else:
+        core = root.build(
+            profile.load(), binder=binder, clock=time.time, events=_NoEvents(), nodes=infos, pop_from_backoff=True
+        )
+        cache, loop = core.cache, core.loop
     raws = [raw_pod(i) for i in range(pods)]
     started = time.process_time()
     for raw in raws:
@@ -103,6 +95,30 @@ def one_round(nodes: int, pods: int) -> tuple[float, int]:
             bound += 1
         binder.decisions.clear()
     return (time.process_time() - started) / max(1, bound) * 1e6, bound
+
+
+def _wired_by_hand(infos: list[Any], binder: _Decisions) -> tuple[Any, Any]:
+    """The cache and loop as trees before ``scheduler.core.root`` wired them."""
+    from scheduler.cache.state import Cache
+    from scheduler.core.cycle import Scheduler
+    from scheduler.core.loop import SchedulingLoop
+    from scheduler.framework import profile
+    from scheduler.queue.scheduling import SchedulingQueue
+
+    try:
+        from scheduler.core.extension_points import Framework
+    except ImportError:  # before the split's renames
+        from scheduler.core.framework import Framework  # type: ignore[no-redef]
+
+    cache = Cache()
+    for info in infos:
+        cache.upsert_node(info)
+    scheduler = Scheduler(cache, Framework.build(profile.load()), binder)
+    try:
+        queue = SchedulingQueue(clock=time.time, pop_from_backoff=True)
+    except TypeError:  # before pop_from_backoff
+        queue = SchedulingQueue(clock=time.time)
+    return cache, SchedulingLoop(scheduler, queue, clock=time.time, events=_NoEvents())
 
 
 def parse_round(pods: int) -> float:

@@ -54,14 +54,11 @@ from scheduler.api.node import NodeInfo  # noqa: E402
 from scheduler.api.pod import PodRequest  # noqa: E402
 from scheduler.api.podgroup import PodGroup  # noqa: E402
 from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest  # noqa: E402
-from scheduler.cache.state import Cache  # noqa: E402
+from scheduler.core import cycle, root  # noqa: E402
 from scheduler.core.actions import Verdict  # noqa: E402
-from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
-from scheduler.core.extension_points import Framework  # noqa: E402
 from scheduler.core.jobs import Attempt  # noqa: E402
 from scheduler.core.loop import SchedulingLoop  # noqa: E402
 from scheduler.framework import profile  # noqa: E402
-from scheduler.queue.scheduling import SchedulingQueue  # noqa: E402
 
 ALLOCATABLE = {CPU: 96_000, MEMORY: 768 * 2**30, PODS: 110}
 #: Priorities of the 7 pods on every node.
@@ -93,13 +90,13 @@ class Quiet:
 
 
 def build(nodes: int) -> tuple[SchedulingLoop, Clock, Quiet]:
-    cache = Cache()
-    for i in range(nodes):
-        cache.upsert_node(NodeInfo(name=f"node-{i:05d}", allocatable=ALLOCATABLE, gpus=8, labels={"pool": "a"}))
+    infos = [
+        NodeInfo(name=f"node-{i:05d}", allocatable=ALLOCATABLE, gpus=8, labels={"pool": "a"}) for i in range(nodes)
+    ]
     clock = Clock()
     quiet = Quiet()
-    scheduler = Scheduler(cache, Framework.build(profile.load()), NoBinding())
-    loop = SchedulingLoop(scheduler, SchedulingQueue(clock=clock), clock=clock, events=quiet, evictor=quiet)
+    core = root.build(profile.load(), binder=cycle.NoBinding(), clock=clock, events=quiet, evictor=quiet, nodes=infos)
+    cache, loop = core.cache, core.loop
     for i in range(nodes):
         for j, priority in enumerate(RUNNING):
             clock.now += 0.001
@@ -197,15 +194,14 @@ class Recorded(Quiet):
 
 def basic(nodes: int, clock: Callable[[], float]) -> None:
     """scheduler_perf's PreemptionBasic, in this process (see the module notes)."""
-    cache = Cache()
-    for i in range(nodes):
-        cache.upsert_node(
-            NodeInfo(name=f"node-{i:05d}", allocatable={CPU: 4000, MEMORY: 32 * 2**30, PODS: 110}, gpus=0)
-        )
+    allocatable = {CPU: 4000, MEMORY: 32 * 2**30, PODS: 110}
+    infos = [NodeInfo(name=f"node-{i:05d}", allocatable=allocatable, gpus=0) for i in range(nodes)]
     now = Clock()
     recorded = Recorded()
-    scheduler = Scheduler(cache, Framework.build(profile.load()), NoBinding())
-    loop = SchedulingLoop(scheduler, SchedulingQueue(clock=now), clock=now, events=recorded, evictor=recorded)
+    core = root.build(
+        profile.load(), binder=cycle.NoBinding(), clock=now, events=recorded, evictor=recorded, nodes=infos
+    )
+    cache, loop = core.cache, core.loop
     where: dict[str, str] = {}
     for i in range(nodes):
         for j in range(4):

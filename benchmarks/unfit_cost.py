@@ -31,9 +31,7 @@ from scheduler.api.pod import PodRequest  # noqa: E402
 from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest  # noqa: E402
 from scheduler.api.selectors import Taint  # noqa: E402
 from scheduler.cache.state import Cache  # noqa: E402
-from scheduler.core import capacity, cycle  # noqa: E402
-from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
-from scheduler.core.extension_points import Framework  # noqa: E402
+from scheduler.core import capacity, cycle, root  # noqa: E402
 from scheduler.framework import profile  # noqa: E402
 
 ALLOCATABLE = {CPU: 96_000, MEMORY: 768 * 2**30, PODS: 110}
@@ -88,7 +86,7 @@ def main() -> None:
     print(f"{'case':>8} {'cycle':>9} {'diagnose':>9} {'never':>9}  message")
     for name, (small, gpus) in cases.items():
         cache = cluster(args.nodes, args.taint_every, small)
-        scheduler = Scheduler(cache, Framework.build(config), NoBinding())
+        scheduler = root.build_scheduler(config, binder=cycle.NoBinding(), cache=cache)
         pod = PodRequest(
             namespace="bench", name=name.replace(" ", "-"), resources={CPU: 1000}, gpu=GpuRequest(gpus, 1000)
         )
