@@ -6,26 +6,32 @@ session and its actions, the cycle, the plugins), and confirmed as the watch con
 parsed again, ``Cache.upsert_pod``, ``SchedulingLoop.pod_placed``). ``--pods`` one-GPU pods on ``--nodes`` nodes
 of 8 GPUs, the default profile.
 
-``--tree DIR`` imports the ``scheduler`` package of another checkout (an older commit's, run with that checkout's
-virtualenv: ``/old/.venv/bin/python benchmarks/loop_cpu.py --tree /old``), so two commits are compared by the
-same workload. CPU time (``time.process_time``), not wall time: on a shared machine the wall clock measures the
-neighbours. Each round starts from an empty cache; the best round and all rounds are printed. Then ``--bound`` bound
-pods (6 one-GPU and 4 CPU-only a node) are parsed as a restart's listing parses them, per round. ``--profile FILE``
-writes a cProfile of the last round (timed on CPU time) for ``python -m pstats``.
+``--tree DIR`` runs the ``scheduler`` package of another checkout (an older commit's, run with that checkout's
+virtualenv: ``/old/.venv/bin/python -m benchmarks.loop_cpu --tree /old``; the script runs itself again with that
+tree first on ``PYTHONPATH``), so two commits are compared by the same workload. CPU time (``time.process_time``),
+not wall time: on a shared machine the wall clock measures the neighbours. Each round starts from an empty cache;
+the best round and all rounds are printed. Then ``--bound`` bound pods (6 one-GPU and 4 CPU-only a node) are parsed
+as a restart's listing parses them, per round. ``--profile FILE`` writes a cProfile of the last round (timed on CPU
+time) for ``python -m pstats``.
 
-Run: ``.venv/bin/python benchmarks/loop_cpu.py [--pods 3000] [--nodes 1000] [--rounds 3] [--tree DIR]``.
+Run: ``.venv/bin/python -m benchmarks.loop_cpu [--pods 3000] [--nodes 1000] [--rounds 3] [--tree DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+#: This checkout (not imported from benchmarks.harness: with ``--tree`` the script runs beside another checkout).
+REPO = Path(__file__).resolve().parents[1]
+#: Set in the run again with ``--tree`` first on the path, so that it is run again only once.
+AGAIN = "GPUSCHED_LOOP_CPU_TREE"
 
 
 def raw_node(i: int) -> dict[str, Any]:
@@ -148,7 +154,12 @@ def main() -> int:
     parser.add_argument("--bound", type=int, default=10_000, help="bound pods parsed per round (0: none)")
     parser.add_argument("--profile", type=Path, help="write a cProfile (on CPU time) of the last round here")
     args = parser.parse_args()
-    sys.path.insert(0, str(args.tree.resolve()))
+    tree = args.tree.resolve()
+    found = importlib.util.find_spec("scheduler")
+    elsewhere = found is None or found.origin is None or Path(found.origin).resolve().parents[1] != tree
+    if elsewhere and os.environ.get(AGAIN) != str(tree):
+        env = {**os.environ, AGAIN: str(tree), "PYTHONPATH": os.pathsep.join([str(tree), str(REPO)])}
+        os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]], env)
     import scheduler
 
     where = Path(scheduler.__file__).resolve().parent.parent

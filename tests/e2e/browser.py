@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
-from skips import made_by
+
+# As in kube.py: by its own name in the suite, as a tests.e2e module in the benchmarks.
+if __package__:
+    from tests.e2e.skips import made_by
+else:
+    from skips import made_by
 
 T = TypeVar("T")
 HERE = Path(__file__).resolve().parent
