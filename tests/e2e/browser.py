@@ -24,11 +24,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-# As in kube.py: by its own name in the suite, as a tests.e2e module in the benchmarks.
-if __package__:
-    from tests.e2e.skips import made_by
-else:
-    from skips import made_by
+from tests.e2e.skips import made_by
 
 T = TypeVar("T")
 HERE = Path(__file__).resolve().parent

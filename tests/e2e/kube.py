@@ -37,19 +37,14 @@ from typing import Any
 
 import yaml
 
-# The suite imports its helpers by their own names (tests/e2e is on its path); the benchmarks import them as
-# modules of the tests package (``tests.e2e.kube``): each way, kube's LocalCluster is the one its importer has.
-if __package__:
-    from tests.e2e.localcluster import (
-        GPU_RESOURCE,
-        KWOK_NODE_ANNOTATION,
-        APIError,
-        ClusterError,
-        LocalCluster,
-        free_port,
-    )
-else:
-    from localcluster import GPU_RESOURCE, KWOK_NODE_ANNOTATION, APIError, ClusterError, LocalCluster, free_port
+from tests.e2e.localcluster import (
+    GPU_RESOURCE,
+    KWOK_NODE_ANNOTATION,
+    APIError,
+    ClusterError,
+    LocalCluster,
+    free_port,
+)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

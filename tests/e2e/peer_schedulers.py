@@ -28,13 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# As in kube.py: by their own names in the suite, as tests.e2e modules in the benchmarks.
-if __package__:
-    from tests.e2e import kube
-    from tests.e2e.localcluster import LocalCluster, free_port
-else:
-    import kube
-    from localcluster import LocalCluster, free_port
+from tests.e2e import kube
+from tests.e2e.localcluster import LocalCluster, free_port
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build-peers.sh"

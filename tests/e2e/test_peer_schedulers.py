@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-import kube
-import peer_schedulers as peers
 import pytest
 import yaml
+
+from tests.e2e import kube
+from tests.e2e import peer_schedulers as peers
 
 
 def _group_of(peer: str, pod: dict) -> str:
