@@ -52,7 +52,7 @@ test: lint unit e2e
 # builds e2e.test (tests/conformance/build-e2e.sh) and the control plane when they are not cached, and rewrites
 # docs/conformance.md. make test runs a fast subset of it (tests/e2e/test_conformance_e2e.py).
 conformance: install
-	$(BIN)/python tests/conformance/run.py $(CONFORMANCE_ARGS)
+	$(BIN)/python -m tests.conformance.run $(CONFORMANCE_ARGS)
 
 bench: install
 	$(BIN)/gpusched bench kernels

@@ -7,7 +7,7 @@ every pod before 95% placed) at 100% and 130% arrived, the headroom the forced b
 policy's share of it. It checks on every seed that no policy allocates more than the bound, and exits 1 if one
 does (the bound would be wrong). ``--doc`` writes the table into docs/simulator.md between its ``bound`` markers.
 
-    nice .venv/bin/python benchmarks/bound.py --policies fgd,default --seeds 42 --doc
+    nice .venv/bin/python -m benchmarks.bound --policies fgd,default --seeds 42 --doc
 """
 
 from __future__ import annotations
@@ -19,11 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-# The parity benchmark beside this file (a script's folder is on its path): the trace's folder and the doc writer.
-import fgd_parity
-from fgd_parity import DOC, FOLDER, ROOT
-
-from scheduler.sim import bound, command, report, trace
+from benchmarks import harness
+from scheduler.sim import bound, command, report
 
 BEGIN, END = "<!-- bound:begin -->", "<!-- bound:end -->"
 RATIO = 1.3
@@ -37,10 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", default="", help="pod lists by their suffix (default: every list in shared/)")
     parser.add_argument("--policies", default="fgd,default", help="policies to run (fgd is needed for the shares)")
     parser.add_argument("--doc", action="store_true", help="write the table into docs/simulator.md")
-    parser.add_argument("--out", default=str(ROOT / "results"), help="folder for one JSON file per trace")
+    parser.add_argument("--out", default=str(harness.REPO / "results"), help="folder for one JSON file per trace")
     args = parser.parse_args(argv)
-    if not FOLDER.is_dir():
-        print(f"needs the Alibaba GPU trace in {FOLDER}", file=sys.stderr)
+    if not harness.TRACE.is_dir():
+        print(f"needs the Alibaba GPU trace in {harness.TRACE}", file=sys.stderr)
         return 2
     if not bound.available():
         print(bound.INSTALL_HINT, file=sys.stderr)
@@ -49,13 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     names = args.policies.split(",")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    nodes = trace.load_nodes(FOLDER / "openb_node_list_gpu_node.csv")
-    lists = args.traces.split(",") if args.traces else fgd_parity.all_lists()
+    nodes = harness.trace_nodes()
+    lists = harness.trace_lists(args.traces)
     progress = command.Progress(quiet=False)
     rows: dict[str, tuple[dict[str, dict[str, Any]], dict[str, Any]]] = {}
     exceeded: list[str] = []
     for name in lists:
-        pods = trace.load_pods(FOLDER / f"openb_pod_list_{name}.csv")
+        pods = harness.trace_pods(name)
         results = command.compare_tune(nodes, pods, names, RATIO, seeds, progress)
         started = time.perf_counter()
         bounds = command.tune_bounds(nodes, pods, RATIO, seeds, progress)
@@ -67,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     text = table(rows, seeds, names)
     print("\n" + text)
     if args.doc:
-        fgd_parity.write_doc(text, BEGIN, END)
-        print(f"wrote the table into {DOC.relative_to(ROOT)}")
+        harness.write_doc(text, BEGIN, END)
+        print(f"wrote the table into {harness.SIMULATOR_DOC.relative_to(harness.REPO)}")
     for line in exceeded:
         print(line, file=sys.stderr)
     return 1 if exceeded else 0

@@ -4,7 +4,7 @@ policy, the issue's bar for it at each load (issue 27: the p95 wait of pods aski
 fgd's, at most 2 moves per 100 placed pods, time-weighted allocation not below fgd's). ``--json`` writes
 everything. The trace is read from ../shared/traces (the benchmark says so and stops where it is absent).
 
-    nice .venv/bin/python benchmarks/churn.py --lists default,multigpu40 --loads 1.0 --seeds 42-44 --arrivals 1000 \\
+    nice .venv/bin/python -m benchmarks.churn --lists default,multigpu40 --loads 1.0 --seeds 42-44 --arrivals 1000 \\
         --policies fgd,fgd+consolidate --json churn.json
 
 ``--paper BUDGETS`` runs the FGD paper's protocol instead (no departures, 1.3 x the GPU capacity arrived;
@@ -12,7 +12,7 @@ scheduler/sim/tune_moves.py) with ``fgd+consolidate`` under each budget of moves
 itself) and prints, per budget, the allocation at 130% arrived against the moves made (issue 27: at least 96.0% on
 the default list with at most 2% of the pods moved):
 
-    nice .venv/bin/python benchmarks/churn.py --paper 0,0.005,0.01,0.02 --lists default --seeds 42-44
+    nice .venv/bin/python -m benchmarks.churn --paper 0,0.005,0.01,0.02 --lists default --seeds 42-44
 
 The budgets run largest first on each seed: where a run made fewer moves than a smaller budget allows, that budget's
 run is the same run (the budget never stopped it; the simulator is deterministic) and is not run again.
@@ -23,7 +23,7 @@ memory, and across the cluster with the GPUs alone), then the failed pods placed
 pods moved (% of the pods placed). ``--repair`` adds the move-frugal repair (each failed pod placed for at most
 one move; minutes a seed):
 
-    nice .venv/bin/python benchmarks/churn.py --repack --repair --lists default --seeds 42-44
+    nice .venv/bin/python -m benchmarks.churn --repack --repair --lists default --seeds 42-44
 
 ``--consolidation MAP`` sets the consolidate action's knobs as a profile's ``consolidation:`` does, read and checked
 by the same parser (docs/consolidation.md), e.g. ``--consolidation '{planCost: Any, maxPodsPerPlan: 8}'``.
@@ -46,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks import harness
 from scheduler.api import typical
 from scheduler.api.errors import InvalidObject
 from scheduler.framework import profile
@@ -53,8 +54,6 @@ from scheduler.framework.profile import ConsolidationConfig
 from scheduler.sim import churn, command, engine, policies, protocol, repack, trace, tune_moves
 from scheduler.sim.churn import ChurnRun
 
-ROOT = Path(__file__).resolve().parents[1]
-FOLDER = ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2023"
 #: The issue's bar against fgd: the p95 wait of the largest pods at most this share of fgd's...
 WAIT_SHARE = 0.5
 #: ... with at most this many moves per 100 placed pods.
@@ -109,13 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         except (InvalidObject, yaml.YAMLError) as error:
             print(error, file=sys.stderr)
             return 2
-    if not FOLDER.is_dir():
-        print(f"skipped: the trace is not in {FOLDER} (`gpusched trace` downloads it)", file=sys.stderr)
+    if not harness.TRACE.is_dir():
+        print(f"skipped: the trace is not in {harness.TRACE} (`gpusched trace` downloads it)", file=sys.stderr)
         return 2
     seeds = command.parse_seeds(args.seeds)
     loads = churn.parse_loads(args.loads)
-    names = [n.strip() for n in args.policies.split(",") if n.strip()]
-    nodes = trace.load_nodes(FOLDER / "openb_node_list_gpu_node.csv")
+    names = harness.names(args.policies)
+    nodes = harness.trace_nodes()
 
     def progress(label: str, result: ChurnRun) -> None:
         large = result.waits.get("4+", {})
@@ -138,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.repack:
         for name in args.lists.split(","):
-            pods = trace.load_pods(FOLDER / f"openb_pod_list_{name}.csv")
+            pods = harness.trace_pods(name)
             print(f"\n{name}: the offline re-pack of fgd's final state at 130% arrived, seeds {args.seeds}")
             payload["lists"][name] = repacks(nodes, pods, seeds, repair=args.repair)
         write(args.json, payload)
@@ -147,15 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         budgets = [float(b) for b in args.paper.split(",")]
         payload["budgets"] = budgets
         for name in args.lists.split(","):
-            payload["lists"][name] = paper(
-                nodes, trace.load_pods(FOLDER / f"openb_pod_list_{name}.csv"), budgets, seeds, knobs
-            )
+            payload["lists"][name] = paper(nodes, harness.trace_pods(name), budgets, seeds, knobs)
             print(f"\n{name}: the paper's protocol, fgd+consolidate under a budget of moves, seeds {args.seeds}")
             print(paper_table(payload["lists"][name]))
         write(args.json, payload)
         return 0
     for name in args.lists.split(","):
-        path = FOLDER / f"openb_pod_list_{name}.csv"
+        path = harness.TRACE / f"openb_pod_list_{name}.csv"
         pods = trace.load_pods(path)
         count = len(churn.sample(pods, args.arrivals))
         durations_from, note = churn.durations_source(pods, pods_file=str(path), durations_file=None)

@@ -10,31 +10,24 @@ controller recreates, and times the consolidate action's search for a pending 4-
 
 Prints, per case, the plan (or why there is none), the what-ifs run, and the best of ``--rounds`` searches in ms.
 
-Run: ``.venv/bin/python benchmarks/consolidation_search.py [--nodes 1000] [--rounds 5]``.
+Run: ``.venv/bin/python -m benchmarks.consolidation_search [--nodes 1000] [--rounds 5]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from scheduler.api.node import NodeInfo  # noqa: E402
-from scheduler.api.pod import PodRequest  # noqa: E402
-from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest  # noqa: E402
-from scheduler.cache.state import Cache  # noqa: E402
-from scheduler.core.actions import consolidate  # noqa: E402
-from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
-from scheduler.core.extension_points import Framework  # noqa: E402
-from scheduler.core.loop import SchedulingLoop  # noqa: E402
-from scheduler.framework import profile  # noqa: E402
-from scheduler.queue.scheduling import SchedulingQueue  # noqa: E402
+from scheduler.api.node import NodeInfo
+from scheduler.api.pod import PodRequest
+from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.cache.state import Cache
+from scheduler.core import cycle, root
+from scheduler.core.actions import consolidate
+from scheduler.core.loop import SchedulingLoop
+from scheduler.framework import profile
 
 ALLOCATABLE = {CPU: 96_000, MEMORY: 768 * 2**30, PODS: 110}
 
@@ -72,8 +65,7 @@ def build(nodes: int, case: str, seed: int) -> SchedulingLoop:
             cache.assume(pod, name, tuple(range(used, used + gpus)))
             cache.confirm(pod.key)
             used += gpus
-    scheduler = Scheduler(cache, Framework.build(config), NoBinding())
-    loop = SchedulingLoop(scheduler, SchedulingQueue(clock=lambda: 0.0), clock=lambda: 0.0, events=Quiet())
+    loop = root.build(config, binder=cycle.NoBinding(), clock=lambda: 0.0, events=Quiet(), cache=cache).loop
     for entry in list(cache.pods()):
         loop.pod_placed(entry.pod)
     return loop

@@ -13,31 +13,25 @@ Runs alternate between the two (``--rounds`` each), so load on the machine falls
 each is printed in microseconds per pod, with their ratio. Decisions are compared too: both profiles must pick
 the same node for every pod (a plain pod scores 0 on every node in each of the left-out plugins).
 
-Run: ``.venv/bin/python benchmarks/core_cost.py [--pods 3000] [--rounds 6]``.
+Run: ``.venv/bin/python -m benchmarks.core_cost [--pods 3000] [--rounds 6]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchmarks import harness
+from scheduler.api.node import NodeInfo
+from scheduler.api.pod import PodRequest
+from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.core import cycle, root
+from scheduler.framework import profile
+from scheduler.framework.profile import ProfileConfig
+from scheduler.sim import trace
 
-from scheduler.api.node import NodeInfo  # noqa: E402
-from scheduler.api.pod import PodRequest  # noqa: E402
-from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest  # noqa: E402
-from scheduler.cache.state import Cache  # noqa: E402
-from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
-from scheduler.core.extension_points import Framework  # noqa: E402
-from scheduler.framework import profile  # noqa: E402
-from scheduler.framework.profile import ProfileConfig  # noqa: E402
-from scheduler.sim import trace  # noqa: E402
-
-NODES_CSV = REPO.parent / "shared" / "traces" / "alibaba-gpu-v2023" / "openb_node_list_gpu_node.csv"
+NODES_CSV = harness.TRACE / "openb_node_list_gpu_node.csv"
 #: Plugins that exist for everyday pods; ``bare`` leaves them out.
 EVERYDAY = frozenset({"ports", "interpod", "topology_spread", "volumes"})
 
@@ -68,10 +62,8 @@ def bare(config: ProfileConfig) -> ProfileConfig:
 
 
 def one_round(config: ProfileConfig, infos: list[NodeInfo], pods: list[PodRequest]) -> tuple[float, list[str]]:
-    cache = Cache()
-    for info in infos:
-        cache.upsert_node(info)
-    scheduler = Scheduler(cache, Framework.build(config), NoBinding())
+    scheduler = root.build_scheduler(config, binder=cycle.NoBinding(), nodes=infos)
+    cache = scheduler.cache
     scheduler.schedule(pods[0])  # first call: kernels compiled, pod index built
     cache.forget(pods[0].key)
     chosen = []

@@ -13,7 +13,7 @@ pod, one in ten a shared half GPU, in 8 queues) is built in this process. It pri
   while the page polled with nothing changing, and with one pod placed every second (each change rebuilds and
   re-renders the map once, whatever the number of viewers).
 
-Run: ``.venv/bin/python benchmarks/dashboard_map.py`` (add ``--no-browser`` for the first two only).
+Run: ``.venv/bin/python -m benchmarks.dashboard_map`` (add ``--no-browser`` for the first two only).
 """
 
 from __future__ import annotations
@@ -23,18 +23,13 @@ import asyncio
 import contextlib
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-sys.path.insert(0, str(REPO))
-
-from scheduler.api import node as api_node  # noqa: E402
-from scheduler.api import pod as api_pod  # noqa: E402
-from scheduler.api import topology as api_topology  # noqa: E402
-from scheduler.cache.state import Cache  # noqa: E402
-from scheduler.dashboard import cluster_map, pages, server, view  # noqa: E402
+from scheduler.api import node as api_node
+from scheduler.api import pod as api_pod
+from scheduler.api import topology as api_topology
+from scheduler.cache.state import Cache
+from scheduler.dashboard import cluster_map, pages, server, view
 
 QUEUE = "gpusched.io/queue"
 BLOCK = "network.topology.gpusched.io/block"
@@ -127,7 +122,7 @@ def timed(repeat: int, fn: Any) -> tuple[float, Any]:
 
 
 async def in_browser(source: CacheSource, seconds: float) -> None:
-    from browser import Browser, chromium
+    from tests.e2e.browser import Browser, chromium
 
     running = await server.serve(source, port=0, host="127.0.0.1")
     browser = await asyncio.to_thread(Browser, chromium())

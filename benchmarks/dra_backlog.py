@@ -31,7 +31,7 @@ with LocalCluster's ``defer_scheduler``; client QPS and burst set by a KubeSched
 ``gpusched`` (``gpusched run``, as benchmarks/e2e_throughput.py starts it in backlog mode), both at the client
 QPS and burst given by ``--qps`` / ``--burst``.
 
-    .venv/bin/python benchmarks/dra_backlog.py [--pods 2000] [--mix] [--nodes N] [--cases kube-scheduler,gpusched]
+    .venv/bin/python -m benchmarks.dra_backlog [--pods 2000] [--mix] [--nodes N] [--cases kube-scheduler,gpusched]
                                                [--qps 1000 --burst 2000] [--json FILE]
 
 Needs the control-plane binaries (tests/e2e/build-controlplane.sh) and, for gpusched, ``gpusched run``.
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import platform
 import sys
@@ -52,18 +51,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT))
-
-import e2e_throughput  # noqa: E402
-import kube  # noqa: E402
-import scale  # noqa: E402
-from e2e_throughput import Api  # noqa: E402
-from localcluster import LocalCluster  # noqa: E402
-
-from tests.api import dra_objects  # noqa: E402
+from benchmarks import e2e_throughput, harness, scale
+from benchmarks.e2e_throughput import Api
+from tests.api import dra_objects
+from tests.e2e import kube
+from tests.e2e.localcluster import LocalCluster
 
 CASES = ("kube-scheduler", "gpusched")
 #: e2e_throughput's BindWatch watches this namespace.
@@ -361,22 +353,17 @@ def run_case(case: str, args: argparse.Namespace, per_pod: Sequence[int]) -> Res
     """One scheduler on a fresh cluster: a Result, or why it could not run."""
     options: dict[str, Any] = {}
     if case == "gpusched":
-        missing = kube.gpusched_run_available()
-        if missing is not None:
-            return f"`gpusched run` is not available in this checkout ({missing})"
+        if (missing := harness.gpusched_missing()) is not None:
+            return missing
     else:
-        options = {"with_scheduler": True, "defer_scheduler": True}
-        options.update(scheduler_qps=args.qps, scheduler_burst=args.burst)
+        options = harness.kube_scheduler(args.qps, args.burst)
     with LocalCluster(verbose=False, **options) as cluster:
         replica: kube.Gpusched | None = None
         start: Callable[[], object] = cluster.start_scheduler
         if case == "gpusched":
-            k = kube.Kube.of_local(cluster)
-            k.apply_crds()
-            k.ensure_namespace(kube.SYSTEM_NAMESPACE)
+            k = harness.for_gpusched(cluster)
             # As benchmarks/e2e_throughput.py's backlog mode: the process is spawned when the clock starts.
-            config = {"binding": {"concurrency": 64, "qps": args.qps, "burst": args.burst}}
-            replica = kube.Gpusched(k, identity="bench", workdir=kube.scenario_workdir(), config=config)
+            replica = harness.gpusched(k, qps=args.qps, burst=args.burst)
             start = replica.start
         try:
             result = asyncio.run(
@@ -423,17 +410,22 @@ def log_tail(path: Path, lines: int) -> str:
 
 
 def table(results: Mapping[str, Result | str]) -> str:
-    lines = [
-        "| scheduler | pods | bound | seconds | pods/s | first bind (s) | p50 (s) | p99 (s) | valid allocations |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    head = ["scheduler", "pods", "bound", "seconds", "pods/s", "first bind (s)", "p50 (s)", "p99 (s)"]
+    head.append("valid allocations")
+    rows: list[list[object]] = []
     for case, r in results.items():
         if isinstance(r, str):
-            lines.append(f"| {case} | | | | | | | | not run: {r} |")
+            rows.append(harness.note_row(case, f"not run: {r}", len(head)))
             continue
-        figures = f"{r.seconds:.1f} | {r.pods_per_s:.1f} | {r.first_bind_s:.2f} | {r.p50_s:.2f} | {r.p99_s:.2f}"
-        lines.append(f"| {case} | {r.pods} | {r.bound} | {figures} | {r.valid}/{r.pods} |")
-    return "\n".join(lines)
+        figures = [
+            f"{r.seconds:.1f}",
+            f"{r.pods_per_s:.1f}",
+            f"{r.first_bind_s:.2f}",
+            f"{r.p50_s:.2f}",
+            f"{r.p99_s:.2f}",
+        ]
+        rows.append([case, r.pods, r.bound, *figures, f"{r.valid}/{r.pods}"])
+    return harness.markdown_table(head, rows, align="l" + "r" * 8)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -447,12 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=64, help="creates in flight while building the backlog")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the claims, then the binds")
     parser.add_argument("--idle", type=float, default=120.0, help="stop waiting after this many seconds without a bind")
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    harness.add_json(parser)
     args = parser.parse_args(argv)
-    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    unknown = sorted(set(cases) - set(CASES))
-    if unknown:
-        parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
+    cases = harness.chosen(parser, args.cases, CASES)
     per_pod = sizes(args.pods, mix=args.mix)
     gpus = sum(per_pod)
     if not args.nodes:
@@ -486,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         out: dict[str, Any] = {c: r.as_json() if isinstance(r, Result) else {"not_run": r} for c, r in results.items()}
         out["setup"] = {"nodes": args.nodes, "pods": len(per_pod), "mix": args.mix, "gpus": gpus}
         out["setup"].update(qps=args.qps, burst=args.burst, concurrency=args.concurrency)
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        harness.write_json(args.json, out)
     return 0 if all(isinstance(r, Result) and r.valid == r.pods for r in results.values()) else 1
 
 

@@ -30,7 +30,7 @@ The peers (tests/e2e/peer_schedulers.py, built by tests/e2e/build-peers.sh): ``v
 (single pods), ``volcano-gangs`` and ``coscheduling-gangs`` (the ``gangs`` workload as each peer expresses a
 gang), at the same client QPS and burst as gpusched (``--peer-qps``, ``--peer-burst``).
 
-    .venv/bin/python benchmarks/e2e_throughput.py [--nodes 1000 --pods 5000] [--cases kube-scheduler,gpusched]
+    .venv/bin/python -m benchmarks.e2e_throughput [--nodes 1000 --pods 5000] [--cases kube-scheduler,gpusched]
                                                   [--json FILE]
 
 Needs the control-plane binaries (tests/e2e/build-controlplane.sh) and, for the gpusched cases, ``gpusched run``.
@@ -55,15 +55,11 @@ from typing import Any
 
 import aiohttp
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-# Its sibling proc_cpu, also when it is loaded by path from elsewhere (tests/e2e/test_peer_schedulers.py).
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import harness, proc_cpu
 
-import kube  # noqa: E402
-import peer_schedulers  # noqa: E402
-import proc_cpu  # noqa: E402
-from localcluster import LocalCluster  # noqa: E402
+# Its sibling proc_cpu, also when it is loaded by path from elsewhere (tests/e2e/test_peer_schedulers.py).
+from tests.e2e import kube, peer_schedulers
+from tests.e2e.localcluster import LocalCluster
 
 CASES = (
     "ceiling",
@@ -441,10 +437,8 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
     if case in NULL_BINDER_CASES and args.mode != "backlog":
         return "the null binder lists a backlog once: run it with --mode backlog"
     gpusched_case = case in ("gpusched", "gangs", "gpusched-anti")
-    if gpusched_case:
-        missing = kube.gpusched_run_available()
-        if missing is not None:
-            return f"`gpusched run` is not available in this checkout ({missing})"
+    if gpusched_case and (missing := harness.gpusched_missing()) is not None:
+        return missing
     peer = PEER_OF.get(case)
     peer_bin: Path | None = None
     if peer is not None:
@@ -461,9 +455,7 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
     if backlog and not gpusched_case:
         options["defer_scheduler"] = True
     with LocalCluster(verbose=False, **options) as cluster:
-        k = kube.Kube.of_local(cluster)
-        k.apply_crds()
-        k.ensure_namespace(kube.SYSTEM_NAMESPACE)
+        k = harness.for_gpusched(cluster)
         node_seconds = asyncio.run(create_nodes_now(cluster, args))
         print(f"[{case}] {args.nodes} nodes Ready in {node_seconds:.1f} s", file=sys.stderr, flush=True)
         replica = None
@@ -476,8 +468,7 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
             assert peer_bin is not None
             peer_procs, start, settle = start_peer(cluster, peer_bin, case, peer, args, backlog=backlog)
         elif gpusched_case:
-            config = {"binding": {"concurrency": 64, "qps": args.gpusched_qps, "burst": args.gpusched_burst}}
-            replica = kube.Gpusched(k, identity="bench", workdir=workdir, config=config)
+            replica = harness.gpusched(k, qps=args.gpusched_qps, burst=args.gpusched_burst, workdir=workdir)
             if backlog:
                 start = replica.start
             else:
@@ -486,7 +477,7 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
             assert cluster.pki is not None
 
             def start_binder() -> None:
-                argv = [sys.executable, str(ROOT / "benchmarks" / "null_binder.py"), "--server", cluster.server]
+                argv = [sys.executable, str(harness.REPO / "benchmarks" / "null_binder.py"), "--server", cluster.server]
                 argv += ["--ca", str(cluster.pki.ca_crt), "--cert", str(cluster.pki.admin_crt)]
                 argv += ["--key", str(cluster.pki.admin_key), "--namespace", NAMESPACE]
                 argv += ["--scheduler-name", NULL_BINDER, "--concurrency", str(args.binder_concurrency)]
@@ -614,21 +605,18 @@ async def create_nodes_now(cluster: LocalCluster, args: argparse.Namespace) -> f
 def table(results: Mapping[str, Result | str]) -> str:
     base = results.get("kube-scheduler")
     ceiling = results.get("ceiling")
-    lines = [
-        "| case | pods | bound | pods/s | of the ceiling | vs kube-scheduler | p50 (s) | p99 (s) | Scheduled Events "
-        "| first bind (s) | pods/s after it | note |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    head = ["case", "pods", "bound", "pods/s", "of the ceiling", "vs kube-scheduler", "p50 (s)", "p99 (s)"]
+    head += ["Scheduled Events", "first bind (s)", "pods/s after it", "note"]
+    rows: list[list[object]] = []
     for case, r in results.items():
         if isinstance(r, str):
-            lines.append(f"| {case} | | | | | | | | | | | not run: {r} |")
+            rows.append(harness.note_row(case, f"not run: {r}", len(head)))
             continue
         ratio = f"{r.pods_per_s / base.pods_per_s:.2f}x" if isinstance(base, Result) and base.pods_per_s else ""
         share = f"{r.pods_per_s / ceiling.pods_per_s:.0%}" if isinstance(ceiling, Result) and ceiling.pods_per_s else ""
-        figures = f"{r.pods_per_s:.1f} | {share} | {ratio} | {r.p50_s:.2f} | {r.p99_s:.2f} | {r.events}"
-        figures += f" | {r.first_bind_s:.2f} | {r.running_pods_per_s:.1f}"
-        lines.append(f"| {case} | {r.pods} | {r.bound} | {figures} | {r.note} |")
-    return "\n".join(lines)
+        figures = [f"{r.pods_per_s:.1f}", share, ratio, f"{r.p50_s:.2f}", f"{r.p99_s:.2f}", r.events]
+        rows.append([case, r.pods, r.bound, *figures, f"{r.first_bind_s:.2f}", f"{r.running_pods_per_s:.1f}", r.note])
+    return harness.markdown_table(head, rows, align="l" + "r" * 10 + "l")
 
 
 def cpu_table(results: Mapping[str, Result | str]) -> str:
@@ -710,12 +698,9 @@ def main(argv: list[str] | None = None) -> int:
         help="burst: pods are created while the scheduler runs (the clock starts at the first create); backlog: "
         "all pods are created first, then the scheduler is started (the clock starts there)",
     )
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    harness.add_json(parser)
     args = parser.parse_args(argv)
-    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    unknown = sorted(set(cases) - set(CASES))
-    if unknown:
-        parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
+    cases = harness.chosen(parser, args.cases, CASES)
     wanted = max(
         args.pods if set(cases) - set(GANGS_OF) else 0,
         args.gangs * args.gang_size if set(cases) & set(GANGS_OF) else 0,
@@ -750,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
             "peer_qps": [args.peer_qps, args.peer_burst],
             "apps": args.apps,
         }
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        harness.write_json(args.json, out)
     return 0 if all(isinstance(r, Result) and r.bound == r.pods for r in results.values()) else 1
 
 

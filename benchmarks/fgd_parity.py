@@ -8,8 +8,8 @@ policies it also prints, per list, default's curve against fgd's (at 100% and 13
 worst point over 50..130%, and the difference every 10 points), and ``--doc`` writes that part into
 docs/simulator.md between its ``fgd_parity`` markers.
 
-    .venv/bin/python benchmarks/fgd_parity.py --policies fgd,default --seeds 42-44 --doc   # the curve rule
-    .venv/bin/python benchmarks/fgd_parity.py [--seeds 42-51] [--traces default,cpu050] [--out results/]
+    .venv/bin/python -m benchmarks.fgd_parity --policies fgd,default --seeds 42-44 --doc   # the curve rule
+    .venv/bin/python -m benchmarks.fgd_parity [--seeds 42-51] [--traces default,cpu050] [--out results/]
 """
 
 from __future__ import annotations
@@ -21,12 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scheduler.sim import command, trace
+from benchmarks import harness
+from scheduler.sim import command
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-FOLDER = SHARED / "traces" / "alibaba-gpu-v2023"
-DOC = ROOT / "docs" / "simulator.md"
 BEGIN, END = "<!-- fgd_parity:begin -->", "<!-- fgd_parity:end -->"
 REF_BEGIN, REF_END = "<!-- fgd_reference:begin -->", "<!-- fgd_reference:end -->"
 #: The issue's curve rule: default no more than this many points below fgd anywhere from 50% to 130% arrived.
@@ -45,7 +42,7 @@ TOLERANCE = {"gpu-packing": 1.0, "gpu-clustering": 1.0}
 
 
 def reference() -> dict[tuple[str, str], float]:
-    path = SHARED / "reference" / "fgd-allocation-expected.csv"
+    path = harness.SHARED / "reference" / "fgd-allocation-expected.csv"
     with path.open() as handle:
         return {
             (row["workload"].removeprefix("openb_pod_list_"), REFERENCE_NAMES[row["sc_policy"]]): float(
@@ -61,22 +58,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", default="", help="pod lists by their suffix (default: every list in shared/)")
     parser.add_argument("--doc", action="store_true", help="write the curve tables into docs/simulator.md")
     parser.add_argument("--policies", default=",".join(POLICIES))
-    parser.add_argument("--out", default=str(ROOT / "results"), help="folder for one JSON file per trace")
+    parser.add_argument("--out", default=str(harness.REPO / "results"), help="folder for one JSON file per trace")
     args = parser.parse_args(argv)
-    if not SHARED.is_dir():
-        print(f"needs the trace and the reference results in {SHARED}", file=sys.stderr)
+    if not harness.SHARED.is_dir():
+        print(f"needs the trace and the reference results in {harness.SHARED}", file=sys.stderr)
         return 2
     seeds = command.parse_seeds(args.seeds)
     names = args.policies.split(",")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     ref = reference()
-    folder = FOLDER
-    nodes = trace.load_nodes(folder / "openb_node_list_gpu_node.csv")
+    nodes = harness.trace_nodes()
     all_results = {}
-    lists = args.traces.split(",") if args.traces else all_lists()
+    lists = harness.trace_lists(args.traces)
     for name in lists:
-        pods = trace.load_pods(folder / f"openb_pod_list_{name}.csv")
+        pods = harness.trace_pods(name)
         results = command.compare_tune(nodes, pods, names, 1.3, seeds, command.Progress(quiet=False))
         (out / f"fgd-protocol-{name}.json").write_text(json.dumps({"seeds": seeds, "results": results}, indent=2))
         all_results[name] = results
@@ -84,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parity = parity_table(all_results, ref, seeds, names, lists)
     print("\n" + parity)
     if args.doc and any((name, policy) in ref for name in lists for policy in names):
-        write_doc(parity, REF_BEGIN, REF_END)
-        print(f"wrote the parity table into {DOC.relative_to(ROOT)}")
+        harness.write_doc(parity, REF_BEGIN, REF_END)
+        print(f"wrote the parity table into {harness.SIMULATOR_DOC.relative_to(harness.REPO)}")
     if "default" in names and "fgd" in names:
         print("\n### default against fgd at 130% arrived\n")
         print("| trace | fgd (ours) | FGD (paper) | default | default - fgd | default wins on seeds |")
@@ -105,13 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         text = curve_tables(all_results, seeds)
         print("\n" + text)
         if args.doc:
-            write_doc(text, BEGIN, END)
-            print(f"wrote the curve tables into {DOC.relative_to(ROOT)}")
+            harness.write_doc(text, BEGIN, END)
+            print(f"wrote the curve tables into {harness.SIMULATOR_DOC.relative_to(harness.REPO)}")
     return 0
-
-
-def all_lists() -> list[str]:
-    return sorted(p.stem.removeprefix("openb_pod_list_") for p in FOLDER.glob("openb_pod_list_*.csv"))
 
 
 def curve_tables(all_results: dict[str, dict[str, dict[str, Any]]], seeds: list[int]) -> str:
@@ -190,15 +182,6 @@ def parity_table(
             )
     lines += ["", f"Within the bar: {met} of the {compared} (list, policy) pairs that have a published figure."]
     return "\n".join(lines)
-
-
-def write_doc(text: str, begin: str, end: str) -> None:
-    doc = DOC.read_text()
-    if begin not in doc or end not in doc:
-        raise SystemExit(f"{DOC} has no {begin} ... {end} section to write into")
-    head, rest = doc.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    DOC.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ the allocation at 130% of fgd and of the variant, the variant's share of the hea
 from 10% to 130% arrived (mean and worst point), and checks the issue's bar (mean share >= 30%, never more than
 0.2 points below fgd).
 
-    nice .venv/bin/python benchmarks/guided.py --variant levels --weight 1 --seeds 42
+    nice .venv/bin/python -m benchmarks.guided --variant levels --weight 1 --seeds 42
 """
 
 from __future__ import annotations
@@ -32,16 +32,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-import fgd_parity
 import numpy as np
-from fgd_parity import FOLDER
 
+from benchmarks import harness
 from scheduler.api import typical
 from scheduler.core import registry
 from scheduler.framework.interface import F64, I64, CycleState
 from scheduler.framework.profile import PluginConfig
 from scheduler.kernels import layout
-from scheduler.sim import bound, command, engine, policies, protocol, trace
+from scheduler.sim import bound, command, engine, policies, protocol
 from scheduler.sim.trace import NodeSpec, PodSpec
 
 RATIO = 1.3
@@ -132,10 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     registry.PLUGINS["bound_guide"] = LevelGuide
     seeds = command.parse_seeds(args.seeds)
-    nodes = trace.load_nodes(FOLDER / "openb_node_list_gpu_node.csv")
+    nodes = harness.trace_nodes()
     capacity = float(sum(n.gpus for n in nodes) * layout.WHOLE)
     percents = list(range(0, round(RATIO * 100) + 1))
-    lists = args.traces.split(",") if args.traces else fgd_parity.all_lists()
+    lists = harness.trace_lists(args.traces)
     progress = command.Progress(quiet=False)
     label = f"{args.variant}" + (
         f" weight {args.weight:g}{' hint' if args.hint else ''}" if args.variant == "levels" else ""
@@ -151,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     shares, worsts = [], []
     for name in lists:
-        pods = trace.load_pods(FOLDER / f"openb_pod_list_{name}.csv")
+        pods = harness.trace_pods(name)
         shapes = typical.typical_shapes([p.shape for p in pods])
         program, solution = target(nodes, shapes, capacity)
         fgd_config = policies.build("fgd", shapes=shapes, seed=0)

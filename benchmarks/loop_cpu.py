@@ -6,26 +6,32 @@ session and its actions, the cycle, the plugins), and confirmed as the watch con
 parsed again, ``Cache.upsert_pod``, ``SchedulingLoop.pod_placed``). ``--pods`` one-GPU pods on ``--nodes`` nodes
 of 8 GPUs, the default profile.
 
-``--tree DIR`` imports the ``scheduler`` package of another checkout (an older commit's, run with that checkout's
-virtualenv: ``/old/.venv/bin/python benchmarks/loop_cpu.py --tree /old``), so two commits are compared by the
-same workload. CPU time (``time.process_time``), not wall time: on a shared machine the wall clock measures the
-neighbours. Each round starts from an empty cache; the best round and all rounds are printed. Then ``--bound`` bound
-pods (6 one-GPU and 4 CPU-only a node) are parsed as a restart's listing parses them, per round. ``--profile FILE``
-writes a cProfile of the last round (timed on CPU time) for ``python -m pstats``.
+``--tree DIR`` runs the ``scheduler`` package of another checkout (an older commit's, run with that checkout's
+virtualenv: ``/old/.venv/bin/python -m benchmarks.loop_cpu --tree /old``; the script runs itself again with that
+tree first on ``PYTHONPATH``), so two commits are compared by the same workload. CPU time (``time.process_time``),
+not wall time: on a shared machine the wall clock measures the neighbours. Each round starts from an empty cache;
+the best round and all rounds are printed. Then ``--bound`` bound pods (6 one-GPU and 4 CPU-only a node) are parsed
+as a restart's listing parses them, per round. ``--profile FILE`` writes a cProfile of the last round (timed on CPU
+time) for ``python -m pstats``.
 
-Run: ``.venv/bin/python benchmarks/loop_cpu.py [--pods 3000] [--nodes 1000] [--rounds 3] [--tree DIR]``.
+Run: ``.venv/bin/python -m benchmarks.loop_cpu [--pods 3000] [--nodes 1000] [--rounds 3] [--tree DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+#: This checkout (not imported from benchmarks.harness: with ``--tree`` the script runs beside another checkout).
+REPO = Path(__file__).resolve().parents[1]
+#: Set in the run again with ``--tree`` first on the path, so that it is run again only once.
+AGAIN = "GPUSCHED_LOOP_CPU_TREE"
 
 
 def raw_node(i: int) -> dict[str, Any]:
@@ -67,27 +73,19 @@ def one_round(nodes: int, pods: int) -> tuple[float, int]:
     """(CPU microseconds per bound pod, pods bound) for one round from an empty cache."""
     from scheduler.api import node as api_node
     from scheduler.api import pod as api_pod
-    from scheduler.cache.state import Cache
-    from scheduler.core.cycle import Scheduler
-    from scheduler.core.loop import SchedulingLoop
     from scheduler.framework import profile
-    from scheduler.queue.scheduling import SchedulingQueue
 
-    try:
-        from scheduler.core.extension_points import Framework
-    except ImportError:  # before the split's renames
-        from scheduler.core.framework import Framework  # type: ignore[no-redef]
-
-    cache = Cache()
-    for i in range(nodes):
-        cache.upsert_node(api_node.parse_node(raw_node(i)))
+    infos = [api_node.parse_node(raw_node(i)) for i in range(nodes)]
     binder = _Decisions()
-    scheduler = Scheduler(cache, Framework.build(profile.load()), binder)
     try:
-        queue = SchedulingQueue(clock=time.time, pop_from_backoff=True)
-    except TypeError:  # before pop_from_backoff
-        queue = SchedulingQueue(clock=time.time)
-    loop = SchedulingLoop(scheduler, queue, clock=time.time, events=_NoEvents())
+        from scheduler.core import root
+    except ImportError:  # a tree before the composition root
+        cache, loop = _wired_by_hand(infos, binder)
+    else:
+        core = root.build(
+            profile.load(), binder=binder, clock=time.time, events=_NoEvents(), nodes=infos, pop_from_backoff=True
+        )
+        cache, loop = core.cache, core.loop
     raws = [raw_pod(i) for i in range(pods)]
     started = time.process_time()
     for raw in raws:
@@ -103,6 +101,30 @@ def one_round(nodes: int, pods: int) -> tuple[float, int]:
             bound += 1
         binder.decisions.clear()
     return (time.process_time() - started) / max(1, bound) * 1e6, bound
+
+
+def _wired_by_hand(infos: list[Any], binder: _Decisions) -> tuple[Any, Any]:
+    """The cache and loop as trees before ``scheduler.core.root`` wired them."""
+    from scheduler.cache.state import Cache
+    from scheduler.core.cycle import Scheduler
+    from scheduler.core.loop import SchedulingLoop
+    from scheduler.framework import profile
+    from scheduler.queue.scheduling import SchedulingQueue
+
+    try:
+        from scheduler.core.extension_points import Framework
+    except ImportError:  # before the split's renames
+        from scheduler.core.framework import Framework  # type: ignore[no-redef]
+
+    cache = Cache()
+    for info in infos:
+        cache.upsert_node(info)
+    scheduler = Scheduler(cache, Framework.build(profile.load()), binder)
+    try:
+        queue = SchedulingQueue(clock=time.time, pop_from_backoff=True)
+    except TypeError:  # before pop_from_backoff
+        queue = SchedulingQueue(clock=time.time)
+    return cache, SchedulingLoop(scheduler, queue, clock=time.time, events=_NoEvents())
 
 
 def parse_round(pods: int) -> float:
@@ -132,7 +154,12 @@ def main() -> int:
     parser.add_argument("--bound", type=int, default=10_000, help="bound pods parsed per round (0: none)")
     parser.add_argument("--profile", type=Path, help="write a cProfile (on CPU time) of the last round here")
     args = parser.parse_args()
-    sys.path.insert(0, str(args.tree.resolve()))
+    tree = args.tree.resolve()
+    found = importlib.util.find_spec("scheduler")
+    elsewhere = found is None or found.origin is None or Path(found.origin).resolve().parents[1] != tree
+    if elsewhere and os.environ.get(AGAIN) != str(tree):
+        env = {**os.environ, AGAIN: str(tree), "PYTHONPATH": os.pathsep.join([str(tree), str(REPO)])}
+        os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]], env)
     import scheduler
 
     where = Path(scheduler.__file__).resolve().parent.parent

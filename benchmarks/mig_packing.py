@@ -23,7 +23,7 @@ boundaries, cost on the stream. None of these is a proven optimum or bound: the 
 (``--smallest-first`` tries the smallest profiles first), and so does timing (a real scheduler may place a claim
 later, or elsewhere, than the replay and do better after).
 
-    .venv/bin/python benchmarks/mig_packing.py [--loads 0.8,1.0,1.2,1.4] [--seeds 42,43,44] [--smallest-first]
+    .venv/bin/python -m benchmarks.mig_packing [--loads 0.8,1.0,1.2,1.4] [--seeds 42,43,44] [--smallest-first]
                                                [--deadline S] [the stream's options of mig_stream.py]
 """
 
@@ -33,12 +33,8 @@ import argparse
 import heapq
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import mig_stream
-
+from benchmarks import mig_stream
 from tests.api import dra_objects
 
 POLICIES = ("first-fit", "keeps-room", "repacked", "pooled")

@@ -46,11 +46,11 @@ it must be 0 for both), and the claims placed by the late end. Per case on stder
 placed by profile, the mean wait (arrival to bind) by profile, and every counted claim's arrival and bind.
 ``benchmarks/mig_packing.py`` replays the same streams without a cluster, as an ideal scheduler would place them.
 
-    .venv/bin/python benchmarks/mig_stream.py [--nodes 2] [--claims 120] [--loads 0.8,1.0,1.2] [--seeds 42,43,44]
+    .venv/bin/python -m benchmarks.mig_stream [--nodes 2] [--claims 120] [--loads 0.8,1.0,1.2] [--seeds 42,43,44]
                                               [--life 20] [--warmup S] [--grace 2] [--late 10]
                                               [--cases kube-scheduler,gpusched] [--json FILE]
-    .venv/bin/python benchmarks/mig_stream.py --describe [--loads ...] [--seeds ...]
-    .venv/bin/python benchmarks/mig_stream.py --combine FILE.json ...   # the table of runs made apart
+    .venv/bin/python -m benchmarks.mig_stream --describe [--loads ...] [--seeds ...]
+    .venv/bin/python -m benchmarks.mig_stream --combine FILE.json ...   # the table of runs made apart
 
 Needs the control-plane binaries (tests/e2e/build-controlplane.sh) and, for gpusched, ``gpusched run``.
 """
@@ -70,18 +70,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT))
-
-import dra_backlog  # noqa: E402
-import e2e_throughput  # noqa: E402
-import kube  # noqa: E402
-from e2e_throughput import Api  # noqa: E402
-from localcluster import LocalCluster  # noqa: E402
-
-from tests.api import dra_objects  # noqa: E402
+from benchmarks import dra_backlog, e2e_throughput, harness
+from benchmarks.e2e_throughput import Api
+from tests.api import dra_objects
+from tests.e2e import kube
+from tests.e2e.localcluster import LocalCluster
 
 CASES = ("kube-scheduler", "gpusched")
 NAMESPACE = e2e_throughput.NAMESPACE
@@ -375,19 +368,16 @@ def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> 
     arrivals = arrivals_of(args, load=load, seed=seed)
     options: dict[str, Any] = {}
     if case == "gpusched":
-        missing = kube.gpusched_run_available()
-        if missing is not None:
-            return f"`gpusched run` is not available in this checkout ({missing})"
+        if (missing := harness.gpusched_missing()) is not None:
+            return missing
     else:
-        options = {"with_scheduler": True, "defer_scheduler": True, "scheduler_qps": 1000, "scheduler_burst": 2000}
+        options = harness.kube_scheduler(1000, 2000)
     with LocalCluster(verbose=False, **options) as cluster:
         replica: kube.Gpusched | None = None
         start: Any = cluster.start_scheduler
         if case == "gpusched":
-            k = kube.Kube.of_local(cluster)
-            k.apply_crds()
-            k.ensure_namespace(kube.SYSTEM_NAMESPACE)
-            replica = kube.Gpusched(k, identity="bench", workdir=kube.scenario_workdir())
+            k = harness.for_gpusched(cluster)
+            replica = harness.gpusched(k)
             print(f"[gpusched] log: {replica.log_path}", file=sys.stderr, flush=True)
             # Ready (leading, caches listed) before the stream starts, as kube-scheduler is started and healthy.
             start = lambda: replica.start().wait_ready().wait_leader()  # noqa: E731
@@ -412,24 +402,28 @@ def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> 
 
 
 def table(results: list[Result]) -> str:
-    rows = [
-        "| load | scheduler | offered | claims placed | 4g/7g placed | compute in use | pods/s | over-consumed "
-        "| placed by the late end |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    head = ["load", "scheduler", "offered", "claims placed", "4g/7g placed", "compute in use", "pods/s"]
+    head += ["over-consumed", "placed by the late end"]
     groups: dict[tuple[float, str], list[Result]] = {}
     for r in results:
         groups.setdefault((r.load, r.case), []).append(r)
+    rows = []
     for (load, case), rs in sorted(groups.items()):
         n = len(rs)
         rows.append(
-            f"| {load:.1f} | {case} | {100 * sum(r.offered for r in rs) / n:.1f}% "
-            f"| {sum(r.placed for r in rs) / n:.1f} of {rs[0].asked} "
-            f"| {sum(r.big_placed for r in rs) / n:.1f} of {sum(r.big_asked for r in rs) / n:.1f} "
-            f"| {100 * sum(r.compute_in_use for r in rs) / n:.1f}% | {sum(r.pods_per_s for r in rs) / n:.2f} "
-            f"| {sum(r.over_consumed for r in rs)} | {sum(r.placed_late for r in rs) / n:.1f} |"
+            [
+                f"{load:.1f}",
+                case,
+                f"{100 * sum(r.offered for r in rs) / n:.1f}%",
+                f"{sum(r.placed for r in rs) / n:.1f} of {rs[0].asked}",
+                f"{sum(r.big_placed for r in rs) / n:.1f} of {sum(r.big_asked for r in rs) / n:.1f}",
+                f"{100 * sum(r.compute_in_use for r in rs) / n:.1f}%",
+                f"{sum(r.pods_per_s for r in rs) / n:.2f}",
+                sum(r.over_consumed for r in rs),
+                f"{sum(r.placed_late for r in rs) / n:.1f}",
+            ]
         )
-    return "\n".join(rows)
+    return harness.markdown_table(head, rows, align="rl" + "r" * 7)
 
 
 def _mean_waits(result: Result) -> dict[str, float]:
@@ -519,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     add_stream_options(parser, loads="0.8,1.0,1.2")
     parser.add_argument("--describe", action="store_true", help="print each stream's offered load and mix, run nothing")
     parser.add_argument("--cases", default=",".join(CASES))
-    parser.add_argument("--json", type=Path)
+    harness.add_json(parser)
     parser.add_argument(
         "--combine",
         type=Path,
@@ -527,10 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         help="print the table of earlier runs' --json files (say, one per scheduler run side by side), run nothing",
     )
     args = parser.parse_args(argv)
-    cases = [c for c in args.cases.split(",") if c]
-    unknown = [c for c in cases if c not in CASES]
-    if unknown:
-        parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
+    cases = harness.chosen(parser, args.cases, CASES)
     if args.describe:
         describe(args)
         return 0
@@ -560,8 +551,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(outcome)
     print(f"{platform.node()}: {args.nodes} nodes of {GPUS_PER_NODE} H100, {args.claims} claims, life {args.life} s")
     print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    harness.write_json(args.json, [asdict(r) for r in results])
     return 0 if all(r.over_consumed == 0 for r in results) else 1
 
 

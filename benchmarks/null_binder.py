@@ -9,7 +9,7 @@ reaches is what the API server (and etcd) on this machine can take, so a schedul
 measured in the same run on the same cluster shape, is the fraction of the ceiling it reaches.
 ``benchmarks/e2e_throughput.py`` runs it as its ``ceiling`` case, as a process of its own like the schedulers.
 
-    python benchmarks/null_binder.py --server URL --ca CA --cert CRT --key KEY --namespace NS [--concurrency 64]
+    python -m benchmarks.null_binder --server URL --ca CA --cert CRT --key KEY --namespace NS [--concurrency 64]
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ preemptor's first, the loop run after each deletion (it wakes every preemptor st
 would). It prints the CPU milliseconds per preemptor, the evictions (one preemptor needs 3: the minimum is 3N) and
 how many preemptors were bound on a node nominated for another.
 
-Run: ``.venv/bin/python benchmarks/preempt_cost.py [--nodes 1000] [--cycles 10] [--rounds 3] [--wall]
+Run: ``.venv/bin/python -m benchmarks.preempt_cost [--nodes 1000] [--cycles 10] [--rounds 3] [--wall]
 [--basic 1000]``.
 """
 
@@ -40,30 +40,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from unfit_cost import best_us  # noqa: E402  (this script's folder is on the path: it runs as a script)
-
-from scheduler.api.node import NodeInfo  # noqa: E402
-from scheduler.api.pod import PodRequest  # noqa: E402
-from scheduler.api.podgroup import PodGroup  # noqa: E402
-from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest  # noqa: E402
-from scheduler.cache.state import Cache  # noqa: E402
-from scheduler.core.actions import Verdict  # noqa: E402
-from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
-from scheduler.core.extension_points import Framework  # noqa: E402
-from scheduler.core.holds import Kind  # noqa: E402
-from scheduler.core.jobs import Attempt  # noqa: E402
-from scheduler.core.loop import SchedulingLoop  # noqa: E402
-from scheduler.core.preemption import Preemptor  # noqa: E402
-from scheduler.framework import profile  # noqa: E402
-from scheduler.queue.scheduling import SchedulingQueue  # noqa: E402
+from benchmarks import harness
+from scheduler.api.node import NodeInfo
+from scheduler.api.pod import PodRequest
+from scheduler.api.podgroup import PodGroup
+from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.core import cycle, root
+from scheduler.core.actions import Verdict
+from scheduler.core.holds import Kind
+from scheduler.core.jobs import Attempt
+from scheduler.core.loop import SchedulingLoop
+from scheduler.core.preemption import Preemptor
+from scheduler.framework import profile
 
 ALLOCATABLE = {CPU: 96_000, MEMORY: 768 * 2**30, PODS: 110}
 #: Priorities of the 7 pods on every node.
@@ -95,13 +86,13 @@ class Quiet:
 
 
 def build(nodes: int) -> tuple[SchedulingLoop, Clock, Quiet]:
-    cache = Cache()
-    for i in range(nodes):
-        cache.upsert_node(NodeInfo(name=f"node-{i:05d}", allocatable=ALLOCATABLE, gpus=8, labels={"pool": "a"}))
+    infos = [
+        NodeInfo(name=f"node-{i:05d}", allocatable=ALLOCATABLE, gpus=8, labels={"pool": "a"}) for i in range(nodes)
+    ]
     clock = Clock()
     quiet = Quiet()
-    scheduler = Scheduler(cache, Framework.build(profile.load()), NoBinding())
-    loop = SchedulingLoop(scheduler, SchedulingQueue(clock=clock), clock=clock, events=quiet, evictor=quiet)
+    core = root.build(profile.load(), binder=cycle.NoBinding(), clock=clock, events=quiet, evictor=quiet, nodes=infos)
+    cache, loop = core.cache, core.loop
     for i in range(nodes):
         for j, priority in enumerate(RUNNING):
             clock.now += 0.001
@@ -200,15 +191,14 @@ class Recorded(Quiet):
 
 def basic(nodes: int, clock: Callable[[], float]) -> None:
     """scheduler_perf's PreemptionBasic, in this process (see the module notes)."""
-    cache = Cache()
-    for i in range(nodes):
-        cache.upsert_node(
-            NodeInfo(name=f"node-{i:05d}", allocatable={CPU: 4000, MEMORY: 32 * 2**30, PODS: 110}, gpus=0)
-        )
+    allocatable = {CPU: 4000, MEMORY: 32 * 2**30, PODS: 110}
+    infos = [NodeInfo(name=f"node-{i:05d}", allocatable=allocatable, gpus=0) for i in range(nodes)]
     now = Clock()
     recorded = Recorded()
-    scheduler = Scheduler(cache, Framework.build(profile.load()), NoBinding())
-    loop = SchedulingLoop(scheduler, SchedulingQueue(clock=now), clock=now, events=recorded, evictor=recorded)
+    core = root.build(
+        profile.load(), binder=cycle.NoBinding(), clock=now, events=recorded, evictor=recorded, nodes=infos
+    )
+    cache, loop = core.cache, core.loop
     where: dict[str, str] = {}
     for i in range(nodes):
         for j in range(4):
@@ -292,10 +282,9 @@ def main() -> None:
     fits, unfit = pending("fits", 1, 0), pending("unfit", 2, 0)
     assert scheduler.place(fits, snapshot).decision is not None
     assert scheduler.place(unfit, snapshot).decision is None
-    print(
-        f"{'cycle fits':>14} {best_us(lambda: scheduler.place(fits, snapshot), args.cycles, args.rounds, clock):10.0f}"
-    )
-    fails = best_us(lambda: scheduler.place(unfit, snapshot), args.cycles, args.rounds, clock)
+    fit = harness.best_us(lambda: scheduler.place(fits, snapshot), args.cycles, args.rounds, clock)
+    print(f"{'cycle fits':>14} {fit:10.0f}")
+    fails = harness.best_us(lambda: scheduler.place(unfit, snapshot), args.cycles, args.rounds, clock)
     print(f"{'cycle fails':>14} {fails:10.0f}")
 
     finds = attempt_of(loop, [pending("finds", 2, 1000)])
@@ -306,7 +295,7 @@ def main() -> None:
         assert quiet.evicted > before
         undo(loop, finds)
 
-    print(f"{'finds victims':>14} {best_us(found, args.cycles, args.rounds, clock):10.0f}")
+    print(f"{'finds victims':>14} {harness.best_us(found, args.cycles, args.rounds, clock):10.0f}")
     loop.queue.done(finds.key)
 
     preemptor = loop.action_state(Preemptor)
@@ -333,9 +322,9 @@ def main() -> None:
             assert search(loop, attempt) is Verdict.NOTHING
 
         cycles = args.cycles if name != "gang rules" else max(1, args.cycles // 10)
-        first = best_us(fresh, cycles, args.rounds, clock)
+        first = harness.best_us(fresh, cycles, args.rounds, clock)
         search(loop, attempt)
-        print(f"{name:>14} {first:10.0f} {best_us(again, args.cycles, args.rounds, clock):11.0f}")
+        print(f"{name:>14} {first:10.0f} {harness.best_us(again, args.cycles, args.rounds, clock):11.0f}")
         loop.queue.done(attempt.key)
     assert quiet.evicted > 0
     if args.basic:

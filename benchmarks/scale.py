@@ -46,7 +46,7 @@ on scheduler/sim/synthetic.py's cluster of that many nodes and its workload of t
 scheduler/sim/engine.py's ``run_arrivals`` (the same code ``gpusched simulate`` runs); decisions/s is arrivals
 over the wall time of the run (kernels compiled beforehand, as the command does).
 
-    .venv/bin/python benchmarks/scale.py --sizes 1000,2500,5000 --sim-nodes 10000 --sim-arrivals 100000 \\
+    .venv/bin/python -m benchmarks.scale --sizes 1000,2500,5000 --sim-nodes 10000 --sim-arrivals 100000 \\
         --json /tmp/scale.json
 """
 
@@ -66,15 +66,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT))
-
-import e2e_throughput  # noqa: E402
-import kube  # noqa: E402
-import startup  # noqa: E402
-from localcluster import LocalCluster  # noqa: E402
+from benchmarks import e2e_throughput, harness, startup
+from tests.e2e import kube
+from tests.e2e.localcluster import LocalCluster
 
 #: The pending pods live here: e2e_throughput's BindWatch watches this namespace.
 PENDING_NAMESPACE = e2e_throughput.NAMESPACE
@@ -444,28 +438,19 @@ class Sampler:
 def run_size(result: SizeResult, args: argparse.Namespace) -> None:
     """Fill ``result`` (partly, up to where it failed, if it raises)."""
     result.load["before"] = list(os.getloadavg())
-    options: dict[str, Any] = {}
-    if not args.kwok:
-        options = {"with_kwok": False, "with_controller_manager": False}
-        if not args.not_ready_taint:
-            # Nodes without kwok never turn Ready; the API server's TaintNodesByCondition admission would give each
-            # one the not-ready taint, which a Ready node does not carry and which fit checks node by node.
-            # (LocalCluster's own flag turns ServiceAccount off; this one comes later and wins.)
-            options["extra_apiserver_args"] = ["--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"]
+    # Nodes without kwok never turn Ready: without --not-ready-taint they do not get the not-ready taint either (a
+    # Ready node does not carry it, and fit checks it node by node).
+    options = {} if args.kwok else harness.without_kubelets(not_ready_taint=args.not_ready_taint)
     started = time.monotonic()
     sampler = Sampler()
     try:
         with sampler, LocalCluster(bin_dir=args.bin_dir, verbose=False, **options) as cluster:
             result.setup_s["control_plane"] = time.monotonic() - started
-            k = kube.Kube.of_local(cluster)
-            k.apply_crds()
-            k.ensure_namespace(kube.SYSTEM_NAMESPACE)
+            k = harness.for_gpusched(cluster)
             resource_version, expected = asyncio.run(populate(cluster, result, args))
             result.setup_s["total"] = time.monotonic() - started
             result.load["at_start"] = list(os.getloadavg())
-            config = {"binding": {"concurrency": 64, "qps": args.qps, "burst": args.burst}}
-            workdir = kube.scenario_workdir()
-            replica = kube.Gpusched(k, identity="scale", workdir=workdir, config=config)
+            replica = harness.gpusched(k, identity="scale", qps=args.qps, burst=args.burst)
             try:
                 asyncio.run(measure(cluster, replica, result, resource_version, expected, args))
             finally:
@@ -591,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sim-nodes", type=int, default=0, help="simulator: synthetic nodes (0: no simulator run)")
     parser.add_argument("--sim-arrivals", type=int, default=100_000, help="simulator: pods arriving")
     parser.add_argument("--sim-seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, help="write the figures here (rewritten after each size)")
+    harness.add_json(parser, help="write the figures here (rewritten after each size)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()] if args.sizes else []
     if args.running_per_node > 110 - args.pending_per_node:
@@ -603,9 +588,8 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"setup": vars(args) | {"json": str(args.json), "cpus": os.cpu_count()}}
 
     def save() -> None:
-        if args.json:
-            out["sizes"] = [asdict(r) for r in results]
-            args.json.write_text(json.dumps(out, indent=2, default=str) + "\n")
+        out["sizes"] = [asdict(r) for r in results]
+        harness.write_json(args.json, out)
 
     status = 0
     for nodes in sizes:

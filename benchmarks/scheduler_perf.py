@@ -33,7 +33,7 @@ Sizes (``--size``): ``mid`` takes each test case's smallest workload of 100 to 1
 ``--scale`` multiplies every count of objects of the selected workloads (nodes and pods alike; not a per-node
 capacity such as ``maxClaimsPerNode``).
 
-    .venv/bin/python benchmarks/scheduler_perf.py [--size mid] [--scale 1.0] [--cases SchedulingBasic,...]
+    .venv/bin/python -m benchmarks.scheduler_perf [--size mid] [--scale 1.0] [--cases SchedulingBasic,...]
                                                   [--schedulers kube-scheduler,gpusched] [--json FILE]
 
 Needs the control-plane binaries (tests/e2e/build-controlplane.sh), ``gpusched run`` for gpusched, and the Go
@@ -48,7 +48,6 @@ import asyncio
 import contextlib
 import copy
 import fnmatch
-import json
 import os
 import subprocess
 import sys
@@ -60,14 +59,9 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import e2e_throughput  # noqa: E402
-import kube  # noqa: E402
-from e2e_throughput import Api  # noqa: E402
-from localcluster import LocalCluster  # noqa: E402
+from benchmarks import e2e_throughput, harness
+from benchmarks.e2e_throughput import Api
+from tests.e2e.localcluster import LocalCluster
 
 KUBERNETES = "k8s.io/kubernetes@v1.36.4"
 SUITE_SUBDIR = "test/integration/scheduler_perf"
@@ -532,28 +526,20 @@ def uses_dra(workload: Workload) -> bool:
 
 def play(workload: Workload, scheduler: str, args: argparse.Namespace) -> Run:
     """``workload`` under ``scheduler`` on a fresh cluster."""
-    # As the suite's API server: no TaintNodesByCondition admission, which would taint each new node not-ready
-    # until a kubelet reports (there is none); no ServiceAccount admission (LocalCluster's default).
-    options: dict[str, Any] = {
-        "with_kwok": False,
-        "extra_apiserver_args": ["--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"],
-    }
-    # No kube-controller-manager: with no kubelet its node lifecycle controller would taint every node
-    # unreachable after 40 s. The DRA case needs its resourceclaim controller only (claims from templates).
+    # As the suite's API server (no kubelets, so no TaintNodesByCondition admission and no node lifecycle
+    # controller). The DRA case needs the controller manager's resourceclaim controller only (claims from templates).
+    options = harness.without_kubelets()
     if uses_dra(workload):
-        options["extra_controller_manager_args"] = ["--controllers=resourceclaim-controller"]
-    else:
-        options["with_controller_manager"] = False
+        options.update(
+            with_controller_manager=True, extra_controller_manager_args=["--controllers=resourceclaim-controller"]
+        )
     if scheduler == "kube-scheduler":
-        options.update(with_scheduler=True, scheduler_qps=args.qps, scheduler_burst=args.burst)
+        options.update(harness.kube_scheduler(args.qps, args.burst, deferred=False))
     with LocalCluster(verbose=False, **options) as cluster:
         replica = None
         if scheduler == "gpusched":
-            k = kube.Kube.of_local(cluster)
-            k.apply_crds()
-            k.ensure_namespace(kube.SYSTEM_NAMESPACE)
-            config = {"binding": {"concurrency": 64, "qps": args.qps, "burst": int(args.burst)}}
-            replica = kube.Gpusched(k, identity="scheduler-perf", workdir=kube.scenario_workdir(), config=config)
+            k = harness.for_gpusched(cluster)
+            replica = harness.gpusched(k, identity="scheduler-perf", qps=args.qps, burst=args.burst)
             replica.start().wait_ready(timeout=180).wait_leader()
         try:
             return asyncio.run(play_async(cluster, workload, scheduler, args))
@@ -577,14 +563,13 @@ def ratio(ours: float | None, theirs: float | None) -> str:
 
 
 def table(workloads: Mapping[str, Workload | str], runs: Mapping[str, Mapping[str, Run | str]]) -> str:
-    lines = [
-        "| workload | measured pods | kube-scheduler pods/s | gpusched pods/s | ratio | kube-scheduler first-to-last "
-        "| gpusched first-to-last | ratio | created/s (kube-scheduler, gpusched) | note |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    head = ["workload", "measured pods", "kube-scheduler pods/s", "gpusched pods/s", "ratio"]
+    head += ["kube-scheduler first-to-last", "gpusched first-to-last", "ratio", "created/s (kube-scheduler, gpusched)"]
+    head.append("note")
+    rows: list[list[object]] = []
     for case, workload in workloads.items():
         if isinstance(workload, str):
-            lines.append(f"| {case} | | | | | | | | | skipped: {workload} |")
+            rows.append(harness.note_row(case, f"skipped: {workload}", len(head)))
             continue
         pair = runs.get(case, {})
         k, g = pair.get("kube-scheduler"), pair.get("gpusched")
@@ -603,13 +588,20 @@ def table(workloads: Mapping[str, Workload | str], runs: Mapping[str, Mapping[st
         either = ks or gs
         measured = either.measured if either is not None else ""
         fl = [f"{r.first_to_last_pods_per_s:.1f}" if r else "" for r in (ks, gs)]
-        line = f"| {workload.title} | {measured} | {cells[0]} | {cells[1]} | "
-        line += ratio(gs.pods_per_s if gs else None, ks.pods_per_s if ks else None)
-        line += f" | {fl[0]} | {fl[1]} | "
-        line += ratio(gs.first_to_last_pods_per_s if gs else None, ks.first_to_last_pods_per_s if ks else None)
         created = ", ".join(f"{r.created_per_s:.0f}" if r else "-" for r in (ks, gs))
-        lines.append(line + f" | {created} | {'; '.join(notes)} |")
-    return "\n".join(lines)
+        rows.append(
+            [
+                workload.title,
+                measured,
+                *cells,
+                ratio(gs.pods_per_s if gs else None, ks.pods_per_s if ks else None),
+                *fl,
+                ratio(gs.first_to_last_pods_per_s if gs else None, ks.first_to_last_pods_per_s if ks else None),
+                created,
+                "; ".join(notes),
+            ]
+        )
+    return harness.markdown_table(head, rows, align="l" + "r" * 8 + "l")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -623,11 +615,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst", type=int, default=5000, help="client burst of both schedulers (the suite's)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for an op's pods to bind")
     parser.add_argument("--idle", type=float, default=60.0, help="give up an op when no pod bound for this long")
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    harness.add_json(parser)
     args = parser.parse_args(argv)
-    schedulers = [s.strip() for s in args.schedulers.split(",") if s.strip()]
-    if unknown := sorted(set(schedulers) - set(SCHEDULERS)):
-        parser.error(f"unknown scheduler(s) {unknown}; choose from {list(SCHEDULERS)}")
+    schedulers = harness.chosen(parser, args.schedulers, SCHEDULERS, what="scheduler")
     if not 0 < args.scale <= 1000:
         parser.error("--scale must be positive")
     try:
@@ -635,11 +625,11 @@ def main(argv: list[str] | None = None) -> int:
     except SuiteError as exc:
         print(f"scheduler_perf: {exc}", file=sys.stderr)
         return 2
-    if "gpusched" in schedulers and (missing := kube.gpusched_run_available()) is not None:
-        print(f"scheduler_perf: `gpusched run` is not available in this checkout ({missing})", file=sys.stderr)
+    if "gpusched" in schedulers and (missing := harness.gpusched_missing()) is not None:
+        print(f"scheduler_perf: {missing}", file=sys.stderr)
         return 2
     workloads: dict[str, Workload | str] = {}
-    for name in (c.strip() for c in args.cases.split(",") if c.strip()):
+    for name in harness.names(args.cases):
         try:
             workloads[name] = select(cases, name, args.size, args.scale)
         except SuiteError as exc:
@@ -686,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
             for scheduler, r in runs.get(name, {}).items():
                 entry[scheduler] = r.as_json() if isinstance(r, Run) else {"failed": r}
             out[name] = entry
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        harness.write_json(args.json, out)
     complete = all(isinstance(r, Run) and r.bound == r.measured for pair in runs.values() for r in pair.values())
     return 0 if complete else 1
 

@@ -27,7 +27,7 @@ would otherwise compile gpusched's modules at every start, about 0.2 s of CPU th
 The 5,000-node start-up and its peak RSS: ``--nodes 5000 --pods 90000 --no-kwok`` (18 bound pods a node, as
 benchmarks/scale.py has; without kwok, which would spend the two cores making 90,000 pods Running).
 
-Run: ``.venv/bin/python benchmarks/startup.py [--nodes 1000 --pods 10000] [--runs 5]`` (needs the control-plane
+Run: ``.venv/bin/python -m benchmarks.startup [--nodes 1000 --pods 10000] [--runs 5]`` (needs the control-plane
 binaries, see tests/e2e).
 """
 
@@ -46,15 +46,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-sys.path.insert(0, str(REPO / "benchmarks"))  # its sibling proc_cpu, however it is loaded
-sys.path.insert(0, str(REPO))
-
-import proc_cpu  # noqa: E402
-from localcluster import GPU_RESOURCE, LocalCluster, free_port  # noqa: E402
-
-from scheduler.k8s import client as k8s  # noqa: E402
+from benchmarks import harness, proc_cpu
+from scheduler.k8s import client as k8s
+from tests.e2e.localcluster import GPU_RESOURCE, LocalCluster, free_port
 
 GPUSCHED = (sys.executable, "-m", "scheduler.cli", "run", "--log-format", "json")
 
@@ -161,13 +155,13 @@ def main() -> int:
         help="do not byte-compile the trees first (each start then compiles gpusched's modules: see above)",
     )
     args = parser.parse_args()
-    checkouts: list[Path] = args.checkout or [REPO]
+    checkouts: list[Path] = args.checkout or [harness.REPO]
     if args.compileall:
         for checkout in checkouts:
             subprocess.run([sys.executable, "-m", "compileall", "-q", "scheduler"], cwd=checkout, check=True)
-    cluster_options = {} if args.kwok else {"with_kwok": False, "with_controller_manager": False}
+    cluster_options = {} if args.kwok else harness.without_kubelets(not_ready_taint=True)
     with LocalCluster(bin_dir=args.bin_dir, verbose=False, **cluster_options) as cluster:
-        cluster.kubectl("apply", "-f", str(REPO / "crds"))
+        cluster.kubectl("apply", "-f", str(harness.REPO / "crds"))
         for crd in ("podgroups", "queues", "topologies"):
             cluster.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{crd}.scheduling.gpusched.io")
         cluster.request("POST", "/api/v1/namespaces", {"metadata": {"name": "gpusched-system"}})

@@ -12,29 +12,21 @@ GPUs, every ``--taint-every``-th one tainted (three taint keys), all GPUs of the
 For each it prints the best of ``--rounds`` rounds of ``--cycles`` cycles, in microseconds per cycle: the whole
 failed cycle, the diagnosis alone, and the never-fits check alone (both inside the cycle's figure).
 
-Run: ``.venv/bin/python benchmarks/unfit_cost.py [--nodes 5000] [--cycles 200] [--rounds 5]``.
+Run: ``.venv/bin/python -m benchmarks.unfit_cost [--nodes 5000] [--cycles 200] [--rounds 5]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from scheduler.api.node import NodeInfo  # noqa: E402
-from scheduler.api.pod import PodRequest  # noqa: E402
-from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest  # noqa: E402
-from scheduler.api.selectors import Taint  # noqa: E402
-from scheduler.cache.state import Cache  # noqa: E402
-from scheduler.core import capacity, cycle  # noqa: E402
-from scheduler.core.cycle import NoBinding, Scheduler  # noqa: E402
-from scheduler.core.extension_points import Framework  # noqa: E402
-from scheduler.framework import profile  # noqa: E402
+from benchmarks import harness
+from scheduler.api.node import NodeInfo
+from scheduler.api.pod import PodRequest
+from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.api.selectors import Taint
+from scheduler.cache.state import Cache
+from scheduler.core import capacity, cycle, root
+from scheduler.framework import profile
 
 ALLOCATABLE = {CPU: 96_000, MEMORY: 768 * 2**30, PODS: 110}
 
@@ -52,20 +44,6 @@ def cluster(nodes: int, taint_every: int, small: bool) -> Cache:
             )
             cache.assume(busy, f"node-{i:05d}", tuple(range(gpus)))
     return cache
-
-
-def best_us(
-    run: Callable[[], object], cycles: int, rounds: int, clock: Callable[[], float] = time.perf_counter
-) -> float:
-    """The best of ``rounds`` rounds of ``cycles`` runs, in microseconds per run on ``clock`` (``time.process_time``:
-    this process's CPU time, which other work on a shared machine does not inflate as it does the wall clock's)."""
-    best = float("inf")
-    for _ in range(rounds):
-        started = clock()
-        for _ in range(cycles):
-            run()
-        best = min(best, (clock() - started) / cycles * 1e6)
-    return best
 
 
 def main() -> None:
@@ -88,7 +66,7 @@ def main() -> None:
     print(f"{'case':>8} {'cycle':>9} {'diagnose':>9} {'never':>9}  message")
     for name, (small, gpus) in cases.items():
         cache = cluster(args.nodes, args.taint_every, small)
-        scheduler = Scheduler(cache, Framework.build(config), NoBinding())
+        scheduler = root.build_scheduler(config, binder=cycle.NoBinding(), cache=cache)
         pod = PodRequest(
             namespace="bench", name=name.replace(" ", "-"), resources={CPU: 1000}, gpu=GpuRequest(gpus, 1000)
         )
@@ -98,9 +76,9 @@ def main() -> None:
         filtered = scheduler.filter(pod, snapshot)
         assert filtered.reasons is not None
         reasons, request = filtered.reasons, filtered.state.request
-        whole = best_us(lambda: scheduler.place(pod, snapshot), args.cycles, args.rounds)  # noqa: B023
-        told = best_us(lambda: cycle.diagnose(reasons, snapshot, pod, request), args.cycles, args.rounds)  # noqa: B023
-        never = best_us(
+        whole = harness.best_us(lambda: scheduler.place(pod, snapshot), args.cycles, args.rounds)  # noqa: B023
+        told = harness.best_us(lambda: cycle.diagnose(reasons, snapshot, pod, request), args.cycles, args.rounds)  # noqa: B023
+        never = harness.best_us(
             lambda: capacity.pod_never_fits(snapshot, pod, request, reasons),  # noqa: B023
             args.cycles,
             args.rounds,

@@ -33,9 +33,7 @@ import structlog
 from scheduler.api import node as api_node
 from scheduler.api import pod as api_pod
 from scheduler.cache.state import Cache
-from scheduler.core.cycle import NoBinding, Scheduler
-from scheduler.core.extension_points import Framework
-from scheduler.core.loop import SchedulingLoop
+from scheduler.core import cycle, root
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.adapter import Adapter
 from scheduler.k8s.client import Client
@@ -45,7 +43,6 @@ from scheduler.k8s.events import EventRecorder, EventSettings
 from scheduler.k8s.feed import LISTINGS, PodFeed
 from scheduler.k8s.metrics import Metrics
 from scheduler.k8s.publisher import STATUS_INTERVAL_S, StatusPublisher
-from scheduler.queue.scheduling import SchedulingQueue
 
 __all__ = ["LISTINGS", "Operator", "warm_kernels"]
 
@@ -91,15 +88,8 @@ class Operator:
         self._last_usage = time.monotonic()
         # The cluster's and the queue's gauges come from the leader only (a standby's warm cache holds the same).
         self.metrics = Metrics(leading=lambda: self.leading and self.lease_held())
+        # The adapter (the core's binder) reads the cache: the cache comes first, the core around it (root.build).
         self.cache = Cache()
-        # pop_from_backoff: as kube-scheduler v1.33+ (SchedulerPopFromBackoffQ), an idle scheduler retries a pod a
-        # cluster event woke without waiting out its backoff.
-        self.queue = SchedulingQueue(
-            clock=clock,
-            initial_backoff_s=config.backoff.initial_s,
-            max_backoff_s=config.backoff.max_s,
-            pop_from_backoff=True,
-        )
         # The writers every part uses; what they write about pods and objects is the feed's (uids, pending pods).
         self.recorder = EventRecorder(client, settings=EventSettings(instance=identity), uid_of=self._uid_of)
         self.conditions = k8s_status.PodConditionWriter(
@@ -118,17 +108,25 @@ class Operator:
             clock=clock,
         )
         self.adapter = Adapter(context, binding=config.binding)
-        self.scheduler = Scheduler(self.cache, Framework.build(config.profile), self.adapter)
-        self.metrics.instrument(self.scheduler.framework)
-        self.loop = SchedulingLoop(
-            self.scheduler,
-            self.queue,
+        # pop_from_backoff: as kube-scheduler v1.33+ (SchedulerPopFromBackoffQ), an idle scheduler retries a pod a
+        # cluster event woke without waiting out its backoff.
+        core = root.build(
+            config.profile,
+            binder=self.adapter,
             clock=clock,
             events=self.adapter,
+            cache=self.cache,
             evictor=self.adapter,
             mover=self.adapter,
             reserve_after_s=config.reserve_after_s,
+            initial_backoff_s=config.backoff.initial_s,
+            max_backoff_s=config.backoff.max_s,
+            pop_from_backoff=True,
+            instrument=self.metrics.instrument,
         )
+        self.scheduler = core.scheduler
+        self.queue = core.queue
+        self.loop = core.loop
         self.publisher = StatusPublisher(
             context, loop=self.loop, may_write_topology=lambda: self.leading and self.feed.ready
         )
@@ -293,9 +291,8 @@ def warm_kernels(config: OperatorConfig) -> int:
     the election start, moves that cost out of the way (and to build time when the image carries the cache).
     Returns how many of the two were placed (2 unless the profile filters everything out).
     """
-    cache = Cache()
-    cache.upsert_node(api_node.parse_node({"metadata": {"name": "warm-up"}, "status": {"allocatable": _WARM_NODE}}))
-    scheduler = Scheduler(cache, Framework.build(config.profile), NoBinding())
+    node = api_node.parse_node({"metadata": {"name": "warm-up"}, "status": {"allocatable": _WARM_NODE}})
+    scheduler = root.build_scheduler(config.profile, binder=cycle.NoBinding(), nodes=[node])
     placed = 0
     for raw in _WARM_PODS:
         result = scheduler.schedule(api_pod.parse_pod(raw))

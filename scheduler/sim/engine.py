@@ -12,8 +12,8 @@ import numpy.typing as npt
 
 from scheduler.api import typical
 from scheduler.cache.state import Cache
+from scheduler.core import root
 from scheduler.core.cycle import Scheduler
-from scheduler.core.extension_points import Framework
 from scheduler.framework import fragmentation
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
@@ -44,13 +44,10 @@ class SimCluster:
 
     @classmethod
     def build(cls, nodes: Sequence[NodeSpec], config: ProfileConfig) -> SimCluster:
-        cache = Cache()
-        for node in nodes:
-            cache.upsert_node(node.info())
         binder = InstantBinder()
-        scheduler = Scheduler(cache, Framework.build(config), binder)
+        scheduler = root.build_scheduler(config, binder=binder, nodes=[node.info() for node in nodes])
         binder.confirm = scheduler.bound
-        return cls(cache, scheduler, float(sum(n.gpus for n in nodes)) * layout.WHOLE)
+        return cls(scheduler.cache, scheduler, float(sum(n.gpus for n in nodes)) * layout.WHOLE)
 
 
 def cluster_fragmentation(cache: Cache, shapes: Sequence[typical.Shape]) -> float:

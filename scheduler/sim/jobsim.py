@@ -17,14 +17,11 @@ from collections.abc import Iterable, Sequence
 from scheduler.api.node import NodeInfo
 from scheduler.api.pod import PodRequest
 from scheduler.api.podgroup import PodGroup
-from scheduler.cache.state import Cache
-from scheduler.core.cycle import Scheduler
-from scheduler.core.extension_points import Framework
-from scheduler.core.loop import ClusterEvent, SchedulingLoop
+from scheduler.core import root
+from scheduler.core.loop import ClusterEvent
 from scheduler.core.ports import Evictor
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
-from scheduler.queue.scheduling import SchedulingQueue
 
 #: Event kinds, in the order they are taken at one second: departures first (their room is free for the arrivals
 #: of that second), then arrivals; a backoff wake-up carries no job.
@@ -78,23 +75,23 @@ class JobSimulation:
         """With ``consolidate`` among ``config.actions`` the loop moves pods (:class:`Mover`): only pods with an
         ``owner`` (a controller that recreates them) move, and the new pods come back through :meth:`replaced`."""
         self.now = 0.0
-        self.cache = Cache()
-        for info in nodes:
-            self.cache.upsert_node(info)
         self.binder = Binder()
         self.mover = Mover()
-        self.scheduler = Scheduler(self.cache, Framework.build(config), self.binder)
-        self.queue = SchedulingQueue(clock=self.clock)
         self.log = EventLog()
-        self.loop = SchedulingLoop(
-            self.scheduler,
-            self.queue,
+        core = root.build(
+            config,
+            binder=self.binder,
             clock=self.clock,
             events=self.log,
+            nodes=nodes,
             evictor=evictor,
             mover=self.mover,
             reserve_after_s=reserve_after_s,
         )
+        self.cache = core.cache
+        self.scheduler = core.scheduler
+        self.queue = core.queue
+        self.loop = core.loop
         #: Scheduling cycles run so far.
         self.cycles = 0
         self._events: list[tuple[float, int, str, int]] = []

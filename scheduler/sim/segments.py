@@ -27,10 +27,7 @@ from scheduler.api.pod import LABEL_POD_GROUP, PodRequest
 from scheduler.api.podgroup import PodGroup
 from scheduler.api.resources import GpuRequest
 from scheduler.api.topology import TopologyConstraint
-from scheduler.cache.state import Cache
-from scheduler.core import gang
-from scheduler.core.cycle import Scheduler
-from scheduler.core.extension_points import Framework
+from scheduler.core import gang, root
 from scheduler.sim import jobsim, policies
 
 NAMESPACE = "seg"
@@ -90,11 +87,9 @@ class SegmentRun:
 
 def run(seed: int, *, segments: bool, racks: int = 8, fill: float = 0.3, leave: float = 0.6) -> SegmentRun:
     nodes = cluster(racks)
-    cache = Cache()
-    for info in nodes:
-        cache.upsert_node(info)
     binder = jobsim.Binder()
-    scheduler = Scheduler(cache, Framework.build(policies.build("default", shapes=[], seed=seed)), binder)
+    scheduler = root.build_scheduler(policies.build("default", shapes=[], seed=seed), binder=binder, nodes=nodes)
+    cache = scheduler.cache
     rng = np.random.default_rng(seed)
     capacity = len(nodes) * GPUS_PER_NODE
     background: list[str] = []

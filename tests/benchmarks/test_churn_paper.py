@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import churn
-
+from benchmarks import churn
 from scheduler.framework import profile
 from scheduler.sim.trace import NodeSpec, PodSpec
 

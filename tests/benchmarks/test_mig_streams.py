@@ -3,15 +3,9 @@ seed's stream offers exactly the load it names, and the replay's placements keep
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import mig_packing
-import mig_stream
+from benchmarks import mig_packing, mig_stream
 
 
 @pytest.mark.parametrize(("load", "seed"), [(0.8, 42), (1.0, 43), (1.4, 47)])

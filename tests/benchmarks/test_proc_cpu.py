@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchmarks import e2e_throughput, proc_cpu
 
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-proc_cpu = load("proc_cpu")
 linux = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc, which only Linux has")
 
 
@@ -64,9 +51,7 @@ def test_a_reading_splits_control_plane_scheduler_and_harness() -> None:
 
 
 def test_the_api_servers_counters_are_summed_by_verb_resource_and_kind() -> None:
-    # Loaded by path with its sibling proc_cpu not imported yet, as tests/e2e/test_peer_schedulers.py loads it.
-    sys.modules.pop("proc_cpu", None)
-    throughput = load("e2e_throughput")
+    throughput = e2e_throughput
     metrics = "\n".join(
         [
             "# HELP apiserver_request_total Counter of apiserver requests",

@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("scheduler_perf", ROOT / "benchmarks" / "scheduler_perf.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["scheduler_perf"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-perf = load()
+from benchmarks import scheduler_perf as perf
 
 
 def test_steady_binds_sample_at_their_rate() -> None:

@@ -6,8 +6,8 @@ only scheduler, each given the ``[sig-scheduling]`` specs of the e2e.test binary
 the pinned k8s.io/kubernetes module. The JUnit reports of both runs make one table: a test, what kube-scheduler
 got, what gpusched got. gpusched's bar is to pass every test kube-scheduler passes on the same cluster.
 
-    .venv/bin/python tests/conformance/run.py                 # the full comparison, writes docs/conformance.md
-    .venv/bin/python tests/conformance/run.py --subset fast   # the handful make test runs
+    .venv/bin/python -m tests.conformance.run                 # the full comparison, writes docs/conformance.md
+    .venv/bin/python -m tests.conformance.run --subset fast   # the handful make test runs
 
 Every run keeps its logs (the e2e.test output, the JUnit XML, the control plane's and gpusched's logs, and
 per failed test the gpusched log lines that name the test's namespace) under the directory printed first.
@@ -32,12 +32,11 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
+from tests.e2e import kube as kube_mod
+from tests.e2e.localcluster import ClusterError, LocalCluster, cached_binaries, ensure_binaries, wait_for
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-
-import kube as kube_mod  # noqa: E402
-from localcluster import ClusterError, LocalCluster, cached_binaries, ensure_binaries, wait_for  # noqa: E402
 
 BUILD_SCRIPT = HERE / "build-e2e.sh"
 DOC = REPO / "docs" / "conformance.md"
@@ -824,7 +823,7 @@ def report(runs: dict[str, Run], out: Path, *, args: argparse.Namespace, write_d
             )
         )
     if write_doc:
-        command = "make conformance  # .venv/bin/python tests/conformance/run.py"
+        command = "make conformance  # .venv/bin/python -m tests.conformance.run"
         build_info = (out / "e2e-build").read_text().strip() if (out / "e2e-build").exists() else "?"
         source = (out / "gpusched-source").read_text().strip() if (out / "gpusched-source").exists() else "?"
         DOC.write_text(render_doc(runs, command=command, build_info=build_info, source=source))

@@ -8,8 +8,8 @@ from typing import Any
 from scheduler.api import node as api_node
 from scheduler.api import pod as api_pod
 from scheduler.cache.state import Cache
-from scheduler.core.cycle import Result, Scheduler
-from scheduler.core.extension_points import Framework
+from scheduler.core import root
+from scheduler.core.cycle import Result
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework import profile
 from scheduler.framework.interface import Decision
@@ -43,9 +43,9 @@ class Cluster:
             self.cache.upsert_pod(api_pod.parse_pod(raw))
         if config is None:
             config = profile.parse({"plugins": list(plugins), "tieBreak": tie_break, "seed": seed})
-        self.framework = Framework.build(config)
         self.binder = RecordingBinder()
-        self.scheduler = Scheduler(self.cache, self.framework, self.binder)
+        self.scheduler = root.build_scheduler(config, binder=self.binder, cache=self.cache)
+        self.framework = self.scheduler.framework
 
     def schedule(self, raw: dict[str, Any]) -> Result:
         return self.scheduler.schedule(api_pod.parse_pod(raw))

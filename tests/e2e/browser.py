@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
-from skips import made_by
+
+from tests.e2e.skips import made_by
 
 T = TypeVar("T")
 HERE = Path(__file__).resolve().parent

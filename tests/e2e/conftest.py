@@ -22,12 +22,11 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from tests.e2e import kube as kube_mod
+from tests.e2e.localcluster import LocalCluster, cached_binaries
+from tests.e2e.skips import required, skip_or_fail
 
-import kube as kube_mod  # noqa: E402
-from localcluster import LocalCluster, cached_binaries  # noqa: E402
-from skips import required, skip_or_fail  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from localcluster import GPU_RESOURCE, KWOK_NODE_ANNOTATION, APIError, ClusterError, LocalCluster, free_port
+
+from tests.e2e.localcluster import (
+    GPU_RESOURCE,
+    KWOK_NODE_ANNOTATION,
+    APIError,
+    ClusterError,
+    LocalCluster,
+    free_port,
+)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

@@ -12,7 +12,7 @@ Dependencies: the standard library and ``cryptography``.
 
 Usage::
 
-    from localcluster import LocalCluster
+    from tests.e2e.localcluster import LocalCluster
 
     with LocalCluster() as c:
         c.create_fake_node("gpu-0", gpus=8)

@@ -23,11 +23,8 @@ name, so that both schedulers' pods can be told apart); the v1beta1 templates ar
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.api import dra_objects as dra
 
 UBUNTU = "ubuntu:22.04"

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kube
-from localcluster import LocalCluster, free_port
+from tests.e2e import kube
+from tests.e2e.localcluster import LocalCluster, free_port
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build-peers.sh"

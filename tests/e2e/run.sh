@@ -19,7 +19,7 @@ required() { [ -n "${GPUSCHED_E2E_REQUIRED:-}" ] && [ "${GPUSCHED_E2E_REQUIRED}"
 if [ -n "${GPUSCHED_E2E_KUBECONFIG:-}" ]; then
   echo "e2e: running against the cluster of GPUSCHED_E2E_KUBECONFIG=$GPUSCHED_E2E_KUBECONFIG"
 elif [ -z "${GPUSCHED_E2E_BIN:-}" ]; then
-  cached="$("$PY" -c 'import sys; sys.path.insert(0, "tests/e2e"); import localcluster as l; print(l.cached_binaries() or "")')"
+  cached="$("$PY" -c 'from tests.e2e import localcluster as l; print(l.cached_binaries() or "")')"
   if [ -n "$cached" ]; then
     export GPUSCHED_E2E_BIN="$cached"
     echo "e2e: control-plane binaries from the cache: $cached"

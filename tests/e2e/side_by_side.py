@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import kube as kube_mod
 import pytest
-from localcluster import APIError, LocalCluster, cached_binaries
-from skips import required, skip_or_fail
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.localcluster import APIError, LocalCluster, cached_binaries
+from tests.e2e.skips import required, skip_or_fail
 
 API = "/apis/resource.k8s.io/v1"
 SCHEDULERS = ("default-scheduler", "gpusched")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Smoke test for the local control plane (no gpusched code involved).
 
-    python tests/e2e/smoke_controlplane.py [--restart]
+    python -m tests.e2e.smoke_controlplane [--restart]
 
 Starts LocalCluster, creates a kwok node with 8 nvidia.com/gpu, creates a pod
 with ``schedulerName: nobody`` (so no scheduler touches it), binds it by hand
@@ -15,11 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from localcluster import GPU_RESOURCE, LocalCluster
+from tests.e2e.localcluster import GPU_RESOURCE, LocalCluster
 
 
 def pod_manifest(name: str, gpus: int) -> dict:

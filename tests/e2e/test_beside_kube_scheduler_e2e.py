@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import invariants
-import kube as kube_mod
 import pytest
-import side_by_side
-from kube import Kube, Scenario, node_of
+
+from tests.e2e import invariants, side_by_side
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Kube, Scenario, node_of
 
 pytestmark = pytest.mark.e2e
 

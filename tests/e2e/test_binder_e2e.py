@@ -10,7 +10,6 @@ these tests use LocalCluster's helpers, so they skip on a cluster named by ``GPU
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -25,12 +24,10 @@ from scheduler.k8s import client as k8s
 from scheduler.k8s.binder import Binder, BinderSettings
 from scheduler.k8s.events import EventRecorder, EventSettings
 from scheduler.k8s.status import CustomStatusWriter, PodConditionWriter, StatusSettings
+from tests.e2e import kube as kube_mod
+from tests.e2e.localcluster import GPU_RESOURCE, LocalCluster, wait_for
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import kube as kube_mod  # noqa: E402
-from localcluster import GPU_RESOURCE, LocalCluster, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import kube as kube_mod
 import pytest
-import side_by_side
 
 from tests.api import dra_objects as dra
+from tests.e2e import kube as kube_mod
+from tests.e2e import side_by_side
 from tests.plugins import test_dra_capacity as capacity
 
 pytestmark = pytest.mark.e2e

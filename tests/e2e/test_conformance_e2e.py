@@ -13,7 +13,6 @@ are missing, or e2e.test is missing with no Go to build it, as the rest of the s
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -22,19 +21,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from localcluster import cached_binaries
-from skips import made_by, required, skip_or_fail
+
+from tests.conformance import run as conformance
+from tests.e2e.localcluster import cached_binaries
+from tests.e2e.skips import made_by, required, skip_or_fail
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNNER = ROOT / "tests" / "conformance" / "run.py"
 BUILD_E2E = ROOT / "tests" / "conformance" / "build-e2e.sh"
-_spec = importlib.util.spec_from_file_location("conformance_run", RUNNER)
-assert _spec is not None and _spec.loader is not None
-conformance = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = conformance  # its dataclasses look their module up there
-_spec.loader.exec_module(conformance)
 
 
 def _e2e_test() -> Path:
@@ -64,9 +59,16 @@ def test_gpusched_passes_the_fast_scheduling_e2e_tests_that_kube_scheduler_passe
     e2e_test = _e2e_test()
 
     results = tmp_path / "results.json"
-    argv = [sys.executable, str(RUNNER), "--subset=fast", f"--out={tmp_path / 'run'}", f"--json={results}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.conformance.run",
+        "--subset=fast",
+        f"--out={tmp_path / 'run'}",
+        f"--json={results}",
+    ]
     argv.append(f"--e2e-test={e2e_test}")
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False, cwd=ROOT)
     if proc.returncode == 2:
         pytest.fail(f"the conformance runner could not compare the schedulers:\n{proc.stderr[-4000:]}", pytrace=False)
 

@@ -14,9 +14,10 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-import kube as kube_mod
 import pytest
-from kube import Scenario, node_of, phase_of
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Scenario, node_of, phase_of
 
 pytestmark = pytest.mark.e2e
 

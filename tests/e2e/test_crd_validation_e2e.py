@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import kube as kube_mod
 import pytest
-from localcluster import APIError
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.localcluster import APIError
 
 pytestmark = pytest.mark.e2e
 

@@ -20,11 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import kube as kube_mod
 import pytest
-from browser import Browser, chromium
-from kube import APIError, Scenario
-from localcluster import free_port
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.browser import Browser, chromium
+from tests.e2e.kube import APIError, Scenario
+from tests.e2e.localcluster import free_port
 
 pytestmark = pytest.mark.e2e
 

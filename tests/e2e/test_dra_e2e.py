@@ -9,18 +9,15 @@ count in the queue's status and a limit, and a deleted pod's devices go to the n
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import kube as kube_mod
 import pytest
-from kube import Scenario, node_of
-from localcluster import APIError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.api import dra_objects as dra
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Scenario, node_of
+from tests.e2e.localcluster import APIError
 
 pytestmark = pytest.mark.e2e
 

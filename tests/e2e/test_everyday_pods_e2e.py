@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import kube as kube_mod
 import pytest
-from kube import Scenario, condition, node_of
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Scenario, condition, node_of
 
 pytestmark = pytest.mark.e2e
 

@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import kube as kube_mod
 import pytest
 import yaml
-from kube import Scenario, node_of
 
 from scheduler.core.extension_points import Framework
 from scheduler.k8s import config as k8s_config
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Scenario, node_of
 
 pytestmark = pytest.mark.e2e
 

@@ -46,11 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import invariants as inv
-import kube as kube_mod
 import pytest
-from kube import Gpusched, Scenario
-from localcluster import APIError
+
+from tests.e2e import invariants as inv
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Gpusched, Scenario
+from tests.e2e.localcluster import APIError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import kube as kube_mod
 import pytest
-from kube import Scenario, node_of
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Scenario, node_of
 
 pytestmark = pytest.mark.e2e
 

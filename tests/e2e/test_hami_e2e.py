@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import kube as kube_mod
 import pytest
-from kube import Scenario, gpu_ids_of, node_of
 
 from scheduler.api import hami
 from tests.api import hami_annotations
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Scenario, gpu_ids_of, node_of
 
 pytestmark = pytest.mark.e2e
 

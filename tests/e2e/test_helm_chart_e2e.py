@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,16 +20,14 @@ from typing import Any
 import pytest
 import yaml
 
+from scheduler import cli
+from scheduler.k8s import config as k8s_config
+from scheduler.k8s import dashboard_options
+from tests.e2e import kube as kube_mod
+from tests.e2e import skips
+from tests.e2e.localcluster import APIError, cached_binaries
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import kube as kube_mod  # noqa: E402
-import skips  # noqa: E402
-from localcluster import APIError, cached_binaries  # noqa: E402
-
-from scheduler import cli  # noqa: E402
-from scheduler.k8s import config as k8s_config  # noqa: E402
-from scheduler.k8s import dashboard_options  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

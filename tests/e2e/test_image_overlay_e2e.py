@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 import yaml
-from localcluster import cached_binaries
-from skips import skip_or_fail
 
 import scheduler
+from tests.e2e.localcluster import cached_binaries
+from tests.e2e.skips import skip_or_fail
 
 pytestmark = pytest.mark.e2e
 

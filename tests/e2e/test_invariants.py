@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import invariants as inv
 import pytest
+
+from tests.e2e import invariants as inv
 
 
 def _pod(

@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import kube as kube_mod
 import pytest
-import side_by_side
-from localcluster import APIError
+
+from tests.e2e import kube as kube_mod
+from tests.e2e import side_by_side
+from tests.e2e.localcluster import APIError
 
 pytestmark = pytest.mark.e2e
 

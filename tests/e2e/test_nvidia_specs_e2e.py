@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import kube as kube_mod
-import nvidia_specs as specs
 import pytest
-import side_by_side
+
+from tests.e2e import kube as kube_mod
+from tests.e2e import nvidia_specs as specs
+from tests.e2e import side_by_side
 
 pytestmark = pytest.mark.e2e
 

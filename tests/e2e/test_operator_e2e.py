@@ -19,11 +19,10 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from tests.e2e.localcluster import GPU_RESOURCE, APIError, LocalCluster, cached_binaries, free_port, wait_for
+from tests.e2e.skips import required
 
-from localcluster import GPU_RESOURCE, APIError, LocalCluster, cached_binaries, free_port, wait_for  # noqa: E402
-from skips import required  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 pytestmark = pytest.mark.e2e
 

@@ -5,27 +5,13 @@ and no peer binary needed (those are for the benchmark itself); well under a sec
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 from collections import Counter
-from pathlib import Path
-from types import ModuleType
 
-import kube
-import peer_schedulers as peers
 import pytest
 import yaml
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "e2e_throughput.py"
-
-
-def _benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("e2e_throughput_under_test", BENCHMARK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.e2e import kube
+from tests.e2e import peer_schedulers as peers
 
 
 def _group_of(peer: str, pod: dict) -> str:
@@ -89,7 +75,8 @@ def test_volcano_runs_its_default_actions_with_the_gang_plugin() -> None:
 
 
 def test_the_benchmark_runs_each_peer_case_with_that_peers_gangs() -> None:
-    bench = _benchmark()
+    from benchmarks import e2e_throughput as bench
+
     assert set(bench.PEER_OF) | set(bench.GANGS_OF) <= set(bench.CASES)
     for case, peer in bench.GANGS_OF.items():
         assert peer in peers.PEERS

@@ -19,10 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import kube as kube_mod
 import pytest
 import yaml
-from kube import APIError, Scenario
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import APIError, Scenario
 
 pytestmark = pytest.mark.e2e
 

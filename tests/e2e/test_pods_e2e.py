@@ -6,9 +6,10 @@ Each test gets an empty cluster of its own kwok nodes and its own ``gpusched run
 
 from __future__ import annotations
 
-import kube as kube_mod
 import pytest
-from kube import Scenario, condition, gpu_ids_of, node_of
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Scenario, condition, gpu_ids_of, node_of
 
 pytestmark = pytest.mark.e2e
 

@@ -12,9 +12,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import kube as kube_mod
 import pytest
-from kube import APIError, Scenario, condition, node_of
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import APIError, Scenario, condition, node_of
 
 pytestmark = pytest.mark.e2e
 

@@ -3,9 +3,10 @@ guarantee takes it back by preempting the borrower's pods."""
 
 from __future__ import annotations
 
-import kube as kube_mod
 import pytest
-from kube import Scenario, node_of
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Scenario, node_of
 
 pytestmark = pytest.mark.e2e
 

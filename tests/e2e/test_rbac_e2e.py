@@ -19,10 +19,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-import kube as kube_mod
 import pytest
-from kube import APIError, Kube, Scenario, condition
 
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import APIError, Kube, Scenario, condition
 from tests.k8s import api_calls
 
 pytestmark = pytest.mark.e2e

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 import time
 
-import kube as kube_mod
 import pytest
-from kube import Scenario, gpu_ids_of, node_of
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Scenario, gpu_ids_of, node_of
 
 pytestmark = pytest.mark.e2e
 

@@ -12,10 +12,11 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-import kube as kube_mod
 import pytest
-from kube import Scenario, node_of
-from localcluster import APIError
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Scenario, node_of
+from tests.e2e.localcluster import APIError
 
 pytestmark = pytest.mark.e2e
 

@@ -7,8 +7,9 @@ import urllib.error
 from collections.abc import Callable
 
 import pytest
-from kube import WaitTimeout, wait_until
-from localcluster import APIError
+
+from tests.e2e.kube import WaitTimeout, wait_until
+from tests.e2e.localcluster import APIError
 
 
 def flaky(*failures: BaseException) -> tuple[list[int], Callable[[], str]]:

@@ -26,10 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import kube as kube_mod
 import pytest
-from kube import Kube, Scenario, node_of
-from skips import made_by
+
+from tests.e2e import kube as kube_mod
+from tests.e2e.kube import Kube, Scenario, node_of
+from tests.e2e.skips import made_by
 
 pytestmark = pytest.mark.e2e
 

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import kube as kube_mod
 import pytest
-import webhooks
-from kube import Kube, Scenario, node_of
-from localcluster import free_port
-from skips import made_by
+
+from tests.e2e import kube as kube_mod
+from tests.e2e import webhooks
+from tests.e2e.kube import Kube, Scenario, node_of
+from tests.e2e.localcluster import free_port
+from tests.e2e.skips import made_by
 
 pytestmark = pytest.mark.e2e
 

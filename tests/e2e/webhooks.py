@@ -30,8 +30,9 @@ from typing import Any
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
-from kube import Kube
-from localcluster import _PKI, APIError, ClusterError
+
+from tests.e2e.kube import Kube
+from tests.e2e.localcluster import _PKI, APIError, ClusterError
 
 KINDS = {
     "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",

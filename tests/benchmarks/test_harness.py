@@ -1,0 +1,35 @@
+"""benchmarks/harness.py: the tables the benchmarks print and the names their options take."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from benchmarks import harness
+
+
+def test_a_table_aligns_figures_right_and_a_case_that_did_not_run_keeps_only_its_name_and_why() -> None:
+    head = ["case", "pods", "pods/s", "note"]
+    rows = [["gpusched", 20, "32.2", ""], harness.note_row("volcano", "not run: no binary", len(head))]
+    assert harness.markdown_table(head, rows, align="lrrl").splitlines() == [
+        "| case | pods | pods/s | note |",
+        "|---|---:|---:|---|",
+        "| gpusched | 20 | 32.2 | |",
+        "| volcano | | | not run: no binary |",
+    ]
+
+
+def test_unknown_names_are_the_parsers_error_naming_them_and_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    assert harness.chosen(parser, " gpusched, ,kube-scheduler", ("kube-scheduler", "gpusched")) == [
+        "gpusched",
+        "kube-scheduler",
+    ]
+    with pytest.raises(SystemExit):
+        harness.chosen(parser, "gpusched,volcano", ("kube-scheduler", "gpusched"))
+    assert "unknown case(s) volcano; choose from kube-scheduler, gpusched" in capsys.readouterr().err
+
+
+def test_the_trace_lists_named_are_taken_as_named() -> None:
+    assert harness.trace_lists("default, multigpu40") == ["default", "multigpu40"]
