@@ -51,6 +51,8 @@ class NumaStore:
         self._predicted: dict[str, _Predicted] = {}
         #: Grows at every change (what a plugin memoises on).
         self.version = 0
+        #: Whether the objects have been listed (the operator's watch); True where nothing watches (the simulator).
+        self.listed = True
 
     def upsert(self, zones: NodeZones, *, now: float | None = None) -> None:
         """The node's object was published (created or updated) at ``now`` (default: the clock's now): pods running

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from scheduler.k8s import device_claims
+from scheduler.api import numa as api_numa
+from scheduler.k8s import device_claims, numa_zones
 from scheduler.k8s.client import Client
 from scheduler.k8s.informer import Informer
 from scheduler.k8s.metrics import Metrics
@@ -54,6 +55,8 @@ class OptionalApi:
     feature: str
     #: The first Kubernetes minor that serves it by default.
     since: str
+    #: What serves it when Kubernetes itself does not (a CRD another project installs); "" for Kubernetes' own.
+    installed_by: str = ""
 
     @property
     def group_version(self) -> str:
@@ -62,7 +65,12 @@ class OptionalApi:
     @property
     def missing(self) -> str:
         """Why the feature is off, as pods that need it are told."""
-        return f"the cluster does not serve {self.group_version} (Kubernetes {self.since}+), so {self.feature} is off"
+        return f"the cluster does not serve {self.group_version} ({self.needs}), so {self.feature} is off"
+
+    @property
+    def needs(self) -> str:
+        """What makes the cluster serve it."""
+        return self.installed_by or f"Kubernetes {self.since}+"
 
 
 #: Dynamic Resource Allocation: DeviceClasses, ResourceSlices and ResourceClaims (``scheduler.k8s.device_claims``).
@@ -72,6 +80,17 @@ DRA = OptionalApi(
     resources=frozenset(device_claims.KINDS),
     feature="dynamic resource allocation (ResourceClaims)",
     since="1.34",
+)
+
+#: NUMA zones: NodeResourceTopology objects (``scheduler.k8s.numa_zones``), a CRD of the node-feature-discovery
+#: project: without it no node has a NUMA rule (the ``numa`` filter refuses nothing).
+NUMA = OptionalApi(
+    group=api_numa.GROUP,
+    version=api_numa.VERSION,
+    resources=frozenset(numa_zones.KINDS),
+    feature="NUMA placement (the numa filter)",
+    since="",
+    installed_by="NFD's topology-updater or the resource-topology-exporter installs it",
 )
 
 
@@ -123,7 +142,7 @@ async def watch_if_served(
             "API not served; feature off",
             group_version=api.group_version,
             off=api.feature,
-            needs=f"Kubernetes {api.since}+",
+            needs=api.needs,
             note="looked up once at start: restart gpusched once the cluster serves it",
         )
         await asyncio.Event().wait()

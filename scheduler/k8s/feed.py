@@ -43,7 +43,7 @@ from scheduler.api.pod import PodRequest
 from scheduler.cache import device_store
 from scheduler.core.hints import ClusterEvent
 from scheduler.core.loop import SchedulingLoop
-from scheduler.k8s import device_claims, volume_binding
+from scheduler.k8s import device_claims, numa_zones, volume_binding
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.context import OperatorContext
 from scheduler.k8s.grouper import Grouper
@@ -104,6 +104,7 @@ class PodFeed:
         self.volumes = volume_binding.VolumeWatches(cache.volumes, on_change=self.volumes_changed, invalid=self.invalid)
         #: DeviceClasses, ResourceSlices and ResourceClaims into the cache (``scheduler.k8s.device_claims``).
         self.devices = device_claims.DeviceWatches(cache.devices, on_change=self.devices_changed, invalid=self.invalid)
+        self.zones = numa_zones.ZoneWatches(cache.numa, on_change=self.zones_changed, invalid=self.invalid)
         #: Node name -> the whole GPUs it publishes through DRA, as last given to the cache.
         self._dra_gpus: dict[str, int] = {}
         #: Claim key -> the pending pods (keys) that use it, whose GPU count follows the claim.
@@ -326,6 +327,11 @@ class PodFeed:
         if self.ready:
             self.loop.cluster_event(ClusterEvent.NODE_ADDED if old is None else ClusterEvent.NODE_UPDATED)
             self._wake()
+
+    def zones_changed(self) -> None:
+        """A node's NUMA zones were published again (``scheduler.k8s.numa_zones``): what its kubelet freed may let a
+        waiting pod in, as a node update may."""
+        self.loop.cluster_event(ClusterEvent.NODE_UPDATED)
 
     def devices_changed(self, claims: set[str]) -> None:
         """A DeviceClass, ResourceSlice or ResourceClaim changed (``scheduler.k8s.device_claims``; ``claims``: the

@@ -34,7 +34,16 @@ import structlog
 from scheduler.api import pod as api_pod
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import dashboard_options, device_claims, discovery, handlers, health, logs, volume_binding
+from scheduler.k8s import (
+    dashboard_options,
+    device_claims,
+    discovery,
+    handlers,
+    health,
+    logs,
+    numa_zones,
+    volume_binding,
+)
 from scheduler.k8s.informer import Informer
 from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaseThread
 from scheduler.k8s.operator import Operator, warm_kernels
@@ -351,6 +360,18 @@ async def _supervise(
         ),
         name="gpusched devices",
     )
+    # NodeResourceTopology objects (scheduler.k8s.numa_zones), where an agent installed their CRD; else no NUMA rule.
+    zones = operator.feed.zones
+    tasks["numa zones"] = asyncio.create_task(
+        discovery.watch_if_served(
+            client,
+            discovery.NUMA,
+            lambda: numa_zones.informers(client, zones),
+            off=lambda why: None,
+            metrics=operator.metrics,
+        ),
+        name="gpusched numa zones",
+    )
     lease: LeaseThread | None = None
     if _observing(args):
         pass  # gpusched dashboard: a local copy that never leads, and so never decides or writes
@@ -396,7 +417,7 @@ async def _supervise(
     if lease is not None:  # first, and given the time to hand the lease over
         await lease.stop(RELEASE_TIMEOUT_S + CANCEL_GRACE_S)
         await _end(tasks["lease"], grace=CANCEL_GRACE_S)
-    await asyncio.gather(*(_end(tasks[name]) for name in ("scheduling", "devices", *informers)))
+    await asyncio.gather(*(_end(tasks[name]) for name in ("scheduling", "devices", "numa zones", *informers)))
     kopf_stop.set()
     await _end(tasks["watches"], grace=WATCHES_STOP_S, cancel_first=False)
     await _end(stopper)

@@ -155,6 +155,15 @@ CALLS: tuple[Call, ...] = (
         LIST_WATCH,
         "pods' claims and the devices already allocated",
     ),
+    Call(
+        "numa_zones",
+        "CustomObjectsApi",
+        "list_cluster_custom_object",
+        "topology.node.k8s.io",
+        "noderesourcetopologies",
+        LIST_WATCH,
+        "nodes' NUMA zones and their kubelets' Topology Manager policies (the numa filter), where published",
+    ),
     # --- kopf's watches (scheduler.k8s.handlers) -------------------------------------------------------------------
     Call(
         "handlers",
@@ -204,7 +213,8 @@ CALLS: tuple[Call, ...] = (
         "",
         "",
         (),
-        "whether the cluster serves resource.k8s.io/v1, once at start (DRA off where it does not)",
+        "whether the cluster serves resource.k8s.io/v1 and topology.node.k8s.io/v1alpha2, once at start (DRA, or NUMA"
+        " placement, off where it does not)",
         rights=DISCOVERY,
     ),
     # --- binding (scheduler.k8s.binder) ----------------------------------------------------------------------------

@@ -1,0 +1,31 @@
+"""NodeResourceTopology objects from the watch into the zone store: a change wakes waiting pods, an unreadable object
+is reported with its field and leaves its node without a NUMA rule, a deleted one too."""
+
+from __future__ import annotations
+
+from scheduler.api.errors import InvalidObject
+from scheduler.cache.numa_store import NumaStore
+from scheduler.k8s import numa_zones
+from tests.api.test_numa import nrt
+
+
+def test_objects_feed_the_store_and_changes_wake_the_waiting_pods() -> None:
+    store = NumaStore()
+    woken: list[str] = []
+    problems: list[tuple[str, str, InvalidObject]] = []
+    watches = numa_zones.ZoneWatches(
+        store, on_change=lambda: woken.append("woken"), invalid=lambda *problem: problems.append(problem)
+    )
+    assert not store.listed  # until the informer has listed them all
+    watches.event(nrt("gpu-0", attributes=[{"name": "topologyManagerPolicy", "value": "single-numa-node"}]))
+    watches.part_listed(numa_zones.KINDS[0])
+    assert store.listed and store.nodes["gpu-0"].enforced and woken == ["woken"]
+    same = nrt("gpu-0", attributes=[{"name": "topologyManagerPolicy", "value": "single-numa-node"}])
+    watches.event(same)
+    assert woken == ["woken"]  # published again unchanged: nothing to wake
+    watches.event(nrt("gpu-0", attributes=[{"name": "topologyManagerPolicy", "value": "strict"}]))
+    assert "gpu-0" not in store.nodes and woken == ["woken", "woken"]
+    assert problems and problems[0][2].field == "attributes[topologyManagerPolicy]"
+    watches.event(nrt("gpu-1"))
+    watches.event({"metadata": {"name": "gpu-1"}}, deleted=True)
+    assert "gpu-1" not in store.nodes
