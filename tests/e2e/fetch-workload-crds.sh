@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetch the CRDs of the workload projects the suite has no controller for (Kubeflow TrainJob and PyTorchJob, KubeRay
-# RayCluster, MPIJob) from their Go modules, at the versions pinned in tests/e2e/workload-crds/go.mod, plus the
+# RayCluster, MPIJob), and NodeResourceTopology (what NFD's topology-updater publishes; tests/e2e/test_numa_e2e.py
+# plays the agent) from their Go modules, at the versions pinned in tests/e2e/workload-crds/go.mod, plus the
 # JobSet CRD (a TrainJob's child) from the JobSet version pinned in tests/e2e/controllers/go.mod. Only these modules
 # are downloaded (`go mod download <module>@<version>`, no dependencies), and each zip's hash must match go.sum.
 #
@@ -30,10 +31,11 @@ SOURCES=(
   "github.com/ray-project/kuberay/ray-operator|$MOD|config/crd/bases/ray.io_rayclusters.yaml"
   "github.com/kubeflow/mpi-operator|$MOD|manifests/base/kubeflow.org_mpijobs.yaml"
   "sigs.k8s.io/jobset|$CONTROLLERS|config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
+  "github.com/k8stopologyawareschedwg/noderesourcetopology-api|$MOD|manifests/crd.yaml"
 )
 
 # Bump when this script changes what it produces.
-RECIPE_VERSION=1
+RECIPE_VERSION=2
 pins=""
 for src in "${SOURCES[@]}"; do
   IFS='|' read -r mod dir files <<<"$src"
