@@ -38,12 +38,14 @@ def _check(nodes: I64, cap: F64, used: F64, req: F64, out: F64, per_resource: F6
         raise ValueError("score: one weight per resource column is needed")
 
 
-# --- spread: kube-scheduler's LeastAllocated -----------------------------------------------------------------
+# --- least and most allocated: spread, binpack, per-resource strategy ----------------------------------------
 
 
-def _spread(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
-    # Branch-free over columns: a column the node lacks gets weight 0 (a select, not a jump), because which
-    # columns a node has varies from node to node and mispredicted branches cost more than the arithmetic.
+def _allocated(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, every_column, out):
+    # Per column, the share after placement that is used (``most[r]``) or free; weighted over the columns the node
+    # has that the pod requests, or with ``every_column`` over all it has. Branch-free over columns: a column that
+    # does not count gets weight 0 (a select, not a jump), because which columns count varies from node to node
+    # and mispredicted branches cost more than the arithmetic.
     n_res = cap.shape[1]
     for i in numba.prange(nodes.shape[0]):
         n = nodes[i]
@@ -51,76 +53,30 @@ def _spread(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
         weight_sum = 0.0
         for r in range(n_res):
             c = cap[n, r]
-            on = c > 0.0
+            u = used[n, r]
+            rq = _request(req, r, n, whole_k, gpu_mem_each)
+            on = (c > 0.0) & ((rq > 0.0) | every_column)
             w = weights[r] if on else 0.0
             c = c if on else 1.0
-            total += w * (c - used[n, r] - _request(req, r, n, whole_k, gpu_mem_each)) / c
+            total += w * ((u + rq) if most[r] else (c - u - rq)) / c
             weight_sum += w
         out[i] = 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
 
 
-_SPREAD = jit_pair(_spread)
+_ALLOCATED = jit_pair(_allocated)
 
 
 def spread(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
-    """Weighted mean free share after placement, over the resources the node has (LeastAllocated)."""
-    _check(nodes, cap, used, req, out, weights)
-    pick(_SPREAD, nodes.shape[0])(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out)
-    return out
-
-
-# --- binpack: Volcano's binpack ------------------------------------------------------------------------------
-
-
-def _binpack(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
-    n_res = cap.shape[1]
-    for i in numba.prange(nodes.shape[0]):
-        n = nodes[i]
-        total = 0.0
-        weight_sum = 0.0
-        for r in range(n_res):
-            c = cap[n, r]
-            rq = _request(req, r, n, whole_k, gpu_mem_each)
-            on = (c > 0.0) & (rq > 0.0)
-            w = weights[r] if on else 0.0
-            c = c if on else 1.0
-            total += w * (used[n, r] + rq) / c
-            weight_sum += w
-        out[i] = 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
-
-
-_BINPACK = jit_pair(_binpack)
+    """Weighted mean free share after placement, over the resources the node has (kube-scheduler's
+    LeastAllocated)."""
+    least = np.zeros(req.shape, dtype=np.bool_)
+    return resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, least, out, every_column=True)
 
 
 def binpack(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
-    """Weighted mean used share after placement, over the resources the pod requests (Volcano binpack)."""
-    _check(nodes, cap, used, req, out, weights)
-    pick(_BINPACK, nodes.shape[0])(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out)
-    return out
-
-
-# --- per-resource strategy: Koordinator's NodeResourcesFitPlus -----------------------------------------------
-
-
-def _resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out):
-    n_res = cap.shape[1]
-    for i in numba.prange(nodes.shape[0]):
-        n = nodes[i]
-        total = 0.0
-        weight_sum = 0.0
-        for r in range(n_res):
-            c = cap[n, r]
-            rq = _request(req, r, n, whole_k, gpu_mem_each)
-            on = (c > 0.0) & (rq > 0.0)
-            w = weights[r] if on else 0.0
-            c = c if on else 1.0
-            after = (used[n, r] + rq) / c
-            total += w * (after if most[r] else 1.0 - after)
-            weight_sum += w
-        out[i] = 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
-
-
-_RESOURCE_STRATEGY = jit_pair(_resource_strategy)
+    """Weighted mean used share after placement, over the resources the pod requests (Volcano's binpack)."""
+    most = np.ones(req.shape, dtype=np.bool_)
+    return resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out)
 
 
 def resource_strategy(
@@ -133,10 +89,15 @@ def resource_strategy(
     weights: F64,
     most: B,
     out: F64,
+    *,
+    every_column: bool = False,
 ) -> F64:
-    """Each requested resource scored Most (``most[r]``) or Least allocated, weighted per resource."""
+    """Each requested resource scored Most (``most[r]``) or Least allocated, weighted per resource (Koordinator's
+    NodeResourcesFitPlus); with ``every_column``, each resource the node has, requested or not."""
     _check(nodes, cap, used, req, out, weights)
-    pick(_RESOURCE_STRATEGY, nodes.shape[0])(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out)
+    if most.shape != req.shape:
+        raise ValueError("resource_strategy: one Most/Least flag per resource column is needed")
+    pick(_ALLOCATED, nodes.shape[0])(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, every_column, out)
     return out
 
 
