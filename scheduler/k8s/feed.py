@@ -40,7 +40,7 @@ from scheduler.api import topology as api_topology
 from scheduler.api import workloads
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
-from scheduler.cache import device_store
+from scheduler.cache import dra_gpus
 from scheduler.core.hints import ClusterEvent
 from scheduler.core.loop import SchedulingLoop
 from scheduler.k8s import device_claims, volume_binding
@@ -189,7 +189,7 @@ class PodFeed:
         self.uids[f"pod {key}"] = pod.uid
         if pod.extended_asks:
             # Extended resources a DeviceClass maps to DRA: the GPUs they are (scheduler.api.extended_resources).
-            pod = device_store.extended_gpu_request(self.cache.devices, pod)
+            pod = dra_gpus.extended_gpu_request(self.cache.devices, pod)
         if pod.terminal:
             self.ungrouped.pop(key, None)
             self._pod_gone(key, finished=pod.phase)
@@ -318,7 +318,7 @@ class PodFeed:
         if old is not None and replace(old, problems=()) == replace(info, problems=()):
             return
         self.nodes[name] = info
-        self.cache.upsert_node(device_store.with_gpus(info, self.cache.devices))
+        self.cache.upsert_node(dra_gpus.with_gpus(info, self.cache.devices))
         if old is None:
             for problem in info.problems:
                 self.invalid("node", name, problem)
@@ -334,7 +334,7 @@ class PodFeed:
         gpus = self.cache.devices.gpu_nodes()
         for name in set(gpus) | set(self._dra_gpus):
             if gpus.get(name, 0) != self._dra_gpus.get(name, 0) and name in self.nodes:
-                self.cache.upsert_node(device_store.with_gpus(self.nodes[name], self.cache.devices))
+                self.cache.upsert_node(dra_gpus.with_gpus(self.nodes[name], self.cache.devices))
         self._dra_gpus = gpus
         for claim in claims:
             users = self._claim_users.get(claim, set())
@@ -354,12 +354,12 @@ class PodFeed:
 
     def _claim_gpus(self, pod: PodRequest) -> PodRequest:
         """A pending pod with the GPUs its claims ask for (whole GPUs, or the share of one of a MIG device:
-        ``scheduler.cache.device_store.claim_gpu_request``), and its claims indexed so that a change of one reads them
+        ``scheduler.cache.dra_gpus.claim_gpu_request``), and its claims indexed so that a change of one reads them
         again."""
         for pod_claim in pod.resource_claims:
             if pod_claim.claim_name:
                 self._claim_users.setdefault(f"{pod.namespace}/{pod_claim.claim_name}", set()).add(pod.key)
-        gpu = device_store.claim_gpu_request(self.cache.devices, pod)
+        gpu = dra_gpus.claim_gpu_request(self.cache.devices, pod)
         if gpu is None or (gpu.count, gpu.milli) == (pod.gpu.count, pod.gpu.milli):
             return pod
         return replace(pod, gpu=gpu)
