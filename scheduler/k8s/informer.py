@@ -274,9 +274,12 @@ class StoreWatches(Generic[StoreT]):
 
     def informers(self, client: Client, lists: Lists) -> dict[str, Informer]:
         """The list-then-watch loop of each kind of ``lists``, feeding these watches."""
-        return {
-            kind: Informer(
-                client, kind=kind, list_method=method, on_event=on_event, known=known, on_listed=self.part_listed
-            )
-            for kind, (method, on_event, known) in lists.items()
-        }
+        return informers(client, lists, on_listed=self.part_listed)
+
+
+def informers(client: Client, lists: Lists, *, on_listed: Callable[[str], None]) -> dict[str, Informer]:
+    """The list-then-watch loop of each kind of ``lists``; ``on_listed(kind)`` once each has fed its first listing."""
+    return {
+        kind: Informer(client, kind=kind, list_method=method, on_event=on_event, known=known, on_listed=on_listed)
+        for kind, (method, on_event, known) in lists.items()
+    }
