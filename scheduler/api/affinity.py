@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from scheduler.api import selectors
+from scheduler.api import fields, selectors
 from scheduler.api.errors import InvalidObject
 from scheduler.api.selectors import Requirement
 
@@ -150,15 +150,11 @@ def _terms(raw: object, *, namespace: str, labels: Mapping[str, str], obj: str, 
 def _weighted(
     raw: object, *, namespace: str, labels: Mapping[str, str], obj: str, field: str
 ) -> tuple[WeightedTerm, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise InvalidObject("expected a list of weighted terms", obj=obj, field=field)
     parsed = []
-    for i, item in enumerate(raw):
-        where = f"{field}[{i}]"
-        if not isinstance(item, Mapping):
-            raise InvalidObject("expected a weighted term", obj=obj, field=where)
+    terms = fields.maps(
+        raw, obj=obj, field=field, not_list="expected a list of weighted terms", not_map="expected a weighted term"
+    )
+    for where, item in terms:
         weight = item.get("weight")
         if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
             raise InvalidObject(f"{weight!r} is not a weight 1..100", obj=obj, field=f"{where}.weight")
@@ -266,16 +262,12 @@ def services_selecting(
 
 
 def parse_spread(raw: object, *, labels: Mapping[str, str], obj: str) -> tuple[SpreadConstraint, ...]:
-    if raw is None:
-        return ()
     base = "spec.topologySpreadConstraints"
-    if not isinstance(raw, list):
-        raise InvalidObject("expected a list of constraints", obj=obj, field=base)
     parsed = []
-    for i, item in enumerate(raw):
-        where = f"{base}[{i}]"
-        if not isinstance(item, Mapping):
-            raise InvalidObject("expected a constraint", obj=obj, field=where)
+    constraints = fields.maps(
+        raw, obj=obj, field=base, not_list="expected a list of constraints", not_map="expected a constraint"
+    )
+    for where, item in constraints:
         skew = item.get("maxSkew")
         if not isinstance(skew, int) or isinstance(skew, bool) or skew < 1:
             raise InvalidObject(f"{skew!r} is not an integer >= 1", obj=obj, field=f"{where}.maxSkew")
