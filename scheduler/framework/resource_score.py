@@ -1,8 +1,10 @@
-"""What the least- and most-allocated scores share: spread (kube-scheduler's LeastAllocated) and binpack (Volcano's
-binpack) take one argument, ``weights`` per resource, and score with their kernel over the snapshot's arrays.
+"""What score plugins of one family share, where only their kernel (``scheduler.kernels.scores``) differs:
+spread (kube-scheduler's LeastAllocated) and binpack (Volcano's binpack) take per-resource ``weights``
+(:class:`WeightedResourceScore`); the FGD paper's BestFit and DotProd baselines take ``maxCpu`` and ``maxGpu``,
+what they normalise by (:class:`MaxNormalisedScore`).
 
-Plugins do not import each other, so the shared part lives here: each of the two plugin modules names its kernel
-(``scheduler.kernels.scores``) and its default weights, and derives from :class:`WeightedResourceScore`.
+Plugins do not import each other, so the shared part lives here: each plugin module names its kernel (and
+defaults) and derives from one of these classes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from scheduler.framework.interface import F64, I64, CycleState
 
 #: ``kernel(nodes, cap, used, request, whole_k, gpu_mem_each, weights, out)``, as ``scores.spread``.
 Kernel: TypeAlias = "staticmethod[[I64, F64, F64, F64, int, F64, F64, F64], F64]"
+#: ``kernel(nodes, cap, used, request, max_cpu, max_gpu, out)``, as ``scores.bestfit``.
+MaxNormalisedKernel: TypeAlias = "staticmethod[[I64, F64, F64, F64, float, float, F64], F64]"
 
 
 class WeightedResourceScore:
@@ -36,3 +40,20 @@ class WeightedResourceScore:
         a = state.snapshot.arrays
         w = self.weights.vector(state.snapshot.columns)
         self.kernel(nodes, a.cap, a.used, state.request, state.whole_k, a.gpu_mem_each, w, out)
+
+
+class MaxNormalisedScore:
+    """A score plugin whose arguments are ``maxCpu`` and ``maxGpu`` (milli; the FGD paper normalises by the largest
+    node's) and whose score is ``kernel``'s."""
+
+    name: str
+    kernel: ClassVar[MaxNormalisedKernel]
+
+    def __init__(self, args: Mapping[str, Any]) -> None:
+        plugin_args.check_keys(self.name, args, ("maxCpu", "maxGpu"))
+        self.max_cpu = plugin_args.number(self.name, args, "maxCpu", 128000.0, low=1.0)
+        self.max_gpu = plugin_args.number(self.name, args, "maxGpu", 8000.0, low=1.0)
+
+    def score(self, state: CycleState, nodes: I64, out: F64) -> None:
+        a = state.snapshot.arrays
+        self.kernel(nodes, a.cap, a.used, state.request, self.max_cpu, self.max_gpu, out)
