@@ -44,6 +44,7 @@ from scheduler.api import nvidia_gpus
 from scheduler.api import resources as api_resources
 from scheduler.api.dra import ClaimAllocation, Device, DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.api.pod import PodRequest
+from scheduler.cache import tables
 from scheduler.cache.device_budgets import (
     CapacityUse,
     CounterBudget,
@@ -120,33 +121,22 @@ class DeviceStore:
     # --- the watches -----------------------------------------------------------------------------------------
 
     def upsert_class(self, device_class: DeviceClass) -> bool:
-        if self.classes.get(device_class.name) == device_class:
-            return False
-        self.classes[device_class.name] = device_class
-        self._extended_class.clear()
-        self.version += 1
-        self.devices_version += 1
-        return True
+        return tables.put(self.classes, device_class.name, device_class) and self._devices_changed(classes=True)
 
     def remove_class(self, name: str) -> bool:
-        if self.classes.pop(name, None) is None:
-            return False
-        self._extended_class.clear()
-        self.version += 1
-        self.devices_version += 1
-        return True
+        return tables.drop(self.classes, name) and self._devices_changed(classes=True)
 
     def upsert_slice(self, resource_slice: ResourceSlice) -> bool:
-        if self.slices.get(resource_slice.name) == resource_slice:
-            return False
-        self.slices[resource_slice.name] = resource_slice
-        self.version += 1
-        self.devices_version += 1
-        return True
+        return tables.put(self.slices, resource_slice.name, resource_slice) and self._devices_changed()
 
     def remove_slice(self, name: str) -> bool:
-        if self.slices.pop(name, None) is None:
-            return False
+        return tables.drop(self.slices, name) and self._devices_changed()
+
+    def _devices_changed(self, *, classes: bool = False) -> bool:
+        """Count a change of the devices or (``classes``) of the classes; True, for the methods that return whether
+        one was."""
+        if classes:
+            self._extended_class.clear()
         self.version += 1
         self.devices_version += 1
         return True
