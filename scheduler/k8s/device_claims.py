@@ -178,12 +178,8 @@ class ClaimWriter:
         pod = decision.pod
         patch = api_extended.pod_status_patch(_split(key)[1], extended)
         patch["metadata"] = {"uid": pod.uid}  # a precondition: the pod the decision was made for
-        answer = await self.client.call(
-            self.client.core.patch_namespaced_pod_status,
-            name=pod.name,
-            namespace=pod.namespace,
-            body=patch,
-            _content_type="application/merge-patch+json",
+        answer = await self.client.patch(
+            self.client.core.patch_namespaced_pod_status, name=pod.name, namespace=pod.namespace, body=patch
         )
         if not answer.ok:
             return f"writing the extended resource claim into the status of pod {pod.key}: {answer.message}"
@@ -255,9 +251,7 @@ class ClaimWriter:
         return self.store.claims.get(f"{namespace}/{name}")
 
     async def _patch(self, method: Any, namespace: str, name: str, body: Mapping[str, Any]) -> Answer:
-        return await self.client.call(
-            method, name=name, namespace=namespace, body=body, _content_type="application/merge-patch+json"
-        )
+        return await self.client.patch(method, name=name, namespace=namespace, body=body)
 
     async def undo(self, decision: Decision) -> None:
         """The pod was not bound: take it out of its claims' ``reservedFor``; clear what this decision allocated

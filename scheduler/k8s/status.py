@@ -285,12 +285,8 @@ class PodConditionWriter(CoalescedWriter):
         if self._still_pending is not None and not self._still_pending(key):
             return None
         namespace, _, name = key.partition("/")
-        return await self.client.call(
-            self.client.core.patch_namespaced_pod_status,
-            name=name,
-            namespace=namespace,
-            body=body,
-            _content_type="application/strategic-merge-patch+json",
+        return await self.client.patch(
+            self.client.core.patch_namespaced_pod_status, name=name, namespace=namespace, body=body, strategic=True
         )
 
 
@@ -352,24 +348,11 @@ class CustomStatusWriter(CoalescedWriter):
         custom = self.client.custom
         if r.namespaced:
             namespace, _, name = key.partition("/")
-            return await self.client.call(
-                custom.patch_namespaced_custom_object_status,
-                r.group,
-                r.version,
-                namespace,
-                r.plural,
-                name,
-                body,
-                _content_type="application/merge-patch+json",
+            return await self.client.patch(
+                custom.patch_namespaced_custom_object_status, r.group, r.version, namespace, r.plural, name, body=body
             )
-        return await self.client.call(
-            custom.patch_cluster_custom_object_status,
-            r.group,
-            r.version,
-            r.plural,
-            key,
-            body,
-            _content_type="application/merge-patch+json",
+        return await self.client.patch(
+            custom.patch_cluster_custom_object_status, r.group, r.version, r.plural, key, body=body
         )
 
 
@@ -546,14 +529,8 @@ class TopologyStatusWriter:
             body = {"status": to_json(status())}
             if self._written.get(name) == body:
                 return
-            answer = await self.client.call(
-                self.client.custom.patch_cluster_custom_object_status,
-                r.group,
-                r.version,
-                r.plural,
-                name,
-                body,
-                _content_type="application/merge-patch+json",
+            answer = await self.client.patch(
+                self.client.custom.patch_cluster_custom_object_status, r.group, r.version, r.plural, name, body=body
             )
             if answer.ok:
                 self.written += 1

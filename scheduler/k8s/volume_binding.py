@@ -196,12 +196,7 @@ class VolumeBinder:
                     }
                 },
             }
-            written = await self.client.call(
-                self.client.core.patch_persistent_volume,
-                name=binding.volume,
-                body=patch,
-                _content_type="application/merge-patch+json",
-            )
+            written = await self.client.patch(self.client.core.patch_persistent_volume, name=binding.volume, body=patch)
             if written.ok:
                 log.info("volume claimed", volume=binding.volume, claim=binding.claim, node=binding.node)
                 return ""
@@ -213,12 +208,8 @@ class VolumeBinder:
         """Ask the claim's provisioner for a volume on the node."""
         namespace, _, name = binding.claim.partition("/")
         patch = {"metadata": {"annotations": {api_volumes.ANNOTATION_SELECTED_NODE: binding.node}}}
-        answer = await self.client.call(
-            self.client.core.patch_namespaced_persistent_volume_claim,
-            name=name,
-            namespace=namespace,
-            body=patch,
-            _content_type="application/merge-patch+json",
+        answer = await self.client.patch(
+            self.client.core.patch_namespaced_persistent_volume_claim, name=name, namespace=namespace, body=patch
         )
         if not answer.ok:
             return f"annotating persistentvolumeclaim {binding.claim} with its selected node: {answer.message}"
