@@ -137,7 +137,15 @@ def parse_term(raw: object, *, namespace: str, labels: Mapping[str, str], obj: s
     return AffinityTerm(selector, frozenset(names) if names else frozenset({namespace}), key)
 
 
-def _terms(raw: object, *, namespace: str, labels: Mapping[str, str], obj: str, field: str) -> tuple[AffinityTerm, ...]:
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def _terms(
+    affinity: Mapping[str, object], *, base: str, namespace: str, labels: Mapping[str, str], obj: str
+) -> tuple[AffinityTerm, ...]:
+    """The required terms of ``affinity`` (a ``podAffinity`` or ``podAntiAffinity`` at ``base``)."""
+    raw, field = affinity.get(_REQUIRED), f"{base}.{_REQUIRED}"
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -148,8 +156,10 @@ def _terms(raw: object, *, namespace: str, labels: Mapping[str, str], obj: str, 
 
 
 def _weighted(
-    raw: object, *, namespace: str, labels: Mapping[str, str], obj: str, field: str
+    affinity: Mapping[str, object], *, base: str, namespace: str, labels: Mapping[str, str], obj: str
 ) -> tuple[WeightedTerm, ...]:
+    """The preferred (weighted) terms of ``affinity`` (a ``podAffinity`` or ``podAntiAffinity`` at ``base``)."""
+    raw, field = affinity.get(_PREFERRED), f"{base}.{_PREFERRED}"
     parsed = []
     terms = fields.maps(
         raw, obj=obj, field=field, not_list="expected a list of weighted terms", not_map="expected a weighted term"
@@ -180,22 +190,8 @@ def parse_pod_affinity(
         base = f"spec.affinity.{name}"
         if not isinstance(raw, Mapping):
             raise InvalidObject("expected a map", obj=obj, field=base)
-        required = f"{base}.requiredDuringSchedulingIgnoredDuringExecution"
-        preferred = f"{base}.preferredDuringSchedulingIgnoredDuringExecution"
-        parts[f"{prefix}required"] = _terms(
-            raw.get("requiredDuringSchedulingIgnoredDuringExecution"),
-            namespace=namespace,
-            labels=labels,
-            obj=obj,
-            field=required,
-        )
-        parts[f"{prefix}preferred"] = _weighted(
-            raw.get("preferredDuringSchedulingIgnoredDuringExecution"),
-            namespace=namespace,
-            labels=labels,
-            obj=obj,
-            field=preferred,
-        )
+        parts[f"{prefix}required"] = _terms(raw, base=base, namespace=namespace, labels=labels, obj=obj)
+        parts[f"{prefix}preferred"] = _weighted(raw, base=base, namespace=namespace, labels=labels, obj=obj)
     if not parts:
         return NO_AFFINITY
     parsed = PodAffinity(**parts)  # type: ignore[arg-type]
