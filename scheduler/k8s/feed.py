@@ -432,10 +432,8 @@ class PodFeed:
                     self.loop.group_upsert(compat)
                     self._wake()
             return
-        try:
-            group = api_podgroup.parse_podgroup(body, created=_timestamp(meta.get("creationTimestamp")))
-        except InvalidObject as exc:
-            self.invalid("podgroup", key, exc)
+        group = self._read_group(api_podgroup.parse_podgroup, body, key)
+        if group is None:
             return
         self.uids[f"podgroup {key}"] = group.uid
         if self.podgroups.get(key) == group:
@@ -455,10 +453,8 @@ class PodFeed:
             if self.compat_podgroups.pop(key, None) is not None and key not in self.podgroups and self.ready:
                 self.loop.group_removed(key)
             return
-        try:
-            group = api_podgroup.parse_compat_podgroup(body, created=_timestamp(meta.get("creationTimestamp")))
-        except InvalidObject as exc:
-            self.invalid("podgroup", key, exc)
+        group = self._read_group(api_podgroup.parse_compat_podgroup, body, key)
+        if group is None:
             return
         if self.compat_podgroups.get(key) == group:
             return
@@ -466,6 +462,17 @@ class PodFeed:
         if key not in self.podgroups and self.ready:
             self.loop.group_upsert(group)
             self._wake()
+
+    def _read_group(
+        self, parse: Callable[..., api_podgroup.PodGroup], body: Mapping[str, Any], key: str
+    ) -> api_podgroup.PodGroup | None:
+        """The PodGroup of ``body`` as ``parse`` reads it (created at its creationTimestamp); None, reported as an
+        invalid object, when it cannot be read."""
+        try:
+            return parse(body, created=_timestamp(_meta(body).get("creationTimestamp")))
+        except InvalidObject as exc:
+            self.invalid("podgroup", key, exc)
+            return None
 
     def queue_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         meta = _meta(body)
