@@ -103,26 +103,32 @@ def _weighted_mean(values: F64, weights: F64) -> F64:
     return result
 
 
-@_twin_of(scores.spread)
-def spread(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
-    least = np.zeros(req.shape, dtype=bool)
-    return resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, least, out, every_column=True)
-
-
-@_twin_of(scores.binpack)
-def binpack(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
-    most = np.ones(req.shape, dtype=bool)
-    return resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out)
-
-
-@_twin_of(scores.resource_strategy)
-def resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out, *, every_column=False):
+def _allocated(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, every_column, out):
+    """Per column the used (``most``) or free share after placement, weighted over the columns the node has that
+    the pod requests, or with ``every_column`` all it has."""
     c, u = cap[nodes], used[nodes]
     rq = _requests(nodes, req, whole_k, gpu_mem_each)
     on = (c > 0) & ((rq > 0) | every_column)
     share = np.where(most, u + rq, c - u - rq) / np.where(c > 0, c, 1.0)
     out[:] = _weighted_mean(np.where(c > 0, share, 0.0), np.where(on, weights, 0.0))
     return out
+
+
+@_twin_of(scores.spread)
+def spread(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
+    least = np.zeros(req.shape, dtype=bool)
+    return _allocated(nodes, cap, used, req, whole_k, gpu_mem_each, weights, least, True, out)
+
+
+@_twin_of(scores.binpack)
+def binpack(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
+    most = np.ones(req.shape, dtype=bool)
+    return _allocated(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, False, out)
+
+
+@_twin_of(scores.resource_strategy)
+def resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out):
+    return _allocated(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, False, out)
 
 
 @_twin_of(scores.scarce_avoidance)
