@@ -18,10 +18,12 @@ argparse's own errors (an unknown option, a number that is not one) are cut to o
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import scheduler
 from scheduler.api.errors import InvalidObject
@@ -110,34 +112,78 @@ def _node_topology(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
-    from scheduler.k8s import run
+@dataclass(frozen=True, slots=True)
+class _Command:
+    """A command whose arguments and work live in a module imported only when the command is given (so that
+    ``gpusched simulate`` does not import the Kubernetes client, nor ``gpusched run`` the simulator)."""
 
-    return run.main(args)
+    summary: str
+    description: str
+    #: ``module:function``: the function that adds the command's arguments to a parser, and the one that runs it.
+    arguments: str
+    entry: str
+    #: Whether arguments without a help text get the shared ones (``_MISSING_HELP``).
+    fill_help: bool = False
 
+    def add(self, parser: argparse.ArgumentParser) -> None:
+        _function(self.arguments)(parser)
+        if self.fill_help:
+            _fill_missing_help(parser)
 
-def _dashboard(args: argparse.Namespace) -> int:
-    from scheduler.k8s import run
-
-    return run.main(args)
-
-
-def _explain(args: argparse.Namespace) -> int:
-    from scheduler.k8s import explain
-
-    return explain.main(args)
-
-
-def _simulate(args: argparse.Namespace) -> int:
-    from scheduler.sim import command as sim_command
-
-    return int(sim_command.run(args))
+    def run(self, args: argparse.Namespace) -> int:
+        return int(_function(self.entry)(args))
 
 
-def _trace(args: argparse.Namespace) -> int:
-    from scheduler.sim import fetch
+def _function(where: str) -> Callable[..., Any]:
+    module, _, name = where.partition(":")
+    function: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return function
 
-    return fetch.run(args)
+
+_MODULE_COMMANDS = {
+    "run": _Command(
+        "run the scheduler in a cluster (the operator)",
+        "Run the scheduler against the cluster of a kubeconfig (or in-cluster): watch pods, nodes, PodGroups and "
+        "Queues, and bind pods whose schedulerName is gpusched (or --scheduler-name). See docs/operator.md.",
+        "scheduler.k8s.run:add_arguments",
+        "scheduler.k8s.run:main",
+        fill_help=True,
+    ),
+    "dashboard": _Command(
+        "open the read-only dashboard of a cluster on this machine",
+        "Watch the cluster of a kubeconfig as the scheduler does, without leading (it decides and writes nothing), and "
+        "serve the dashboard (cluster map, queues, waiting work) on http://127.0.0.1:8765. The scheduler itself serves "
+        "it with gpusched run --dashboard-port. See docs/dashboard.md.",
+        "scheduler.k8s.dashboard_options:add_local_arguments",
+        "scheduler.k8s.run:main",
+        fill_help=True,
+    ),
+    "explain": _Command(
+        "why a pod or podgroup/NAME is pending, or how queue/NAME stands",
+        "Say why a pod or a gang (podgroup/NAME) is pending, from the cluster as it is now: which filters fail on how "
+        "many nodes, its queue and its place there; or how a queue (queue/NAME) stands: its guarantee, limit, what it "
+        "holds and borrows, its waiting work and its shares. Reads only; writes nothing.",
+        "scheduler.k8s.explain:add_arguments",
+        "scheduler.k8s.explain:main",
+        fill_help=True,
+    ),
+    "simulate": _Command(
+        "compare placement policies on a simulated cluster, side by side",
+        "Run placement policies on a cluster and workload (built in, or the Alibaba GPU trace: see gpusched "
+        "trace) through the scheduler's own core, and print a table; or run a built-in scenario (--scenario). "
+        "See docs/simulator.md.",
+        "scheduler.sim.command:add_arguments",
+        "scheduler.sim.command:run",
+    ),
+    "trace": _Command(
+        "download the public Alibaba GPU trace for gpusched simulate",
+        "Download files of the public Alibaba GPU cluster trace (github.com/alibaba/clusterdata, folder "
+        "cluster-trace-gpu-v2023/csv) into a cache directory, check that they load, and print their paths. "
+        "Files already there are not downloaded again.",
+        "scheduler.sim.fetch:add_arguments",
+        "scheduler.sim.fetch:run",
+    ),
+}
 
 
 #: Nodes ``bench kernels`` accepts: far above any real cluster, so that a typo (a few zeros too many) is refused
@@ -158,72 +204,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     def add(name: str, summary: str, description: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=summary, description=description, formatter_class=_Formatter)
 
-    operator = add(
-        "run",
-        "run the scheduler in a cluster (the operator)",
-        "Run the scheduler against the cluster of a kubeconfig (or in-cluster): watch pods, nodes, PodGroups and "
-        "Queues, and bind pods whose schedulerName is gpusched (or --scheduler-name). See docs/operator.md.",
-    )
-    if command == "run":
-        from scheduler.k8s import run
-
-        run.add_arguments(operator)
-        _fill_missing_help(operator)
-    operator.set_defaults(func=_run)
-
-    board = add(
-        "dashboard",
-        "open the read-only dashboard of a cluster on this machine",
-        "Watch the cluster of a kubeconfig as the scheduler does, without leading (it decides and writes nothing), and "
-        "serve the dashboard (cluster map, queues, waiting work) on http://127.0.0.1:8765. The scheduler itself serves "
-        "it with gpusched run --dashboard-port. See docs/dashboard.md.",
-    )
-    if command == "dashboard":
-        from scheduler.k8s import dashboard_options
-
-        dashboard_options.add_local_arguments(board)
-        _fill_missing_help(board)
-    board.set_defaults(func=_dashboard)
-
-    why = add(
-        "explain",
-        "why a pod or podgroup/NAME is pending, or how queue/NAME stands",
-        "Say why a pod or a gang (podgroup/NAME) is pending, from the cluster as it is now: which filters fail on how "
-        "many nodes, its queue and its place there; or how a queue (queue/NAME) stands: its guarantee, limit, what it "
-        "holds and borrows, its waiting work and its shares. Reads only; writes nothing.",
-    )
-    if command == "explain":
-        from scheduler.k8s import explain
-
-        explain.add_arguments(why)
-        _fill_missing_help(why)
-    why.set_defaults(func=_explain)
-
-    simulate = add(
-        "simulate",
-        "compare placement policies on a simulated cluster, side by side",
-        "Run placement policies on a cluster and workload (built in, or the Alibaba GPU trace: see gpusched "
-        "trace) through the scheduler's own core, and print a table; or run a built-in scenario (--scenario). "
-        "See docs/simulator.md.",
-    )
-    if command == "simulate":
-        from scheduler.sim import command as sim_command
-
-        sim_command.add_arguments(simulate)
-    simulate.set_defaults(func=_simulate)
-
-    trace = add(
-        "trace",
-        "download the public Alibaba GPU trace for gpusched simulate",
-        "Download files of the public Alibaba GPU cluster trace (github.com/alibaba/clusterdata, folder "
-        "cluster-trace-gpu-v2023/csv) into a cache directory, check that they load, and print their paths. "
-        "Files already there are not downloaded again.",
-    )
-    if command == "trace":
-        from scheduler.sim import fetch
-
-        fetch.add_arguments(trace)
-    trace.set_defaults(func=_trace)
+    for name, spec in _MODULE_COMMANDS.items():
+        command_parser = add(name, spec.summary, spec.description)
+        if command == name:
+            spec.add(command_parser)
+        command_parser.set_defaults(func=spec.run)
 
     bench = add("bench", "benchmarks", "Benchmarks that print figures; `gpusched bench kernels` is the one there is.")
     if command == "bench":

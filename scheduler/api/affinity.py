@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from scheduler.api import selectors
+from scheduler.api import fields, selectors
 from scheduler.api.errors import InvalidObject
 from scheduler.api.selectors import Requirement
 
@@ -137,7 +137,15 @@ def parse_term(raw: object, *, namespace: str, labels: Mapping[str, str], obj: s
     return AffinityTerm(selector, frozenset(names) if names else frozenset({namespace}), key)
 
 
-def _terms(raw: object, *, namespace: str, labels: Mapping[str, str], obj: str, field: str) -> tuple[AffinityTerm, ...]:
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def _terms(
+    affinity: Mapping[str, object], *, base: str, namespace: str, labels: Mapping[str, str], obj: str
+) -> tuple[AffinityTerm, ...]:
+    """The required terms of ``affinity`` (a ``podAffinity`` or ``podAntiAffinity`` at ``base``)."""
+    raw, field = affinity.get(_REQUIRED), f"{base}.{_REQUIRED}"
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -148,17 +156,15 @@ def _terms(raw: object, *, namespace: str, labels: Mapping[str, str], obj: str, 
 
 
 def _weighted(
-    raw: object, *, namespace: str, labels: Mapping[str, str], obj: str, field: str
+    affinity: Mapping[str, object], *, base: str, namespace: str, labels: Mapping[str, str], obj: str
 ) -> tuple[WeightedTerm, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise InvalidObject("expected a list of weighted terms", obj=obj, field=field)
+    """The preferred (weighted) terms of ``affinity`` (a ``podAffinity`` or ``podAntiAffinity`` at ``base``)."""
+    raw, field = affinity.get(_PREFERRED), f"{base}.{_PREFERRED}"
     parsed = []
-    for i, item in enumerate(raw):
-        where = f"{field}[{i}]"
-        if not isinstance(item, Mapping):
-            raise InvalidObject("expected a weighted term", obj=obj, field=where)
+    terms = fields.maps(
+        raw, obj=obj, field=field, not_list="expected a list of weighted terms", not_map="expected a weighted term"
+    )
+    for where, item in terms:
         weight = item.get("weight")
         if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
             raise InvalidObject(f"{weight!r} is not a weight 1..100", obj=obj, field=f"{where}.weight")
@@ -184,22 +190,8 @@ def parse_pod_affinity(
         base = f"spec.affinity.{name}"
         if not isinstance(raw, Mapping):
             raise InvalidObject("expected a map", obj=obj, field=base)
-        required = f"{base}.requiredDuringSchedulingIgnoredDuringExecution"
-        preferred = f"{base}.preferredDuringSchedulingIgnoredDuringExecution"
-        parts[f"{prefix}required"] = _terms(
-            raw.get("requiredDuringSchedulingIgnoredDuringExecution"),
-            namespace=namespace,
-            labels=labels,
-            obj=obj,
-            field=required,
-        )
-        parts[f"{prefix}preferred"] = _weighted(
-            raw.get("preferredDuringSchedulingIgnoredDuringExecution"),
-            namespace=namespace,
-            labels=labels,
-            obj=obj,
-            field=preferred,
-        )
+        parts[f"{prefix}required"] = _terms(raw, base=base, namespace=namespace, labels=labels, obj=obj)
+        parts[f"{prefix}preferred"] = _weighted(raw, base=base, namespace=namespace, labels=labels, obj=obj)
     if not parts:
         return NO_AFFINITY
     parsed = PodAffinity(**parts)  # type: ignore[arg-type]
@@ -266,16 +258,12 @@ def services_selecting(
 
 
 def parse_spread(raw: object, *, labels: Mapping[str, str], obj: str) -> tuple[SpreadConstraint, ...]:
-    if raw is None:
-        return ()
     base = "spec.topologySpreadConstraints"
-    if not isinstance(raw, list):
-        raise InvalidObject("expected a list of constraints", obj=obj, field=base)
     parsed = []
-    for i, item in enumerate(raw):
-        where = f"{base}[{i}]"
-        if not isinstance(item, Mapping):
-            raise InvalidObject("expected a constraint", obj=obj, field=where)
+    constraints = fields.maps(
+        raw, obj=obj, field=base, not_list="expected a list of constraints", not_map="expected a constraint"
+    )
+    for where, item in constraints:
         skew = item.get("maxSkew")
         if not isinstance(skew, int) or isinstance(skew, bool) or skew < 1:
             raise InvalidObject(f"{skew!r} is not an integer >= 1", obj=obj, field=f"{where}.maxSkew")

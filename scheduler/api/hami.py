@@ -45,7 +45,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scheduler.api import quantity
+from scheduler.api import fields, quantity
 from scheduler.api.errors import InvalidObject
 from scheduler.api.resources import GPU, MILLI_PER_GPU, GpuRequest
 
@@ -144,10 +144,7 @@ def _parse_json(text: str, *, obj: str, field: str) -> list[Device]:
     if not isinstance(entries, list):
         raise InvalidObject("expected a JSON list of devices", obj=obj, field=field)
     devices = []
-    for i, entry in enumerate(entries):
-        where = f"{field}[{i}]"
-        if not isinstance(entry, Mapping):
-            raise InvalidObject("expected a device object", obj=obj, field=where)
+    for where, entry in fields.maps(entries, obj=obj, field=field, not_map="expected a device object"):
         uuid = entry.get("id")
         if not isinstance(uuid, str) or not uuid:
             raise InvalidObject("a device needs an id (its UUID)", obj=obj, field=f"{where}.id")

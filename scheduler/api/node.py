@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from scheduler.api import fields, gputopo, nvidia_gpus, resources, selectors
 from scheduler.api import hami as api_hami
-from scheduler.api import nvidia_gpus, resources, selectors
 from scheduler.api.errors import InvalidObject
 from scheduler.api.resources import ResourceList
 
@@ -63,15 +63,7 @@ class NodeInfo:
 
 def parse_node(raw: Mapping[str, object]) -> NodeInfo:
     """Parse a Kubernetes node dict. Raises :class:`InvalidObject` only when the node cannot be used at all."""
-    meta = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    status = raw.get("status") or {}
-    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping) or not isinstance(status, Mapping):
-        raise InvalidObject("metadata, spec and status must be maps", obj="node")
-    name = str(meta.get("name") or "")
-    obj = f"node {name}"
-    if not name:
-        raise InvalidObject("a node needs a name", obj=obj, field="metadata.name")
+    meta, spec, status, _, name, obj = fields.object_parts(raw, word="node", kind="node", namespaced=False)
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
     raw_alloc = status.get("allocatable")
@@ -139,3 +131,18 @@ def _hami(
     if not usable or not advertised:
         return 0, 0, label_model, ()
     return len(usable), min(d.memory_mib for d in usable) * MIB, label_model or usable[0].model, usable
+
+
+def same_for_scheduling(a: NodeInfo, b: NodeInfo) -> bool:
+    """Whether two readings of a node differ in nothing a scheduling decision reads (a heartbeat's status update
+    changes none of it: the cache keeps the node's row as it is)."""
+    return (
+        a.allocatable == b.allocatable
+        and a.gpus == b.gpus
+        and a.gpu_memory == b.gpu_memory
+        and a.gpu_model == b.gpu_model
+        and a.labels == b.labels
+        and a.annotations.get(gputopo.ANNOTATION) == b.annotations.get(gputopo.ANNOTATION)
+        and a.taints == b.taints
+        and a.unschedulable == b.unschedulable
+    )

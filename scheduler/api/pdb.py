@@ -24,7 +24,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scheduler.api import affinity
+from scheduler.api import affinity, fields
 from scheduler.api.errors import InvalidObject
 
 
@@ -65,16 +65,9 @@ class DisruptionBudget:
 
 def parse_pdb(raw: Mapping[str, object]) -> DisruptionBudget:
     """Parse a PodDisruptionBudget as the API server returns it; :class:`InvalidObject` names the field."""
-    meta = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    status = raw.get("status") or {}
-    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping) or not isinstance(status, Mapping):
-        raise InvalidObject("metadata, spec and status must be maps", obj="poddisruptionbudget")
-    namespace = str(meta.get("namespace") or "default")
-    name = str(meta.get("name") or "")
-    obj = f"poddisruptionbudget {namespace}/{name}"
-    if not name:
-        raise InvalidObject("a PodDisruptionBudget needs a name", obj=obj, field="metadata.name")
+    _, spec, status, namespace, name, obj = fields.object_parts(
+        raw, word="poddisruptionbudget", kind="PodDisruptionBudget", namespaced=True
+    )
     selector = affinity.parse_label_selector(spec.get("selector"), obj=obj, field="spec.selector")
     allowed = status.get("disruptionsAllowed") or 0
     if not isinstance(allowed, int) or isinstance(allowed, bool):

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from scheduler.api import affinity as api_affinity
 from scheduler.api import dra as api_dra
 from scheduler.api import extended_resources as api_extended
+from scheduler.api import fields, host_ports, quantity, resources, selectors
 from scheduler.api import hami as api_hami
-from scheduler.api import host_ports, quantity, resources, selectors
 from scheduler.api import numa as api_numa
 from scheduler.api import topology as api_topology
 from scheduler.api import volumes as api_volumes
@@ -357,16 +357,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
     :class:`Unsupported` for a pending pod of ours (``spec.schedulerName`` is ``scheduler_name``, the name
     ``gpusched run --scheduler-name`` serves) asking for what gpusched does not honour (:func:`unsupported`).
     """
-    meta = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    status = raw.get("status") or {}
-    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping) or not isinstance(status, Mapping):
-        raise InvalidObject("metadata, spec and status must be maps", obj="pod")
-    namespace = str(meta.get("namespace") or "default")
-    name = str(meta.get("name") or "")
-    obj = f"pod {namespace}/{name}"
-    if not name:
-        raise InvalidObject("a pod needs a name", obj=obj, field="metadata.name")
+    meta, spec, status, namespace, name, obj = fields.object_parts(raw, word="pod", kind="pod", namespaced=True)
     labels = _str_map(meta.get("labels"), obj=obj, field="metadata.labels")
     annotations = _str_map(meta.get("annotations"), obj=obj, field="metadata.annotations")
     read = resources.read_containers(spec, obj=obj)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from scheduler.api import resources, topology
+from scheduler.api import fields, resources, topology
 from scheduler.api.errors import InvalidObject
 from scheduler.api.resources import ResourceList
 from scheduler.api.topology import TopologyConstraint
@@ -74,15 +74,9 @@ class PodGroup:
 
 def parse_podgroup(raw: Mapping[str, object], *, created: float = 0.0, priority: int = 0) -> PodGroup:
     """Parse a PodGroup object (a dict as the API server returns it)."""
-    meta = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
-        raise InvalidObject("metadata and spec must be maps", obj="podgroup")
-    namespace = str(meta.get("namespace") or "default")
-    name = str(meta.get("name") or "")
-    obj = f"podgroup {namespace}/{name}"
-    if not name:
-        raise InvalidObject("a PodGroup needs a name", obj=obj, field="metadata.name")
+    meta, spec, _, namespace, name, obj = fields.object_parts(
+        raw, word="podgroup", kind="PodGroup", namespaced=True, with_status=False
+    )
     min_member = spec.get("minMember", 1)
     if isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 1:
         raise InvalidObject(f"{min_member!r} is not an integer >= 1", obj=obj, field="spec.minMember")

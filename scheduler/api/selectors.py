@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from scheduler.api import fields
 from scheduler.api.errors import InvalidObject
 
 _OPERATORS = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"}
@@ -77,15 +78,14 @@ def requirements(
     raw: object, *, obj: str, field: str, operators: frozenset[str] | set[str] = _OPERATORS
 ) -> tuple[Requirement, ...]:
     """Parse ``matchExpressions`` (node selector terms, or label selectors with ``LABEL_OPERATORS``)."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise InvalidObject("expected a list of requirements", obj=obj, field=field)
     parsed = []
-    for i, item in enumerate(raw):
-        where = f"{field}[{i}]"
-        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
-            raise InvalidObject("a requirement needs a string key", obj=obj, field=where)
+    needs_key = "a requirement needs a string key"
+    for where, item in fields.maps(
+        raw, obj=obj, field=field, not_list="expected a list of requirements", not_map=needs_key
+    ):
+        key = item.get("key")
+        if not isinstance(key, str):
+            raise InvalidObject(needs_key, obj=obj, field=where)
         operator = item.get("operator")
         if operator not in operators:
             raise InvalidObject(f"unknown operator {operator!r}", obj=obj, field=f"{where}.operator")
@@ -96,7 +96,7 @@ def requirements(
             raise InvalidObject(f"operator {operator} needs values", obj=obj, field=f"{where}.values")
         if operator in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
             raise InvalidObject(f"operator {operator} needs one integer value", obj=obj, field=f"{where}.values")
-        parsed.append(Requirement(item["key"], str(operator), tuple(values)))
+        parsed.append(Requirement(key, str(operator), tuple(values)))
     return tuple(parsed)
 
 
@@ -127,17 +127,11 @@ def parse_node_affinity(spec: Mapping[str, object], *, obj: str) -> tuple[NodeSe
 
 
 def parse_tolerations(raw: object, *, obj: str, field: str = "spec.tolerations") -> tuple[Toleration, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise InvalidObject("expected a list", obj=obj, field=field)
     parsed = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, Mapping):
-            raise InvalidObject("expected a toleration", obj=obj, field=f"{field}[{i}]")
+    for where, item in fields.maps(raw, obj=obj, field=field, not_map="expected a toleration"):
         operator = item.get("operator") or "Equal"
         if operator not in ("Equal", "Exists"):
-            raise InvalidObject(f"unknown operator {operator!r}", obj=obj, field=f"{field}[{i}].operator")
+            raise InvalidObject(f"unknown operator {operator!r}", obj=obj, field=f"{where}.operator")
         parsed.append(
             Toleration(
                 key=str(item.get("key") or ""),

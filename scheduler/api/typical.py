@@ -9,9 +9,10 @@ does not depend on input order.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from scheduler.api import fields
 from scheduler.api.errors import InvalidObject
 
 
@@ -58,10 +59,8 @@ def parse_shapes(raw: object, *, obj: str, field: str) -> list[Shape]:
     if not isinstance(raw, Sequence) or isinstance(raw, str) or not raw:
         raise InvalidObject("must be a non-empty list of pod shapes", obj=obj, field=field)
     shapes = []
-    for i, item in enumerate(raw):
-        where = f"{field}[{i}]"
-        if not isinstance(item, Mapping):
-            raise InvalidObject("must be a map with cpu, milli, gpus, models, weight", obj=obj, field=where)
+    not_map = "must be a map with cpu, milli, gpus, models, weight"
+    for where, item in fields.maps(list(raw), obj=obj, field=field, not_map=not_map):
         values = {}
         for key in ("cpu", "milli", "gpus", "weight"):
             v = item.get(key, 1.0 if key == "weight" else 0)

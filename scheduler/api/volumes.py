@@ -223,6 +223,15 @@ def _meta(raw: Mapping[str, object], kind: str) -> tuple[Mapping[str, object], s
     return meta, str(meta["name"])
 
 
+def _maps(
+    raw: Mapping[str, object], meta: Mapping[str, object], *, obj: str
+) -> tuple[Mapping[str, object], Mapping[str, object], Mapping[str, object]]:
+    """A claim's or volume's spec, status and annotations, each a map (None: an empty one)."""
+    spec = fields.mapping(raw.get("spec"), obj=obj, field="spec")
+    status = fields.mapping(raw.get("status"), obj=obj, field="status")
+    return spec, status, fields.mapping(meta.get("annotations"), obj=obj, field="metadata.annotations")
+
+
 def _controller(meta: Mapping[str, object]) -> str:
     owners = meta.get("ownerReferences")
     for owner in owners if isinstance(owners, list) else ():
@@ -236,9 +245,7 @@ def parse_claim(raw: Mapping[str, object]) -> Claim:
     meta, name = _meta(raw, "persistentvolumeclaim")
     namespace = str(meta.get("namespace") or "default")
     obj = f"persistentvolumeclaim {namespace}/{name}"
-    spec = fields.mapping(raw.get("spec"), obj=obj, field="spec")
-    status = fields.mapping(raw.get("status"), obj=obj, field="status")
-    annotations = fields.mapping(meta.get("annotations"), obj=obj, field="metadata.annotations")
+    spec, status, annotations = _maps(raw, meta, obj=obj)
     resources = fields.mapping(spec.get("resources"), obj=obj, field="spec.resources")
     requests = fields.mapping(resources.get("requests"), obj=obj, field="spec.resources.requests")
     selector = None
@@ -289,9 +296,7 @@ def parse_volume(raw: Mapping[str, object]) -> Volume:
     """Parse a PersistentVolume."""
     meta, name = _meta(raw, "persistentvolume")
     obj = f"persistentvolume {name}"
-    spec = fields.mapping(raw.get("spec"), obj=obj, field="spec")
-    status = fields.mapping(raw.get("status"), obj=obj, field="status")
-    annotations = fields.mapping(meta.get("annotations"), obj=obj, field="metadata.annotations")
+    spec, status, annotations = _maps(raw, meta, obj=obj)
     capacity = fields.mapping(spec.get("capacity"), obj=obj, field="spec.capacity")
     node_affinity = fields.mapping(spec.get("nodeAffinity"), obj=obj, field="spec.nodeAffinity")
     terms = parse_node_selector(node_affinity.get("required"), obj=obj, field="spec.nodeAffinity.required")

@@ -25,7 +25,7 @@ gangs and queue accounting see DRA GPUs as they see the device plugin's. A GPU i
 its MIG instances, is a slot too (its first instance stands for it). A MIG device is on its parent's slot
 (:meth:`DeviceStore.slot_of`: the whole GPU that consumes the same counter set, or whose ``uuid`` is its
 ``parentUUID``), and a pod whose claims give it one MIG device and no whole GPU holds that share of the slot
-(``nvidia_gpus.mig_milli``, :func:`claim_gpu_request`), as a pod with ``gpusched.io/gpu-milli`` holds a shared GPU:
+(``nvidia_gpus.mig_milli``, ``scheduler.cache.dra_gpus``), as a pod with ``gpusched.io/gpu-milli`` holds a shared GPU:
 queue usage, limits, FGD and fit count it so.
 """
 
@@ -40,12 +40,11 @@ import structlog
 from scheduler.api import cel as api_cel
 from scheduler.api import consumable_capacity as api_capacity
 from scheduler.api import dra as api_dra
-from scheduler.api import node as api_node
 from scheduler.api import nvidia_gpus
 from scheduler.api import resources as api_resources
 from scheduler.api.dra import ClaimAllocation, Device, DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.api.pod import PodRequest
-from scheduler.api.resources import MILLI_PER_GPU, NO_GPU, GpuRequest
+from scheduler.cache import tables
 from scheduler.cache.device_budgets import (
     CapacityUse,
     CounterBudget,
@@ -122,33 +121,22 @@ class DeviceStore:
     # --- the watches -----------------------------------------------------------------------------------------
 
     def upsert_class(self, device_class: DeviceClass) -> bool:
-        if self.classes.get(device_class.name) == device_class:
-            return False
-        self.classes[device_class.name] = device_class
-        self._extended_class.clear()
-        self.version += 1
-        self.devices_version += 1
-        return True
+        return tables.put(self.classes, device_class.name, device_class) and self._devices_changed(classes=True)
 
     def remove_class(self, name: str) -> bool:
-        if self.classes.pop(name, None) is None:
-            return False
-        self._extended_class.clear()
-        self.version += 1
-        self.devices_version += 1
-        return True
+        return tables.drop(self.classes, name) and self._devices_changed(classes=True)
 
     def upsert_slice(self, resource_slice: ResourceSlice) -> bool:
-        if self.slices.get(resource_slice.name) == resource_slice:
-            return False
-        self.slices[resource_slice.name] = resource_slice
-        self.version += 1
-        self.devices_version += 1
-        return True
+        return tables.put(self.slices, resource_slice.name, resource_slice) and self._devices_changed()
 
     def remove_slice(self, name: str) -> bool:
-        if self.slices.pop(name, None) is None:
-            return False
+        return tables.drop(self.slices, name) and self._devices_changed()
+
+    def _devices_changed(self, *, classes: bool = False) -> bool:
+        """Count a change of the devices or (``classes``) of the classes; True, for the methods that return whether
+        one was."""
+        if classes:
+            self._extended_class.clear()
         self.version += 1
         self.devices_version += 1
         return True
@@ -317,7 +305,7 @@ class DeviceStore:
             if r != api_resources.GPU
             or node in self.dra_gpu_nodes
             or not gpu_slots
-            or not _selects_gpus(self, extended[r])
+            or not self.selects_gpus(extended[r])
         )
 
     def not_backed(self, asked: Mapping[str, int]) -> dict[str, int]:
@@ -327,6 +315,15 @@ class DeviceStore:
     def gpus(self, node: str) -> tuple[Device, ...]:
         """The node's whole GPUs published through DRA, in GPU-index order."""
         return self.node_devices(node).gpus
+
+    def selects_gpus(self, class_name: str) -> bool:
+        """Whether the DeviceClass of that name selects whole GPUs (False for an unknown class)."""
+        device_class = self.classes.get(class_name)
+        if device_class is None:
+            return False
+        # A GPU some node publishes; before any, a bare one of NVIDIA's driver (its class selects it, a MIG class not).
+        sample = self.sample_gpu() or _BARE_GPU
+        return all(self.matches(e, sample) for e in device_class.selectors)
 
     def sample_gpu(self) -> Device | None:
         """A whole GPU some node publishes (the first node's first, in the index's order), None if none does."""
@@ -505,115 +502,4 @@ def _node_devices(devices: list[Device]) -> NodeDevices:
     return NodeDevices(tuple(devices), ordered, slot_of)
 
 
-def claim_gpu_request(store: DeviceStore, pod: PodRequest) -> GpuRequest | None:
-    """The GPUs a pending pod's claims give it: the whole GPUs, or, with none, the share of one GPU of its one MIG
-    device (:func:`pod_gpus`). For a claim of its own (:meth:`DeviceStore.owns`) that is allocated, its allocated
-    devices; not allocated yet, what each ``ExactCount`` request of a GPU or MIG DeviceClass asks (admin access
-    aside; for ``firstAvailable``, the smallest alternative's; a MIG request, the smallest share the devices it may get
-    have). A claim shared with pods that allocated it holds its devices for them. None while a claim is not known.
-
-    The request is the same before and after the pod's own allocation is written, so the pod weighs the same in its
-    queue whichever the watch shows first. The GPUs it asks through an extended resource a DeviceClass that selects
-    GPUs maps (other than ``nvidia.com/gpu``, counted with the pod) are added as whole GPUs."""
-    whole = extended_gpus(store, pod)
-    mig: list[int] = []
-    for pod_claim in pod.resource_claims:
-        if not pod_claim.claim_name:
-            return None
-        claim = store.claims.get(api_dra.claim_key(pod.namespace, pod_claim))
-        if claim is None:
-            return None
-        allocation = store.allocation_of(claim.key)
-        if allocation is not None:
-            if store.owns(claim.key, pod):
-                whole += len(store.gpu_devices(allocation))
-                mig.extend(store.mig_devices(allocation))
-            continue
-        for request in claim.requests:
-            # The least the request may get (firstAvailable: its smallest alternative; All: counted once allocated),
-            # so that a node the smaller alternative fits is not filtered out by the GPU count.
-            asks: list[tuple[int, int, list[int]]] = []
-            for c in request.choices:
-                counted = c.mode == api_dra.EXACT_COUNT and not (c.admin_access or c.capacity)
-                share = store.mig_milli(c.device_class, c.selectors) if counted else 0
-                if share:
-                    asks.append((c.count * share, 0, [share] * c.count))
-                elif counted and _selects_gpus(store, c.device_class):
-                    asks.append((c.count * MILLI_PER_GPU, c.count, []))
-                else:
-                    asks.append((0, 0, []))
-            _milli, count, shares = min(asks)
-            whole += count
-            mig.extend(shares)
-    return pod_gpus(whole, mig)
-
-
-def pod_gpus(whole: int, mig: Sequence[int]) -> GpuRequest:
-    """The pod's GPU request from the devices of its claims: its whole GPUs; with none and one MIG device, that
-    device's share of its GPU. Several MIG devices, or MIG devices beside whole GPUs, are not counted (a pod's GPU
-    request is whole GPUs or a share of one)."""
-    if whole:
-        return GpuRequest(count=whole, milli=MILLI_PER_GPU)
-    if len(mig) == 1 and mig[0] > 0:
-        return GpuRequest(count=1, milli=mig[0])
-    return NO_GPU
-
-
-def extended_gpu_request(store: DeviceStore, pod: PodRequest) -> PodRequest:
-    """A pod without claims that asks extended resources, with the GPUs they are: ``nvidia.com/gpu`` mapped to a
-    class of other devices than whole GPUs (NVIDIA's ``mig-1g-12gb.gpu.nvidia.com``) is not GPU slots but those
-    devices, always from DRA (:meth:`DeviceStore.from_dra`); an implicit name of a class of whole GPUs is GPUs
-    (:func:`extended_gpus`). A bound pod whose GPU ids gpusched wrote is left as it is."""
-    if pod.gpu_ids or pod.resource_claims:
-        return pod
-    count = pod.gpu.count if pod.gpu.whole else 0
-    gpu_class = store.extended_resource_class(api_resources.GPU) if count else None
-    if gpu_class is not None and not _selects_gpus(store, gpu_class.name):
-        count = 0
-    count += extended_gpus(store, pod)
-    if count == (pod.gpu.count if pod.gpu.whole else 0):
-        return pod
-    gpu = api_resources.GpuRequest(count, api_resources.MILLI_PER_GPU, models=pod.gpu.models)
-    return dataclasses.replace(pod, gpu=gpu if count else api_resources.NO_GPU)
-
-
-def extended_gpus(store: DeviceStore, pod: PodRequest) -> int:
-    """The whole GPUs a pod asks through extended resources other than ``nvidia.com/gpu`` (the implicit
-    ``deviceclass.resource.kubernetes.io/gpu.nvidia.com``) that map to a DeviceClass selecting GPUs."""
-    total = 0
-    for name, amount in pod.resources.items() if pod.extended_asks else ():
-        device_class = store.extended_resource_class(name)
-        if device_class is not None and _selects_gpus(store, device_class.name):
-            total += amount
-    return total
-
-
-def _selects_gpus(store: DeviceStore, class_name: str) -> bool:
-    device_class = store.classes.get(class_name)
-    if device_class is None:
-        return False
-    # A GPU some node publishes; before any, a bare one of NVIDIA's driver (its class selects it, a MIG class not).
-    sample = store.sample_gpu() or _BARE_GPU
-    return all(store.matches(e, sample) for e in device_class.selectors)
-
-
 _BARE_GPU = Device(api_dra.GPU_DRIVER, "", "", {f"{api_dra.GPU_DRIVER}/type": "gpu"})
-
-
-def with_gpus(info: api_node.NodeInfo, store: DeviceStore) -> api_node.NodeInfo:
-    """A node that publishes whole GPUs through DRA and has none from a device plugin has those GPUs: their count,
-    the smallest of their memories, the first one's product name (and the store notes the node in
-    :attr:`DeviceStore.dra_gpu_nodes`)."""
-    gpus = store.gpus(info.name)
-    if not gpus or info.gpus:
-        store.dra_gpu_nodes.discard(info.name)
-        return info
-    store.dra_gpu_nodes.add(info.name)
-    memory = min((d.capacity.get(f"{d.driver}/memory", 0) for d in gpus if nvidia_gpus.is_gpu(d)), default=0) // 1000
-    product = gpus[0].attribute("productName")
-    return dataclasses.replace(
-        info,
-        gpus=len(gpus),
-        gpu_memory=int(memory),
-        gpu_model=info.gpu_model or (product if isinstance(product, str) else ""),
-    )

@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.api import dra as api_dra
-from scheduler.api import gputopo, resources
 from scheduler.api import node as api_node
+from scheduler.api import resources
 from scheduler.api import topology as api_topology
 from scheduler.api import volumes as api_volumes
 from scheduler.api.errors import InvalidObject
@@ -35,6 +35,7 @@ from scheduler.api.selectors import Taint
 from scheduler.cache import arrays as arrays_mod
 from scheduler.cache.arrays import ClusterArrays, Placement
 from scheduler.cache.device_store import DeviceStore
+from scheduler.cache.gpu_topologies import GpuTopologies
 from scheduler.cache.labels import LabelIndex
 from scheduler.cache.numa_store import NumaStore
 from scheduler.cache.pods_index import PodIndex, PortIndex
@@ -54,9 +55,6 @@ _FIXED_COLUMNS = {
 }
 
 __all__ = ["Cache", "NodeEntry", "PodEntry", "Snapshot", "UnknownNode"]
-
-#: Distinct GPU topology annotations kept parsed (a cluster has a handful of hardware models).
-_TOPOLOGIES_KEPT = 256
 
 
 @dataclass(slots=True)
@@ -130,15 +128,10 @@ class Cache:
         self.topology: api_topology.TopologySpec = api_topology.DEFAULT_TOPOLOGY
         self._domains: api_topology.DomainIndex | None = None
         self._domain_ids: I64 = np.full((0, len(self.topology.levels)), -1, dtype=np.int64)
-        self._gpu_topology: dict[int, GpuTopology] = {}
-        #: Annotation text -> its parsed topology (immutable): nodes of one hardware model share one object, so
-        #: a node is parsed once per model and the topology plugin's scores are memoised per model, not per node.
-        self._parsed_topologies: dict[str, GpuTopology] = {}
-        #: (per slot: index into the list or -1, the distinct topologies), built on demand; None when stale.
-        self._topology_index: tuple[I64, list[GpuTopology]] | None = None
+        self._gpu_topologies = GpuTopologies()
         #: Nodes whose ``gpusched.io/gpu-topology`` annotation was refused, by node name (their GPUs are treated
         #: as unknown until it is fixed).
-        self.gpu_topology_problems: dict[str, InvalidObject] = {}
+        self.gpu_topology_problems: dict[str, InvalidObject] = self._gpu_topologies.problems
         #: Node slot -> the share of a GPU (milli) each of its GPU slots is, for the nodes whose GPU slots are MIG
         #: devices (NVIDIA's device plugin under the single MIG strategy, ``NodeInfo.mig_profile``); the others are
         #: not listed (a slot of theirs is a whole GPU).
@@ -202,13 +195,13 @@ class Cache:
             self._name_rank = None
         else:
             entry = self.nodes[slot]
-            if _same_for_scheduling(entry.info, info):
+            if api_node.same_for_scheduling(entry.info, info):
                 entry.info = info
                 return slot
             if entry.info.labels != info.labels:
                 self._domains = None
             entry.info = info
-        self._set_gpu_topology(slot, info)
+        self._gpu_topologies.read(slot, info)
         if info.mig_profile:
             self.mig_slots[slot] = info.mig_milli
         else:
@@ -282,9 +275,7 @@ class Cache:
         self.names[slot] = None
         self._domains = None
         self._name_rank = None
-        self._gpu_topology.pop(slot, None)
-        self._topology_index = None
-        self.gpu_topology_problems.pop(name, None)
+        self._gpu_topologies.forget(slot, name)
         self.mig_slots.pop(slot, None)
         self.labels.clear(slot)
         if self.taints.pop(slot, None) is not None:
@@ -336,19 +327,16 @@ class Cache:
     @property
     def gpu_topologies(self) -> Mapping[int, GpuTopology]:
         """The known GPU topologies by node slot (nodes without an accepted annotation are not listed)."""
-        return self._gpu_topology
+        return self._gpu_topologies.by_slot
 
     def gpu_topology_index(self) -> tuple[I64, list[GpuTopology]]:
         """The known GPU topologies as an array: per slot an index into the returned list of distinct topologies,
         -1 where unknown (read-only; for scoring every node of a cycle without a Python loop over them)."""
-        index = self._topology_index
-        if index is None or index[0].shape[0] != self.arrays.slots:
-            index = self._topology_index = arrays_mod.distinct_index(self.arrays.slots, self._gpu_topology, key=id)
-        return index
+        return self._gpu_topologies.index(self.arrays.slots)
 
     def gpu_topology(self, slot: int) -> GpuTopology | None:
         """The node's GPU topology from its annotation; None without one (or with a refused one)."""
-        return self._gpu_topology.get(slot)
+        return self._gpu_topologies.get(slot)
 
     def taint_index(self) -> tuple[I64, list[tuple[Taint, ...]]]:
         """The nodes' filtering taints as an array: per slot an index into the returned list of distinct taint sets,
@@ -371,32 +359,6 @@ class Cache:
             rank.setflags(write=False)
             self._name_rank = rank
         return rank
-
-    def _set_gpu_topology(self, slot: int, info: api_node.NodeInfo) -> None:
-        self._gpu_topology.pop(slot, None)
-        self._topology_index = None
-        self.gpu_topology_problems.pop(info.name, None)
-        raw = info.annotations.get(gputopo.ANNOTATION)
-        if raw is None:
-            return
-        topo = self._parsed_topologies.get(raw)
-        if topo is None:
-            try:
-                topo = gputopo.parse_gpu_topology(raw, node=info.name)
-            except InvalidObject as problem:
-                self.gpu_topology_problems[info.name] = problem
-                return
-            if len(self._parsed_topologies) >= _TOPOLOGIES_KEPT:
-                self._parsed_topologies.clear()
-            self._parsed_topologies[raw] = topo
-        if len(topo) != info.gpus:
-            self.gpu_topology_problems[info.name] = InvalidObject(
-                f"describes {len(topo)} GPUs but the node has {info.gpus}; its GPUs are treated as unknown",
-                obj=f"node {info.name}",
-                field=f"metadata.annotations[{gputopo.ANNOTATION}]",
-            )
-            return
-        self._gpu_topology[slot] = topo
 
     # --- pods --------------------------------------------------------------------------------------------------
 
@@ -632,16 +594,3 @@ class Cache:
                 snap.arrays.copy_rows(self.arrays, rows)
         snap.columns = list(self.columns)
         return snap
-
-
-def _same_for_scheduling(a: api_node.NodeInfo, b: api_node.NodeInfo) -> bool:
-    return (
-        a.allocatable == b.allocatable
-        and a.gpus == b.gpus
-        and a.gpu_memory == b.gpu_memory
-        and a.gpu_model == b.gpu_model
-        and a.labels == b.labels
-        and a.annotations.get(gputopo.ANNOTATION) == b.annotations.get(gputopo.ANNOTATION)
-        and a.taints == b.taints
-        and a.unschedulable == b.unschedulable
-    )

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from scheduler.api import volumes as api_volumes
 from scheduler.api.pod import PodRequest
 from scheduler.api.volumes import Claim, ClaimBinding, CsiNode, StorageClass, Volume
+from scheduler.cache import tables
 
 
 class VolumeStore:
@@ -44,62 +45,45 @@ class VolumeStore:
 
     def upsert_claim(self, claim: Claim) -> bool:
         """Take a claim's new state; False when nothing the scheduler reads changed."""
-        if self.claims.get(claim.key) == claim:
+        if not tables.put(self.claims, claim.key, claim):
             return False
-        self.claims[claim.key] = claim
         if claim.bound or claim.selected_node:
             # The decision is seen through (or someone else decided): the claim speaks for itself now.
             self._drop_claim(claim.key)
-        self.version += 1
-        return True
+        return self._changed()
 
     def remove_claim(self, key: str) -> bool:
-        if self.claims.pop(key, None) is None:
+        if not tables.drop(self.claims, key):
             return False
         self._drop_claim(key)
-        self.version += 1
-        return True
+        return self._changed()
 
     def upsert_volume(self, volume: Volume) -> bool:
-        if self.volumes.get(volume.name) == volume:
+        if not tables.put(self.volumes, volume.name, volume):
             return False
-        self.volumes[volume.name] = volume
         if volume.claim_ref is not None:
             claim = self.assumed_volumes.get(volume.name)
             if claim is not None:
                 self._drop_claim(claim)
-        self.version += 1
-        return True
+        return self._changed()
 
     def remove_volume(self, name: str) -> bool:
-        if self.volumes.pop(name, None) is None:
-            return False
-        self.version += 1
-        return True
+        return tables.drop(self.volumes, name) and self._changed()
 
     def upsert_class(self, storage_class: StorageClass) -> bool:
-        if self.classes.get(storage_class.name) == storage_class:
-            return False
-        self.classes[storage_class.name] = storage_class
-        self.version += 1
-        return True
+        return tables.put(self.classes, storage_class.name, storage_class) and self._changed()
 
     def remove_class(self, name: str) -> bool:
-        if self.classes.pop(name, None) is None:
-            return False
-        self.version += 1
-        return True
+        return tables.drop(self.classes, name) and self._changed()
 
     def upsert_csi_node(self, node: CsiNode) -> bool:
-        if self.csi_nodes.get(node.name) == node:
-            return False
-        self.csi_nodes[node.name] = node
-        self.version += 1
-        return True
+        return tables.put(self.csi_nodes, node.name, node) and self._changed()
 
     def remove_csi_node(self, name: str) -> bool:
-        if self.csi_nodes.pop(name, None) is None:
-            return False
+        return tables.drop(self.csi_nodes, name) and self._changed()
+
+    def _changed(self) -> bool:
+        """Count a change (the version the plugin memoises on); True, for the methods that return whether one was."""
         self.version += 1
         return True
 

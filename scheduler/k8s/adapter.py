@@ -181,12 +181,12 @@ class Adapter:
 
     async def _patch_status(self, pod: PodRequest, body: Mapping[str, Any], what: str) -> bool:
         """A strategic merge patch of the pod's status; False if the pod is gone."""
-        answer = await self.client.call(
+        answer = await self.client.patch(
             self.client.core.patch_namespaced_pod_status,
             name=pod.name,
             namespace=pod.namespace,
             body=body,
-            _content_type="application/strategic-merge-patch+json",
+            strategic=True,
         )
         if not answer.ok and answer.status != 404:
             log.warning("pod status not written", pod=pod.key, what=what, status=answer.status, error=answer.message)

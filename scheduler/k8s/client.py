@@ -176,6 +176,14 @@ class Client:
                 return Answer(status=0, error=f"{type(exc).__name__}: {exc}".rstrip(": "))
         return Answer(status=status, body=_json(raw), retry_after=retry_after)
 
+    async def patch(
+        self, method: Callable[..., Awaitable[Any]], /, *args: Any, body: Any, strategic: bool = False, **names: Any
+    ) -> Answer:
+        """A merge patch (``strategic``: a strategic merge patch) of ``body`` through :meth:`call`; ``args`` and
+        ``names`` say which object (``name=``, ``namespace=``, or a custom resource's group, version, plural...)."""
+        kind = "strategic-merge-patch" if strategic else "merge-patch"
+        return await self.call(method, *args, body=body, _content_type=f"application/{kind}+json", **names)
+
     async def close(self) -> None:
         await self.api.close()
 

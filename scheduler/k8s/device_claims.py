@@ -65,7 +65,7 @@ FINALIZER = "resource.kubernetes.io/delete-protection"
 WRITE_ATTEMPTS = 4
 
 
-class DeviceWatches(informer.StoreWatches[DeviceStore]):
+class DeviceWatches(informer.StoreWatches[DeviceStore, Callable[[set[str]], None]]):
     """Feeds the device store from the watches (the ``on_event`` of the three informers)."""
 
     kinds = KINDS
@@ -77,13 +77,19 @@ class DeviceWatches(informer.StoreWatches[DeviceStore]):
         on_change: Callable[[set[str]], None],
         invalid: Callable[[str, str, InvalidObject], None],
     ) -> None:
-        super().__init__(store, invalid=invalid)
-        self._on_change = on_change
+        super().__init__(store, on_change=on_change, invalid=invalid)
         s = store
         Kind = informer.StoredKind
-        self._classes = Kind("deviceclass", False, api_dra.parse_device_class, s.upsert_class, s.remove_class)
-        self._slices = Kind("resourceslice", False, api_dra.parse_resource_slice, s.upsert_slice, s.remove_slice)
-        self._claims = Kind("resourceclaim", True, api_dra.parse_claim, s.upsert_claim, s.remove_claim)
+        self._classes = Kind(
+            "deviceclass", False, api_dra.parse_device_class, s.upsert_class, s.remove_class, s.classes
+        )
+        self._slices = Kind(
+            "resourceslice", False, api_dra.parse_resource_slice, s.upsert_slice, s.remove_slice, s.slices
+        )
+        self._claims = Kind("resourceclaim", True, api_dra.parse_claim, s.upsert_claim, s.remove_claim, s.claims)
+        self.class_event = self.events(self._classes)
+        self.slice_event = self.events(self._slices)
+        self.claim_event = self.events(self._claims)
 
     def all_listed(self) -> None:
         log.info(
@@ -108,15 +114,6 @@ class DeviceWatches(informer.StoreWatches[DeviceStore]):
             claims = {key} if kind is self._claims else set(self.store.claims) if kind is self._classes else set()
             self._on_change(claims)
 
-    def class_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        self.feed(self._classes, body, deleted)
-
-    def slice_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        self.feed(self._slices, body, deleted)
-
-    def claim_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        self.feed(self._claims, body, deleted)
-
 
 def switch_off(watches: DeviceWatches, *, why: str) -> None:
     """The cluster does not serve the API (``scheduler.k8s.discovery``): nothing watches the kinds, and a pod with
@@ -127,17 +124,12 @@ def switch_off(watches: DeviceWatches, *, why: str) -> None:
 def informers(client: Client, watches: DeviceWatches) -> dict[str, Informer]:
     """The list-then-watch loops of the three kinds, feeding ``watches``."""
     resource = k8s_client.ResourceV1Api(client.api)
-    store = watches.store
     return watches.informers(
         client,
         {
-            "deviceclasses": (resource.list_device_class, watches.class_event, lambda: list(store.classes)),
-            "resourceslices": (resource.list_resource_slice, watches.slice_event, lambda: list(store.slices)),
-            "resourceclaims": (
-                resource.list_resource_claim_for_all_namespaces,
-                watches.claim_event,
-                lambda: list(store.claims),
-            ),
+            "deviceclasses": (resource.list_device_class, watches._classes),
+            "resourceslices": (resource.list_resource_slice, watches._slices),
+            "resourceclaims": (resource.list_resource_claim_for_all_namespaces, watches._claims),
         },
     )
 
@@ -186,12 +178,8 @@ class ClaimWriter:
         pod = decision.pod
         patch = api_extended.pod_status_patch(_split(key)[1], extended)
         patch["metadata"] = {"uid": pod.uid}  # a precondition: the pod the decision was made for
-        answer = await self.client.call(
-            self.client.core.patch_namespaced_pod_status,
-            name=pod.name,
-            namespace=pod.namespace,
-            body=patch,
-            _content_type="application/merge-patch+json",
+        answer = await self.client.patch(
+            self.client.core.patch_namespaced_pod_status, name=pod.name, namespace=pod.namespace, body=patch
         )
         if not answer.ok:
             return f"writing the extended resource claim into the status of pod {pod.key}: {answer.message}"
@@ -263,9 +251,7 @@ class ClaimWriter:
         return self.store.claims.get(f"{namespace}/{name}")
 
     async def _patch(self, method: Any, namespace: str, name: str, body: Mapping[str, Any]) -> Answer:
-        return await self.client.call(
-            method, name=name, namespace=namespace, body=body, _content_type="application/merge-patch+json"
-        )
+        return await self.client.patch(method, name=name, namespace=namespace, body=body)
 
     async def undo(self, decision: Decision) -> None:
         """The pod was not bound: take it out of its claims' ``reservedFor``; clear what this decision allocated

@@ -391,12 +391,8 @@ class EventRecorder(worker.BackgroundWriter):
         body: dict[str, Any] = {"count": series.count, "lastTimestamp": rfc3339(series.last)}
         if series.message.startswith(COMBINED):
             body["message"] = series.message
-        answer = await self.client.call(
-            self.client.core.patch_namespaced_event,
-            name=series.name,
-            namespace=series.ref.event_namespace,
-            body=body,
-            _content_type="application/merge-patch+json",
+        answer = await self.client.patch(
+            self.client.core.patch_namespaced_event, name=series.name, namespace=series.ref.event_namespace, body=body
         )
         if answer.ok:
             self.stats["patched"] += 1

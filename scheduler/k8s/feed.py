@@ -40,7 +40,7 @@ from scheduler.api import topology as api_topology
 from scheduler.api import workloads
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
-from scheduler.cache import device_store
+from scheduler.cache import dra_gpus
 from scheduler.core.hints import ClusterEvent
 from scheduler.core.loop import SchedulingLoop
 from scheduler.k8s import device_claims, numa_zones, volume_binding
@@ -190,7 +190,7 @@ class PodFeed:
         self.uids[f"pod {key}"] = pod.uid
         if pod.extended_asks:
             # Extended resources a DeviceClass maps to DRA: the GPUs they are (scheduler.api.extended_resources).
-            pod = device_store.extended_gpu_request(self.cache.devices, pod)
+            pod = dra_gpus.extended_gpu_request(self.cache.devices, pod)
         if pod.terminal:
             self.ungrouped.pop(key, None)
             self._pod_gone(key, finished=pod.phase)
@@ -319,7 +319,7 @@ class PodFeed:
         if old is not None and replace(old, problems=()) == replace(info, problems=()):
             return
         self.nodes[name] = info
-        self.cache.upsert_node(device_store.with_gpus(info, self.cache.devices))
+        self.cache.upsert_node(dra_gpus.with_gpus(info, self.cache.devices))
         if old is None:
             for problem in info.problems:
                 self.invalid("node", name, problem)
@@ -340,7 +340,7 @@ class PodFeed:
         gpus = self.cache.devices.gpu_nodes()
         for name in set(gpus) | set(self._dra_gpus):
             if gpus.get(name, 0) != self._dra_gpus.get(name, 0) and name in self.nodes:
-                self.cache.upsert_node(device_store.with_gpus(self.nodes[name], self.cache.devices))
+                self.cache.upsert_node(dra_gpus.with_gpus(self.nodes[name], self.cache.devices))
         self._dra_gpus = gpus
         for claim in claims:
             users = self._claim_users.get(claim, set())
@@ -360,12 +360,12 @@ class PodFeed:
 
     def _claim_gpus(self, pod: PodRequest) -> PodRequest:
         """A pending pod with the GPUs its claims ask for (whole GPUs, or the share of one of a MIG device:
-        ``scheduler.cache.device_store.claim_gpu_request``), and its claims indexed so that a change of one reads them
+        ``scheduler.cache.dra_gpus.claim_gpu_request``), and its claims indexed so that a change of one reads them
         again."""
         for pod_claim in pod.resource_claims:
             if pod_claim.claim_name:
                 self._claim_users.setdefault(f"{pod.namespace}/{pod_claim.claim_name}", set()).add(pod.key)
-        gpu = device_store.claim_gpu_request(self.cache.devices, pod)
+        gpu = dra_gpus.claim_gpu_request(self.cache.devices, pod)
         if gpu is None or (gpu.count, gpu.milli) == (pod.gpu.count, pod.gpu.milli):
             return pod
         return replace(pod, gpu=gpu)
@@ -438,10 +438,8 @@ class PodFeed:
                     self.loop.group_upsert(compat)
                     self._wake()
             return
-        try:
-            group = api_podgroup.parse_podgroup(body, created=_timestamp(meta.get("creationTimestamp")))
-        except InvalidObject as exc:
-            self.invalid("podgroup", key, exc)
+        group = self._read_group(api_podgroup.parse_podgroup, body, key)
+        if group is None:
             return
         self.uids[f"podgroup {key}"] = group.uid
         if self.podgroups.get(key) == group:
@@ -461,10 +459,8 @@ class PodFeed:
             if self.compat_podgroups.pop(key, None) is not None and key not in self.podgroups and self.ready:
                 self.loop.group_removed(key)
             return
-        try:
-            group = api_podgroup.parse_compat_podgroup(body, created=_timestamp(meta.get("creationTimestamp")))
-        except InvalidObject as exc:
-            self.invalid("podgroup", key, exc)
+        group = self._read_group(api_podgroup.parse_compat_podgroup, body, key)
+        if group is None:
             return
         if self.compat_podgroups.get(key) == group:
             return
@@ -472,6 +468,17 @@ class PodFeed:
         if key not in self.podgroups and self.ready:
             self.loop.group_upsert(group)
             self._wake()
+
+    def _read_group(
+        self, parse: Callable[..., api_podgroup.PodGroup], body: Mapping[str, Any], key: str
+    ) -> api_podgroup.PodGroup | None:
+        """The PodGroup of ``body`` as ``parse`` reads it (created at its creationTimestamp); None, reported as an
+        invalid object, when it cannot be read."""
+        try:
+            return parse(body, created=_timestamp(_meta(body).get("creationTimestamp")))
+        except InvalidObject as exc:
+            self.invalid("podgroup", key, exc)
+            return None
 
     def queue_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         meta = _meta(body)

@@ -28,6 +28,7 @@ time, yielding between pages so the scheduling task and the binder keep going.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -210,6 +211,8 @@ class StoredKind:
     upsert: Callable[[Any], bool]
     #: Take the object of a key out; whether the store changed.
     remove: Callable[[str], bool]
+    #: The store's objects of this kind by key (what a relist reconciles).
+    held: Mapping[str, Any]
 
 
 class ListedStore(Protocol):
@@ -219,12 +222,14 @@ class ListedStore(Protocol):
 
 
 StoreT = TypeVar("StoreT", bound=ListedStore)
+#: What the watches tell the store's users when it changes (:meth:`StoreWatches.all_listed`, :meth:`StoreWatches.fed`).
+OnChangeT = TypeVar("OnChangeT", bound=Callable[..., None])
 #: Per kind (plural resource name): its list method, the watches' method that takes its events, and the keys of the
 #: objects the store holds of it (what a relist reconciles).
 Lists = Mapping[str, tuple[Callable[..., Any], OnEvent, Callable[[], Iterable[str]]]]
 
 
-class StoreWatches(Generic[StoreT]):
+class StoreWatches(Generic[StoreT, OnChangeT]):
     """The watches of the kinds that feed one store: each object goes in through :meth:`feed` (what cannot be read
     is reported to ``invalid`` and left out), and the store is listed once every kind of :attr:`kinds` is.
     Subclasses say what the store's users are told (:meth:`all_listed`, :meth:`fed`)."""
@@ -232,8 +237,11 @@ class StoreWatches(Generic[StoreT]):
     #: The kinds (plural resource names) whose informers feed the store.
     kinds: tuple[str, ...] = ()
 
-    def __init__(self, store: StoreT, *, invalid: Callable[[str, str, InvalidObject], None]) -> None:
+    def __init__(
+        self, store: StoreT, *, on_change: OnChangeT, invalid: Callable[[str, str, InvalidObject], None]
+    ) -> None:
         self.store = store
+        self._on_change = on_change
         self._invalid = invalid
         self._listed: set[str] = set()
         # Nothing is known until the listings are in.
@@ -272,11 +280,29 @@ class StoreWatches(Generic[StoreT]):
         """The object of ``key`` was fed: ``changed`` whether the store changed, ``error`` why it could not be
         read. What the store's users are told."""
 
-    def informers(self, client: Client, lists: Lists) -> dict[str, Informer]:
-        """The list-then-watch loop of each kind of ``lists``, feeding these watches."""
-        return {
-            kind: Informer(
-                client, kind=kind, list_method=method, on_event=on_event, known=known, on_listed=self.part_listed
-            )
-            for kind, (method, on_event, known) in lists.items()
+    def events(self, kind: StoredKind) -> OnEvent:
+        """The ``on_event(body, *, deleted=False)`` of the objects of ``kind``: each into :meth:`feed`."""
+
+        def on_event(body: Mapping[str, Any], *, deleted: bool = False) -> None:
+            self.feed(kind, body, deleted)
+
+        return on_event
+
+    def informers(
+        self, client: Client, lists: Mapping[str, tuple[Callable[..., Any], StoredKind]]
+    ) -> dict[str, Informer]:
+        """The list-then-watch loop of each kind (plural resource name) of ``lists``, from its list method, feeding
+        these watches as its :class:`StoredKind` says."""
+        loops: Lists = {
+            plural: (method, self.events(kind), functools.partial(list, kind.held))
+            for plural, (method, kind) in lists.items()
         }
+        return informers(client, loops, on_listed=self.part_listed)
+
+
+def informers(client: Client, lists: Lists, *, on_listed: Callable[[str], None]) -> dict[str, Informer]:
+    """The list-then-watch loop of each kind of ``lists``; ``on_listed(kind)`` once each has fed its first listing."""
+    return {
+        kind: Informer(client, kind=kind, list_method=method, on_event=on_event, known=known, on_listed=on_listed)
+        for kind, (method, on_event, known) in lists.items()
+    }

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
 
 from scheduler.api import numa as api_numa
 from scheduler.api.errors import InvalidObject
@@ -24,7 +23,7 @@ from scheduler.k8s.informer import Informer
 KINDS = (api_numa.PLURAL,)
 
 
-class ZoneWatches(informer.StoreWatches[NumaStore]):
+class ZoneWatches(informer.StoreWatches[NumaStore, Callable[[], None]]):
     """Feeds the zone store from the NodeResourceTopology informer."""
 
     kinds = KINDS
@@ -32,11 +31,16 @@ class ZoneWatches(informer.StoreWatches[NumaStore]):
     def __init__(
         self, store: NumaStore, *, on_change: Callable[[], None], invalid: Callable[[str, str, InvalidObject], None]
     ) -> None:
-        super().__init__(store, invalid=invalid)
-        self._on_change = on_change
-        self._kind = informer.StoredKind(
-            "noderesourcetopology", False, api_numa.parse_node_resource_topology, self._upsert, self._remove
+        super().__init__(store, on_change=on_change, invalid=invalid)
+        self.kind = informer.StoredKind(
+            "noderesourcetopology",
+            False,
+            api_numa.parse_node_resource_topology,
+            self._upsert,
+            self._remove,
+            store.nodes,
         )
+        self.event = self.events(self.kind)
 
     def _upsert(self, zones: api_numa.NodeZones) -> bool:
         changed = self.store.nodes.get(zones.node) != zones
@@ -48,10 +52,6 @@ class ZoneWatches(informer.StoreWatches[NumaStore]):
             return False
         self.store.remove(node)
         return True
-
-    def event(self, body: Any, deleted: bool = False) -> None:
-        """The informer's ``on_event``."""
-        self.feed(self._kind, body, deleted)
 
     def fed(self, kind: informer.StoredKind, key: str, changed: bool, error: InvalidObject | None) -> None:
         if changed and self.store.listed:
@@ -66,4 +66,4 @@ def informers(client: Client, watches: ZoneWatches) -> dict[str, Informer]:
     method = functools.partial(
         client.custom.list_cluster_custom_object, api_numa.GROUP, api_numa.VERSION, api_numa.PLURAL
     )
-    return watches.informers(client, {api_numa.PLURAL: (method, watches.event, lambda: list(watches.store.nodes))})
+    return watches.informers(client, {api_numa.PLURAL: (method, watches.kind)})

@@ -40,11 +40,11 @@ from scheduler.k8s import (
     discovery,
     handlers,
     health,
+    informer,
     logs,
     numa_zones,
     volume_binding,
 )
-from scheduler.k8s.informer import Informer
 from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaseThread
 from scheduler.k8s.operator import Operator, warm_kernels
 from scheduler.kernels import loading as kernel_loading
@@ -309,44 +309,24 @@ async def _supervise(
             name="gpusched watches",
         ),
     }
-    informers = {
-        "nodes": Informer(
-            client,
-            kind="nodes",
-            list_method=client.core.list_node,
-            on_event=operator.node_event,
-            known=lambda: list(operator.nodes),
-            on_listed=operator.part_listed,
-        ),
-        "pods": Informer(
-            client,
-            kind="pods",
-            list_method=client.core.list_pod_for_all_namespaces,
-            on_event=operator.pod_event,
-            known=operator.held_pods,
-            on_listed=operator.part_listed,
-        ),
-        "services": Informer(
-            client,
-            kind="services",
-            list_method=client.core.list_service_for_all_namespaces,
-            on_event=operator.service_event,
-            known=operator.service_keys,
-            on_listed=operator.part_listed,
-        ),
-        "poddisruptionbudgets": Informer(
-            client,
-            kind="poddisruptionbudgets",
-            list_method=client.policy.list_pod_disruption_budget_for_all_namespaces,
-            on_event=operator.pdb_event,
-            known=operator.budget_keys,
-            on_listed=operator.part_listed,
-        ),
-    }
+    informers = informer.informers(
+        client,
+        {
+            "nodes": (client.core.list_node, operator.node_event, lambda: list(operator.nodes)),
+            "pods": (client.core.list_pod_for_all_namespaces, operator.pod_event, operator.held_pods),
+            "services": (client.core.list_service_for_all_namespaces, operator.service_event, operator.service_keys),
+            "poddisruptionbudgets": (
+                client.policy.list_pod_disruption_budget_for_all_namespaces,
+                operator.pdb_event,
+                operator.budget_keys,
+            ),
+        },
+        on_listed=operator.part_listed,
+    )
     # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (scheduler.k8s.volume_binding).
     informers.update(volume_binding.informers(client, operator.feed.volumes))
-    for kind, informer in informers.items():
-        tasks[kind] = asyncio.create_task(informer.run(), name=f"gpusched {kind}")
+    for kind, watch in informers.items():
+        tasks[kind] = asyncio.create_task(watch.run(), name=f"gpusched {kind}")
     # DeviceClasses, ResourceSlices and ResourceClaims (scheduler.k8s.device_claims), where the cluster serves them
     # (asked once, scheduler.k8s.discovery); else the DRA feature is off.
     devices = operator.feed.devices

@@ -205,10 +205,31 @@ class Coalescer(worker.BackgroundWriter):
             self._last.popitem(last=False)
 
 
+class CoalescedWriter:
+    """A writer whose writes go through its :class:`Coalescer`: forgotten, started, flushed and closed with it."""
+
+    coalescer: Coalescer
+
+    def forget(self, key: str) -> None:
+        self.coalescer.forget(key)
+
+    def leadership_changed(self) -> None:
+        self.coalescer.leadership_changed()
+
+    def start(self) -> None:
+        self.coalescer.start()
+
+    async def flush(self, timeout: float = 10.0) -> bool:
+        return await self.coalescer.flush(timeout)
+
+    async def close(self) -> None:
+        await self.coalescer.close()
+
+
 # --- the pod condition ---------------------------------------------------------------------------------------
 
 
-class PodConditionWriter:
+class PodConditionWriter(CoalescedWriter):
     """Writes ``PodScheduled=False`` reason ``Unschedulable`` with the scheduler's message to ``pods/status``.
 
     A write waiting for its turn must not land after the pod was bound (it would mark a running pod
@@ -249,10 +270,10 @@ class PodConditionWriter:
             self.said.popitem(last=False)
         self.coalescer.submit(key, condition_patch(uid, message[:MESSAGE_LIMIT], since))
 
-    def forget(self, pod_key: str) -> None:
-        self._since.pop(pod_key, None)
-        self.said.pop(pod_key, None)
-        self.coalescer.forget(pod_key)
+    def forget(self, key: str) -> None:
+        self._since.pop(key, None)
+        self.said.pop(key, None)
+        self.coalescer.forget(key)
 
     def leadership_changed(self) -> None:
         """See :meth:`Coalescer.leadership_changed`; what was said is told again (``said`` is what the waiting-pod
@@ -260,25 +281,12 @@ class PodConditionWriter:
         self.said.clear()
         self.coalescer.leadership_changed()
 
-    def start(self) -> None:
-        self.coalescer.start()
-
-    async def flush(self, timeout: float = 10.0) -> bool:
-        return await self.coalescer.flush(timeout)
-
-    async def close(self) -> None:
-        await self.coalescer.close()
-
     async def _write(self, key: str, body: Body) -> Answer | None:
         if self._still_pending is not None and not self._still_pending(key):
             return None
         namespace, _, name = key.partition("/")
-        return await self.client.call(
-            self.client.core.patch_namespaced_pod_status,
-            name=name,
-            namespace=namespace,
-            body=body,
-            _content_type="application/strategic-merge-patch+json",
+        return await self.client.patch(
+            self.client.core.patch_namespaced_pod_status, name=name, namespace=namespace, body=body, strategic=True
         )
 
 
@@ -312,7 +320,7 @@ PODGROUPS = CustomResource("scheduling.gpusched.io", "v1alpha1", "podgroups", na
 QUEUES = CustomResource("scheduling.gpusched.io", "v1alpha1", "queues", namespaced=False)
 
 
-class CustomStatusWriter:
+class CustomStatusWriter(CoalescedWriter):
     """Writes the ``status`` subresource of a custom resource (PodGroups by default) with a merge patch.
 
     ``update(key, status)`` takes the dict ``SchedulingLoop.group_status`` returns: numbers under keys ending in
@@ -335,44 +343,16 @@ class CustomStatusWriter:
     def update(self, key: str, status: Mapping[str, object]) -> None:
         self.coalescer.submit(key, {"status": to_json(status)})
 
-    def forget(self, key: str) -> None:
-        self.coalescer.forget(key)
-
-    def leadership_changed(self) -> None:
-        self.coalescer.leadership_changed()
-
-    def start(self) -> None:
-        self.coalescer.start()
-
-    async def flush(self, timeout: float = 10.0) -> bool:
-        return await self.coalescer.flush(timeout)
-
-    async def close(self) -> None:
-        await self.coalescer.close()
-
     async def _write(self, key: str, body: Body) -> Answer:
         r = self.resource
         custom = self.client.custom
         if r.namespaced:
             namespace, _, name = key.partition("/")
-            return await self.client.call(
-                custom.patch_namespaced_custom_object_status,
-                r.group,
-                r.version,
-                namespace,
-                r.plural,
-                name,
-                body,
-                _content_type="application/merge-patch+json",
+            return await self.client.patch(
+                custom.patch_namespaced_custom_object_status, r.group, r.version, namespace, r.plural, name, body=body
             )
-        return await self.client.call(
-            custom.patch_cluster_custom_object_status,
-            r.group,
-            r.version,
-            r.plural,
-            key,
-            body,
-            _content_type="application/merge-patch+json",
+        return await self.client.patch(
+            custom.patch_cluster_custom_object_status, r.group, r.version, r.plural, key, body=body
         )
 
 
@@ -549,14 +529,8 @@ class TopologyStatusWriter:
             body = {"status": to_json(status())}
             if self._written.get(name) == body:
                 return
-            answer = await self.client.call(
-                self.client.custom.patch_cluster_custom_object_status,
-                r.group,
-                r.version,
-                r.plural,
-                name,
-                body,
-                _content_type="application/merge-patch+json",
+            answer = await self.client.patch(
+                self.client.custom.patch_cluster_custom_object_status, r.group, r.version, r.plural, name, body=body
             )
             if answer.ok:
                 self.written += 1

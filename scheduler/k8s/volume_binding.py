@@ -56,7 +56,7 @@ class VolumeBindingSettings:
     timeout_s: float = 120.0
 
 
-class VolumeWatches(informer.StoreWatches[VolumeStore]):
+class VolumeWatches(informer.StoreWatches[VolumeStore, Callable[[], None]]):
     """Feeds the volume store from the watches (the ``on_event`` of the four informers); until all four are listed,
     pods with claims wait (see the module notes)."""
 
@@ -69,14 +69,25 @@ class VolumeWatches(informer.StoreWatches[VolumeStore]):
         on_change: Callable[[], None],
         invalid: Callable[[str, str, InvalidObject], None],
     ) -> None:
-        super().__init__(store, invalid=invalid)
-        self._on_change = on_change
+        super().__init__(store, on_change=on_change, invalid=invalid)
         s = store
         Kind = informer.StoredKind
-        self._claims = Kind("persistentvolumeclaim", True, api_volumes.parse_claim, s.upsert_claim, s.remove_claim)
-        self._volumes = Kind("persistentvolume", False, api_volumes.parse_volume, s.upsert_volume, s.remove_volume)
-        self._classes = Kind("storageclass", False, api_volumes.parse_storage_class, s.upsert_class, s.remove_class)
-        self._csi_nodes = Kind("csinode", False, api_volumes.parse_csi_node, s.upsert_csi_node, s.remove_csi_node)
+        self._claims = Kind(
+            "persistentvolumeclaim", True, api_volumes.parse_claim, s.upsert_claim, s.remove_claim, s.claims
+        )
+        self._volumes = Kind(
+            "persistentvolume", False, api_volumes.parse_volume, s.upsert_volume, s.remove_volume, s.volumes
+        )
+        self._classes = Kind(
+            "storageclass", False, api_volumes.parse_storage_class, s.upsert_class, s.remove_class, s.classes
+        )
+        self._csi_nodes = Kind(
+            "csinode", False, api_volumes.parse_csi_node, s.upsert_csi_node, s.remove_csi_node, s.csi_nodes
+        )
+        self.claim_event = self.events(self._claims)
+        self.volume_event = self.events(self._volumes)
+        self.class_event = self.events(self._classes)
+        self.csi_node_event = self.events(self._csi_nodes)
         #: Set (and replaced) at every change of a claim: what PreBind waits on.
         self._claims_moved = asyncio.Event()
 
@@ -98,18 +109,6 @@ class VolumeWatches(informer.StoreWatches[VolumeStore]):
             if self.store.listed:
                 self._on_change()
 
-    def claim_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        self.feed(self._claims, body, deleted)
-
-    def volume_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        self.feed(self._volumes, body, deleted)
-
-    def class_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        self.feed(self._classes, body, deleted)
-
-    def csi_node_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
-        self.feed(self._csi_nodes, body, deleted)
-
     async def claims_moved(self, timeout: float) -> None:
         """Return when a claim changes next, or after ``timeout`` seconds."""
         event = self._claims_moved
@@ -123,22 +122,13 @@ class VolumeWatches(informer.StoreWatches[VolumeStore]):
 def informers(client: Client, watches: VolumeWatches) -> dict[str, Informer]:
     """The list-then-watch loops of the four kinds, feeding ``watches``."""
     storage = k8s_client.StorageV1Api(client.api)
-    store = watches.store
     return watches.informers(
         client,
         {
-            "persistentvolumeclaims": (
-                client.core.list_persistent_volume_claim_for_all_namespaces,
-                watches.claim_event,
-                lambda: list(store.claims),
-            ),
-            "persistentvolumes": (
-                client.core.list_persistent_volume,
-                watches.volume_event,
-                lambda: list(store.volumes),
-            ),
-            "storageclasses": (storage.list_storage_class, watches.class_event, lambda: list(store.classes)),
-            "csinodes": (storage.list_csi_node, watches.csi_node_event, lambda: list(store.csi_nodes)),
+            "persistentvolumeclaims": (client.core.list_persistent_volume_claim_for_all_namespaces, watches._claims),
+            "persistentvolumes": (client.core.list_persistent_volume, watches._volumes),
+            "storageclasses": (storage.list_storage_class, watches._classes),
+            "csinodes": (storage.list_csi_node, watches._csi_nodes),
         },
     )
 
@@ -206,12 +196,7 @@ class VolumeBinder:
                     }
                 },
             }
-            written = await self.client.call(
-                self.client.core.patch_persistent_volume,
-                name=binding.volume,
-                body=patch,
-                _content_type="application/merge-patch+json",
-            )
+            written = await self.client.patch(self.client.core.patch_persistent_volume, name=binding.volume, body=patch)
             if written.ok:
                 log.info("volume claimed", volume=binding.volume, claim=binding.claim, node=binding.node)
                 return ""
@@ -223,12 +208,8 @@ class VolumeBinder:
         """Ask the claim's provisioner for a volume on the node."""
         namespace, _, name = binding.claim.partition("/")
         patch = {"metadata": {"annotations": {api_volumes.ANNOTATION_SELECTED_NODE: binding.node}}}
-        answer = await self.client.call(
-            self.client.core.patch_namespaced_persistent_volume_claim,
-            name=name,
-            namespace=namespace,
-            body=patch,
-            _content_type="application/merge-patch+json",
+        answer = await self.client.patch(
+            self.client.core.patch_namespaced_persistent_volume_claim, name=name, namespace=namespace, body=patch
         )
         if not answer.ok:
             return f"annotating persistentvolumeclaim {binding.claim} with its selected node: {answer.message}"

@@ -34,6 +34,12 @@ def jit(func: F) -> F:
     return cast(F, numba.njit(**_FLAGS)(func))
 
 
+def jit_inline(func: F) -> F:
+    """As :func:`jit`, and inlined into every kernel that calls it, before numba compiles that kernel: a constant
+    the kernel passes it is folded (a helper shared by kernels that differ by a constant costs none of them)."""
+    return cast(F, numba.njit(inline="always", **_FLAGS)(func))
+
+
 def jit_pair(func: F) -> tuple[F, F]:
     """Compile ``func`` twice: serial, and parallel over its ``prange`` loop (a distinct name, so the two have
     distinct on-disk caches)."""

@@ -94,6 +94,10 @@ def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> 
         _, k, m, _ = requests[i]
         return k if m >= 1000 else 0
 
+    def resource_args(i: int) -> tuple[Any, ...]:
+        """The arguments the per-resource scores share, for pod ``i``."""
+        return listed, c.cap, c.used, requests[i][0], whole(i), c.gpu_mem_each, weights
+
     def cases(lib: Any) -> dict[str, Callable[[int], object]]:
         return {
             "fit": lambda i: lib.fit(
@@ -112,39 +116,11 @@ def run(nodes: int = 10_000, pods: int = 20, repeat: int = 3, seed: int = 0) -> 
                 reasons_in,
                 reasons,
             ),
-            "spread": lambda i: lib.spread(
-                listed, c.cap, c.used, requests[i][0], whole(i), c.gpu_mem_each, weights, out
-            ),
-            "binpack": lambda i: lib.binpack(
-                listed, c.cap, c.used, requests[i][0], whole(i), c.gpu_mem_each, weights, out
-            ),
-            "resource_strategy": lambda i: lib.resource_strategy(
-                listed,
-                c.cap,
-                c.used,
-                requests[i][0],
-                whole(i),
-                c.gpu_mem_each,
-                weights,
-                most,
-                out,
-            ),
+            "spread": lambda i: lib.spread(*resource_args(i), out),
+            "binpack": lambda i: lib.binpack(*resource_args(i), out),
+            "resource_strategy": lambda i: lib.resource_strategy(*resource_args(i), most, out),
             "scarce_avoidance": lambda i: lib.scarce_avoidance(listed, c.cap, requests[i][0], scarce, out),
-            "balance": lambda i: lib.balance(
-                listed,
-                c.cap,
-                c.used,
-                requests[i][0],
-                whole(i),
-                c.gpu_mem_each,
-                weights,
-                coef,
-                0.9,
-                0.2,
-                c.gen,
-                balance_cache,
-                out,
-            ),
+            "balance": lambda i: lib.balance(*resource_args(i), coef, 0.9, 0.2, c.gen, balance_cache, out),
             "bestfit": lambda i: lib.bestfit(listed, c.cap, c.used, requests[i][0], 128000.0, 8000.0, out),
             "dotprod": lambda i: lib.dotprod(listed, c.cap, c.used, requests[i][0], 128000.0, 8000.0, out),
             "fgd": lambda i: lib.fgd(

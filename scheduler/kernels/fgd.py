@@ -30,8 +30,13 @@ I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 
 
+# The kernels take the typical pods and the cached statistics as two tuples of arrays, in the order of
+# ``TypicalPods.arrays()`` and ``FragCache.arrays()``, and unpack what they use.
+
+
 @jit
-def _unusable(t, count_ge, sum_lt, idle, cpu_free, model, t_cpu, t_k, t_any, t_model_ok):
+def _unusable(t, count_ge, sum_lt, idle, cpu_free, model, typical):
+    t_cpu, _, t_k, t_any, t_model_ok, _ = typical
     if t_k[t] == 0:
         return idle
     if not t_any[t] and (model < 0 or not t_model_ok[t, model]):
@@ -42,28 +47,9 @@ def _unusable(t, count_ge, sum_lt, idle, cpu_free, model, t_cpu, t_k, t_any, t_m
 
 
 @jit
-def _refresh(
-    n,
-    cap,
-    used,
-    gpu_free,
-    gpu_count,
-    node_model,
-    t_cpu,
-    t_milli,
-    t_k,
-    t_any,
-    t_model_ok,
-    t_weight,
-    count_ge,
-    sum_lt,
-    idle,
-    frag,
-    usable,
-    n_usable,
-    w_idle,
-    unusable,
-):
+def _refresh(n, cap, used, gpu_free, gpu_count, node_model, typical, stats):
+    t_cpu, t_milli, t_k, t_any, t_model_ok, t_weight = typical
+    count_ge, sum_lt, idle, frag, usable, n_usable, w_idle, unusable = stats
     devices = gpu_count[n]
     total = 0.0
     for g in range(devices):
@@ -91,7 +77,7 @@ def _refresh(
                 s += a
         count_ge[n, t] = c
         sum_lt[n, t] = s
-        u = _unusable(t, c, s, total, cpu_free, model, t_cpu, t_k, t_any, t_model_ok)
+        u = _unusable(t, c, s, total, cpu_free, model, typical)
         unusable[n, t] = u
         f += t_weight[t] * u
     n_usable[n] = listed
@@ -100,28 +86,12 @@ def _refresh(
 
 
 @jit
-def _drop(
-    n,
-    t_cpu,
-    t_milli,
-    t_k,
-    t_weight,
-    count_ge,
-    sum_lt,
-    usable,
-    n_usable,
-    w_idle,
-    unusable,
-    idle,
-    idle_after,
-    cpu_after,
-    old,
-    new,
-    times,
-):
+def _drop(n, typical, stats, idle_after, cpu_after, old, new, times):
     # How much fragmentation drops once ``times`` devices went from ``old`` to ``new`` free milli. Summed term by
     # term, so that a placement that changes nothing gives exactly 0 (score 50), whatever the rounding.
-    f = w_idle[n] * (idle - idle_after)
+    t_cpu, t_milli, t_k, _, _, t_weight = typical
+    count_ge, sum_lt, idle, _, usable, n_usable, w_idle, unusable = stats
+    f = w_idle[n] * (idle[n] - idle_after)
     for i in range(n_usable[n]):
         t = usable[n, i]
         tm = t_milli[t]
@@ -147,87 +117,20 @@ def _score(delta, exact, scale):
 
 
 def _fgd(
-    nodes,
-    cap,
-    used,
-    gpu_free,
-    gpu_mem_free,
-    gpu_count,
-    node_model,
-    gen,
-    t_cpu,
-    t_milli,
-    t_k,
-    t_any,
-    t_model_ok,
-    t_weight,
-    seen,
-    count_ge,
-    sum_lt,
-    idle,
-    frag,
-    usable,
-    n_usable,
-    w_idle,
-    unusable,
-    cpu_req,
-    k,
-    m,
-    gmem,
-    exact,
-    scale,
-    out_score,
-    out_delta,
-    out_gpu,
+    nodes, cap, used, gpus, gen, typical, seen, stats, cpu_req, k, m, gmem, exact, scale, out_score, out_delta, out_gpu
 ):
+    # ``gpus``: the nodes' device table, (free milli, free memory) per device, device count and GPU model.
+    gpu_free, gpu_mem_free, gpu_count, node_model = gpus
+    idle = stats[2]
     for i in numba.prange(nodes.shape[0]):
         n = nodes[i]
         if seen[n] != gen[n]:
-            _refresh(
-                n,
-                cap,
-                used,
-                gpu_free,
-                gpu_count,
-                node_model,
-                t_cpu,
-                t_milli,
-                t_k,
-                t_any,
-                t_model_ok,
-                t_weight,
-                count_ge,
-                sum_lt,
-                idle,
-                frag,
-                usable,
-                n_usable,
-                w_idle,
-                unusable,
-            )
+            _refresh(n, cap, used, gpu_free, gpu_count, node_model, typical, stats)
             seen[n] = gen[n]
         cpu_after = cap[n, layout.CPU] - used[n, layout.CPU] - cpu_req
         best_gpu = -1
         if k == 0 or m >= layout.WHOLE:
-            best_delta = _drop(
-                n,
-                t_cpu,
-                t_milli,
-                t_k,
-                t_weight,
-                count_ge,
-                sum_lt,
-                usable,
-                n_usable,
-                w_idle,
-                unusable,
-                idle[n],
-                idle[n] - k * layout.WHOLE,
-                cpu_after,
-                layout.WHOLE,
-                0.0,
-                k,
-            )
+            best_delta = _drop(n, typical, stats, idle[n] - k * layout.WHOLE, cpu_after, layout.WHOLE, 0.0, k)
             best_score = _score(best_delta, exact, scale)
         else:
             best_delta = 0.0
@@ -243,25 +146,7 @@ def _fgd(
                         break
                 if repeat:
                     continue
-                delta = _drop(
-                    n,
-                    t_cpu,
-                    t_milli,
-                    t_k,
-                    t_weight,
-                    count_ge,
-                    sum_lt,
-                    usable,
-                    n_usable,
-                    w_idle,
-                    unusable,
-                    idle[n],
-                    idle[n] - m,
-                    cpu_after,
-                    a,
-                    a - m,
-                    1,
-                )
+                delta = _drop(n, typical, stats, idle[n] - m, cpu_after, a, a - m, 1)
                 score = _score(delta, exact, scale)
                 if score > best_score or (exact and score == best_score and delta > best_delta):
                     best_score = score
@@ -292,6 +177,10 @@ class TypicalPods:
         self.cpu, self.milli, self.count = cpu, milli, count
         self.any_model, self.model_ok, self.weight = any_model, model_ok, weight
 
+    def arrays(self) -> tuple[F64, F64, I64, B, B, F64]:
+        """The arrays in the order the kernels unpack them."""
+        return self.cpu, self.milli, self.count, self.any_model, self.model_ok, self.weight
+
 
 class FragCache:
     """Per-node statistics the FGD kernel keeps between calls (owned by the caller, one per cluster view)."""
@@ -311,6 +200,10 @@ class FragCache:
         self.w_idle = np.zeros(nodes, dtype=np.float64)
         #: Per node and typical pod, the idle milli that pod could not use.
         self.unusable = np.zeros((nodes, typical), dtype=np.float64)
+
+    def arrays(self) -> tuple[I64, F64, F64, F64, I64, I64, F64, F64]:
+        """The per-node statistics (all but ``seen``) in the order the kernels unpack them."""
+        return self.count_ge, self.sum_lt, self.idle, self.frag, self.usable, self.n_usable, self.w_idle, self.unusable
 
 
 def fgd(
@@ -350,26 +243,11 @@ def fgd(
         nodes,
         cap,
         used,
-        gpu_free,
-        gpu_mem_free,
-        gpu_count,
-        node_model,
+        (gpu_free, gpu_mem_free, gpu_count, node_model),
         gen,
-        typical.cpu,
-        typical.milli,
-        typical.count,
-        typical.any_model,
-        typical.model_ok,
-        typical.weight,
+        typical.arrays(),
         cache.seen,
-        cache.count_ge,
-        cache.sum_lt,
-        cache.idle,
-        cache.frag,
-        cache.usable,
-        cache.n_usable,
-        cache.w_idle,
-        cache.unusable,
+        cache.arrays(),
         float(cpu_req),
         int(k),
         float(m),
@@ -394,72 +272,12 @@ def fragmentation(
     if out.shape != (n_nodes,):
         raise ValueError("fragmentation: one output per node is needed")
     scratch = FragCache(n_nodes, typical.cpu.shape[0])
-    _refresh_all(
-        cap,
-        used,
-        gpu_free,
-        gpu_count,
-        node_model,
-        typical.cpu,
-        typical.milli,
-        typical.count,
-        typical.any_model,
-        typical.model_ok,
-        typical.weight,
-        scratch.count_ge,
-        scratch.sum_lt,
-        scratch.idle,
-        out,
-        scratch.usable,
-        scratch.n_usable,
-        scratch.w_idle,
-        scratch.unusable,
-    )
+    scratch.frag = out
+    _refresh_all(cap, used, gpu_free, gpu_count, node_model, typical.arrays(), scratch.arrays())
     return out
 
 
 @jit
-def _refresh_all(
-    cap,
-    used,
-    gpu_free,
-    gpu_count,
-    node_model,
-    t_cpu,
-    t_milli,
-    t_k,
-    t_any,
-    t_model_ok,
-    t_weight,
-    count_ge,
-    sum_lt,
-    idle,
-    frag,
-    usable,
-    n_usable,
-    w_idle,
-    unusable,
-):
+def _refresh_all(cap, used, gpu_free, gpu_count, node_model, typical, stats):
     for n in range(cap.shape[0]):
-        _refresh(
-            n,
-            cap,
-            used,
-            gpu_free,
-            gpu_count,
-            node_model,
-            t_cpu,
-            t_milli,
-            t_k,
-            t_any,
-            t_model_ok,
-            t_weight,
-            count_ge,
-            sum_lt,
-            idle,
-            frag,
-            usable,
-            n_usable,
-            w_idle,
-            unusable,
-        )
+        _refresh(n, cap, used, gpu_free, gpu_count, node_model, typical, stats)

@@ -20,22 +20,9 @@ I8 = npt.NDArray[np.int8]
 B = npt.NDArray[np.bool_]
 
 
-def _fit(
-    cap,
-    used,
-    req,
-    gpu_free,
-    gpu_mem_free,
-    gpu_count,
-    node_model,
-    model_ok,
-    any_model,
-    k,
-    m,
-    gmem,
-    node_reason,
-    out,
-):
+def _fit(cap, used, req, gpus, model_ok, any_model, k, m, gmem, node_reason, out):
+    # ``gpus``: the nodes' device table, (free milli, free memory) per device, device count and GPU model.
+    gpu_free, gpu_mem_free, gpu_count, node_model = gpus
     n_nodes, n_res = cap.shape
     for n in numba.prange(n_nodes):
         reason = node_reason[n]
@@ -106,20 +93,8 @@ def fit(
         raise ValueError("fit: cap, used, req and out disagree in shape")
     if gpu_free.shape[0] != n_nodes or gpu_mem_free.shape != gpu_free.shape or node_reason.shape != (n_nodes,):
         raise ValueError("fit: GPU table or node_reason disagree with cap in shape")
+    gpus = (gpu_free, gpu_mem_free, gpu_count, node_model)
     pick(_FIT, n_nodes if nodes is None else nodes)(
-        cap,
-        used,
-        req,
-        gpu_free,
-        gpu_mem_free,
-        gpu_count,
-        node_model,
-        model_ok,
-        any_model,
-        k,
-        float(m),
-        float(gmem),
-        node_reason,
-        out,
+        cap, used, req, gpus, model_ok, any_model, k, float(m), float(gmem), node_reason, out
     )
     return out

@@ -1,21 +1,42 @@
 """NumPy twins of the kernels: the same names, arguments and results, written for clarity over speed.
 
-The tests compare every kernel with its twin on random clusters; the benchmark times both.
+The tests compare every kernel with its twin on random clusters; the benchmark times both. A twin takes its
+kernel's type from the kernel (:func:`_twin_of`), which checks at import that the two take the same arguments.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.kernels import layout
-from scheduler.kernels.fgd import FragCache, TypicalPods
-from scheduler.kernels.scores import BalanceCache
+from scheduler.kernels import fgd as fgd_kernel
+from scheduler.kernels import fit as fit_kernel
+from scheduler.kernels import layout, scores
+from scheduler.kernels.fgd import TypicalPods
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
-I8 = npt.NDArray[np.int8]
 B = npt.NDArray[np.bool_]
+
+K = TypeVar("K", bound=Callable[..., Any])
+
+
+def _twin_of(kernel: K) -> Callable[[Callable[..., Any]], K]:
+    """The twin, typed as ``kernel``; raises TypeError when their arguments differ in name, order or kind."""
+
+    def check(twin: Callable[..., Any]) -> K:
+        def arguments(func: Callable[..., Any]) -> list[tuple[str, Any]]:
+            return [(p.name, p.kind) for p in inspect.signature(func).parameters.values()]
+
+        if arguments(twin) != arguments(kernel):
+            raise TypeError(f"the NumPy twin {twin.__name__} does not take the arguments of its kernel")
+        return cast(K, twin)
+
+    return check
 
 
 def _requests(nodes: I64, req: F64, whole_k: int, gpu_mem_each: F64) -> F64:
@@ -25,22 +46,26 @@ def _requests(nodes: I64, req: F64, whole_k: int, gpu_mem_each: F64) -> F64:
     return rq
 
 
+@_twin_of(fit_kernel.fit)
 def fit(
-    cap: F64,
-    used: F64,
-    req: F64,
-    gpu_free: F64,
-    gpu_mem_free: F64,
-    gpu_count: I64,
-    node_model: I64,
-    model_ok: B,
-    any_model: bool,
-    k: int,
-    m: float,
-    gmem: float,
-    node_reason: I8,
-    out: I8,
-) -> I8:
+    cap,
+    used,
+    req,
+    gpu_free,
+    gpu_mem_free,
+    gpu_count,
+    node_model,
+    model_ok,
+    any_model,
+    k,
+    m,
+    gmem,
+    node_reason,
+    out,
+    *,
+    nodes=None,
+):
+    del nodes  # the twin goes over every row
     n_nodes, n_res = cap.shape
     reason = node_reason.astype(np.int64)
     plain = np.ones(n_res, dtype=bool)
@@ -78,44 +103,36 @@ def _weighted_mean(values: F64, weights: F64) -> F64:
     return result
 
 
-def spread(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
+def _allocated(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, every_column, out):
+    """Per column the used (``most``) or free share after placement, weighted over the columns the node has that
+    the pod requests, or with ``every_column`` all it has."""
     c, u = cap[nodes], used[nodes]
     rq = _requests(nodes, req, whole_k, gpu_mem_each)
-    w = np.where(c > 0, weights, 0.0)
-    free = np.where(c > 0, (c - u - rq) / np.where(c > 0, c, 1.0), 0.0)
-    out[:] = _weighted_mean(free, w)
+    on = (c > 0) & ((rq > 0) | every_column)
+    share = np.where(most, u + rq, c - u - rq) / np.where(c > 0, c, 1.0)
+    out[:] = _weighted_mean(np.where(c > 0, share, 0.0), np.where(on, weights, 0.0))
     return out
 
 
-def binpack(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
-    c, u = cap[nodes], used[nodes]
-    rq = _requests(nodes, req, whole_k, gpu_mem_each)
-    w = np.where((c > 0) & (rq > 0), weights, 0.0)
-    after = np.where(c > 0, (u + rq) / np.where(c > 0, c, 1.0), 0.0)
-    out[:] = _weighted_mean(after, w)
-    return out
+@_twin_of(scores.spread)
+def spread(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
+    least = np.zeros(req.shape, dtype=bool)
+    return _allocated(nodes, cap, used, req, whole_k, gpu_mem_each, weights, least, True, out)
 
 
-def resource_strategy(
-    nodes: I64,
-    cap: F64,
-    used: F64,
-    req: F64,
-    whole_k: int,
-    gpu_mem_each: F64,
-    weights: F64,
-    most: B,
-    out: F64,
-) -> F64:
-    c, u = cap[nodes], used[nodes]
-    rq = _requests(nodes, req, whole_k, gpu_mem_each)
-    w = np.where((c > 0) & (rq > 0), weights, 0.0)
-    after = np.where(c > 0, (u + rq) / np.where(c > 0, c, 1.0), 0.0)
-    out[:] = _weighted_mean(np.where(most, after, 1.0 - after), w)
-    return out
+@_twin_of(scores.binpack)
+def binpack(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
+    most = np.ones(req.shape, dtype=bool)
+    return _allocated(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, False, out)
 
 
-def scarce_avoidance(nodes: I64, cap: F64, req: F64, scarce: B, out: F64) -> F64:
+@_twin_of(scores.resource_strategy)
+def resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out):
+    return _allocated(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, False, out)
+
+
+@_twin_of(scores.scarce_avoidance)
+def scarce_avoidance(nodes, cap, req, scarce, out):
     has = cap[nodes] > 0
     wasted = has & scarce & (req <= 0)
     n_has = has.sum(axis=1)
@@ -123,21 +140,8 @@ def scarce_avoidance(nodes: I64, cap: F64, req: F64, scarce: B, out: F64) -> F64
     return out
 
 
-def balance(
-    nodes: I64,
-    cap: F64,
-    used: F64,
-    req: F64,
-    whole_k: int,
-    gpu_mem_each: F64,
-    weights: F64,
-    coef: F64,
-    high: float,
-    low: float,
-    gen: I64,
-    cache: BalanceCache,
-    out: F64,
-) -> F64:
+@_twin_of(scores.balance)
+def balance(nodes, cap, used, req, whole_k, gpu_mem_each, weights, coef, high, low, gen, cache, out):
     del gen, cache  # the twin recomputes everything
     c, u = cap[nodes], used[nodes]
     rq = _requests(nodes, req, whole_k, gpu_mem_each)
@@ -169,14 +173,16 @@ def balance(
     return out
 
 
-def bestfit(nodes: I64, cap: F64, used: F64, req: F64, max_cpu: float, max_gpu: float, out: F64) -> F64:
+@_twin_of(scores.bestfit)
+def bestfit(nodes, cap, used, req, max_cpu, max_gpu, out):
     cpu_left = cap[nodes, layout.CPU] - used[nodes, layout.CPU] - req[layout.CPU]
     gpu_left = cap[nodes, layout.GPU_MILLI] - used[nodes, layout.GPU_MILLI] - req[layout.GPU_MILLI]
     out[:] = np.trunc((1.0 - (0.5 * cpu_left / max_cpu + 0.5 * gpu_left / max_gpu)) * 100.0)
     return out
 
 
-def dotprod(nodes: I64, cap: F64, used: F64, req: F64, max_cpu: float, max_gpu: float, out: F64) -> F64:
+@_twin_of(scores.dotprod)
+def dotprod(nodes, cap, used, req, max_cpu, max_gpu, out):
     cpu_free = (cap[nodes, layout.CPU] - used[nodes, layout.CPU]) / max_cpu
     gpu_free = (cap[nodes, layout.GPU_MILLI] - used[nodes, layout.GPU_MILLI]) / max_gpu
     dot = cpu_free * req[layout.CPU] / max_cpu + gpu_free * req[layout.GPU_MILLI] / max_gpu
@@ -212,9 +218,8 @@ def _drop(before: F64, after: F64, typical: TypicalPods) -> F64:
     return result
 
 
-def fragmentation(
-    cap: F64, used: F64, gpu_free: F64, gpu_count: I64, node_model: I64, typical: TypicalPods, out: F64
-) -> F64:
+@_twin_of(fgd_kernel.fragmentation)
+def fragmentation(cap, used, gpu_free, gpu_count, node_model, typical, out):
     slots = np.arange(gpu_free.shape[1]) < gpu_count[:, None]
     out[:] = _frag(cap[:, layout.CPU] - used[:, layout.CPU], gpu_free, slots, node_model, typical)
     return out
@@ -225,28 +230,29 @@ def _fgd_score(delta: F64, exact: bool, scale: float) -> F64:
     return value if exact else np.trunc(value)
 
 
+@_twin_of(fgd_kernel.fgd)
 def fgd(
-    nodes: I64,
-    cap: F64,
-    used: F64,
-    gpu_free: F64,
-    gpu_mem_free: F64,
-    gpu_count: I64,
-    node_model: I64,
-    gen: I64,
-    typical: TypicalPods,
-    cache: FragCache,
-    cpu_req: float,
-    k: int,
-    m: float,
-    gmem: float,
-    out_score: F64,
-    out_delta: F64,
-    out_gpu: I64,
+    nodes,
+    cap,
+    used,
+    gpu_free,
+    gpu_mem_free,
+    gpu_count,
+    node_model,
+    gen,
+    typical,
+    cache,
+    cpu_req,
+    k,
+    m,
+    gmem,
+    out_score,
+    out_delta,
+    out_gpu,
     *,
-    exact: bool = False,
-    scale: float = 1000.0,
-) -> F64:
+    exact=False,
+    scale=1000.0,
+):
     del gen, cache  # the twin recomputes everything
     free = gpu_free[nodes]
     n_slots = free.shape[1]
@@ -289,7 +295,8 @@ def fgd(
     return out_score
 
 
-def gpu_packing(nodes: I64, gpu_free: F64, gpu_count: I64, k: int, m: float, out: F64) -> F64:
+@_twin_of(scores.gpu_packing)
+def gpu_packing(nodes, gpu_free, gpu_count, k, m, out):
     for i, n in enumerate(nodes):
         if k == 0 or m <= 0:
             out[i] = 0.0
@@ -309,7 +316,8 @@ def gpu_packing(nodes: I64, gpu_free: F64, gpu_count: I64, k: int, m: float, out
     return out
 
 
-def gpu_clustering(nodes: I64, cap: F64, used: F64, classes: I64, pod_class: int, max_gpu: float, out: F64) -> F64:
+@_twin_of(scores.gpu_clustering)
+def gpu_clustering(nodes, cap, used, classes, pod_class, max_gpu, out):
     if pod_class < 0:
         out[:] = 0.0
         return out

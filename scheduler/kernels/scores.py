@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.kernels import layout
-from scheduler.kernels._jit import jit, jit_pair, pick
+from scheduler.kernels._jit import jit, jit_inline, jit_pair, pick
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -38,89 +38,74 @@ def _check(nodes: I64, cap: F64, used: F64, req: F64, out: F64, per_resource: F6
         raise ValueError("score: one weight per resource column is needed")
 
 
-# --- spread: kube-scheduler's LeastAllocated -----------------------------------------------------------------
+# --- least and most allocated: spread, binpack, per-resource strategy ----------------------------------------
 
 
-def _spread(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
-    # Branch-free over columns: a column the node lacks gets weight 0 (a select, not a jump), because which
-    # columns a node has varies from node to node and mispredicted branches cost more than the arithmetic.
-    n_res = cap.shape[1]
+#: Which share of each column the allocation scores count: free (spread), used (binpack), or as ``most[r]`` says.
+_LEAST, _MOST, _EACH = 0, 1, 2
+
+
+@jit_inline
+def _allocated_at(n, cap, used, req, whole_k, gpu_mem_each, weights, mode, most):
+    # Node n's score: per column, the share after placement that is used or free (``mode``), weighted over the
+    # columns the node has, or under _MOST and _EACH over those the pod requests. Branch-free over columns: a column
+    # that does not count gets weight 0 (a select, not a jump), because which columns count varies from node to
+    # node and mispredicted branches cost more than the arithmetic. Each kernel below passes its ``mode`` as a
+    # constant, so the compiler drops the choices that do not apply to it.
+    total = 0.0
+    weight_sum = 0.0
+    for r in range(cap.shape[1]):
+        c = cap[n, r]
+        u = used[n, r]
+        rq = _request(req, r, n, whole_k, gpu_mem_each)
+        on = (c > 0.0) & ((mode == _LEAST) | (rq > 0.0))
+        w = weights[r] if on else 0.0
+        c = c if on else 1.0
+        if mode == _EACH:
+            after = (u + rq) / c
+            total += w * (after if most[r] else 1.0 - after)
+        else:
+            # Written as spread and binpack always were, so that their scores stay the same to the last bit.
+            total += w * ((u + rq) if mode == _MOST else (c - u - rq)) / c
+        weight_sum += w
+    return 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
+
+
+def _spread(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out):
     for i in numba.prange(nodes.shape[0]):
-        n = nodes[i]
-        total = 0.0
-        weight_sum = 0.0
-        for r in range(n_res):
-            c = cap[n, r]
-            on = c > 0.0
-            w = weights[r] if on else 0.0
-            c = c if on else 1.0
-            total += w * (c - used[n, r] - _request(req, r, n, whole_k, gpu_mem_each)) / c
-            weight_sum += w
-        out[i] = 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
+        out[i] = _allocated_at(nodes[i], cap, used, req, whole_k, gpu_mem_each, weights, _LEAST, most)
 
 
-_SPREAD = jit_pair(_spread)
-
-
-def spread(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
-    """Weighted mean free share after placement, over the resources the node has (LeastAllocated)."""
-    _check(nodes, cap, used, req, out, weights)
-    pick(_SPREAD, nodes.shape[0])(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out)
-    return out
-
-
-# --- binpack: Volcano's binpack ------------------------------------------------------------------------------
-
-
-def _binpack(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out):
-    n_res = cap.shape[1]
+def _binpack(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out):
     for i in numba.prange(nodes.shape[0]):
-        n = nodes[i]
-        total = 0.0
-        weight_sum = 0.0
-        for r in range(n_res):
-            c = cap[n, r]
-            rq = _request(req, r, n, whole_k, gpu_mem_each)
-            on = (c > 0.0) & (rq > 0.0)
-            w = weights[r] if on else 0.0
-            c = c if on else 1.0
-            total += w * (used[n, r] + rq) / c
-            weight_sum += w
-        out[i] = 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
-
-
-_BINPACK = jit_pair(_binpack)
-
-
-def binpack(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
-    """Weighted mean used share after placement, over the resources the pod requests (Volcano binpack)."""
-    _check(nodes, cap, used, req, out, weights)
-    pick(_BINPACK, nodes.shape[0])(nodes, cap, used, req, whole_k, gpu_mem_each, weights, out)
-    return out
-
-
-# --- per-resource strategy: Koordinator's NodeResourcesFitPlus -----------------------------------------------
+        out[i] = _allocated_at(nodes[i], cap, used, req, whole_k, gpu_mem_each, weights, _MOST, most)
 
 
 def _resource_strategy(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out):
-    n_res = cap.shape[1]
     for i in numba.prange(nodes.shape[0]):
-        n = nodes[i]
-        total = 0.0
-        weight_sum = 0.0
-        for r in range(n_res):
-            c = cap[n, r]
-            rq = _request(req, r, n, whole_k, gpu_mem_each)
-            on = (c > 0.0) & (rq > 0.0)
-            w = weights[r] if on else 0.0
-            c = c if on else 1.0
-            after = (used[n, r] + rq) / c
-            total += w * (after if most[r] else 1.0 - after)
-            weight_sum += w
-        out[i] = 100.0 * total / weight_sum if weight_sum > 0.0 else 0.0
+        out[i] = _allocated_at(nodes[i], cap, used, req, whole_k, gpu_mem_each, weights, _EACH, most)
 
 
-_RESOURCE_STRATEGY = jit_pair(_resource_strategy)
+_ALLOCATED = {_LEAST: jit_pair(_spread), _MOST: jit_pair(_binpack), _EACH: jit_pair(_resource_strategy)}
+
+
+def _allocated_score(nodes, cap, used, req, whole_k, gpu_mem_each, weights, mode, most, out):
+    # Private, as the kernels: its callers, the public wrappers below, carry the types.
+    _check(nodes, cap, used, req, out, weights)
+    pick(_ALLOCATED[mode], nodes.shape[0])(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out)
+
+
+def spread(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
+    """Weighted mean free share after placement, over the resources the node has (kube-scheduler's
+    LeastAllocated)."""
+    _allocated_score(nodes, cap, used, req, whole_k, gpu_mem_each, weights, _LEAST, _NO_FLAGS, out)
+    return out
+
+
+def binpack(nodes: I64, cap: F64, used: F64, req: F64, whole_k: int, gpu_mem_each: F64, weights: F64, out: F64) -> F64:
+    """Weighted mean used share after placement, over the resources the pod requests (Volcano's binpack)."""
+    _allocated_score(nodes, cap, used, req, whole_k, gpu_mem_each, weights, _MOST, _NO_FLAGS, out)
+    return out
 
 
 def resource_strategy(
@@ -134,10 +119,16 @@ def resource_strategy(
     most: B,
     out: F64,
 ) -> F64:
-    """Each requested resource scored Most (``most[r]``) or Least allocated, weighted per resource."""
-    _check(nodes, cap, used, req, out, weights)
-    pick(_RESOURCE_STRATEGY, nodes.shape[0])(nodes, cap, used, req, whole_k, gpu_mem_each, weights, most, out)
+    """Each requested resource scored Most (``most[r]``) or Least allocated, weighted per resource (Koordinator's
+    NodeResourcesFitPlus)."""
+    if most.shape != req.shape:
+        raise ValueError("resource_strategy: one Most/Least flag per resource column is needed")
+    _allocated_score(nodes, cap, used, req, whole_k, gpu_mem_each, weights, _EACH, most, out)
     return out
+
+
+#: The flags spread and binpack pass (their mode says the share of every column).
+_NO_FLAGS = np.zeros(0, dtype=np.bool_)
 
 
 # --- scarce-resource avoidance: Koordinator's ScarceResourceAvoidance ----------------------------------------

@@ -18,7 +18,7 @@ Which devices, when several sets would do (``scheduler.cache.device_allocator``)
 by PCIe root (``resource.kubernetes.io/pcieRoot``), the group with the fewest free devices that still has enough,
 else the largest groups first; under a ``matchAttribute`` constraint each value is a group, with backtracking. A device
 allowing multiple allocations is shared up to its capacity (``scheduler.api.consumable_capacity``). The node is
-chosen by the score plugins: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.device_store``),
+chosen by the score plugins: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.dra_gpus``),
 so FGD, binpack, gangs and queue accounting see them.
 
 The answer for a node is remembered by the claims' shape (requests, selectors, constraints: the same for every pod
@@ -50,7 +50,7 @@ from scheduler.api import dra as api_dra
 from scheduler.api import extended_resources as api_extended
 from scheduler.api import resources
 from scheduler.api.dra import AllocatedDevice, Allocation, ClaimAllocation, ResourceClaim
-from scheduler.cache import device_store
+from scheduler.cache import dra_gpus
 from scheduler.cache.device_allocator import allocate
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
@@ -190,7 +190,7 @@ class DynamicResources:
                         f'resourceclaim "{claim.name}", request "{request.name}": device class "{missing[0]}" {why}',
                     )
             plan.to_allocate.append(claim)
-        gpus = None if snap.in_what_if or not pod.resource_claims else device_store.claim_gpu_request(store, pod)
+        gpus = None if snap.in_what_if or not pod.resource_claims else dra_gpus.claim_gpu_request(store, pod)
         if gpus is not None and (gpus.count, gpus.milli) != (pod.gpu.count, pod.gpu.milli):
             # A claim changed since the pod was read (a shared claim someone else allocated meanwhile): the pod is
             # read again with the GPUs it now gets, so that it is not charged for GPUs it will not hold.
@@ -280,7 +280,7 @@ class DynamicResources:
         it (``Insufficient nvidia.com/gpu``, as kube-scheduler says)."""
         pod = state.pod
         store = state.snapshot.devices
-        if not (pod.gpu.count and store.dra_gpu_nodes) or pod.resource_claims or device_store.extended_gpus(store, pod):
+        if not (pod.gpu.count and store.dra_gpu_nodes) or pod.resource_claims or dra_gpus.extended_gpus(store, pod):
             return
         names = state.snapshot.names
         for slot in np.flatnonzero(reasons == layout.FIT).tolist():

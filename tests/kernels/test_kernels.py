@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Iterator
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -272,3 +273,13 @@ def test_gpu_packing_prefers_partly_used_devices() -> None:
     assert out.tolist() == [25.0, 97.0, 49.0]
     out = scores.gpu_packing(np.arange(3, dtype=np.int64), gpu_free, counts, 1, 500.0, np.empty(3))
     assert out.tolist() == [25.0, 49.0, 49.0]
+
+
+def test_a_twin_must_take_its_kernels_arguments() -> None:
+    """A NumPy twin whose arguments drift from its kernel's is refused when the module is read, not found out
+    later as a wrong comparison."""
+    with pytest.raises(TypeError, match="does not take the arguments of its kernel"):
+
+        @reference._twin_of(scores.spread)
+        def spread(nodes, cap, used, req, whole_k, weights, out):  # type: ignore[no-untyped-def]
+            return out

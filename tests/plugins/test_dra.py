@@ -17,7 +17,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api import podgroup as api_podgroup
 from scheduler.api.pod import PodRequest
 from scheduler.api.resources import GpuRequest
-from scheduler.cache import device_store
+from scheduler.cache import dra_gpus
 from scheduler.core import gang
 from scheduler.core.cycle import Result
 from scheduler.core.loop import SchedulingLoop
@@ -44,14 +44,14 @@ class DraCluster(Cluster):
         self.store.upsert_slice(api_dra.parse_resource_slice(raw))
         for node in self.cache.nodes.values():
             info = dataclasses.replace(node.info, gpus=0, gpu_memory=0, gpu_model="")
-            self.cache.upsert_node(device_store.with_gpus(info, self.store))
+            self.cache.upsert_node(dra_gpus.with_gpus(info, self.store))
 
     def claim(self, raw: dict[str, Any]) -> None:
         self.store.upsert_claim(api_dra.parse_claim(raw))
 
     def pod(self, raw: dict[str, Any]) -> PodRequest:
         pod = api_pod.parse_pod(raw)
-        gpu = device_store.claim_gpu_request(self.store, pod)
+        gpu = dra_gpus.claim_gpu_request(self.store, pod)
         if gpu is not None and gpu.count:
             pod = dataclasses.replace(pod, gpu=gpu)
         return pod

@@ -10,7 +10,7 @@ from scheduler.api import node as api_node
 from scheduler.api import pod as api_pod
 from scheduler.api.dra import ClaimAllocation
 from scheduler.api.extended_resources import IMPLICIT_PREFIX, RequestMapping
-from scheduler.cache import device_store
+from scheduler.cache import dra_gpus
 from scheduler.framework.interface import Decision
 from tests.api import dra_objects as dra
 from tests.api import objects
@@ -81,7 +81,7 @@ def test_without_a_class_mapping_the_dra_only_node_does_not_fit_and_a_device_plu
 def test_the_implicit_name_of_a_class_counts_as_gpus_and_is_allocated_through_a_claim() -> None:
     cluster = mapped_cluster(("a",))
     raw = objects.pod("p", cpu="1", extra={IMPLICIT_PREFIX + dra.GPU_CLASS: "3"})
-    pod = device_store.extended_gpu_request(cluster.store, api_pod.parse_pod(raw))
+    pod = dra_gpus.extended_gpu_request(cluster.store, api_pod.parse_pod(raw))
     assert pod.gpu.count == 3  # the operator's feed reads the pod so: queues, limits and FGD count them
     result = cluster.scheduler.schedule(pod)
     assert result.decision is not None, result.status.message
@@ -147,11 +147,11 @@ def test_nvidia_com_gpu_mapped_to_a_mig_class_is_mig_devices_not_gpu_slots() -> 
     mig = dra.mig_class()
     mig["spec"]["extendedResourceName"] = "nvidia.com/gpu"
     cluster.store.upsert_class(api_dra.parse_device_class(mig))
-    pod = device_store.extended_gpu_request(cluster.store, api_pod.parse_pod(objects.pod("p", gpus=1)))
+    pod = dra_gpus.extended_gpu_request(cluster.store, api_pod.parse_pod(objects.pod("p", gpus=1)))
     assert pod.gpu.count == 0  # not a whole GPU
     result = cluster.scheduler.schedule(pod)
     assert result.decision is not None, result.status.message
     assert [d.device for d in only_claim(result.decision).devices] == ["gpu-0-mig-0"]
     assert result.decision.gpu_ids == ()
-    other = device_store.extended_gpu_request(cluster.store, api_pod.parse_pod(objects.pod("q", gpus=2)))
+    other = dra_gpus.extended_gpu_request(cluster.store, api_pod.parse_pod(objects.pod("q", gpus=2)))
     assert cluster.scheduler.schedule(other).decision is None  # one MIG device is left
