@@ -24,6 +24,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from scheduler.api import fields, resources
 from scheduler.api.errors import InvalidObject
@@ -144,6 +145,21 @@ def _zone(raw: object, *, obj: str, where: str) -> Zone | None:
     return Zone(name, int(number.group(1)), amounts["capacity"], amounts["allocatable"], amounts["available"], costs)
 
 
+E = TypeVar("E", Policy, Scope)
+
+
+def _attribute(attributes: Mapping[str, str], name: str, kind: type[E], default: E, *, word: str, obj: str) -> E:
+    """Attribute ``name`` as a member of ``kind`` (``default`` without it)."""
+    if name not in attributes:
+        return default
+    try:
+        return kind(attributes[name])
+    except ValueError:
+        raise InvalidObject(
+            f"unknown {word} {attributes[name]!r} (one of {', '.join(kind)})", obj=obj, field=f"attributes[{name}]"
+        ) from None
+
+
 def parse_node_resource_topology(raw: Mapping[str, object]) -> NodeZones:
     """Parse a NodeResourceTopology object (a dict as the API server returns it).
 
@@ -160,24 +176,8 @@ def parse_node_resource_topology(raw: Mapping[str, object]) -> NodeZones:
             raise InvalidObject(f"unknown topology policy {value!r}", obj=obj, field="topologyPolicies[0]")
         policy, scope = _LEGACY[str(value)]
     attributes = _attributes(raw.get("attributes"), obj=obj, where="attributes")
-    if "topologyManagerPolicy" in attributes:
-        try:
-            policy = Policy(attributes["topologyManagerPolicy"])
-        except ValueError:
-            raise InvalidObject(
-                f"unknown policy {attributes['topologyManagerPolicy']!r} (one of {', '.join(Policy)})",
-                obj=obj,
-                field="attributes[topologyManagerPolicy]",
-            ) from None
-    if "topologyManagerScope" in attributes:
-        try:
-            scope = Scope(attributes["topologyManagerScope"])
-        except ValueError:
-            raise InvalidObject(
-                f"unknown scope {attributes['topologyManagerScope']!r} (one of {', '.join(Scope)})",
-                obj=obj,
-                field="attributes[topologyManagerScope]",
-            ) from None
+    policy = _attribute(attributes, "topologyManagerPolicy", Policy, policy, word="policy", obj=obj)
+    scope = _attribute(attributes, "topologyManagerScope", Scope, scope, word="scope", obj=obj)
     zones = [
         zone
         for i, item in enumerate(fields.sequence(raw.get("zones"), obj=obj, field="zones"))
