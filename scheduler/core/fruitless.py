@@ -9,8 +9,9 @@ generation it was found at, and is dropped when the generation moves on. Whoever
 changes the generation does not see (a queue's policy or guarantee).
 
 A shape (:func:`pod_shape`) is what decides where a pod may go: everything of it but its name, uid, node, phase,
-creation time (it orders the queue, it places nothing) and annotations (what the annotations ask for is parsed into
-the other fields). Consolidation's memo (``core/move_memo``) keys its job shapes on it too.
+creation and start times (they order the queue and tell an age, they place nothing) and annotations (what the
+annotations ask for is parsed into the other fields: a declared run time is part of the shape). Consolidation's
+memo (``core/move_memo``) keys its job shapes on it too.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from scheduler.api.pod import PodRequest
 from scheduler.cache.arrays import ClusterArrays
 
 #: What of a pod does not decide where it may go.
-_IDENTITY = frozenset({"name", "uid", "node_name", "phase", "deleting", "annotations", "gpu_ids", "created"})
+_IDENTITY = frozenset({"name", "uid", "node_name", "phase", "deleting", "annotations", "gpu_ids", "created", "started"})
 _SHAPED = tuple(f.name for f in dataclasses.fields(PodRequest) if f.name not in _IDENTITY)
 
 

@@ -22,7 +22,6 @@ methods take raw objects as the informers and kopf's handlers deliver them (``sc
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -225,7 +224,7 @@ class PodFeed:
         # Only a pending pod's age matters (queue order); bound pods, by the thousand at start-up, skip this copy.
         pod = replace(
             pod,
-            created=_timestamp(meta.get("creationTimestamp")),
+            created=api_pod.unix_time(meta.get("creationTimestamp")),
             service_labels=api_affinity.services_selecting(pod.labels, self.services.get(pod.namespace, {}).values()),
         )
         if pod.resource_claims:
@@ -433,7 +432,7 @@ class PodFeed:
                     self._wake()
             return
         try:
-            group = api_podgroup.parse_podgroup(body, created=_timestamp(meta.get("creationTimestamp")))
+            group = api_podgroup.parse_podgroup(body, created=api_pod.unix_time(meta.get("creationTimestamp")))
         except InvalidObject as exc:
             self.invalid("podgroup", key, exc)
             return
@@ -456,7 +455,7 @@ class PodFeed:
                 self.loop.group_removed(key)
             return
         try:
-            group = api_podgroup.parse_compat_podgroup(body, created=_timestamp(meta.get("creationTimestamp")))
+            group = api_podgroup.parse_compat_podgroup(body, created=api_pod.unix_time(meta.get("creationTimestamp")))
         except InvalidObject as exc:
             self.invalid("podgroup", key, exc)
             return
@@ -559,13 +558,3 @@ class PodFeed:
 def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = body.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
-
-
-def _timestamp(value: object) -> float:
-    """An RFC 3339 creationTimestamp as Unix seconds (0 when absent or unreadable)."""
-    if not isinstance(value, str) or not value:
-        return 0.0
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
