@@ -172,6 +172,11 @@ _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([hms])")
 _SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 
 
+def active_deadline(seconds: int) -> RunTime:
+    """The run time a pod's ``spec.activeDeadlineSeconds: seconds`` declares (what the simulator's pods declare)."""
+    return RunTime(float(seconds), True, "spec.activeDeadlineSeconds")
+
+
 def parse_duration(raw: str, *, obj: str, field: str) -> float:
     """A duration as Go and kubectl write it, in hours, minutes and seconds (``2h30m``, ``90m``, ``1.5h``, ``45s``), or
     a number of seconds (``3600``); > 0."""
@@ -206,7 +211,7 @@ def _run_time(
                 )
             )
         else:
-            found.append(RunTime(float(deadline), True, "spec.activeDeadlineSeconds"))
+            found.append(active_deadline(deadline))
     kueue = labels.get(LABEL_KUEUE_MAX_EXEC_TIME)
     if kueue is not None:
         where = f"metadata.labels[{LABEL_KUEUE_MAX_EXEC_TIME}]"
