@@ -52,6 +52,10 @@ Reclaim = Literal["Never", "LowerPriority", "Any"]
 #: their progress; ``Any``: every pod a controller recreates (a gang still moves whole or not at all).
 Moves = Literal["Never", "ExceptTraining", "Any"]
 MOVES: tuple[Moves, ...] = get_args(Moves)
+#: What a minimum run time protects running work from: preemption within its queue, reclaim by another queue, a
+#: consolidation move (``spec.preemption.withinQueueMinRuntimeSeconds``, ``spec.preemption.reclaimMinRuntimeSeconds``,
+#: ``spec.consolidation.moveMinRuntimeSeconds``).
+Disturbance = Literal["preempt", "reclaim", "move"]
 WITHIN_QUEUE: tuple[WithinQueue, ...] = get_args(WithinQueue)
 RECLAIM: tuple[Reclaim, ...] = get_args(Reclaim)
 _C = TypeVar("_C", bound=str)
@@ -92,6 +96,11 @@ class QueueSpec:
     usage_half_life_s: float = DEFAULT_HALF_LIFE_S
     #: Which of its running work consolidation may move (:data:`Moves`).
     moves: Moves = "ExceptTraining"
+    #: How long its running work runs before it may be preempted by work of its own queue, reclaimed by another
+    #: queue, or moved by consolidation; None: as its parent says (0 at the top: at once).
+    preempt_min_runtime_s: float | None = None
+    reclaim_min_runtime_s: float | None = None
+    move_min_runtime_s: float | None = None
 
     def ceiling(self) -> ResourceList:
         """The most the queue may hold of each resource it bounds: the lowest of its limit, its guarantee plus
@@ -162,6 +171,11 @@ def parse_queue(raw: Mapping[str, object]) -> QueueSpec:
     if not isinstance(consolidation, Mapping):
         raise InvalidObject("must be a map with moves", obj=obj, field="spec.consolidation")
     moves = _choice(consolidation.get("moves", "ExceptTraining"), MOVES, obj, "moves", within="spec.consolidation")
+    preempt_min = _seconds(
+        preemption.get("withinQueueMinRuntimeSeconds"), obj, "spec.preemption.withinQueueMinRuntimeSeconds"
+    )
+    reclaim_min = _seconds(preemption.get("reclaimMinRuntimeSeconds"), obj, "spec.preemption.reclaimMinRuntimeSeconds")
+    move_min = _seconds(consolidation.get("moveMinRuntimeSeconds"), obj, "spec.consolidation.moveMinRuntimeSeconds")
     half_life = spec.get("usageHalfLifeSeconds", DEFAULT_HALF_LIFE_S)
     if isinstance(half_life, bool) or not isinstance(half_life, int | float) or not 0 <= half_life < math.inf:
         raise InvalidObject(
@@ -182,7 +196,19 @@ def parse_queue(raw: Mapping[str, object]) -> QueueSpec:
         reclaim=reclaim,
         usage_half_life_s=float(half_life),
         moves=moves,
+        preempt_min_runtime_s=preempt_min,
+        reclaim_min_runtime_s=reclaim_min,
+        move_min_runtime_s=move_min,
     )
+
+
+def _seconds(value: object, obj: str, field: str) -> float | None:
+    """A number of seconds >= 0 the spec may leave out (None)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise InvalidObject(f"{value!r} is not a number of seconds >= 0", obj=obj, field=field)
+    return float(value)
 
 
 def _sharing(spec: Mapping[object, object], key: str, *, obj: str) -> tuple[bool, ResourceList]:
@@ -230,7 +256,7 @@ class QueueTree:
     Iterating gives the queue names top-down (a parent before its children, siblings by name).
     """
 
-    __slots__ = ("_children", "_guaranteed", "_order", "_specs")
+    __slots__ = ("_children", "_guaranteed", "_in_force", "_order", "_specs")
 
     def __init__(
         self,
@@ -248,6 +274,10 @@ class QueueTree:
             order.append(name)
             stack.extend(reversed(self._children.get(name, ())))
         self._order = tuple(order)
+        #: The disturbances some queue sets a minimum run time above 0 for.
+        self._in_force = frozenset(
+            d for d in get_args(Disturbance) for spec in self._specs.values() if _min_runtime_of(spec, d)
+        )
 
     @classmethod
     def build(cls, specs: Iterable[QueueSpec]) -> tuple[QueueTree, list[InvalidObject]]:
@@ -386,10 +416,33 @@ class QueueTree:
             stack.extend(reversed(self._children.get(current, ())))
         return found
 
+    def sets_min_runtime(self, disturbance: Disturbance) -> bool:
+        """Whether some queue sets a minimum run time above 0 for ``disturbance`` (else none need be looked up)."""
+        return disturbance in self._in_force
+
+    def min_runtime_s(self, name: str, disturbance: Disturbance) -> float:
+        """How long work of leaf ``name`` runs before it may be disturbed so: the queue's own setting, else its
+        nearest ancestor's that has one, else 0 (KAI-Scheduler resolves a queue's ``preemptMinRuntime`` the same
+        way). 0 for a queue not in the tree."""
+        if name not in self._specs:
+            return 0.0
+        for queue in (name, *self.ancestors(name)):
+            value = _min_runtime_of(self._specs[queue], disturbance)
+            if value is not None:
+                return value
+        return 0.0
+
     def guaranteed(self, name: str) -> ResourceList:
         """The queue's guarantee as it holds in the tree: its own where it names a resource, else the sum of
         its children's."""
         return dict(self._guaranteed[name])
+
+
+def _min_runtime_of(spec: QueueSpec, disturbance: Disturbance) -> float | None:
+    """The queue's own minimum run time for ``disturbance`` (None: not set)."""
+    if disturbance == "preempt":
+        return spec.preempt_min_runtime_s
+    return spec.reclaim_min_runtime_s if disturbance == "reclaim" else spec.move_min_runtime_s
 
 
 def _cycle_through(name: str, specs: Mapping[str, QueueSpec]) -> list[str]:

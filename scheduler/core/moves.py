@@ -29,7 +29,8 @@ Which pods may move (:meth:`Moves.movable_on`): pods gpusched placed (never thos
 ``scheduler.core.tenancy``), that a controller recreates (an ``ownerReference`` with
 ``controller: true``), not annotated ``gpusched.io/consolidation: never``, whose Queue's
 ``spec.consolidation.moves`` allows them (``ExceptTraining`` by default: not a gang's members, not a batch Job's
-pods), of a priority not above the job's, not moved (or refused an eviction) within the cooldown, bound (not
+pods), of a priority not above the job's, not moved (or refused an eviction) within the cooldown, that have run
+their queue's ``spec.consolidation.moveMinRuntimeSeconds`` (``scheduler.core.min_runtime``), bound (not
 assumed), not leaving already, and not part of a plan. A gang's members never move: a gang moves whole or not at
 all, and whole-gang moves are not carried out yet.
 
@@ -50,7 +51,7 @@ import numpy as np
 from scheduler.api import pdb as api_pdb
 from scheduler.api.pod import ANNOTATION_CONSOLIDATION, PodRequest
 from scheduler.cache.state import PodEntry
-from scheduler.core import memo, move_memo
+from scheduler.core import memo, min_runtime, move_memo
 from scheduler.core.actions import Setting, State
 from scheduler.core.holds import Hold, Kind, sized
 from scheduler.core.move_plan import Pace, Plan
@@ -157,6 +158,8 @@ class Moves(State):
         self.last_verdict: dict[str, str] = {}
         #: (node slot, priority) -> (epoch, valid until, the node's pods then, the movable ones among them).
         self._movable: dict[tuple[int, int], tuple[int, float, tuple[Any, ...], list[PodEntry]]] = {}
+        #: When pods found too young to move (their queue's minimum run time) may move: "no plan" answers end then.
+        self.young_until: set[float] = set()
         #: Budget key -> how many times a status of it was seen (a stepped plan's next step waits for a new one).
         self.budget_seen: dict[str, int] = {}
         #: Counters for metrics: plans started and abandoned, pods moved, whole GPUs those pods held.
@@ -217,12 +220,17 @@ class Moves(State):
         if kept is not None and kept[0] == self.epoch and now < kept[1] and _same(kept[2], seen):
             return kept[3]
         out = []
+        valid = self.cooldown_ends()
         for entry in on.values():
             pod = entry.pod
             if self.why_not(pod, priority, now) or entry.assumed:
+                until = self._protected_until(pod)
+                if until > now:
+                    valid = min(valid, until)  # it may move once it has run its queue's minimum
+                    self.young_until.add(until)
                 continue
             out.append(entry)
-        self._movable[(slot, priority)] = (self.epoch, self.cooldown_ends(), seen, out)
+        self._movable[(slot, priority)] = (self.epoch, valid, seen, out)
         return out
 
     def why_not(self, pod: PodRequest, priority: int, now: float) -> str:
@@ -249,7 +257,18 @@ class Moves(State):
         since = self.cooled.get(pod.key)
         if since is not None and now - since < self.limits.cooldown_s:
             return f"moved or refused {now - since:.0f}s ago (cooldown {self.limits.cooldown_s:g}s)"
+        until = self._protected_until(pod)
+        if now < until:
+            return min_runtime.why_protected(self.tenancy, leaf, "move", until)
         return ""
+
+    def _protected_until(self, pod: PodRequest) -> float:
+        """Until when ``pod`` may not move for its queue's minimum run time (``core.min_runtime``); -inf: it may."""
+        if not min_runtime.in_force(self.tenancy, "move"):
+            return float("-inf")
+        job = self.jobs.of_pod(pod.key)
+        leaf = job.queue if job is not None else self.jobs.queue_of(pod)
+        return min_runtime.protected_until(self.tenancy, leaf, "move", [pod], job.started if job is not None else None)
 
     def pace(self, pods: Sequence[PodRequest]) -> Pace | None:
         """How evicting ``pods`` may go within the PodDisruptionBudgets, read as the Eviction API that will enforce
@@ -281,14 +300,15 @@ class Moves(State):
 
     def cooldown_ends(self) -> float:
         """When the earliest cooldown still running ends (a pod may move again then, or a background plan put pods
-        on a node pods left); infinity if none runs."""
+        on a node pods left), or a pod found too young to move has run its queue's minimum; infinity if none."""
         now = self.clock()
         ends = [
             since + self.limits.cooldown_s
             for since in (*self.cooled.values(), *self.vacated.values())
             if now - since < self.limits.cooldown_s
         ]
-        return min(ends, default=float("inf"))
+        self.young_until = {until for until in self.young_until if until > now}
+        return min([*ends, *self.young_until], default=float("inf"))
 
     def barred_targets(self) -> np.ndarray | None:
         """The node slots background defragmentation puts no moved pod on: those a moved pod left less than the

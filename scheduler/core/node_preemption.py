@@ -32,6 +32,8 @@ CANDIDATE_NODES_PERCENT = 10
 #: and for a node without a pod the preemptor may evict (DefaultPreemption's node statuses).
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NO_VICTIMS = "No preemption victims found for incoming pod"
+#: gpusched's words for a node whose only pods the preemptor could evict have not run their queue's minimum run time.
+YOUNG_VICTIMS = "No preemption victims past their queue's minimum run time"
 #: Added to each victim's priority in the sum criterion (kube-scheduler's MaxInt32 + 1), so that more victims of
 #: a negative priority never sum to less than fewer of them.
 _PRIORITY_OFFSET = 2**31
@@ -74,6 +76,7 @@ def no_candidate(
     placed: reclaim.Placements,
     allowed: np.ndarray,
     reasons: np.ndarray | None,
+    young: np.ndarray | None = None,
 ) -> str:
     """kube-scheduler's PostFilter message when no node can make room for ``pod`` (:func:`node_victims` found none):
     ``preemption: 0/N nodes are available: ...``, the nodes of its failed cycle counted by why, as DefaultPreemption
@@ -82,7 +85,9 @@ def no_candidate(
     unresolvable; every node when the pod was refused before any node was looked at), :data:`NO_VICTIMS` on a node
     without a candidate ``allowed`` of lower priority than ``priority``, else what the node refused the pod for
     (evicting all it may evict there did not make room; the cycle's own reason stands for the filter's after the
-    evictions). ``request``: the pod's request vector (``Cache.request_vector``)."""
+    evictions). ``request``: the pod's request vector (``Cache.request_vector``). ``young``: per candidate, one it
+    may not evict yet for its queue's minimum run time: a node with such but no other victims says
+    :data:`YOUNG_VICTIMS`."""
     if reasons is None:
         nodes = int((snapshot.arrays.base_reason != layout.ABSENT).sum())
         return f"preemption: 0/{nodes} nodes are available: {nodes} {NOT_HELPFUL}." if nodes else ""
@@ -101,11 +106,21 @@ def no_candidate(
     too_small[: min(size, room.shape[0])] = ~room[:size]
     not_helpful |= present & too_small
     no_victims = present & ~not_helpful & ~victims
+    young_only = np.zeros(size, dtype=bool)
+    if young is not None and young.any():
+        young = young & (placed.priority < priority) & ~placed.behind
+        slots = placed.slot[young[placed.owner]]
+        young_only = no_victims & (np.bincount(slots[slots < size], minlength=size)[:size] > 0)
+        no_victims &= ~young_only
     counts: dict[str, int] = {}
-    for text, count in ((NOT_HELPFUL, int(not_helpful.sum())), (NO_VICTIMS, int(no_victims.sum()))):
+    for text, count in (
+        (NOT_HELPFUL, int(not_helpful.sum())),
+        (NO_VICTIMS, int(no_victims.sum())),
+        (YOUNG_VICTIMS, int(young_only.sum())),
+    ):
         if count:
             counts[text] = count
-    rest = present & ~not_helpful & ~no_victims
+    rest = present & ~not_helpful & ~no_victims & ~young_only
     codes, numbers = np.unique(reasons[rest], return_counts=True)
     for code, count in zip(codes.tolist(), numbers.tolist(), strict=True):
         text = reason_texts.reason_text(int(code), snapshot.columns)

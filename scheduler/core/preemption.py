@@ -206,6 +206,11 @@ class Preemptor(State):
         """``attempt`` found victims: a later search must not be skipped as fruitless."""
         self.fruitless.forget(self._memo_key(attempt))
 
+    def spared(self, attempt: Attempt) -> None:
+        """``attempt``'s search left victims out for their queue's minimum run time (``core.min_runtime``): what it
+        found holds until they have run it, not for the cluster's generation, so it is not remembered as fruitless."""
+        self.fruitless.forget(self._memo_key(attempt))
+
     def retry(self, key: str) -> None:
         """Nominated single pod ``key`` lost its room to a preemptor of higher priority: it searches again."""
         self.fruitless.forget(("job", key))

@@ -22,7 +22,6 @@ methods take raw objects as the informers and kopf's handlers deliver them (``sc
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -226,7 +225,7 @@ class PodFeed:
         # Only a pending pod's age matters (queue order); bound pods, by the thousand at start-up, skip this copy.
         pod = replace(
             pod,
-            created=_timestamp(meta.get("creationTimestamp")),
+            created=api_pod.unix_time(meta.get("creationTimestamp")),
             service_labels=api_affinity.services_selecting(pod.labels, self.services.get(pod.namespace, {}).values()),
         )
         if pod.resource_claims:
@@ -475,7 +474,7 @@ class PodFeed:
         """The PodGroup of ``body`` as ``parse`` reads it (created at its creationTimestamp); None, reported as an
         invalid object, when it cannot be read."""
         try:
-            return parse(body, created=_timestamp(_meta(body).get("creationTimestamp")))
+            return parse(body, created=api_pod.unix_time(_meta(body).get("creationTimestamp")))
         except InvalidObject as exc:
             self.invalid("podgroup", key, exc)
             return None
@@ -572,13 +571,3 @@ class PodFeed:
 def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = body.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
-
-
-def _timestamp(value: object) -> float:
-    """An RFC 3339 creationTimestamp as Unix seconds (0 when absent or unreadable)."""
-    if not isinstance(value, str) or not value:
-        return 0.0
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0

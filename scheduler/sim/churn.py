@@ -18,6 +18,14 @@ whose expected GPUs are ``load`` x the cluster. They are placed through the same
 them wait, as they would have in the steady state. Every figure but "initial never placed" is over the arrivals
 after time 0 and the window from 0 to the last of them.
 
+Declared run times (:class:`Declared`, ``--runtime-estimate`` and ``--runtime-missing``): each arrival's pod
+declares ``spec.activeDeadlineSeconds`` (a hard limit, as users set them: typically 2 to 5 times the run) of its
+duration times a factor drawn uniformly from a range (1: exact), rounded up to whole seconds, and read as the
+operator reads it (``scheduler.api.pod.active_deadline``); a given share of the pods declares none. The draws are
+seeded apart from the workload's, so the arrivals and durations stay those of the run without them; a pod of the
+population at time 0 declares its remaining run time times the factor (as if it started at 0). Without either
+option no pod declares one, as before.
+
 Reported per run (:class:`ChurnRun`): time-weighted GPU allocation over the window; wait (placement minus arrival)
 p50 / p95 / p99 by request class, a pod still waiting at the end counting its wait so far (a lower bound: it is
 also counted in ``never_placed``); moves (pods evicted to make room, each moved pod placed again) per 100 placed
@@ -35,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scheduler.api import pod as api_pod
 from scheduler.api import typical
 from scheduler.api.errors import InvalidObject
 from scheduler.api.pod import PodRequest
@@ -144,6 +153,61 @@ class Arrival:
     duration: float
     #: Part of the steady-state population placed at time 0 (not counted in the waits).
     initial: bool = False
+    #: The ``spec.activeDeadlineSeconds`` its pod declares (:class:`Declared`); None: none.
+    deadline: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """How the run's pods declare their run times (see the module notes): a factor drawn from ``low``..``high``
+    times the duration, none for a share ``missing`` of the pods."""
+
+    low: float = 1.0
+    high: float = 1.0
+    missing: float = 0.0
+
+    def describe(self) -> str:
+        factor = "exact" if self.low == self.high == 1.0 else f"x{self.low:g}-{self.high:g}"
+        return f"run times declared {factor}, {self.missing:.0%} without"
+
+
+def parse_estimate(raw: str) -> tuple[float, float]:
+    """``--runtime-estimate``: a factor (``1``: exact) or a range ``LOW-HIGH``, each >= 1 (a deadline below the run
+    would end the pod before it is done, which the simulator does not model)."""
+    parts = raw.split("-")
+    try:
+        low, high = (float(parts[0]), float(parts[-1])) if len(parts) in (1, 2) else (math.nan, math.nan)
+    except ValueError:
+        low = high = math.nan
+    if not (1 <= low <= high < math.inf):
+        raise InvalidObject(
+            f"{raw!r} is not a factor >= 1 or a range like 2-5", obj="gpusched simulate", field="--runtime-estimate"
+        )
+    return low, high
+
+
+def parse_missing(raw: str) -> float:
+    """``--runtime-missing``: the share of the pods that declare no run time, in [0, 1]."""
+    try:
+        share = float(raw)
+    except ValueError:
+        share = math.nan
+    if not 0 <= share <= 1:
+        raise InvalidObject(f"{raw!r} is not a share in [0, 1]", obj="gpusched simulate", field="--runtime-missing")
+    return share
+
+
+def declare(load: Workload, declared: Declared, *, seed: int) -> Workload:
+    """``load`` with each arrival's declared deadline drawn (seeded by ``seed`` apart from the workload's draws)."""
+    rng = np.random.default_rng([seed, 43])
+    count = len(load.arrivals)
+    factors = rng.uniform(declared.low, declared.high, count)
+    without = rng.random(count) < declared.missing
+    arrivals = [
+        dataclasses.replace(a, deadline=None if none else max(1, math.ceil(a.duration * factor)))
+        for a, factor, none in zip(load.arrivals, factors.tolist(), without.tolist(), strict=True)
+    ]
+    return dataclasses.replace(load, arrivals=arrivals)
 
 
 @dataclass(frozen=True)
@@ -230,7 +294,11 @@ class ChurnSimulation(jobsim.JobSimulation):
         self.capacity = float(sum(n.gpus for n in nodes)) * layout.WHOLE
         self.requests = {
             a.name: dataclasses.replace(
-                a.spec.request(a.name), owner=f"replicaset/{a.name}", owner_kind="ReplicaSet", created=a.at
+                a.spec.request(a.name),
+                owner=f"replicaset/{a.name}",
+                owner_kind="ReplicaSet",
+                created=a.at,
+                run_time=api_pod.active_deadline(a.deadline) if a.deadline is not None else None,
             )
             for a in load.arrivals
         }
@@ -481,10 +549,12 @@ def compare(
     arrivals: int = 0,
     progress: Callable[[str, ChurnRun], None] | None = None,
     consolidation: ConsolidationConfig | None = None,
+    declared: Declared | None = None,
 ) -> dict[str, dict[str, dict[str, object]]]:
     """Every policy at every load, the mean over ``seeds``; a seed gives every policy the same arrivals, durations
     and node order. ``durations_from``: where a list without times draws its durations (see :func:`workload`);
-    ``consolidation``: the knobs of the policies that consolidate (default: the packaged profile's)."""
+    ``consolidation``: the knobs of the policies that consolidate (default: the packaged profile's); ``declared``:
+    how the pods declare their run times (None: they declare none)."""
     for name in names:
         profile(name, shapes=[], seed=0)  # a bad name is refused before any run
     shapes = typical.typical_shapes([p.shape for p in pods])
@@ -501,6 +571,8 @@ def compare(
             run_pods = workload(
                 pods, gpu_capacity=capacity, load=load, seed=seed, durations=durations, arrivals=arrivals
             )
+            if declared is not None:
+                run_pods = declare(run_pods, declared, seed=seed)
             seed_nodes = protocol.tie_order(nodes, seed)
             for name in names:
                 config = profile(name, shapes=shapes, seed=seed, consolidation=consolidation)

@@ -9,6 +9,7 @@ their durations (``scheduler.sim.churn``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import math
 import os
@@ -57,7 +58,18 @@ PLOT_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "tif", "tiff", 
 _APPLIES = {
     "compare": {"nodes", "pods", "policy", "tune", "seeds", "json", "plot", "dashboard"},
     "replay": {"nodes", "pods", "policy", "replay", "json", "plot"},
-    "churn": {"nodes", "pods", "policy", "seeds", "json", "churn", "arrivals", "durations"},
+    "churn": {
+        "nodes",
+        "pods",
+        "policy",
+        "seeds",
+        "json",
+        "churn",
+        "arrivals",
+        "durations",
+        "runtime_estimate",
+        "runtime_missing",
+    },
     "gangs": {"nodes", "jobs", "policy", "seeds", "json"},
     "elastic": {"seeds", "json"},
     "segments": {"seeds", "json"},
@@ -74,6 +86,14 @@ _WHY_NOT = {
     "segments": "the segments scenario has its own NVL72-shaped cluster and job",
     "tenants": "the tenants scenario has its own cluster and workload",
     "topology": "the topology scenario runs the default profile on its own labelled cluster, with topology on and off",
+}
+
+
+#: Options one mode alone reads, and what to say when another mode is given them.
+_ONLY = {
+    "jobs": "only --scenario gangs reads it",
+    "runtime_estimate": "only --churn reads it",
+    "runtime_missing": "only --churn reads it",
 }
 
 
@@ -117,6 +137,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "with --churn, for a pod list without times: the list whose durations are drawn "
             "(default: openb_pod_list_default.csv beside --pods)"
         ),
+    )
+    parser.add_argument(
+        "--runtime-estimate",
+        metavar="F|LOW-HIGH",
+        help=(
+            "with --churn: each pod declares spec.activeDeadlineSeconds of its duration times a factor drawn from "
+            "LOW-HIGH (1: exact; default with --runtime-missing: exact; without either, no pod declares one)"
+        ),
+    )
+    parser.add_argument(
+        "--runtime-missing",
+        metavar="SHARE",
+        help="with --churn: this share of the pods (0..1) declares no run time (default 0)",
     )
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument(
@@ -163,8 +196,10 @@ def check(args: argparse.Namespace) -> None:
     given = {dest for dest in set().union(*_APPLIES.values(), {"jobs"}) if getattr(args, dest) not in (None, False)}
     for dest in sorted(given - _APPLIES[chosen]):
         where = f"--scenario {chosen}" if args.scenario else _WHERE.get(chosen, "a comparison")
-        why = "only --scenario gangs reads it" if dest == "jobs" else _WHY_NOT[chosen]
-        raise InvalidObject(f"does not apply to {where} ({why})", obj="gpusched simulate", field="--" + dest)
+        why = _ONLY.get(dest, _WHY_NOT[chosen])
+        raise InvalidObject(
+            f"does not apply to {where} ({why})", obj="gpusched simulate", field="--" + dest.replace("_", "-")
+        )
     if chosen == "churn" and not args.pods:
         raise InvalidObject("--churn needs a trace (--nodes and --pods)", obj="gpusched simulate", field="--churn")
     if chosen in ("compare", "replay", "churn") and bool(args.nodes) != bool(args.pods):
@@ -182,6 +217,7 @@ def check(args: argparse.Namespace) -> None:
         raise InvalidObject(f"{args.tune} is not a ratio in (0, 10]", obj="gpusched simulate", field="--tune")
     if args.churn is not None:
         churn.parse_loads(args.churn)
+        _declared(args)
     if args.arrivals is not None and args.arrivals < 1:
         raise InvalidObject(f"{args.arrivals} is not a count of pods", obj="gpusched simulate", field="--arrivals")
     if args.json:
@@ -414,6 +450,15 @@ def compare_replay(
     return results
 
 
+def _declared(args: argparse.Namespace) -> churn.Declared | None:
+    """``--runtime-estimate`` and ``--runtime-missing`` as the churn run's :class:`churn.Declared` (None: neither)."""
+    if args.runtime_estimate is None and args.runtime_missing is None:
+        return None
+    low, high = churn.parse_estimate(args.runtime_estimate) if args.runtime_estimate is not None else (1.0, 1.0)
+    missing = churn.parse_missing(args.runtime_missing) if args.runtime_missing is not None else 0.0
+    return churn.Declared(low, high, missing)
+
+
 def run_churn(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, Any]:
     """``--churn``: every policy at every load, means over the seeds (``scheduler.sim.churn``)."""
     names = ["fgd"] if args.policy is None else [n.strip() for n in args.policy.split(",") if n.strip()]
@@ -422,6 +467,7 @@ def run_churn(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, Any]:
     durations_from, note = churn.durations_source(pods, pods_file=args.pods, durations_file=args.durations)
     progress = Progress(args.quiet)
     loads = churn.parse_loads(args.churn)
+    declared = _declared(args)
     results = churn.compare(
         nodes,
         pods,
@@ -431,10 +477,15 @@ def run_churn(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, Any]:
         durations_from=durations_from,
         arrivals=count,
         progress=lambda s, r: progress.done(s, r.wall_s),
+        declared=declared,
     )
-    print(f"churn of {source}{note}: {count} arrivals at loads {args.churn}, seeds {_span(seeds)}")
+    declaring = f", {declared.describe()}" if declared is not None else ""
+    print(f"churn of {source}{note}: {count} arrivals at loads {args.churn}, seeds {_span(seeds)}{declaring}")
     print(churn.table(results))
-    return {"mode": "churn", "loads": loads, "seeds": seeds, "arrivals": count, "results": results}
+    out: dict[str, Any] = {"mode": "churn", "loads": loads, "seeds": seeds, "arrivals": count, "results": results}
+    if declared is not None:
+        out["runtimes"] = dataclasses.asdict(declared)
+    return out
 
 
 def _write_json(path: str, payload: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api import resources
 from scheduler.api.errors import InvalidObject
 from scheduler.api.host_ports import HostPort
+from scheduler.core import fruitless
 from tests.api import objects
 
 GIB = 2**30
@@ -298,3 +299,98 @@ def test_a_bad_consolidation_annotation_is_refused_on_a_pending_pod_and_read_as_
     assert err.value.field == field
     bound = api_pod.parse_pod(objects.pod("p", annotations={"gpusched.io/consolidation": "sometimes"}, node_name="n"))
     assert bound.node_name == "n"
+
+
+# --- declared run times ---------------------------------------------------------------------------------------
+
+
+def _timed(*, deadline: object = None, kueue: str | None = None, estimate: str | None = None, **kw: Any) -> Any:
+    raw = objects.pod(
+        "p",
+        gpus=1,
+        labels={api_pod.LABEL_KUEUE_MAX_EXEC_TIME: kueue} if kueue is not None else None,
+        annotations={api_pod.ANNOTATION_EXPECTED_RUNTIME: estimate} if estimate is not None else None,
+        **kw,
+    )
+    if deadline is not None:
+        raw["spec"]["activeDeadlineSeconds"] = deadline
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("estimate", "seconds"),
+    [("2h30m", 9000.0), ("90m", 5400.0), ("45s", 45.0), ("1.5h", 5400.0), ("3600", 3600.0), ("1h0m30s", 3630.0)],
+)
+def test_an_expected_runtime_is_a_soft_estimate_read_as_a_duration_or_seconds(estimate: str, seconds: float) -> None:
+    run_time = api_pod.parse_pod(_timed(estimate=estimate)).run_time
+    assert run_time == api_pod.RunTime(seconds, False, "metadata.annotations[gpusched.io/expected-runtime]")
+
+
+def test_a_deadline_is_hard_and_the_shortest_declaration_wins() -> None:
+    assert api_pod.parse_pod(_timed(deadline=600)).run_time == api_pod.RunTime(
+        600.0, True, "spec.activeDeadlineSeconds"
+    )
+    kueue = api_pod.parse_pod(_timed(kueue="300", deadline=600, estimate="1h")).run_time
+    assert kueue == api_pod.RunTime(300.0, True, "metadata.labels[kueue.x-k8s.io/max-exec-time-seconds]")
+    # An estimate shorter than the deadline is what the pod is expected to take; the deadline still bounds it.
+    assert api_pod.parse_pod(_timed(deadline=7200, estimate="30m")).run_time == api_pod.RunTime(
+        1800.0, False, "metadata.annotations[gpusched.io/expected-runtime]"
+    )
+    # Equal: the deadline, which nothing overruns.
+    assert api_pod.parse_pod(_timed(deadline=1800, estimate="30m")).run_time.hard  # type: ignore[union-attr]
+    assert api_pod.parse_pod(objects.pod("p", gpus=1)).run_time is None
+
+
+def test_a_start_and_a_run_time_leave_the_shape_hashable_and_as_it_was() -> None:
+    # Nothing places by run time yet: pods that differ only by it or by their start share one shape.
+    a = api_pod.parse_pod(_timed(estimate="2h"))
+    b = api_pod.parse_pod({**_timed(estimate="2h"), "status": {"startTime": "2026-01-01T00:00:00Z"}})
+    assert b.started == 1767225600.0
+    assert hash(a.run_time) == hash(b.run_time)
+    assert fruitless.pod_shape(a) == fruitless.pod_shape(b) is not None
+    assert fruitless.pod_shape(api_pod.parse_pod(_timed(estimate="3h"))) == fruitless.pod_shape(a)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (_timed(estimate="soon"), "metadata.annotations[gpusched.io/expected-runtime]"),
+        (_timed(estimate="0s"), "metadata.annotations[gpusched.io/expected-runtime]"),
+        (_timed(estimate="2h30"), "metadata.annotations[gpusched.io/expected-runtime]"),
+        (_timed(estimate="-5"), "metadata.annotations[gpusched.io/expected-runtime]"),
+        (_timed(kueue="1.5"), "metadata.labels[kueue.x-k8s.io/max-exec-time-seconds]"),
+        (_timed(kueue="0"), "metadata.labels[kueue.x-k8s.io/max-exec-time-seconds]"),
+        (_timed(deadline="600"), "spec.activeDeadlineSeconds"),
+    ],
+)
+def test_a_bad_run_time_refuses_a_pending_pod_naming_the_field(raw: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidObject) as err:
+        api_pod.parse_pod(raw)
+    assert err.value.field == field and err.value.obj == "pod default/p"
+
+
+def test_a_bound_pods_bad_run_time_is_left_out_and_reported_and_the_pod_keeps_its_room() -> None:
+    raw = _timed(deadline=600, estimate="soon", node_name="n1")
+    pod, problems = api_pod.parse_bound_pod(raw)
+    assert (pod.node_name, pod.gpu.count) == ("n1", 1)
+    assert pod.run_time == api_pod.RunTime(600.0, True, "spec.activeDeadlineSeconds")
+    assert [p.field for p in problems] == ["metadata.annotations[gpusched.io/expected-runtime]"]
+    # With another malformed annotation too, both are reported and the pod still holds its node.
+    raw["metadata"]["annotations"]["gpusched.io/gpu-ids"] = "x"
+    pod, problems = api_pod.parse_bound_pod(raw)
+    assert pod.node_name == "n1"
+    assert {p.field for p in problems} == {
+        "metadata.annotations[gpusched.io/gpu-ids]",
+        "metadata.annotations[gpusched.io/expected-runtime]",
+    }
+    # Another scheduler's pending pod is read without it.
+    assert api_pod.parse_pod(_timed(kueue="x", scheduler_name="default-scheduler")).run_time is None
+
+
+def test_the_expected_end_is_the_start_plus_the_run_time() -> None:
+    pod = api_pod.parse_pod(_timed(estimate="1h"))
+    assert api_pod.expected_end(pod) is None  # not started
+    assert api_pod.expected_end(pod, started=1000.0) == 4600.0
+    started = api_pod.parse_pod({**_timed(estimate="1h"), "status": {"startTime": "2026-01-01T00:00:00Z"}})
+    assert api_pod.expected_end(started, started=1000.0) == 1767225600.0 + 3600.0  # the pod's own start wins
+    assert api_pod.expected_end(api_pod.parse_pod(objects.pod("p")), started=1000.0) is None

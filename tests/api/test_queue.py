@@ -71,6 +71,18 @@ def test_a_queue_moves_all_but_training_unless_it_says_otherwise() -> None:
         )
 
 
+def test_minimum_run_times_are_read_in_seconds_and_unset_means_inherited() -> None:
+    spec = queue.parse_queue(
+        raw(
+            preemption={"withinQueueMinRuntimeSeconds": 300, "reclaimMinRuntimeSeconds": 0},
+            consolidation={"moveMinRuntimeSeconds": 900},
+        )
+    )
+    assert (spec.preempt_min_runtime_s, spec.reclaim_min_runtime_s, spec.move_min_runtime_s) == (300.0, 0.0, 900.0)
+    empty = queue.parse_queue(raw())
+    assert (empty.preempt_min_runtime_s, empty.reclaim_min_runtime_s, empty.move_min_runtime_s) == (None, None, None)
+
+
 def test_zero_half_life_is_accepted_and_means_no_history() -> None:
     assert queue.parse_queue(raw(usageHalfLifeSeconds=0)).usage_half_life_s == 0.0
 
@@ -107,6 +119,9 @@ def test_zero_half_life_is_accepted_and_means_no_history() -> None:
         (raw(consolidation={"moves": "Training"}), "spec.consolidation.moves"),
         (raw(consolidation="Never"), "spec.consolidation"),
         (raw(usageHalfLifeSeconds=-1), "spec.usageHalfLifeSeconds"),
+        (raw(preemption={"reclaimMinRuntimeSeconds": -1}), "spec.preemption.reclaimMinRuntimeSeconds"),
+        (raw(preemption={"withinQueueMinRuntimeSeconds": "10m"}), "spec.preemption.withinQueueMinRuntimeSeconds"),
+        (raw(consolidation={"moveMinRuntimeSeconds": True}), "spec.consolidation.moveMinRuntimeSeconds"),
         (raw(usageHalfLifeSeconds="1d"), "spec.usageHalfLifeSeconds"),
         (raw(usageHalfLifeSeconds=float("inf")), "spec.usageHalfLifeSeconds"),
         (raw(priority=1.5), "spec.priority"),
@@ -197,6 +212,13 @@ def test_the_crd_defaults_and_enums_match_the_parser() -> None:
     assert tuple(preemption["reclaim"]["enum"]) == queue.RECLAIM
     assert preemption["withinQueue"]["default"] == defaults.within_queue
     assert preemption["reclaim"]["default"] == defaults.reclaim
+    # The minimum run times have no default: not set, a queue takes its parent's.
+    minimums = [
+        preemption["withinQueueMinRuntimeSeconds"],
+        preemption["reclaimMinRuntimeSeconds"],
+        spec["consolidation"]["properties"]["moveMinRuntimeSeconds"],
+    ]
+    assert all(m["type"] == "integer" and m["minimum"] == 0 and "default" not in m for m in minimums)
     # What `kubectl get gq` shows (issue 17's columns, and whether the queue is in use first: issue 32); `-o wide`
     # adds the priority-1 ones.
     columns = [column["name"] for column in version["additionalPrinterColumns"] if not column.get("priority")]

@@ -125,6 +125,18 @@ def test_valid_podgroup_gets_its_defaults(scenario: kube_mod.Scenario) -> None:
         ),
         ("recl", {"preemption": {"reclaim": "Sometimes"}}, "spec.preemption.reclaim", "Unsupported value"),
         ("hl", {"usageHalfLifeSeconds": -1}, "spec.usageHalfLifeSeconds", "greater than or equal to 0"),
+        (
+            "minrt",
+            {"preemption": {"reclaimMinRuntimeSeconds": -1}},
+            "spec.preemption.reclaimMinRuntimeSeconds",
+            "greater than or equal to 0",
+        ),
+        (
+            "minrtstr",
+            {"consolidation": {"moveMinRuntimeSeconds": "10m"}},
+            "spec.consolidation.moveMinRuntimeSeconds",
+            "Invalid value",
+        ),
     ],
     ids=[
         "weight-0",
@@ -136,6 +148,8 @@ def test_valid_podgroup_gets_its_defaults(scenario: kube_mod.Scenario) -> None:
         "fractional-gpu-borrowing",
         "bad-reclaim",
         "negative-half-life",
+        "negative-min-runtime",
+        "min-runtime-not-seconds",
     ],
 )
 def test_invalid_queue_is_refused(

@@ -8,6 +8,7 @@ of equal priority each get the node their own victim frees. See docs/pods.md.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +29,10 @@ def _held(manifest: dict[str, Any], node: str) -> dict[str, Any]:
     manifest["metadata"]["finalizers"] = [FINALIZER]
     manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     return manifest
+
+
+def _unix(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _release(sched: Scenario, name: str) -> None:
@@ -240,3 +245,47 @@ def test_two_preemptors_of_equal_priority_on_two_full_nodes_each_get_their_own_n
         assert sorted(node_of(p) for p in highs) == ["eq-0", "eq-1"]
         preempted = [e for e in sched.kube.events(sched.namespace) if e.get("reason") == "Preempted"]
         assert sorted(e["involvedObject"]["name"] for e in preempted) == ["low-0", "low-1"], preempted
+
+
+def test_a_victim_younger_than_its_queues_minimum_run_time_is_spared_until_it_has_run_it(sched: Scenario) -> None:
+    # The queue's spec.preemption.withinQueueMinRuntimeSeconds (docs/queues.md, "Minimum run time"): the urgent pod
+    # of the same queue waits, saying why, and preempts the low one only once the low one has run that long (its
+    # status.startTime, as the API server shows it).
+    minimum = 20
+    queue = f"{sched.name}-q"
+    manifest = kube_mod.queue(queue)
+    manifest["spec"]["preemption"] = {"withinQueueMinRuntimeSeconds": minimum}
+    sched.create_queue(manifest)
+    with _priority_classes(sched) as (low, high):
+        sched.add_nodes([kube_mod.gpu_node("minrt-0", gpus=0, cpu="2")])
+        sched.start_gpusched()
+        sched.create_pod(_held(kube_mod.pod("young", cpu="2", queue=queue, priority_class=low), "minrt-0"))
+        sched.wait_bound(["young"])
+        sched.create_pod(kube_mod.pod("urgent", cpu="2", queue=queue, priority_class=high))
+        try:
+
+            def spared() -> str | None:
+                said = condition(sched.pod("urgent"), "PodScheduled") or {}
+                message = str(said.get("message") or "")
+                return message if "past their queue's minimum run time" in message else None
+
+            message = kube_mod.wait_until(spared, timeout=30, what="urgent says why", describe=sched.describe)
+            assert "1 No preemption victims past their queue's minimum run time" in message, message
+            assert not sched.pod("young")["metadata"].get("deletionTimestamp"), "preempted before its minimum"
+
+            def terminating() -> dict[str, Any] | None:
+                pod = sched.pod("young")
+                return pod if pod["metadata"].get("deletionTimestamp") else None
+
+            # Tried again when its queue retries waiting work: within the unschedulable pool's minute after that.
+            young = kube_mod.wait_until(terminating, timeout=120, what="young preempted", describe=sched.describe)
+            # Preempted once it had run its minimum (the times have whole seconds).
+            (preempted,) = [
+                e
+                for e in sched.kube.events(sched.namespace)
+                if e.get("reason") == "Preempted" and e["involvedObject"]["name"] == "young"
+            ]
+            ran = _unix(preempted["firstTimestamp"]) - _unix(young["status"]["startTime"])
+            assert ran >= minimum - 1, (ran, preempted, young["status"])
+        finally:
+            _release(sched, "young")

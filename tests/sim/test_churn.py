@@ -4,11 +4,13 @@ the durations drawn for a list without times, and the command line."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from scheduler.api import pod as api_pod
 from scheduler.api.errors import InvalidObject
 from scheduler.cli import main
 from scheduler.core.defrag import Defragmenter
@@ -17,6 +19,7 @@ from scheduler.framework.profile import ProfileConfig
 from scheduler.sim import churn
 from scheduler.sim.churn import Arrival, Workload
 from scheduler.sim.trace import NodeSpec, PodSpec
+from tests.api import objects
 from tests.sim import files
 
 NODE = NodeSpec("n1", 64000, 262144, 8, "V100M32")
@@ -237,3 +240,69 @@ def test_a_sample_arrives_while_the_population_is_drawn_from_the_whole_list() ->
     assert w.rate == pytest.approx(64.0 / 100.0)  # the arrivals' own work offers the load
     initial = [a.spec.name for a in w.arrivals if a.initial]
     assert initial.count("p9") > 0.8 * len(initial)
+
+
+# --- declared run times ---------------------------------------------------------------------------------------
+
+
+def _many(count: int = 400) -> Workload:
+    pods = [_pod(f"p{i}", 1 + i % 2) for i in range(count)]
+    durations = [float(10 + 7 * (i % 50)) + 0.25 for i in range(count)]
+    return churn.workload(pods, gpu_capacity=16.0, load=1.0, seed=3, durations=durations)
+
+
+def test_declared_run_times_are_exact_overestimated_or_missing_as_asked_and_seeded() -> None:
+    load = _many()
+    exact = churn.declare(load, churn.Declared(), seed=3)
+    assert [a.deadline for a in exact.arrivals] == [max(1, math.ceil(a.duration)) for a in load.arrivals]
+    # Everything else of the run stays as it was drawn: the same arrivals at the same times for the same durations.
+    assert [(a.name, a.at, a.duration) for a in exact.arrivals] == [(a.name, a.at, a.duration) for a in load.arrivals]
+    over = churn.declare(load, churn.Declared(2.0, 5.0, 0.2), seed=3)
+    declared = [(a.deadline, a.duration) for a in over.arrivals if a.deadline is not None]
+    assert all(2.0 * d <= deadline <= 5.0 * d + 1 for deadline, d in declared)
+    factors = [deadline / d for deadline, d in declared]
+    assert min(factors) < 2.5 and max(factors) > 4.5  # drawn over the whole range
+    share = 1 - len(declared) / len(over.arrivals)
+    assert 0.15 < share < 0.25
+    assert churn.declare(load, churn.Declared(2.0, 5.0, 0.2), seed=3) == over
+    assert churn.declare(load, churn.Declared(2.0, 5.0, 0.2), seed=4) != over
+
+
+def test_a_pod_declares_its_run_time_as_the_operator_reads_a_deadline() -> None:
+    arrivals = [Arrival("a", _pod("a", 1), 0.0, 10.0, deadline=25), Arrival("b", _pod("b", 1), 1.0, 10.0)]
+    sim = churn.ChurnSimulation([NODE], Workload(arrivals, 20.0), churn.profile("fgd", shapes=[], seed=0))
+    raw = objects.pod("a", gpus=1)
+    raw["spec"]["activeDeadlineSeconds"] = 25
+    assert sim.requests["a"].run_time == api_pod.parse_pod(raw).run_time == api_pod.active_deadline(25)
+    assert sim.requests["b"].run_time is None
+
+
+def test_declared_run_times_change_no_figure_while_nothing_reads_them() -> None:
+    # Holds and backfill (issue 43) will read them; until then a run with them is the run without them.
+    load = _many(120)
+    config = churn.profile("fgd+consolidate", shapes=[], seed=0)
+    nodes = [NODE, NodeSpec("n2", 64000, 262144, 8, "V100M32")]
+    plain = churn.run(nodes, load, config)
+    declared = churn.run(nodes, churn.declare(load, churn.Declared(2.0, 5.0, 0.2), seed=3), config)
+    plain.wall_s = declared.wall_s = 0.0
+    assert declared == plain
+
+
+def test_the_command_line_declares_run_times_and_refuses_bad_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = files.write(tmp_path / "nodes.csv", files.NODE_HEADER, ["n1,64000,262144,8,V100M32"])
+    timed = [f"t{i},1000,1024,1,1000,,LS,Running,{i},{i + 100 + 50 * (i % 3)}," for i in range(20)]
+    pods = files.write(tmp_path / "timed.csv", files.POD_HEADER, timed)
+    out = tmp_path / "churn.json"
+    args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--churn", "1", "--seeds", "1-1", "--quiet"]
+    assert main([*args, "--runtime-estimate", "2-5", "--runtime-missing", "0.2", "--json", str(out)]) == 0
+    assert "run times declared x2-5, 20% without" in capsys.readouterr().out
+    assert json.loads(out.read_text())["runtimes"] == {"low": 2.0, "high": 5.0, "missing": 0.2}
+    assert main([*args, "--json", str(out)]) == 0
+    assert "runtimes" not in json.loads(out.read_text()) and "declared" not in capsys.readouterr().out
+    for option, value in (("--runtime-estimate", "0.5"), ("--runtime-estimate", "5-2"), ("--runtime-missing", "2")):
+        assert main([*args, option, value]) == 2
+        assert option in capsys.readouterr().err
+    assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods), "--runtime-missing", "0.1"]) == 2
+    assert "--runtime-missing: does not apply" in capsys.readouterr().err

@@ -21,7 +21,7 @@ import numpy as np
 
 from scheduler.api.pod import PodRequest
 from scheduler.cache.state import Snapshot
-from scheduler.core import node_preemption, reclaim
+from scheduler.core import min_runtime, node_preemption, reclaim
 from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting, Verdict
 from scheduler.core.cycle import Context
 from scheduler.core.jobs import Attempt
@@ -70,6 +70,9 @@ class Preempt(Action):
             and (c.priority < priority or (lent and c.surplus and c.priority == priority))
             and c.job != job
         ]
+        own, spared = min_runtime.old_enough(self.tenancy, own, "preempt")
+        if spared:
+            self.preemptor.spared(attempt)
         if not own:
             return NOTHING
         policy = self.tenancy.within_queue_policy(queue)
@@ -105,7 +108,7 @@ class Preempt(Action):
         """Per candidate of ``placed``, whether single pod ``attempt`` may evict it: work of its queue of lower
         priority (none when the queue's withinQueue policy is never), not evicted already for another pod of its
         priority or higher (victims evicted for it, or for a pod of lower priority, are still on their node: it
-        may count them)."""
+        may count them). Those not old enough yet are told apart by :meth:`_young`."""
         key, priority = attempt.key, attempt.priority
         if self.tenancy.within_queue_policy(attempt.queue) == reclaim.NEVER:
             return np.zeros(len(placed.candidates), dtype=bool)
@@ -114,6 +117,16 @@ class Preempt(Action):
             if (index := placed.index.get(leaving)) is not None:
                 own[index] = False
         return np.asarray(own, dtype=bool)
+
+    def _young(self, placed: reclaim.Placements, own: np.ndarray) -> np.ndarray:
+        """Per candidate of ``placed``, whether one ``own`` lets through has not run its queue's minimum run time
+        before preemption within the queue (``scheduler.core.min_runtime``)."""
+        young = np.zeros(len(placed.candidates), dtype=bool)
+        if not min_runtime.in_force(self.tenancy, "preempt"):
+            return young
+        for i in np.flatnonzero(own).tolist():
+            young[i] = not min_runtime.may_disturb(self.tenancy, placed.candidates[i], "preempt")
+        return young
 
     def _no_candidate(
         self, attempt: Attempt, placed: reclaim.Placements, snapshot: Snapshot, *, known: bool = False
@@ -124,6 +137,7 @@ class Preempt(Action):
         if known and self._said is not None and self._said[0] == key:
             return self._said[1]
         allowed = self._own(attempt, placed)
+        young = self._young(placed, allowed)
         pod = attempt.members[0]
         said = node_preemption.no_candidate(
             snapshot,
@@ -131,8 +145,9 @@ class Preempt(Action):
             self.scheduler.cache.request_vector(pod),
             priority=attempt.priority,
             placed=placed,
-            allowed=allowed,
+            allowed=allowed & ~young,
             reasons=attempt.reasons,
+            young=young,
         )
         self._said = (key, said)
         return said
@@ -142,6 +157,10 @@ class Preempt(Action):
         placed = search.placements
         assert placed is not None
         own = self._own(attempt, placed)
+        young = self._young(placed, own)
+        if young.any():
+            self.preemptor.spared(attempt)
+            own &= ~young
         if not own.any():
             return False
         choice = self.preemptor.node_victims(attempt, pod, placed=placed, allowed=own, snapshot=snapshot)

@@ -3,13 +3,15 @@
 Only for a job that stays within its own queue's guarantee: the victims are whole jobs of queues that borrow
 (above their guarantee), found on what-ifs of the snapshot by ``scheduler.core.reclaim.find_victims`` under the
 job's queue's ``reclaim`` policy, never taking a victim's queue below its own guarantee (what terminating victims
-will free already counts). A gang whose topology requires one domain gets victims from one domain only. The room
+will free already counts), nor a victim younger than its queue's minimum run time for reclaim
+(``scheduler.core.min_runtime``). A gang whose topology requires one domain gets victims from one domain only. The room
 they free is nominated for the job, and every victim is evicted, as one statement (``scheduler.core.statement``).
 """
 
 from __future__ import annotations
 
 from scheduler.cache.state import Snapshot
+from scheduler.core import min_runtime
 from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting
 from scheduler.core.cycle import Context
 from scheduler.core.jobs import Attempt
@@ -34,6 +36,9 @@ class Reclaim(Action):
         if not search.may or not self.tenancy.within_guarantee(queue, requests_of(pods)):
             return NOTHING
         borrowers = [c for c in search.candidates if c.queue != queue and self.tenancy.borrowing(c.queue)]
+        borrowers, spared = min_runtime.old_enough(self.tenancy, borrowers, "reclaim")
+        if spared:
+            self.preemptor.spared(attempt)
         surplus = {q: bound for q in {c.queue for c in borrowers} if (bound := self.tenancy.surplus(q)) is not None}
         for victim in self.preemptor.leaving():
             left = surplus.get(victim.queue)
