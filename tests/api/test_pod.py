@@ -10,7 +10,7 @@ from scheduler.api import pod as api_pod
 from scheduler.api import resources
 from scheduler.api.errors import InvalidObject
 from scheduler.api.host_ports import HostPort
-from scheduler.core import fruitless
+from scheduler.core import memo
 from tests.api import objects
 
 GIB = 2**30
@@ -347,8 +347,8 @@ def test_a_start_and_a_run_time_leave_the_shape_hashable_and_as_it_was() -> None
     b = api_pod.parse_pod({**_timed(estimate="2h"), "status": {"startTime": "2026-01-01T00:00:00Z"}})
     assert b.started == 1767225600.0
     assert hash(a.run_time) == hash(b.run_time)
-    assert fruitless.pod_shape(a) == fruitless.pod_shape(b) is not None
-    assert fruitless.pod_shape(api_pod.parse_pod(_timed(estimate="3h"))) == fruitless.pod_shape(a)
+    assert memo.pod_shape(a) == memo.pod_shape(b) is not None
+    assert memo.pod_shape(api_pod.parse_pod(_timed(estimate="3h"))) == memo.pod_shape(a)
 
 
 @pytest.mark.parametrize(
