@@ -105,7 +105,7 @@ def test_consolidation_moves_no_pod_younger_than_its_queues_minimum_and_says_why
     assert world.made == 0 and world.cluster.cache.pod("default/big") is None
     d1 = world.cluster.cache.pod("default/d1-0")
     assert d1 is not None
-    why = world.loop.moves.why_not(d1.pod, 0, world.clock.now)
+    why = world.moves.why_not(d1.pod, 0, world.clock.now)
     assert "spec.consolidation.moveMinRuntimeSeconds" in why and "minimum of 600s" in why, why
     world.clock.now = 700.0
     world.loop.cluster_event(ClusterEvent.POD_DELETED)
