@@ -47,9 +47,8 @@ from typing import Any
 import yaml
 
 from benchmarks import harness
-from scheduler.api import typical
-from scheduler.api.errors import InvalidObject
-from scheduler.framework import profile
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.framework import profile, typical
 from scheduler.framework.profile import ConsolidationConfig
 from scheduler.sim import churn, command, engine, policies, protocol, repack, trace, tune_moves
 from scheduler.sim.churn import ChurnRun

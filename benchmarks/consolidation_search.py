@@ -1,4 +1,4 @@
-"""What one consolidation search costs on a large cluster (``scheduler.core.move_plan``).
+"""What one consolidation search costs on a large cluster (``scheduler.core.consolidation.plan``).
 
 Builds ``--nodes`` nodes of 8 GPUs (the default profile's plugins), fills them with running pods that a
 controller recreates, and times the consolidate action's search for a pending 4-GPU pod that fits nowhere:
@@ -20,9 +20,9 @@ import time
 
 import numpy as np
 
-from scheduler.api.node import NodeInfo
-from scheduler.api.pod import PodRequest
-from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.api.basics.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.api.objects.node import NodeInfo
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Cache
 from scheduler.core import cycle, root
 from scheduler.core.actions import consolidate

@@ -23,9 +23,9 @@ import dataclasses
 import time
 
 from benchmarks import harness
-from scheduler.api.node import NodeInfo
-from scheduler.api.pod import PodRequest
-from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.api.basics.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.api.objects.node import NodeInfo
+from scheduler.api.objects.pod import PodRequest
 from scheduler.core import cycle, root
 from scheduler.framework import profile
 from scheduler.framework.profile import ProfileConfig

@@ -25,9 +25,9 @@ import sys
 import time
 from typing import Any
 
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
-from scheduler.api import topology as api_topology
+from scheduler.api.crds import topology as api_topology
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Cache
 from scheduler.dashboard import cluster_map, pages, server, view
 

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import harness
-from scheduler.api import typical
 from scheduler.core import registry
+from scheduler.framework import typical
 from scheduler.framework.interface import F64, I64, CycleState
 from scheduler.framework.profile import PluginConfig
 from scheduler.kernels import layout

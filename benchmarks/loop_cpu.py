@@ -71,8 +71,8 @@ class _Decisions:
 
 def one_round(nodes: int, pods: int) -> tuple[float, int]:
     """(CPU microseconds per bound pod, pods bound) for one round from an empty cache."""
-    from scheduler.api import node as api_node
-    from scheduler.api import pod as api_pod
+    from scheduler.api.objects import node as api_node
+    from scheduler.api.objects import pod as api_pod
     from scheduler.framework import profile
 
     infos = [api_node.parse_node(raw_node(i)) for i in range(nodes)]
@@ -130,7 +130,7 @@ def _wired_by_hand(infos: list[Any], binder: _Decisions) -> tuple[Any, Any]:
 def parse_round(pods: int) -> float:
     """CPU microseconds per pod to parse ``pods`` bound pods as a restart's listing does (per node, as
     benchmarks/startup.py makes them: 6 one-GPU pods and 4 CPU-only pods, 1 CPU and 1 GiB each)."""
-    from scheduler.api import pod as api_pod
+    from scheduler.api.objects import pod as api_pod
 
     raws = []
     for i in range(pods):

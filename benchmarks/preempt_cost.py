@@ -44,16 +44,16 @@ import time
 from collections.abc import Callable
 
 from benchmarks import harness
-from scheduler.api.node import NodeInfo
-from scheduler.api.pod import PodRequest
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.api.basics.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.objects.node import NodeInfo
+from scheduler.api.objects.pod import PodRequest
 from scheduler.core import cycle, root
 from scheduler.core.actions import Verdict
 from scheduler.core.holds import Kind
 from scheduler.core.jobs import Attempt
 from scheduler.core.loop import SchedulingLoop
-from scheduler.core.preemption import Preemptor
+from scheduler.core.preemption.preemptor import Preemptor
 from scheduler.framework import profile
 
 ALLOCATABLE = {CPU: 96_000, MEMORY: 768 * 2**30, PODS: 110}

@@ -250,7 +250,7 @@ def log_phases(path: Path, wall0: float) -> dict[str, float]:
 
 def plugin_seconds(text: str) -> dict[str, float]:
     """``gpusched_plugin_duration_seconds_sum`` by ``plugin/extension_point``, largest first: where cycles go (in
-    shares: gpusched times one cycle in ten, scheduler/k8s/metrics.py's PLUGIN_SAMPLE)."""
+    shares: gpusched times one cycle in ten, scheduler/k8s/serve/metrics.py's PLUGIN_SAMPLE)."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("gpusched_plugin_duration_seconds_sum{"):
@@ -470,7 +470,7 @@ def run_size(result: SizeResult, args: argparse.Namespace) -> None:
 
 
 def run_simulator(nodes: int, arrivals: int, seed: int) -> dict[str, Any]:
-    from scheduler.api import typical
+    from scheduler.framework import typical
     from scheduler.sim import engine, policies, synthetic
 
     cluster = synthetic.cluster(nodes)

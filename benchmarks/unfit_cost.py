@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 
 from benchmarks import harness
-from scheduler.api.node import NodeInfo
-from scheduler.api.pod import PodRequest
-from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest
-from scheduler.api.selectors import Taint
+from scheduler.api.basics.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.api.objects.node import NodeInfo
+from scheduler.api.objects.pod import PodRequest
+from scheduler.api.objects.selectors import Taint
 from scheduler.cache.state import Cache
 from scheduler.core import capacity, cycle, root
 from scheduler.framework import profile

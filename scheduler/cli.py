@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import scheduler
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -100,7 +100,7 @@ def _bench_kernels(args: argparse.Namespace) -> int:
 def _node_topology(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from scheduler.api import gputopo, nvidia_smi
+    from scheduler.api.devices import gputopo, nvidia_smi
 
     try:
         text = Path(args.from_nvidia_smi).read_text()
@@ -154,7 +154,7 @@ _MODULE_COMMANDS = {
         "Watch the cluster of a kubeconfig as the scheduler does, without leading (it decides and writes nothing), and "
         "serve the dashboard (cluster map, queues, waiting work) on http://127.0.0.1:8765. The scheduler itself serves "
         "it with gpusched run --dashboard-port. See docs/dashboard.md.",
-        "scheduler.k8s.dashboard_options:add_local_arguments",
+        "scheduler.k8s.serve.dashboard_options:add_local_arguments",
         "scheduler.k8s.run:main",
         fill_help=True,
     ),
@@ -163,8 +163,8 @@ _MODULE_COMMANDS = {
         "Say why a pod or a gang (podgroup/NAME) is pending, from the cluster as it is now: which filters fail on how "
         "many nodes, its queue and its place there; or how a queue (queue/NAME) stands: its guarantee, limit, what it "
         "holds and borrows, its waiting work and its shares. Reads only; writes nothing.",
-        "scheduler.k8s.explain:add_arguments",
-        "scheduler.k8s.explain:main",
+        "scheduler.k8s.serve.explain:add_arguments",
+        "scheduler.k8s.serve.explain:main",
         fill_help=True,
     ),
     "simulate": _Command(

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from scheduler.k8s.metrics import Metrics
+from scheduler.k8s.serve.metrics import Metrics
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "manifests" / "grafana-dashboard.json"
 #: Metric names in PromQL: ours, and the process and Python collectors'.

@@ -19,7 +19,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pod import PodRequest
 from scheduler.kernels import layout
 
 F64 = npt.NDArray[np.float64]

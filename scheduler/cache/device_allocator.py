@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from scheduler.api import consumable_capacity as api_capacity
-from scheduler.api import dra as api_dra
-from scheduler.api import nvidia_gpus
-from scheduler.api.dra import AllocatedDevice, Device, ResourceClaim
+from scheduler.api.devices import consumable_capacity as api_capacity
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.devices import nvidia_gpus
+from scheduler.api.devices.dra import AllocatedDevice, Device, ResourceClaim
 from scheduler.cache.device_budgets import CapacityUse, CounterBudget, DeviceKey
 from scheduler.cache.device_store import DeviceStore
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from scheduler.api import consumable_capacity as api_capacity
-from scheduler.api import dra as api_dra
-from scheduler.api.dra import Device
+from scheduler.api.devices import consumable_capacity as api_capacity
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.devices.dra import Device
 
 DeviceKey = tuple[str, str, str]
 #: (driver, pool, counter set name).

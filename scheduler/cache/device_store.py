@@ -37,13 +37,13 @@ from dataclasses import dataclass
 
 import structlog
 
-from scheduler.api import cel as api_cel
-from scheduler.api import consumable_capacity as api_capacity
-from scheduler.api import dra as api_dra
-from scheduler.api import nvidia_gpus
-from scheduler.api import resources as api_resources
-from scheduler.api.dra import ClaimAllocation, Device, DeviceClass, ResourceClaim, ResourceSlice
-from scheduler.api.pod import PodRequest
+from scheduler.api.basics import resources as api_resources
+from scheduler.api.devices import cel as api_cel
+from scheduler.api.devices import consumable_capacity as api_capacity
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.devices import nvidia_gpus
+from scheduler.api.devices.dra import ClaimAllocation, Device, DeviceClass, ResourceClaim, ResourceSlice
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache import tables
 from scheduler.cache.device_budgets import (
     CapacityUse,
@@ -99,7 +99,7 @@ class DeviceStore:
         self._holds: dict[str, tuple[DeviceKey, ...]] = {}
         self._taken: dict[DeviceKey, str] = {}
         #: Claim key -> its shares of devices that allow multiple allocations (device, consumed capacity); device
-        #: key -> what all the shares consume (consumable capacity, ``scheduler.api.consumable_capacity``).
+        #: key -> what all the shares consume (consumable capacity, ``scheduler.api.devices.consumable_capacity``).
         self._shares: dict[str, tuple[tuple[DeviceKey, api_capacity.Amounts], ...]] = {}
         self._consumed: dict[DeviceKey, dict[str, int]] = {}
         #: (expression source, device key) -> whether it matches (False also when it cannot be evaluated).
@@ -115,7 +115,8 @@ class DeviceStore:
         self.dra_gpu_nodes: set[str] = set()
         #: Classes and claims the watches delivered but could not read (left out), by name or key: why not.
         self.unreadable: dict[str, str] = {}
-        #: Pod uid -> the key of the claim made for its extended resources (``scheduler.api.extended_resources``).
+        #: Pod uid -> the key of the claim made for its extended resources
+        # (``scheduler.api.devices.extended_resources``).
         self._extended: dict[str, str] = {}
 
     # --- the watches -----------------------------------------------------------------------------------------

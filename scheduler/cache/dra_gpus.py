@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from scheduler.api import dra as api_dra
-from scheduler.api import node as api_node
-from scheduler.api import nvidia_gpus
-from scheduler.api import resources as api_resources
-from scheduler.api.pod import PodRequest
-from scheduler.api.resources import MILLI_PER_GPU, NO_GPU, GpuRequest
+from scheduler.api.basics import resources as api_resources
+from scheduler.api.basics.resources import MILLI_PER_GPU, NO_GPU, GpuRequest
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.devices import nvidia_gpus
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.device_store import DeviceStore
 
 

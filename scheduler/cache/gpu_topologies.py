@@ -13,10 +13,10 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import gputopo
-from scheduler.api import node as api_node
-from scheduler.api.errors import InvalidObject
-from scheduler.api.gputopo import GpuTopology
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.devices import gputopo
+from scheduler.api.devices.gputopo import GpuTopology
+from scheduler.api.objects import node as api_node
 from scheduler.cache import arrays as arrays_mod
 
 I64 = npt.NDArray[np.int64]

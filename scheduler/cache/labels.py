@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import selectors
+from scheduler.api.objects import selectors
 
 B = npt.NDArray[np.bool_]
 

@@ -6,7 +6,7 @@ kubelet has allocated and writes it every 60 s by default, so a pod bound a mome
 ``available`` yet; binding on those figures sends the next pod to the same full zone, and the kubelet refuses it
 (scheduler-plugins' NodeResourceTopologyMatch in its default mode does exactly that). So the store keeps, for each
 pod it placed or saw on a node with zones, the zones it predicted the pod takes (the Topology Manager replayed:
-``scheduler.api.topology_manager``), and counts them against the published figures until the object shows
+``scheduler.api.devices.topology_manager``), and counts them against the published figures until the object shows
 them: until an update of the node's object arrives after the pod started running (the kubelet had admitted it and
 allocated its resources, and the agent had read them). A pod that leaves gives its share back only when the next
 update shows it (the published figure is on the safe side meanwhile).
@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from scheduler.api import topology_manager
-from scheduler.api.numa import NodeZones
-from scheduler.api.pod import PodRequest
+from scheduler.api.devices import topology_manager
+from scheduler.api.devices.numa import NodeZones
+from scheduler.api.objects.pod import PodRequest
 
 
 @dataclass(slots=True)

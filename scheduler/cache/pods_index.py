@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api.affinity import ALL_NAMESPACES, OWNER_KEY, AffinityTerm
-from scheduler.api.host_ports import ANY_IP, HostPort
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.affinity import ALL_NAMESPACES, OWNER_KEY, AffinityTerm
+from scheduler.api.objects.host_ports import ANY_IP, HostPort
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.labels import LabelIndex
 
 I32 = npt.NDArray[np.int32]

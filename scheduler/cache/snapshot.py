@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import dra as api_dra
-from scheduler.api import host_ports, selectors, topology_manager
-from scheduler.api import topology as api_topology
-from scheduler.api import volumes as api_volumes
-from scheduler.api.gputopo import GpuTopology
-from scheduler.api.host_ports import HostPort
-from scheduler.api.pod import PodRequest
-from scheduler.api.selectors import Taint
+from scheduler.api.crds import topology as api_topology
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.devices import topology_manager
+from scheduler.api.devices.gputopo import GpuTopology
+from scheduler.api.objects import host_ports, selectors
+from scheduler.api.objects import volumes as api_volumes
+from scheduler.api.objects.host_ports import HostPort
+from scheduler.api.objects.pod import PodRequest
+from scheduler.api.objects.selectors import Taint
 from scheduler.cache.arrays import ClusterArrays, Placement
 from scheduler.cache.device_budgets import CapacityUse, DeviceKey
 from scheduler.cache.device_store import DeviceStore

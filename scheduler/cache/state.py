@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import dra as api_dra
-from scheduler.api import node as api_node
-from scheduler.api import resources
-from scheduler.api import topology as api_topology
-from scheduler.api import volumes as api_volumes
-from scheduler.api.errors import InvalidObject
-from scheduler.api.gputopo import GpuTopology
-from scheduler.api.pod import PodRequest
-from scheduler.api.selectors import Taint
+from scheduler.api.basics import resources
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds import topology as api_topology
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.devices.gputopo import GpuTopology
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import volumes as api_volumes
+from scheduler.api.objects.pod import PodRequest
+from scheduler.api.objects.selectors import Taint
 from scheduler.cache import arrays as arrays_mod
 from scheduler.cache.arrays import ClusterArrays, Placement
 from scheduler.cache.device_store import DeviceStore

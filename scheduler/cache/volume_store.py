@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from scheduler.api import volumes as api_volumes
-from scheduler.api.pod import PodRequest
-from scheduler.api.volumes import Claim, ClaimBinding, CsiNode, StorageClass, Volume
+from scheduler.api.objects import volumes as api_volumes
+from scheduler.api.objects.pod import PodRequest
+from scheduler.api.objects.volumes import Claim, ClaimBinding, CsiNode, StorageClass, Volume
 from scheduler.cache import tables
 
 

@@ -25,9 +25,9 @@ from collections import Counter
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import quantity as api_quantity
-from scheduler.api import resources
-from scheduler.api.pod import PodRequest
+from scheduler.api.basics import quantity as api_quantity
+from scheduler.api.basics import resources
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core import registry
 from scheduler.kernels import layout

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api.dra import ClaimAllocation
-from scheduler.api.pod import PodRequest
+from scheduler.api.devices.dra import ClaimAllocation
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.arrays import Placement
 from scheduler.cache.state import Cache, Snapshot
 from scheduler.core import capacity, reason_texts, registry, segment_layout

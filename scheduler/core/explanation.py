@@ -1,5 +1,6 @@
 """Why a pod or a gang waits, or how a queue stands, told from the loop's state as it is now: what ``gpusched
-explain`` answers (``scheduler.k8s.explain`` carries it over HTTP and checks who may read it; the simulator can ask it
+explain`` answers (``scheduler.k8s.serve.explain`` carries it over HTTP and checks who may read it; the simulator can
+ask it
 directly).
 
 It writes nothing and takes milliseconds: it reads the loop, its cache and its queue, and a gang's what-if is placed
@@ -26,9 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scheduler.api import pod as api_pod
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.topology import TopologyConstraint
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.topology import TopologyConstraint
+from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Cache
 from scheduler.core import capacity, gang, reason_texts, registry, session
 from scheduler.core.cycle import Scheduler

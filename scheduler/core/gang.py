@@ -36,12 +36,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import resources
-from scheduler.api import topology as api_topology
-from scheduler.api.errors import InvalidObject
-from scheduler.api.pod import PodRequest
-from scheduler.api.podgroup import PodGroup, member_rank
-from scheduler.api.topology import TopologyConstraint
+from scheduler.api.basics import resources
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds import topology as api_topology
+from scheduler.api.crds.podgroup import PodGroup, member_rank
+from scheduler.api.crds.topology import TopologyConstraint
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.arrays import ClusterArrays
 from scheduler.cache.state import Snapshot
 from scheduler.core import capacity, segment_layout

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.arrays import ClusterArrays
 from scheduler.framework.interface import ClusterEvent
 from scheduler.kernels import layout

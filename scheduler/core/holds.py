@@ -33,7 +33,8 @@ Kinds, and what a job ``key`` may use of a hold for another job (:meth:`Holds.co
 
   The three preemption kinds are kept, with the pods evicted for them, until the job is placed or gone; once every
   victim is gone and the job still does not fit, they are released (:meth:`Holds.still_evicting`).
-- ``MOVE_PLAN``: a consolidation plan being carried out (``scheduler.core.moves``): the job's nodes until it is
+- ``MOVE_PLAN``: a consolidation plan being carried out (``scheduler.core.consolidation.moves``): the job's nodes until
+it is
   placed and each moved pod's target until its replacement is; until the deadline of the plan's step under way
   (an expired plan is abandoned by its owner, told by the registry). Its users are confined within it
   (:attr:`Hold.only`: the job to its nodes, a replacement that claimed a move to that move's target); everyone else
@@ -65,7 +66,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import Context, NominatedPod
 from scheduler.core.jobs import Attempt

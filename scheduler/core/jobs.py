@@ -15,7 +15,7 @@ Invariants kept here, whatever order pods and PodGroups arrive in (a restart lis
   members; once it does not (its members were preempted or deleted), they wait for the gang to be placed whole;
 - an elastic gang (``maxMember``) never holds more than ``maxMember`` placed members: the others wait (``full``);
 - a gang's placed members beyond ``minMember`` are its surplus (:meth:`Job.surplus`): the members of highest rank
-  (``scheduler.api.podgroup.member_rank``), the first to be preempted; the rest is its core, preempted whole.
+  (``scheduler.api.crds.podgroup.member_rank``), the first to be preempted; the rest is its core, preempted whole.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scheduler.api.pod import PodRequest
-from scheduler.api.podgroup import PodGroup, member_rank
-from scheduler.api.queue import DEFAULT_QUEUE
+from scheduler.api.crds.podgroup import PodGroup, member_rank
+from scheduler.api.crds.queue import DEFAULT_QUEUE
+from scheduler.api.objects.pod import PodRequest
 from scheduler.core.cycle import EMPTY, Context
 from scheduler.framework.interface import Status
 from scheduler.queue.scheduling import QueueItem

@@ -34,7 +34,7 @@ is still retried; a bind failure of one member keeps the other members' places a
 
 Queue rules: work goes to the leaf queue of its job; work for a queue that does not exist (or is not a leaf)
 waits with an Event and is queued as soon as the queue appears; pending work is ordered by its queue's rank
-(below guarantee first, then the hierarchical borrowed share over weight, see ``scheduler.api.fairshare``), then
+(below guarantee first, then the hierarchical borrowed share over weight, see ``scheduler.queue.fairshare``), then
 by priority, then by age; a job that does not fit preempts, least disruptive first (``scheduler.core.actions``).
 """
 
@@ -45,10 +45,10 @@ import math
 from collections.abc import Callable
 from typing import TypeVar
 
-from scheduler.api.pdb import DisruptionBudget
-from scheduler.api.pod import PodRequest
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.queue import QueueSpec
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.objects.pdb import DisruptionBudget
+from scheduler.api.objects.pod import PodRequest
 from scheduler.core import actions, gate, holds
 from scheduler.core.actions import registry
 from scheduler.core.cycle import Context, Scheduler
@@ -381,7 +381,8 @@ class SchedulingLoop:
 
     def defragment(self) -> bool:
         """Background defragmentation, if the profile turns it on and it is time (call it periodically): when
-        nothing waits, empty a nearly empty node by moving its pods (``scheduler.core.defrag``). Whether it did."""
+        nothing waits, empty a nearly empty node by moving its pods (``scheduler.core.consolidation.defrag``). Whether
+        it did."""
         return any([state.background() for state in self.states])
 
     def run_until_idle(self, limit: int = 1_000_000) -> int:

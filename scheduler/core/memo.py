@@ -7,11 +7,14 @@ search, so a :class:`Memo` takes it as a parameter, ``holds(answer, now)``: give
 present (whatever its keeper passes to :meth:`Memo.recall`), whether the answer still holds. An answer that no
 longer holds is dropped when it is next asked for. Its keepers:
 
-- preemption and reclaim (``scheduler.core.preemption``): the answer is the cluster's :func:`generation` at the
+- preemption and reclaim (``scheduler.core.preemption.preemptor``): the answer is the cluster's :func:`generation` at
+the
   search, and holds while the generation is the same (any placement, removal or node change moves it on);
-- consolidation, per job (``scheduler.core.moves``): the generation and the end of the earliest cooldown (a pod may
+- consolidation, per job (``scheduler.core.consolidation.moves``): the generation and the end of the earliest cooldown
+(a pod may
   move again then);
-- consolidation, per job shape (``scheduler.core.move_memo``): the nodes the search read, unchanged in what a plan
+- consolidation, per job shape (``scheduler.core.consolidation.no_plans``): the nodes the search read, unchanged in
+what a plan
   could use, consolidation's own state, and the cooldowns.
 
 Whoever keeps one also forgets on the changes its ``holds`` does not see (a queue's policy or guarantee).
@@ -27,7 +30,7 @@ import dataclasses
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Generic, TypeVar
 
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.arrays import ClusterArrays
 
 #: What of a pod does not decide where it may go. Its declared run time decides nothing yet: kept out, pods that differ

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler.api.pod import PodRequest
-from scheduler.api.queue import Disturbance
-from scheduler.core.reclaim import Candidate
+from scheduler.api.crds.queue import Disturbance
+from scheduler.api.objects.pod import PodRequest
+from scheduler.core.preemption.victims import Candidate
 from scheduler.core.tenancy import Tenancy
 
 #: The Queue field behind each disturbance, for messages.

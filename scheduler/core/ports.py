@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pod import PodRequest
 
 
 class Evictor(Protocol):
@@ -22,7 +22,8 @@ class Evictor(Protocol):
 
 
 class Mover(Protocol):
-    """Evicts pods that consolidation moves (``scheduler.core.moves``): in a cluster through the Eviction API, so
+    """Evicts pods that consolidation moves (``scheduler.core.consolidation.moves``): in a cluster through the Eviction
+    API, so
     that PodDisruptionBudgets hold, one pod after another, stopping at the first refusal, which it reports to the
     loop (``SchedulingLoop.move_refused``); in the simulator the pods leave at once and their controllers' new pods
     arrive pending. The pods' controllers recreate them; the loop places each new pod on its move's target."""

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core import registry
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from scheduler.api.node import NodeInfo
+from scheduler.api.objects.node import NodeInfo
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import Scheduler
 from scheduler.core.extension_points import Framework

@@ -1,8 +1,9 @@
 """The jobs holding capacity as victim candidates, kept up to date as jobs change: what every preemption search
 starts from.
 
-A search (``scheduler.core.preemption``) looks at every job holding capacity: a gang whole (an elastic gang's
-surplus members one by one, then its core), a single pod; and, as arrays (:class:`scheduler.core.reclaim.Placements`),
+A search (``scheduler.core.preemption.preemptor``) looks at every job holding capacity: a gang whole (an elastic gang's
+surplus members one by one, then its core), a single pod; and, as arrays
+(:class:`scheduler.core.preemption.victims.Placements`),
 where their pods run. Built from scratch for each search at a new cluster generation, that list was most of the
 cost of kube-scheduler's PreemptionBasic workload: every bind and every eviction moves the generation. Here each
 job's entry (its candidates, and per candidate where its pods run: :class:`Held`) is kept, and rebuilt only when the
@@ -28,7 +29,7 @@ import numpy as np
 
 from scheduler.cache.state import Cache, PodEntry
 from scheduler.core.jobs import Job, Jobs
-from scheduler.core.reclaim import Candidate, Placements
+from scheduler.core.preemption.victims import Candidate, Placements
 from scheduler.core.tenancy import Tenancy, placed_requests_of
 from scheduler.kernels import layout
 
@@ -160,7 +161,7 @@ def entry(cache: Cache, job: Job, columns: int) -> _Entry | None:
 @dataclass(frozen=True, slots=True)
 class Running:
     """Every job holding capacity as candidates, where their pods run, and per queue of theirs how far it is ahead of
-    its fair share (what :func:`scheduler.core.reclaim.take_order` reads for them)."""
+    its fair share (what :func:`scheduler.core.preemption.victims.take_order` reads for them)."""
 
     candidates: list[Candidate]
     placements: Placements

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduler.api.pod import PodRequest
-from scheduler.api.podgroup import PodGroup, member_rank
+from scheduler.api.crds.podgroup import PodGroup, member_rank
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Cache
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pod import PodRequest
 from scheduler.core import capacity, gang, gate
 from scheduler.core.actions import Action, Outcome, Verdict
 from scheduler.core.cycle import Context, Diagnosis, Scheduler

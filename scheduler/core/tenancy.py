@@ -2,7 +2,7 @@
 
 The loop asks three things of it: may this job run in its queue at all (the leaf and every ancestor stay within
 their limit and borrowing ceiling), how to order pending work (leaves below their guarantee first, then by
-weighted dominant share of decayed usage plus current allocation, see ``scheduler.api.fairshare``), and what to
+weighted dominant share of decayed usage plus current allocation, see ``scheduler.queue.fairshare``), and what to
 charge and release as jobs are placed and leave.
 
 Invariant: ``allocated[leaf]`` is the sum of the requests of the pods held in ``leaf``, whatever order they were
@@ -22,12 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from scheduler.api import fairshare, nvidia_gpus, resources
-from scheduler.api.errors import InvalidObject
-from scheduler.api.pod import PodRequest
-from scheduler.api.queue import QueueSpec, QueueTree
+from scheduler.api.basics import resources
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds.queue import QueueSpec, QueueTree
+from scheduler.api.devices import nvidia_gpus
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Cache
 from scheduler.kernels import layout
+from scheduler.queue import fairshare
 
 Vector = dict[str, float]
 
@@ -267,7 +269,8 @@ class Tenancy:
     def hold(self, pod: PodRequest, leaf: str) -> bool:
         """Count ``pod`` in ``leaf`` (moved there if it was held in another leaf), with what it asks for now: a
         bound pod whose request changes (an annotation edited into something malformed counts its shared GPU whole,
-        ``scheduler.api.pod.parse_bound_pod``) is counted as a replica started afterwards would count it. A pod with
+        ``scheduler.api.objects.pod.parse_bound_pod``) is counted as a replica started afterwards would count it. A pod
+        with
         ResourceClaims keeps what it was counted with: the watch's object does not carry its claims' GPUs. False if
         nothing changed."""
         held = self._held.get(pod.key)
@@ -476,7 +479,7 @@ class Tenancy:
 
     def rank(self, leaf: str) -> fairshare.LeafKey:
         """Sort key of a leaf: below its guarantee first, then the hierarchical path of borrowed shares over weight
-        (``scheduler.api.fairshare.leaf_keys``); a name that is not a leaf goes last."""
+        (``scheduler.queue.fairshare.leaf_keys``); a name that is not a leaf goes last."""
         if self._stale:
             self._capacity = self.capacity()
             history = {

@@ -4,7 +4,7 @@ An :class:`Access` turns a request into a :class:`~scheduler.dashboard.view.Reda
 an HTTP answer. Two are here, needing no cluster: :class:`Open` (no check: the dashboard bound to a port nobody else
 reaches, or ``gpusched dashboard`` on a laptop) and :class:`SharedToken` (one bearer token from a file). The
 Kubernetes check (TokenReview, then SubjectAccessReview per namespace, as kube-rbac-proxy does) is
-``scheduler.k8s.dashboard_access``: it needs the API server.
+``scheduler.k8s.serve.dashboard_access``: it needs the API server.
 
 A browser cannot add an ``Authorization`` header to a link, so a token may also come once as ``?token=`` in the
 URL: the server answers with an HttpOnly, SameSite=Strict cookie holding it and a redirect to the same page
@@ -19,7 +19,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.dashboard import view
 
 COOKIE = "gpusched-dashboard-token"

@@ -13,14 +13,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from scheduler.api import topology as api_topology
-from scheduler.api import typical
-from scheduler.api.gputopo import Link
-from scheduler.api.pod import PodRequest
+from scheduler.api.crds import topology as api_topology
+from scheduler.api.devices.gputopo import Link
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Cache, NodeEntry
 from scheduler.dashboard import view
 from scheduler.dashboard.view import NodeView
-from scheduler.framework import fragmentation
+from scheduler.framework import fragmentation, typical
 from scheduler.kernels import fgd as fgd_kernel
 from scheduler.kernels import layout
 

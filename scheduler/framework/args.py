@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import resources
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics import resources
+from scheduler.api.basics.errors import InvalidObject
 
 F64 = npt.NDArray[np.float64]
 

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from scheduler.api import resources, typical
+from scheduler.api.basics import resources
+from scheduler.framework import typical
 from scheduler.kernels import fgd as fgd_kernel
 
 

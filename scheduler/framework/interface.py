@@ -9,7 +9,7 @@ cycle decides what happens to the pod next, as in kube-scheduler:
 - ``UNRESOLVABLE``: no node can ever fit as things are (bad request, unknown queue) -> wait; preemption
   cannot help.
 
-There is no post-filter or permit point: preemption (``scheduler.core.preemption``) and gangs
+There is no post-filter or permit point: preemption (``scheduler.core.preemption.preemptor``) and gangs
 (``scheduler.core.gang``) are the core's, decided on whole jobs, not per pod by plugins. Plugins keep no state
 across cycles: what a cycle needs from outside comes in the cycle state's ``context`` (:class:`CycleContext`).
 """
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api.dra import ClaimAllocation
-from scheduler.api.pod import PodRequest
-from scheduler.api.volumes import ClaimBinding
+from scheduler.api.devices.dra import ClaimAllocation
+from scheduler.api.objects.pod import PodRequest
+from scheduler.api.objects.volumes import ClaimBinding
 from scheduler.cache.state import Snapshot
 from scheduler.kernels import layout
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 
 TIE_BREAKS = ("first", "random")
 #: The actions of a profile that names none. ``consolidate`` (move running pods to make room) is not among them: it
@@ -54,15 +54,17 @@ class ConsolidationConfig:
     cooldown_s: float = 600.0
     #: The most nodes a search frees room on (the nodes needing the fewest moves first).
     candidate_nodes: int = 16
-    #: Background defragmentation (``scheduler.core.defrag``): how often it may empty a node when nothing waits
+    #: Background defragmentation (``scheduler.core.consolidation.defrag``): how often it may empty a node when nothing
+    # waits
     #: (seconds; 0: never, the default), and the most pods it moves in any hour.
     defragment_every_s: float = 0.0
     defragment_pods_per_hour: int = 10
-    #: What a plan may spend against what it places (:data:`PLAN_COSTS`; ``scheduler.core.move_plan``).
+    #: What a plan may spend against what it places (:data:`PLAN_COSTS`; ``scheduler.core.consolidation.plan``).
     plan_cost: str = "FewerGPUsAndPods"
     #: A plan's step not done within this long (seconds) abandons the plan: all its evictions and its end for a plan
     #: within the PodDisruptionBudgets at once; for a plan carried out one eviction at a time, each eviction's
-    #: replacement Running and the budgets allowing the next, then the plan's end (``scheduler.core.moves``).
+    #: replacement Running and the budgets allowing the next, then the plan's end
+    # (``scheduler.core.consolidation.moves``).
     step_timeout_s: float = 120.0
 
 

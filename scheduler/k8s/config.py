@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.framework import profile
 from scheduler.framework.profile import ProfileConfig
 

@@ -15,8 +15,8 @@ from typing import Any
 from scheduler.cache.state import Cache
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.client import Client
-from scheduler.k8s.events import EventRecorder
-from scheduler.k8s.metrics import Metrics
+from scheduler.k8s.ports.events import EventRecorder
+from scheduler.k8s.serve.metrics import Metrics
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,7 +19,7 @@ A replica that the API server refuses (the Lease's namespace does not exist, RBA
 invalid) would otherwise retry quietly for ever, a standby that never leads. So a refused read, create or update
 is logged with the API server's reason (once per new reason, as an error), kept in :attr:`LeaderElector.refusal`
 until an attempt succeeds, and the health server's ``/readyz`` answers "not leading and cannot lead: <reason>"
-while it is set (``scheduler.k8s.health``). A conflict (409, another replica won the race), a 429 and no answer at
+while it is set (``scheduler.k8s.serve.health``). A conflict (409, another replica won the race), a 429 and no answer at
 all are not refusals: they are retried and say nothing about whether this replica could lead.
 
 The leader writes where its ``/explain`` answers on the Lease (annotation :data:`EXPLAIN_URL_ANNOTATION`), so

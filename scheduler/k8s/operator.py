@@ -2,9 +2,11 @@
 
 :class:`Operator` is a composition of three parts, each in its own module, around one cache, queue and loop:
 
-- ``scheduler.k8s.feed`` (:class:`~scheduler.k8s.feed.PodFeed`): the watches' raw objects, parsed, into the cache
+- ``scheduler.k8s.feeds.feed`` (:class:`~scheduler.k8s.feeds.feed.PodFeed`): the watches' raw objects, parsed, into the
+cache
   and the loop; it holds what the watches said last (pending pods, nodes, PodGroups, Queues...);
-- ``scheduler.k8s.adapter`` (:class:`~scheduler.k8s.adapter.Adapter`): the core's ports (bind, events, evict,
+- ``scheduler.k8s.ports.adapter`` (:class:`~scheduler.k8s.ports.adapter.Adapter`): the core's ports (bind, events,
+evict,
   nominate) and the binder's outcomes;
 - ``scheduler.k8s.publisher`` (:class:`~scheduler.k8s.publisher.StatusPublisher`): PodGroup, Queue and Topology
   status and the conditions of pods no cycle speaks about.
@@ -30,19 +32,19 @@ from typing import Any
 
 import structlog
 
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Cache
 from scheduler.core import cycle, root
 from scheduler.k8s import status as k8s_status
-from scheduler.k8s.adapter import Adapter
 from scheduler.k8s.client import Client
 from scheduler.k8s.config import OperatorConfig
 from scheduler.k8s.context import OperatorContext
-from scheduler.k8s.events import EventRecorder, EventSettings
-from scheduler.k8s.feed import LISTINGS, PodFeed
-from scheduler.k8s.metrics import Metrics
+from scheduler.k8s.feeds.feed import LISTINGS, PodFeed
+from scheduler.k8s.ports.adapter import Adapter
+from scheduler.k8s.ports.events import EventRecorder, EventSettings
 from scheduler.k8s.publisher import STATUS_INTERVAL_S, StatusPublisher
+from scheduler.k8s.serve.metrics import Metrics
 
 __all__ = ["LISTINGS", "Operator", "warm_kernels"]
 
@@ -80,7 +82,7 @@ class Operator:
         #: deciding the moment the lease is lost, even before ``set_leading(False)`` reaches this event loop.
         self.lease_held: Callable[[], bool] = lambda: True
         #: Why the API server refuses this replica the lease (``LeaseThread.refusal``; empty: nothing refused), for
-        #: readiness (``scheduler.k8s.health``).
+        #: readiness (``scheduler.k8s.serve.health``).
         self.lease_refusal: Callable[[], str] = lambda: ""
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()

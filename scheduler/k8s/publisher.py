@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from scheduler.api import podgroup as api_podgroup
-from scheduler.api import queue as api_queue
-from scheduler.api.pod import PodRequest
+from scheduler.api.crds import podgroup as api_podgroup
+from scheduler.api.crds import queue as api_queue
+from scheduler.api.objects.pod import PodRequest
 from scheduler.core.jobs import Job
 from scheduler.core.loop import SchedulingLoop
 from scheduler.k8s import status as k8s_status

@@ -31,22 +31,15 @@ from typing import Any, TypeVar
 
 import structlog
 
-from scheduler.api import pod as api_pod
+from scheduler.api.objects import pod as api_pod
 from scheduler.k8s import client as k8s_client
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import (
-    dashboard_options,
-    device_claims,
-    discovery,
-    handlers,
-    health,
-    informer,
-    logs,
-    numa_zones,
-    volume_binding,
-)
+from scheduler.k8s import logs
+from scheduler.k8s.feeds import discovery, handlers, informer, numa_zones
 from scheduler.k8s.leader import RELEASE_TIMEOUT_S, LeaseThread
 from scheduler.k8s.operator import Operator, warm_kernels
+from scheduler.k8s.ports import device_claims, volume_binding
+from scheduler.k8s.serve import dashboard_options, health
 from scheduler.kernels import loading as kernel_loading
 
 log = structlog.get_logger(__name__)
@@ -259,7 +252,7 @@ async def _serve(
         if dashboard_options.wanted(args):
             # Imported only when asked for (see the module notes): its pages, map and explain are no part of a start
             # without it.
-            from scheduler.k8s import dashboard
+            from scheduler.k8s.serve import dashboard
 
             board = await dashboard.serve(
                 args,
@@ -323,12 +316,13 @@ async def _supervise(
         },
         on_listed=operator.part_listed,
     )
-    # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (scheduler.k8s.volume_binding).
+    # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (scheduler.k8s.ports.volume_binding).
     informers.update(volume_binding.informers(client, operator.feed.volumes))
     for kind, watch in informers.items():
         tasks[kind] = asyncio.create_task(watch.run(), name=f"gpusched {kind}")
-    # DeviceClasses, ResourceSlices and ResourceClaims (scheduler.k8s.device_claims), where the cluster serves them
-    # (asked once, scheduler.k8s.discovery); else the DRA feature is off.
+    # DeviceClasses, ResourceSlices and ResourceClaims (scheduler.k8s.ports.device_claims), where the cluster serves
+    # them
+    # (asked once, scheduler.k8s.feeds.discovery); else the DRA feature is off.
     devices = operator.feed.devices
     tasks["devices"] = asyncio.create_task(
         discovery.watch_if_served(
@@ -340,7 +334,8 @@ async def _supervise(
         ),
         name="gpusched devices",
     )
-    # NodeResourceTopology objects (scheduler.k8s.numa_zones), where an agent installed their CRD; else no NUMA rule.
+    # NodeResourceTopology objects (scheduler.k8s.feeds.numa_zones), where an agent installed their CRD; else no NUMA
+    # rule.
     zones = operator.feed.zones
     tasks["numa zones"] = asyncio.create_task(
         discovery.watch_if_served(
@@ -408,7 +403,7 @@ async def _supervise(
 
 
 def _observing(args: argparse.Namespace) -> bool:
-    """``gpusched dashboard``: the operator's watches and view without a lease (see scheduler.k8s.dashboard)."""
+    """``gpusched dashboard``: the operator's watches and view without a lease (see scheduler.k8s.serve.dashboard)."""
     return bool(getattr(args, "observe", False))
 
 

@@ -28,14 +28,14 @@ from typing import Any
 
 import structlog
 
-from scheduler.api import resources
-from scheduler.api import topology as api_topology
-from scheduler.api.pod import PodRequest
-from scheduler.api.quantity import text as quantity
+from scheduler.api.basics import resources
+from scheduler.api.basics.quantity import text as quantity
+from scheduler.api.crds import topology as api_topology
+from scheduler.api.objects.pod import PodRequest
 from scheduler.core import tenancy
 from scheduler.k8s import worker
 from scheduler.k8s.client import Answer, Client
-from scheduler.k8s.events import MESSAGE_LIMIT, rfc3339
+from scheduler.k8s.ports.events import MESSAGE_LIMIT, rfc3339
 
 log = structlog.get_logger(__name__)
 

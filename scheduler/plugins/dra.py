@@ -17,7 +17,7 @@ requests named has the same value of the attribute). A node that cannot: ``canno
 Which devices, when several sets would do (``scheduler.cache.device_allocator``): the tightest (docs/devices.md):
 by PCIe root (``resource.kubernetes.io/pcieRoot``), the group with the fewest free devices that still has enough,
 else the largest groups first; under a ``matchAttribute`` constraint each value is a group, with backtracking. A device
-allowing multiple allocations is shared up to its capacity (``scheduler.api.consumable_capacity``). The node is
+allowing multiple allocations is shared up to its capacity (``scheduler.api.devices.consumable_capacity``). The node is
 chosen by the score plugins: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.dra_gpus``),
 so FGD, binpack, gangs and queue accounting see them.
 
@@ -29,9 +29,9 @@ Reserve: the allocation for the chosen node goes into the cycle state (``interfa
 the Decision; the whole GPUs among the devices become the decision's GPU indices (their order on the node), which
 the cache counts as it counts the device plugin's. Inside a what-if (a gang), the allocation is recorded on the
 snapshot so the next member tried does not get the same devices. The binder writes it into the claims
-(``scheduler.k8s.device_claims``) before it binds the pod.
+(``scheduler.k8s.ports.device_claims``) before it binds the pod.
 
-Extended resources backed by DRA (``scheduler.api.extended_resources``): a pod asking one a DeviceClass maps
+Extended resources backed by DRA (``scheduler.api.devices.extended_resources``): a pod asking one a DeviceClass maps
 (``nvidia.com/gpu: 2``) gets, on each node that has it from no device plugin, a claim of its own for it (as
 kube-scheduler makes one: ``container-<i>-request-<j>`` of the class), allocated with its other claims; the binder
 creates it, and a claim made by an earlier decision for the pod is used again.
@@ -46,10 +46,10 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api import dra as api_dra
-from scheduler.api import extended_resources as api_extended
-from scheduler.api import resources
-from scheduler.api.dra import AllocatedDevice, Allocation, ClaimAllocation, ResourceClaim
+from scheduler.api.basics import resources
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.devices import extended_resources as api_extended
+from scheduler.api.devices.dra import AllocatedDevice, Allocation, ClaimAllocation, ResourceClaim
 from scheduler.cache import dra_gpus
 from scheduler.cache.device_allocator import allocate
 from scheduler.cache.state import Snapshot

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api import resources, typical
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics import resources
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.framework import args as plugin_args
-from scheduler.framework import fragmentation
+from scheduler.framework import fragmentation, typical
 from scheduler.framework.interface import F64, I64, CycleState, Demand
 from scheduler.kernels import fgd as fgd_kernel
 from scheduler.kernels import layout

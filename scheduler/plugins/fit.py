@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import resources, selectors
-from scheduler.api.pod import PodRequest
+from scheduler.api.basics import resources
+from scheduler.api.objects import selectors
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
 from scheduler.framework import reasons as framework_reasons

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api import gputopo
+from scheduler.api.devices import gputopo
 from scheduler.framework import args as plugin_args
 from scheduler.framework.interface import GPU_IDS, Code, CycleState, Status
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pod import PodRequest
 from scheduler.framework import args as plugin_args
 from scheduler.framework.interface import F64, I64, CycleState
 from scheduler.kernels import scores

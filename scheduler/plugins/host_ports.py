@@ -1,7 +1,7 @@
 """Filter: host ports (kube-scheduler's NodePorts).
 
 A node where a pod already holds a host port that conflicts with one the pod asks for (same protocol and port,
-and the same host IP or ``0.0.0.0`` on either side, ``scheduler.api.host_ports``) is marked :data:`PORTS`:
+and the same host IP or ``0.0.0.0`` on either side, ``scheduler.api.objects.host_ports``) is marked :data:`PORTS`:
 "node(s) didn't have free ports for the requested pod ports". Pods placed earlier in the same what-if (a gang's
 members) count, through the snapshot. A pod without host ports costs one attribute test.
 """

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api.affinity import AffinityTerm
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.affinity import AffinityTerm
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache import pods_index
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api.selectors import Taint
+from scheduler.api.objects.selectors import Taint
 from scheduler.framework import args as plugin_args
 from scheduler.framework.interface import F64, I8, I64, ClusterEvent, CycleState
 from scheduler.framework.reasons import Reason

@@ -3,7 +3,8 @@
 On a node whose NodeResourceTopology says its kubelet runs the Topology Manager with ``single-numa-node`` or
 ``restricted`` (or where the pod asks for one of them itself, by Koordinator's annotation, and the kubelet enforces
 none), the pod's aligned resources (devices for any pod, whole CPUs and memory for a Guaranteed one) must fit the
-node's zones as the kubelet would fit them (``scheduler.api.topology_manager``); else the kubelet refuses the pod
+node's zones as the kubelet would fit them (``scheduler.api.devices.topology_manager``); else the kubelet refuses the
+pod
 with ``TopologyAffinityError`` and its controller makes another, which a NUMA-blind scheduler sends to the same node.
 What the zones have left is the cache's own count (``scheduler.cache.numa_store``: the published figures lag behind
 the pods just bound), less what the pods placed earlier in the same what-if take (a gang's members, in order).
@@ -21,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api import numa, topology_manager
-from scheduler.api.pod import PodRequest
+from scheduler.api.devices import numa, topology_manager
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
 from scheduler.framework import reasons as framework_reasons

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api import resources
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics import resources
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.framework import args as plugin_args
 from scheduler.framework.interface import F64, I64, CycleState
 from scheduler.kernels import scores

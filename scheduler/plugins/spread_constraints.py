@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import affinity as api_affinity
-from scheduler.api import selectors
-from scheduler.api.affinity import AffinityTerm, SpreadConstraint
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects import affinity as api_affinity
+from scheduler.api.objects import selectors
+from scheduler.api.objects.affinity import AffinityTerm, SpreadConstraint
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache import pods_index
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args

@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api import gputopo
-from scheduler.api import topology as api_topology
-from scheduler.api.errors import InvalidObject
-from scheduler.api.gputopo import GpuTopology
-from scheduler.api.pod import PodRequest
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds import topology as api_topology
+from scheduler.api.devices import gputopo
+from scheduler.api.devices.gputopo import GpuTopology
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
 from scheduler.framework import reasons as framework_reasons

@@ -29,7 +29,8 @@ Filter, every node at once, first failing rule per node:
 
 Reserve: the choice for the chosen node (which volume for which claim, or provisioning there) goes into the cycle
 state (``interface.VOLUME_BINDINGS``), from there into the Decision; the cache holds it until the binding
-completes or fails, and the binder makes it real before it binds the pod (``scheduler.k8s.volume_binding``). Inside a
+completes or fails, and the binder makes it real before it binds the pod (``scheduler.k8s.ports.volume_binding``).
+Inside a
 what-if (a gang) the choice is recorded on the snapshot, so the next member tried there does not get the same
 volume.
 
@@ -45,9 +46,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import selectors
-from scheduler.api import volumes as api_volumes
-from scheduler.api.volumes import Claim, ClaimBinding, StorageClass, Volume
+from scheduler.api.objects import selectors
+from scheduler.api.objects import volumes as api_volumes
+from scheduler.api.objects.volumes import Claim, ClaimBinding, StorageClass, Volume
 from scheduler.cache.state import Snapshot
 from scheduler.cache.volume_store import VolumeStore
 from scheduler.framework import args as plugin_args

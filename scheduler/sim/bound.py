@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import resources
+from scheduler.api.basics import resources
 from scheduler.sim.trace import NodeSpec, PodSpec
 
 WHOLE = 1000

@@ -21,7 +21,8 @@ after time 0 and the window from 0 to the last of them.
 Declared run times (:class:`Declared`, ``--runtime-estimate`` and ``--runtime-missing``): each arrival's pod
 declares ``spec.activeDeadlineSeconds`` (a hard limit, as users set them: typically 2 to 5 times the run) of its
 duration times a factor drawn uniformly from a range (1: exact), rounded up to whole seconds, and read as the
-operator reads it (``scheduler.api.pod.active_deadline``); a given share of the pods declares none. The draws are
+operator reads it (``scheduler.api.objects.pod.active_deadline``); a given share of the pods declares none. The draws
+are
 seeded apart from the workload's, so the arrivals and durations stay those of the run without them; a pod of the
 population at time 0 declares its remaining run time times the factor (as if it started at 0). Without either
 option no pod declares one, as before.
@@ -43,12 +44,12 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler.api import pod as api_pod
-from scheduler.api import typical
-from scheduler.api.errors import InvalidObject
-from scheduler.api.pod import PodRequest
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.objects import pod as api_pod
+from scheduler.api.objects.pod import PodRequest
 from scheduler.core.actions import registry
-from scheduler.core.moves import Moves
+from scheduler.core.consolidation.moves import Moves
+from scheduler.framework import typical
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ConsolidationConfig, ProfileConfig
 from scheduler.kernels import layout
@@ -506,7 +507,7 @@ def profile(
     name: str, *, shapes: Sequence[typical.Shape], seed: int, consolidation: ConsolidationConfig | None = None
 ) -> ProfileConfig:
     """A policy of the simulator (``fgd``) and the session's actions after ``allocate`` each named after a ``+``
-    (``fgd+consolidate``); ``+defrag`` adds background defragmentation (``scheduler.core.defrag``, every
+    (``fgd+consolidate``); ``+defrag`` adds background defragmentation (``scheduler.core.consolidation.defrag``, every
     :data:`DEFRAG_EVERY_S` simulated seconds, within the profile's default pods an hour) to ``consolidate``. Without
     any, the pod that does not fit only waits. (One queue at one priority gives reclaim and preempt nothing to do,
     and the run has no evictor for them.) ``consolidation``: the consolidate action's knobs (default: the packaged

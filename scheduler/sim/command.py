@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api import typical
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.cache.state import Cache
+from scheduler.framework import typical
 from scheduler.sim import (
     bound,
     churn,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from scheduler.api import typical
 from scheduler.cache.state import Cache
 from scheduler.dashboard import cluster_map, pages
+from scheduler.framework import typical
 
 
 def page(ends: Mapping[str, tuple[Cache, Sequence[typical.Shape]]], *, title: str) -> str:

@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api import resources
-from scheduler.api.pod import PodRequest
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.queue import QueueSpec
+from scheduler.api.basics import resources
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.objects.pod import PodRequest
 from scheduler.framework.profile import ProfileConfig
 from scheduler.sim import gangs
 from scheduler.sim.trace import NodeSpec

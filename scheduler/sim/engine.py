@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.api import typical
 from scheduler.cache.state import Cache
 from scheduler.core import root
 from scheduler.core.cycle import Scheduler
-from scheduler.framework import fragmentation
+from scheduler.framework import fragmentation, typical
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
 from scheduler.kernels import fgd as fgd_kernel

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 
 BASE_URL = "https://raw.githubusercontent.com/alibaba/clusterdata/master/cluster-trace-gpu-v2023/csv"
 SOURCE = "github.com/alibaba/clusterdata, folder cluster-trace-gpu-v2023/csv"

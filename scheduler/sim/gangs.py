@@ -22,13 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler.api import resources
-from scheduler.api.errors import InvalidObject
-from scheduler.api.node import MIB
-from scheduler.api.pod import LABEL_POD_GROUP, PodRequest
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.queue import QueueSpec
-from scheduler.api.resources import GpuRequest
+from scheduler.api.basics import resources
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.basics.resources import GpuRequest
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.objects.node import MIB
+from scheduler.api.objects.pod import LABEL_POD_GROUP, PodRequest
 from scheduler.framework.profile import ProfileConfig
 from scheduler.sim import jobsim
 from scheduler.sim.trace import NodeSpec

@@ -14,9 +14,9 @@ import dataclasses
 import heapq
 from collections.abc import Iterable, Sequence
 
-from scheduler.api.node import NodeInfo
-from scheduler.api.pod import PodRequest
-from scheduler.api.podgroup import PodGroup
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.objects.node import NodeInfo
+from scheduler.api.objects.pod import PodRequest
 from scheduler.core import root
 from scheduler.core.loop import ClusterEvent
 from scheduler.core.ports import Evictor

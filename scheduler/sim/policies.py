@@ -11,9 +11,8 @@ from typing import Any
 
 import yaml
 
-from scheduler.api import typical
-from scheduler.api.errors import InvalidObject
-from scheduler.framework import profile
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.framework import profile, typical
 from scheduler.framework.profile import PluginConfig, ProfileConfig
 
 POLICIES = (

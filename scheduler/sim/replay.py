@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.framework.profile import ProfileConfig
 from scheduler.sim.engine import SimCluster
 from scheduler.sim.trace import NodeSpec, PodSpec

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api.node import NodeInfo
+from scheduler.api.objects.node import NodeInfo
 from scheduler.sim import (
     elastic,
     gangs,

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api import resources
-from scheduler.api import topology as api_topology
-from scheduler.api.node import MIB, NodeInfo
-from scheduler.api.pod import LABEL_POD_GROUP, PodRequest
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.resources import GpuRequest
-from scheduler.api.topology import TopologyConstraint
+from scheduler.api.basics import resources
+from scheduler.api.basics.resources import GpuRequest
+from scheduler.api.crds import topology as api_topology
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.topology import TopologyConstraint
+from scheduler.api.objects.node import MIB, NodeInfo
+from scheduler.api.objects.pod import LABEL_POD_GROUP, PodRequest
 from scheduler.core import gang, root
 from scheduler.sim import jobsim, policies
 

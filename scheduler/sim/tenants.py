@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.api import fairshare, resources
-from scheduler.api.queue import QueueSpec, QueueTree
+from scheduler.api.basics import resources
+from scheduler.api.crds.queue import QueueSpec, QueueTree
 from scheduler.framework.profile import ProfileConfig
+from scheduler.queue import fairshare
 from scheduler.sim import gangs
 from scheduler.sim.trace import NodeSpec
 

@@ -22,13 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.api import gputopo, resources
-from scheduler.api import topology as api_topology
-from scheduler.api.node import MIB, NodeInfo
-from scheduler.api.pod import ANNOTATION_TOPOLOGY_PREFERRED, LABEL_POD_GROUP, PodRequest
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.resources import GpuRequest
-from scheduler.api.topology import NO_CONSTRAINT, TopologyConstraint
+from scheduler.api.basics import resources
+from scheduler.api.basics.resources import GpuRequest
+from scheduler.api.crds import topology as api_topology
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.topology import NO_CONSTRAINT, TopologyConstraint
+from scheduler.api.devices import gputopo
+from scheduler.api.objects.node import MIB, NodeInfo
+from scheduler.api.objects.pod import ANNOTATION_TOPOLOGY_PREFERRED, LABEL_POD_GROUP, PodRequest
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
 from scheduler.kernels import layout

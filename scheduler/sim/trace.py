@@ -12,11 +12,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from scheduler.api import resources
-from scheduler.api.errors import InvalidObject
-from scheduler.api.node import LABEL_GPU_PRODUCT, MIB, NodeInfo
-from scheduler.api.pod import PodRequest
-from scheduler.api.resources import GpuRequest
+from scheduler.api.basics import resources
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.basics.resources import GpuRequest
+from scheduler.api.objects.node import LABEL_GPU_PRODUCT, MIB, NodeInfo
+from scheduler.api.objects.pod import PodRequest
 
 #: Pods per node: the trace does not limit them (the FGD simulator allows 1001).
 PODS_PER_NODE = 1001

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pod import PodRequest
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
 from scheduler.kernels import layout

@@ -1,5 +1,5 @@
 """HAMi's side of its protocol, for tests: the register annotation as HAMi's device plugin writes it, and a pod's
-allocation annotation read back as HAMi's ``Allocate`` reads it (scheduler.api.hami reads the one and writes the
+allocation annotation read back as HAMi's ``Allocate`` reads it (scheduler.api.devices.hami reads the one and writes the
 other; the scheduler never writes a register nor reads an allocation)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from scheduler.api import hami
+from scheduler.api.devices import hami
 
 
 def encode_register(devices: Sequence[hami.Device]) -> str:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import affinity as api_affinity
-from scheduler.api import pod as api_pod
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.objects import affinity as api_affinity
+from scheduler.api.objects import pod as api_pod
 from tests.api import objects
 
 

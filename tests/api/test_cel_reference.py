@@ -1,6 +1,6 @@
 """gpusched's CEL evaluator held against Kubernetes' own (k8s.io/dynamic-resource-allocation/cel at the control
 plane's version, the code kube-scheduler's allocator runs), on NVIDIA-shaped devices and an expression for every
-function of the DRA environment that scheduler/api/cel_library.py implements.
+function of the DRA environment that scheduler/api/devices/cel_library.py implements.
 
 Each (expression, device) pair must give the same answer: matches, does not match, or cannot be evaluated (which
 makes kube-scheduler fail the node and gpusched skip the device). The reference is tests/e2e/celref, built by
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import cel
+from scheduler.api.devices import cel
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = "gpu.nvidia.com"
@@ -186,7 +186,7 @@ def _ours(expression: str, device: dict[str, Any]) -> str:
     for name, value in device["attributes"].items():
         ((kind, raw),) = value.items()
         attributes[name] = cel.Version(raw) if kind == "version" else raw
-    from scheduler.api import quantity
+    from scheduler.api.basics import quantity
 
     capacity = {
         name: quantity.to_milli(quantity.parse_quantity(value["value"], field=name))
@@ -220,7 +220,7 @@ def test_every_expression_answers_as_kubernetes_does(reference: Path) -> None:
 
 
 def test_the_corpus_tries_every_function_of_the_library() -> None:
-    from scheduler.api import cel_library
+    from scheduler.api.devices import cel_library
 
     text = " ".join(EXPRESSIONS)
     untried = [name for name in cel_library.FUNCTIONS if f"{name}(" not in text]

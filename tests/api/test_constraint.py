@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import topology
-from scheduler.api.errors import InvalidObject
-from scheduler.api.pod import parse_pod
-from scheduler.api.podgroup import parse_podgroup
-from scheduler.api.topology import DEFAULT_TOPOLOGY, TopologyConstraint
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds import topology
+from scheduler.api.crds.podgroup import parse_podgroup
+from scheduler.api.crds.topology import DEFAULT_TOPOLOGY, TopologyConstraint
+from scheduler.api.objects.pod import parse_pod
 from tests.api import objects
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.api import consumable_capacity as cc
-from scheduler.api import dra as api_dra
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.devices import consumable_capacity as cc
+from scheduler.api.devices import dra as api_dra
 
 ONE, TWO, THREE = 1000, 2000, 3000
 

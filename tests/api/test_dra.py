@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.api import cel as api_cel
-from scheduler.api import dra as api_dra
-from scheduler.api import nvidia_gpus
-from scheduler.api import pod as api_pod
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.devices import cel as api_cel
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.devices import nvidia_gpus
+from scheduler.api.objects import pod as api_pod
 from tests.api import dra_objects as dra
 from tests.api import objects
 

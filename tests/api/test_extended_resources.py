@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import dra as api_dra
-from scheduler.api import extended_resources as ext
-from scheduler.api import pod as api_pod
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.devices import extended_resources as ext
+from scheduler.api.objects import pod as api_pod
 from tests.api import objects
 
 R = "example.com/gpu"

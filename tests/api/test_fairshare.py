@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import fairshare
-from scheduler.api.queue import QueueSpec, QueueTree
+from scheduler.api.crds.queue import QueueSpec, QueueTree
+from scheduler.queue import fairshare
 
 GPU = "nvidia.com/gpu"
 CPU = "cpu"

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import gputopo, nvidia_smi
-from scheduler.api.errors import InvalidObject
-from scheduler.api.gputopo import Gpu, GpuTopology, Link
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.devices import gputopo, nvidia_smi
+from scheduler.api.devices.gputopo import Gpu, GpuTopology, Link
 
 DATA = Path(__file__).resolve().parent / "data" / "nvidia-smi"
 FIELD = "metadata.annotations[gpusched.io/gpu-topology]"

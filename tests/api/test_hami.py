@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import hami
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
-from scheduler.api.errors import InvalidObject
-from scheduler.api.resources import GpuRequest
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.basics.resources import GpuRequest
+from scheduler.api.devices import hami
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
 from tests.api import hami_annotations, objects
 
 MIB = 2**20

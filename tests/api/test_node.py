@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.api import node as api_node
-from scheduler.api import resources
-from scheduler.api.errors import InvalidObject
-from scheduler.api.selectors import Taint
+from scheduler.api.basics import resources
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects.selectors import Taint
 from tests.api import objects
 
 MIB = 2**20

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import numa
-from scheduler.api import pod as api_pod
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.devices import numa
+from scheduler.api.objects import pod as api_pod
 
 
 def nrt(name: str = "gpu-0", *, zones: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:

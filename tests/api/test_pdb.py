@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import pdb as api_pdb
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.objects import pdb as api_pdb
 
 
 def _raw(selector: Any, allowed: Any = 0, disrupted: Any = None) -> dict[str, Any]:

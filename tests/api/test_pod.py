@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import pod as api_pod
-from scheduler.api import resources
-from scheduler.api.errors import InvalidObject
-from scheduler.api.host_ports import HostPort
+from scheduler.api.basics import resources
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.objects import pod as api_pod
+from scheduler.api.objects.host_ports import HostPort
 from scheduler.core import memo
 from tests.api import objects
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import quantity, resources
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics import quantity, resources
+from scheduler.api.basics.errors import InvalidObject
 
 MULTIPLIERS = {
     "": Fraction(1),

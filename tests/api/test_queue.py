@@ -10,9 +10,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import queue
-from scheduler.api.errors import InvalidObject
-from scheduler.api.queue import QueueSpec, QueueTree
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds import queue
+from scheduler.api.crds.queue import QueueSpec, QueueTree
 
 GPU = "nvidia.com/gpu"
 CRD = Path(__file__).resolve().parents[2] / "crds" / "queues.yaml"

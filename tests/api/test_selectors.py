@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.api import selectors
-from scheduler.api.selectors import Requirement, Taint, Toleration
+from scheduler.api.objects import selectors
+from scheduler.api.objects.selectors import Requirement, Taint, Toleration
 
 LABELS = {"zone": "a", "gpus": "8", "pool": "train"}
 

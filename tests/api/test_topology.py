@@ -12,9 +12,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import topology
-from scheduler.api.errors import InvalidObject
-from scheduler.api.topology import DomainIndex, TopologySpec
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds import topology
+from scheduler.api.crds.topology import DomainIndex, TopologySpec
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "topologies.yaml"
 BLOCK, RACK, CLIQUE, HOST = topology.DEFAULT_LEVELS

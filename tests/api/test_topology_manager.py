@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.api import numa
-from scheduler.api import topology_manager as admission
+from scheduler.api.devices import numa
+from scheduler.api.devices import topology_manager as admission
 
 GPU = "nvidia.com/gpu"
 GIB = 2**30

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.api import typical
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.framework import typical
 
 
 def _pods(

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import volumes as api_volumes
-from scheduler.api.errors import InvalidObject
-from scheduler.api.selectors import NodeSelectorTerm, Requirement
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.objects import volumes as api_volumes
+from scheduler.api.objects.selectors import NodeSelectorTerm, Requirement
 
 
 def test_a_claims_class_comes_from_the_legacy_annotation_first_and_modes_default() -> None:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import workloads
-from scheduler.api.workloads import group_pod
+from scheduler.api.objects import workloads
+from scheduler.api.objects.workloads import group_pod
 
 
 def ref(api_version: str, kind: str, name: str, uid: str = "") -> dict[str, Any]:

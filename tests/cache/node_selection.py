@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from scheduler.api.selectors import NodeSelectorTerm
+from scheduler.api.objects.selectors import NodeSelectorTerm
 
 
 def term_matches(term: NodeSelectorTerm, node_name: str, labels: Mapping[str, str]) -> bool:

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api.selectors import NodeSelectorTerm, Requirement
+from scheduler.api.objects.selectors import NodeSelectorTerm, Requirement
 from scheduler.cache.labels import LabelIndex
 from tests.cache import node_selection
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.api import numa
+from scheduler.api.devices import numa
 from scheduler.cache.numa_store import NumaStore
 
 GPU = "nvidia.com/gpu"

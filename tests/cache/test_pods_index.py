@@ -6,10 +6,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import host_ports
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
-from scheduler.api.host_ports import HostPort
+from scheduler.api.objects import host_ports
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
+from scheduler.api.objects.host_ports import HostPort
 from scheduler.cache.pods_index import PortIndex
 from scheduler.cache.state import Cache
 from scheduler.core.cycle import NoBinding, Scheduler

@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Cache, UnknownNode
 from scheduler.kernels import layout
 from tests.api import objects

@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scheduler.api import dra as api_dra
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
-from scheduler.api import volumes as api_volumes
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
+from scheduler.api.objects import volumes as api_volumes
 from scheduler.cache.arrays import ClusterArrays
 from scheduler.cache.state import Cache, UnknownNode
 from scheduler.kernels import layout

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api import gputopo, topology
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
+from scheduler.api.crds import topology
+from scheduler.api.devices import gputopo
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Cache
 from tests.api import objects
 

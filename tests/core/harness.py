@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Cache
 from scheduler.core import root
 from scheduler.core.cycle import Result

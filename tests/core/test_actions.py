@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from scheduler.api import pod as api_pod
-from scheduler.api.errors import InvalidObject
-from scheduler.api.queue import QueueSpec
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Snapshot
 from scheduler.core.actions import Action, Outcome, Setting, Verdict, registry
 from scheduler.core.extension_points import Framework

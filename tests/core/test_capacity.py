@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler.api import pod as api_pod
+from scheduler.api.objects import pod as api_pod
 from scheduler.core import capacity, gang
 from scheduler.core.cycle import EMPTY, Context
 from tests.api import objects
@@ -81,7 +81,7 @@ def test_a_gang_never_fits_when_its_members_cannot_have_nodes_at_once() -> None:
 
 
 def test_the_taint_named_follows_the_nodes_updates() -> None:
-    from scheduler.api import node as api_node
+    from scheduler.api.objects import node as api_node
 
     cluster = Cluster([objects.node("a", gpus=8, taints=[{"key": "one", "value": "1", "effect": "NoSchedule"}])])
     assert "untolerated taint {one: 1}" in _message(cluster, objects.pod("p", gpus=1))

@@ -6,15 +6,16 @@ import dataclasses
 
 import pytest
 
-from scheduler.api import pdb as api_pdb
-from scheduler.api import pod as api_pod
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.queue import QueueSpec
-from scheduler.core import move_plan, move_room
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.objects import pdb as api_pdb
+from scheduler.api.objects import pod as api_pod
+from scheduler.core.consolidation import plan as move_plan
+from scheduler.core.consolidation import room as move_room
+from scheduler.core.consolidation.defrag import Defragmenter
+from scheduler.core.consolidation.moves import Moves, NoPlan
 from scheduler.core.cycle import EMPTY
-from scheduler.core.defrag import Defragmenter
 from scheduler.core.loop import ClusterEvent, SchedulingLoop
-from scheduler.core.moves import Moves, NoPlan
 from scheduler.framework import profile
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects

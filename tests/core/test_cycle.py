@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler.api import pod as api_pod
+from scheduler.api.objects import pod as api_pod
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework import profile
 from scheduler.framework.interface import ClusterEvent, Code

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.api import pod as api_pod
-from scheduler.api.errors import InvalidObject
-from scheduler.api.podgroup import PodGroup, member_rank, parse_podgroup
-from scheduler.api.queue import QueueSpec
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds.podgroup import PodGroup, member_rank, parse_podgroup
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.objects import pod as api_pod
 from scheduler.core.loop import SchedulingLoop
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from scheduler.api import pod as api_pod
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.queue import QueueSpec
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.objects import pod as api_pod
 from scheduler.core import explanation
 from scheduler.core.loop import SchedulingLoop
 from scheduler.queue.scheduling import SchedulingQueue

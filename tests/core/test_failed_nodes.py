@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from scheduler.api import pod as api_pod
-from scheduler.api import topology
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.topology import TopologyConstraint
+from scheduler.api.crds import topology
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.topology import TopologyConstraint
+from scheduler.api.objects import pod as api_pod
 from scheduler.core.loop import SchedulingLoop
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects

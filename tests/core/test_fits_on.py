@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import pod as api_pod
+from scheduler.api.objects import pod as api_pod
 from scheduler.core.cycle import Context
 from scheduler.framework import profile
 from tests.api import objects

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
-from scheduler.api.errors import InvalidObject
-from scheduler.api.podgroup import PodGroup, parse_podgroup
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds.podgroup import PodGroup, parse_podgroup
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
 from scheduler.core import gang
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework import profile

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler.api import pod as api_pod
+from scheduler.api.objects import pod as api_pod
 from scheduler.core.holds import Hold, Holds, Kind
 from scheduler.core.loop import SchedulingLoop
 from scheduler.queue.scheduling import SchedulingQueue

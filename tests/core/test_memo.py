@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import operator
 
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Cache
 from scheduler.core import memo
 from tests.api import objects

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from scheduler.api import pod as api_pod
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.queue import QueueSpec
-from scheduler.core import min_runtime, node_preemption
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.objects import pod as api_pod
+from scheduler.core import min_runtime
 from scheduler.core.loop import ClusterEvent
-from scheduler.core.reclaim import Candidate
+from scheduler.core.preemption import nodes as node_preemption
+from scheduler.core.preemption.victims import Candidate
 from tests.api import objects
 from tests.core import test_consolidate, test_preemption, test_tenancy
 

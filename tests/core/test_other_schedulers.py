@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from scheduler.api import pod as api_pod
-from scheduler.api.queue import QueueSpec
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.objects import pod as api_pod
 from scheduler.core.loop import SchedulingLoop
 from scheduler.dashboard import cluster_map
 from tests.api import objects

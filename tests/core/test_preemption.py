@@ -8,14 +8,16 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import node as api_node
-from scheduler.api import pdb as api_pdb
-from scheduler.api import pod as api_pod
-from scheduler.api.errors import InvalidObject
-from scheduler.api.podgroup import PodGroup
-from scheduler.core import gang, node_preemption, reclaim
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pdb as api_pdb
+from scheduler.api.objects import pod as api_pod
+from scheduler.core import gang
 from scheduler.core.cycle import EMPTY
 from scheduler.core.loop import SchedulingLoop
+from scheduler.core.preemption import nodes as node_preemption
+from scheduler.core.preemption import victims as reclaim
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import dra_objects as dra
 from tests.api import objects

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from scheduler.api.node import NodeInfo
-from scheduler.api.pod import PodRequest
-from scheduler.api.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.api.basics.resources import CPU, MEMORY, PODS, GpuRequest
+from scheduler.api.objects.node import NodeInfo
+from scheduler.api.objects.pod import PodRequest
 from scheduler.core import root
 from scheduler.framework import profile
 from scheduler.framework.interface import Decision

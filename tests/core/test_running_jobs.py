@@ -10,12 +10,12 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.queue import QueueSpec
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
 from scheduler.core.loop import SchedulingLoop
-from scheduler.core.preemption import Preemptor
+from scheduler.core.preemption.preemptor import Preemptor
 from scheduler.core.running_jobs import Running, RunningJobs
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects

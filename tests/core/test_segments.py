@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
-from scheduler.api import pod as api_pod
-from scheduler.api import topology
-from scheduler.api.errors import InvalidObject
-from scheduler.api.podgroup import PodGroup, parse_podgroup
-from scheduler.api.topology import TopologyConstraint
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds import topology
+from scheduler.api.crds.podgroup import PodGroup, parse_podgroup
+from scheduler.api.crds.topology import TopologyConstraint
+from scheduler.api.objects import pod as api_pod
 from scheduler.core import gang
 from tests.api import objects
 from tests.core.harness import Cluster

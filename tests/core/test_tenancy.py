@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from scheduler.api import pod as api_pod
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.queue import QueueSpec
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.objects import pod as api_pod
 from scheduler.core.loop import SchedulingLoop
-from scheduler.core.preemption import Preemptor
+from scheduler.core.preemption.preemptor import Preemptor
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
 from tests.core.harness import Clock, Cluster, Events

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from scheduler.api import pod as api_pod
-from scheduler.api import topology
-from scheduler.api.podgroup import PodGroup
-from scheduler.api.topology import TopologyConstraint
-from scheduler.core import gang, reclaim
+from scheduler.api.crds import topology
+from scheduler.api.crds.podgroup import PodGroup
+from scheduler.api.crds.topology import TopologyConstraint
+from scheduler.api.objects import pod as api_pod
+from scheduler.core import gang
 from scheduler.core.loop import SchedulingLoop
+from scheduler.core.preemption import victims as reclaim
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
 from tests.core.harness import Clock, Cluster, Events

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from scheduler.api.pod import ANNOTATION_GPU_IDS, PodRequest, parse_pod
+from scheduler.api.objects.pod import ANNOTATION_GPU_IDS, PodRequest, parse_pod
 from scheduler.framework.interface import Decision
 from scheduler.k8s import client as k8s
-from scheduler.k8s.binder import Binder, BinderSettings
-from scheduler.k8s.events import EventRecorder, EventSettings
+from scheduler.k8s.ports.binder import Binder, BinderSettings
+from scheduler.k8s.ports.events import EventRecorder, EventSettings
 from scheduler.k8s.status import CustomStatusWriter, PodConditionWriter, StatusSettings
 from tests.e2e import kube as kube_mod
 from tests.e2e.localcluster import GPU_RESOURCE, LocalCluster, wait_for

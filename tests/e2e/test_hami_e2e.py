@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import hami
+from scheduler.api.devices import hami
 from tests.api import hami_annotations
 from tests.e2e import kube as kube_mod
 from tests.e2e.kube import Scenario, gpu_ids_of, node_of

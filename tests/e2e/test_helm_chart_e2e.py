@@ -22,7 +22,7 @@ import yaml
 
 from scheduler import cli
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import dashboard_options
+from scheduler.k8s.serve import dashboard_options
 from tests.e2e import kube as kube_mod
 from tests.e2e import skips
 from tests.e2e.localcluster import APIError, cached_binaries
@@ -237,7 +237,7 @@ def test_settings_that_do_not_go_together_are_refused_with_a_reason(helm: Path) 
 
 
 def test_the_dashboard_and_its_access_are_values(helm: Path) -> None:
-    """The dashboard on with each access mode: the flags gpusched run checks (scheduler/k8s/dashboard_options.py),
+    """The dashboard on with each access mode: the flags gpusched run checks (scheduler/k8s/serve/dashboard_options.py),
     its port, and what each mode needs (auth-delegator for kubernetes, the token's Secret mounted for token)."""
 
     def rendered(*values: str) -> tuple[dict[str, Any], dict[Key, dict[str, Any]]]:
@@ -270,7 +270,8 @@ def test_the_dashboard_and_its_access_are_values(helm: Path) -> None:
 
 def test_gpusched_run_accepts_the_arguments_the_chart_renders(helm: Path, tmp_path: Path) -> None:
     """The container's arguments parsed by gpusched run's own command line and dashboard checks
-    (scheduler/k8s/dashboard_options.py), so a renamed or removed flag fails here and not in a crash-looping pod."""
+    (scheduler/k8s/serve/dashboard_options.py), so a renamed or removed flag fails here and not in a crash-looping
+    pod."""
     token = tmp_path / "token"
     token.write_text("s3cret\n")
     cases: dict[tuple[str, ...], tuple[int | None, str]] = {

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.core.extension_points import Framework
 from scheduler.framework import profile
 from scheduler.framework.profile import PluginConfig

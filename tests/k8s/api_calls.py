@@ -18,7 +18,8 @@ A row with ``checked`` is a right the API server checks while serving a call of 
 subresource, such as ``resourceclaims/binding``): no scan of the code finds those, only a run with the shipped rights
 (tests/e2e/test_rbac_e2e.py, or any scenario under ``GPUSCHED_E2E_AS_SERVICE_ACCOUNT=1``).
 
-kopf's watches (``scheduler.k8s.handlers``) are rows of :data:`KOPF` (list and watch of what its handlers name; with
+kopf's watches (``scheduler.k8s.feeds.handlers``) are rows of :data:`KOPF` (list and watch of what its handlers name;
+with
 the settings there kopf posts no Events, keeps nothing on the objects, uses no peering and scans no CRDs).
 
 tests/k8s/test_rbac.py checks this table against the code (a generated-client method the package names and the table
@@ -164,7 +165,7 @@ CALLS: tuple[Call, ...] = (
         LIST_WATCH,
         "nodes' NUMA zones and their kubelets' Topology Manager policies (the numa filter), where published",
     ),
-    # --- kopf's watches (scheduler.k8s.handlers) -------------------------------------------------------------------
+    # --- kopf's watches (scheduler.k8s.feeds.handlers) ----------------------------------------------------------------
     Call(
         "handlers",
         KOPF,
@@ -217,7 +218,7 @@ CALLS: tuple[Call, ...] = (
         " placement, off where it does not)",
         rights=DISCOVERY,
     ),
-    # --- binding (scheduler.k8s.binder) ----------------------------------------------------------------------------
+    # --- binding (scheduler.k8s.ports.binder) -------------------------------------------------------------------------
     Call("binder", "CoreV1Api", "create_namespaced_pod_binding", "", "pods/binding", ("create",), "binds a pod"),
     Call(
         "binder",
@@ -228,7 +229,7 @@ CALLS: tuple[Call, ...] = (
         ("get",),
         "a binding whose answer was lost: was the pod bound?",
     ),
-    # --- the core's ports (scheduler.k8s.adapter, evictions) -------------------------------------------------------
+    # --- the core's ports (scheduler.k8s.ports.adapter, evictions) ----------------------------------------------------
     Call(
         "adapter",
         "CoreV1Api",
@@ -257,7 +258,7 @@ CALLS: tuple[Call, ...] = (
         ("create",),
         "consolidation moves pods through the Eviction API, so that PodDisruptionBudgets hold",
     ),
-    # --- Events (scheduler.k8s.events) -----------------------------------------------------------------------------
+    # --- Events (scheduler.k8s.ports.events) --------------------------------------------------------------------------
     Call(
         "events",
         "CoreV1Api",
@@ -305,7 +306,7 @@ CALLS: tuple[Call, ...] = (
         ("patch",),
         "whether the Topology is accepted, and its levels' domains",
     ),
-    # --- PodGroups for workloads (scheduler.k8s.grouper): a pod's owners, up to its workload -----------------------
+    # --- PodGroups for workloads (scheduler.k8s.feeds.grouper): a pod's owners, up to its workload --------------------
     Call("grouper", "CoreV1Api", "read_namespaced_pod", "", "pods", ("get",), "a LeaderWorkerSet's leader pod"),
     *(
         Call("grouper", "CustomObjectsApi", "get_namespaced_custom_object", group, plural, ("get",), why)
@@ -331,7 +332,7 @@ CALLS: tuple[Call, ...] = (
         ("create",),
         "one PodGroup per workload, owned by it (the garbage collector deletes it with the workload)",
     ),
-    # --- volumes' PreBind (scheduler.k8s.volume_binding) -----------------------------------------------------------
+    # --- volumes' PreBind (scheduler.k8s.ports.volume_binding) --------------------------------------------------------
     Call(
         "volume_binding",
         "CoreV1Api",
@@ -368,7 +369,7 @@ CALLS: tuple[Call, ...] = (
         ("patch",),
         "the selected-node annotation a provisioner waits for",
     ),
-    # --- DRA's PreBind and its undo (scheduler.k8s.device_claims) --------------------------------------------------
+    # --- DRA's PreBind and its undo (scheduler.k8s.ports.device_claims) -----------------------------------------------
     Call(
         "device_claims",
         "ResourceV1Api",
@@ -483,7 +484,7 @@ CALLS: tuple[Call, ...] = (
         rights=LEASE,
         named=True,
     ),
-    # --- who asks /explain, and who opens the dashboard (scheduler.k8s.access) -----------------------------------
+    # --- who asks /explain, and who opens the dashboard (scheduler.k8s.serve.access) ----------------------------------
     Call(
         "access",
         "AuthenticationV1Api",

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from scheduler.api import hami
-from scheduler.api.node import NodeInfo
-from scheduler.api.pod import ANNOTATION_GPU_IDS, PodRequest
-from scheduler.api.resources import GpuRequest
+from scheduler.api.basics.resources import GpuRequest
+from scheduler.api.devices import hami
+from scheduler.api.objects.node import NodeInfo
+from scheduler.api.objects.pod import ANNOTATION_GPU_IDS, PodRequest
 from scheduler.framework.interface import Decision
-from scheduler.k8s import binder as binder_mod
 from scheduler.k8s import client as k8s
-from scheduler.k8s.binder import Binder, BinderSettings, Outcome
+from scheduler.k8s.ports import binder as binder_mod
+from scheduler.k8s.ports.binder import Binder, BinderSettings, Outcome
 from tests.k8s.fakeapi import Canned, FakeApiServer, client_for, status
 
 ASSIGNED_ELSEWHERE = (

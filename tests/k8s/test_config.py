@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.k8s import config
 
 

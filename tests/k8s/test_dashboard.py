@@ -11,11 +11,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.dashboard import access, server, view
-from scheduler.k8s import dashboard, dashboard_options, explain
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.operator import Operator
+from scheduler.k8s.serve import dashboard, dashboard_options, explain
 from tests.k8s.test_operator import flushed, node, pod, podgroup
 
 QUEUE = "gpusched.io/queue"

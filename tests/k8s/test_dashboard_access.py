@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestServer, make_mocked_request
 
 from scheduler.dashboard import view
 from scheduler.k8s import client as k8s
-from scheduler.k8s.dashboard_access import TTL_S, KubernetesAccess
+from scheduler.k8s.serve.dashboard_access import TTL_S, KubernetesAccess
 from tests.k8s.fakeapi import client_for
 
 #: token -> user; user -> the namespaces where it may list pods (``*``: the dashboard itself).

@@ -12,7 +12,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from scheduler.k8s import client as k8s
-from scheduler.k8s import discovery, handlers, run
+from scheduler.k8s import run
+from scheduler.k8s.feeds import discovery, handlers
 from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import client_for, eventually
 from tests.k8s.fakeapi import status as api_status

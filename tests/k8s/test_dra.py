@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from scheduler.k8s import device_claims
 from scheduler.k8s.operator import Operator
+from scheduler.k8s.ports import device_claims
 from tests.api import dra_objects as dra
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
 from tests.k8s.test_operator import bound, events, flushed

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from scheduler.k8s import client as k8s
-from scheduler.k8s.events import EventRecorder, EventSettings, parse_object, rfc3339
+from scheduler.k8s.ports.events import EventRecorder, EventSettings, parse_object, rfc3339
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
 
 FAILED = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."

@@ -10,8 +10,8 @@ import pytest
 
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import explain, health
 from scheduler.k8s.operator import Operator
+from scheduler.k8s.serve import explain, health
 from tests.k8s.fakeapi import FakeApiServer
 from tests.k8s.test_operator import flushed, node, pod, podgroup
 

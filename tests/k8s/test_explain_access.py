@@ -16,9 +16,9 @@ import aiohttp
 import pytest
 import yaml
 
-from scheduler.k8s import access, explain, health
 from scheduler.k8s import client as k8s
 from scheduler.k8s.operator import Operator
+from scheduler.k8s.serve import access, explain, health
 from tests.k8s.fakeapi import FakeApiServer
 from tests.k8s.test_operator import node, pod, podgroup
 

@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from scheduler.k8s import client as k8s
-from scheduler.k8s import explain, health, run
+from scheduler.k8s import run
 from scheduler.k8s.leader import EXPLAIN_URL_ANNOTATION
 from scheduler.k8s.operator import Operator
+from scheduler.k8s.serve import explain, health
 from tests.k8s.fakeapi import FakeApiServer
 
 NS = "gpusched-system"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scheduler.k8s import explain
 from scheduler.k8s.operator import Operator
+from scheduler.k8s.serve import explain
 from tests.k8s.test_operator import node, pod
 
 

@@ -25,7 +25,7 @@ def test_the_operator_imports_neither_the_dashboard_nor_the_generated_client_it_
         "from scheduler.k8s import run, client\n"
         "models = [m for m in sys.modules if m.startswith('kubernetes_asyncio.client.models.')]\n"
         "apis = sorted(m.rpartition('.')[2] for m in sys.modules if m.startswith('kubernetes_asyncio.client.api.'))\n"
-        "board = sorted(m for m in sys.modules if m in ('scheduler.k8s.dashboard', 'scheduler.dashboard.server',"
+        "board = sorted(m for m in sys.modules if m in ('scheduler.k8s.serve.dashboard', 'scheduler.dashboard.server',"
         " 'scheduler.dashboard.pages', 'scheduler.dashboard.cluster_map'))\n"
         "print(json.dumps({'models': len(models), 'apis': apis, 'board': board}))\n"
     )

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import handlers
+from scheduler.k8s.feeds import handlers
 from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import client_for, eventually
 

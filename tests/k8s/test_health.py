@@ -6,8 +6,8 @@ import aiohttp
 
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import health
 from scheduler.k8s.operator import Operator
+from scheduler.k8s.serve import health
 
 
 async def test_endpoints_follow_warm_up_and_leadership(client: k8s.Client) -> None:

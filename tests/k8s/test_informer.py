@@ -10,7 +10,7 @@ import pytest
 
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s.informer import Informer
+from scheduler.k8s.feeds.informer import Informer
 from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import FakeApiServer, eventually
 from tests.k8s.test_operator import node, pod

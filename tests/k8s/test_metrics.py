@@ -11,9 +11,10 @@ import pytest
 from scheduler.core.extension_points import Framework
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s import health, run
-from scheduler.k8s.metrics import STATE_GAUGES, Metrics
+from scheduler.k8s import run
 from scheduler.k8s.operator import Operator
+from scheduler.k8s.serve import health
+from scheduler.k8s.serve.metrics import STATE_GAUGES, Metrics
 from tests.k8s.test_operator import node, pod
 
 QUEUE = {

@@ -3,9 +3,9 @@ is reported with its field and leaves its node without a NUMA rule, a deleted on
 
 from __future__ import annotations
 
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.cache.numa_store import NumaStore
-from scheduler.k8s import numa_zones
+from scheduler.k8s.feeds import numa_zones
 from tests.api.test_numa import nrt
 
 

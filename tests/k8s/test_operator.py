@@ -10,12 +10,12 @@ import asyncio
 import contextlib
 from typing import Any
 
-from scheduler.api import pod as api_pod
-from scheduler.k8s import adapter as adapter_module
+from scheduler.api.objects import pod as api_pod
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import operator as operator_module
 from scheduler.k8s.operator import Operator
+from scheduler.k8s.ports import adapter as adapter_module
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
 
 GPU = "nvidia.com/gpu"

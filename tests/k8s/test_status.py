@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pod import PodRequest
 from scheduler.core import tenancy
 from scheduler.k8s import client as k8s
 from scheduler.k8s import publisher as publisher_module

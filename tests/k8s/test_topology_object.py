@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import topology as api_topology
+from scheduler.api.crds import topology as api_topology
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s.operator import Operator

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from scheduler.api import volumes as api_volumes
-from scheduler.k8s import volume_binding
+from scheduler.api.objects import volumes as api_volumes
 from scheduler.k8s.operator import Operator
+from scheduler.k8s.ports import volume_binding
 from tests.k8s.fakeapi import FakeApiServer, eventually
 from tests.k8s.test_operator import bound, events, flushed, node, pod
 

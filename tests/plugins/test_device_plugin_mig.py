@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.api import node as api_node
-from scheduler.api import nvidia_gpus
-from scheduler.api import pod as api_pod
-from scheduler.api.queue import QueueSpec
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.devices import nvidia_gpus
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
 from scheduler.core.loop import SchedulingLoop
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects

@@ -11,12 +11,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import dra as api_dra
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
-from scheduler.api import podgroup as api_podgroup
-from scheduler.api.pod import PodRequest
-from scheduler.api.resources import GpuRequest
+from scheduler.api.basics.resources import GpuRequest
+from scheduler.api.crds import podgroup as api_podgroup
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache import dra_gpus
 from scheduler.core import gang
 from scheduler.core.cycle import Result

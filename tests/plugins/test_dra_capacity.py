@@ -10,9 +10,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import consumable_capacity as cc
-from scheduler.api import dra as api_dra
-from scheduler.api import podgroup as api_podgroup
+from scheduler.api.crds import podgroup as api_podgroup
+from scheduler.api.devices import consumable_capacity as cc
+from scheduler.api.devices import dra as api_dra
 from scheduler.core import gang
 from tests.api import dra_objects as dra
 from tests.plugins.test_dra import DraCluster, pod_with

@@ -5,11 +5,11 @@ it, the DRA-only node does not fit. The GPUs count in the node's GPU slots like 
 
 from __future__ import annotations
 
-from scheduler.api import dra as api_dra
-from scheduler.api import node as api_node
-from scheduler.api import pod as api_pod
-from scheduler.api.dra import ClaimAllocation
-from scheduler.api.extended_resources import IMPLICIT_PREFIX, RequestMapping
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.devices.dra import ClaimAllocation
+from scheduler.api.devices.extended_resources import IMPLICIT_PREFIX, RequestMapping
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects import pod as api_pod
 from scheduler.cache import dra_gpus
 from scheduler.framework.interface import Decision
 from tests.api import dra_objects as dra

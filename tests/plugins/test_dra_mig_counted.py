@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import dra as api_dra
-from scheduler.api import nvidia_gpus
-from scheduler.api import pod as api_pod
-from scheduler.api.queue import QueueSpec
-from scheduler.api.resources import GpuRequest
+from scheduler.api.basics.resources import GpuRequest
+from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.devices import dra as api_dra
+from scheduler.api.devices import nvidia_gpus
+from scheduler.api.objects import pod as api_pod
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework.interface import Decision
-from scheduler.k8s import binder
+from scheduler.k8s.ports import binder
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import dra_objects as dra
 from tests.api import objects

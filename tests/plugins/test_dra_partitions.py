@@ -9,8 +9,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import dra as api_dra
-from scheduler.api import podgroup as api_podgroup
+from scheduler.api.crds import podgroup as api_podgroup
+from scheduler.api.devices import dra as api_dra
 from scheduler.core import gang
 from tests.api import dra_objects as dra
 from tests.plugins.test_dra import DraCluster, pod_with

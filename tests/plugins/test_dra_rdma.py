@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.api import dra as api_dra
-from scheduler.api import podgroup as api_podgroup
+from scheduler.api.crds import podgroup as api_podgroup
+from scheduler.api.devices import dra as api_dra
 from scheduler.core import gang
 from tests.api import dra_objects as dra
 from tests.plugins.test_dra import PLUGINS, DraCluster, pod_with

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from scheduler.api import pod as api_pod
+from scheduler.api.objects import pod as api_pod
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework import profile
 from scheduler.queue.scheduling import SchedulingQueue

@@ -137,7 +137,7 @@ def test_taints_keep_out_pods_that_do_not_tolerate_them() -> None:
 
 
 def test_a_taint_removed_by_a_node_update_no_longer_filters() -> None:
-    from scheduler.api import node as api_node
+    from scheduler.api.objects import node as api_node
 
     cluster = Cluster([objects.node("a", taints=[{"key": "k", "effect": "NoExecute"}])])
     assert "untolerated taint" in _message(cluster, objects.pod("p"))

@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import pod as api_pod
-from scheduler.api import podgroup as api_podgroup
+from scheduler.api.crds import podgroup as api_podgroup
+from scheduler.api.objects import pod as api_pod
 from scheduler.core import gang
 from scheduler.framework.interface import Code, CycleState
 from scheduler.plugins.interpod import InterPodAffinity

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from scheduler.api import numa
-from scheduler.api import pod as api_pod
-from scheduler.api import podgroup as api_podgroup
+from scheduler.api.crds import podgroup as api_podgroup
+from scheduler.api.devices import numa
+from scheduler.api.objects import pod as api_pod
 from scheduler.core import capacity, gang
 from scheduler.framework import profile
 from scheduler.framework.interface import Code

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import pod as api_pod
-from scheduler.api import podgroup as api_podgroup
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds import podgroup as api_podgroup
+from scheduler.api.objects import pod as api_pod
 from scheduler.core import gang
 from scheduler.framework.interface import ClusterEvent, Code
 from scheduler.kernels import layout

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler.api import typical
+from scheduler.framework import typical
 from tests.api import objects
 from tests.core.harness import Cluster
 

@@ -9,9 +9,9 @@ from typing import Any
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import pod as api_pod
-from scheduler.api import podgroup as api_podgroup
-from scheduler.api import selectors
+from scheduler.api.crds import podgroup as api_podgroup
+from scheduler.api.objects import pod as api_pod
+from scheduler.api.objects import selectors
 from scheduler.core import gang
 from scheduler.framework.interface import Code
 from tests.api import objects

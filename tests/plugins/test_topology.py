@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scheduler.api import gputopo, nvidia_smi
+from scheduler.api.devices import gputopo, nvidia_smi
 from tests.api import objects
 from tests.core.harness import Cluster
 

@@ -9,10 +9,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import pod as api_pod
-from scheduler.api import podgroup as api_podgroup
-from scheduler.api import volumes as api_volumes
-from scheduler.api.volumes import ClaimBinding
+from scheduler.api.crds import podgroup as api_podgroup
+from scheduler.api.objects import pod as api_pod
+from scheduler.api.objects import volumes as api_volumes
+from scheduler.api.objects.volumes import ClaimBinding
 from scheduler.core import gang
 from scheduler.framework.interface import ClusterEvent, Code, CycleState
 from scheduler.kernels import layout

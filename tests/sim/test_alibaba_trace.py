@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.api import typical
+from scheduler.framework import typical
 from scheduler.sim import command, fetch, trace
 
 SHARED = Path(__file__).parents[2].parent / "shared" / "traces" / "alibaba-gpu-v2023"

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.api import typical
+from scheduler.framework import typical
 from scheduler.sim import bound, engine, policies, protocol, trace
 from scheduler.sim.trace import NodeSpec, PodSpec
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scheduler.api import pod as api_pod
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.objects import pod as api_pod
 from scheduler.cli import main
-from scheduler.core.defrag import Defragmenter
+from scheduler.core.consolidation.defrag import Defragmenter
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
 from scheduler.sim import churn

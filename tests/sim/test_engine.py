@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.api import typical
 from scheduler.cache.state import Cache
+from scheduler.framework import typical
 from scheduler.sim import engine, metrics, policies
 from scheduler.sim.trace import NodeSpec, PodSpec
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from scheduler import cli
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.sim import gangs, policies
 from scheduler.sim.trace import NodeSpec
 

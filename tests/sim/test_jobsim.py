@@ -3,12 +3,12 @@ placed on the targets held for them."""
 
 from __future__ import annotations
 
-from scheduler.api import node as api_node
-from scheduler.api import resources
-from scheduler.api.pod import PodRequest
-from scheduler.api.resources import GpuRequest
-from scheduler.core.defrag import Defragmenter
-from scheduler.core.moves import Moves
+from scheduler.api.basics import resources
+from scheduler.api.basics.resources import GpuRequest
+from scheduler.api.objects import node as api_node
+from scheduler.api.objects.pod import PodRequest
+from scheduler.core.consolidation.defrag import Defragmenter
+from scheduler.core.consolidation.moves import Moves
 from scheduler.framework import profile
 from scheduler.framework.interface import Decision
 from scheduler.sim import jobsim

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from scheduler.api import typical
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
+from scheduler.framework import typical
 from scheduler.sim import policies, replay
 from scheduler.sim.trace import NodeSpec, PodSpec
 

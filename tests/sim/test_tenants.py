@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from scheduler.api.queue import QueueSpec
+from scheduler.api.crds.queue import QueueSpec
 from scheduler.sim import gangs, policies, tenants
 
 QUEUES = (

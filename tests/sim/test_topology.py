@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scheduler.api import gputopo, topology
+from scheduler.api.crds import topology
+from scheduler.api.devices import gputopo
 from scheduler.sim import policies, report, scenario_runs
 from scheduler.sim import topology as sim_topology
 

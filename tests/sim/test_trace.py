@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.api import resources
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics import resources
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.sim import trace
 from scheduler.sim.trace import NodeSpec, PodSpec
 from tests.sim.files import MULTIGPU_HEADER, NODE_HEADER, POD_HEADER, write

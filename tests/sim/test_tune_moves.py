@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.api import typical
+from scheduler.framework import typical
 from scheduler.sim import churn, engine, policies, protocol, synthetic, tune_moves
 from scheduler.sim.trace import NodeSpec, PodSpec
 

@@ -23,8 +23,10 @@ requeue (``scheduler.core.session``). Like kube-scheduler's PostFilter, the disr
 that did not fit; unlike KAI-Scheduler's actions, which each walk every pending job of a session, ours run for one
 job at a time: the queue's order is the session's order.
 
-An action owns what it keeps between cycles, a :class:`State` (consolidate: ``scheduler.core.moves.Moves`` and the
-background ``scheduler.core.defrag.Defragmenter``; reclaim and preempt share ``scheduler.core.preemption.Preemptor``),
+An action owns what it keeps between cycles, a :class:`State` (consolidate:
+``scheduler.core.consolidation.moves.Moves`` and the
+background ``scheduler.core.consolidation.defrag.Defragmenter``; reclaim and preempt share
+``scheduler.core.preemption.preemptor.Preemptor``),
 made from the :class:`Setting` it is built from (the core's state and ports) and shared through
 :meth:`Setting.state`. The state declares its hooks by overriding those of :class:`State`: a pod pending or placed,
 a job placed or gone, the node slots it holds against other jobs' cycles (``held``: what it adds to a cycle's
@@ -57,8 +59,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from scheduler.api.pdb import DisruptionBudget
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pdb import DisruptionBudget
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core.cycle import Context, Diagnosis, Scheduler
 from scheduler.core.holds import Holds

@@ -2,7 +2,8 @@
 
 Between allocate and reclaim: nobody's work is lost, every moved pod runs again elsewhere (its controller
 recreates it, and the new pod goes to the target the plan held for it). The plan is searched on one what-if of the
-snapshot (``scheduler.core.move_plan``) among the pods that may move (``scheduler.core.moves``); it is carried
+snapshot (``scheduler.core.consolidation.plan``) among the pods that may move (``scheduler.core.consolidation.moves``);
+it is carried
 out as one statement (``scheduler.core.statement``: targets held, then the moved pods evicted) and the job waits for
 its room. A job whose plan
 is being carried out waits for it; a search that finds nothing is not run again until the cluster changes.
@@ -13,15 +14,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Snapshot
-from scheduler.core import memo, move_memo
+from scheduler.core import memo
 from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting
+from scheduler.core.consolidation import no_plans as move_memo
+from scheduler.core.consolidation.defrag import Defragmenter
+from scheduler.core.consolidation.moves import Moves, NoPlan
+from scheduler.core.consolidation.plan import Found, Search
 from scheduler.core.cycle import Context
-from scheduler.core.defrag import Defragmenter
 from scheduler.core.jobs import Attempt
-from scheduler.core.move_plan import Found, Search
-from scheduler.core.moves import Moves, NoPlan
 from scheduler.core.statement import Statement
 
 _counts = re.compile(r"\d+")

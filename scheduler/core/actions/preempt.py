@@ -1,7 +1,8 @@
 """The preempt action: a job that does not fit evicts lower-priority work of its own queue (``withinQueue``).
 
 A gang (or a gang's member placed alone) takes whole jobs of its queue of lower priority, found on what-ifs of
-the snapshot by ``scheduler.core.reclaim.find_victims`` (from one domain when its topology requires one). A single
+the snapshot by ``scheduler.core.preemption.victims.find_victims`` (from one domain when its topology requires one). A
+single
 pod does it as kube-scheduler's DefaultPreemption: victims on one node (``node_preemption.node_victims``, budgets
 weighed), that node nominated for it (``status.nominatedNodeName``, cleared when a later search finds nothing),
 and victims evicted for a pod of lower priority counted as its own. The room is nominated for the job and every
@@ -19,13 +20,15 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from scheduler.api.pod import PodRequest
+from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Snapshot
-from scheduler.core import min_runtime, node_preemption, reclaim
+from scheduler.core import min_runtime
 from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting, Verdict
 from scheduler.core.cycle import Context
 from scheduler.core.jobs import Attempt
-from scheduler.core.preemption import Preemptor, Search, waits_for_victims
+from scheduler.core.preemption import nodes as node_preemption
+from scheduler.core.preemption import victims as reclaim
+from scheduler.core.preemption.preemptor import Preemptor, Search, waits_for_victims
 from scheduler.core.statement import Statement
 
 

@@ -1,7 +1,8 @@
 """The reclaim action: a job that does not fit takes back what other queues borrowed beyond their guarantee.
 
 Only for a job that stays within its own queue's guarantee: the victims are whole jobs of queues that borrow
-(above their guarantee), found on what-ifs of the snapshot by ``scheduler.core.reclaim.find_victims`` under the
+(above their guarantee), found on what-ifs of the snapshot by ``scheduler.core.preemption.victims.find_victims`` under
+the
 job's queue's ``reclaim`` policy, never taking a victim's queue below its own guarantee (what terminating victims
 will free already counts), nor a victim younger than its queue's minimum run time for reclaim
 (``scheduler.core.min_runtime``). A gang whose topology requires one domain gets victims from one domain only. The room
@@ -15,7 +16,7 @@ from scheduler.core import min_runtime
 from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting
 from scheduler.core.cycle import Context
 from scheduler.core.jobs import Attempt
-from scheduler.core.preemption import Preemptor, waits_for_victims
+from scheduler.core.preemption.preemptor import Preemptor, waits_for_victims
 from scheduler.core.statement import Statement
 from scheduler.core.tenancy import requests_of
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from scheduler.api.errors import InvalidObject
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.core.actions import Action, Setting, allocate, consolidate, preempt, reclaim
 from scheduler.framework.profile import ProfileConfig
 

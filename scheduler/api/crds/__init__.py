@@ -1,0 +1,1 @@
+"""gpusched's own objects (group scheduling.gpusched.io): PodGroup, Queue, Topology."""

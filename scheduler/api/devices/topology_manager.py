@@ -1,0 +1,290 @@
+"""The kubelet's Topology Manager, replayed: would this node's NUMA zones admit this pod, and which zones would it use.
+
+A node's kubelet asks its hint providers for each container (scope ``container``) or for the pod (scope ``pod``)
+where its resources could come from, merges the answers, and admits or refuses by its policy. This module does the
+same on the zones a NodeResourceTopology publishes (:class:`scheduler.api.devices.numa.NodeZones`), so that the
+scheduler
+never binds a pod the kubelet would refuse with ``TopologyAffinityError``, and knows which zones the pod takes.
+
+What is aligned (the hint providers, as the kubelet has them):
+
+- devices (``nvidia.com/gpu``, RDMA NICs: any resource a zone lists other than cpu, memory and hugepages): for every
+  pod (the device manager);
+- CPUs: for a Guaranteed pod asking for whole CPUs (the CPU manager's static policy), else the shared pool;
+- memory and hugepages: for a Guaranteed pod (the memory manager's static policy).
+
+A resource no zone lists is not NUMA-aware on the node: its provider does not care where it comes from.
+
+Hints. For a resource asked ``r``, every non-empty set of zones (a bit mask, zone ``i`` is bit ``i``) whose
+available amounts sum to ``r`` or more is a hint; a hint is *preferred* if it has as few zones as the least that
+could ever hold ``r`` (counted on capacity, reserved CPUs included, as the CPU and device managers count it, not on
+what is free). No set holding it: no hint at all.
+
+Merge. One hint per resource, every combination: the zones they share (AND), preferred if every one is; the best
+is a preferred one over a non-preferred one, then the narrowest (fewest zones, then the lowest numbered). Between
+non-preferred ones the kubelet steers towards the widest of the resources' narrowest hints
+(``bestNonPreferredAffinityCount``). ``single-numa-node`` first keeps only preferred hints of one zone.
+
+Admission. ``best-effort`` admits every pod (the hint only steers allocation), ``restricted`` only if the best hint
+is preferred, ``single-numa-node`` only if a preferred hint of one zone was left (or nothing is aligned).
+
+It lives among the types because it is a model of another component, not a choice of the scheduler's (as
+:mod:`scheduler.api.devices.cel` evaluates CEL as the API server does): the cache replays it to count what each pod
+takes of
+its node's zones (``scheduler.cache.numa_store``), the ``numa`` filter to refuse the nodes the kubelet would.
+
+Scope ``container``: init containers are each judged on the zones as they are (they run before the others and
+their CPUs are handed on), then the app containers one after another, each taking from what the previous left.
+Scope ``pod``: the pod's effective requests judged once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from scheduler.api.basics import quantity, resources
+from scheduler.api.devices import numa
+
+#: Resources of the memory manager (``hugepages-*`` too).
+MEMORY = resources.MEMORY
+_HUGEPAGES = "hugepages-"
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """Where a resource (or a container's resources together) could come from: zone bits (None: anywhere, the
+    provider does not care or cannot place it at all), and whether that is as few zones as it could ever take."""
+
+    mask: int | None
+    preferred: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """The resources' hints merged: the zones they share, and whether every one of them was preferred."""
+
+    mask: int
+    preferred: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The Topology Manager's answer for a pod on one node."""
+
+    admitted: bool
+    #: Amounts taken per zone index (aligned resources only), as the kubelet's allocation would take them.
+    taken: tuple[Mapping[str, int], ...]
+    #: Why the pod was refused ("" if admitted), in kube-scheduler's message style.
+    why: str = ""
+
+
+def _bits(mask: int) -> int:
+    return mask.bit_count()
+
+
+def _masks(n: int) -> Iterator[int]:
+    """Every non-empty set of ``n`` zones, fewest zones first, then lowest numbered (the kubelet's order)."""
+    for size in range(1, n + 1):
+        for combo in itertools.combinations(range(n), size):
+            yield sum(1 << i for i in combo)
+
+
+def aligned(name: str, *, guaranteed: bool, whole_cpus: bool) -> bool:
+    """Whether resource ``name`` of a pod is placed by a hint provider (see the module's first lines)."""
+    if name == resources.CPU:
+        return guaranteed and whole_cpus
+    if name == MEMORY or name.startswith(_HUGEPAGES):
+        return guaranteed
+    return name not in (resources.PODS, "ephemeral-storage")
+
+
+def hints(amount: int, capacity: Sequence[int], available: Sequence[int]) -> list[Hint] | None:
+    """A resource's hints on zones of ``capacity`` with ``available`` left; None: no zone lists it (no preference)."""
+    if not any(capacity):
+        return None
+    masks = list(_masks(len(capacity)))
+    fits_ever = [m for m in masks if sum(c for i, c in enumerate(capacity) if m >> i & 1) >= amount]
+    if not fits_ever:
+        return []
+    least = min(_bits(m) for m in fits_ever)
+    return [
+        Hint(m, _bits(m) == least) for m in masks if sum(a for i, a in enumerate(available) if m >> i & 1) >= amount
+    ]
+
+
+def _narrower(a: int, b: int) -> bool:
+    return (_bits(a), a) < (_bits(b), b)
+
+
+def _better(best: Merged | None, candidate: Merged, target: int) -> bool:
+    """The kubelet's ``compareHints``: whether ``candidate`` replaces ``best``."""
+    if best is None:
+        return True
+    if candidate.preferred != best.preferred:
+        return candidate.preferred
+    if candidate.preferred:
+        return _narrower(candidate.mask, best.mask)
+    # Both not preferred: as close to ``target`` zones as possible without going over it.
+    have, new = _bits(best.mask), _bits(candidate.mask)
+    if have > target:
+        return new < have or (new == have and _narrower(candidate.mask, best.mask))
+    if have == target:
+        return new == target and _narrower(candidate.mask, best.mask)
+    if new > target:
+        return False
+    if new == target:
+        return True
+    return new > have or (new == have and _narrower(candidate.mask, best.mask))
+
+
+def merge(per_resource: Iterable[list[Hint] | None], zones: int, policy: numa.Policy) -> Merged:
+    """The best hint of the resources' hints (None: the resource does not care) under ``policy``."""
+    everything = (1 << zones) - 1
+    lists: list[list[Hint]] = []
+    for found in per_resource:
+        if found is None:
+            lists.append([Hint(None, True)])
+        elif not found:
+            lists.append([Hint(None, False)])
+        else:
+            lists.append(found)
+    if policy == numa.Policy.SINGLE_NUMA_NODE:
+        lists = [[h for h in hs if h.preferred and (h.mask is None or _bits(h.mask) == 1)] for hs in lists]
+        # A resource that cares and lost every hint of one zone leaves no combination: refused below.
+    target = 0
+    for hs in lists:
+        narrowest = min((_bits(h.mask) for h in hs if h.mask is not None), default=zones)
+        target = max(target, narrowest)
+    best: Merged | None = None
+    for combo in itertools.product(*lists):
+        mask = everything
+        for h in combo:
+            mask &= everything if h.mask is None else h.mask
+        if not mask:
+            continue
+        candidate = Merged(mask, all(h.preferred for h in combo))
+        if _better(best, candidate, target):
+            best = candidate
+    return best if best is not None else Merged(everything, False)
+
+
+def _best(ask: Mapping[str, int], node: numa.NodeZones, available: list[dict[str, int]]) -> Merged:
+    names = sorted(ask)
+    per_resource = [
+        hints(
+            ask[name],
+            [z.capacity.get(name, 0) for z in node.zones],
+            [a.get(name, 0) for a in available],
+        )
+        for name in names
+    ]
+    return merge(per_resource, len(node.zones), node.policy)
+
+
+def _take(ask: Mapping[str, int], mask: int, available: list[dict[str, int]], taken: list[dict[str, int]]) -> None:
+    """Take ``ask`` from the zones of ``mask`` first (lowest numbered first), the rest from the others."""
+    order = [i for i in range(len(available)) if mask >> i & 1] + [
+        i for i in range(len(available)) if not mask >> i & 1
+    ]
+    for name, amount in ask.items():
+        left = amount
+        for i in order:
+            if left <= 0:
+                break
+            here = min(left, available[i].get(name, 0))
+            if here > 0:
+                available[i][name] = available[i].get(name, 0) - here
+                taken[i][name] = taken[i].get(name, 0) + here
+                left -= here
+
+
+def _amount(name: str, amount: int) -> str:
+    return f"{quantity.text(name, amount)} {name}"
+
+
+def _refusal(ask: Mapping[str, int], node: numa.NodeZones, available: list[dict[str, int]]) -> str:
+    policy = node.policy
+    asked = ", ".join(_amount(name, amount) for name, amount in sorted(ask.items()))
+    if policy == numa.Policy.SINGLE_NUMA_NODE:
+        for name, amount in sorted(ask.items()):
+            if not any(a.get(name, 0) >= amount for a in available):
+                return f"no NUMA zone has {_amount(name, amount)} ({policy})"
+        return f"no NUMA zone has {asked} together ({policy})"
+    return f"no NUMA zones hold {asked} in as few zones as they need ({policy})"
+
+
+def admit(
+    node: numa.NodeZones,
+    *,
+    containers: Sequence[Mapping[str, int]],
+    init_containers: Sequence[Mapping[str, int]] = (),
+    pod: Mapping[str, int] | None = None,
+    guaranteed: bool,
+    available: Sequence[Mapping[str, int]] | None = None,
+) -> Admission:
+    """Whether ``node``'s kubelet admits a pod of these containers' requests (scheduler units), and what it takes of
+    each zone. ``pod``: its effective requests (scope ``pod``; by default the containers' sum and the init
+    containers' peak). ``available``: what each zone has left (by default what the object publishes; the caller
+    passes its own accounting when the object lags)."""
+    left = [dict(a) for a in (available if available is not None else [z.available for z in node.zones])]
+    taken: list[dict[str, int]] = [{} for _ in node.zones]
+    if node.policy == numa.Policy.NONE or not node.zones:
+        return Admission(True, tuple(taken))
+    every = list(init_containers) + list(containers)
+    whole_cpus = all(c.get(resources.CPU, 0) % 1000 == 0 for c in every)
+
+    def aligned_part(requests: Mapping[str, int]) -> dict[str, int]:
+        return {
+            name: amount
+            for name, amount in requests.items()
+            if amount > 0 and aligned(name, guaranteed=guaranteed, whole_cpus=whole_cpus)
+        }
+
+    if node.scope == numa.Scope.POD:
+        if pod is None:
+            total: dict[str, int] = {}
+            for c in containers:
+                resources.add(total, c)
+            for c in init_containers:
+                resources.maximum(total, c)
+            pod = total
+        asks, consumes = [aligned_part(pod)], [True]
+    else:
+        asks = [aligned_part(c) for c in init_containers] + [aligned_part(c) for c in containers]
+        consumes = [False] * len(init_containers) + [True] * len(containers)
+    for ask, consume in zip(asks, consumes, strict=True):
+        if not ask:
+            continue
+        best = _best(ask, node, left)
+        if not best.preferred and node.policy != numa.Policy.BEST_EFFORT:
+            return Admission(False, tuple(taken), _refusal(ask, node, left))
+        if consume:
+            _take(ask, best.mask, left, taken)
+    return Admission(True, tuple(taken))
+
+
+def policy_for(node: numa.NodeZones, ask: numa.PodAsk) -> numa.Policy:
+    """The rule ``node`` applies to a pod of ``ask``: its kubelet's (the NodeResourceTopology's), or where that is
+    ``none``, the one the pod asks for itself (Koordinator's annotation: a rule the kubelet does not enforce, kept by
+    the scheduler)."""
+    if node.policy != numa.Policy.NONE or ask.policy is None:
+        return node.policy
+    return ask.policy
+
+
+def admit_pod(
+    node: numa.NodeZones, ask: numa.PodAsk, *, available: Sequence[Mapping[str, int]] | None = None
+) -> Admission:
+    """:func:`admit` for a pod as :class:`scheduler.api.devices.numa.PodAsk` reads it, under :func:`policy_for`."""
+    policy = policy_for(node, ask)
+    if policy != node.policy:
+        node = numa.NodeZones(node.node, policy, node.scope, node.zones)
+    return admit(
+        node,
+        containers=[dict(c) for c in ask.containers],
+        init_containers=[dict(c) for c in ask.init_containers],
+        guaranteed=ask.guaranteed,
+        available=available,
+    )

@@ -1,0 +1,2 @@
+"""Kubernetes objects as the scheduler reads them: pods, nodes, selectors, affinity, disruption budgets, volumes, host
+ports, the workloads that own pods."""

@@ -1,0 +1,2 @@
+"""Consolidation: moving running pods to make room for a pending job, safely (plans, their rooms, the cooldowns and
+budgets they keep, background defragmentation)."""

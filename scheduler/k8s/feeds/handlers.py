@@ -1,0 +1,220 @@
+"""The kopf side of the operator: PodGroups, Queues and the Topology, and kopf settings that keep it read-only.
+
+Only ``@kopf.index`` and ``@kopf.on.event`` handlers are registered: kopf's create/update/resume handlers keep
+their progress and a diff base on the objects (annotations and patches), and finalizers would make the scheduler
+a party to every deletion. The settings below make that impossible even by mistake: progress and diff-base
+storages that store nothing, no posting of kopf's own log lines as Events, no peering (the Lease in
+``scheduler.k8s.leader`` decides who schedules), no CRD scanning (so no cluster-wide CRD read).
+
+Pods and nodes are not here: ``scheduler.k8s.feeds.informer`` explains why (kopf's initial listing is quadratic in
+the number of objects).
+
+Why index handlers feed the operator: kopf runs them for every object of the initial listing *before* any
+other handler, and holds every ``on.event`` handler, of any resource, until all indexed resources are listed
+and indexed. So the first ``on.event`` call on Namespaces (which every cluster has) is the moment the
+PodGroups, Queues and the Topology of the first full listing are in: :meth:`Operator.part_listed` marks it. The
+indexes themselves hold nothing (the handlers return None). Deletions reach only ``on.event`` handlers (kopf drops
+deleted objects from indexes without calling them), so those handle ``DELETED``.
+
+Why kopf starts only once the CRDs are served (:func:`watch`): with scanning disabled (above), kopf looks up the
+API's resources once, at its start. A replica started while the API server is still coming up could find the
+CRDs not served yet; kopf then logged "Unresolved resources cannot be served", never looked again and, holding no
+index for them, let the first Namespace event through at once: the replica was ready with no Queue and no
+PodGroup, took the Lease, and the gangs' pods were never bound. So :func:`watch` first asks the API's discovery
+(which every authenticated client may read) until all of :data:`CRDS` are served, and only then starts kopf,
+whose one scan then finds them all, so all three are indexed before readiness. Until then the replica is not
+ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+import structlog
+
+from scheduler.k8s import client as k8s_client
+from scheduler.k8s.operator import Operator
+
+log = structlog.get_logger(__name__)
+
+GROUP = "scheduling.gpusched.io"
+VERSION = "v1alpha1"
+#: The custom resources the scheduler reads (all indexed): readiness waits until each is served and listed.
+CRDS = frozenset({"podgroups", "queues", "topologies"})
+#: scheduler-plugins' PodGroups, read as gangs when their CRD is served at start (``Operator.compat_podgroup_event``).
+COMPAT_GROUP = "scheduling.x-k8s.io"
+COMPAT_VERSION = "v1alpha1"
+#: Seconds between two looks at the API's discovery while a CRD is not served.
+SERVED_RETRY_S = 1.0
+#: Seconds between two log lines saying which CRDs are still not served.
+SERVED_LOG_S = 30.0
+
+
+class _NoStorage(kopf.ProgressStorage, kopf.DiffBaseStorage):
+    """Keeps nothing on the objects: the scheduler's handlers need neither progress nor a diff base."""
+
+    def fetch(self, **_: Any) -> None:
+        return None
+
+    def store(self, **_: Any) -> None:
+        return None
+
+    def purge(self, **_: Any) -> None:
+        return None
+
+    def touch(self, **_: Any) -> None:
+        return None
+
+    def clear(self, *, essence: Any) -> Any:
+        return essence
+
+
+def settings() -> Any:
+    """kopf settings for a read-only operator (see the module notes)."""
+    s = kopf.OperatorSettings()
+    nothing = _NoStorage()
+    s.persistence.progress_storage = nothing
+    s.persistence.diffbase_storage = nothing
+    s.posting.enabled = False
+    s.scanning.disabled = True
+    s.peering.standalone = True
+    # Handlers are async and cheap; kopf would run sync ones in threads, which the cache is not made for.
+    s.execution.max_workers = 1
+    s.watching.server_timeout = 300
+    s.watching.client_timeout = 330
+    logging.getLogger("kopf").setLevel(logging.WARNING)
+    return s
+
+
+def registry(operator: Operator, client_settings: k8s_client.ClientSettings, *, compat: bool = False) -> Any:
+    """A kopf registry with the scheduler's handlers, feeding ``operator``; ``compat``: scheduler-plugins'
+    PodGroups are served, so they are watched too."""
+    reg = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=reg)
+    async def login(**_: Any) -> Any:
+        return await connection_info(client_settings)
+
+    def feed(resource: tuple[str, ...], method: Any) -> None:
+        @kopf.index(*resource, registry=reg, id=f"feed-{resource[-1]}")
+        async def index(body: Any, **_: Any) -> None:
+            method(body)
+
+        @kopf.on.event(*resource, registry=reg, id=f"deleted-{resource[-1]}")
+        async def deleted(type: str, body: Any, **_: Any) -> None:
+            if type == "DELETED":
+                method(body, deleted=True)
+
+    feed((GROUP, VERSION, "podgroups"), operator.podgroup_event)
+    feed((GROUP, VERSION, "queues"), operator.queue_event)
+    # Indexed too, so the Topology is in before the first listing ends and no decision uses the built-in levels.
+    feed((GROUP, VERSION, "topologies"), operator.topology_event)
+    # Indexed, so every namespace's default queue is known before the first pod is grouped.
+    feed(("v1", "namespaces"), operator.namespace_event)
+    if compat:
+        feed((COMPAT_GROUP, COMPAT_VERSION, "podgroups"), operator.compat_podgroup_event)
+
+    @kopf.on.event("v1", "namespaces", registry=reg)
+    async def listed(**_: Any) -> None:
+        operator.part_listed("custom resources")
+
+    return reg
+
+
+async def not_served(client: k8s_client.Client) -> frozenset[str]:
+    """Which of :data:`CRDS` the API server does not serve now (all of them when it does not answer)."""
+    answer = await client.call(client.custom.get_api_resources, GROUP, VERSION)
+    if not answer.ok:
+        return CRDS
+    resources = answer.body.get("resources")
+    names = {str(r.get("name")) for r in resources if isinstance(r, dict)} if isinstance(resources, list) else set()
+    return CRDS - names
+
+
+async def compat_served(client: k8s_client.Client) -> bool:
+    """Whether scheduler-plugins' PodGroup CRD is served now (looked at once, before kopf starts: a CRD installed
+    later is read after the scheduler's next restart)."""
+    answer = await client.call(client.custom.get_api_resources, COMPAT_GROUP, COMPAT_VERSION)
+    resources = answer.body.get("resources") if answer.ok else None
+    return isinstance(resources, list) and any(isinstance(r, dict) and r.get("name") == "podgroups" for r in resources)
+
+
+async def wait_until_served(client: k8s_client.Client, *, retry_s: float = SERVED_RETRY_S) -> None:
+    """Return once every one of :data:`CRDS` is served (see the module notes); log which are not, now and then."""
+    loop = asyncio.get_running_loop()
+    last_log = loop.time() - SERVED_LOG_S
+    while missing := await not_served(client):
+        if loop.time() - last_log >= SERVED_LOG_S:
+            last_log = loop.time()
+            log.warning(
+                "custom resources not served yet; not ready until they are",
+                group=f"{GROUP}/{VERSION}",
+                missing=sorted(missing),
+            )
+        await asyncio.sleep(retry_s)
+
+
+async def watch(
+    operator: Operator,
+    client: k8s_client.Client,
+    client_settings: k8s_client.ClientSettings,
+    *,
+    stop_flag: asyncio.Event,
+    started: Callable[[], None] = lambda: None,
+) -> None:
+    """Wait until the CRDs are served, then run kopf's watches until ``stop_flag`` is set.
+
+    kopf puts its own SIGINT and SIGTERM handlers on the event loop as it starts (a second signal then raised
+    ``InvalidStateError`` in them); ``started()`` is called right after, for the caller to put its own back.
+    """
+    served = asyncio.ensure_future(wait_until_served(client))
+    stopped = asyncio.ensure_future(stop_flag.wait())
+    try:
+        await asyncio.wait({served, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        served.cancel()
+        stopped.cancel()
+    if not served.done() or served.cancelled():
+        return  # stopped before the CRDs were served
+    served.result()
+    compat = await compat_served(client)
+    if compat:
+        log.info("scheduler-plugins PodGroups are served: read as gangs", group=f"{COMPAT_GROUP}/{COMPAT_VERSION}")
+    existing = asyncio.all_tasks()
+    tasks = await kopf.spawn_tasks(
+        registry=registry(operator, client_settings, compat=compat),
+        settings=settings(),
+        clusterwide=True,
+        standalone=True,
+        stop_flag=stop_flag,
+    )
+    started()
+    await kopf.run_tasks(tasks, ignored=existing)
+
+
+async def connection_info(settings: k8s_client.ClientSettings) -> Any:
+    """kopf's credentials from the same kubeconfig or in-cluster files the API client uses."""
+    conf = await k8s_client.configuration(settings)
+    token = conf.api_key.get("authorization") or conf.api_key.get("BearerToken") or ""
+    scheme = None
+    if token:
+        prefix = conf.api_key_prefix.get("authorization", "")
+        scheme, _, value = (f"{prefix} {token}" if prefix else token).partition(" ")
+        token = value or scheme
+        scheme = scheme if value else "Bearer"
+    return kopf.ConnectionInfo(
+        server=conf.host,
+        ca_path=conf.ssl_ca_cert or None,
+        insecure=not conf.verify_ssl,
+        certificate_path=conf.cert_file or None,
+        private_key_path=conf.key_file or None,
+        scheme=scheme,
+        token=token or None,
+        username=conf.username or None,
+        password=conf.password or None,
+        default_namespace="default",
+    )
