@@ -320,33 +320,23 @@ async def _supervise(
     informers.update(volume_binding.informers(client, operator.feed.volumes))
     for kind, watch in informers.items():
         tasks[kind] = asyncio.create_task(watch.run(), name=f"gpusched {kind}")
-    # DeviceClasses, ResourceSlices and ResourceClaims (scheduler.k8s.ports.device_claims), where the cluster serves
-    # them
-    # (asked once, scheduler.k8s.feeds.discovery); else the DRA feature is off.
-    devices = operator.feed.devices
-    tasks["devices"] = asyncio.create_task(
-        discovery.watch_if_served(
-            client,
+    # The kinds of the optional APIs, where the cluster serves them (asked once, scheduler.k8s.feeds.discovery), else
+    # their feature is off: DeviceClasses, ResourceSlices and ResourceClaims (scheduler.k8s.ports.device_claims;
+    # without them DRA is off), NodeResourceTopology objects (scheduler.k8s.feeds.numa_zones; no NUMA rule).
+    devices, zones = operator.feed.devices, operator.feed.zones
+    optional: dict[
+        str, tuple[discovery.OptionalApi, Callable[[], dict[str, informer.Informer]], Callable[[str], None]]
+    ] = {
+        "devices": (
             discovery.DRA,
             lambda: device_claims.informers(client, devices),
-            off=lambda why: device_claims.switch_off(devices, why=why),
-            metrics=operator.metrics,
+            lambda why: device_claims.switch_off(devices, why=why),
         ),
-        name="gpusched devices",
-    )
-    # NodeResourceTopology objects (scheduler.k8s.feeds.numa_zones), where an agent installed their CRD; else no NUMA
-    # rule.
-    zones = operator.feed.zones
-    tasks["numa zones"] = asyncio.create_task(
-        discovery.watch_if_served(
-            client,
-            discovery.NUMA,
-            lambda: numa_zones.informers(client, zones),
-            off=lambda why: None,
-            metrics=operator.metrics,
-        ),
-        name="gpusched numa zones",
-    )
+        "numa zones": (discovery.NUMA, lambda: numa_zones.informers(client, zones), lambda why: None),
+    }
+    for name, (api, loops, off) in optional.items():
+        watched = discovery.watch_if_served(client, api, loops, off=off, metrics=operator.metrics)
+        tasks[name] = asyncio.create_task(watched, name=f"gpusched {name}")
     lease: LeaseThread | None = None
     if _observing(args):
         pass  # gpusched dashboard: a local copy that never leads, and so never decides or writes

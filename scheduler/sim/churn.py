@@ -21,10 +21,9 @@ after time 0 and the window from 0 to the last of them.
 Declared run times (:class:`Declared`, ``--runtime-estimate`` and ``--runtime-missing``): each arrival's pod
 declares ``spec.activeDeadlineSeconds`` (a hard limit, as users set them: typically 2 to 5 times the run) of its
 duration times a factor drawn uniformly from a range (1: exact), rounded up to whole seconds, and read as the
-operator reads it (``scheduler.api.objects.pod.active_deadline``); a given share of the pods declares none. The draws
-are
-seeded apart from the workload's, so the arrivals and durations stay those of the run without them; a pod of the
-population at time 0 declares its remaining run time times the factor (as if it started at 0). Without either
+operator reads it (``scheduler.api.objects.run_time.active_deadline``); a given share of the pods declares none.
+The draws are seeded apart from the workload's, so the arrivals and durations stay those of the run without them; a
+pod of the population at time 0 declares its remaining run time times the factor (as if it started at 0). Without either
 option no pod declares one, as before.
 
 Reported per run (:class:`ChurnRun`): time-weighted GPU allocation over the window; wait (placement minus arrival)
@@ -45,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from scheduler.api.basics.errors import InvalidObject
-from scheduler.api.objects import pod as api_pod
+from scheduler.api.objects import run_time as api_run_time
 from scheduler.api.objects.pod import PodRequest
 from scheduler.core.actions import registry
 from scheduler.core.consolidation.moves import Moves
@@ -170,6 +169,14 @@ class Declared:
     def describe(self) -> str:
         factor = "exact" if self.low == self.high == 1.0 else f"x{self.low:g}-{self.high:g}"
         return f"run times declared {factor}, {self.missing:.0%} without"
+
+
+def declared(estimate: str | None, missing: str | None) -> Declared | None:
+    """``--runtime-estimate`` and ``--runtime-missing`` as a run's :class:`Declared` (None: neither given)."""
+    if estimate is None and missing is None:
+        return None
+    low, high = parse_estimate(estimate) if estimate is not None else (1.0, 1.0)
+    return Declared(low, high, parse_missing(missing) if missing is not None else 0.0)
 
 
 def parse_estimate(raw: str) -> tuple[float, float]:
@@ -299,7 +306,7 @@ class ChurnSimulation(jobsim.JobSimulation):
                 owner=f"replicaset/{a.name}",
                 owner_kind="ReplicaSet",
                 created=a.at,
-                run_time=api_pod.active_deadline(a.deadline) if a.deadline is not None else None,
+                run_time=api_run_time.active_deadline(a.deadline) if a.deadline is not None else None,
             )
             for a in load.arrivals
         }

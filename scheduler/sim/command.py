@@ -217,7 +217,7 @@ def check(args: argparse.Namespace) -> None:
         raise InvalidObject(f"{args.tune} is not a ratio in (0, 10]", obj="gpusched simulate", field="--tune")
     if args.churn is not None:
         churn.parse_loads(args.churn)
-        _declared(args)
+        churn.declared(args.runtime_estimate, args.runtime_missing)
     if args.arrivals is not None and args.arrivals < 1:
         raise InvalidObject(f"{args.arrivals} is not a count of pods", obj="gpusched simulate", field="--arrivals")
     if args.json:
@@ -450,15 +450,6 @@ def compare_replay(
     return results
 
 
-def _declared(args: argparse.Namespace) -> churn.Declared | None:
-    """``--runtime-estimate`` and ``--runtime-missing`` as the churn run's :class:`churn.Declared` (None: neither)."""
-    if args.runtime_estimate is None and args.runtime_missing is None:
-        return None
-    low, high = churn.parse_estimate(args.runtime_estimate) if args.runtime_estimate is not None else (1.0, 1.0)
-    missing = churn.parse_missing(args.runtime_missing) if args.runtime_missing is not None else 0.0
-    return churn.Declared(low, high, missing)
-
-
 def run_churn(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, Any]:
     """``--churn``: every policy at every load, means over the seeds (``scheduler.sim.churn``)."""
     names = ["fgd"] if args.policy is None else [n.strip() for n in args.policy.split(",") if n.strip()]
@@ -467,7 +458,7 @@ def run_churn(args: argparse.Namespace, seeds: Sequence[int]) -> dict[str, Any]:
     durations_from, note = churn.durations_source(pods, pods_file=args.pods, durations_file=args.durations)
     progress = Progress(args.quiet)
     loads = churn.parse_loads(args.churn)
-    declared = _declared(args)
+    declared = churn.declared(args.runtime_estimate, args.runtime_missing)
     results = churn.compare(
         nodes,
         pods,

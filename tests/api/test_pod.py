@@ -9,6 +9,7 @@ import pytest
 from scheduler.api.basics import resources
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.objects import pod as api_pod
+from scheduler.api.objects import run_time as api_run_time
 from scheduler.api.objects.host_ports import HostPort
 from scheduler.core import memo
 from tests.api import objects
@@ -308,8 +309,8 @@ def _timed(*, deadline: object = None, kueue: str | None = None, estimate: str |
     raw = objects.pod(
         "p",
         gpus=1,
-        labels={api_pod.LABEL_KUEUE_MAX_EXEC_TIME: kueue} if kueue is not None else None,
-        annotations={api_pod.ANNOTATION_EXPECTED_RUNTIME: estimate} if estimate is not None else None,
+        labels={api_run_time.LABEL_KUEUE_MAX_EXEC_TIME: kueue} if kueue is not None else None,
+        annotations={api_run_time.ANNOTATION_EXPECTED_RUNTIME: estimate} if estimate is not None else None,
         **kw,
     )
     if deadline is not None:
@@ -323,17 +324,17 @@ def _timed(*, deadline: object = None, kueue: str | None = None, estimate: str |
 )
 def test_an_expected_runtime_is_a_soft_estimate_read_as_a_duration_or_seconds(estimate: str, seconds: float) -> None:
     run_time = api_pod.parse_pod(_timed(estimate=estimate)).run_time
-    assert run_time == api_pod.RunTime(seconds, False, "metadata.annotations[gpusched.io/expected-runtime]")
+    assert run_time == api_run_time.RunTime(seconds, False, "metadata.annotations[gpusched.io/expected-runtime]")
 
 
 def test_a_deadline_is_hard_and_the_shortest_declaration_wins() -> None:
-    assert api_pod.parse_pod(_timed(deadline=600)).run_time == api_pod.RunTime(
+    assert api_pod.parse_pod(_timed(deadline=600)).run_time == api_run_time.RunTime(
         600.0, True, "spec.activeDeadlineSeconds"
     )
     kueue = api_pod.parse_pod(_timed(kueue="300", deadline=600, estimate="1h")).run_time
-    assert kueue == api_pod.RunTime(300.0, True, "metadata.labels[kueue.x-k8s.io/max-exec-time-seconds]")
+    assert kueue == api_run_time.RunTime(300.0, True, "metadata.labels[kueue.x-k8s.io/max-exec-time-seconds]")
     # An estimate shorter than the deadline is what the pod is expected to take; the deadline still bounds it.
-    assert api_pod.parse_pod(_timed(deadline=7200, estimate="30m")).run_time == api_pod.RunTime(
+    assert api_pod.parse_pod(_timed(deadline=7200, estimate="30m")).run_time == api_run_time.RunTime(
         1800.0, False, "metadata.annotations[gpusched.io/expected-runtime]"
     )
     # Equal: the deadline, which nothing overruns.
@@ -373,7 +374,7 @@ def test_a_bound_pods_bad_run_time_is_left_out_and_reported_and_the_pod_keeps_it
     raw = _timed(deadline=600, estimate="soon", node_name="n1")
     pod, problems = api_pod.parse_bound_pod(raw)
     assert (pod.node_name, pod.gpu.count) == ("n1", 1)
-    assert pod.run_time == api_pod.RunTime(600.0, True, "spec.activeDeadlineSeconds")
+    assert pod.run_time == api_run_time.RunTime(600.0, True, "spec.activeDeadlineSeconds")
     assert [p.field for p in problems] == ["metadata.annotations[gpusched.io/expected-runtime]"]
     # With another malformed annotation too, both are reported and the pod still holds its node.
     raw["metadata"]["annotations"]["gpusched.io/gpu-ids"] = "x"

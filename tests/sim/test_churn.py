@@ -12,6 +12,7 @@ import pytest
 
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.objects import pod as api_pod
+from scheduler.api.objects import run_time as api_run_time
 from scheduler.cli import main
 from scheduler.core.consolidation.defrag import Defragmenter
 from scheduler.framework.interface import Decision
@@ -273,7 +274,7 @@ def test_a_pod_declares_its_run_time_as_the_operator_reads_a_deadline() -> None:
     sim = churn.ChurnSimulation([NODE], Workload(arrivals, 20.0), churn.profile("fgd", shapes=[], seed=0))
     raw = objects.pod("a", gpus=1)
     raw["spec"]["activeDeadlineSeconds"] = 25
-    assert sim.requests["a"].run_time == api_pod.parse_pod(raw).run_time == api_pod.active_deadline(25)
+    assert sim.requests["a"].run_time == api_pod.parse_pod(raw).run_time == api_run_time.active_deadline(25)
     assert sim.requests["b"].run_time is None
 
 

@@ -3,6 +3,7 @@ object and the field. Shared by the parsers of objects the scheduler watches by 
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -84,3 +85,14 @@ def string(raw: object, *, obj: str, field: str, required: bool = False) -> str:
     if not isinstance(raw, str):
         raise InvalidObject(f"{raw!r} is not a string", obj=obj, field=field)
     return raw
+
+
+def unix_time(value: object) -> float:
+    """An RFC 3339 time the API server wrote (``creationTimestamp``, ``status.startTime``) as Unix seconds; 0 when
+    absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return 0.0
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

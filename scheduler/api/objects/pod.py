@@ -11,21 +11,12 @@ is refused with :class:`Unsupported`, a kind of :class:`InvalidObject` naming th
 as it reports any pod it cannot read (an Event and ``PodScheduled=False``), and the pod waits, never placed as if
 it had not asked. Bound pods and other schedulers' pods are read whatever they ask: they hold their node's room.
 
-A pod's declared run time (:class:`RunTime`, docs/pods.md) is the shortest of what it declares:
-``spec.activeDeadlineSeconds`` (hard: the kubelet ends the pod that long after it started), Kueue's
-``kueue.x-k8s.io/max-exec-time-seconds`` label (hard: Kueue evicts the workload after that long) and the
-``gpusched.io/expected-runtime`` annotation (soft: the user's estimate, which the pod may overrun). A malformed one
-refuses a pending pod of ours naming the field; a bound pod's is left out and reported (:func:`parse_bound_pod`),
-and another scheduler's pending pod is read without it. A Job's ``activeDeadlineSeconds`` is not read: it lives on
-the Job, which the pod feed does not watch.
+A pod's declared run time is read by :mod:`scheduler.api.objects.run_time` (docs/pods.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -40,7 +31,9 @@ from scheduler.api.devices import hami as api_hami
 from scheduler.api.devices import numa as api_numa
 from scheduler.api.objects import affinity as api_affinity
 from scheduler.api.objects import host_ports, selectors
+from scheduler.api.objects import run_time as api_run_time
 from scheduler.api.objects import volumes as api_volumes
+from scheduler.api.objects.run_time import RunTime
 
 SCHEDULER_NAME = "gpusched"
 ANNOTATION_GPU_MILLI = "gpusched.io/gpu-milli"
@@ -54,10 +47,6 @@ ANNOTATION_TOPOLOGY_PREFERRED = "gpusched.io/topology-preferred"
 #: ``never``: consolidation never moves the pod (``allow``, the default: it may, within the Queue's rules).
 ANNOTATION_CONSOLIDATION = "gpusched.io/consolidation"
 CONSOLIDATION_VALUES = ("allow", "never")
-#: The user's estimate of how long the pod runs once started: a duration (``2h30m``, ``90m``, ``45s``) or seconds.
-ANNOTATION_EXPECTED_RUNTIME = "gpusched.io/expected-runtime"
-#: Kueue's bound on a workload's run time, in seconds (Kueue evicts the workload once it has run that long).
-LABEL_KUEUE_MAX_EXEC_TIME = "kueue.x-k8s.io/max-exec-time-seconds"
 LABEL_POD_GROUP = "gpusched.io/pod-group"
 LABEL_POD_GROUP_COMPAT = "scheduling.x-k8s.io/pod-group"
 LABEL_QUEUE = "gpusched.io/queue"
@@ -67,17 +56,6 @@ PREEMPT_NEVER = "Never"
 
 class Unsupported(InvalidObject):
     """A pod asks for something gpusched does not honour yet: it is not scheduled rather than misplaced."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunTime:
-    """How long a pod runs once started, as it declares it (the shortest of its declarations, see the module notes)."""
-
-    seconds: float
-    #: A deadline (the pod is ended by then: ``spec.activeDeadlineSeconds``, Kueue's label), not an estimate.
-    hard: bool
-    #: The field it was read from, for messages.
-    field: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,91 +150,6 @@ def expected_end(pod: PodRequest, *, started: float | None = None) -> float | No
     if pod.run_time is None or not start:
         return None
     return start + pod.run_time.seconds
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([hms])")
-_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0}
-
-
-def active_deadline(seconds: int) -> RunTime:
-    """The run time a pod's ``spec.activeDeadlineSeconds: seconds`` declares (what the simulator's pods declare)."""
-    return RunTime(float(seconds), True, "spec.activeDeadlineSeconds")
-
-
-def parse_duration(raw: str, *, obj: str, field: str) -> float:
-    """A duration as Go and kubectl write it, in hours, minutes and seconds (``2h30m``, ``90m``, ``1.5h``, ``45s``), or
-    a number of seconds (``3600``); > 0."""
-    text = raw.strip()
-    seconds: float | None = None
-    try:
-        seconds = float(text)
-    except ValueError:
-        parts = _DURATION.findall(text)
-        if parts and "".join(n + u for n, u in parts) == text:
-            seconds = sum(float(n) * _SECONDS[u] for n, u in parts)
-    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidObject(
-            f"{raw!r} is not a duration > 0 like '2h30m', '90m', '45s' or a number of seconds", obj=obj, field=field
-        )
-    return seconds
-
-
-def _run_time(
-    spec: Mapping[str, object], labels: Mapping[str, str], annotations: Mapping[str, str], *, obj: str
-) -> tuple[RunTime | None, tuple[InvalidObject, ...]]:
-    """The pod's declared run time (the shortest declaration; a deadline before an estimate of the same length), and
-    a problem for each declaration that cannot be read (left out)."""
-    found: list[RunTime] = []
-    problems: list[InvalidObject] = []
-    deadline = spec.get("activeDeadlineSeconds")
-    if deadline is not None:
-        if isinstance(deadline, bool) or not isinstance(deadline, int) or deadline < 1:
-            problems.append(
-                InvalidObject(
-                    f"{deadline!r} is not a number of seconds >= 1", obj=obj, field="spec.activeDeadlineSeconds"
-                )
-            )
-        else:
-            found.append(active_deadline(deadline))
-    kueue = labels.get(LABEL_KUEUE_MAX_EXEC_TIME)
-    if kueue is not None:
-        where = f"metadata.labels[{LABEL_KUEUE_MAX_EXEC_TIME}]"
-        if not kueue.strip().isdigit() or int(kueue) < 1:
-            problems.append(InvalidObject(f"{kueue!r} is not a number of seconds >= 1", obj=obj, field=where))
-        else:
-            found.append(RunTime(float(int(kueue)), True, where))
-    estimate = annotations.get(ANNOTATION_EXPECTED_RUNTIME)
-    if estimate is not None:
-        where = f"metadata.annotations[{ANNOTATION_EXPECTED_RUNTIME}]"
-        try:
-            found.append(RunTime(parse_duration(estimate, obj=obj, field=where), False, where))
-        except InvalidObject as exc:
-            problems.append(exc)
-    best = min(found, key=lambda r: (r.seconds, not r.hard), default=None)
-    return best, tuple(problems)
-
-
-def _declares_run_time(raw: Mapping[str, object]) -> bool:
-    """Whether the raw pod declares a run time at all (most do not: they skip reading it twice)."""
-    meta, spec = raw.get("metadata"), raw.get("spec")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return (
-        (isinstance(spec, Mapping) and "activeDeadlineSeconds" in spec)
-        or (isinstance(labels, Mapping) and LABEL_KUEUE_MAX_EXEC_TIME in labels)
-        or (isinstance(annotations, Mapping) and ANNOTATION_EXPECTED_RUNTIME in annotations)
-    )
-
-
-def unix_time(value: object) -> float:
-    """An RFC 3339 time the API server wrote (``creationTimestamp``, ``status.startTime``) as Unix seconds; 0 when
-    absent or unreadable."""
-    if not isinstance(value, str) or not value:
-        return 0.0
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 #: A pod spec's init containers or containers, each with its requests (``resources.read_containers``).
@@ -499,7 +392,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
     # keep every name): most pods ask for none, and skip reading every container again.
     share = api_hami.share_of(spec, obj=obj) if any(r in requested for r in api_hami.RESOURCES) else None
     gpu = _gpu_request(requested, annotations, obj=obj, share=share)
-    run_time, run_time_problems = _run_time(spec, labels, annotations, obj=obj)
+    run_time, run_time_problems = api_run_time.read(spec, labels, annotations, obj=obj)
     if (spec.get("schedulerName") or "default-scheduler") == scheduler_name and not spec.get("nodeName"):
         if run_time_problems:
             raise run_time_problems[0]
@@ -583,7 +476,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         preemption_policy=str(preemption_policy),
         numa=numa_ask,
         run_time=run_time,
-        started=unix_time(status.get("startTime")),
+        started=fields.unix_time(status.get("startTime")),
         topology=api_topology.parse_constraint(
             annotations.get(ANNOTATION_TOPOLOGY_REQUIRED),
             annotations.get(ANNOTATION_TOPOLOGY_PREFERRED),
@@ -656,7 +549,8 @@ def parse_bound_pod(raw: Mapping[str, object]) -> tuple[PodRequest, tuple[Invali
 
 def _run_time_problems(raw: Mapping[str, object], pod: PodRequest) -> tuple[InvalidObject, ...]:
     """What of a bound pod's declared run time cannot be read (left out of ``pod.run_time``)."""
-    if not _declares_run_time(raw):
+    if not api_run_time.declared(raw):
         return ()
     spec = raw.get("spec")
-    return _run_time(spec if isinstance(spec, Mapping) else {}, pod.labels, pod.annotations, obj=f"pod {pod.key}")[1]
+    spec = spec if isinstance(spec, Mapping) else {}
+    return api_run_time.read(spec, pod.labels, pod.annotations, obj=f"pod {pod.key}")[1]

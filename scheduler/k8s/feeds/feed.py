@@ -29,6 +29,7 @@ from typing import Any
 
 import structlog
 
+from scheduler.api.basics import fields
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.crds import podgroup as api_podgroup
 from scheduler.api.crds import queue as api_queue
@@ -227,7 +228,7 @@ class PodFeed:
         # Only a pending pod's age matters (queue order); bound pods, by the thousand at start-up, skip this copy.
         pod = replace(
             pod,
-            created=api_pod.unix_time(meta.get("creationTimestamp")),
+            created=fields.unix_time(meta.get("creationTimestamp")),
             service_labels=api_affinity.services_selecting(pod.labels, self.services.get(pod.namespace, {}).values()),
         )
         if pod.resource_claims:
@@ -479,7 +480,7 @@ class PodFeed:
         """The PodGroup of ``body`` as ``parse`` reads it (created at its creationTimestamp); None, reported as an
         invalid object, when it cannot be read."""
         try:
-            return parse(body, created=api_pod.unix_time(_meta(body).get("creationTimestamp")))
+            return parse(body, created=fields.unix_time(_meta(body).get("creationTimestamp")))
         except InvalidObject as exc:
             self.invalid("podgroup", key, exc)
             return None
