@@ -31,7 +31,7 @@ from scheduler.api.crds.podgroup import PodGroup
 from scheduler.api.crds.topology import TopologyConstraint
 from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Cache
-from scheduler.core import capacity, gang, reason_texts, registry, session
+from scheduler.core import actions, capacity, gang, reason_texts, registry, session
 from scheduler.core.cycle import Scheduler
 from scheduler.core.jobs import Attempt, Job
 from scheduler.core.loop import SchedulingLoop
@@ -121,14 +121,8 @@ def _action_lines(
     says the plan it carries out or would, or why none exists, on the cycle's context)."""
     lines: list[str] = []
     for action in live.loop.actions:
-        lines += action.explain(
-            job_key,
-            members,
-            live.cache.snapshot(),
-            whole_gang=whole_gang,
-            level=level,
-            context=live.loop.cycle_context(job_key),
-        )
+        context = live.loop.cycle_context(job_key)
+        lines += action.explain(actions.Asked(job_key, members, live.cache.snapshot(), whole_gang, level, context))
     return lines
 
 

@@ -183,6 +183,19 @@ class Setting:
         return found
 
 
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A job ``gpusched explain`` asks the actions about: what its cycles would try now."""
+
+    key: str
+    members: Sequence[PodRequest]
+    snapshot: Snapshot
+    whole_gang: bool
+    #: The topology level a whole gang stays inside, if any.
+    level: int | None
+    context: Context
+
+
 class Action:
     """One step of the session, built from a :class:`Setting` (``registry.ACTIONS``)."""
 
@@ -196,16 +209,7 @@ class Action:
         it when the job is placed or waits, and discards it otherwise); say what it did."""
         raise NotImplementedError
 
-    def explain(
-        self,
-        key: str,
-        members: Sequence[PodRequest],
-        snapshot: Snapshot,
-        *,
-        whole_gang: bool,
-        level: int | None,
-        context: Context,
-    ) -> list[str]:
-        """What it is doing, or would do now, for job ``key`` of ``members`` (``gpusched explain``), as lines; none
+    def explain(self, asked: Asked) -> list[str]:
+        """What it is doing, or would do now, for the job ``asked`` is about (``gpusched explain``), as lines; none
         unless it says more than the cycle's reasons."""
         return []

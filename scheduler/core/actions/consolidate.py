@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core import memo
-from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting
+from scheduler.core.actions import NOTHING, WAITS, Action, Asked, Outcome, Setting
 from scheduler.core.consolidation import no_plans as move_memo
 from scheduler.core.consolidation.defrag import Defragmenter
 from scheduler.core.consolidation.moves import Moves, NoPlan
@@ -114,29 +114,20 @@ class Consolidate(Action):
             pace=moves.pace,
         ).run(lambda slot: moves.movable_on(slot, priority))
 
-    def explain(
-        self,
-        key: str,
-        members: Sequence[PodRequest],
-        snapshot: Snapshot,
-        *,
-        whole_gang: bool,
-        level: int | None,
-        context: Context,
-    ) -> list[str]:
-        """The plan being carried out for job ``key``, the one it would carry out now, or why none exists (its own
-        search, on the cycle's ``context``); nothing when no pod may be moved (no mover)."""
+    def explain(self, asked: Asked) -> list[str]:
+        """The plan being carried out for the job, the one it would carry out now, or why none exists (its own
+        search, on the cycle's context); nothing when no pod may be moved (no mover)."""
         if self.moves.mover is None:
             return []
-        if key in self.moves.plans:
-            return [f"  consolidation: {self.moves.why(key)}"]
+        if asked.key in self.moves.plans:
+            return [f"  consolidation: {self.moves.why(asked.key)}"]
         found = self.plan_for(
-            members,
-            snapshot,
-            whole_gang=whole_gang,
-            priority=max(p.priority for p in members),
-            level=level,
-            context=context,
+            asked.members,
+            asked.snapshot,
+            whole_gang=asked.whole_gang,
+            priority=max(p.priority for p in asked.members),
+            level=asked.level,
+            context=asked.context,
         )
         if found.plan is None:
             return [f"  consolidation cannot make room: {found.why}"]
