@@ -6,6 +6,7 @@ from __future__ import annotations
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.cache.numa_store import NumaStore
 from scheduler.k8s.feeds import numa_zones
+from scheduler.k8s.ports import events
 from tests.api.test_numa import nrt
 
 
@@ -29,3 +30,9 @@ def test_objects_feed_the_store_and_changes_wake_the_waiting_pods() -> None:
     watches.event(nrt("gpu-1"))
     watches.event({"metadata": {"name": "gpu-1"}}, deleted=True)
     assert "gpu-1" not in store.nodes
+
+
+def test_an_unreadable_object_can_be_told_in_an_event() -> None:
+    # The feed reports an unreadable object as an Event on it: the object must be one an Event can name.
+    ref = events.parse_object("noderesourcetopology gpu-0")
+    assert (ref.api_version, ref.kind, ref.namespace) == ("topology.node.k8s.io/v1alpha2", "NodeResourceTopology", "")

@@ -62,6 +62,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "deviceclass": ("resource.k8s.io/v1", "DeviceClass", False),
     "resourceslice": ("resource.k8s.io/v1", "ResourceSlice", False),
     "resourceclaim": ("resource.k8s.io/v1", "ResourceClaim", True),
+    "noderesourcetopology": ("topology.node.k8s.io/v1alpha2", "NodeResourceTopology", False),
 }
 
 
