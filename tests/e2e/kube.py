@@ -64,8 +64,9 @@ SHIPPED_RBAC_KINDS = frozenset(
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 #: The binding docs/dashboard.md has an operator make for ``--dashboard-auth=kubernetes``.
 AUTH_DELEGATOR_BINDING = "gpusched-auth-delegator"
-#: ``1`` (or ``true``): every scenario's ``gpusched run`` runs as the shipped ServiceAccount
-#: (:meth:`Scenario.gpusched`), not with the suite's admin kubeconfig.
+#: Unset (the default) or ``1``: every scenario's ``gpusched run`` runs as shipped, with the ServiceAccount's token and
+#: the RBAC of manifests/ (:meth:`Scenario.gpusched`); ``0`` (or ``false``, ``no``): with the suite's admin kubeconfig,
+#: to tell a scheduling bug from a missing right while debugging.
 AS_SERVICE_ACCOUNT_ENV = "GPUSCHED_E2E_AS_SERVICE_ACCOUNT"
 #: A log line of gpusched that says the API server refused one of its requests for want of a right: the authorizer's
 #: message (``pods is forbidden: User "system:serviceaccount:..." cannot list resource "pods" ...``), not another 403
@@ -901,10 +902,10 @@ class Scenario:
 
         ``as_service_account``: it runs as manifests/ ships it, with the ServiceAccount's token and rights (applied
         here, see :meth:`Kube.apply_shipped_rbac`) and the one Lease its Role names; else with the suite's admin
-        kubeconfig and a Lease of the scenario's own. None: as ``GPUSCHED_E2E_AS_SERVICE_ACCOUNT`` says (default:
-        admin)."""
+        kubeconfig and a Lease of the scenario's own. None: as ``GPUSCHED_E2E_AS_SERVICE_ACCOUNT`` says (default: the
+        ServiceAccount, as it runs in a cluster)."""
         if as_service_account is None:
-            as_service_account = os.environ.get(AS_SERVICE_ACCOUNT_ENV, "").lower() in ("1", "true", "yes")
+            as_service_account = os.environ.get(AS_SERVICE_ACCOUNT_ENV, "1").lower() not in ("0", "false", "no")
         full = f"{self.name}-{identity}"
         if not as_service_account:
             # A Lease of its own: a replica killed by the previous scenario would otherwise hold it for a lease term.
