@@ -1,0 +1,64 @@
+"""The suite reads what request a refusal in gpusched's log names (kube.refused_request), so that a scenario fails
+only for a right the ServiceAccount still lacks. No cluster needed: the lines are as gpusched logs them."""
+
+from __future__ import annotations
+
+import json
+
+from kube import refused_request
+
+SA = "system:serviceaccount:gpusched-system:gpusched"
+GROUPS = ["system:authenticated", "system:serviceaccounts", "system:serviceaccounts:gpusched-system"]
+
+
+def _line(error: str, **fields: str) -> str:
+    return json.dumps({**fields, "error": error, "event": "status write refused", "level": "warning"})
+
+
+def test_a_namespaced_write_of_a_subresource() -> None:
+    line = _line(
+        f'podgroups.scheduling.gpusched.io "g04" is forbidden: User "{SA}" cannot patch resource "podgroups/status" '
+        'in API group "scheduling.gpusched.io" in the namespace "team-a"'
+    )
+    assert refused_request(line) == {
+        "user": SA,
+        "groups": GROUPS,
+        "resourceAttributes": {
+            "verb": "patch",
+            "group": "scheduling.gpusched.io",
+            "resource": "podgroups",
+            "subresource": "status",
+            "namespace": "team-a",
+        },
+    }
+
+
+def test_a_cluster_scoped_list_of_the_core_group() -> None:
+    line = _line(f'nodes is forbidden: User "{SA}" cannot list resource "nodes" in API group "" at the cluster scope')
+    assert refused_request(line) == {
+        "user": SA,
+        "groups": GROUPS,
+        "resourceAttributes": {"verb": "list", "group": "", "resource": "nodes", "subresource": "", "namespace": ""},
+    }
+
+
+def test_an_answer_inside_the_line_cut_short_is_read_from_its_object_at_cluster_scope() -> None:
+    answer = json.dumps(
+        {"kind": "Status", "message": f'csinodes.storage.k8s.io is forbidden: User "{SA}" cannot watch resource "csi'}
+    )
+    line = _line(f"ClientError: watch csinodes: HTTP 403 b'{answer}'")
+    assert refused_request(line) == {
+        "user": SA,
+        "groups": GROUPS,
+        "resourceAttributes": {
+            "verb": "watch",
+            "group": "storage.k8s.io",
+            "resource": "csinodes",
+            "subresource": "",
+            "namespace": "",
+        },
+    }
+
+
+def test_a_line_without_a_refusal_names_no_request() -> None:
+    assert refused_request(_line('events "x" is forbidden: unable to create new content in namespace t')) is None
