@@ -72,12 +72,12 @@ AS_SERVICE_ACCOUNT_ENV = "GPUSCHED_E2E_AS_SERVICE_ACCOUNT"
 #: message (``pods is forbidden: User "system:serviceaccount:..." cannot list resource "pods" ...``), not another 403
 #: (an Event refused because its namespace is being deleted says "forbidden: unable to create new content").
 REFUSED = re.compile(r"is forbidden: User .{1,300}? cannot ")
-#: What the authorizer's message names of a refused request: the object (``resource[.group]``), who, the verb, and
-#: the resource as authorized (with a subresource: ``podgroups/status``), its group and namespace (none: cluster
-#: scope), or a non-resource path. Read with the log line's quotes unescaped (JSON, or an API server's JSON answer
-#: inside JSON); an informer's line may cut the message short after the verb.
+#: What the authorizer's message names of a refused request: the object (``resource[.group]``, its name), who, the
+#: verb, and the resource as authorized (with a subresource: ``podgroups/status``), its group and namespace (none:
+#: cluster scope), or a non-resource path. Read with the log line's quotes unescaped (JSON, or an API server's JSON
+#: answer inside JSON); an informer's line may cut the message short after the verb.
 REFUSED_REQUEST = re.compile(
-    r'(?:(?P<object>[a-z0-9.-]+)(?: "[^"]*")? is )?forbidden: User "(?P<user>[^"]+)" cannot (?P<verb>[a-z]+)'
+    r'(?:(?P<object>[a-z0-9.-]+)(?: "(?P<name>[^"]*)")? is )?forbidden: User "(?P<user>[^"]+)" cannot (?P<verb>[a-z]+)'
     r'(?: resource "(?P<resource>[^"]+)" in API group "(?P<group>[a-z0-9.-]*)"'
     r'(?: in the namespace "(?P<namespace>[^"]+)")?'
     r'| path "(?P<path>[^"]+)")?'
@@ -110,6 +110,7 @@ def refused_request(line: str) -> dict[str, str] | None:
         "resource": resource,
         "subresource": subresource,
         "namespace": found["namespace"] or "",
+        "name": found["name"] or "",  # a Role may grant one object by name (the Lease)
     }
     return spec
 
@@ -320,13 +321,13 @@ class Kube:
                                 raise
                             time.sleep(0.1)
 
-    def apply_shipped_rbac(self) -> list[str]:
+    def apply_shipped_rbac(self, *, kinds: frozenset[str] = SHIPPED_RBAC_KINDS) -> list[str]:
         """Apply what manifests/ ships for the scheduler's rights, as ``kubectl apply -k manifests/`` would make it
         (rendered by ``kubectl kustomize``, so the Role and the ServiceAccount land in the kustomization's namespace):
-        the namespace, the ServiceAccount, the ClusterRole and the Role with their bindings, the CRDs. Returns the
-        objects applied (``Kind/name``)."""
+        the namespace, the ServiceAccount, the ClusterRole and the Role with their bindings, the CRDs (of these
+        ``kinds``). Returns the objects applied (``Kind/name``)."""
         rendered = self.kubectl("kustomize", str(MANIFESTS)).stdout
-        docs = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in SHIPPED_RBAC_KINDS]
+        docs = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in kinds]
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
         self.shipped_rbac = True
         return [f"{d['kind']}/{d['metadata']['name']}" for d in docs]

@@ -29,6 +29,7 @@ def test_a_namespaced_write_of_a_subresource() -> None:
             "resource": "podgroups",
             "subresource": "status",
             "namespace": "team-a",
+            "name": "g04",
         },
     }
 
@@ -38,7 +39,14 @@ def test_a_cluster_scoped_list_of_the_core_group() -> None:
     assert refused_request(line) == {
         "user": SA,
         "groups": GROUPS,
-        "resourceAttributes": {"verb": "list", "group": "", "resource": "nodes", "subresource": "", "namespace": ""},
+        "resourceAttributes": {
+            "verb": "list",
+            "group": "",
+            "resource": "nodes",
+            "subresource": "",
+            "namespace": "",
+            "name": "",
+        },
     }
 
 
@@ -56,8 +64,21 @@ def test_an_answer_inside_the_line_cut_short_is_read_from_its_object_at_cluster_
             "resource": "csinodes",
             "subresource": "",
             "namespace": "",
+            "name": "",
         },
     }
+
+
+def test_a_lease_refused_by_name() -> None:
+    line = _line(
+        f'leases.coordination.k8s.io "gpusched" is forbidden: User "{SA}" cannot get resource "leases" in API group '
+        '"coordination.k8s.io" in the namespace "gpusched-system": RBAC: [clusterrole.rbac.authorization.k8s.io '
+        '"gpusched" not found]'
+    )
+    spec = refused_request(line)
+    assert spec is not None
+    assert spec["resourceAttributes"]["name"] == "gpusched"
+    assert spec["resourceAttributes"]["namespace"] == "gpusched-system"
 
 
 def test_a_line_without_a_refusal_names_no_request() -> None:
