@@ -15,39 +15,26 @@ def _line(error: str, **fields: str) -> str:
     return json.dumps({**fields, "error": error, "event": "status write refused", "level": "warning"})
 
 
+def _asks(verb: str, group: str, resource: str, **more: str) -> dict[str, object]:
+    """The SubjectAccessReview spec of the ServiceAccount asking ``verb`` on ``resource`` (``more``: subresource,
+    namespace, name; empty when not said)."""
+    attributes = {"verb": verb, "group": group, "resource": resource, "subresource": "", "namespace": "", "name": ""}
+    return {"user": SA, "groups": GROUPS, "resourceAttributes": attributes | more}
+
+
 def test_a_namespaced_write_of_a_subresource() -> None:
     line = _line(
         f'podgroups.scheduling.gpusched.io "g04" is forbidden: User "{SA}" cannot patch resource "podgroups/status" '
         'in API group "scheduling.gpusched.io" in the namespace "team-a"'
     )
-    assert refused_request(line) == {
-        "user": SA,
-        "groups": GROUPS,
-        "resourceAttributes": {
-            "verb": "patch",
-            "group": "scheduling.gpusched.io",
-            "resource": "podgroups",
-            "subresource": "status",
-            "namespace": "team-a",
-            "name": "g04",
-        },
-    }
+    group = "scheduling.gpusched.io"
+    expected = _asks("patch", group, "podgroups", subresource="status", namespace="team-a", name="g04")
+    assert refused_request(line) == expected
 
 
 def test_a_cluster_scoped_list_of_the_core_group() -> None:
     line = _line(f'nodes is forbidden: User "{SA}" cannot list resource "nodes" in API group "" at the cluster scope')
-    assert refused_request(line) == {
-        "user": SA,
-        "groups": GROUPS,
-        "resourceAttributes": {
-            "verb": "list",
-            "group": "",
-            "resource": "nodes",
-            "subresource": "",
-            "namespace": "",
-            "name": "",
-        },
-    }
+    assert refused_request(line) == _asks("list", "", "nodes")
 
 
 def test_an_answer_inside_the_line_cut_short_is_read_from_its_object_at_cluster_scope() -> None:
@@ -55,18 +42,7 @@ def test_an_answer_inside_the_line_cut_short_is_read_from_its_object_at_cluster_
         {"kind": "Status", "message": f'csinodes.storage.k8s.io is forbidden: User "{SA}" cannot watch resource "csi'}
     )
     line = _line(f"ClientError: watch csinodes: HTTP 403 b'{answer}'")
-    assert refused_request(line) == {
-        "user": SA,
-        "groups": GROUPS,
-        "resourceAttributes": {
-            "verb": "watch",
-            "group": "storage.k8s.io",
-            "resource": "csinodes",
-            "subresource": "",
-            "namespace": "",
-            "name": "",
-        },
-    }
+    assert refused_request(line) == _asks("watch", "storage.k8s.io", "csinodes")
 
 
 def test_a_lease_refused_by_name() -> None:
