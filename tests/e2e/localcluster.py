@@ -565,8 +565,9 @@ class LocalCluster:
         Authorize with ``Node,RBAC`` (default), else RBAC only (kwok's nodes use the admin credentials anyway).
     apiserver_binary:
         A kube-apiserver to run instead of ``bin_dir``'s: an older minor (:func:`cached_older_apiserver`), with
-        ``bin_dir``'s etcd, kwok, kubectl and kube-controller-manager (newer than that API server, outside
-        Kubernetes' version skew policy: pass ``with_controller_manager=False`` to run none).
+        ``bin_dir``'s etcd, kwok and kubectl. Pass ``with_controller_manager=False`` too: ``bin_dir``'s
+        kube-controller-manager would be newer than that API server (outside Kubernetes' version skew policy); new
+        nodes then keep the ``node.kubernetes.io/not-ready`` taint until the test takes it off.
     extra_apiserver_args, extra_controller_manager_args, extra_kwok_args,
     extra_scheduler_args:
         Appended to the command lines.

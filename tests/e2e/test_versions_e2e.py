@@ -10,11 +10,12 @@ Two control planes of their own, one per parameter:
   1.36 watches ResourceSlices (DRA's feature gate is locked on) and keeps the API server from ever being ready
   without them.
 - ``older minor``: a real kube-apiserver of Kubernetes 1.33 (``tests/e2e/build-controlplane.sh older``, pinned in
-  ``controlplane-older/go.mod``) with the suite's etcd, kwok and kube-controller-manager (1.36: newer than its API
-  server, outside Kubernetes' version skew policy, which only its DRA and VolumeAttributesClass watches notice; with
-  no controller manager at all gpusched bound nothing here, not looked into yet). There DRA's feature gate is off, so
-  the API server drops a pod's ``resourceClaims`` when it is created: the pod is placed as any other. Skipped, saying
-  how to build it, when that binary is not built (docs/e2e.md: "An older Kubernetes minor").
+  ``controlplane-older/go.mod``) with the suite's etcd and kwok, and no kube-controller-manager: the suite's is 1.36,
+  and one newer than its API server is outside Kubernetes' version skew policy. The one thing of it these tests need
+  is done here: the ``node.kubernetes.io/not-ready`` taint the API server puts on a new node is taken off once kwok
+  has made the node Ready, as its node lifecycle controller does. DRA's feature gate is off in 1.33, so the API
+  server drops a pod's ``resourceClaims`` when it is created: the pod is placed as any other. Skipped, saying how to
+  build it, when that binary is not built (docs/e2e.md: "An older Kubernetes minor").
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def _older_cluster() -> LocalCluster:
         if os.environ.get(OLDER_REQUIRED_ENV, "") not in ("", "0"):
             pytest.fail(f"{OLDER_REQUIRED_ENV}=1 but {reason}", pytrace=False)
         pytest.skip(reason)
-    return LocalCluster(bin_dir=cached_binaries(), apiserver_binary=apiserver)
+    return LocalCluster(bin_dir=cached_binaries(), apiserver_binary=apiserver, with_controller_manager=False)
 
 
 @pytest.fixture(scope="module", params=["v1.36 without resource.k8s.io", "older minor"])
@@ -94,7 +95,9 @@ def cluster(request: pytest.FixtureRequest, workdir: Path, gpusched_missing: str
         scenario = Scenario(kube=kube, name=name, namespace=f"e2e-{name}", workdir=workdir)
         kube.ensure_namespace(scenario.namespace)
         try:
-            scenario.add_nodes([kube_mod.gpu_node(f"{name}-gpu", gpus=8), _mig_node(f"{name}-mig")])
+            for node in scenario.add_nodes([kube_mod.gpu_node(f"{name}-gpu", gpus=8), _mig_node(f"{name}-mig")]):
+                if not local.with_controller_manager:
+                    _node_lifecycle(kube, node)
             scenario.start_gpusched(as_service_account=True)
             yield scenario
         finally:
@@ -129,6 +132,14 @@ def _apply_crds(kube: Kube) -> dict[str, str]:
         kube.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{crd['metadata']['name']}")
     kube.warm_lists(sorted(kube_mod.CRDS.glob("*.yaml")))
     return refusals
+
+
+def _node_lifecycle(kube: Kube, node: dict[str, Any]) -> None:
+    """What kube-controller-manager's node lifecycle controller does for a Ready node: take off the
+    ``node.kubernetes.io/not-ready`` taint the API server's TaintNodesByCondition admission put on it at creation."""
+    taints = [t for t in node["spec"].get("taints") or [] if t["key"] != "node.kubernetes.io/not-ready"]
+    patch = json.dumps({"spec": {"taints": taints}})
+    kube.kubectl("patch", "node", node["metadata"]["name"], "--type=merge", "-p", patch)
 
 
 def _mig_node(name: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 // Module gpusched-e2e-controlplane-older pins the kube-apiserver of an older
 // Kubernetes minor (1.33: before DRA's resource.k8s.io/v1) that
 // tests/e2e/test_versions_e2e.py runs gpusched against. Only kube-apiserver is
-// built (`../build-controlplane.sh older`): etcd, kwok, kubectl and
-// kube-controller-manager are the suite's (../controlplane/).
+// built (`../build-controlplane.sh older`): etcd, kwok and kubectl are the
+// suite's (../controlplane/), and no kube-controller-manager runs (one of 1.36
+// may not be newer than its API server: the version skew policy).
 module gpusched.local/e2e/controlplane-older
 
 go 1.24.0
