@@ -3,6 +3,11 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok,
 # at the versions pinned in tests/e2e/controlplane/go.mod.
 #
+#   build-controlplane.sh          the control plane of the suite (Kubernetes 1.36)
+#   build-controlplane.sh older    only kube-apiserver of the older minor pinned in tests/e2e/controlplane-older/
+#                                  (1.33: no resource.k8s.io/v1), for test_versions_e2e.py; etcd and kwok are
+#                                  the suite's (docs/e2e.md: "An older Kubernetes minor")
+#
 # Binaries go to a cache outside the repository:
 #   ${GPUSCHED_E2E_CACHE:-$HOME/.cache/gpusched}/bin-<version-tag>/
 # and are reused when present, so a second run is a fast no-op.
@@ -24,7 +29,12 @@ report() { if [ -n "${GPUSCHED_BUILD_REPORT:-}" ]; then printf '%s\n' "$*" >"$GP
 die() { printf 'build-controlplane: ERROR: %s\n' "$*" >&2; exit 1; }
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-MOD="$HERE/controlplane"
+case "${1:-}" in
+  "") WHAT=controlplane ;;
+  older) WHAT=controlplane-older ;;
+  *) die "unknown argument '$1' (none, or 'older')" ;;
+esac
+MOD="$HERE/$WHAT"
 [ -f "$MOD/go.mod" ] || die "missing $MOD/go.mod"
 
 command -v go >/dev/null 2>&1 || die "Go toolchain not found in PATH (need Go >= 1.26, see tests/e2e/README.md)"
@@ -32,8 +42,12 @@ command -v sha256sum >/dev/null 2>&1 || die "sha256sum not found"
 
 modver() { awk -v m="$1" '$1==m && $2 ~ /^v/ {print $2; exit}' "$MOD/go.mod"; }
 K8S_VERSION="$(modver k8s.io/kubernetes)"
-ETCD_VERSION="$(modver go.etcd.io/etcd/server/v3)"
-KWOK_VERSION="$(modver sigs.k8s.io/kwok)"
+if [ "$WHAT" = controlplane ]; then
+  ETCD_VERSION="$(modver go.etcd.io/etcd/server/v3)"
+  KWOK_VERSION="$(modver sigs.k8s.io/kwok)"
+else
+  ETCD_VERSION=none KWOK_VERSION=none
+fi
 [ -n "$K8S_VERSION" ] && [ -n "$ETCD_VERSION" ] && [ -n "$KWOK_VERSION" ] ||
   die "could not read pinned versions from $MOD/go.mod"
 
@@ -57,6 +71,7 @@ KWOK_STAGES=(
   pod/fast/pod-complete.yaml
   pod/fast/pod-delete.yaml
 )
+[ "$WHAT" = controlplane ] || KWOK_STAGES=()
 
 # Bump when this script changes what it produces.
 RECIPE_VERSION=2
@@ -71,6 +86,7 @@ RECIPE_HASH="$(
   } | sha256sum | cut -c1-10
 )"
 TAG="k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}-kwok-${KWOK_VERSION}-${RECIPE_HASH}"
+[ "$WHAT" = controlplane ] || TAG="k8s-apiserver-${K8S_VERSION}-${RECIPE_HASH}"
 CACHE_ROOT="${GPUSCHED_E2E_CACHE:-$HOME/.cache/gpusched}"
 BIN="$CACHE_ROOT/bin-$TAG"
 
@@ -83,9 +99,14 @@ PKGS=(
   ./cmd/etcd
   sigs.k8s.io/kwok/cmd/kwok
 )
+if [ "$WHAT" != controlplane ]; then
+  BINARIES=(kube-apiserver)
+  PKGS=(k8s.io/kubernetes/cmd/kube-apiserver)
+fi
 
 complete() {
-  [ -f "$1/BUILD_INFO" ] && [ -s "$1/kwok-stages.yaml" ] || return 1
+  [ -f "$1/BUILD_INFO" ] || return 1
+  [ "${#KWOK_STAGES[@]}" = 0 ] || [ -s "$1/kwok-stages.yaml" ] || return 1
   local b
   for b in "${BINARIES[@]}"; do [ -x "$1/$b" ] || return 1; done
 }
@@ -123,7 +144,7 @@ fi
 TMP="$(mktemp -d "$CACHE_ROOT/.bin-$TAG.tmp.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 
-log "building Kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION with $(go version | awk '{print $3}')"
+log "building ${BINARIES[*]}: Kubernetes $K8S_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION with $(go version | awk '{print $3}')"
 log "target: $BIN (this takes a while from a cold Go build cache; see tests/e2e/README.md)"
 START=$(date +%s)
 (
@@ -137,13 +158,15 @@ END=$(date +%s)
 for b in "${BINARIES[@]}"; do
   [ -x "$TMP/$b" ] || die "go build succeeded but $b is missing from $TMP"
 done
-KWOK_DIR="$(cd "$MOD" && GOFLAGS=-mod=readonly go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
-[ -n "$KWOK_DIR" ] || die "cannot locate the sigs.k8s.io/kwok module directory"
-for f in "${KWOK_STAGES[@]}"; do
-  [ -f "$KWOK_DIR/kustomize/stage/$f" ] || die "kwok stage $f not found in $KWOK_DIR"
-  printf -- '---\n# from sigs.k8s.io/kwok@%s kustomize/stage/%s\n' "$KWOK_VERSION" "$f"
-  cat "$KWOK_DIR/kustomize/stage/$f"
-done >"$TMP/kwok-stages.yaml"
+if [ "${#KWOK_STAGES[@]}" != 0 ]; then
+  KWOK_DIR="$(cd "$MOD" && GOFLAGS=-mod=readonly go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+  [ -n "$KWOK_DIR" ] || die "cannot locate the sigs.k8s.io/kwok module directory"
+  for f in "${KWOK_STAGES[@]}"; do
+    [ -f "$KWOK_DIR/kustomize/stage/$f" ] || die "kwok stage $f not found in $KWOK_DIR"
+    printf -- '---\n# from sigs.k8s.io/kwok@%s kustomize/stage/%s\n' "$KWOK_VERSION" "$f"
+    cat "$KWOK_DIR/kustomize/stage/$f"
+  done >"$TMP/kwok-stages.yaml"
+fi
 
 cat >"$TMP/BUILD_INFO" <<EOF
 tag=$TAG

@@ -72,13 +72,57 @@ SHIPPED_RBAC_KINDS = frozenset(
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 #: The binding docs/dashboard.md has an operator make for ``--dashboard-auth=kubernetes``.
 AUTH_DELEGATOR_BINDING = "gpusched-auth-delegator"
-#: ``1`` (or ``true``): every scenario's ``gpusched run`` runs as the shipped ServiceAccount
-#: (:meth:`Scenario.gpusched`), not with the suite's admin kubeconfig.
+#: Unset (the default) or ``1``: every scenario's ``gpusched run`` runs as shipped, with the ServiceAccount's token and
+#: the RBAC of manifests/ (:meth:`Scenario.gpusched`); ``0`` (or ``false``, ``no``): with the suite's admin kubeconfig,
+#: to tell a scheduling bug from a missing right while debugging.
 AS_SERVICE_ACCOUNT_ENV = "GPUSCHED_E2E_AS_SERVICE_ACCOUNT"
 #: A log line of gpusched that says the API server refused one of its requests for want of a right: the authorizer's
 #: message (``pods is forbidden: User "system:serviceaccount:..." cannot list resource "pods" ...``), not another 403
 #: (an Event refused because its namespace is being deleted says "forbidden: unable to create new content").
 REFUSED = re.compile(r"is forbidden: User .{1,300}? cannot ")
+#: What the authorizer's message names of a refused request: the object (``resource[.group]``, its name), who, the
+#: verb, and the resource as authorized (with a subresource: ``podgroups/status``), its group and namespace (none:
+#: cluster scope), or a non-resource path. Read with the log line's quotes unescaped (JSON, or an API server's JSON
+#: answer inside JSON); an informer's line may cut the message short after the verb.
+REFUSED_REQUEST = re.compile(
+    r'(?:(?P<object>[a-z0-9.-]+)(?: "(?P<name>[^"]*)")? is )?forbidden: User "(?P<user>[^"]+)" cannot (?P<verb>[a-z]+)'
+    r'(?: resource "(?P<resource>[^"]+)" in API group "(?P<group>[a-z0-9.-]*)"'
+    r'(?: in the namespace "(?P<namespace>[^"]+)")?'
+    r'| path "(?P<path>[^"]+)")?'
+)
+
+
+def refused_request(line: str) -> dict[str, str] | None:
+    """The request a log line's refusal names, as a SubjectAccessReview's spec (``user``, ``groups`` of a
+    ServiceAccount's token, and ``resourceAttributes`` or ``nonResourceAttributes``), or None if the line does not
+    say enough. A message cut short after the verb is read from its object: that resource at cluster scope."""
+    found = REFUSED_REQUEST.search(re.sub(r'\\+"', '"', line))
+    if found is None:
+        return None
+    user = found["user"]
+    spec: dict[str, Any] = {"user": user, "groups": ["system:authenticated"]}
+    if user.startswith("system:serviceaccount:"):
+        spec["groups"] += ["system:serviceaccounts", f"system:serviceaccounts:{user.split(':')[2]}"]
+    if found["path"]:
+        spec["nonResourceAttributes"] = {"path": found["path"], "verb": found["verb"]}
+        return spec
+    if found["resource"] is not None:
+        (resource, _, subresource), group = found["resource"].partition("/"), found["group"]
+    elif found["object"]:
+        (resource, _, group), subresource = found["object"].partition("."), ""
+    else:
+        return None
+    spec["resourceAttributes"] = {
+        "verb": found["verb"],
+        "group": group,
+        "resource": resource,
+        "subresource": subresource,
+        "namespace": found["namespace"] or "",
+        "name": found["name"] or "",  # a Role may grant one object by name (the Lease)
+    }
+    return spec
+
+
 #: Every object a scenario creates carries this label with the scenario's name, so leftovers can be found.
 OWNER_LABEL = "e2e.gpusched.io/scenario"
 
@@ -285,13 +329,13 @@ class Kube:
                                 raise
                             time.sleep(0.1)
 
-    def apply_shipped_rbac(self) -> list[str]:
+    def apply_shipped_rbac(self, *, kinds: frozenset[str] = SHIPPED_RBAC_KINDS) -> list[str]:
         """Apply what manifests/ ships for the scheduler's rights, as ``kubectl apply -k manifests/`` would make it
         (rendered by ``kubectl kustomize``, so the Role and the ServiceAccount land in the kustomization's namespace):
-        the namespace, the ServiceAccount, the ClusterRole and the Role with their bindings, the CRDs. Returns the
-        objects applied (``Kind/name``)."""
+        the namespace, the ServiceAccount, the ClusterRole and the Role with their bindings, the CRDs (of these
+        ``kinds``). Returns the objects applied (``Kind/name``)."""
         rendered = self.kubectl("kustomize", str(MANIFESTS)).stdout
-        docs = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in SHIPPED_RBAC_KINDS]
+        docs = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in kinds]
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
         self.shipped_rbac = True
         return [f"{d['kind']}/{d['metadata']['name']}" for d in docs]
@@ -323,6 +367,12 @@ class Kube:
         path.write_text(yaml.safe_dump(config))
         path.chmod(0o600)
         return path
+
+    def allowed(self, spec: Mapping[str, Any]) -> bool:
+        """Whether the authorizer allows now what a SubjectAccessReview's ``spec`` asks (:func:`refused_request`)."""
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": dict(spec)}
+        answer = self.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+        return bool(answer.get("status", {}).get("allowed"))
 
     def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels or {})}}
@@ -762,12 +812,30 @@ class Gpusched:
             return f"<no log: {exc}>"
 
     def refusals(self) -> list[str]:
-        """The lines of its log that say the API server refused a request of it (403 Forbidden: a right missing)."""
+        """The lines of its log that say the API server refused a request of it for want of a right (403 Forbidden)
+        that it still lacks. A refusal of a request the authorizer allows when asked now
+        (:meth:`Kube.allowed`) is left out: an API server just restarted (the fault test) refuses everything for a
+        moment, until its RBAC informers have listed the roles ("RBAC: [clusterrole ... not found"), and that is
+        no right missing from manifests/."""
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return []
-        return [line for line in text.splitlines() if REFUSED.search(line)]
+        asked: dict[str, bool] = {}
+        missing = []
+        for line in text.splitlines():
+            if not REFUSED.search(line):
+                continue
+            spec = refused_request(line)
+            if spec is None:
+                missing.append(line)  # a refusal this cannot read: kept, to be looked at
+                continue
+            key = json.dumps(spec, sort_keys=True)
+            if key not in asked:
+                asked[key] = self.kube.allowed(spec)
+            if not asked[key]:
+                missing.append(line)
+        return missing
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -909,10 +977,10 @@ class Scenario:
 
         ``as_service_account``: it runs as manifests/ ships it, with the ServiceAccount's token and rights (applied
         here, see :meth:`Kube.apply_shipped_rbac`) and the one Lease its Role names; else with the suite's admin
-        kubeconfig and a Lease of the scenario's own. None: as ``GPUSCHED_E2E_AS_SERVICE_ACCOUNT`` says (default:
-        admin)."""
+        kubeconfig and a Lease of the scenario's own. None: as ``GPUSCHED_E2E_AS_SERVICE_ACCOUNT`` says (default: the
+        ServiceAccount, as it runs in a cluster)."""
         if as_service_account is None:
-            as_service_account = os.environ.get(AS_SERVICE_ACCOUNT_ENV, "").lower() in ("1", "true", "yes")
+            as_service_account = os.environ.get(AS_SERVICE_ACCOUNT_ENV, "1").lower() not in ("0", "false", "no")
         full = f"{self.name}-{identity}"
         if not as_service_account:
             # A Lease of its own: a replica killed by the previous scenario would otherwise hold it for a lease term.

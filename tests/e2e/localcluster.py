@@ -147,6 +147,35 @@ def cached_binaries() -> Path | None:
     return max(complete, key=lambda d: d.stat().st_mtime) if complete else None
 
 
+#: A kube-apiserver of the older minor (a path), instead of the one ``build-controlplane.sh older`` caches.
+OLDER_APISERVER_ENV = "GPUSCHED_E2E_OLDER_APISERVER"
+
+
+def older_apiserver_version() -> str:
+    """The Kubernetes version ``controlplane-older/go.mod`` pins (the older minor's kube-apiserver)."""
+    for line in (HERE / "controlplane-older" / "go.mod").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "k8s.io/kubernetes" and parts[1].startswith("v"):
+            return parts[1]
+    raise ClusterError("controlplane-older/go.mod pins no k8s.io/kubernetes version")
+
+
+def cached_older_apiserver() -> Path | None:
+    """The older minor's kube-apiserver, found without Go and without building: ``$GPUSCHED_E2E_OLDER_APISERVER``
+    if set, else the newest ``bin-k8s-apiserver-<version>-<hash>/kube-apiserver`` in the cache that
+    ``build-controlplane.sh older`` fills."""
+    given = os.environ.get(OLDER_APISERVER_ENV)
+    if given:
+        return Path(given)
+    root = Path(os.environ.get("GPUSCHED_E2E_CACHE") or Path.home() / ".cache" / "gpusched")
+    built = [
+        d / "kube-apiserver"
+        for d in root.glob(f"bin-k8s-apiserver-{older_apiserver_version()}-*")
+        if (d / "BUILD_INFO").is_file() and os.access(d / "kube-apiserver", os.X_OK)
+    ]
+    return max(built, key=lambda b: b.stat().st_mtime) if built else None
+
+
 # --------------------------------------------------------------------------
 # small utilities
 
@@ -534,6 +563,11 @@ class LocalCluster:
         since 1.35): pass ``node_authorizer=False`` too.
     node_authorizer:
         Authorize with ``Node,RBAC`` (default), else RBAC only (kwok's nodes use the admin credentials anyway).
+    apiserver_binary:
+        A kube-apiserver to run instead of ``bin_dir``'s: an older minor (:func:`cached_older_apiserver`), with
+        ``bin_dir``'s etcd, kwok and kubectl. Pass ``with_controller_manager=False`` too: ``bin_dir``'s
+        kube-controller-manager would be newer than that API server (outside Kubernetes' version skew policy); new
+        nodes then keep the ``node.kubernetes.io/not-ready`` taint until the test takes it off.
     extra_apiserver_args, extra_controller_manager_args, extra_kwok_args,
     extra_scheduler_args:
         Appended to the command lines.
@@ -550,6 +584,7 @@ class LocalCluster:
         service_account_admission: bool = False,
         disabled_apis: Iterable[str] = (),
         node_authorizer: bool = True,
+        apiserver_binary: str | os.PathLike | None = None,
         extra_apiserver_args: Iterable[str] = (),
         extra_controller_manager_args: Iterable[str] = (),
         extra_kwok_args: Iterable[str] = (),
@@ -570,6 +605,7 @@ class LocalCluster:
         self.service_account_admission = service_account_admission
         self.disabled_apis = list(disabled_apis)
         self.node_authorizer = node_authorizer
+        self.apiserver_binary = Path(apiserver_binary) if apiserver_binary is not None else None
         self.extra_apiserver_args = list(extra_apiserver_args)
         self.extra_controller_manager_args = list(extra_controller_manager_args)
         self.extra_kwok_args = list(extra_kwok_args)
@@ -1071,7 +1107,7 @@ class LocalCluster:
         add(
             "kube-apiserver",
             [
-                str(b / "kube-apiserver"),
+                str(self.apiserver_binary or b / "kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",

@@ -211,7 +211,8 @@ def test_the_dashboard_in_a_browser(sched: Scenario) -> None:
         browser.goto(f"{base}/job/podgroup/{ns}/train")
         assert "may not list pods" in browser.evaluate("document.body.innerText")
 
-        # gpusched dashboard: the same pages from a local copy that watches without a lease.
+        # gpusched dashboard: the same pages from a local copy that watches without a lease. Admin credentials: it is
+        # what a user runs on their own machine with their own kubeconfig (docs/dashboard.md), not the shipped pod.
         local_port = free_port()
         local = subprocess.Popen(
             [

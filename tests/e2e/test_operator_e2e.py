@@ -1,5 +1,6 @@
 """`gpusched run` as users run it, against a real kube-apiserver (LocalCluster: etcd, apiserver, controller
-manager, kwok): a GPU pod with ``schedulerName: gpusched`` gets bound by the operator and goes Running.
+manager, kwok): a GPU pod with ``schedulerName: gpusched`` gets bound by the operator, run as shipped (the
+ServiceAccount's token, the RBAC of manifests/), and goes Running.
 
 Skipped when the control-plane binaries are not built, unless ``GPUSCHED_E2E_REQUIRED=1``.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import kube as kube_mod
 from tests.e2e.localcluster import GPU_RESOURCE, APIError, LocalCluster, cached_binaries, free_port, wait_for
 from tests.e2e.skips import required
 
@@ -40,6 +42,14 @@ def cluster() -> Iterator[LocalCluster]:
             c.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{crd}.scheduling.gpusched.io")
         c.request("POST", "/api/v1/namespaces", {"metadata": {"name": "gpusched-system"}})
         yield c
+
+
+@pytest.fixture(scope="module")
+def shipped_kubeconfig(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig with the token of the ServiceAccount manifests/ ship, whose RBAC is applied here."""
+    kube = kube_mod.Kube.of_local(cluster)
+    kube.apply_shipped_rbac()
+    return kube.service_account_kubeconfig(tmp_path_factory.mktemp("shipped") / "gpusched.kubeconfig")
 
 
 @contextlib.contextmanager
@@ -86,8 +96,11 @@ def _get(url: str) -> tuple[int, str]:
 
 
 @contextlib.contextmanager
-def _gpusched_run(cluster: LocalCluster, tmp_path: Path, *extra: str) -> Iterator[tuple[int, int, Path]]:
-    """``gpusched run`` on ``cluster`` with ``extra`` arguments: (health port, metrics port, its log file)."""
+def _gpusched_run(
+    cluster: LocalCluster, tmp_path: Path, *extra: str, kubeconfig: Path
+) -> Iterator[tuple[int, int, Path]]:
+    """``gpusched run`` on ``cluster`` with ``kubeconfig``'s credentials and ``extra`` arguments: (health port,
+    metrics port, its log file)."""
     health, metrics = free_port(), free_port()
     path = tmp_path / "gpusched.log"
     log = path.open("w")
@@ -98,7 +111,7 @@ def _gpusched_run(cluster: LocalCluster, tmp_path: Path, *extra: str) -> Iterato
             "scheduler.cli",
             "run",
             "--kubeconfig",
-            str(cluster.kubeconfig),
+            str(kubeconfig),
             "--health-port",
             str(health),
             "--metrics-port",
@@ -124,11 +137,13 @@ def _gpusched_run(cluster: LocalCluster, tmp_path: Path, *extra: str) -> Iterato
 
 
 @pytest.fixture
-def operator(cluster: LocalCluster, tmp_path: Path) -> Iterator[tuple[int, int]]:
-    with _gpusched_run(cluster, tmp_path) as (health, metrics, _):
+def operator(cluster: LocalCluster, shipped_kubeconfig: Path, tmp_path: Path) -> Iterator[tuple[int, int]]:
+    with _gpusched_run(cluster, tmp_path, kubeconfig=shipped_kubeconfig) as (health, metrics, log):
         wait_for(lambda: _get(f"http://127.0.0.1:{health}/leader") == (200, "leader"), 60, "gpusched leads")
         wait_for(lambda: _get(f"http://127.0.0.1:{health}/readyz")[0] == 200, 60, "gpusched ready")
         yield health, metrics
+        refused = [line for line in log.read_text().splitlines() if kube_mod.REFUSED.search(line)]
+        assert not refused, f"the shipped RBAC refused gpusched: {refused}"
 
 
 def test_gpu_pod_is_bound_by_gpusched_and_runs(cluster: LocalCluster, operator: tuple[int, int]) -> None:
@@ -194,7 +209,14 @@ def test_a_missing_lease_namespace_is_named_and_readiness_says_it_cannot_lead(
     leads without a restart, publishes where its explain answers on the Lease, and ``gpusched explain`` (no
     scheduler pod in the cluster) finds it there."""
     ns = "gpusched-e2e-missing"
-    with _gpusched_run(cluster, tmp_path, "--namespace", ns, "--bind-address", "127.0.0.1") as (health, _, log):
+    # Admin: the shipped Role grants the Lease in gpusched-system only, so the ServiceAccount would be refused in
+    # any other namespace (403) before the API server could say that this one does not exist (404).
+    admin = cluster.kubeconfig
+    with _gpusched_run(cluster, tmp_path, "--namespace", ns, "--bind-address", "127.0.0.1", kubeconfig=admin) as (
+        health,
+        _,
+        log,
+    ):
         readyz = f"http://127.0.0.1:{health}/readyz"
         wait_for(lambda: _get(readyz)[0] == 503 and "cannot lead" in _get(readyz)[1], 90, "readyz says why")
         text = _get(readyz)[1]

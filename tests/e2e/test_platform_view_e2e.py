@@ -166,8 +166,9 @@ def test_what_kubectl_shows(sched: Scenario, topology: dict[str, Any]) -> None:
     assert "placing 4 members together now fails" in group, group
     queue, _, _ = _explain(sched, url, reader, f"queue/{ns}-a")
     assert "guarantee: memory 256Gi, nvidia.com/gpu 8" in queue and "cpu 3" in queue, queue
-    # The command's start is a figure, not a test (a timed assertion fails under load): printed with the tables.
-    print(f"\n$ gpusched explain train-0: {elapsed:.2f} s with the process start ({timing.strip()})")
+    # The process start (seconds of Python imports; more on a loaded machine), printed rather than bounded: the
+    # answer's own time is in the timing line.
+    print(f"\n[platform-view] gpusched explain queue/{ns}-a took {elapsed:.2f}s, process start included")
 
     metrics = replica.metrics()
     for line in ("process_resident_memory_bytes", 'gpusched_pending_jobs{state="unschedulable"}'):
