@@ -271,19 +271,23 @@ class Adapter:
         asyncio.get_running_loop().call_later(RECHECK_S, lambda: self._spawn(self._recheck(pod)))
 
     async def _recheck(self, pod: PodRequest) -> None:
-        """An unknown outcome the watch has not cleared up: read the pod; unbound means the binding failed. While
-        the API server gives no answer (it is restarting), read again later: nothing else would, and the pod would
-        stay assumed, never tried again and never told why."""
+        """An unknown outcome the watch has not cleared up: read the pod; unbound means the binding failed. Until
+        the API server answers with the pod or with 404 (it is restarting, or refuses everyone while its RBAC loads),
+        read again later: nothing else would, and the pod would stay assumed, never tried again and never told
+        why."""
         if not self.cache.is_assumed(pod.key):
             return  # the watch showed the truth
         answer = await self.client.call(self.client.core.read_namespaced_pod, name=pod.name, namespace=pod.namespace)
         if not self.cache.is_assumed(pod.key):
             return
-        if not answer.answered or answer.status >= 500 or answer.status == 429:
+        if answer.status == 404:
+            return  # gone: the watch says so
+        if not answer.ok:
+            # No answer, 5xx, 429, and also 401 and 403: an API server just restarted refuses every request until its
+            # authenticators and RBAC caches have loaded ("clusterrole gpusched not found"); giving up then left
+            # the pod assumed for good (seen under the shipped RBAC after a restart: 5 pods never bound).
             self._recheck_later(pod)
             return
-        if not answer.ok:
-            return  # gone: the watch says so
         spec = answer.body.get("spec")
         if isinstance(spec, Mapping) and spec.get("nodeName"):
             return  # bound: the watch will confirm it
