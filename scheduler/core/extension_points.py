@@ -25,12 +25,8 @@ class Framework:
 
     @classmethod
     def build(cls, config: ProfileConfig) -> Framework:
-        """Instantiate the profile's plugins and check its actions; unknown names, bad arguments and actions out of
-        order are errors naming the field."""
-        # Imported here: the actions import the cycle, which imports this module.
-        from scheduler.core.actions import registry as actions
-
-        actions.check(config)
+        """Instantiate the profile's plugins; unknown names and bad arguments are errors naming the field (its
+        actions are checked where they are built, ``scheduler.core.actions.registry.build``)."""
         fw = cls(config)
         for i, pc in enumerate(config.plugins):
             factory = registry.PLUGINS.get(pc.name)

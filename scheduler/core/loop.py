@@ -97,7 +97,7 @@ class SchedulingLoop:
         #: The cluster's PodDisruptionBudgets by ``namespace/name`` (preemption weighs them, consolidation obeys them).
         self.budgets = self.setting.budgets
         #: The session's actions, in the profile's order (``allocate`` first).
-        self.actions = registry.build(scheduler.framework.config.actions, self.setting)
+        self.actions = registry.build(scheduler.framework.config, self.setting)
         #: What they keep between cycles, each state once (actions may share one), in the actions' order.
         self.states = list(dict.fromkeys(state for action in self.actions for state in action.states))
         self.session = Session(

@@ -10,8 +10,8 @@ from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.crds.queue import QueueSpec
 from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Snapshot
+from scheduler.core import root
 from scheduler.core.actions import Action, Outcome, Setting, Verdict, registry
-from scheduler.core.extension_points import Framework
 from scheduler.core.jobs import Attempt
 from scheduler.core.loop import SchedulingLoop
 from scheduler.core.statement import Statement
@@ -76,7 +76,7 @@ def test_a_profile_naming_actions_the_core_does_not_know_or_out_of_order_is_refu
 ) -> None:
     config = profile.parse({"plugins": ["fit"], "actions": names})
     with pytest.raises(InvalidObject, match=message) as err:
-        Framework.build(config)
+        root.build(config, binder=RecordingBinder(), clock=Clock(), events=Events())
     assert err.value.field == field and err.value.obj == "profile gpusched"
 
 

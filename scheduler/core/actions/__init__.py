@@ -45,8 +45,8 @@ files:
    explain``, an ``explain`` method;
 2. its registration, one line in :data:`.registry.ACTIONS` at its place in the order (least disruptive first).
 
-Profiles then name it (``actions: [allocate, ..., backfill]``); ``Framework.build`` checks names and order against
-the registry, and nothing else (the loop, the session, explain, the operator, the simulator) names actions. Its
+Profiles then name it (``actions: [allocate, ..., backfill]``); the registry checks names and order when the
+loop builds them, and nothing else (the loop, the session, explain, the operator, the simulator) names actions. Its
 tests go in ``tests/core/test_actions.py`` or a file of its own, and its user-facing documentation in ``docs/``.
 """
 

@@ -3,7 +3,7 @@ built; ``scheduler.core.registry`` is the plugins' twin of this module."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.core.actions import Action, Setting, allocate, consolidate, preempt, reclaim
@@ -43,6 +43,7 @@ def check(config: ProfileConfig) -> None:
             )
 
 
-def build(names: Sequence[str], setting: Setting) -> list[Action]:
-    """The actions a profile names, in its order (:func:`check` checked the names and order)."""
-    return [ACTIONS[name](setting) for name in names]
+def build(config: ProfileConfig, setting: Setting) -> list[Action]:
+    """The actions ``config`` names, in its order, checked first (:func:`check`)."""
+    check(config)
+    return [ACTIONS[name](setting) for name in config.actions]
