@@ -85,7 +85,7 @@ class NumaStore:
         zones = self.nodes.get(node)
         if zones is None:
             return
-        admitted = topology_manager.admit_pod(zones, pod.numa, available=self.available(node))
+        admitted = topology_manager.admit_pod(zones, pod, available=self.available(node))
         self.placed(pod.key, node, admitted.taken)
         if pod.phase == "Running":
             self.pod_running(pod.key)

@@ -344,7 +344,7 @@ class Snapshot:
             if at != slot:
                 continue
             if sign > 0:
-                taken = topology_manager.admit_pod(zones, pod.numa, available=left).taken
+                taken = topology_manager.admit_pod(zones, pod, available=left).taken
                 placed[pod.key] = taken
             else:
                 taken = placed.pop(pod.key, ()) or store.predicted(pod.key) or ()

@@ -96,6 +96,10 @@ PREEMPTING = (Kind.NOMINATION, Kind.PREEMPTION, Kind.GANG)
 WHOLE_NODES = (Kind.PREEMPTION, Kind.GANG)
 
 
+#: The kinds a job's placement or departure releases.
+_ENDS_WITH_JOB = tuple(k for k in Kind if k.ends_with_job)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Hold:
     """Node slots held for job ``job`` (of ``priority``), made at ``made``, until ``until`` (None: until released)."""
@@ -179,7 +183,9 @@ class Holds:
         """Job ``job`` is placed or gone: every hold for it whose kind ends with its job is free for others (with
         ``kind``: its hold of that kind). A nomination lapses: its node stays written on the pod (the module notes).
         """
-        for each in (kind,) if kind is not None else [k for k in Kind if k.ends_with_job]:
+        if not self._holds:
+            return
+        for each in (kind,) if kind is not None else _ENDS_WITH_JOB:
             hold = self._holds.get((each, job))
             if hold is None:
                 continue
@@ -215,6 +221,11 @@ class Holds:
     def reservation(self) -> Hold | None:
         """The reservation against starvation, if a job holds one."""
         return next(iter(self.of_kind(Kind.STARVATION)), None)
+
+    @property
+    def holding(self) -> bool:
+        """Whether any hold is kept (lapsed nominations included): without, no cycle has anything to respect."""
+        return bool(self._holds)
 
     def context(self, key: str, *, priority: int) -> Context:
         """What job ``key``'s cycles (at ``priority``) must respect: the node slots it may not use

@@ -40,10 +40,11 @@ by priority, then by age; a job that does not fit preempts, least disruptive fir
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from typing import TypeVar
+
+import numpy as np
 
 from scheduler.api.crds.podgroup import PodGroup
 from scheduler.api.crds.queue import QueueSpec
@@ -51,7 +52,7 @@ from scheduler.api.objects.pdb import DisruptionBudget
 from scheduler.api.objects.pod import PodRequest
 from scheduler.core import actions, gate, holds
 from scheduler.core.actions import registry
-from scheduler.core.cycle import Context, Scheduler
+from scheduler.core.cycle import Context, NominatedPod, Scheduler
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job, Jobs
@@ -399,13 +400,19 @@ class SchedulingLoop:
         registry keeps it off (the nodes held for others: nominations, reservations, gangs' room, the targets of
         moves) and the pods nominated for others that it counts (those of its priority or higher), what the actions'
         states hold beyond the registry (``State.held``), and the waiting demand."""
-        queued = self.jobs.queued(key)
-        priority = queued[0].priority if queued is not None else 0
-        if queued is not None and queued[1] is not None:
-            priority = max(priority, queued[1].priority)  # a member tried alone, as its queue item is ranked
-        held = self.holds.context(key, priority=priority)
-        masks = [mask for mask in (held.reserved, *(state.held(key) for state in self.states)) if mask is not None]
-        return dataclasses.replace(held, pending=self, reserved=holds.union(masks))
+        reserved: np.ndarray | None = None
+        nominated: tuple[NominatedPod, ...] = ()
+        if self.holds.holding:  # most cycles of a cluster: nothing held, nothing to ask
+            queued = self.jobs.queued(key)
+            priority = queued[0].priority if queued is not None else 0
+            if queued is not None and queued[1] is not None:
+                priority = max(priority, queued[1].priority)  # a member tried alone, as its queue item is ranked
+            held = self.holds.context(key, priority=priority)
+            reserved, nominated = held.reserved, held.nominated
+        extra = [mask for state in self.states if (mask := state.held(key)) is not None]
+        if extra:
+            reserved = holds.union([mask for mask in (reserved, *extra) if mask is not None])
+        return Context(pending=self, reserved=reserved, nominated=nominated)
 
     @property
     def version(self) -> int:

@@ -44,7 +44,7 @@ def _refusals(snapshot: Snapshot, pod: PodRequest, slots: np.ndarray, *, ever: b
         if node is None or zones is None:
             continue
         available = [z.capacity for z in zones.zones] if ever else snapshot.numa_available(node)
-        out[topology_manager.admit_pod(zones, pod.numa, available=available).why or "NUMA zones"] += 1
+        out[topology_manager.admit_pod(zones, pod, available=available).why or "NUMA zones"] += 1
     return out
 
 
@@ -94,8 +94,8 @@ class Numa:
             slot = snapshot.slot_of(node)
             if slot is None or slot >= reasons.shape[0] or reasons[slot] != layout.FIT:
                 continue
-            if topology_manager.admit_pod(zones, pod.numa, available=snapshot.numa_available(node)).admitted:
+            if topology_manager.admit_pod(zones, pod, available=snapshot.numa_available(node)).admitted:
                 continue
             empty = [z.capacity for z in zones.zones]
-            ever = topology_manager.admit_pod(zones, pod.numa, available=empty).admitted
+            ever = topology_manager.admit_pod(zones, pod, available=empty).admitted
             reasons[slot] = FULL.code if ever else TOO_SMALL.code

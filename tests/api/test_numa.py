@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from scheduler.api.basics.errors import InvalidObject
-from scheduler.api.devices import numa
+from scheduler.api.devices import numa, topology_manager
 from scheduler.api.objects import pod as api_pod
 
 
@@ -184,3 +184,18 @@ def test_a_bad_policy_annotation_refuses_a_pending_pod_and_is_dropped_from_a_bou
     bound["spec"]["nodeName"] = "gpu-0"
     pod, problems = api_pod.parse_bound_pod(bound)
     assert pod.node_name == "gpu-0" and pod.numa.policy is None and len(problems) == 1
+
+
+def test_one_container_pods_share_their_ask_and_their_requests_are_the_pods() -> None:
+    raw = _pod()
+    raw["spec"].pop("initContainers")
+    first, second = api_pod.parse_pod(raw), api_pod.parse_pod({**raw, "metadata": {**raw["metadata"], "name": "b"}})
+    assert first.numa is second.numa and first.numa.one_container and first.numa.guaranteed
+    zones = numa.NodeZones(
+        "gpu-0",
+        numa.Policy.SINGLE_NUMA_NODE,
+        numa.Scope.CONTAINER,
+        (numa.Zone("node-0", 0, {"nvidia.com/gpu": 4, "cpu": 8000}, {}, {"nvidia.com/gpu": 1, "cpu": 8000}),),
+    )
+    refused = topology_manager.admit_pod(zones, first)
+    assert not refused.admitted and refused.why == "no NUMA zone has 2 nvidia.com/gpu (single-numa-node)"

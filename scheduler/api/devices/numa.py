@@ -218,12 +218,17 @@ Requests = tuple[tuple[str, int], ...]
 @dataclass(frozen=True, slots=True)
 class PodAsk:
     """What of a pod the Topology Manager aligns: each container's requests, whether the pod is Guaranteed, and the
-    policy it asks for itself (Koordinator's annotation; None: none)."""
+    policy it asks for itself (Koordinator's annotation; None: none).
+
+    A pod of one container (no init containers, no overhead), most pods, has :attr:`one_container` set and no
+    requests here: its container's are the pod's own (``PodRequest.resources`` and ``gpu``), and such asks are shared
+    (:func:`pod_ask`), so that parsing a pod makes no object for NUMA at all."""
 
     containers: tuple[Requests, ...] = ()
     init_containers: tuple[Requests, ...] = ()
     guaranteed: bool = False
     policy: Policy | None = None
+    one_container: bool = False
 
 
 #: A pod the Topology Manager has nothing to align for (the default of a pod made without a spec).
@@ -231,7 +236,8 @@ NO_ASK = PodAsk()
 
 
 def _frozen_requests(requests: Mapping[str, int]) -> Requests:
-    return tuple(sorted((name, amount) for name, amount in requests.items() if amount))
+    # In the spec's order: replicas have the same spec, so the same tuple (sorting or filtering cost every parse).
+    return tuple(requests.items())
 
 
 def guaranteed(
@@ -242,13 +248,22 @@ def guaranteed(
     if qos_class:
         return qos_class == "Guaranteed"
     for container, asked in zip(containers, requests, strict=True):
-        res = container.get("resources") or {}
+        res = container.get("resources")
         limits_raw = res.get("limits") if isinstance(res, Mapping) else None
-        limits = resources.parse_resource_list(limits_raw, obj=obj)
-        for name in (resources.CPU, resources.MEMORY):
-            if not limits.get(name) or asked.get(name) != limits[name]:
-                return False
+        if not isinstance(limits_raw, Mapping) or not all(limits_raw.get(n) for n in (resources.CPU, resources.MEMORY)):
+            return False  # most pods: no CPU or memory limit, nothing to parse
+        limits = resources.parse_resource_list(
+            {n: limits_raw[n] for n in (resources.CPU, resources.MEMORY)}, obj=obj, field="limits"
+        )
+        if any(not limits[n] or asked.get(n) != limits[n] for n in (resources.CPU, resources.MEMORY)):
+            return False
     return bool(containers)
+
+
+#: The shared asks of one-container pods, by (Guaranteed, policy asked).
+_ONE_CONTAINER = {
+    (g, p): PodAsk(guaranteed=g, policy=p, one_container=True) for g in (False, True) for p in (None, *Policy)
+}
 
 
 def pod_ask(
@@ -257,17 +272,24 @@ def pod_ask(
     *,
     qos_class: str,
     annotations: Mapping[str, str],
+    overhead: bool,
     obj: str,
 ) -> PodAsk:
-    """A pod's :class:`PodAsk` from its containers (each as (the container, its requests)), ``status.qosClass`` and
-    its annotations."""
+    """A pod's :class:`PodAsk` from its containers (each as (the container, its requests)), ``status.qosClass``, its
+    annotations, and whether its spec has an ``overhead`` (the pod's requests then are not its container's)."""
     every = list(init_containers) + list(containers)
     spec = annotations.get(KOORDINATOR_POD_SPEC)
+    policy = (
+        None
+        if spec is None
+        else koordinator_policy(spec, obj=obj, field=f"metadata.annotations[{KOORDINATOR_POD_SPEC}]")
+    )
+    is_guaranteed = guaranteed([c for c, _ in every], [r for _, r in every], qos_class=qos_class, obj=obj)
+    if len(containers) == 1 and not init_containers and not overhead:
+        return _ONE_CONTAINER[(is_guaranteed, policy)]
     return PodAsk(
         containers=tuple(_frozen_requests(r) for _, r in containers),
         init_containers=tuple(_frozen_requests(r) for _, r in init_containers),
-        guaranteed=guaranteed([c for c, _ in every], [r for _, r in every], qos_class=qos_class, obj=obj),
-        policy=None
-        if spec is None
-        else koordinator_policy(spec, obj=obj, field=f"metadata.annotations[{KOORDINATOR_POD_SPEC}]"),
+        guaranteed=is_guaranteed,
+        policy=policy,
     )

@@ -43,9 +43,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from scheduler.api.basics import quantity, resources
 from scheduler.api.devices import numa
+
+if TYPE_CHECKING:
+    from scheduler.api.objects.pod import PodRequest
 
 #: Resources of the memory manager (``hugepages-*`` too).
 MEMORY = resources.MEMORY
@@ -205,7 +209,9 @@ def _amount(name: str, amount: int) -> str:
 
 
 def _refusal(ask: Mapping[str, int], node: numa.NodeZones, available: list[dict[str, int]]) -> str:
+    """Why the kubelet refuses ``ask``, naming only what its zones list (what no zone lists, no provider places)."""
     policy = node.policy
+    ask = {name: amount for name, amount in ask.items() if any(z.capacity.get(name) for z in node.zones)}
     asked = ", ".join(_amount(name, amount) for name, amount in sorted(ask.items()))
     if policy == numa.Policy.SINGLE_NUMA_NODE:
         for name, amount in sorted(ask.items()):
@@ -275,15 +281,23 @@ def policy_for(node: numa.NodeZones, ask: numa.PodAsk) -> numa.Policy:
 
 
 def admit_pod(
-    node: numa.NodeZones, ask: numa.PodAsk, *, available: Sequence[Mapping[str, int]] | None = None
+    node: numa.NodeZones, pod: PodRequest, *, available: Sequence[Mapping[str, int]] | None = None
 ) -> Admission:
-    """:func:`admit` for a pod as :class:`scheduler.api.devices.numa.PodAsk` reads it, under :func:`policy_for`."""
+    """:func:`admit` for ``pod`` as :class:`scheduler.api.devices.numa.PodAsk` reads it, under :func:`policy_for`."""
+    ask = pod.numa
     policy = policy_for(node, ask)
     if policy != node.policy:
         node = numa.NodeZones(node.node, policy, node.scope, node.zones)
+    containers: list[Mapping[str, int]] = [dict(c) for c in ask.containers]
+    if ask.one_container:
+        # Its one container's requests are the pod's: its resources and its device plugin's GPUs.
+        own = {name: amount for name, amount in pod.resources.items() if name != resources.PODS}
+        if pod.gpu.whole and not pod.resource_claims:
+            own[resources.GPU] = pod.gpu.count
+        containers = [own]
     return admit(
         node,
-        containers=[dict(c) for c in ask.containers],
+        containers=containers,
         init_containers=[dict(c) for c in ask.init_containers],
         guaranteed=ask.guaranteed,
         available=available,

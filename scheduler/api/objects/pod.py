@@ -392,7 +392,11 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
     # keep every name): most pods ask for none, and skip reading every container again.
     share = api_hami.share_of(spec, obj=obj) if any(r in requested for r in api_hami.RESOURCES) else None
     gpu = _gpu_request(requested, annotations, obj=obj, share=share)
-    run_time, run_time_problems = api_run_time.read(spec, labels, annotations, obj=obj)
+    run_time, run_time_problems = (
+        api_run_time.read(spec, labels, annotations, obj=obj)
+        if api_run_time.declares(spec, labels, annotations)
+        else (None, ())
+    )
     if (spec.get("schedulerName") or "default-scheduler") == scheduler_name and not spec.get("nodeName"):
         if run_time_problems:
             raise run_time_problems[0]
@@ -436,6 +440,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         [(c.container, c.requests) for c in init_containers if c not in sidecars],
         qos_class=str(status.get("qosClass") or ""),
         annotations=annotations,
+        overhead=bool(spec.get("overhead")),
         obj=obj,
     )
     priority = spec.get("priority") or 0

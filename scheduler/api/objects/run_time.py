@@ -96,6 +96,15 @@ def read(
     return best, tuple(problems)
 
 
+def declares(spec: Mapping[str, object], labels: Mapping[str, str], annotations: Mapping[str, str]) -> bool:
+    """Whether a pod of these declares a run time at all (most do not: they skip reading it)."""
+    return (
+        "activeDeadlineSeconds" in spec
+        or LABEL_KUEUE_MAX_EXEC_TIME in labels
+        or ANNOTATION_EXPECTED_RUNTIME in annotations
+    )
+
+
 def declared(raw: Mapping[str, object]) -> bool:
     """Whether the raw pod declares a run time at all (most do not: they skip reading it twice)."""
     meta, spec = raw.get("metadata"), raw.get("spec")
