@@ -240,22 +240,24 @@ def _frozen_requests(requests: Mapping[str, int]) -> Requests:
     return tuple(requests.items())
 
 
-def guaranteed(
-    containers: Sequence[Mapping[str, object]], requests: Sequence[Mapping[str, int]], *, qos_class: str, obj: str
-) -> bool:
+def guaranteed(containers: Sequence[resources.ContainerRequests], *, qos_class: str, obj: str) -> bool:
     """Whether the pod is of QoS class Guaranteed: ``status.qosClass`` when the API server has set it, else as it
     sets it: every container (init containers too) has CPU and memory limits, and its requests equal them."""
     if qos_class:
         return qos_class == "Guaranteed"
-    for container, asked in zip(containers, requests, strict=True):
-        res = container.get("resources")
-        limits_raw = res.get("limits") if isinstance(res, Mapping) else None
-        if not isinstance(limits_raw, Mapping) or not all(limits_raw.get(n) for n in (resources.CPU, resources.MEMORY)):
+    for c in containers:
+        res = c.container.get("resources")
+        limits_raw = res.get("limits") if isinstance(res, dict) else None
+        if (
+            not isinstance(limits_raw, dict)
+            or not limits_raw.get(resources.CPU)
+            or not limits_raw.get(resources.MEMORY)
+        ):
             return False  # most pods: no CPU or memory limit, nothing to parse
         limits = resources.parse_resource_list(
             {n: limits_raw[n] for n in (resources.CPU, resources.MEMORY)}, obj=obj, field="limits"
         )
-        if any(not limits[n] or asked.get(n) != limits[n] for n in (resources.CPU, resources.MEMORY)):
+        if any(not limits[n] or c.requests.get(n) != limits[n] for n in (resources.CPU, resources.MEMORY)):
             return False
     return bool(containers)
 
@@ -267,29 +269,25 @@ _ONE_CONTAINER = {
 
 
 def pod_ask(
-    containers: Sequence[tuple[Mapping[str, object], Mapping[str, int]]],
-    init_containers: Sequence[tuple[Mapping[str, object], Mapping[str, int]]],
+    containers: Sequence[resources.ContainerRequests],
+    init_containers: Sequence[resources.ContainerRequests],
     *,
     qos_class: str,
     annotations: Mapping[str, str],
     overhead: bool,
     obj: str,
 ) -> PodAsk:
-    """A pod's :class:`PodAsk` from its containers (each as (the container, its requests)), ``status.qosClass``, its
-    annotations, and whether its spec has an ``overhead`` (the pod's requests then are not its container's)."""
-    every = list(init_containers) + list(containers)
+    """A pod's :class:`PodAsk` from its containers (sidecars among them) and init containers, ``status.qosClass``,
+    its annotations, and whether its spec has an ``overhead`` (the pod's requests then are not its container's)."""
     spec = annotations.get(KOORDINATOR_POD_SPEC)
-    policy = (
-        None
-        if spec is None
-        else koordinator_policy(spec, obj=obj, field=f"metadata.annotations[{KOORDINATOR_POD_SPEC}]")
-    )
-    is_guaranteed = guaranteed([c for c, _ in every], [r for _, r in every], qos_class=qos_class, obj=obj)
+    where = f"metadata.annotations[{KOORDINATOR_POD_SPEC}]"
+    policy = None if spec is None else koordinator_policy(spec, obj=obj, field=where)
+    is_guaranteed = guaranteed((*init_containers, *containers), qos_class=qos_class, obj=obj)
     if len(containers) == 1 and not init_containers and not overhead:
         return _ONE_CONTAINER[(is_guaranteed, policy)]
     return PodAsk(
-        containers=tuple(_frozen_requests(r) for _, r in containers),
-        init_containers=tuple(_frozen_requests(r) for _, r in init_containers),
+        containers=tuple(_frozen_requests(c.requests) for c in containers),
+        init_containers=tuple(_frozen_requests(c.requests) for c in init_containers),
         guaranteed=is_guaranteed,
         policy=policy,
     )

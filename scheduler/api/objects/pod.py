@@ -434,10 +434,13 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         # resources; whole devices): counted as the device plugin's.
         gpu = GpuRequest(count=len(gpu_ids), milli=resources.MILLI_PER_GPU)
     init_containers, containers = read
-    sidecars = [c for c in init_containers if c.container.get("restartPolicy") == "Always"]
+    if init_containers:  # sidecars run beside the app containers: aligned as they are
+        sidecars = tuple(c for c in init_containers if c.container.get("restartPolicy") == "Always")
+        containers = (*containers, *sidecars)
+        init_containers = tuple(c for c in init_containers if c not in sidecars)
     numa_ask = api_numa.pod_ask(
-        [(c.container, c.requests) for c in (*containers, *sidecars)],
-        [(c.container, c.requests) for c in init_containers if c not in sidecars],
+        containers,
+        init_containers,
         qos_class=str(status.get("qosClass") or ""),
         annotations=annotations,
         overhead=bool(spec.get("overhead")),
@@ -554,8 +557,8 @@ def parse_bound_pod(raw: Mapping[str, object]) -> tuple[PodRequest, tuple[Invali
 
 def _run_time_problems(raw: Mapping[str, object], pod: PodRequest) -> tuple[InvalidObject, ...]:
     """What of a bound pod's declared run time cannot be read (left out of ``pod.run_time``)."""
-    if not api_run_time.declared(raw):
-        return ()
     spec = raw.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
+    if not api_run_time.declares(spec, pod.labels, pod.annotations):
+        return ()
     return api_run_time.read(spec, pod.labels, pod.annotations, obj=f"pod {pod.key}")[1]
