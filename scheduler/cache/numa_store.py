@@ -34,7 +34,6 @@ from scheduler.api.objects.pod import PodRequest
 
 @dataclass(slots=True)
 class _Predicted:
-    node: str
     #: What the pod takes of each zone (by zone index).
     taken: tuple[Mapping[str, int], ...]
     #: When it was seen running (None: not yet): an update of the node's object after that shows it.
@@ -44,13 +43,13 @@ class _Predicted:
 class NumaStore:
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        #: Node name -> its zones as last published, and when that update arrived.
+        #: Node name -> its zones as last published.
         self.nodes: dict[str, NodeZones] = {}
-        self._published_at: dict[str, float] = {}
-        #: Pod key -> the zones predicted for it, while the node's object does not show it.
-        self._predicted: dict[str, _Predicted] = {}
-        #: Grows at every change (what a plugin memoises on).
-        self.version = 0
+        #: Node name -> pod key -> the zones predicted for the pod, while the node's object does not show it (by node:
+        #: a node's figures are read once per node and cycle, and must not walk every other node's pods).
+        self._predicted: dict[str, dict[str, _Predicted]] = {}
+        #: Pod key -> the node of its prediction.
+        self._node_of: dict[str, str] = {}
         #: Whether the objects have been listed (the operator's watch); True where nothing watches (the simulator).
         self.listed = True
 
@@ -59,25 +58,23 @@ class NumaStore:
         before that are in it."""
         now = self.clock() if now is None else now
         self.nodes[zones.node] = zones
-        self._published_at[zones.node] = now
-        for key, p in list(self._predicted.items()):
-            if p.node == zones.node and p.running_since is not None and p.running_since <= now:
-                del self._predicted[key]
-        self.version += 1
+        on_node = self._predicted.get(zones.node, {})
+        for key, p in list(on_node.items()):
+            if p.running_since is not None and p.running_since <= now:
+                self.gone(key)
 
     def remove(self, node: str) -> None:
         """The node's object is gone: the node has no NUMA rule any more (its kubelet's policy is not known)."""
         self.nodes.pop(node, None)
-        self._published_at.pop(node, None)
-        for key in [k for k, p in self._predicted.items() if p.node == node]:
-            del self._predicted[key]
-        self.version += 1
+        for key in self._predicted.pop(node, {}):
+            del self._node_of[key]
 
     def placed(self, pod_key: str, node: str, taken: Sequence[Mapping[str, int]]) -> None:
         """The scheduler placed (or found) pod ``pod_key`` on ``node``, taking ``taken`` of each zone."""
         if node in self.nodes and any(taken):
-            self._predicted[pod_key] = _Predicted(node, tuple(dict(t) for t in taken))
-            self.version += 1
+            self.gone(pod_key)
+            self._predicted.setdefault(node, {})[pod_key] = _Predicted(tuple(dict(t) for t in taken))
+            self._node_of[pod_key] = node
 
     def pod_placed(self, pod: PodRequest, node: str) -> None:
         """The cache holds ``pod`` on ``node`` (assumed or bound): counted in the zones the kubelet gives it, as
@@ -90,9 +87,13 @@ class NumaStore:
         if pod.phase == "Running":
             self.pod_running(pod.key)
 
+    def _prediction(self, pod_key: str) -> _Predicted | None:
+        node = self._node_of.get(pod_key)
+        return self._predicted[node][pod_key] if node is not None else None
+
     def running(self, pod_key: str, *, since: float) -> None:
         """Pod ``pod_key`` runs (the kubelet admitted it) since ``since``: the next update of its node shows it."""
-        p = self._predicted.get(pod_key)
+        p = self._prediction(pod_key)
         if p is not None and p.running_since is None:
             p.running_since = since
 
@@ -102,16 +103,17 @@ class NumaStore:
 
     def gone(self, pod_key: str) -> None:
         """Pod ``pod_key`` left, or its binding failed: if the object did not show it yet, it never will."""
-        if self._predicted.pop(pod_key, None) is not None:
-            self.version += 1
+        node = self._node_of.pop(pod_key, None)
+        if node is not None:
+            on_node = self._predicted[node]
+            del on_node[pod_key]
+            if not on_node:
+                del self._predicted[node]
 
     def predicted(self, pod_key: str) -> tuple[Mapping[str, int], ...] | None:
         """What pod ``pod_key`` is counted as taking of each zone of its node, while the object does not show it."""
-        p = self._predicted.get(pod_key)
+        p = self._prediction(pod_key)
         return p.taken if p is not None else None
-
-    def published_at(self, node: str) -> float | None:
-        return self._published_at.get(node)
 
     def available(self, node: str) -> list[dict[str, int]] | None:
         """What each zone of ``node`` has left: the published figures less the pods they do not show yet (never
@@ -120,9 +122,7 @@ class NumaStore:
         if zones is None:
             return None
         left = [dict(z.available) for z in zones.zones]
-        for p in self._predicted.values():
-            if p.node != node:
-                continue
+        for p in self._predicted.get(node, {}).values():
             for i, taken in enumerate(p.taken[: len(left)]):
                 for name, amount in taken.items():
                     left[i][name] = max(0, left[i].get(name, 0) - amount)
