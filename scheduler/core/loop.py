@@ -19,7 +19,7 @@ The loop orchestrates; each concern keeps its own state in a module of its own:
 - ``scheduler.core.actions``: what a job taken from the queue goes through, in the profile's order (allocate,
   then for a job that does not fit the actions that make room), each action in a module of its own, with the
   state it keeps; the loop knows them only through their interface (``Action``, and ``State``: the hooks through
-  which it tells each state what happened, and asks what it holds);
+  which it tells each state what happened);
 - ``scheduler.core.holds``: the one registry of holds (nominations, reservations, gangs' room, move plans), which
   says what every job's cycles must leave alone;
 - ``scheduler.core.hints``: which cluster events may help which waiting jobs.
@@ -44,15 +44,13 @@ import math
 from collections.abc import Callable
 from typing import TypeVar
 
-import numpy as np
-
 from scheduler.api.crds.podgroup import PodGroup
 from scheduler.api.crds.queue import QueueSpec
 from scheduler.api.objects.pdb import DisruptionBudget
 from scheduler.api.objects.pod import PodRequest
-from scheduler.core import actions, gate, holds
+from scheduler.core import actions, gate
 from scheduler.core.actions import registry
-from scheduler.core.cycle import Context, NominatedPod, Scheduler
+from scheduler.core.cycle import Context, Scheduler
 from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job, Jobs
@@ -398,21 +396,16 @@ class SchedulingLoop:
     def cycle_context(self, key: str) -> Context:
         """What job ``key``'s cycles get from outside (the one place a job's context is built): what the holds
         registry keeps it off (the nodes held for others: nominations, reservations, gangs' room, the targets of
-        moves) and the pods nominated for others that it counts (those of its priority or higher), what the actions'
-        states hold beyond the registry (``State.held``), and the waiting demand."""
-        reserved: np.ndarray | None = None
-        nominated: tuple[NominatedPod, ...] = ()
-        if self.holds.holding:  # most cycles of a cluster: nothing held, nothing to ask
-            queued = self.jobs.queued(key)
-            priority = queued[0].priority if queued is not None else 0
-            if queued is not None and queued[1] is not None:
-                priority = max(priority, queued[1].priority)  # a member tried alone, as its queue item is ranked
-            held = self.holds.context(key, priority=priority)
-            reserved, nominated = held.reserved, held.nominated
-        extra = [mask for state in self.states if (mask := state.held(key)) is not None]
-        if extra:
-            reserved = holds.union([mask for mask in (reserved, *extra) if mask is not None])
-        return Context(pending=self, reserved=reserved, nominated=nominated)
+        moves) and the pods nominated for others that it counts (those of its priority or higher), and the waiting
+        demand."""
+        if not self.holds.holding:  # most cycles of a cluster: nothing held, nothing to ask
+            return Context(pending=self)
+        queued = self.jobs.queued(key)
+        priority = queued[0].priority if queued is not None else 0
+        if queued is not None and queued[1] is not None:
+            priority = max(priority, queued[1].priority)  # a member tried alone, as its queue item is ranked
+        held = self.holds.context(key, priority=priority)
+        return Context(pending=self, reserved=held.reserved, nominated=held.nominated)
 
     @property
     def version(self) -> int:

@@ -28,10 +28,10 @@ An action owns what it keeps between cycles, a :class:`State` (consolidate:
 background ``scheduler.core.consolidation.defrag.Defragmenter``; reclaim and preempt share
 ``scheduler.core.preemption.preemptor.Preemptor``),
 made from the :class:`Setting` it is built from (the core's state and ports) and shared through
-:meth:`Setting.state`. The state declares its hooks by overriding those of :class:`State`: a pod pending or placed,
-a job placed or gone, the node slots it holds against other jobs' cycles (``held``: what it adds to a cycle's
-context), Queues and PodDisruptionBudgets changed, an eviction failed or refused, what is late (``expire``), work of
-its own when it is time (``background``), leadership lost. The loop (``scheduler.core.loop``) knows actions only
+:meth:`Setting.state`. Room it keeps for a job goes into the holds registry (``setting.holds``), which every
+cycle reads. The state declares its hooks by overriding those of :class:`State`: a pod pending or placed, a job
+placed or gone, Queues and PodDisruptionBudgets changed, an eviction failed or refused, what is late (``expire``),
+work of its own when it is time (``background``), leadership lost. The loop (``scheduler.core.loop``) knows actions only
 through these: it builds the profile's actions from the registry and calls each state's hooks once. ``gpusched
 explain`` asks each action what it would do for a job (:meth:`Action.explain`).
 
@@ -56,8 +56,6 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
-
-import numpy as np
 
 from scheduler.api.objects.pdb import DisruptionBudget
 from scheduler.api.objects.pod import PodRequest
@@ -121,10 +119,6 @@ class State:
 
     def job_gone(self, key: str) -> None:
         """Pod or job ``key`` left."""
-
-    def held(self, key: str) -> np.ndarray | None:
-        """What it adds to job ``key``'s cycles: node slots those cycles must leave alone (None: none)."""
-        return None
 
     def queues_changed(self) -> set[str]:
         """The cluster's Queues changed (guarantees, policies, what may move): the jobs to try again now."""
