@@ -119,11 +119,8 @@ def _action_lines(
 ) -> list[str]:
     """What each of the profile's actions is doing, or would do now, for the job (``Action.explain``: consolidation
     says the plan it carries out or would, or why none exists, on the cycle's context)."""
-    lines: list[str] = []
-    for action in live.loop.actions:
-        context = live.loop.cycle_context(job_key)
-        lines += action.explain(actions.Asked(job_key, members, live.cache.snapshot(), whole_gang, level, context))
-    return lines
+    asked = actions.Asked(job_key, members, live.cache.snapshot(), whole_gang, level, live.loop.cycle_context(job_key))
+    return [line for action in live.loop.actions for line in action.explain(asked)]
 
 
 def _job_key(live: Live, pod: api_pod.PodRequest) -> str:
