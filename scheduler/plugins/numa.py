@@ -31,8 +31,6 @@ from scheduler.framework.interface import I8, ROOM_FREED, ClusterEvent, CycleSta
 from scheduler.framework.reasons import NeverFits, Reason
 from scheduler.kernels import layout
 
-_ENFORCED = (numa.Policy.RESTRICTED, numa.Policy.SINGLE_NUMA_NODE)
-
 
 def _refusals(snapshot: Snapshot, pod: PodRequest, slots: np.ndarray, *, ever: bool) -> Counter[str]:
     """The kubelet's reason on each node of ``slots``, counted (``ever``: on its zones empty)."""
@@ -89,7 +87,7 @@ class Numa:
             return
         pod = state.pod
         for node, zones in store.nodes.items():
-            if topology_manager.policy_for(zones, pod.numa) not in _ENFORCED or not zones.zones:
+            if topology_manager.policy_for(zones, pod.numa) not in numa.ENFORCED or not zones.zones:
                 continue
             slot = snapshot.slot_of(node)
             if slot is None or slot >= reasons.shape[0] or reasons[slot] != layout.FIT:

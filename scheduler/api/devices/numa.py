@@ -13,9 +13,9 @@ is
 known by its position in :attr:`NodeZones.zones` (zone ``node-1`` is NUMA node 1; zones are sorted by that number),
 which is the bit it has in an affinity mask (:mod:`scheduler.api.devices.topology_manager`).
 
-Two other sources name a policy the kubelet does not enforce, read by the plugin and not here: Koordinator's pod
-annotation :data:`KOORDINATOR_POD_SPEC` (``{"numaTopologyPolicy": "SingleNUMANode"}``) and its node label
-:data:`KOORDINATOR_NODE_LABEL`; the NodeResourceTopology's own policy wins where both are there.
+A pod may ask for a policy its node's kubelet does not enforce with Koordinator's annotation
+:data:`KOORDINATOR_POD_SPEC` (``{"numaTopologyPolicy": "SingleNUMANode"}``, read into :class:`PodAsk`); the
+NodeResourceTopology's own policy wins where both are there. Koordinator's node label is not read.
 """
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ VERSION = "v1alpha2"
 PLURAL = "noderesourcetopologies"
 KIND = "NodeResourceTopology"
 
-#: Koordinator's pod annotation asking for a NUMA policy, and its node label setting one.
+#: Koordinator's pod annotation asking for a NUMA policy.
 KOORDINATOR_POD_SPEC = "scheduling.koordinator.sh/numa-topology-spec"
-KOORDINATOR_NODE_LABEL = "node.koordinator.sh/numa-topology-policy"
 
 
 class Policy(enum.StrEnum):
@@ -69,7 +68,10 @@ _LEGACY = {
     "RestrictedPodLevel": (Policy.RESTRICTED, Scope.POD),
 }
 
-#: Koordinator's policy names (annotation and node label).
+#: The policies under which the kubelet refuses a pod its zones cannot hold (``best-effort`` only steers).
+ENFORCED = frozenset({Policy.RESTRICTED, Policy.SINGLE_NUMA_NODE})
+
+#: Koordinator's policy names.
 _KOORDINATOR = {
     "": Policy.NONE,
     "None": Policy.NONE,
@@ -107,7 +109,7 @@ class NodeZones:
     @property
     def enforced(self) -> bool:
         """Whether the kubelet may refuse a pod for its zones (a policy other than ``none``, and zones to judge)."""
-        return self.policy in (Policy.RESTRICTED, Policy.SINGLE_NUMA_NODE) and bool(self.zones)
+        return self.policy in ENFORCED and bool(self.zones)
 
 
 def _attributes(raw: object, *, obj: str, where: str) -> dict[str, str]:
@@ -193,7 +195,7 @@ def parse_node_resource_topology(raw: Mapping[str, object]) -> NodeZones:
 
 def koordinator_policy(value: str, *, obj: str, field: str) -> Policy:
     """A Koordinator policy name (``SingleNUMANode``, ``Restricted``, ``BestEffort``, ``None``) as a :class:`Policy`;
-    the pod annotation's JSON (``{"numaTopologyPolicy": ...}``) or the node label's bare name."""
+    the pod annotation's JSON (``{"numaTopologyPolicy": ...}``) or a bare name."""
     name = value.strip()
     if name.startswith("{"):
         try:
