@@ -103,15 +103,3 @@ def declares(spec: Mapping[str, object], labels: Mapping[str, str], annotations:
         or LABEL_KUEUE_MAX_EXEC_TIME in labels
         or ANNOTATION_EXPECTED_RUNTIME in annotations
     )
-
-
-def declared(raw: Mapping[str, object]) -> bool:
-    """Whether the raw pod declares a run time at all (most do not: they skip reading it twice)."""
-    meta, spec = raw.get("metadata"), raw.get("spec")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return (
-        (isinstance(spec, Mapping) and "activeDeadlineSeconds" in spec)
-        or (isinstance(labels, Mapping) and LABEL_KUEUE_MAX_EXEC_TIME in labels)
-        or (isinstance(annotations, Mapping) and ANNOTATION_EXPECTED_RUNTIME in annotations)
-    )
