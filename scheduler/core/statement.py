@@ -30,10 +30,9 @@ PLACE, NOMINATE, HOLD, EVICT, TELL = "place", "nominate", "hold", "evict", "tell
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One thing a statement will make real: its ``kind``, what it is about (a pod, a job, a node), and how."""
+    """One thing a statement will make real: its ``kind``, and how."""
 
     kind: str
-    subject: str
     apply: Callable[[], None]
 
 
@@ -47,19 +46,19 @@ class Statement:
     def place(self, decisions: Sequence[Decision]) -> None:
         """Place every pod of ``decisions``: all assumed in the cache first, then all handed to the binder."""
         decided = list(decisions)
-        self.steps.append(Step(PLACE, ", ".join(d.pod.key for d in decided), lambda: self._place(decided)))
+        self.steps.append(Step(PLACE, lambda: self._place(decided)))
 
-    def nominate(self, subject: str, apply: Callable[[], None]) -> None:
-        self.steps.append(Step(NOMINATE, subject, apply))
+    def nominate(self, apply: Callable[[], None]) -> None:
+        self.steps.append(Step(NOMINATE, apply))
 
-    def hold(self, subject: str, apply: Callable[[], None]) -> None:
-        self.steps.append(Step(HOLD, subject, apply))
+    def hold(self, apply: Callable[[], None]) -> None:
+        self.steps.append(Step(HOLD, apply))
 
-    def evict(self, subject: str, apply: Callable[[], None]) -> None:
-        self.steps.append(Step(EVICT, subject, apply))
+    def evict(self, apply: Callable[[], None]) -> None:
+        self.steps.append(Step(EVICT, apply))
 
-    def tell(self, subject: str, apply: Callable[[], None]) -> None:
-        self.steps.append(Step(TELL, subject, apply))
+    def tell(self, apply: Callable[[], None]) -> None:
+        self.steps.append(Step(TELL, apply))
 
     def commit(self) -> None:
         """Make every step real, in the order recorded; the statement is empty afterwards."""

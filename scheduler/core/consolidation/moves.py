@@ -412,12 +412,12 @@ class Moves(State):
         flight = InFlight(
             key, obj, plan, now, job_slots, targets, set(range(len(plan.moves))), background=placed, step_started=now
         )
-        statement.hold(key, lambda: self._begin(flight))
+        statement.hold(lambda: self._begin(flight))
         statement.tell(
-            obj, lambda: self.events.emit(obj=obj, kind="Normal", reason="Consolidating", message=plan.describe())
+            lambda: self.events.emit(obj=obj, kind="Normal", reason="Consolidating", message=plan.describe())
         )
         count = len(plan.moves) if plan.pace is Pace.AT_ONCE else 1
-        statement.evict(", ".join(m.pod.key for m in plan.moves[:count]), lambda: self._evict(flight, count))
+        statement.evict(lambda: self._evict(flight, count))
 
     def _begin(self, flight: InFlight) -> None:
         """``flight`` is carried out from now on: its targets held in the registry (:meth:`_hold`), its moved pods

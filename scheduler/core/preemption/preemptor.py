@@ -268,12 +268,10 @@ class Preemptor(State):
         key, priority = attempt.key, attempt.priority
         freed = [pod for victim in victims for pod in victim.pods]
         kind = Kind.PREEMPTION if attempt.job.group is None else Kind.GANG
-        statement.nominate(key, lambda: self.holds.nominate(key, freed, priority, kind=kind))
+        statement.nominate(lambda: self.holds.nominate(key, freed, priority, kind=kind))
         for victim in victims:
-            statement.evict(victim.key, functools.partial(self.evict_one, victim, reason))
-        statement.tell(
-            attempt.obj, lambda: self.events.emit(obj=attempt.obj, kind="Normal", reason=event, message=message)
-        )
+            statement.evict(functools.partial(self.evict_one, victim, reason))
+        statement.tell(lambda: self.events.emit(obj=attempt.obj, kind="Normal", reason=event, message=message))
 
     def in_search(self, key: str, priority: int) -> tuple[np.ndarray | None, np.ndarray | None]:
         """How job ``key``'s victim search sees the nodes held for others (``Holds.in_search``)."""
@@ -331,21 +329,21 @@ class Preemptor(State):
         for other in self.holds.of_kind(Kind.NOMINATION):
             taken = any(self.evicted_for.get(v.key, ("", 0))[0] == other.job for v in choice.victims)
             if other.job != key and other.priority < priority and (other.node == choice.node or taken):
-                statement.nominate(other.job, functools.partial(self._displaced, other.job))
+                statement.nominate(functools.partial(self._displaced, other.job))
         # What the pod's nominatedNodeName says now: nothing else changes it before the statement commits.
         previous = self.holds.nomination(key)
         written = previous.node if previous is not None else ""
-        statement.nominate(key, lambda: self.holds.nominate(key, choice.pods, priority, pod=pod, node=choice.node))
+        statement.nominate(lambda: self.holds.nominate(key, choice.pods, priority, pod=pod, node=choice.node))
         reason = f"Preempted by pod {pod.uid or pod.key} on node {choice.node}: higher-priority work of queue "
         reason += f"{queue!r} ({obj})"
         for victim in choice.victims:
-            statement.evict(victim.key, functools.partial(self._evict_for, victim, key, priority, reason))
-        statement.nominate(key, lambda: self._nominated(pod, choice.node, written))
+            statement.evict(functools.partial(self._evict_for, victim, key, priority, reason))
+        statement.nominate(lambda: self._nominated(pod, choice.node, written))
         budgets = f", {choice.violations} exceeding a PodDisruptionBudget" if choice.violations else ""
         message = (
             f"preempting {len(choice.pods)} lower-priority pod(s) of queue {queue!r} on node {choice.node}{budgets}"
         )
-        statement.tell(obj, lambda: self.events.emit(obj=obj, kind="Normal", reason="Preempting", message=message))
+        statement.tell(lambda: self.events.emit(obj=obj, kind="Normal", reason="Preempting", message=message))
 
     def _displaced(self, key: str) -> None:
         """Nominated single pod ``key`` lost its node to a preemptor of higher priority."""
