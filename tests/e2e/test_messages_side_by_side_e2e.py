@@ -60,6 +60,20 @@ def test_a_pod_no_preemption_helps_is_told_as_kube_scheduler_tells_it(
     said: dict[str, str] = {}
     with side_by_side.control_plane(tmp_path, gpusched_missing) as (k, scenario):
         scenario.add_nodes([kube_mod.gpu_node(name, gpus=0, cpu=cpu, memory="8Gi") for name, cpu in NODES.items()])
+        # Ready is not enough: the node controller takes the node.kubernetes.io/not-ready taint off a moment later.
+        # kube-scheduler, which goes first, once counted "1 node(s) had untolerated taint(s)" where gpusched, later,
+        # counted none: the two were not told of the same cluster.
+        kube_mod.wait_until(
+            lambda: (
+                not any(
+                    t.get("key", "").startswith("node.kubernetes.io/")
+                    for n in scenario.my_nodes()
+                    for t in (n.get("spec", {}).get("taints") or [])
+                )
+            ),
+            timeout=60,
+            what="the nodes' not-ready taints taken off",
+        )
         for name, value in ((LOW, 10), (HIGH, 1000)):
             body = {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": name}, "value": value}
             k.request("POST", PRIORITY_CLASSES, body)
