@@ -2,7 +2,11 @@
 
 Whole GPUs go to the tightest set of fully free devices when the node's GPU topology is known (the
 ``gpusched.io/gpu-topology`` annotation: all NVLink, then one PCIe switch, then one NUMA node, breaking as few
-fully free tight groups as possible; ``gputopo.tightest_set``), else to the lowest-index fully free devices.
+fully free tight groups as possible; ``gputopo.tightest_set``), else to the lowest-index fully free devices. On a
+node that publishes NUMA zones under a Topology Manager policy, they are taken among the GPUs of the zones its
+kubelet will give the pod (``topology_manager.admit_pod`` on the cache's count; a GPU's zone from the annotation's
+``numa``, else GPUs numbered in zone order): the kubelet's device manager allocates from those zones, and devices
+named elsewhere would disagree with it and with the zone the cache counts the pod in.
 A shared GPU goes to the device suggested by a score plugin (``device: hint``, e.g. FGD's least-fragmenting
 device), else the fitting device with the least free milli (``bestfit``: keeps emptier devices whole), the first
 fitting one (``first``) or a seeded random one.
@@ -19,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.api.devices import gputopo
+from scheduler.api.basics import resources
+from scheduler.api.devices import gputopo, numa, topology_manager
 from scheduler.framework import args as plugin_args
 from scheduler.framework.interface import GPU_IDS, Code, CycleState, Status
 
@@ -45,11 +50,13 @@ class Gpu:
             return Status.success()
         if gpu.whole:
             topo = state.snapshot.gpu_topology(slot)
-            if topo is None:
+            in_zones = _in_zones(state, slot, topo)
+            if in_zones is not None:
+                ids = in_zones
+            elif topo is None:
                 ids = a.free_devices(slot, gpu.count, 1000.0)
             else:
-                free = a.free_devices(slot, len(topo), 1000.0)
-                ids = list(gputopo.tightest_set(topo, free, gpu.count)) if len(free) >= gpu.count else free
+                ids = _tightest(topo, a.free_devices(slot, len(topo), 1000.0), gpu.count)
         else:
             ids = self._shared(state, slot)
         if len(ids) < gpu.count:
@@ -81,3 +88,36 @@ class Gpu:
 
     def unreserve(self, state: CycleState, slot: int) -> None:
         state.data.pop(GPU_IDS, None)
+
+
+def _tightest(topo: gputopo.GpuTopology, free: list[int], count: int) -> list[int]:
+    return list(gputopo.tightest_set(topo, free, count)) if len(free) >= count else free
+
+
+def _in_zones(state: CycleState, slot: int, topo: gputopo.GpuTopology | None) -> list[int] | None:
+    """The whole GPUs of the NUMA zones the node's kubelet will give the pod (its Topology Manager replayed on the
+    cache's count of the zones), so that the devices named agree with the zone the ``numa`` filter admitted the pod
+    to; None where no zone rule applies (no NodeResourceTopology, policy ``none``) or the zones' GPUs free in the
+    cache are too few for what the replay takes of them (the published figures and the cache disagree: the plain
+    choice then)."""
+    snapshot = state.snapshot
+    if not snapshot.numa.nodes:
+        return None
+    node = snapshot.names[slot] if slot < len(snapshot.names) else None
+    zones = snapshot.numa.nodes.get(node) if node is not None else None
+    if zones is None or not zones.zones or topology_manager.policy_for(zones, state.pod.numa) == numa.Policy.NONE:
+        return None
+    taken = topology_manager.admit_pod(zones, state.pod, available=snapshot.numa_available(zones.node)).taken
+    a = snapshot.arrays
+    count = int(a.gpu_count[slot])
+    free = set(a.free_devices(slot, count, 1000.0))
+    ids: list[int] = []
+    for want, members in zip(taken, topology_manager.zone_gpus(zones, topo, count), strict=True):
+        k = want.get(resources.GPU, 0)
+        if not k:
+            continue
+        here = [g for g in members if g in free]
+        if len(here) < k:
+            return None
+        ids.extend(_tightest(topo, here, k) if topo is not None else here[:k])
+    return sorted(ids) if len(ids) == state.pod.gpu.count else None

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.api.devices import numa
+from scheduler.api.devices import gputopo, numa
 from scheduler.api.devices import topology_manager as admission
 
 GPU = "nvidia.com/gpu"
@@ -120,3 +120,19 @@ def test_restricted_admits_exactly_when_the_fewest_zones_that_could_ever_hold_it
     assert answer.admitted == (best_of_least >= gpus)
     if answer.admitted:
         assert sum(t.get(GPU, 0) for t in answer.taken) == gpus
+
+
+def test_a_zones_gpus_come_from_the_gpu_topology_else_in_zone_order() -> None:
+    capacity = {"nvidia.com/gpu": 2}
+    node = numa.NodeZones(
+        "n",
+        numa.Policy.SINGLE_NUMA_NODE,
+        numa.Scope.CONTAINER,
+        (numa.Zone("node-0", 0, capacity, capacity, capacity), numa.Zone("node-1", 1, capacity, capacity, capacity)),
+    )
+    crossed = gputopo.GpuTopology.of([gputopo.Gpu(i, numa=1 - i // 2) for i in range(4)])
+    assert admission.zone_gpus(node, crossed, 4) == [[2, 3], [0, 1]]
+    # One GPU's NUMA node unknown: the whole annotation is not trusted for zones, GPUs go in zone order.
+    partial = gputopo.GpuTopology.of([gputopo.Gpu(i, numa=-1 if i == 0 else 1) for i in range(4)])
+    assert admission.zone_gpus(node, partial, 4) == [[0, 1], [2, 3]]
+    assert admission.zone_gpus(node, None, 4) == [[0, 1], [2, 3]]

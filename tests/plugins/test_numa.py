@@ -3,6 +3,7 @@ scheduler itself while the published objects lag, a gang's members each in their
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import pytest
@@ -101,3 +102,21 @@ def test_a_gangs_members_each_take_their_zone_in_the_one_what_if(members: int) -
     placed = gang.place_gang(c.scheduler, group, pods)
     # Two members of 3 GPUs take a zone each; a third finds 1 GPU left in each zone and the gang does not fit.
     assert (placed.status.code is Code.SUCCESS) == (members == 2), placed.status.message
+
+
+def test_the_gpus_chosen_are_those_of_the_zone_the_kubelet_gives() -> None:
+    # Zone 0 is full (pods of another scheduler hold its GPUs: the cache sees every GPU free); GPUs in zone order.
+    c = cluster(zones("a-0", [0, 4]))
+    assert c.place(objects.pod("two", gpus=2)) == ("a-0", (4, 5))
+    assert c.place(objects.pod("next", gpus=2)) == ("a-0", (6, 7))
+
+
+def test_the_gpus_chosen_follow_the_numa_nodes_the_gpu_topology_annotation_gives() -> None:
+    # GPUs alternate between the sockets: even ones on NUMA node 0, odd ones on NUMA node 1.
+    topology = {"gpus": [{"index": i, "numa": i % 2} for i in range(8)]}
+    c = Cluster(
+        [objects.node("a-0", gpus=8, annotations={"gpusched.io/gpu-topology": json.dumps(topology)})],
+        config=profile.parse({"plugins": ["fit", "gpu", "numa"]}),
+    )
+    c.cache.numa.upsert(zones("a-0", [0, 4]), now=0.0)
+    assert c.place(objects.pod("two", gpus=2)) == ("a-0", (1, 3))

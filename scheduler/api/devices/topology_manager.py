@@ -49,6 +49,7 @@ from scheduler.api.basics import quantity, resources
 from scheduler.api.devices import numa
 
 if TYPE_CHECKING:
+    from scheduler.api.devices.gputopo import GpuTopology
     from scheduler.api.objects.pod import PodRequest
 
 #: Resources of the memory manager (``hugepages-*`` too).
@@ -302,3 +303,24 @@ def admit_pod(
         guaranteed=ask.guaranteed,
         available=available,
     )
+
+
+def zone_gpus(node: numa.NodeZones, topology: GpuTopology | None, count: int) -> list[list[int]]:
+    """The GPU indices (``0..count-1``) of each zone of ``node`` (by zone index), as its device plugin reports each
+    GPU's NUMA node to the kubelet: the ``gpusched.io/gpu-topology`` annotation's ``numa`` per GPU where it says
+    one, else the GPUs numbered in zone order (zone 0's ``nvidia.com/gpu`` capacity first). A GPU of no zone
+    (the annotation names a NUMA node no zone has) is in none."""
+    of_number = {z.number: i for i, z in enumerate(node.zones)}
+    out: list[list[int]] = [[] for _ in node.zones]
+    if topology is not None and len(topology.gpus) == count and all(g.numa >= 0 for g in topology.gpus):
+        for gpu in topology.gpus:
+            at = of_number.get(gpu.numa)
+            if at is not None:
+                out[at].append(gpu.index)
+        return out
+    first = 0
+    for i, zone in enumerate(node.zones):
+        size = zone.capacity.get(resources.GPU, 0)
+        out[i] = list(range(first, min(first + size, count)))
+        first += size
+    return out
