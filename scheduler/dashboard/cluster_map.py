@@ -9,10 +9,12 @@ wrong model, too few GPUs for the shapes that ask for several).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from scheduler.api.basics import quantity, resources
 from scheduler.api.crds import topology as api_topology
 from scheduler.api.devices.gputopo import Link
 from scheduler.api.objects.pod import PodRequest
@@ -93,6 +95,9 @@ class MapBuilder:
                     cache, slot, entry, float(frag[slot]), queue_of, domains, row_of.get(entry.info.name), grouping
                 )
             kept[slot] = (generation, node)
+            if cache.numa.nodes:
+                # Not in the kept view: a NodeResourceTopology update moves no row's generation.
+                node = _with_zones(cache, node)
             nodes.append(node)
         self._kept = kept
         nodes.sort(key=lambda n: n.name)
@@ -153,6 +158,33 @@ def _node(
         fragmentation_milli=frag,
         schedulable=not info.unschedulable,
     )
+
+
+#: The resources a zone shows, in this order (those it lists).
+ZONE_RESOURCES = (resources.CPU, resources.MEMORY, resources.GPU)
+
+
+def _with_zones(cache: Cache, node: NodeView) -> NodeView:
+    """``node`` with its NUMA zones as the cache counts them (what is left: the published figures less the pods the
+    object does not show yet), or as it is on a node without a NodeResourceTopology."""
+    zones = cache.numa.nodes.get(node.name)
+    left = cache.numa.available(node.name)
+    if zones is None or left is None:
+        return node if not node.zones else dataclasses.replace(node, zones=(), numa_policy="")
+    shown = tuple(
+        view.ZoneView(
+            name=zone.name,
+            amounts=tuple(
+                view.ZoneAmount(
+                    name, quantity.text(name, free.get(name, 0)), quantity.text(name, zone.allocatable.get(name, 0))
+                )
+                for name in ZONE_RESOURCES
+                if name in zone.allocatable
+            ),
+        )
+        for zone, free in zip(zones.zones, left, strict=True)
+    )
+    return dataclasses.replace(node, zones=shown, numa_policy=f"{zones.policy} ({zones.scope} scope)")
 
 
 def _cliques(cache: Cache, slot: int, count: int) -> list[int]:

@@ -49,6 +49,7 @@ th{background:#eceff1}
 .cell.idle{background:#eceff1}
 .cell.stranded{background:repeating-linear-gradient(45deg,#ffab91,#ffab91 2px,#fff 2px,#fff 4px)}
 .cell.shared{opacity:.55}
+.zones{margin-top:2px;font-size:9px}.zones td{padding:0 3px}.zones caption{text-align:left}
 .bar{display:flex;height:12px;width:300px;border:1px solid #90a4ae}
 .bar span{display:block;height:100%}
 .legend span{display:inline-block;margin-right:12px}
@@ -268,7 +269,28 @@ def _node(node: view.NodeView, viewer: view.Redacted) -> str:
     cordoned = "" if node.schedulable else " cordoned"
     return (
         f'<div class="node{cordoned}" data-node="{e(node.name)}" title="fragmentation '
-        f'{node.fragmentation_milli:.0f} GPU-milli">{e(node.name)}<div class=cells>{"".join(cells)}</div></div>'
+        f'{node.fragmentation_milli:.0f} GPU-milli">{e(node.name)}<div class=cells>{"".join(cells)}</div>'
+        f"{_zones(node)}</div>"
+    )
+
+
+def _zones(node: view.NodeView) -> str:
+    """A node's NUMA zones: per zone what is left of its CPU, memory and GPUs over what it allocates, and the
+    Topology Manager policy its kubelet enforces (empty for a node that publishes no zones)."""
+    if not node.zones:
+        return ""
+    rows = "".join(
+        f'<tr data-zone="{e(zone.name)}"><td>{e(zone.name)}</td>'
+        + "".join(
+            f'<td data-resource="{e(a.resource)}">{e(a.resource)} {e(a.available)}/{e(a.allocatable)}</td>'
+            for a in zone.amounts
+        )
+        + "</tr>"
+        for zone in node.zones
+    )
+    return (
+        f'<table class=zones data-policy="{e(node.numa_policy)}" title="NUMA zones: available/allocatable">'
+        f"<caption>NUMA {e(node.numa_policy)}</caption>{rows}</table>"
     )
 
 

@@ -38,6 +38,24 @@ class GpuCell:
 
 
 @dataclass(frozen=True, slots=True)
+class ZoneAmount:
+    """One resource of a NUMA zone: what is left of it (the scheduler's own count) and what the zone allocates."""
+
+    resource: str
+    available: str
+    allocatable: str
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneView:
+    """One NUMA zone of a node, as its NodeResourceTopology publishes it, less the pods the object does not show yet."""
+
+    name: str
+    #: CPU, memory and GPUs, those the zone lists, in that order.
+    amounts: tuple[ZoneAmount, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NodeView:
     name: str
     labels: Mapping[str, str]
@@ -47,6 +65,9 @@ class NodeView:
     #: The node's expected fragmentation (GPU-milli idle that the typical pods cannot use).
     fragmentation_milli: float = 0.0
     schedulable: bool = True
+    #: Its NUMA zones (none: it publishes no NodeResourceTopology) and its kubelet's Topology Manager policy/scope.
+    zones: tuple[ZoneView, ...] = ()
+    numa_policy: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@ from a viewer who may not see their namespace, and the static comparison page of
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from scheduler.dashboard import pages, view
@@ -115,3 +116,27 @@ def test_the_comparison_page_has_a_map_per_policy_and_no_script() -> None:
     text = pages.comparison([("fgd", small), ("default", small)], title="a trace")
     assert re.findall(r'data-policy="([^"]*)"', text) == ["fgd", "default"]
     assert "<script>" not in text and "<form" not in text
+
+
+def test_a_node_with_numa_zones_shows_each_zone_left_over_allocatable_and_the_policy() -> None:
+    def amounts(cpu: str, gpus: str) -> tuple[view.ZoneAmount, ...]:
+        return (
+            view.ZoneAmount("cpu", cpu, "32"),
+            view.ZoneAmount("memory", "256Gi", "256Gi"),
+            view.ZoneAmount("nvidia.com/gpu", gpus, "4"),
+        )
+
+    zoned = dataclasses.replace(
+        node("a", block="b1", rack=None, states="wwwiiiii"),
+        zones=(view.ZoneView("node-0", amounts("29", "1")), view.ZoneView("node-1", amounts("32", "4"))),
+        numa_policy="single-numa-node (container scope)",
+    )
+    cluster = view.ClusterMap(levels=("block",), nodes=(zoned, node("b", block="b1", rack=None, states="iiii")))
+    text = pages.cluster_map(cluster, view.Redacted())
+    assert text.count("class=zones") == 1  # b publishes no zones
+    assert 'data-policy="single-numa-node (container scope)"' in text
+    rows = re.findall(r'<tr data-zone="([^"]+)">(.*?)</tr>', text)
+    assert [(zone, re.findall(r">([^<]+)</td>", cells)[1:]) for zone, cells in rows] == [
+        ("node-0", ["cpu 29/32", "memory 256Gi/256Gi", "nvidia.com/gpu 1/4"]),
+        ("node-1", ["cpu 32/32", "memory 256Gi/256Gi", "nvidia.com/gpu 4/4"]),
+    ]

@@ -12,10 +12,12 @@ import aiohttp
 import pytest
 
 from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.devices import numa as api_numa
 from scheduler.dashboard import access, server, view
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.operator import Operator
 from scheduler.k8s.serve import dashboard, dashboard_options, explain
+from tests.api.test_numa import nrt
 from tests.k8s.test_operator import flushed, node, pod, podgroup
 
 QUEUE = "gpusched.io/queue"
@@ -231,3 +233,19 @@ def test_arguments_that_do_not_go_together_are_refused_before_anything_starts(tm
     empty.write_text("\n")
     with pytest.raises(InvalidObject, match="empty"):
         dashboard_options.check_arguments(args(dashboard_token_file=str(empty)))
+
+
+def test_a_nodes_numa_zones_show_what_is_left_by_the_schedulers_count_and_the_policy(operator: Operator) -> None:
+    operator.node_event(node("numa-a", gpus=8))
+    policy = [{"name": "topologyManagerPolicy", "value": "single-numa-node"}]
+    operator.cache.numa.upsert(api_numa.parse_node_resource_topology(nrt("numa-a", attributes=policy)))
+    # Bound a moment ago: the object still says every GPU is free; the scheduler counts 3 gone from zone 0.
+    operator.pod_event(pod("three", 3, node_name="numa-a"))
+    by_name = {n.name: n for n in dashboard.OperatorSource(operator).cluster_map().nodes}
+    shown = by_name["numa-a"]
+    assert shown.numa_policy == "single-numa-node (container scope)"
+    assert [(z.name, [(a.resource, a.available, a.allocatable) for a in z.amounts]) for z in shown.zones] == [
+        ("node-0", [("cpu", "30", "30"), ("memory", "256Gi", "256Gi"), ("nvidia.com/gpu", "1", "4")]),
+        ("node-1", [("cpu", "30", "30"), ("memory", "256Gi", "256Gi"), ("nvidia.com/gpu", "4", "4")]),
+    ]
+    assert by_name["gpu-a"].zones == ()  # no NodeResourceTopology: no zones shown
