@@ -1,4 +1,5 @@
-"""Filter: NUMA zones (issue 42): a node only where its kubelet's Topology Manager will admit the pod.
+"""Filter and score: NUMA zones (issue 42): a node only where its kubelet's Topology Manager will admit the pod, and
+among those the one where the pod breaks the fewest zones a bigger pod needs.
 
 On a node whose NodeResourceTopology says its kubelet runs the Topology Manager with ``single-numa-node`` or
 ``restricted`` (or where the pod asks for one of them itself, by Koordinator's annotation, and the kubelet enforces
@@ -12,6 +13,21 @@ the pods just bound), less what the pods placed earlier in the same what-if take
 Two reasons: zones too full now (an eviction or a pod leaving may clear it), and zones too small for the pod ever
 (only another node can hold it: the never-fits sentence says so). A node without an object, or with policy ``none``
 or ``best-effort``, is never refused; a cluster without objects pays one test of an empty dict per pod.
+
+The score keeps zones whole as FGD keeps GPUs whole. The scheduler picks only the node: inside it the kubelet picks the
+zones (the narrowest that hold the pod, the lowest numbered first), so each node is scored on the zones the replay gives
+the pod there, by how the placement changes the zones' fragmentation: per resource aligned (GPUs, whole CPUs, memory,
+devices the zones list), what of each zone's free amount pods of one zone each could not use, summed over sizes in equal
+steps up to a zone's capacity, eight at most (for 4-GPU zones, pods of 1, 2, 3 and 4 GPUs; a zone with 3 GPUs free
+wastes 1 for a pod of 2 and 3 for a pod of 4). A 1-GPU pod on a node with 1 + 4 GPUs free takes the lone GPU and leaves
+a whole zone (fragmentation drops); on a node with 4 + 1 free the kubelet gives it zone 0 and breaks the only zone a
+4-GPU pod could use (it rises); a partly used zone is preferred to an empty one the same way. Lower is better, turned
+into 0..100 with :data:`NEUTRAL` for no change. On a ``best-effort`` node the kubelet admits anything, so a placement it
+cannot align scores 0. A node without zones or without a rule changes no zone and scores :data:`NEUTRAL`; a pod with
+nothing aligned, or a cluster without objects, is not scored at all (the cycle skips the plugin), so nodes without
+NodeResourceTopology keep today's choices. scheduler-plugins' NodeResourceTopologyMatch scores how full the zones are
+(MostAllocated, BalancedAllocation per zone) or how few zones the pod takes (LeastNUMANodes); this one scores what the
+placement leaves to the pods that come after it.
 """
 
 from __future__ import annotations
@@ -27,7 +43,7 @@ from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
 from scheduler.framework import reasons as framework_reasons
-from scheduler.framework.interface import I8, ROOM_FREED, ClusterEvent, CycleState
+from scheduler.framework.interface import F64, I8, I64, ROOM_FREED, ClusterEvent, CycleState
 from scheduler.framework.reasons import NeverFits, Reason
 from scheduler.kernels import layout
 
@@ -97,3 +113,71 @@ class Numa:
             empty = [z.capacity for z in zones.zones]
             ever = topology_manager.admit_pod(zones, pod, available=empty).admitted
             reasons[slot] = FULL.code if ever else TOO_SMALL.code
+
+    def score(self, state: CycleState, nodes: I64, out: F64) -> bool:
+        snapshot = state.snapshot
+        store = snapshot.numa
+        if not store.nodes:
+            return False
+        pod = state.pod
+        names = snapshot.names
+        scores = np.full(nodes.shape[0], NEUTRAL)
+        said = False
+        for at, slot in enumerate(nodes.tolist()):
+            node = names[slot] if slot < len(names) else None
+            zones = store.nodes.get(node) if node is not None else None
+            if zones is None or not zones.zones:
+                continue
+            kept = zone_keeping(zones, pod, available=snapshot.numa_available(zones.node))
+            if kept is not None:
+                scores[at] = kept
+                said = True
+        if said:
+            out[:] = scores
+        return said
+
+
+#: A node the score has nothing to say about (no zones, no rule there): the score of a placement that leaves the
+#: zones' fragmentation as it was.
+NEUTRAL = 50.0
+
+#: How many pod sizes (an equal step up to the largest zone's capacity) the fragmentation is measured against.
+_SIZES = 8
+
+
+def _fragments(free: int, sizes: range) -> int:
+    """What of ``free`` in one zone no pod of each size can use (summed over the sizes)."""
+    return sum(free % size for size in sizes)
+
+
+def zone_keeping(zones: numa.NodeZones, pod: PodRequest, *, available: list[dict[str, int]] | None) -> float | None:
+    """The score (0..100, :data:`NEUTRAL` for a placement that changes nothing) of placing ``pod`` on the node of
+    ``zones`` with ``available`` left in each zone (see the module's notes); None: no rule there, or nothing of the
+    pod is aligned (it takes nothing of a zone)."""
+    policy = topology_manager.policy_for(zones, pod.numa)
+    if policy == numa.Policy.NONE:
+        return None
+    left = available if available is not None else [dict(z.available) for z in zones.zones]
+    taken = topology_manager.admit_pod(zones, pod, available=left).taken
+    if not any(taken):
+        return None
+    if policy == numa.Policy.BEST_EFFORT:
+        strict = numa.NodeZones(zones.node, numa.Policy.RESTRICTED, zones.scope, zones.zones)
+        if not topology_manager.admit_pod(strict, pod, available=left).admitted:
+            return 0.0  # the kubelet admits it spread over more zones than it needs
+    per_resource: list[float] = []
+    for name in sorted({name for t in taken for name in t}):
+        largest = max(z.capacity.get(name, 0) for z in zones.zones)
+        if largest <= 0:
+            continue
+        step = max(1, largest // _SIZES)
+        sizes = range(step, largest + 1, step)
+        before = sum(_fragments(a.get(name, 0), sizes) for a in left)
+        after = sum(
+            _fragments(max(0, a.get(name, 0) - t.get(name, 0)), sizes) for a, t in zip(left, taken, strict=True)
+        )
+        worst = sum(size - 1 for size in sizes) or 1  # one zone's fragments at most, about
+        per_resource.append(min(1.0, max(-1.0, (after - before) / worst)))
+    if not per_resource:
+        return None
+    return NEUTRAL * (1.0 - sum(per_resource) / len(per_resource))

@@ -56,6 +56,7 @@ def test_the_default_profile_loads_and_builds() -> None:
         ("node_rules", 50.0),
         ("interpod", 100.0),
         ("topology_spread", 50.0),
+        ("numa", 50.0),
         ("fgd", 100.0),
         ("gang", 50.0),
         ("topology", 50.0),

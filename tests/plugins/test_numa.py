@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
 from scheduler.api.crds import podgroup as api_podgroup
@@ -14,6 +15,7 @@ from scheduler.api.objects import pod as api_pod
 from scheduler.core import capacity, gang
 from scheduler.framework import profile
 from scheduler.framework.interface import Code
+from scheduler.plugins import numa as numa_plugin
 from tests.api import objects
 from tests.core.harness import Cluster
 
@@ -102,6 +104,55 @@ def test_a_gangs_members_each_take_their_zone_in_the_one_what_if(members: int) -
     placed = gang.place_gang(c.scheduler, group, pods)
     # Two members of 3 GPUs take a zone each; a third finds 1 GPU left in each zone and the gang does not fit.
     assert (placed.status.code is Code.SUCCESS) == (members == 2), placed.status.message
+
+
+def scored(*published: numa.NodeZones) -> Cluster:
+    """Like :func:`cluster`, with the numa score and nothing else to choose between nodes."""
+    names = [z.node for z in published]
+    c = Cluster(
+        [objects.node(name, gpus=8) for name in names],
+        config=profile.parse({"plugins": ["fit", "gpu", {"name": "numa", "weight": 1}], "tieBreak": "first"}),
+    )
+    for z in published:
+        c.cache.numa.upsert(z, now=0.0)
+    return c
+
+
+def test_a_small_pod_takes_the_lone_gpu_of_a_broken_zone_not_one_of_a_whole_zone() -> None:
+    # a-0: 4 + 1 free, the kubelet would give a 1-GPU pod zone 0 and break the only zone a 4-GPU pod fits in.
+    # b-0: 1 + 4 free, it takes the lone GPU of zone 0 and breaks nothing.
+    c = scored(zones("a-0", [4, 1]), zones("b-0", [1, 4]))
+    assert c.place(objects.pod("small", gpus=1)) == ("b-0", (0,))
+    assert c.place(objects.pod("train", gpus=4))[0] in {"a-0", "b-0"}
+
+
+def test_a_small_pod_goes_to_a_partly_used_zone_and_leaves_empty_ones_whole() -> None:
+    c = scored(zones("empty-0", [4, 4]), zones("used-0", [2, 4]))
+    assert c.place(objects.pod("small", gpus=2))[0] == "used-0"
+    # Now used-0 has 0 + 4 and empty-0 4 + 4: three 4-GPU pods still find a whole zone each.
+    assert {c.place(objects.pod(f"x{i}", gpus=4))[0] for i in range(3)} == {"empty-0", "used-0"}
+
+
+def test_on_a_best_effort_node_an_aligned_placement_wins() -> None:
+    # spread-0 could only spread 4 GPUs over its two zones; whole-0 holds them in zone 1.
+    c = scored(
+        zones("spread-0", [2, 3], policy=numa.Policy.BEST_EFFORT),
+        zones("whole-0", [0, 4], policy=numa.Policy.BEST_EFFORT),
+    )
+    assert c.place(objects.pod("train", gpus=4)) == ("whole-0", (4, 5, 6, 7))
+
+
+def test_the_score_is_skipped_without_zones_and_for_pods_nothing_of_which_is_aligned() -> None:
+    plain = Cluster([objects.node(name, gpus=8) for name in ("a-0", "b-0")], ["fit", "gpu", "numa"])
+    result = plain.schedule(objects.pod("p", gpus=1))
+    assert result.state is not None
+    out = np.full(2, -1.0)
+    score = numa_plugin.Numa({}).score
+    assert score(result.state, np.arange(2), out) is False and list(out) == [-1.0, -1.0]
+    c = scored(zones("a-0", [4, 1]), zones("b-0", [1, 4]))
+    result = c.schedule(objects.pod("cpu-only", cpu="2"))  # not Guaranteed: its CPUs come from the shared pool
+    assert result.state is not None
+    assert score(result.state, np.arange(2), out) is False
 
 
 def test_the_gpus_chosen_are_those_of_the_zone_the_kubelet_gives() -> None:
