@@ -18,6 +18,8 @@ from scheduler.cache.device_store import DeviceStore
 
 #: The standard attribute of a device's PCIe root (a GPU goes with the NIC under the same root).
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+#: The names drivers give a device's NUMA node (in their own domain, ``<driver>/numaNode``, or any other).
+NUMA_ATTRIBUTES = frozenset({"numa", "numaNode"})
 
 
 def allocate(
@@ -54,6 +56,48 @@ def allocate(
         return False
 
     return out if place(0) else None
+
+
+def numa_nodes(devices: Sequence[Device]) -> dict[DeviceKey, int]:
+    """The NUMA node of each device that says one (an integer attribute of a name in :data:`NUMA_ATTRIBUTES`), or
+    that shares its PCIe root with a device that says one (a PCIe root hangs off one NUMA node: NVIDIA's GPU driver
+    publishes the root, an RDMA NIC's driver the root and the NUMA node)."""
+    out: dict[DeviceKey, int] = {}
+    of_root: dict[object, int] = {}
+    for d in devices:
+        for name, value in d.attributes.items():
+            if name.rsplit("/", 1)[-1] in NUMA_ATTRIBUTES and isinstance(value, int) and not isinstance(value, bool):
+                out[d.key] = value
+                root = d.attribute(PCIE_ROOT)
+                if root is not None:
+                    of_root.setdefault(root, value)
+                break
+    for d in devices:
+        root = d.attribute(PCIE_ROOT)
+        if d.key not in out and root is not None and root in of_root:
+            out[d.key] = of_root[root]
+    return out
+
+
+def allocate_in_one_zone(
+    claims: Sequence[ResourceClaim],
+    devices: Sequence[Device],
+    taken: set[DeviceKey],
+    store: DeviceStore,
+    capacity: CapacityUse,
+    *,
+    zones: Sequence[int],
+) -> dict[str, tuple[AllocatedDevice, ...]] | None:
+    """:func:`allocate` with every device that has a NUMA node (:func:`numa_nodes`) in one zone, the ``zones`` (NUMA
+    node numbers) tried in order, devices of no known NUMA node allowed with any; else across zones, as
+    :func:`allocate` alone would (Koordinator's joint allocation of GPUs and RDMA NICs: one zone where it can)."""
+    of = numa_nodes(devices)
+    if of:
+        for zone in zones:
+            found = allocate(claims, [d for d in devices if of.get(d.key, zone) == zone], taken, store, capacity)
+            if found is not None:
+                return found
+    return allocate(claims, devices, taken, store, capacity)
 
 
 #: Choices tried for one pod's claims before the node is given up (backtracking across claims is exponential).

@@ -21,6 +21,14 @@ allowing multiple allocations is shared up to its capacity (``scheduler.api.devi
 chosen by the score plugins: the whole GPUs the claims ask for are the pod's GPUs (``scheduler.cache.dra_gpus``),
 so FGD, binpack, gangs and queue accounting see them.
 
+NUMA (issue 42): on a node whose kubelet enforces a Topology Manager policy (its NodeResourceTopology says
+``single-numa-node`` or ``restricted``, or the pod asks for one by Koordinator's annotation), the devices of all the
+pod's claims are taken from one NUMA zone where one zone can hold them, as Koordinator's joint allocation puts a GPU
+and an RDMA NIC together: a device's zone is its driver's ``numa`` or ``numaNode`` attribute, or that of a device under
+the same PCIe root (``device_allocator.numa_nodes``); the zones the kubelet gives the pod's CPUs and memory are tried
+first. The kubelet does not align DRA devices itself, so where no zone holds them all they are taken across zones as
+before (never refused for it). Elsewhere nothing changes.
+
 The answer for a node is remembered by the claims' shape (requests, selectors, constraints: the same for every pod
 of one template) and the node's devices taken, until a device or class changes: a backlog of one template costs
 one allocation per node and change, not one per node and pod.
@@ -49,9 +57,13 @@ import numpy as np
 from scheduler.api.basics import resources
 from scheduler.api.devices import dra as api_dra
 from scheduler.api.devices import extended_resources as api_extended
-from scheduler.api.devices.dra import AllocatedDevice, Allocation, ClaimAllocation, ResourceClaim
-from scheduler.cache import dra_gpus
-from scheduler.cache.device_allocator import allocate
+from scheduler.api.devices import numa as api_numa
+from scheduler.api.devices import topology_manager
+from scheduler.api.devices.dra import AllocatedDevice, Allocation, ClaimAllocation, Device, ResourceClaim
+from scheduler.api.objects.pod import PodRequest
+from scheduler.cache import device_allocator, dra_gpus
+from scheduler.cache.device_budgets import CapacityUse, DeviceKey
+from scheduler.cache.device_store import DeviceStore
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
 from scheduler.framework import interface
@@ -243,6 +255,7 @@ class DynamicResources:
             if shape is None:
                 shape = shapes[lacking] = tuple(claim.shape() for claim in claims)
             keys = [claim.key for claim in claims]
+            zones = _zone_order(snap, node, state.pod)
             local = store.node_devices(node).local
             devices = list(local)
             for device in shared:
@@ -258,17 +271,17 @@ class DynamicResources:
                 # Only the node's own devices: the answer depends on the claims' shape and which of them are taken
                 # here, so the pods of one template share it until a device of this node is taken or freed.
                 held = frozenset(d.key for d in local if d.key in taken)
-                memo_key = (shape, node, held, capacity.of(local) if capacity else None)
+                memo_key = (shape, node, held, capacity.of(local) if capacity else None, zones)
                 if memo_key in self._memo:
                     known = self._memo[memo_key]
                     found = None if known is None else dict(zip(keys, known, strict=True))
                 else:
-                    found = allocate(claims, devices, taken, store, capacity)
+                    found = _allocate(claims, devices, taken, store, capacity, zones)
                     if len(self._memo) >= MEMO_MAX:
                         self._memo.clear()
                     self._memo[memo_key] = None if found is None else tuple(found[k] for k in keys)
             else:
-                found = allocate(claims, devices, taken, store, capacity)
+                found = _allocate(claims, devices, taken, store, capacity, zones)
             if found is None:
                 reasons[slot] = CANNOT_ALLOCATE.code
             else:
@@ -333,3 +346,30 @@ class DynamicResources:
         claims = state.data.pop(interface.DEVICE_CLAIMS, ())
         if claims and state.snapshot.in_what_if:
             state.snapshot.unpick_devices(claims)
+
+
+def _zone_order(snap: Snapshot, node: str, pod: PodRequest) -> tuple[int, ...]:
+    """The NUMA nodes to try the pod's devices in, on a node whose kubelet enforces a Topology Manager policy (or
+    where the pod asks for one): first the zones the kubelet gives the pod's CPUs, memory and device-plugin
+    resources (so that they and the DRA devices share a zone), then the others in order; () elsewhere."""
+    if not snap.numa.nodes:
+        return ()
+    zones = snap.numa.nodes.get(node)
+    if zones is None or not zones.zones or topology_manager.policy_for(zones, pod.numa) not in api_numa.ENFORCED:
+        return ()
+    taken = topology_manager.admit_pod(zones, pod, available=snap.numa_available(node)).taken
+    first = [z.number for z, t in zip(zones.zones, taken, strict=True) if t]
+    return (*first, *(z.number for z in zones.zones if z.number not in first))
+
+
+def _allocate(
+    claims: list[ResourceClaim],
+    devices: list[Device],
+    taken: set[DeviceKey],
+    store: DeviceStore,
+    capacity: CapacityUse,
+    zones: tuple[int, ...],
+) -> dict[str, tuple[AllocatedDevice, ...]] | None:
+    if zones:
+        return device_allocator.allocate_in_one_zone(claims, devices, taken, store, capacity, zones=zones)
+    return device_allocator.allocate(claims, devices, taken, store, capacity)

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from scheduler.api.crds import podgroup as api_podgroup
 from scheduler.api.devices import dra as api_dra
+from scheduler.api.devices import numa
 from scheduler.core import gang
 from tests.api import dra_objects as dra
 from tests.plugins.test_dra import PLUGINS, DraCluster, pod_with
@@ -111,3 +114,39 @@ def test_a_gang_of_gpu_and_nic_pods_is_placed_whole_one_root_each() -> None:
             assert (decision.node, device) not in seen
             seen.add((decision.node, device))
     assert len(seen) == 20
+
+
+def numa_nic_slice(node: str) -> dict[str, Any]:
+    """The RDMA NICs of :func:`nic_slice`, each saying its NUMA node (NIC ``r`` under PCIe root ``r``, on NUMA node
+    ``r``); the GPUs say only their PCIe root."""
+    raw = nic_slice(node)
+    for r, device in enumerate(raw["spec"]["devices"]):
+        device["attributes"]["numaNode"] = {"int": r}
+    return raw
+
+
+def gpu_plus_nic(name: str) -> dict[str, Any]:
+    """A GPU and an RDMA NIC, without a ``matchAttribute`` constraint (the user did not say they go together)."""
+    raw = dra.claim(name)
+    raw["spec"] = dra.claim_spec(dra.request("gpu", 1), dra.request("nic", 1, device_class=NIC_CLASS))
+    return raw
+
+
+@pytest.mark.parametrize("policy", [None, numa.Policy.SINGLE_NUMA_NODE])
+def test_under_a_numa_policy_the_gpu_and_the_nic_come_from_one_zone(policy: numa.Policy | None) -> None:
+    cluster = DraCluster(("a",))
+    cluster.store.upsert_class(api_dra.parse_device_class(nic_class()))
+    cluster.slice(numa_nic_slice("a"))
+    if policy is not None:
+        capacity = {"cpu": 32_000}
+        zones = tuple(numa.Zone(f"node-{i}", i, capacity, capacity, capacity) for i in range(2))
+        cluster.cache.numa.upsert(numa.NodeZones("a", policy, numa.Scope.CONTAINER, zones), now=0.0)
+    # Another pod holds zone 0's NIC.
+    cluster.claim(dra.claim("nic-only", dra.request("nic", 1, device_class=NIC_CLASS)))
+    assert cluster.devices(pod_with("p-nic", "nic-only"))[1] == ["nic-0"]
+    cluster.claim(gpu_plus_nic("both"))
+    _, devices, gpu_ids = cluster.devices(pod_with("p-both", "both"))
+    if policy is None:
+        assert devices == ["gpu-0", "nic-1"]  # no NUMA rule on the node: the first GPU, the NIC that is left
+    else:
+        assert devices == ["gpu-4", "nic-1"] and gpu_ids == (4,)  # both under zone 1
