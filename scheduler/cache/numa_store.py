@@ -19,6 +19,13 @@ Every input enters through its methods: :meth:`NumaStore.upsert` / :meth:`remove
 the pods the cache holds (bound and assumed) :meth:`pod_placed`, :meth:`pod_running`, :meth:`gone`;
 :meth:`available` answers what each zone of a node has left. A cluster without NodeResourceTopology objects pays one
 test of an empty dict per pod.
+
+A victim search (preemption, reclaim, consolidation) removes pods from a what-if and must know which zones each
+gives back: a victim set that frees enough on the node may free nothing in any one zone, and evicting it helps no
+pod the kubelet aligns. A pod the store counts gives back its predicted zones; a pod the object already shows has
+no prediction left, so :meth:`shown` replays the Topology Manager for the node's such pods, fitting them into what
+each zone shows used (a pod that fits nowhere there is credited nothing: a victim search never counts on room it
+cannot place).
 """
 
 from __future__ import annotations
@@ -52,6 +59,9 @@ class NumaStore:
         self._node_of: dict[str, str] = {}
         #: Whether the objects have been listed (the operator's watch); True where nothing watches (the simulator).
         self.listed = True
+        #: Node name -> the zones and pod keys :meth:`shown` replayed last, and its answer (a victim search asks
+        #: once per what-if and candidate node; the answer holds until the object or the node's pods change).
+        self._shown: dict[str, tuple[NodeZones, tuple[str, ...], dict[str, tuple[Mapping[str, int], ...]]]] = {}
 
     def upsert(self, zones: NodeZones, *, now: float | None = None) -> None:
         """The node's object was published (created or updated) at ``now`` (default: the clock's now): pods running
@@ -66,6 +76,7 @@ class NumaStore:
     def remove(self, node: str) -> None:
         """The node's object is gone: the node has no NUMA rule any more (its kubelet's policy is not known)."""
         self.nodes.pop(node, None)
+        self._shown.pop(node, None)
         for key in self._predicted.pop(node, {}):
             del self._node_of[key]
 
@@ -127,3 +138,31 @@ class NumaStore:
                 for name, amount in taken.items():
                     left[i][name] = max(0, left[i].get(name, 0) - amount)
         return left
+
+    def shown(self, node: str, pods: Sequence[PodRequest]) -> dict[str, tuple[Mapping[str, int], ...]]:
+        """What each of ``pods`` (pods on ``node`` that the store has no prediction for: the object shows them)
+        takes of each zone, by pod key: the Topology Manager replayed for them in order on what each zone shows used
+        (allocatable less available), so that they account for it zone by zone. A pod the used figures cannot hold
+        is left out (it gives back nothing when a what-if removes it). Empty for a node without zones."""
+        zones = self.nodes.get(node)
+        if zones is None:
+            return {}
+        keys = tuple(p.key for p in pods)
+        memo = self._shown.get(node)
+        if memo is not None and memo[0] is zones and memo[1] == keys:
+            return memo[2]
+        used = [
+            {name: max(0, amount - z.available.get(name, 0)) for name, amount in z.allocatable.items()}
+            for z in zones.zones
+        ]
+        out: dict[str, tuple[Mapping[str, int], ...]] = {}
+        for pod in pods:
+            admitted = topology_manager.admit_pod(zones, pod, available=used)
+            if not admitted.admitted or not any(admitted.taken):
+                continue
+            out[pod.key] = admitted.taken
+            for zone, taken in zip(used, admitted.taken, strict=False):
+                for name, amount in taken.items():
+                    zone[name] = zone.get(name, 0) - amount
+        self._shown[node] = (zones, keys, out)
+        return out

@@ -333,21 +333,31 @@ class Snapshot:
     def numa_available(self, node: str) -> list[dict[str, int]] | None:
         """What each NUMA zone of ``node`` has left (None: the node publishes no zones): the cache's count, less what
         the pods the open what-ifs placed there take (a gang's members placed earlier, in order), plus what the pods
-        they removed took (a victim search)."""
+        they removed took (a victim search): its predicted zones, or for a pod the object shows already, the zones
+        the Topology Manager replayed gives it (``NumaStore.shown``). A removed pod put back (a victim spared) takes
+        the very zones it gave back, not the ones a new pod would get."""
         store = self._cache.numa
         zones, left = store.nodes.get(node), store.available(node)
         if zones is None or left is None or not self._what_if:
             return left
         slot = self._cache.slot_of(node)
         placed: dict[str, tuple[Mapping[str, int], ...]] = {}
+        removed: dict[str, tuple[Mapping[str, int], ...]] = {}
+        shown: dict[str, tuple[Mapping[str, int], ...]] | None = None
         for sign, pod, at in self._what_if:
             if at != slot:
                 continue
             if sign > 0:
-                taken = topology_manager.admit_pod(zones, pod, available=left).taken
+                taken = removed.pop(pod.key, None) or topology_manager.admit_pod(zones, pod, available=left).taken
                 placed[pod.key] = taken
             else:
                 taken = placed.pop(pod.key, ()) or store.predicted(pod.key) or ()
+                if not taken and slot is not None:
+                    if shown is None:
+                        on_node = self._cache.pods_on(slot).values()
+                        shown = store.shown(node, [e.pod for e in on_node if store.predicted(e.pod.key) is None])
+                    taken = shown.get(pod.key, ())
+                removed[pod.key] = taken
             for zone, amounts in zip(left, taken, strict=False):
                 for name, amount in amounts.items():
                     zone[name] = max(0, zone.get(name, 0) - sign * amount)
