@@ -353,15 +353,28 @@ class Snapshot:
             else:
                 taken = placed.pop(pod.key, ()) or store.predicted(pod.key) or ()
                 if not taken and slot is not None:
-                    if shown is None:
-                        on_node = self._cache.pods_on(slot).values()
-                        shown = store.shown(node, [e.pod for e in on_node if store.predicted(e.pod.key) is None])
+                    shown = shown if shown is not None else self._numa_shown(node, slot)
                     taken = shown.get(pod.key, ())
                 removed[pod.key] = taken
             for zone, amounts in zip(left, taken, strict=False):
                 for name, amount in amounts.items():
                     zone[name] = max(0, zone.get(name, 0) - sign * amount)
         return left
+
+    def _numa_shown(self, node: str, slot: int) -> dict[str, tuple[Mapping[str, int], ...]]:
+        """``NumaStore.shown`` for the pods the cache holds on ``node`` (slot ``slot``) without a prediction."""
+        store = self._cache.numa
+        return store.shown(
+            node, [e.pod for e in self._cache.pods_on(slot).values() if store.predicted(e.pod.key) is None]
+        )
+
+    def numa_taken(self, pod_key: str, slot: int) -> tuple[Mapping[str, int], ...]:
+        """What pod ``pod_key``, held by the cache on node ``slot``, takes of each NUMA zone there, as a what-if that
+        removes it gives it back (:meth:`numa_available`); () on a node without zones, or where none is known."""
+        node = self.names[slot] if slot < len(self.names) else None
+        if node is None or node not in self._cache.numa.nodes:
+            return ()
+        return self._cache.numa.predicted(pod_key) or self._numa_shown(node, slot).get(pod_key, ())
 
     def host_port_conflicts(self, ports: tuple[HostPort, ...]) -> npt.NDArray[np.bool_]:
         """Per node slot, whether a pod there (bound, assumed, or placed by an open what-if and not removed by

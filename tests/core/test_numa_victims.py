@@ -4,6 +4,7 @@ the one what-if; and when no zone can be freed, nothing is evicted and the messa
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from scheduler.framework.interface import ClusterEvent
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
 from tests.core.harness import Clock, Cluster, Events, gone
+from tests.core.test_consolidate import Mover
 from tests.core.test_tenancy import Evictions
 
 GPU = "nvidia.com/gpu"
@@ -133,3 +135,33 @@ def test_a_gangs_victims_free_a_zone_for_each_member() -> None:
     # One member of 3 GPUs needs one zone freed: the cheaper one's two pods.
     victims = reclaim.find_victims(cluster.scheduler, gang[:1], priority=10, policy="Any", candidates=candidates)
     assert sorted(v.key for v in victims) == ["default/s0", "default/s1"]
+
+
+def test_consolidation_moves_the_pods_of_one_zone_not_the_first_pods_alike() -> None:
+    config = profile.parse({"plugins": ["fit", "gpu", "numa"], "actions": ["allocate", "consolidate"]})
+    nodes = [objects.node("a-0", cpu="64", gpus=8)] + [objects.node(f"b-{i}", cpu="64", gpus=8) for i in range(2)]
+    cluster = Cluster(nodes, config=config)
+    cluster.cache.numa.upsert(_zones("a-0", [4, 4]), now=0.0)
+    clock, events, mover = Clock(), Events(), Mover()
+    loop = SchedulingLoop(cluster.scheduler, SchedulingQueue(clock=clock), clock=clock, events=events)
+    loop.mover = mover
+
+    def bound(name: str, gpus: int, node: str, owner: str = "") -> None:
+        pod = api_pod.parse_pod(objects.pod(name, gpus=gpus, node_name=node, phase="Running"))
+        pod = dataclasses.replace(pod, owner=owner, owner_kind="ReplicaSet" if owner else "")
+        cluster.cache.upsert_pod(pod)
+        loop.pod_placed(pod)
+
+    # a-0: a pod that may not move takes 3 GPUs of zone 0, then three movable pods of 1 GPU alike: x0 fills zone 0,
+    # x1 and x2 take 2 of zone 1. The b nodes have 1 GPU free each: a moved pod goes to each.
+    bound("fixed", 3, "a-0")
+    for i in range(3):
+        bound(f"x{i}", 1, "a-0", owner="x")
+    for i in range(2):
+        bound(f"fill-{i}", 7, f"b-{i}")
+    assert [cluster.cache.numa.predicted(f"default/x{i}") for i in range(3)] == [({GPU: 1}, {})] + [({}, {GPU: 1})] * 2
+    loop.pod_pending(api_pod.parse_pod(objects.pod("big", gpus=4)))
+    loop.run_until_idle()
+    # The pods are alike on the node, not in its zones: moving x0 and x1 frees 4 GPUs on the node but 3 in zone 1;
+    # the plan moves the two of zone 1.
+    assert sorted(p.name for p in mover.pods) == ["x1", "x2"]
