@@ -64,3 +64,15 @@ def test_the_pods_an_object_shows_are_placed_in_the_zones_that_show_them_used() 
     # search must not count on room it cannot place).
     assert store.shown("gpu-0", pods) == {"default/a": ({GPU: 2}, {}), "default/b": ({}, {GPU: 3})}
     assert store.shown("cpu-0", pods) == {}
+
+
+def test_a_pod_the_object_shows_gives_its_zone_back_when_it_leaves_until_an_update_shows_it() -> None:
+    store = NumaStore(clock=lambda: 100.0)
+    store.upsert(zones([4, 0]), now=0.0)  # zone 1 full: a and b, each of 2 GPUs, shown already
+    a, b = (api_pod.parse_pod(objects.pod(name, gpus=2)) for name in ("a", "b"))
+    store.pod_left(a, "gpu-0", [a, b])
+    assert store.available("gpu-0") == [{GPU: 4}, {GPU: 2}]  # the kubelet admits the next pod there already
+    store.upsert(zones([4, 0]), now=90.0)  # published before it left: still shows it
+    assert store.available("gpu-0") == [{GPU: 4}, {GPU: 2}]
+    store.upsert(zones([4, 2]), now=160.0)
+    assert store.available("gpu-0") == [{GPU: 4}, {GPU: 2}]  # counted once
