@@ -348,10 +348,15 @@ class Snapshot:
             if at != slot:
                 continue
             if sign > 0:
-                taken = removed.pop(pod.key, None) or topology_manager.admit_pod(zones, pod, available=left).taken
+                if pod.key in removed:
+                    taken = removed.pop(pod.key)  # a victim put back: what it gave back, no more (nothing if unknown)
+                else:
+                    taken = topology_manager.admit_pod(zones, pod, available=left).taken
                 placed[pod.key] = taken
+            elif pod.key in placed:
+                taken = placed.pop(pod.key)  # placed by the what-if itself, then taken off again
             else:
-                taken = placed.pop(pod.key, ()) or store.predicted(pod.key) or ()
+                taken = store.predicted(pod.key) or ()
                 if not taken and slot is not None:
                     shown = shown if shown is not None else self._numa_shown(node, slot)
                     taken = shown.get(pod.key, ())
