@@ -8,17 +8,28 @@ kubelet has allocated and writes it every 60 s by default, so a pod bound a mome
 pod it placed or saw on a node with zones, the zones it predicted the pod takes (the Topology Manager replayed:
 ``scheduler.api.devices.topology_manager``), and counts them against the published figures until the object shows
 them: until an update of the node's object arrives after the pod started running (the kubelet had admitted it and
-allocated its resources, and the agent had read them). A pod that leaves gives its share back only when the next
-update shows it (the published figure is on the safe side meanwhile).
+allocated its resources, and the agent had read them). A pod that leaves before the object shows it is simply no
+longer counted. A pod that leaves after (the object shows it, the store has no prediction of it) gives its zones
+back at once (:meth:`pod_left`: the zones :meth:`shown` gives it), until an update published after it left shows
+them free: once the pod is gone from the API server its kubelet has stopped it, and admits the next pod in its
+zones, while the object can lag a minute behind. Counted used until then, a preemptor whose victims left found its
+zone still full and evicted the pods of the other zone too.
 
 After a restart the count is rebuilt from the pods on the nodes, as they come: each is predicted again and counts
 until the node's next update (the object may already show the pods that ran before it: counted twice for up to one
 round of the agent, on the safe side, never an over-commit).
 
 Every input enters through its methods: :meth:`NumaStore.upsert` / :meth:`remove` (the objects' watch), and for
-the pods the cache holds (bound and assumed) :meth:`pod_placed`, :meth:`pod_running`, :meth:`gone`;
+the pods the cache holds (bound and assumed) :meth:`pod_placed`, :meth:`pod_running`, :meth:`pod_left`;
 :meth:`available` answers what each zone of a node has left. A cluster without NodeResourceTopology objects pays one
 test of an empty dict per pod.
+
+A victim search (preemption, reclaim, consolidation) removes pods from a what-if and must know which zones each
+gives back: a victim set that frees enough on the node may free nothing in any one zone, and evicting it helps no
+pod the kubelet aligns. A pod the store counts gives back its predicted zones; a pod the object already shows has
+no prediction left, so :meth:`shown` replays the Topology Manager for the node's such pods, fitting them into what
+each zone shows used (a pod that fits nowhere there is credited nothing: a victim search never counts on room it
+cannot place).
 """
 
 from __future__ import annotations
@@ -52,6 +63,12 @@ class NumaStore:
         self._node_of: dict[str, str] = {}
         #: Whether the objects have been listed (the operator's watch); True where nothing watches (the simulator).
         self.listed = True
+        #: Node name -> pod key -> when a pod the object shows left, and what it gave back of each zone (counted free
+        #: until an update published after that).
+        self._left: dict[str, dict[str, tuple[float, tuple[Mapping[str, int], ...]]]] = {}
+        #: Node name -> the zones and pod keys :meth:`shown` replayed last, and its answer (a victim search asks
+        #: once per what-if and candidate node; the answer holds until the object or the node's pods change).
+        self._shown: dict[str, tuple[NodeZones, tuple[str, ...], dict[str, tuple[Mapping[str, int], ...]]]] = {}
 
     def upsert(self, zones: NodeZones, *, now: float | None = None) -> None:
         """The node's object was published (created or updated) at ``now`` (default: the clock's now): pods running
@@ -62,10 +79,17 @@ class NumaStore:
         for key, p in list(on_node.items()):
             if p.running_since is not None and p.running_since <= now:
                 self.gone(key)
+        left = self._left.get(zones.node)
+        if left:
+            for key, (since, _) in list(left.items()):
+                if since <= now:
+                    del left[key]
 
     def remove(self, node: str) -> None:
         """The node's object is gone: the node has no NUMA rule any more (its kubelet's policy is not known)."""
         self.nodes.pop(node, None)
+        self._shown.pop(node, None)
+        self._left.pop(node, None)
         for key in self._predicted.pop(node, {}):
             del self._node_of[key]
 
@@ -110,6 +134,19 @@ class NumaStore:
             if not on_node:
                 del self._predicted[node]
 
+    def pod_left(self, pod: PodRequest, node: str, on_node: Sequence[PodRequest]) -> None:
+        """``pod`` left ``node``, where the cache held ``on_node`` (``pod`` among them): a prediction is dropped
+        (:meth:`gone`); a pod the object shows gives back the zones :meth:`shown` gives it, from now until an update
+        published after now."""
+        if self.predicted(pod.key) is not None:
+            self.gone(pod.key)
+            return
+        if node not in self.nodes:
+            return
+        taken = self.shown(node, [p for p in on_node if self.predicted(p.key) is None]).get(pod.key)
+        if taken:
+            self._left.setdefault(node, {})[pod.key] = (self.clock(), taken)
+
     def predicted(self, pod_key: str) -> tuple[Mapping[str, int], ...] | None:
         """What pod ``pod_key`` is counted as taking of each zone of its node, while the object does not show it."""
         p = self._prediction(pod_key)
@@ -121,9 +158,47 @@ class NumaStore:
         zones = self.nodes.get(node)
         if zones is None:
             return None
-        left = [dict(z.available) for z in zones.zones]
+        left = self._published(zones)
         for p in self._predicted.get(node, {}).values():
             for i, taken in enumerate(p.taken[: len(left)]):
                 for name, amount in taken.items():
                     left[i][name] = max(0, left[i].get(name, 0) - amount)
         return left
+
+    def shown(self, node: str, pods: Sequence[PodRequest]) -> dict[str, tuple[Mapping[str, int], ...]]:
+        """What each of ``pods`` (pods on ``node`` that the store has no prediction for: the object shows them)
+        takes of each zone, by pod key: the Topology Manager replayed for them in order on what each zone shows used
+        (allocatable less available), so that they account for it zone by zone. A pod the used figures cannot hold
+        is left out (it gives back nothing when a what-if removes it). Empty for a node without zones."""
+        zones = self.nodes.get(node)
+        if zones is None:
+            return {}
+        keys = tuple(p.key for p in pods)
+        memo = self._shown.get(node)
+        if memo is not None and memo[0] is zones and memo[1] == keys:
+            return memo[2]
+        used = [
+            {name: max(0, amount - free.get(name, 0)) for name, amount in z.allocatable.items()}
+            for z, free in zip(zones.zones, self._published(zones), strict=True)
+        ]
+        out: dict[str, tuple[Mapping[str, int], ...]] = {}
+        for pod in pods:
+            admitted = topology_manager.admit_pod(zones, pod, available=used)
+            if not admitted.admitted or not any(admitted.taken):
+                continue
+            out[pod.key] = admitted.taken
+            for zone, taken in zip(used, admitted.taken, strict=False):
+                for name, amount in taken.items():
+                    zone[name] = zone.get(name, 0) - amount
+        self._shown[node] = (zones, keys, out)
+        return out
+
+    def _published(self, zones: NodeZones) -> list[dict[str, int]]:
+        """What the object says each zone has left, plus what the pods that left since gave back (at most the zone's
+        allocatable)."""
+        free = [dict(z.available) for z in zones.zones]
+        for _, gave in self._left.get(zones.node, {}).values():
+            for zone, here, taken in zip(zones.zones, free, gave, strict=False):
+                for name, amount in taken.items():
+                    here[name] = min(zone.allocatable.get(name, 0), here.get(name, 0) + amount)
+        return free

@@ -333,25 +333,53 @@ class Snapshot:
     def numa_available(self, node: str) -> list[dict[str, int]] | None:
         """What each NUMA zone of ``node`` has left (None: the node publishes no zones): the cache's count, less what
         the pods the open what-ifs placed there take (a gang's members placed earlier, in order), plus what the pods
-        they removed took (a victim search)."""
+        they removed took (a victim search): its predicted zones, or for a pod the object shows already, the zones
+        the Topology Manager replayed gives it (``NumaStore.shown``). A removed pod put back (a victim spared) takes
+        the very zones it gave back, not the ones a new pod would get."""
         store = self._cache.numa
         zones, left = store.nodes.get(node), store.available(node)
         if zones is None or left is None or not self._what_if:
             return left
         slot = self._cache.slot_of(node)
         placed: dict[str, tuple[Mapping[str, int], ...]] = {}
+        removed: dict[str, tuple[Mapping[str, int], ...]] = {}
+        shown: dict[str, tuple[Mapping[str, int], ...]] | None = None
         for sign, pod, at in self._what_if:
             if at != slot:
                 continue
             if sign > 0:
-                taken = topology_manager.admit_pod(zones, pod, available=left).taken
+                if pod.key in removed:
+                    taken = removed.pop(pod.key)  # a victim put back: what it gave back, no more (nothing if unknown)
+                else:
+                    taken = topology_manager.admit_pod(zones, pod, available=left).taken
                 placed[pod.key] = taken
+            elif pod.key in placed:
+                taken = placed.pop(pod.key)  # placed by the what-if itself, then taken off again
             else:
-                taken = placed.pop(pod.key, ()) or store.predicted(pod.key) or ()
+                taken = store.predicted(pod.key) or ()
+                if not taken and slot is not None:
+                    shown = shown if shown is not None else self._numa_shown(node, slot)
+                    taken = shown.get(pod.key, ())
+                removed[pod.key] = taken
             for zone, amounts in zip(left, taken, strict=False):
                 for name, amount in amounts.items():
                     zone[name] = max(0, zone.get(name, 0) - sign * amount)
         return left
+
+    def _numa_shown(self, node: str, slot: int) -> dict[str, tuple[Mapping[str, int], ...]]:
+        """``NumaStore.shown`` for the pods the cache holds on ``node`` (slot ``slot``) without a prediction."""
+        store = self._cache.numa
+        return store.shown(
+            node, [e.pod for e in self._cache.pods_on(slot).values() if store.predicted(e.pod.key) is None]
+        )
+
+    def numa_taken(self, pod_key: str, slot: int) -> tuple[Mapping[str, int], ...]:
+        """What pod ``pod_key``, held by the cache on node ``slot``, takes of each NUMA zone there, as a what-if that
+        removes it gives it back (:meth:`numa_available`); () on a node without zones, or where none is known."""
+        node = self.names[slot] if slot < len(self.names) else None
+        if node is None or node not in self._cache.numa.nodes:
+            return ()
+        return self._cache.numa.predicted(pod_key) or self._numa_shown(node, slot).get(pod_key, ())
 
     def host_port_conflicts(self, ports: tuple[HostPort, ...]) -> npt.NDArray[np.bool_]:
         """Per node slot, whether a pod there (bound, assumed, or placed by an open what-if and not removed by

@@ -468,14 +468,15 @@ class Cache:
             self.volumes.release(key)  # only pods with claims have volume choices held
         if entry.pod.resource_claims or entry.pod.extended_asks:
             self.devices.release(key)
+        node = self.nodes.get(entry.placement.slot)
         if self.numa.nodes:
-            self.numa.gone(key)
+            on_node = [e.pod for e in node.pods.values()] if node is not None else []
+            self.numa.pod_left(entry.pod, node.info.name if node is not None else "", on_node)
         self.arrays.apply(entry.placement, sign=-1.0)
         if entry.pod.host_ports:
             self.ports.add(entry.placement.slot, entry.pod.host_ports, -1)
         self._unindex(entry.pod, entry.placement.slot)
         self._guessed.discard(key)
-        node = self.nodes.get(entry.placement.slot)
         if node is not None:
             node.pods.pop(key, None)
             self._guess_again(entry.placement.slot)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from scheduler.api.devices import numa
+from scheduler.api.objects import pod as api_pod
 from scheduler.cache.numa_store import NumaStore
+from tests.api import objects
 
 GPU = "nvidia.com/gpu"
 
@@ -52,3 +54,25 @@ def test_the_count_never_goes_below_zero() -> None:
     store.upsert(zones([1, 4]), now=0.0)
     store.placed("ml/a", "gpu-0", [{GPU: 3}, {}])  # the object already shows part of it
     assert store.available("gpu-0") == [{GPU: 0}, {GPU: 4}]
+
+
+def test_the_pods_an_object_shows_are_placed_in_the_zones_that_show_them_used() -> None:
+    store = NumaStore()
+    store.upsert(zones([1, 0]), now=0.0)  # 3 GPUs used in zone 0, 4 in zone 1
+    pods = [api_pod.parse_pod(objects.pod(name, gpus=gpus)) for name, gpus in (("a", 2), ("b", 3), ("c", 2))]
+    # In order: a fits zone 0's 3 used, b only zone 1's 4; c finds 1 and 1 left, and is credited nothing (a victim
+    # search must not count on room it cannot place).
+    assert store.shown("gpu-0", pods) == {"default/a": ({GPU: 2}, {}), "default/b": ({}, {GPU: 3})}
+    assert store.shown("cpu-0", pods) == {}
+
+
+def test_a_pod_the_object_shows_gives_its_zone_back_when_it_leaves_until_an_update_shows_it() -> None:
+    store = NumaStore(clock=lambda: 100.0)
+    store.upsert(zones([4, 0]), now=0.0)  # zone 1 full: a and b, each of 2 GPUs, shown already
+    a, b = (api_pod.parse_pod(objects.pod(name, gpus=2)) for name in ("a", "b"))
+    store.pod_left(a, "gpu-0", [a, b])
+    assert store.available("gpu-0") == [{GPU: 4}, {GPU: 2}]  # the kubelet admits the next pod there already
+    store.upsert(zones([4, 0]), now=90.0)  # published before it left: still shows it
+    assert store.available("gpu-0") == [{GPU: 4}, {GPU: 2}]
+    store.upsert(zones([4, 2]), now=160.0)
+    assert store.available("gpu-0") == [{GPU: 4}, {GPU: 2}]  # counted once

@@ -87,3 +87,52 @@ def test_single_numa_node_pods_go_only_where_one_zone_holds_them(sched: Scenario
     finally:
         for body in published:
             sched.kube.request("DELETE", f"{NRT}/{body['metadata']['name']}")
+
+
+def test_a_preemption_frees_a_zone_not_only_the_node(sched: Scenario, nrt_crd: Path) -> None:
+    """Four pods of 2 GPUs fill both zones of a ``single-numa-node`` node, the cheapest one in each zone. A pod that
+    may evict only those two is refused: evicting them frees 4 GPUs on the node but 2 in each zone, and the message
+    says so; nothing is evicted. A pod that may evict all four evicts the two of one zone, and binds there."""
+    classes = "/apis/scheduling.k8s.io/v1/priorityclasses"
+    ns = sched.namespace
+    node = f"{ns}-zones"[-40:]
+    levels = {"low": 10, "mid": 20, "blocked": 15, "urgent": 1000}
+    names = {level: f"{sched.name}-{level}"[-60:] for level in levels}
+    made: list[str] = []
+    pinned = {"kubernetes.io/hostname": node}
+    sched.add_nodes([kube_mod.gpu_node(node, gpus=8)])
+    sched.kube.request("POST", NRT, _nrt(node, [4, 4]))
+    try:
+        for level, value in levels.items():
+            body = {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": names[level]}, "value": value}
+            sched.kube.request("POST", classes, body)
+            made.append(names[level])
+        sched.start_gpusched()
+        # One after another: s0 and s1 take zone 0 in gpusched's own count (the object is never published again),
+        # s2 and s3 zone 1; s0 and s2 are the cheapest victims.
+        for i, level in enumerate(["low", "mid", "low", "mid"]):
+            sched.create_pod(kube_mod.pod(f"s{i}", gpus=2, priority_class=names[level], node_selector=pinned))
+            sched.wait_bound([f"s{i}"])
+        sched.create_pod(kube_mod.pod("blocked", gpus=4, priority_class=names["blocked"], node_selector=pinned))
+        event = sched.wait_event("blocked", "FailedScheduling")
+        assert "preemption: 0/" in event["message"], event["message"]
+        assert "1 no NUMA zone has 4 nvidia.com/gpu (single-numa-node)." in event["message"], event["message"]
+        sched.stays_unbound(["blocked"], 2.0)
+        assert all(not sched.pod(f"s{i}")["metadata"].get("deletionTimestamp") for i in range(4))
+        sched.delete_pod("blocked")
+
+        sched.create_pod(kube_mod.pod("urgent", gpus=4, priority_class=names["urgent"], node_selector=pinned))
+        preempting = sched.wait_event("urgent", "Preempting")
+        assert f"on node {node}" in preempting["message"], preempting["message"]
+        (urgent,) = sched.wait_bound(["urgent"], timeout=90)
+        assert urgent["spec"]["nodeName"] == node
+        left = sorted(
+            p["metadata"]["name"]
+            for p in sched.pods()
+            if p["metadata"]["name"].startswith("s") and not p["metadata"].get("deletionTimestamp")
+        )
+        assert left in (["s0", "s1"], ["s2", "s3"]), f"the victims were not the pods of one zone: {left} stayed"
+    finally:
+        sched.kube.request("DELETE", f"{NRT}/{node}")
+        for name in made:
+            sched.kube.request("DELETE", f"{classes}/{name}")

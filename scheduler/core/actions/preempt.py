@@ -151,6 +151,7 @@ class Preempt(Action):
             allowed=allowed & ~young,
             reasons=attempt.reasons,
             young=young,
+            scheduler=self.scheduler,
         )
         self._said = (key, said)
         return said

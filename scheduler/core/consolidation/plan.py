@@ -121,18 +121,31 @@ class Found:
     verdict: str = ""
 
 
-def _kind(entry: PodEntry) -> tuple[Any, ...]:
+def _kind(entry: PodEntry, snapshot: Snapshot) -> tuple[Any, ...]:
     """What makes moving one pod differ from moving another of the same node: its shape and priority, and what
-    budgets read (namespace, labels); a shared GPU's pod also its devices (what it frees depends on who shares)."""
+    budgets read (namespace, labels); a shared GPU's pod also its devices (what it frees depends on who shares); on a
+    node with NUMA zones, the zones it takes (two pods alike in two zones free different zones)."""
     pod = entry.pod
     gpu = pod.gpu
     who = (pod.namespace, tuple(sorted(pod.labels.items()))) if gpu.whole or not gpu.count else (pod.owner, pod.key)
-    return (who, gpu.count, gpu.milli, gpu.memory, gpu.models, tuple(sorted(pod.resources.items())), pod.priority)
+    zones: tuple[Any, ...] = ()
+    if snapshot.numa.nodes:
+        zones = tuple(tuple(sorted(z.items())) for z in snapshot.numa_taken(pod.key, entry.placement.slot))
+    return (
+        who,
+        gpu.count,
+        gpu.milli,
+        gpu.memory,
+        gpu.models,
+        tuple(sorted(pod.resources.items())),
+        pod.priority,
+        zones,
+    )
 
 
-def _kinds(entries: Sequence[PodEntry]) -> tuple[tuple[Any, ...], ...]:
+def _kinds(entries: Sequence[PodEntry], snapshot: Snapshot) -> tuple[tuple[Any, ...], ...]:
     """What a set of one node's pods is, up to interchangeable pods (:func:`_kind`)."""
-    return tuple(sorted(_kind(e) for e in entries))
+    return tuple(sorted(_kind(e, snapshot) for e in entries))
 
 
 def _cheapest_first(found: tuple[int, int, tuple[PodEntry, ...]]) -> tuple[int, int, list[str]]:
@@ -322,7 +335,7 @@ class Search:
         for size in range(1, min(self.limits.max_pods_per_node, self.limits.max_pods_per_plan, len(entries)) + 1):
             for chosen in itertools.combinations(entries, size):
                 # Pods of one shape (and the same budgets) are interchangeable here: one set of each kind is tried.
-                kind = _kinds(chosen)
+                kind = _kinds(chosen, self.snapshot)
                 if kind in seen:
                     continue
                 seen.add(kind)
@@ -336,7 +349,7 @@ class Search:
             self.cut = True
         trial = sets[:MAX_SETS_PER_NODE]
         emptied = self._emptying(candidate)
-        if emptied is not None and _kinds(emptied) not in {_kinds(c) for *_, c in trial}:
+        if emptied is not None and _kinds(emptied, self.snapshot) not in {_kinds(c, self.snapshot) for *_, c in trial}:
             trial.append((len(emptied), _gpus([e.pod for e in emptied]), emptied))
             trial.sort(key=_cheapest_first)
         found: Plan | None = None

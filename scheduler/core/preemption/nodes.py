@@ -79,6 +79,7 @@ def no_candidate(
     allowed: np.ndarray,
     reasons: np.ndarray | None,
     young: np.ndarray | None = None,
+    scheduler: Scheduler | None = None,
 ) -> str:
     """kube-scheduler's PostFilter message when no node can make room for ``pod`` (:func:`node_victims` found none):
     ``preemption: 0/N nodes are available: ...``, the nodes of its failed cycle counted by why, as DefaultPreemption
@@ -89,7 +90,10 @@ def no_candidate(
     (evicting all it may evict there did not make room; the cycle's own reason stands for the filter's after the
     evictions). ``request``: the pod's request vector (``Cache.request_vector``). ``young``: per candidate, one it
     may not evict yet for its queue's minimum run time: a node with such but no other victims says
-    :data:`YOUNG_VICTIMS`."""
+    :data:`YOUNG_VICTIMS`. ``scheduler``: on a node with NUMA zones, the reason stands as its filters give it with
+    every pod the preemptor may evict there gone (:func:`_after_evictions`), as kube-scheduler tells the filters'
+    verdict after its victims are removed: a node with room enough once they leave, but in no one zone, says the
+    kubelet's refusal (``no NUMA zone has 4 nvidia.com/gpu (single-numa-node)``), not the cycle's ``Insufficient``."""
     if reasons is None:
         nodes = int((snapshot.arrays.base_reason != layout.ABSENT).sum())
         return f"preemption: 0/{nodes} nodes are available: {nodes} {NOT_HELPFUL}." if nodes else ""
@@ -123,6 +127,9 @@ def no_candidate(
         if count:
             counts[text] = count
     rest = present & ~not_helpful & ~no_victims & ~young_only
+    if scheduler is not None and snapshot.numa.nodes:
+        for text, count in _after_evictions(scheduler, snapshot, pod, placed, allowed, rest).items():
+            counts[text] = counts.get(text, 0) + count
     codes, numbers = np.unique(reasons[rest], return_counts=True)
     for code, count in zip(codes.tolist(), numbers.tolist(), strict=True):
         text = reason_texts.reason_text(int(code), snapshot.columns)
@@ -130,6 +137,40 @@ def no_candidate(
     # Ordered as the cycle's own sentence orders its reasons (``cycle.Diagnosis``): most nodes first, then by text.
     parts = ", ".join(f"{n} {text}" for text, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     return f"preemption: 0/{nodes} nodes are available: {parts}."
+
+
+def _after_evictions(
+    scheduler: Scheduler,
+    snapshot: Snapshot,
+    pod: PodRequest,
+    placed: reclaim.Placements,
+    allowed: np.ndarray,
+    rest: np.ndarray,
+) -> dict[str, int]:
+    """On the nodes ``rest`` marks that publish NUMA zones, why the pod is refused with every candidate ``allowed``
+    there gone, counted by text; each node counted here is taken out of ``rest`` (its cycle's reason no longer
+    stands). A node where the pod then passes every filter keeps its cycle's reason (what stopped the search there
+    was another check of :func:`node_victims`)."""
+    out: dict[str, int] = {}
+    cache, names, store = scheduler.cache, snapshot.names, snapshot.numa
+    for slot in np.flatnonzero(rest).tolist():
+        name = names[slot] if slot < len(names) else None
+        if name is None or name not in store.nodes:
+            continue
+        token = snapshot.checkpoint()
+        try:
+            for i in placed.by_slot.get(slot, ()):
+                if allowed[i]:
+                    reclaim.move(cache, snapshot, placed.candidates[i], away=True)
+            reasons = scheduler.filter(pod, snapshot, only=slot).reasons
+            if reasons is None or slot >= reasons.shape[0] or reasons[slot] == layout.FIT:
+                continue
+            text = reason_texts.node_text(snapshot, pod, int(reasons[slot]), slot)
+        finally:
+            snapshot.rollback(token)
+        out[text] = out.get(text, 0) + 1
+        rest[slot] = False
+    return out
 
 
 def node_victims(
