@@ -62,6 +62,20 @@ async def test_base_units_quotas_and_bounded_queue_labels(operator: Operator) ->
     assert any(line.startswith("python_info{") for line in lines)
 
 
+async def test_the_longest_wait_of_each_queue_counts_from_the_pods_creation(operator: Operator) -> None:
+    operator.queue_event(QUEUE)
+    operator.node_event(node("gpu-0", gpus=2))
+    operator.pod_event(pod("fits", 2, labels={"gpusched.io/queue": "team-a"}))
+    operator.pod_event(pod("waits", 4, labels={"gpusched.io/queue": "team-a"}))
+    operator.listed()
+    operator.loop.run_until_idle()
+    created = 1795338000.0  # 2026-11-22T09:00:00Z, the pods' creationTimestamp
+    operator.metrics.refresh_state(operator.loop, operator.pending, now=created + 1800)
+    lines = operator.metrics.exposition().decode().splitlines()
+    assert 'gpusched_pending_oldest_seconds{queue="team-a"} 1800.0' in lines
+    assert not any(line.startswith('gpusched_pending_oldest_seconds{queue="default"}') for line in lines)
+
+
 async def test_a_stranded_node_has_free_gpus_but_no_cpu(operator: Operator) -> None:
     operator.node_event(node("gpu-0", gpus=8))
     operator.pod_event(pod("cpu-hog", 1, cpu="64"))

@@ -15,7 +15,7 @@ says so at the scrape (the operator's: it holds the Lease, as the lease thread s
 loses the lease drops them from its next scrape and Prometheus marks them stale. Counters and histograms stay on
 every replica (only the leader's move, except ``gpusched_invalid_objects_total``: every replica parses every
 object, so a dashboard takes the ``max`` of its rates, not the sum), as do ``gpusched_is_leader``,
-``gpusched_ready`` and the process series.
+``gpusched_ready``, ``gpusched_can_lead`` and the process series.
 
 Conventions, as kube-scheduler's and Kueue's users expect them: base units (CPU in cores, memory in bytes, GPUs
 in GPUs), ``_seconds`` histograms, ``_total`` counters. Label values are bounded: a ``queue`` label names a Queue
@@ -82,6 +82,7 @@ STATE_GAUGES = (
     "gpusched_pending_pods",
     "gpusched_pending_gangs",
     "gpusched_pending_jobs",
+    "gpusched_pending_oldest_seconds",
     "gpusched_queue_allocated",
     "gpusched_queue_guaranteed",
     "gpusched_queue_limit",
@@ -198,6 +199,13 @@ class Metrics:
         self.pending_gangs = Gauge(
             "gpusched_pending_gangs", "Gangs waiting to be scheduled, by queue.", ["queue"], registry=None
         )
+        self.pending_oldest = Gauge(
+            "gpusched_pending_oldest_seconds",
+            "How long the longest-waiting pending pod of each queue has existed (from its creationTimestamp): what the"
+            " pods-waiting alert watches, since a histogram of waits sees a pod only once it is bound.",
+            ["queue"],
+            registry=None,
+        )
         self.pending_jobs = Gauge(
             "gpusched_pending_jobs",
             "Jobs (a pod, or a gang) in the scheduling queue, by where they wait: active (ready to be tried),"
@@ -282,6 +290,13 @@ class Metrics:
         r.register(self._state)
         self.is_leader = Gauge("gpusched_is_leader", "1 on the replica that schedules, else 0.", registry=r)
         self.ready = Gauge("gpusched_ready", "1 once the first full listing is in the cache.", registry=r)
+        self.can_lead = Gauge(
+            "gpusched_can_lead",
+            "0 while the API server refuses this replica the Lease (it can neither lead nor take over: /readyz says"
+            " why), else 1; set at each scrape.",
+            registry=r,
+        )
+        self.can_lead.set(1.0)
         self.api_available = Gauge(
             "gpusched_api_available",
             "1 when the cluster serves this optional API, 0 when it does not and its feature is off (looked up once at "
@@ -349,13 +364,21 @@ class Metrics:
     # --- recomputed per scrape ---------------------------------------------------------------------------------
 
     def refresh_state(
-        self, loop: SchedulingLoop, pending: Mapping[str, PodRequest], *, node_problems: Collection[str] = ()
+        self,
+        loop: SchedulingLoop,
+        pending: Mapping[str, PodRequest],
+        *,
+        node_problems: Collection[str] = (),
+        now: float | None = None,
     ) -> None:
         """Recompute the state gauges from the pods waiting for a node (``pending``), the loop and the cache;
-        ``node_problems`` names the nodes whose ``gpusched.io/gpu-topology`` was refused."""
+        ``node_problems`` names the nodes whose ``gpusched.io/gpu-topology`` was refused; ``now`` (Unix seconds,
+        default the wall clock) is what pending pods' ages are measured against."""
+        now = time.time() if now is None else now
         tree = loop.tenancy.tree
         self._queues = frozenset({DEFAULT_QUEUE, *tree})
         pods: Tally[str] = Tally()
+        oldest: dict[str, float] = {}
         gangs: Tally[str] = Tally()
         for job in loop.jobs.gangs():
             if not job.satisfied and (job.key in loop.queue or job.pending) and job.queue in self._queues:
@@ -364,7 +387,10 @@ class Metrics:
             queue = loop.queue_of(pod)
             if queue in self._queues:
                 pods[queue] += 1
+                if pod.created:  # 0: no creationTimestamp (never from the API server)
+                    oldest[queue] = max(oldest.get(queue, 0.0), now - pod.created)
         self._set(self.pending_pods, {(q,): float(n) for q, n in pods.items()})
+        self._set(self.pending_oldest, {(q,): max(0.0, age) for q, age in oldest.items()})
         self._set(self.pending_gangs, {(q,): float(n) for q, n in gangs.items()})
         states: Tally[str] = Tally(where for _, where in loop.queue.pending())
         for state in ("active", "backoff", "unschedulable", "in-flight"):
