@@ -52,6 +52,9 @@ async def test_base_units_quotas_and_bounded_queue_labels(operator: Operator) ->
     assert 'gpusched_queue_guaranteed{queue="team-a",resource="cpu"} 8.0' in lines
     assert 'gpusched_queue_limit{queue="team-a",resource="nvidia.com/gpu"} 6.0' in lines
     assert 'gpusched_pending_pods{queue="default"} 1.0' in lines
+    assert 'gpusched_pending_gangs{queue="team-a"} 0.0' in lines  # every queue, 0 where nothing waits
+    assert 'gpusched_binds_total{result="refused"} 0.0' in lines  # counters start at 0, not at their first event
+    assert 'gpusched_invalid_objects_total{kind="queue"} 0.0' in lines
     assert not any("team-typo" in line for line in lines)
     assert 'gpusched_pending_jobs{state="unschedulable"} 1.0' in lines
     assert 'gpusched_cluster_gpus{state="free"} 6.0' in lines
@@ -95,6 +98,7 @@ async def test_preemptions_by_reason_and_queue(operator: Operator) -> None:
     text = operator.metrics.exposition().decode()
     assert 'gpusched_preemptions_total{queue="team-a",reason="reclaim"} 1.0' in text
     assert 'gpusched_preemptions_total{queue="unknown",reason="priority"} 1.0' in text
+    assert 'gpusched_pending_pods{queue="team-a"} 0.0' in text.splitlines()  # every queue, 0 where nothing waits
 
 
 def test_bind_address_is_a_flag() -> None:

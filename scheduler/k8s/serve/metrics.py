@@ -64,6 +64,13 @@ STRANDED_CPU = 1.0
 STRANDED_MEMORY = float(2**30)
 #: Preemption reasons as labels (the Event's message says more).
 PREEMPTION_REASONS = {"guarantee back": "reclaim", "reclaim": "reclaim", "higher-priority": "priority"}
+#: The label values of the labelled counters that exist from the start, at 0: a series that first appears at 1 has
+#: no increase (``rate``, ``increase`` and the alerts on them see nothing until its second step), and a dashboard
+#: panel of a counter nothing has touched yet would say "No data" instead of 0.
+ATTEMPT_RESULTS = ("scheduled", "unschedulable")
+BIND_RESULTS = ("bound", "refused", "failed", "uncertain")
+#: The kinds the feed parses itself (others, read by the informers, start at their first refusal).
+INVALID_KINDS = ("pod", "node", "podgroup", "queue", "topology", "poddisruptionbudget")
 #: The extension points timed per plugin, by method name.
 EXTENSION_POINTS = ("pre_filter", "filter", "score", "normalize", "reserve", "unreserve")
 
@@ -307,6 +314,13 @@ class Metrics:
         self.invalid_objects = Counter(
             "gpusched_invalid_objects", "Objects that could not be parsed, by kind.", ["kind"], registry=r
         )
+        for counter, values in (
+            (self.schedule_attempts, ATTEMPT_RESULTS),
+            (self.binds, BIND_RESULTS),
+            (self.invalid_objects, INVALID_KINDS),
+        ):
+            for value in values:
+                counter.labels(value)
         self._labelled: dict[str, set[tuple[str, ...]]] = {}
         #: The queues a label may name (set at each refresh from the loop's tree).
         self._queues: frozenset[str] = frozenset({DEFAULT_QUEUE})
@@ -389,9 +403,10 @@ class Metrics:
                 pods[queue] += 1
                 if pod.created:  # 0: no creationTimestamp (never from the API server)
                     oldest[queue] = max(oldest.get(queue, 0.0), now - pod.created)
-        self._set(self.pending_pods, {(q,): float(n) for q, n in pods.items()})
+        # Every queue, 0 where nothing waits: a panel or an alert on one queue sees 0, not a gap.
+        self._set(self.pending_pods, {(q,): float(pods[q]) for q in self._queues})
+        self._set(self.pending_gangs, {(q,): float(gangs[q]) for q in self._queues})
         self._set(self.pending_oldest, {(q,): max(0.0, age) for q, age in oldest.items()})
-        self._set(self.pending_gangs, {(q,): float(n) for q, n in gangs.items()})
         states: Tally[str] = Tally(where for _, where in loop.queue.pending())
         for state in ("active", "backoff", "unschedulable", "in-flight"):
             self.pending_jobs.labels(state).set(float(states.get(state, 0)))
