@@ -98,6 +98,7 @@ async def test_preemptions_by_reason_and_queue(operator: Operator) -> None:
     text = operator.metrics.exposition().decode()
     assert 'gpusched_preemptions_total{queue="team-a",reason="reclaim"} 1.0' in text
     assert 'gpusched_preemptions_total{queue="unknown",reason="priority"} 1.0' in text
+    assert 'gpusched_preemptions_total{queue="team-a",reason="priority"} 0.0' in text  # at 0 from the start
     assert 'gpusched_pending_pods{queue="team-a"} 0.0' in text.splitlines()  # every queue, 0 where nothing waits
 
 

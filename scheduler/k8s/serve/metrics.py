@@ -71,6 +71,8 @@ ATTEMPT_RESULTS = ("scheduled", "unschedulable")
 BIND_RESULTS = ("bound", "refused", "failed", "uncertain")
 #: The kinds the feed parses itself (others, read by the informers, start at their first refusal).
 INVALID_KINDS = ("pod", "node", "podgroup", "queue", "topology", "poddisruptionbudget")
+#: The preemption reasons as labels, each queue's series made at 0 once the queue is known (see ATTEMPT_RESULTS).
+PREEMPTION_LABELS = (*sorted(set(PREEMPTION_REASONS.values())), "other")
 #: The extension points timed per plugin, by method name.
 EXTENSION_POINTS = ("pre_filter", "filter", "score", "normalize", "reserve", "unreserve")
 
@@ -324,6 +326,8 @@ class Metrics:
         self._labelled: dict[str, set[tuple[str, ...]]] = {}
         #: The queues a label may name (set at each refresh from the loop's tree).
         self._queues: frozenset[str] = frozenset({DEFAULT_QUEUE})
+        #: The queues whose preemption series exist (at 0 until a pod of theirs is preempted).
+        self._preemptions_zeroed: set[str] = set()
 
     # --- updated where things happen ---------------------------------------------------------------------------
 
@@ -390,6 +394,10 @@ class Metrics:
         default the wall clock) is what pending pods' ages are measured against."""
         now = time.time() if now is None else now
         tree = loop.tenancy.tree
+        for queue in {DEFAULT_QUEUE, "unknown", *tree} - self._preemptions_zeroed:
+            for reason in PREEMPTION_LABELS:
+                self.preemptions.labels(reason, queue)
+            self._preemptions_zeroed.add(queue)
         self._queues = frozenset({DEFAULT_QUEUE, *tree})
         pods: Tally[str] = Tally()
         oldest: dict[str, float] = {}
