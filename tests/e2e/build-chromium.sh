@@ -12,20 +12,10 @@ log() { printf 'build-chromium: %s\n' "$*" >&2; }
 die() { printf 'build-chromium: ERROR: %s\n' "$*" >&2; exit 1; }
 
 PACKAGE=chromium-headless-shell
-for tool in apt-get apt-cache dpkg-deb dpkg-query ldd; do
-  command -v "$tool" >/dev/null 2>&1 || die "$tool not found: this script needs a Debian-based machine"
-done
-candidate() { apt-cache policy "$PACKAGE" 2>/dev/null | awk '/Candidate:/ {print $2}'; }
-VERSION="$(candidate)"
-if { [ -z "$VERSION" ] || [ "$VERSION" = "(none)" ]; } && [ "$(id -u)" = 0 ]; then
-  # A fresh machine's package lists may be empty: as root (CI), fetch them once.
-  log "apt knows no $PACKAGE yet: apt-get update"
-  apt-get update -qq >&2 || log "apt-get update failed (see above)"
-  VERSION="$(candidate)"
-fi
-if [ -z "$VERSION" ] || [ "$VERSION" = "(none)" ]; then
-  die "apt knows no $PACKAGE package (run 'apt-get update' once, as root, or add Debian's main archive)"
-fi
+# shellcheck source=debian-package.sh
+source "$(dirname "${BASH_SOURCE[0]}")/debian-package.sh"
+need_tools apt-get apt-cache dpkg-deb dpkg-query ldd
+VERSION="$(candidate_version "$PACKAGE")"
 OUT="${GPUSCHED_E2E_CACHE:-$HOME/.cache/gpusched}/chromium-${VERSION//[^A-Za-z0-9.+-]/_}"
 if [ -x "$OUT/chromium" ]; then
   log "cached: $OUT/chromium"

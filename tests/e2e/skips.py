@@ -52,3 +52,17 @@ def helm() -> Path:
             skip_or_fail(f"GPUSCHED_HELM={given} is not an executable file")
         return path
     return made_by(HERE / "build-helm.sh", failed="could not build Helm from helm.sh/helm/v4", timeout=1800)
+
+
+def prometheus() -> Path:
+    """The directory holding Debian's ``prometheus`` and ``promtool``: ``GPUSCHED_PROMETHEUS``, else what
+    build-prometheus.sh finds in its cache or fetches (seconds: ``apt-get download`` and ``dpkg-deb -x``). Without
+    it (no apt, a package list without ``prometheus``) the test skips with the reason, or fails under
+    ``GPUSCHED_E2E_REQUIRED=1``."""
+    given = os.environ.get("GPUSCHED_PROMETHEUS", "")
+    if given:
+        path = Path(given)
+        if not all(os.access(path / tool, os.X_OK) for tool in ("prometheus", "promtool")):
+            skip_or_fail(f"GPUSCHED_PROMETHEUS={given} holds no executable prometheus and promtool")
+        return path
+    return made_by(HERE / "build-prometheus.sh", failed="could not fetch Debian's prometheus package", timeout=600)

@@ -156,10 +156,11 @@ def differences(left: Any, right: Any, path: str = "") -> list[str]:
 
 
 def test_helm_lint_strict(helm: Path) -> None:
-    """The defaults, and the optional parts turned on (ServiceMonitor, the dashboard with each access mode)."""
+    """The defaults, and the optional parts turned on (ServiceMonitor, PrometheusRule, the dashboard with each access
+    mode)."""
     _run([str(helm), "lint", "--strict", str(CHART)])
     for values in (
-        ["metrics.serviceMonitor.enabled=true", "dashboard.enabled=true"],
+        ["metrics.serviceMonitor.enabled=true", "dashboard.enabled=true", "prometheusRule.enabled=true"],
         ["dashboard.enabled=true", "dashboard.auth=token", "dashboard.tokenSecret.name=viewers", "replicas=1"],
         ["podAntiAffinity=preferred", "podDisruptionBudget.enabled=false", "profile.seed=7"],
     ):
@@ -315,6 +316,19 @@ def test_the_service_monitor_is_off_by_default_and_scrapes_the_metrics_service(h
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"] == "metrics"
+
+
+def test_the_prometheus_rule_is_off_by_default_and_carries_the_shipped_rules(helm: Path) -> None:
+    """``prometheusRule.enabled=true`` renders a PrometheusRule whose spec is manifests/prometheus-rules.yaml, every
+    rule and annotation as written (the alerts' ``{{ $labels }}`` templates are Prometheus', not Helm's)."""
+    assert not [o for o in _template(helm) if o["kind"] == "PrometheusRule"]
+    objects = _template(helm, "prometheusRule.enabled=true", "prometheusRule.labels.release=prom")
+    (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    assert rule["metadata"]["namespace"] == NAMESPACE
+    shipped = yaml.safe_load((MANIFESTS / "prometheus-rules.yaml").read_text())
+    assert differences(shipped, rule["spec"]) == []
 
 
 # ---- helm install on the local control plane ------------------------------------------------------------------

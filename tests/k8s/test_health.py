@@ -57,13 +57,19 @@ async def test_a_replica_refused_the_lease_is_not_ready_and_says_why(client: k8s
         async with aiohttp.ClientSession() as http, http.get(base + path) as r:
             return r.status, await r.text()
 
+    async def scrape() -> str:
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{servers.metrics_port}/metrics") as r:
+            return await r.text()
+
     try:
         op.listed()
         said = f"not leading and cannot lead: {refusal[0]}"
         assert await get("/readyz") == (503, said)
         assert await get("/leader") == (503, said)
+        assert "gpusched_can_lead 0.0" in (await scrape()).splitlines()
         refusal[0] = ""  # the namespace was created: a standby that can lead is ready
         assert await get("/readyz") == (200, "ready")
         assert await get("/leader") == (503, "standby")
+        assert "gpusched_can_lead 1.0" in (await scrape()).splitlines()
     finally:
         await servers.close()

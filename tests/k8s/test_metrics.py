@@ -52,6 +52,9 @@ async def test_base_units_quotas_and_bounded_queue_labels(operator: Operator) ->
     assert 'gpusched_queue_guaranteed{queue="team-a",resource="cpu"} 8.0' in lines
     assert 'gpusched_queue_limit{queue="team-a",resource="nvidia.com/gpu"} 6.0' in lines
     assert 'gpusched_pending_pods{queue="default"} 1.0' in lines
+    assert 'gpusched_pending_gangs{queue="team-a"} 0.0' in lines  # every queue, 0 where nothing waits
+    assert 'gpusched_binds_total{result="refused"} 0.0' in lines  # counters start at 0, not at their first event
+    assert 'gpusched_invalid_objects_total{kind="queue"} 0.0' in lines
     assert not any("team-typo" in line for line in lines)
     assert 'gpusched_pending_jobs{state="unschedulable"} 1.0' in lines
     assert 'gpusched_cluster_gpus{state="free"} 6.0' in lines
@@ -60,6 +63,20 @@ async def test_base_units_quotas_and_bounded_queue_labels(operator: Operator) ->
     assert any(line.startswith("gpusched_plugin_duration_seconds_count{") for line in lines)
     assert any(line.startswith("process_resident_memory_bytes ") for line in lines)
     assert any(line.startswith("python_info{") for line in lines)
+
+
+async def test_the_longest_wait_of_each_queue_counts_from_the_pods_creation(operator: Operator) -> None:
+    operator.queue_event(QUEUE)
+    operator.node_event(node("gpu-0", gpus=2))
+    operator.pod_event(pod("fits", 2, labels={"gpusched.io/queue": "team-a"}))
+    operator.pod_event(pod("waits", 4, labels={"gpusched.io/queue": "team-a"}))
+    operator.listed()
+    operator.loop.run_until_idle()
+    created = 1795338000.0  # 2026-11-22T09:00:00Z, the pods' creationTimestamp
+    operator.metrics.refresh_state(operator.loop, operator.pending, now=created + 1800)
+    lines = operator.metrics.exposition().decode().splitlines()
+    assert 'gpusched_pending_oldest_seconds{queue="team-a"} 1800.0' in lines
+    assert not any(line.startswith('gpusched_pending_oldest_seconds{queue="default"}') for line in lines)
 
 
 async def test_a_stranded_node_has_free_gpus_but_no_cpu(operator: Operator) -> None:
@@ -81,6 +98,8 @@ async def test_preemptions_by_reason_and_queue(operator: Operator) -> None:
     text = operator.metrics.exposition().decode()
     assert 'gpusched_preemptions_total{queue="team-a",reason="reclaim"} 1.0' in text
     assert 'gpusched_preemptions_total{queue="unknown",reason="priority"} 1.0' in text
+    assert 'gpusched_preemptions_total{queue="team-a",reason="priority"} 0.0' in text  # at 0 from the start
+    assert 'gpusched_pending_pods{queue="team-a"} 0.0' in text.splitlines()  # every queue, 0 where nothing waits
 
 
 def test_bind_address_is_a_flag() -> None:

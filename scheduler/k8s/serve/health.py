@@ -94,9 +94,13 @@ def _cannot_lead(operator: Operator) -> str:
 
 def metrics_app(operator: Operator) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
+        operator.metrics.can_lead.set(0.0 if _cannot_lead(operator) else 1.0)
         if operator.leading:  # a standby exports no state gauge (scheduler.k8s.serve.metrics): nothing to recompute
             operator.metrics.refresh_state(
-                operator.loop, operator.pending, node_problems=operator.cache.gpu_topology_problems
+                operator.loop,
+                operator.pending,
+                node_problems=operator.cache.gpu_topology_problems,
+                now=operator.clock(),
             )
         response = web.Response(body=operator.metrics.exposition())
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST

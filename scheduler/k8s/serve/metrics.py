@@ -15,7 +15,7 @@ says so at the scrape (the operator's: it holds the Lease, as the lease thread s
 loses the lease drops them from its next scrape and Prometheus marks them stale. Counters and histograms stay on
 every replica (only the leader's move, except ``gpusched_invalid_objects_total``: every replica parses every
 object, so a dashboard takes the ``max`` of its rates, not the sum), as do ``gpusched_is_leader``,
-``gpusched_ready`` and the process series.
+``gpusched_ready``, ``gpusched_can_lead`` and the process series.
 
 Conventions, as kube-scheduler's and Kueue's users expect them: base units (CPU in cores, memory in bytes, GPUs
 in GPUs), ``_seconds`` histograms, ``_total`` counters. Label values are bounded: a ``queue`` label names a Queue
@@ -64,6 +64,15 @@ STRANDED_CPU = 1.0
 STRANDED_MEMORY = float(2**30)
 #: Preemption reasons as labels (the Event's message says more).
 PREEMPTION_REASONS = {"guarantee back": "reclaim", "reclaim": "reclaim", "higher-priority": "priority"}
+#: The label values of the labelled counters that exist from the start, at 0: a series that first appears at 1 has
+#: no increase (``rate``, ``increase`` and the alerts on them see nothing until its second step), and a dashboard
+#: panel of a counter nothing has touched yet would say "No data" instead of 0.
+ATTEMPT_RESULTS = ("scheduled", "unschedulable")
+BIND_RESULTS = ("bound", "refused", "failed", "uncertain")
+#: The kinds the feed parses itself (others, read by the informers, start at their first refusal).
+INVALID_KINDS = ("pod", "node", "podgroup", "queue", "topology", "poddisruptionbudget")
+#: The preemption reasons as labels, each queue's series made at 0 once the queue is known (see ATTEMPT_RESULTS).
+PREEMPTION_LABELS = (*sorted(set(PREEMPTION_REASONS.values())), "other")
 #: The extension points timed per plugin, by method name.
 EXTENSION_POINTS = ("pre_filter", "filter", "score", "normalize", "reserve", "unreserve")
 
@@ -82,6 +91,7 @@ STATE_GAUGES = (
     "gpusched_pending_pods",
     "gpusched_pending_gangs",
     "gpusched_pending_jobs",
+    "gpusched_pending_oldest_seconds",
     "gpusched_queue_allocated",
     "gpusched_queue_guaranteed",
     "gpusched_queue_limit",
@@ -198,6 +208,13 @@ class Metrics:
         self.pending_gangs = Gauge(
             "gpusched_pending_gangs", "Gangs waiting to be scheduled, by queue.", ["queue"], registry=None
         )
+        self.pending_oldest = Gauge(
+            "gpusched_pending_oldest_seconds",
+            "How long the longest-waiting pending pod of each queue has existed (from its creationTimestamp): what the"
+            " pods-waiting alert watches, since a histogram of waits sees a pod only once it is bound.",
+            ["queue"],
+            registry=None,
+        )
         self.pending_jobs = Gauge(
             "gpusched_pending_jobs",
             "Jobs (a pod, or a gang) in the scheduling queue, by where they wait: active (ready to be tried),"
@@ -282,6 +299,13 @@ class Metrics:
         r.register(self._state)
         self.is_leader = Gauge("gpusched_is_leader", "1 on the replica that schedules, else 0.", registry=r)
         self.ready = Gauge("gpusched_ready", "1 once the first full listing is in the cache.", registry=r)
+        self.can_lead = Gauge(
+            "gpusched_can_lead",
+            "0 while the API server refuses this replica the Lease (it can neither lead nor take over: /readyz says"
+            " why), else 1; set at each scrape.",
+            registry=r,
+        )
+        self.can_lead.set(1.0)
         self.api_available = Gauge(
             "gpusched_api_available",
             "1 when the cluster serves this optional API, 0 when it does not and its feature is off (looked up once at "
@@ -292,9 +316,18 @@ class Metrics:
         self.invalid_objects = Counter(
             "gpusched_invalid_objects", "Objects that could not be parsed, by kind.", ["kind"], registry=r
         )
+        for counter, values in (
+            (self.schedule_attempts, ATTEMPT_RESULTS),
+            (self.binds, BIND_RESULTS),
+            (self.invalid_objects, INVALID_KINDS),
+        ):
+            for value in values:
+                counter.labels(value)
         self._labelled: dict[str, set[tuple[str, ...]]] = {}
         #: The queues a label may name (set at each refresh from the loop's tree).
         self._queues: frozenset[str] = frozenset({DEFAULT_QUEUE})
+        #: The queues whose preemption series exist (at 0 until a pod of theirs is preempted).
+        self._preemptions_zeroed: set[str] = set()
 
     # --- updated where things happen ---------------------------------------------------------------------------
 
@@ -349,13 +382,25 @@ class Metrics:
     # --- recomputed per scrape ---------------------------------------------------------------------------------
 
     def refresh_state(
-        self, loop: SchedulingLoop, pending: Mapping[str, PodRequest], *, node_problems: Collection[str] = ()
+        self,
+        loop: SchedulingLoop,
+        pending: Mapping[str, PodRequest],
+        *,
+        node_problems: Collection[str] = (),
+        now: float | None = None,
     ) -> None:
         """Recompute the state gauges from the pods waiting for a node (``pending``), the loop and the cache;
-        ``node_problems`` names the nodes whose ``gpusched.io/gpu-topology`` was refused."""
+        ``node_problems`` names the nodes whose ``gpusched.io/gpu-topology`` was refused; ``now`` (Unix seconds,
+        default the wall clock) is what pending pods' ages are measured against."""
+        now = time.time() if now is None else now
         tree = loop.tenancy.tree
+        for queue in {DEFAULT_QUEUE, "unknown", *tree} - self._preemptions_zeroed:
+            for reason in PREEMPTION_LABELS:
+                self.preemptions.labels(reason, queue)
+            self._preemptions_zeroed.add(queue)
         self._queues = frozenset({DEFAULT_QUEUE, *tree})
         pods: Tally[str] = Tally()
+        oldest: dict[str, float] = {}
         gangs: Tally[str] = Tally()
         for job in loop.jobs.gangs():
             if not job.satisfied and (job.key in loop.queue or job.pending) and job.queue in self._queues:
@@ -364,8 +409,12 @@ class Metrics:
             queue = loop.queue_of(pod)
             if queue in self._queues:
                 pods[queue] += 1
-        self._set(self.pending_pods, {(q,): float(n) for q, n in pods.items()})
-        self._set(self.pending_gangs, {(q,): float(n) for q, n in gangs.items()})
+                if pod.created:  # 0: no creationTimestamp (never from the API server)
+                    oldest[queue] = max(oldest.get(queue, 0.0), now - pod.created)
+        # Every queue, 0 where nothing waits: a panel or an alert on one queue sees 0, not a gap.
+        self._set(self.pending_pods, {(q,): float(pods[q]) for q in self._queues})
+        self._set(self.pending_gangs, {(q,): float(gangs[q]) for q in self._queues})
+        self._set(self.pending_oldest, {(q,): max(0.0, age) for q, age in oldest.items()})
         states: Tally[str] = Tally(where for _, where in loop.queue.pending())
         for state in ("active", "backoff", "unschedulable", "in-flight"):
             self.pending_jobs.labels(state).set(float(states.get(state, 0)))
