@@ -29,7 +29,7 @@ from scheduler.api.objects.pod import PodRequest
 from scheduler.core.actions import Setting, State
 from scheduler.core.consolidation.moves import Moves
 from scheduler.core.consolidation.plan import Search
-from scheduler.core.cycle import EMPTY
+from scheduler.core.cycle import Context
 from scheduler.core.statement import Statement
 from scheduler.kernels import layout
 
@@ -113,7 +113,8 @@ class Defragmenter(State):
             cache.snapshot(),
             [stand_in],
             whole_gang=False,
-            context=EMPTY,
+            # The nodes held for others (a Reservation's, a move plan's) take none of the moved pods.
+            context=Context(reserved=self.moves.holds.context(self._key(slot), priority=0).reserved),
             level=None,
             limits=limits,
             pace=self.moves.pace,
