@@ -8,10 +8,12 @@ from typing import Any
 
 from scheduler.api.crds import reservation as api_reservation
 from scheduler.api.objects import pod as api_pod
+from scheduler.core import explanation
 from scheduler.core.loop import SchedulingLoop
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
 from tests.core.harness import Clock, Cluster, Events
+from tests.core.test_explanation import UNITS
 from tests.core.test_tenancy import Evictions
 
 GPU = "nvidia.com/gpu"
@@ -187,3 +189,20 @@ def test_a_deleted_or_unreadable_reservation_holds_nothing() -> None:
     loop.reservation_failed("default/big", "field spec.replicas: 0 is not an integer from 1 to 10000")
     assert _status(loop)["phase"] == "Failed"
     assert not loop.holds.holding
+
+
+def test_explain_tells_a_pod_whose_room_it_may_not_use_and_an_owner_where_it_goes() -> None:
+    cluster, loop, _, _ = _loop()
+    _upsert(loop, _reservation(ttl=60))
+    (held,) = _status(loop)["nodes"]
+    pods = [_pod("a"), _pod("b"), _pod("train", owner=True)]
+    for pod in pods[:2]:
+        loop.pod_pending(pod)
+    loop.run_until_idle()
+    (waiting,) = [p for p in pods[:2] if p.name not in _placed(cluster)]
+    loop.pod_pending(pods[2])
+    live = explanation.Live(loop=loop, pending={p.key: p for p in pods}, units=UNITS)
+    told = explanation.explain_pod(live, waiting.key)
+    assert f"Reservation default/big holds {held} for 60s more for the pods it names: not for this one" in told
+    told = explanation.explain_pod(live, pods[2].key)
+    assert f"named by Reservation default/big: it goes only into the room it holds on {held}" in told
