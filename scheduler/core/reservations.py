@@ -38,6 +38,8 @@ from scheduler.core.tenancy import Tenancy, requests_of
 
 #: The condition a Reservation's status carries (True while it holds room).
 CONDITION = "Available"
+#: The phases in which a Reservation holds room or may come to.
+_LIVE = (api_reservation.PENDING, api_reservation.AVAILABLE)
 
 
 @dataclass
@@ -97,6 +99,13 @@ class Reservations:
         old = self.entries.get(reservation.key)
         if old is not None and _same_spec(old.reservation, reservation):
             old.reservation = reservation
+            written = reservation.phase == api_reservation.AVAILABLE and reservation.nodes
+            if written and old.phase in _LIVE and reservation.nodes != old.nodes:
+                # The leader holds it elsewhere than this replica placed it (a standby places it too, on its own
+                # cache): its written word wins, so that the next leader holds what this one held.
+                self._free(old)
+                if not self._hold_again(old):
+                    old.phase = api_reservation.PENDING
             return
         if old is not None:
             self._free(old)
@@ -272,7 +281,7 @@ class Reservations:
     # --- what users read ---------------------------------------------------------------------------------------
 
     def _live(self) -> list[Entry]:
-        return [e for e in self.entries.values() if e.phase not in api_reservation.FINAL]
+        return [e for e in self.entries.values() if e.phase in _LIVE]
 
     def _holding(self, entry: Entry) -> str:
         held = requests_of(list(entry.ghosts))

@@ -206,3 +206,16 @@ def test_explain_tells_a_pod_whose_room_it_may_not_use_and_an_owner_where_it_goe
     assert f"Reservation default/big holds {held} for 60s more for the pods it names: not for this one" in told
     told = explanation.explain_pod(live, pods[2].key)
     assert f"named by Reservation default/big: it goes only into the room it holds on {held}" in told
+
+
+def test_a_replica_that_placed_it_elsewhere_takes_the_nodes_the_leader_wrote() -> None:
+    cluster, loop, _, _ = _loop()
+    _upsert(loop, _reservation())
+    (mine,) = _status(loop)["nodes"]
+    (theirs,) = {"n0", "n1"} - {mine}
+    _upsert(loop, _reservation(status={"phase": "Available", "nodes": [theirs]}))
+    assert _status(loop)["nodes"] == [theirs]
+    assert loop.held("default")[GPU] == 8.0  # counted once
+    loop.pod_pending(_pod("other"))
+    loop.run_until_idle()
+    assert _placed(cluster) == {"other": mine}
