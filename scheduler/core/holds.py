@@ -47,7 +47,8 @@ it is
 - ``RESERVATION``: the nodes a ``Reservation`` object holds (``scheduler.core.reservations``) until its expiry
   (``until``), its first user (``allocateOnce``) or its deletion. Its users (the pods its ``owners`` name, by job
   key, added as they come) are confined within it (:attr:`Hold.only`, as a move plan's); every other job leaves it
-  all alone, whatever its priority, and every victim search leaves it out (``kept``).
+  all alone, whatever its priority, and every other job's victim search leaves it out (``kept``); a user's searches
+  only inside it.
 
 Releasing: :meth:`Holds.release` is "job ``key`` is placed or gone" (every hold for it whose kind ends with its
 job, :attr:`Kind.ends_with_job`; a nomination lapses); a move plan's hold ends with its plan, released by its
@@ -272,13 +273,19 @@ class Holds:
         """How job ``key``'s victim search (at ``priority``) sees the nodes held for others, as its cycles will once
         its victims free room for it (:meth:`context`, with whole nodes of its own): ``(kept, shared)``. ``kept``:
         the nodes those cycles still leave alone (whole nodes held for higher priority, the reservation against
-        starvation), left out of the search. ``shared``: the other whole nodes, held for its priority or lower,
-        which those cycles may use; of their room only what its own victims free is the job's, the rest is freed for
-        their holders (None: none)."""
+        starvation, a Reservation's nodes; for a Reservation's user, every node but those), left out of the
+        search. ``shared``: the other whole nodes, held for its priority or lower, which those cycles may use; of
+        their room only what its own victims free is the job's, the rest is freed for their holders (None: none)."""
         others = self._others_whole(key)
         masks = [hold.slots for hold in others if hold.priority > priority]
         masks += [hold.slots for hold in self.of_kind(Kind.STARVATION) if hold.job != key]
-        masks += [hold.slots for hold in self.of_kind(Kind.RESERVATION) if hold.job != key and key not in hold.only]
+        slots = self.cache.arrays.slots
+        for hold in self.of_kind(Kind.RESERVATION):
+            if hold.job == key:
+                continue
+            allowed = hold.only.get(key)
+            # A user's victims only where its cycles may go: inside the Reservation; anyone else's never there.
+            masks.append(hold.slots if allowed is None else ~sized(allowed, slots))
         kept = union(masks)
         shared = union([hold.slots for hold in others if hold.priority <= priority])
         if shared is not None and kept is not None:

@@ -99,6 +99,10 @@ class Reservations:
         old = self.entries.get(reservation.key)
         if old is not None and _same_spec(old.reservation, reservation):
             old.reservation = reservation
+            if reservation.phase in api_reservation.FINAL and old.phase in _LIVE:
+                self._free(old)  # the leader ended it (a standby hears it so): it ends here too, without a word
+                old.phase, old.reason, old.message = reservation.phase, reservation.phase, "ended by the leader"
+                return
             written = reservation.phase == api_reservation.AVAILABLE and reservation.nodes
             if written and old.phase in _LIVE and reservation.nodes != old.nodes:
                 # The leader holds it elsewhere than this replica placed it (a standby places it too, on its own

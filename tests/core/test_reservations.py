@@ -219,3 +219,30 @@ def test_a_replica_that_placed_it_elsewhere_takes_the_nodes_the_leader_wrote() -
     loop.pod_pending(_pod("other"))
     loop.run_until_idle()
     assert _placed(cluster) == {"other": mine}
+
+
+def test_an_owner_preempts_only_inside_its_reservation() -> None:
+    cluster, loop, _, _ = _loop()
+    _upsert(loop, _reservation(ttl=None))
+    (held,) = _status(loop)["nodes"]
+    for pod in (_pod("first", owner=True), _pod("low")):
+        loop.pod_pending(pod)
+    loop.run_until_idle()
+    assert _placed(cluster)["first"] == held and _placed(cluster)["low"] != held
+    for name in ("first", "low"):
+        _bound(loop, cluster, name)
+    evictions = Evictions()
+    loop.evictor = evictions
+    loop.pod_pending(_pod("urgent", owner=True, priority=100))
+    loop.run_until_idle()
+    # Evicting "low" would free a node the owner may not use: its victim is the one inside the Reservation.
+    assert [pod.name for pod in evictions.pods] == ["first"]
+
+
+def test_a_standby_ends_it_when_the_leader_wrote_it_ended() -> None:
+    _, loop, _, events = _loop()
+    _upsert(loop, _reservation())
+    _upsert(loop, _reservation(status={"phase": "Expired"}))
+    assert _status(loop)["phase"] == "Expired"
+    assert not loop.holds.holding and loop.held("default").get(GPU, 0) == 0
+    assert events.reasons("reservation default/big") == ["Reserved"]  # the leader told it
