@@ -31,7 +31,7 @@ from scheduler.api.crds.podgroup import PodGroup
 from scheduler.api.crds.topology import TopologyConstraint
 from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Cache
-from scheduler.core import actions, capacity, gang, reason_texts, registry, session
+from scheduler.core import actions, capacity, gang, holds, reason_texts, registry, session
 from scheduler.core.cycle import Scheduler
 from scheduler.core.holds import Kind
 from scheduler.core.jobs import Attempt, Job
@@ -210,10 +210,11 @@ def _reservation_lines(live: Live, key: str) -> list[str]:
         nodes = ", ".join(sorted(names[slot] or "" for slot in np.flatnonzero(hold.slots) if slot < len(names)))
         left = None if hold.until is None else max(0.0, hold.until - live.loop.clock())
         until = f" for {left:.0f}s more" if left is not None else ""
+        name = holds.reservation_of(hold)
         if key in hold.only:
-            lines.append(f"  named by Reservation {hold.job}: it goes only into the room it holds on {nodes}{until}")
+            lines.append(f"  named by Reservation {name}: it goes only into the room it holds on {nodes}{until}")
         else:
-            lines.append(f"  Reservation {hold.job} holds {nodes}{until} for the pods it names: not for this one")
+            lines.append(f"  Reservation {name} holds {nodes}{until} for the pods it names: not for this one")
     return lines
 
 

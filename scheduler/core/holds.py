@@ -103,6 +103,21 @@ PREEMPTING = (Kind.NOMINATION, Kind.PREEMPTION, Kind.GANG)
 WHOLE_NODES = (Kind.PREEMPTION, Kind.GANG)
 
 
+#: What a Reservation's hold is for: ``reservation:ns/name`` (a job key no pod or gang has: a pod ``ns/name`` of the
+#: same name must not take the Reservation's room for its own).
+RESERVATION_KEY = "reservation:"
+
+
+def reservation_key(key: str) -> str:
+    """The job key of the hold for Reservation ``key`` (``ns/name``)."""
+    return f"{RESERVATION_KEY}{key}"
+
+
+def reservation_of(hold: Hold) -> str:
+    """The Reservation (``ns/name``) a ``RESERVATION`` hold is for."""
+    return hold.job.removeprefix(RESERVATION_KEY)
+
+
 #: The kinds whose users are confined within them (:attr:`Hold.only`) and that everyone else leaves alone.
 CONFINING = (Kind.MOVE_PLAN, Kind.RESERVATION)
 #: The kinds a job's placement or departure releases.
@@ -312,6 +327,10 @@ class Holds:
                 found.append((hold.priority, NominatedPod(hold.pod, slot, hold.request, hold.victims)))
         found.sort(key=lambda entry: -entry[0])
         return [nominated for _, nominated in found]
+
+    def uses_reservation(self, key: str) -> bool:
+        """Whether job ``key`` is a user of a Reservation's hold (its cycles go only into its room)."""
+        return any(key in hold.only for hold in self.of_kind(Kind.RESERVATION))
 
     def reservations_keeping(self, key: str) -> list[Hold]:
         """The Reservations' holds that keep job ``key`` off their nodes (it is none of their users)."""

@@ -30,7 +30,7 @@ from scheduler.api.crds import reservation as api_reservation
 from scheduler.api.crds.queue import DEFAULT_QUEUE
 from scheduler.api.crds.reservation import Reservation
 from scheduler.api.objects.pod import PodRequest
-from scheduler.core import gang
+from scheduler.core import gang, holds
 from scheduler.core.cycle import Scheduler
 from scheduler.core.holds import Hold, Holds, Kind
 from scheduler.core.ports import Events
@@ -64,6 +64,11 @@ class Entry:
     @property
     def key(self) -> str:
         return self.reservation.key
+
+    @property
+    def hold_key(self) -> str:
+        """Its hold's job key in the registry."""
+        return holds.reservation_key(self.key)
 
     @property
     def queue(self) -> str:
@@ -197,7 +202,7 @@ class Reservations:
             queue=entry.queue,
             topology=rsv.topology,
         )
-        context = self.holds.context(entry.key, priority=0)
+        context = self.holds.context(entry.hold_key, priority=0)
         planned = gang.plan_gang(self.scheduler, self.scheduler.cache.snapshot(), group, entry.ghosts, context)
         if not planned.status.ok or not planned.decisions:
             self._say(entry, "Unschedulable", planned.status.message)
@@ -228,7 +233,7 @@ class Reservations:
         mask = self._mask(entry.nodes)
         self.holds.hold(
             kind=Kind.RESERVATION,
-            job=entry.key,
+            job=entry.hold_key,
             slots=mask,
             until=entry.reservation.until,
             queue=entry.queue,
@@ -247,7 +252,7 @@ class Reservations:
 
     def _expired(self, hold: Hold) -> None:
         """The registry dropped a Reservation's hold: its time is up."""
-        entry = self.entries.get(hold.job)
+        entry = self.entries.get(holds.reservation_of(hold))
         if entry is not None and entry.phase == api_reservation.AVAILABLE:
             self._end(entry, api_reservation.EXPIRED, "Expired", "its time is up: the room is free")
 
@@ -271,7 +276,7 @@ class Reservations:
     def _free(self, entry: Entry) -> None:
         """Release what ``entry`` holds: its nodes and its ghosts' charges."""
         if entry.phase == api_reservation.AVAILABLE:
-            self.holds.release(entry.key, kind=Kind.RESERVATION)
+            self.holds.release(entry.hold_key, kind=Kind.RESERVATION)
             self._freed = True
         for key in entry.charged:
             self.tenancy.release(key)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from scheduler.api.objects.pod import PodRequest
-from scheduler.core import capacity, gang, gate
+from scheduler.core import capacity, gang, gate, holds
 from scheduler.core.actions import Action, Outcome, Verdict
 from scheduler.core.cycle import Context, Diagnosis, Scheduler
 from scheduler.core.hints import Hints
@@ -141,7 +141,7 @@ class Session:
         keeping = self.holds.reservations_keeping(key)
         if not keeping:
             return message
-        names = ", ".join(sorted(f"Reservation {hold.job}" for hold in keeping))
+        names = ", ".join(sorted(f"Reservation {holds.reservation_of(hold)}" for hold in keeping))
         return f"{message} Nodes held by {names}: only the pods it names may use them."
 
     def _reason(self, attempt: Attempt, status: Status) -> str:

@@ -13,6 +13,7 @@ from scheduler.core.loop import SchedulingLoop
 from scheduler.queue.scheduling import SchedulingQueue
 from tests.api import objects
 from tests.core.harness import Clock, Cluster, Events
+from tests.core.test_consolidate import World
 from tests.core.test_explanation import UNITS
 from tests.core.test_tenancy import Evictions
 
@@ -246,3 +247,25 @@ def test_a_standby_ends_it_when_the_leader_wrote_it_ended() -> None:
     assert _status(loop)["phase"] == "Expired"
     assert not loop.holds.holding and loop.held("default").get(GPU, 0) == 0
     assert events.reasons("reservation default/big") == ["Reserved"]  # the leader told it
+
+
+def test_consolidation_moves_no_pod_onto_a_reserved_node() -> None:
+    world = World(used=(7, 6, 7, 0))
+    _upsert(world.loop, _reservation(ttl=None))
+    assert _status(world.loop)["nodes"] == ["n3"]
+    # 4 GPUs fit nowhere but on the held node: pods move away from another node to make room, none to n3.
+    world.loop.pod_pending(world.pod("big", gpus=4))
+    world.step()
+    big = world.cluster.cache.pod("default/big")
+    assert big is not None, world.events.seen
+    assert big.pod.node_name != "n3" and world.made > 0
+    assert [e.pod.key for e in world.cluster.cache.pods() if e.pod.node_name == "n3"] == []
+
+
+def test_a_pod_named_as_the_reservation_is_not_its_owner() -> None:
+    cluster, loop, _, _ = _loop()
+    _upsert(loop, _reservation())
+    (held,) = _status(loop)["nodes"]
+    loop.pod_pending(_pod("big"))
+    loop.run_until_idle()
+    assert _placed(cluster)["big"] != held
