@@ -44,7 +44,8 @@ it is
   GPUs until their GPUs cover it; other jobs backfill only elsewhere. Off by default: without run-time estimates a
   reservation idles GPUs while its nodes drain (on the built-in gang scenario it cost 15 points of GPU allocation),
   so it is for fairness-first clusters. Left out of no victim search.
-- ``RESERVATION``: the nodes a ``Reservation`` object holds (``scheduler.core.reservations``) until its expiry
+- ``RESERVATION``: the nodes a ``Reservation`` object holds (``scheduler.core.reservations``; its job key is
+  :func:`reservation_key`'s, which no pod or gang has) until its expiry
   (``until``), its first user (``allocateOnce``) or its deletion. Its users (the pods its ``owners`` name, by job
   key, added as they come) are confined within it (:attr:`Hold.only`, as a move plan's); every other job leaves it
   all alone, whatever its priority, and every other job's victim search leaves it out (``kept``); a user's searches
