@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from scheduler.api.crds import reservation as api_reservation
+from scheduler.api.crds.podgroup import PodGroup
 from scheduler.api.objects import pod as api_pod
 from scheduler.core import explanation
 from scheduler.core.loop import SchedulingLoop
@@ -269,3 +270,26 @@ def test_a_pod_named_as_the_reservation_is_not_its_owner() -> None:
     loop.pod_pending(_pod("big"))
     loop.run_until_idle()
     assert _placed(cluster)["big"] != held
+
+
+def test_a_podgroup_owner_gang_is_placed_whole_into_the_room() -> None:
+    cluster, loop, _, _ = _loop()
+    raw = {
+        "metadata": {"name": "big", "namespace": "default", "creationTimestamp": "1970-01-01T00:16:40Z"},
+        "spec": {
+            "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {GPU: 4}}}]}},
+            "replicas": 2,
+            "owners": [{"podGroup": "g"}],
+        },
+    }
+    reservation = api_reservation.parse_reservation(raw)
+    _upsert(loop, reservation)
+    (held,) = set(_status(loop)["nodes"])  # two replicas of 4 GPUs: one 8-GPU node, as a gang of them would go
+    loop.pod_pending(_pod("other"))
+    loop.run_until_idle()
+    loop.group_upsert(PodGroup("default", "g", min_member=2))
+    for i in range(2):
+        loop.pod_pending(api_pod.parse_pod(objects.pod(f"g-{i}", gpus=4, labels={"gpusched.io/pod-group": "g"})))
+    loop.run_until_idle()
+    placed = _placed(cluster)
+    assert placed["g-0"] == placed["g-1"] == held != placed["other"]
