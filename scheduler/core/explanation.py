@@ -31,8 +31,9 @@ from scheduler.api.crds.podgroup import PodGroup
 from scheduler.api.crds.topology import TopologyConstraint
 from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Cache
-from scheduler.core import actions, capacity, gang, reason_texts, registry, session
+from scheduler.core import actions, capacity, gang, holds, reason_texts, registry, session
 from scheduler.core.cycle import Scheduler
+from scheduler.core.holds import Kind
 from scheduler.core.jobs import Attempt, Job
 from scheduler.core.loop import SchedulingLoop
 from scheduler.kernels import layout
@@ -173,6 +174,7 @@ def _filters(live: Live, pod: api_pod.PodRequest) -> list[str]:
         lines.append(f"    {len(nodes)} {reason}: {', '.join(sorted(nodes)[:SHOWN])}{more}")
     if held:
         lines.append(f"  {held}")
+    lines += _reservation_lines(live, key)
     never = capacity.pod_never_fits(snapshot, pod, filtered.state.request, reasons) if fit == 0 else ""
     if never:
         return [*lines, f"  {never}"]
@@ -195,6 +197,24 @@ def _filters(live: Live, pod: api_pod.PodRequest) -> list[str]:
             )
     if fit == 0:
         lines.append("  it waits: what keeps it off each node above can change (room freed, holds released)")
+    return lines
+
+
+def _reservation_lines(live: Live, key: str) -> list[str]:
+    """The Reservations whose room job ``key`` may not use, or is confined to (it is one of their users)."""
+    lines = []
+    names = live.cache.names
+    for hold in live.loop.holds.of_kind(Kind.RESERVATION):
+        if hold.job == key:
+            continue
+        nodes = ", ".join(sorted(names[slot] or "" for slot in np.flatnonzero(hold.slots) if slot < len(names)))
+        left = None if hold.until is None else max(0.0, hold.until - live.loop.clock())
+        until = f" for {left:.0f}s more" if left is not None else ""
+        name = holds.reservation_of(hold)
+        if key in hold.only:
+            lines.append(f"  named by Reservation {name}: it goes only into the room it holds on {nodes}{until}")
+        else:
+            lines.append(f"  Reservation {name} holds {nodes}{until} for the pods it names: not for this one")
     return lines
 
 

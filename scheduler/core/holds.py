@@ -44,13 +44,19 @@ it is
   GPUs until their GPUs cover it; other jobs backfill only elsewhere. Off by default: without run-time estimates a
   reservation idles GPUs while its nodes drain (on the built-in gang scenario it cost 15 points of GPU allocation),
   so it is for fairness-first clusters. Left out of no victim search.
+- ``RESERVATION``: the nodes a ``Reservation`` object holds (``scheduler.core.reservations``; its job key is
+  :func:`reservation_key`'s, which no pod or gang has) until its expiry
+  (``until``), its first user (``allocateOnce``) or its deletion. Its users (the pods its ``owners`` name, by job
+  key, added as they come) are confined within it (:attr:`Hold.only`, as a move plan's); every other job leaves it
+  all alone, whatever its priority, and every other job's victim search leaves it out (``kept``); a user's searches
+  only inside it.
 
 Releasing: :meth:`Holds.release` is "job ``key`` is placed or gone" (every hold for it whose kind ends with its
 job, :attr:`Kind.ends_with_job`; a nomination lapses); a move plan's hold ends with its plan, released by its
 owner with ``kind=Kind.MOVE_PLAN``.
 
-Adding a kind (issue 43's ``Reservation``: room held ahead of the pods that will use it): a member of :class:`Kind`
-(not ending with a job: it ends at its TTL, ``until``, or with its first user), made with
+Adding a kind (as issue 43's ``Reservation``, room held ahead of the pods that will use it, was): a member of
+:class:`Kind` (not ending with a job: it ends at its TTL, ``until``, or with its first user), made with
 :meth:`Holds.hold`\\ ``(kind=Kind.RESERVATION, job=<the reservation's key>, slots=..., until=<expiry>)`` and
 released with :meth:`Holds.release`\\ ``(key, kind=Kind.RESERVATION)``; its expiry told to whoever publishes its
 status through :meth:`Holds.when_expired`. Who may use it is the one rule in :meth:`Holds._binds` (its users, as a
@@ -82,12 +88,14 @@ class Kind(enum.Enum):
     GANG = "gang"
     MOVE_PLAN = "move plan"
     STARVATION = "starvation"
+    RESERVATION = "reservation"
 
     @property
     def ends_with_job(self) -> bool:
         """Whether a hold of this kind ends when its job is placed or gone (:meth:`Holds.release`); a move plan's
-        holds its replacements' targets after its job is placed, and ends with the plan."""
-        return self is not Kind.MOVE_PLAN
+        holds its replacements' targets after its job is placed, and ends with the plan; a Reservation's ends at its
+        expiry, with its first user, or when it is deleted (``scheduler.core.reservations``)."""
+        return self not in CONFINING
 
 
 #: The kinds that hold the room a job's reclaim or preemption frees (a job holds one of them at a time).
@@ -96,6 +104,23 @@ PREEMPTING = (Kind.NOMINATION, Kind.PREEMPTION, Kind.GANG)
 WHOLE_NODES = (Kind.PREEMPTION, Kind.GANG)
 
 
+#: What a Reservation's hold is for: ``reservation:ns/name`` (a job key no pod or gang has: a pod ``ns/name`` of the
+#: same name must not take the Reservation's room for its own).
+RESERVATION_KEY = "reservation:"
+
+
+def reservation_key(key: str) -> str:
+    """The job key of the hold for Reservation ``key`` (``ns/name``)."""
+    return f"{RESERVATION_KEY}{key}"
+
+
+def reservation_of(hold: Hold) -> str:
+    """The Reservation (``ns/name``) a ``RESERVATION`` hold is for."""
+    return hold.job.removeprefix(RESERVATION_KEY)
+
+
+#: The kinds whose users are confined within them (:attr:`Hold.only`) and that everyone else leaves alone.
+CONFINING = (Kind.MOVE_PLAN, Kind.RESERVATION)
 #: The kinds a job's placement or departure releases.
 _ENDS_WITH_JOB = tuple(k for k in Kind if k.ends_with_job)
 
@@ -242,7 +267,9 @@ class Holds:
         own preemption, if any."""
         if hold.kind is Kind.NOMINATION:
             return None  # counted on its node by its requests (``Context.nominated``), not held whole
-        if hold.kind is Kind.MOVE_PLAN:
+        if hold.kind is Kind.RESERVATION and hold.job == key:
+            return None  # the Reservation placed again (its ghosts) may use what it holds
+        if hold.kind in CONFINING:
             allowed = hold.only.get(key)
             return ~sized(allowed, slots) if allowed is not None else sized(hold.slots, slots)
         if hold.job == key:
@@ -262,12 +289,19 @@ class Holds:
         """How job ``key``'s victim search (at ``priority``) sees the nodes held for others, as its cycles will once
         its victims free room for it (:meth:`context`, with whole nodes of its own): ``(kept, shared)``. ``kept``:
         the nodes those cycles still leave alone (whole nodes held for higher priority, the reservation against
-        starvation), left out of the search. ``shared``: the other whole nodes, held for its priority or lower,
-        which those cycles may use; of their room only what its own victims free is the job's, the rest is freed for
-        their holders (None: none)."""
+        starvation, a Reservation's nodes; for a Reservation's user, every node but those), left out of the
+        search. ``shared``: the other whole nodes, held for its priority or lower, which those cycles may use; of
+        their room only what its own victims free is the job's, the rest is freed for their holders (None: none)."""
         others = self._others_whole(key)
         masks = [hold.slots for hold in others if hold.priority > priority]
         masks += [hold.slots for hold in self.of_kind(Kind.STARVATION) if hold.job != key]
+        slots = self.cache.arrays.slots
+        for hold in self.of_kind(Kind.RESERVATION):
+            if hold.job == key:
+                continue
+            allowed = hold.only.get(key)
+            # A user's victims only where its cycles may go: inside the Reservation; anyone else's never there.
+            masks.append(hold.slots if allowed is None else ~sized(allowed, slots))
         kept = union(masks)
         shared = union([hold.slots for hold in others if hold.priority <= priority])
         if shared is not None and kept is not None:
@@ -294,6 +328,14 @@ class Holds:
                 found.append((hold.priority, NominatedPod(hold.pod, slot, hold.request, hold.victims)))
         found.sort(key=lambda entry: -entry[0])
         return [nominated for _, nominated in found]
+
+    def uses_reservation(self, key: str) -> bool:
+        """Whether job ``key`` is a user of a Reservation's hold (its cycles go only into its room)."""
+        return any(key in hold.only for hold in self.of_kind(Kind.RESERVATION))
+
+    def reservations_keeping(self, key: str) -> list[Hold]:
+        """The Reservations' holds that keep job ``key`` off their nodes (it is none of their users)."""
+        return [hold for hold in self.of_kind(Kind.RESERVATION) if hold.job != key and key not in hold.only]
 
     # --- nominations -------------------------------------------------------------------------------------------
 

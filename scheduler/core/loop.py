@@ -46,6 +46,7 @@ from typing import TypeVar
 
 from scheduler.api.crds.podgroup import PodGroup
 from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.crds.reservation import Reservation
 from scheduler.api.objects.pdb import DisruptionBudget
 from scheduler.api.objects.pod import PodRequest
 from scheduler.core import actions, gate
@@ -55,6 +56,7 @@ from scheduler.core.hints import ClusterEvent, Hints
 from scheduler.core.holds import Holds
 from scheduler.core.jobs import Attempt, Job, Jobs
 from scheduler.core.ports import Events, Evictor, Mover
+from scheduler.core.reservations import Reservations
 from scheduler.core.session import Session
 from scheduler.core.tenancy import QueueStatus, Tenancy, Vector, add_into, requests_of
 from scheduler.queue.scheduling import QueueItem, SchedulingQueue
@@ -89,6 +91,8 @@ class SchedulingLoop:
         self.gate = gate.Gate(self.tenancy, fair_share=fair_share_gate)
         self.holds = Holds(scheduler.cache, self.tenancy, clock=clock, reserve_after_s=reserve_after_s)
         self.hints = Hints()
+        #: Reservations: room held ahead of their owners' pods (``scheduler.core.reservations``).
+        self.reservations = Reservations(scheduler, self.holds, self.tenancy, events=events, clock=clock)
         #: What the actions are built from; the ports (``evictor``, ``mover``) may be set later.
         self.setting = actions.Setting(
             scheduler, queue, self.jobs, self.tenancy, self.holds, clock, events, evictor=evictor, mover=mover
@@ -137,6 +141,7 @@ class SchedulingLoop:
             return
         if pod.key in job.placed:
             return
+        self.reservations.pod_pending(pod, job.key)  # an owner's pod goes into its Reservation's room
         # A nominated pod is counted on its node as it is now (kube-scheduler's nominator takes the update too).
         self.holds.pod_updated(pod)
         for state in self.states:
@@ -158,6 +163,7 @@ class SchedulingLoop:
         job.refresh_phase(now)
         for state in self.states:
             state.pod_placed(pod)
+        self.reservations.pod_placed(pod)
 
     def pod_outside(self, pod: PodRequest) -> None:
         """The API server shows ``pod`` bound by another scheduler: it holds its node's capacity (the cache has it)
@@ -174,6 +180,7 @@ class SchedulingLoop:
             self.resort()
         self._job_gone(key)
         self.gate.drop_waiting(key)
+        self.reservations.pod_gone(key)
         job = self.jobs.of_pod(key)
         alone = job is not None and job.group is not None and job.alone_allowed
         full = job is not None and job.full
@@ -208,6 +215,26 @@ class SchedulingLoop:
             changed |= self.tenancy.hold(pod, self.jobs.queue_of(pod))
         if changed:
             self.resort()
+
+    def reservation_upsert(self, reservation: Reservation, ghosts: tuple[PodRequest, ...]) -> None:
+        """A Reservation was seen (new, changed, or listed after a restart) with its ghost pods: it is placed (or
+        held again where its status says) now, or when room comes."""
+        self.reservations.upsert(reservation, ghosts)
+        self._reservations_freed()
+
+    def reservation_removed(self, key: str) -> None:
+        """The Reservation was deleted: its room is free; the jobs it kept off are tried again."""
+        self.reservations.removed(key)
+        self._reservations_freed()
+
+    def reservation_failed(self, key: str, message: str) -> None:
+        """The Reservation cannot be read: it holds nothing (phase Failed, with ``message``)."""
+        self.reservations.failed(key, message)
+        self._reservations_freed()
+
+    def _reservations_freed(self) -> None:
+        if self.reservations.freed():
+            self.cluster_event(ClusterEvent.POD_DELETED)
 
     def queues_changed(self, specs: list[QueueSpec]) -> None:
         """The cluster's Queues changed: rebuild the tree, report bad queues, queue what was waiting for them."""
@@ -256,7 +283,9 @@ class SchedulingLoop:
         """Give up what the actions' states hold past its time (a move plan whose step under way was not done in
         time), and release it (call it periodically: a step may be late with nothing else happening); the jobs it
         was for try again."""
-        if any([state.expire() for state in self.states]):
+        moved = any([state.expire() for state in self.states])
+        self.reservations.expire()  # after the move plans: their state hears of its own expired holds first
+        if moved or self.reservations.freed():
             self.cluster_event(ClusterEvent.POD_DELETED)
 
     def _wake(self, event: ClusterEvent | str, keys: list[set[str]]) -> None:
@@ -295,6 +324,7 @@ class SchedulingLoop:
         """Something changed that may let waiting work fit (a pod left, a node came, a queue changed); the
         queueing hints (``scheduler.core.hints``) say which waiting jobs it may help."""
         event = ClusterEvent(event)
+        self.reservations.place_pending()  # room may have come for a Reservation too
         may_help = self.hints.may_help(event, self.scheduler.cache.arrays, self.gate.still_gated)
         self.queue.move_all_to_active(event, may_help)
 
@@ -367,6 +397,7 @@ class SchedulingLoop:
 
     def run_once(self) -> bool:
         """Run one cycle if anything is ready; False when nothing was."""
+        self._reservations_freed()  # a Reservation's hold expired during the last cycle
         self.sort_pending()
         item = self.queue.pop()
         if item is None:

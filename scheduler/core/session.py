@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from scheduler.api.objects.pod import PodRequest
-from scheduler.core import capacity, gang, gate
+from scheduler.core import capacity, gang, gate, holds
 from scheduler.core.actions import Action, Outcome, Verdict
 from scheduler.core.cycle import Context, Diagnosis, Scheduler
 from scheduler.core.hints import Hints
@@ -27,6 +27,7 @@ from scheduler.core.jobs import Attempt, Job
 from scheduler.core.ports import Events
 from scheduler.core.statement import Statement
 from scheduler.core.tenancy import requests_of
+from scheduler.framework import reasons as framework_reasons
 from scheduler.framework.interface import Code, Decision, Status
 from scheduler.queue.scheduling import SchedulingQueue
 
@@ -110,6 +111,7 @@ class Session:
         if said and self.scheduler.allocates_claims and not any(p.resource_claims for p in members):
             said = f"{NO_CLAIMS_TO_DEALLOCATE}, {said}"  # kube-scheduler's DynamicResources PostFilter runs first
         message = _with_post_filter(status.message, outcome.diagnosis, said)
+        message = self._held_for_reservations(attempt.key, outcome.diagnosis, message)
         self._not_placed(attempt, self._reason(attempt, status), message)
         self.hints.failed(item.key, members, self.scheduler.wakes(outcome.diagnosis))
         self.gate.starve(item.key, item.queue, requests_of(members))
@@ -131,6 +133,16 @@ class Session:
         if attempt.whole_gang and attempt.job.first_attempt is None:
             attempt.job.first_attempt = self.clock()
         return choose(self.scheduler, attempt, self.context(attempt.key))
+
+    def _held_for_reservations(self, key: str, diagnosis: Diagnosis | None, message: str) -> str:
+        """``message`` with the Reservations named whose nodes the job was kept off, if any were."""
+        if diagnosis is None or framework_reasons.RESERVED.code not in diagnosis.codes:
+            return message
+        keeping = self.holds.reservations_keeping(key)
+        if not keeping:
+            return message
+        names = ", ".join(sorted(f"Reservation {holds.reservation_of(hold)}" for hold in keeping))
+        return f"{message} Nodes held by {names}: only the pods it names may use them."
 
     def _reason(self, attempt: Attempt, status: Status) -> str:
         """The reason of a gang's Scheduled=False condition after a cycle that did not place it."""

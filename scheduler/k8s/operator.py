@@ -147,6 +147,7 @@ class Operator:
         self.podgroup_event = self.feed.podgroup_event
         self.compat_podgroup_event = self.feed.compat_podgroup_event
         self.queue_event = self.feed.queue_event
+        self.reservation_event = self.feed.reservation_event
         self.topology_event = self.feed.topology_event
         self.namespace_event = self.feed.namespace_event
         # The core's ports, for the tests and tools that call them as the core does.

@@ -1,8 +1,9 @@
-"""The status publisher: what the core knows about PodGroups, Queues and waiting pods, handed to their writers.
+"""The status publisher: what the core knows about PodGroups, Queues, Reservations and waiting pods, handed to their
+writers.
 
-:class:`StatusPublisher` owns the status writers of the custom resources (PodGroup, Queue, Topology) and decides
-what they write; the writers (``scheduler.k8s.status``) coalesce, skip unchanged values and format the core's
-numbers into Kubernetes quantities. Invariants kept here:
+:class:`StatusPublisher` owns the status writers of the custom resources (PodGroup, Queue, Reservation, Topology)
+and decides what they write; the writers (``scheduler.k8s.status``) coalesce, skip unchanged values and format the
+core's numbers into Kubernetes quantities. Invariants kept here:
 
 - Only the leader writes: :meth:`StatusPublisher.publish` and :meth:`queue_refused` do nothing on a standby (the
   Topology's writer holds its one write until this replica may write).
@@ -52,6 +53,9 @@ class StatusPublisher:
         self.queue_status = k8s_status.CustomStatusWriter(
             client, k8s_status.QUEUES, settings=settings, may_write=context.leading
         )
+        self.reservation_status = k8s_status.CustomStatusWriter(
+            client, k8s_status.RESERVATIONS, settings=settings, may_write=context.leading
+        )
         self.topology_status = k8s_status.TopologyStatusWriter(
             client, may_write=may_write_topology, spawn=context.spawn
         )
@@ -67,9 +71,10 @@ class StatusPublisher:
     def start(self) -> None:
         self.group_status.start()
         self.queue_status.start()
+        self.reservation_status.start()
 
     async def close(self) -> None:
-        for writer in (self.group_status, self.queue_status):
+        for writer in (self.group_status, self.queue_status, self.reservation_status):
             await writer.close()
 
     # --- what the feed and the core's ports tell -----------------------------------------------------------------
@@ -79,6 +84,7 @@ class StatusPublisher:
         this replica wrote before may have been overwritten by another leader since)."""
         self.group_status.leadership_changed()
         self.queue_status.leadership_changed()
+        self.reservation_status.leadership_changed()
         self.conditions.leadership_changed()
         self._told.clear()
 
@@ -123,6 +129,13 @@ class StatusPublisher:
                 status["members"] = f"{len(job.placed)}/{job.group.min_member}"
                 status["pending"] = len(job.pending)
                 self.group_status.update(key, status)
+        for key in list(self.loop.reservations.entries):
+            body = self.loop.reservations.status(key)
+            if body is not None:
+                held = body["held"]
+                if isinstance(held, Mapping):
+                    body["held"] = k8s_status.quantities(held)
+                self.reservation_status.update(key, body)
         statuses = self.loop.queue_statuses()
         jobs = self._queue_jobs()
         for name in queues:

@@ -318,6 +318,7 @@ class CustomResource:
 
 PODGROUPS = CustomResource("scheduling.gpusched.io", "v1alpha1", "podgroups", namespaced=True)
 QUEUES = CustomResource("scheduling.gpusched.io", "v1alpha1", "queues", namespaced=False)
+RESERVATIONS = CustomResource("scheduling.gpusched.io", "v1alpha1", "reservations", namespaced=True)
 
 
 class CustomStatusWriter(CoalescedWriter):

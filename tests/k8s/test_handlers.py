@@ -24,8 +24,8 @@ async def test_only_index_and_event_handlers_are_registered(client: k8s.Client) 
     reg = handlers.registry(operator, k8s.ClientSettings())
     watched = {h.selector.any_name for h in reg._watching.get_all_handlers() if h.selector is not None}
     indexed = {h.selector.any_name for h in reg._indexing.get_all_handlers() if h.selector is not None}
-    assert watched == {"podgroups", "queues", "topologies", "namespaces"}
-    assert indexed == {"podgroups", "queues", "topologies", "namespaces"}
+    assert watched == {"podgroups", "queues", "topologies", "reservations", "namespaces"}
+    assert indexed == {"podgroups", "queues", "topologies", "reservations", "namespaces"}
     # Change handlers (create/update/delete/resume) would persist progress and may add finalizers; daemons
     # and timers would too.
     assert list(reg._changing.get_all_handlers()) == []
@@ -101,12 +101,12 @@ async def test_watches_start_only_once_every_crd_is_served(
     )
     await eventually(lambda: d.asked >= 3)
     assert await handlers.not_served(client) == handlers.CRDS
-    d.served = ["podgroups", "queues"]  # the Topology CRD is not established yet
+    d.served = ["podgroups", "queues", "reservations"]  # the Topology CRD is not established yet
     asked = d.asked
     await eventually(lambda: d.asked >= asked + 3)
     assert await handlers.not_served(client) == {"topologies"}
     assert spawned == [] and not watching.done() and not operator.ready
-    d.served = ["podgroups", "queues", "topologies"]
+    d.served = ["podgroups", "queues", "topologies", "reservations"]
     await asyncio.wait_for(watching, timeout=2)
     assert len(spawned) == 1 and restored == [True]
     indexed = {h.selector.any_name for h in spawned[0]["registry"]._indexing.get_all_handlers() if h.selector}

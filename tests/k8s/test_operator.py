@@ -650,3 +650,40 @@ async def test_a_pod_of_ours_the_kubelet_refused_frees_its_gpus_and_is_not_bound
     await eventually(lambda: bool(events(fake, "FailedScheduling")))
     await settled(operator)
     assert list(bound(fake)) == ["mine"] and len(fake.requests("POST", "/pods/mine/binding")) == 1
+
+
+def reservation(name: str, *, gpus: Any = 4, **spec: Any) -> dict[str, Any]:
+    template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {GPU: gpus}}}]}}
+    owners = [{"labelSelector": {"matchLabels": {"app": "train"}}}]
+    return {"metadata": pod(name)["metadata"], "spec": {"template": template, "owners": owners, **spec}}
+
+
+async def test_a_reservation_holds_its_node_for_its_owner_and_its_status_is_written(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0", gpus=4))
+    operator.node_event(node("gpu-1", gpus=4))
+    operator.reservation_event(reservation("rsv"))
+    operator.reservation_event(reservation("bad", gpus="lots"))
+    operator.listed()
+    operator.pod_event(pod("other", 4))
+    operator.pod_event(pod("late", 4))
+    operator.pod_event(pod("train", 4, labels={"app": "train"}))
+    await eventually(lambda: len(bound(fake)) == 2)
+    await settled(operator)
+    operator.publish_status()
+    for writer in (operator.recorder, operator.publisher.reservation_status):
+        assert await writer.flush()
+    written = fake.requests("PATCH", "/reservations/rsv/status")[-1].body["status"]
+    assert written["phase"] == "Available"
+    assert written["held"] == {GPU: "4"}
+    (held,) = written["nodes"]
+    assert bound(fake)["train"]["target"]["name"] == held
+    assert "late" not in bound(fake) or "other" not in bound(fake)
+    failed = fake.requests("PATCH", "/reservations/bad/status")[-1].body["status"]
+    assert failed["phase"] == "Failed"
+    assert "spec.template.spec.containers[0].resources.requests" in failed["conditions"][0]["message"]
+    (invalid,) = events(fake, "InvalidObject")
+    assert invalid["involvedObject"]["kind"] == "Reservation"
+    assert [e["involvedObject"]["name"] for e in events(fake, "Reserved")] == ["rsv"]

@@ -224,6 +224,7 @@ def test_kopf_watches_the_tables_resources_and_needs_nothing_more() -> None:
                 "podgroup_event",
                 "queue_event",
                 "topology_event",
+                "reservation_event",
                 "namespace_event",
                 "compat_podgroup_event",
                 "part_listed",

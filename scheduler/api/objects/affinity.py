@@ -332,3 +332,8 @@ def controller_of(meta: Mapping[str, object]) -> str:
 def controller_kind_of(meta: Mapping[str, object]) -> str:
     """The kind of a pod's controller (``ReplicaSet``, ``Job``...), or ""."""
     return str(_controller(meta).get("kind") or "")
+
+
+def controller_name_of(meta: Mapping[str, object]) -> str:
+    """The name of a pod's controller, or ""."""
+    return str(_controller(meta).get("name") or "")

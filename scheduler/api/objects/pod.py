@@ -109,6 +109,8 @@ class PodRequest:
     #: The kind of that controller (``ReplicaSet``, ``Job``...): consolidation moves only pods a controller
     #: recreates, and tells training (a ``Job``'s pods) from the rest.
     owner_kind: str = ""
+    #: The name of that controller (a Reservation's owner reference names it, ``scheduler.api.crds.reservation``).
+    owner_name: str = ""
     #: The label pairs of the Services that select the pod (their selectors merged), for the cluster-default
     #: spreading: set by the operator, which watches Services (kube-scheduler's default selector reads them too).
     service_labels: tuple[tuple[str, str], ...] = ()
@@ -481,6 +483,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         extended_asks=asks,
         owner=api_affinity.controller_of(meta),
         owner_kind=api_affinity.controller_kind_of(meta),
+        owner_name=api_affinity.controller_name_of(meta),
         preemption_policy=str(preemption_policy),
         numa=numa_ask,
         run_time=run_time,

@@ -40,8 +40,8 @@ class Consolidate(Action):
 
     def run(self, attempt: Attempt, snapshot: Snapshot, statement: Statement) -> Outcome:
         moves = self.moves
-        if moves.mover is None:
-            return NOTHING
+        if moves.mover is None or moves.holds.uses_reservation(attempt.key):
+            return NOTHING  # a Reservation's user goes only into its room: moving others away would not help it
         if moves.in_flight(attempt.key) or moves.replacing(attempt.key):
             return WAITS
         a = snapshot.arrays

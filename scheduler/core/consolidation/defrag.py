@@ -29,7 +29,8 @@ from scheduler.api.objects.pod import PodRequest
 from scheduler.core.actions import Setting, State
 from scheduler.core.consolidation.moves import Moves
 from scheduler.core.consolidation.plan import Search
-from scheduler.core.cycle import EMPTY
+from scheduler.core.cycle import Context
+from scheduler.core.holds import Kind
 from scheduler.core.statement import Statement
 from scheduler.kernels import layout
 
@@ -77,7 +78,11 @@ class Defragmenter(State):
         vacated = self.moves.barred_targets()
         if vacated is not None:
             barred[: vacated.shape[0]] |= vacated[: barred.shape[0]]
-        slots = np.flatnonzero(present & (used > 0))
+        candidates = present & (used > 0)
+        for hold in self.moves.holds.of_kind(Kind.RESERVATION):
+            # Its pods are a Reservation's users, which may run nowhere else.
+            candidates[: hold.slots.shape[0]] &= ~hold.slots[: candidates.shape[0]]
+        slots = np.flatnonzero(candidates)
         for slot in slots[np.lexsort((slots, used[slots]))][:CANDIDATES].tolist():
             pods = self.moves.movable_on(slot, ANY_PRIORITY)
             gpus = sum(p.pod.gpu.count for p in pods if p.pod.gpu.whole)
@@ -113,7 +118,8 @@ class Defragmenter(State):
             cache.snapshot(),
             [stand_in],
             whole_gang=False,
-            context=EMPTY,
+            # The nodes held for others (a Reservation's, a move plan's) take none of the moved pods.
+            context=Context(reserved=self.moves.holds.context(self._key(slot), priority=0).reserved),
             level=None,
             limits=limits,
             pace=self.moves.pace,

@@ -33,6 +33,7 @@ from scheduler.api.basics import fields
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.crds import podgroup as api_podgroup
 from scheduler.api.crds import queue as api_queue
+from scheduler.api.crds import reservation as api_reservation
 from scheduler.api.crds import topology as api_topology
 from scheduler.api.objects import affinity as api_affinity
 from scheduler.api.objects import node as api_node
@@ -85,6 +86,9 @@ class PodFeed:
         self.nodes: dict[str, api_node.NodeInfo] = {}
         self.podgroups: dict[str, api_podgroup.PodGroup] = {}
         self.queues: dict[str, api_queue.QueueSpec] = {}
+        #: Reservations by key, as last read (with the status the scheduler wrote); those that cannot be read: why.
+        self.reservations: dict[str, api_reservation.Reservation] = {}
+        self.invalid_reservations: dict[str, str] = {}
         #: The cluster's Topology (``default``) as last accepted, also in the cache's levels; None: the built-in ones.
         self.topology: api_topology.TopologySpec | None = None
         #: "pod ns/name", "podgroup ns/name", "queue name", "node name" -> uid, for Events' involvedObject.
@@ -133,6 +137,12 @@ class PodFeed:
         for key, group in self.compat_podgroups.items():
             if key not in self.podgroups:
                 self.loop.group_upsert(group)
+        # Before the pods: an Available one is held again on its nodes before anyone else may take them, and its
+        # owners' pods know it.
+        for reservation in self.reservations.values():
+            self._reservation_upsert(reservation)
+        for key, message in self.invalid_reservations.items():
+            self.loop.reservation_failed(key, message)
         for pod in self.pending.values():
             self.loop.pod_pending(pod)
         self.ready = True
@@ -453,6 +463,41 @@ class PodFeed:
         if self.ready:
             self.loop.group_upsert(group)
             self._wake()
+
+    def reservation_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        """A Reservation (``scheduler.api.crds.reservation``): placed and held by the loop, its status written by
+        the publisher; one that cannot be read is marked Failed (an Event and its condition) and holds nothing."""
+        meta = _meta(body)
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        if deleted:
+            self.reservations.pop(key, None)
+            self.invalid_reservations.pop(key, None)
+            self.uids.pop(f"reservation {key}", None)
+            self.publisher.reservation_status.forget(key)
+            if self.ready:
+                self.loop.reservation_removed(key)
+                self._wake()
+            return
+        self.uids[f"reservation {key}"] = str(meta.get("uid") or "")
+        try:
+            reservation = api_reservation.parse_reservation(body, scheduler_name=self.scheduler_name)
+        except InvalidObject as exc:
+            self.invalid("reservation", key, exc)
+            self.reservations.pop(key, None)
+            self.invalid_reservations[key] = str(exc)
+            if self.ready:
+                self.loop.reservation_failed(key, str(exc))
+                self._wake()
+            return
+        self.reservations[key] = reservation
+        self.invalid_reservations.pop(key, None)
+        if self.ready:
+            self._reservation_upsert(reservation)
+            self._wake()
+
+    def _reservation_upsert(self, reservation: api_reservation.Reservation) -> None:
+        ghosts = api_reservation.ghosts(reservation, scheduler_name=self.scheduler_name)
+        self.loop.reservation_upsert(reservation, ghosts)
 
     def compat_podgroup_event(self, body: Mapping[str, Any], *, deleted: bool = False) -> None:
         """A scheduler-plugins PodGroup (``scheduling.x-k8s.io/v1alpha1``): a gang of its ``minMember``,

@@ -22,7 +22,7 @@ CRDs not served yet; kopf then logged "Unresolved resources cannot be served", n
 index for them, let the first Namespace event through at once: the replica was ready with no Queue and no
 PodGroup, took the Lease, and the gangs' pods were never bound. So :func:`watch` first asks the API's discovery
 (which every authenticated client may read) until all of :data:`CRDS` are served, and only then starts kopf,
-whose one scan then finds them all, so all three are indexed before readiness. Until then the replica is not
+whose one scan then finds them all, so all of them are indexed before readiness. Until then the replica is not
 ready.
 """
 
@@ -44,7 +44,7 @@ log = structlog.get_logger(__name__)
 GROUP = "scheduling.gpusched.io"
 VERSION = "v1alpha1"
 #: The custom resources the scheduler reads (all indexed): readiness waits until each is served and listed.
-CRDS = frozenset({"podgroups", "queues", "topologies"})
+CRDS = frozenset({"podgroups", "queues", "topologies", "reservations"})
 #: scheduler-plugins' PodGroups, read as gangs when their CRD is served at start (``Operator.compat_podgroup_event``).
 COMPAT_GROUP = "scheduling.x-k8s.io"
 COMPAT_VERSION = "v1alpha1"
@@ -111,6 +111,8 @@ def registry(operator: Operator, client_settings: k8s_client.ClientSettings, *, 
 
     feed((GROUP, VERSION, "podgroups"), operator.podgroup_event)
     feed((GROUP, VERSION, "queues"), operator.queue_event)
+    # Indexed, so that an Available Reservation is held again before the first cycle (a restart, a new leader).
+    feed((GROUP, VERSION, "reservations"), operator.reservation_event)
     # Indexed too, so the Topology is in before the first listing ends and no decision uses the built-in levels.
     feed((GROUP, VERSION, "topologies"), operator.topology_event)
     # Indexed, so every namespace's default queue is known before the first pod is grouped.

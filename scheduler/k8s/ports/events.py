@@ -52,6 +52,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "pod": ("v1", "Pod", True),
     "podgroup": ("scheduling.gpusched.io/v1alpha1", "PodGroup", True),
     "queue": ("scheduling.gpusched.io/v1alpha1", "Queue", False),
+    "reservation": ("scheduling.gpusched.io/v1alpha1", "Reservation", True),
     "topology": ("scheduling.gpusched.io/v1alpha1", "Topology", False),
     "node": ("v1", "Node", False),
     "poddisruptionbudget": ("policy/v1", "PodDisruptionBudget", True),
