@@ -12,6 +12,10 @@ the pods just bound), less what the pods placed earlier in the same what-if take
 Two reasons: zones too full now (an eviction or a pod leaving may clear it), and zones too small for the pod ever
 (only another node can hold it: the never-fits sentence says so). A node without an object, or with policy ``none``
 or ``best-effort``, is never refused; a cluster without objects pays one test of an empty dict per pod.
+
+A third, for what the replay got wrong: a node whose kubelet refused a pod of the same owner lately
+(``TopologyAffinityError``, ``scheduler.cache.kubelet_refusals``) is refused to the owner's next pods for a while,
+object or not, so that the replacement its controller makes tries another node instead of the same refusal again.
 """
 
 from __future__ import annotations
@@ -68,11 +72,19 @@ TOO_SMALL = Reason(
     texts=lambda snapshot, pod, slots: _refusals(snapshot, pod, slots, ever=True),
     never=NeverFits(change=_too_small),
 )
+#: The node's kubelet refused a pod of the same owner lately: its next pods try other nodes for a while (no event
+#: clears it: the unschedulable pool's own timeout tries the pod again, after the memory's time is up).
+KUBELET_REFUSED = Reason(
+    -16,
+    "node(s) whose kubelet refused a pod of the same owner (TopologyAffinityError)",
+    eviction_helps=False,
+    wakes=frozenset(),
+)
 
 
 class Numa:
     name = "numa"
-    reasons = (FULL, TOO_SMALL)
+    reasons = (FULL, TOO_SMALL, KUBELET_REFUSED)
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
@@ -82,10 +94,15 @@ class Numa:
 
     def filter(self, state: CycleState, reasons: I8) -> None:
         snapshot = state.snapshot
+        pod = state.pod
+        if pod.owner:
+            for node in snapshot.kubelet_refusals.nodes(pod.owner):
+                slot = snapshot.slot_of(node)
+                if slot is not None and slot < reasons.shape[0] and reasons[slot] == layout.FIT:
+                    reasons[slot] = KUBELET_REFUSED.code
         store = snapshot.numa
         if not store.nodes:
             return
-        pod = state.pod
         for node, zones in store.nodes.items():
             if topology_manager.policy_for(zones, pod.numa) not in numa.ENFORCED or not zones.zones:
                 continue

@@ -51,6 +51,8 @@ from scheduler.api.devices import numa
 if TYPE_CHECKING:
     from scheduler.api.objects.pod import PodRequest
 
+#: ``status.reason`` of a pod the kubelet refused because its Topology Manager could not align it.
+TOPOLOGY_AFFINITY_ERROR = "TopologyAffinityError"
 #: Resources of the memory manager (``hugepages-*`` too).
 MEMORY = resources.MEMORY
 _HUGEPAGES = "hugepages-"
