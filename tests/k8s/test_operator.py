@@ -621,10 +621,10 @@ async def test_the_replacement_of_a_pod_the_kubelet_refused_for_its_numa_zones_g
 ) -> None:
     # The kubelets run single-numa-node and no agent publishes their zones: nothing told the scheduler that web-1
     # could not be aligned on gpu-0, until its kubelet refused it.
-    def replica(name: str, *, node_name: str = "") -> dict[str, Any]:
-        raw = pod(name, 4, node_name=node_name)
+    def replica(name: str, *, node_name: str = "", scheduler: str = "gpusched", owner: str = "web") -> dict[str, Any]:
+        raw = pod(name, 4, node_name=node_name, scheduler=scheduler)
         raw["metadata"]["ownerReferences"] = [
-            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "uid-web", "controller": True}
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner, "uid": f"uid-{owner}", "controller": True}
         ]
         return raw
 
@@ -654,6 +654,11 @@ async def test_the_replacement_of_a_pod_the_kubelet_refused_for_its_numa_zones_g
     operator.pod_event(pod("other", 4))
     await eventually(lambda: "other" in bound(fake))
     assert bound(fake)["other"]["target"]["name"] == "gpu-0"
+    # kube-scheduler's pods are kube-scheduler's to place elsewhere: nothing remembered, nothing told.
+    theirs = replica("theirs", node_name="gpu-1", scheduler="default-scheduler", owner="api")
+    theirs["status"] = refused["status"]
+    operator.pod_event(theirs)
+    assert operator.cache.kubelet_refusals.nodes("uid-api") == []
     await flushed(operator)
     assert len(events(fake, "KubeletRefusedPod")) == 1
 

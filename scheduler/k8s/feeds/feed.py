@@ -195,7 +195,7 @@ class PodFeed:
             # (scheduler.api.devices.extended_resources).
             pod = dra_gpus.extended_gpu_request(self.cache.devices, pod)
         if pod.terminal:
-            if pod.status_reason == topology_manager.TOPOLOGY_AFFINITY_ERROR and pod.node_name and pod.owner:
+            if pod.status_reason == topology_manager.TOPOLOGY_AFFINITY_ERROR:
                 self._kubelet_refused(pod)
             self.ungrouped.pop(key, None)
             self._pod_gone(key, finished=pod.phase)
@@ -277,9 +277,12 @@ class PodFeed:
             self._wake()
 
     def _kubelet_refused(self, pod: PodRequest) -> None:
-        """The kubelet refused ``pod`` for its NUMA zones: the other pods of its owner (the replacement its controller
-        makes) keep off that node for a while (``scheduler.cache.kubelet_refusals``), and the node's Events say so."""
+        """The kubelet refused ``pod`` for its NUMA zones: if it is ours, the other pods of its owner (the replacement
+        its controller makes) keep off that node for a while (``scheduler.cache.kubelet_refusals``), and the node's
+        Events say so."""
         refusals = self.cache.kubelet_refusals
+        if pod.scheduler_name != self.scheduler_name or not pod.owner or not pod.node_name:
+            return  # another scheduler places its pods; nothing makes another of a bare pod
         if not refusals.refused(owner=pod.owner, node=pod.node_name, at=pod.started):
             return  # known already (a relist, another pod of the owner), or long over
         owner = pod.owner_kind or "owner"
