@@ -28,6 +28,7 @@ from scheduler.api.objects.selectors import Taint
 from scheduler.cache.arrays import ClusterArrays, Placement
 from scheduler.cache.device_budgets import CapacityUse, DeviceKey
 from scheduler.cache.device_store import DeviceStore
+from scheduler.cache.kubelet_refusals import KubeletRefusals
 from scheduler.cache.numa_store import NumaStore
 from scheduler.cache.pods_index import PodIndex, PortIndex
 from scheduler.cache.volume_store import VolumeStore
@@ -240,6 +241,11 @@ class Snapshot:
     def devices(self) -> DeviceStore:
         """DeviceClasses, devices, ResourceClaims and the allocations assumed (read it, never change it)."""
         return self._cache.devices
+
+    @property
+    def kubelet_refusals(self) -> KubeletRefusals:
+        """The nodes whose kubelet refused a pod of an owner lately (read it, never change it)."""
+        return self._cache.kubelet_refusals
 
     @property
     def device_picks(self) -> Sequence[api_dra.ClaimAllocation]:

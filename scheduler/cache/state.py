@@ -36,6 +36,7 @@ from scheduler.cache import arrays as arrays_mod
 from scheduler.cache.arrays import ClusterArrays, Placement
 from scheduler.cache.device_store import DeviceStore
 from scheduler.cache.gpu_topologies import GpuTopologies
+from scheduler.cache.kubelet_refusals import KubeletRefusals
 from scheduler.cache.labels import LabelIndex
 from scheduler.cache.numa_store import NumaStore
 from scheduler.cache.pods_index import PodIndex, PortIndex
@@ -116,6 +117,8 @@ class Cache:
         self.volumes = VolumeStore()
         #: The nodes' NUMA zones and what the pods take of them (empty where no NodeResourceTopology is read).
         self.numa = NumaStore()
+        #: The nodes whose kubelet refused a pod of an owner (``TopologyAffinityError``), avoided for a while.
+        self.kubelet_refusals = KubeletRefusals()
         #: DeviceClasses, ResourceSlices' devices, ResourceClaims, the allocations assumed
         #: (``scheduler.cache.device_store``).
         self.devices = DeviceStore()

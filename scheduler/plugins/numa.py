@@ -5,14 +5,18 @@ On a node whose NodeResourceTopology says its kubelet runs the Topology Manager 
 ``restricted`` (or where the pod asks for one of them itself, by Koordinator's annotation, and the kubelet enforces
 none), the pod's aligned resources (devices for any pod, whole CPUs and memory for a Guaranteed one) must fit the
 node's zones as the kubelet would fit them (``scheduler.api.devices.topology_manager``); else the kubelet refuses the
-pod
-with ``TopologyAffinityError`` and its controller makes another, which a NUMA-blind scheduler sends to the same node.
+pod with ``TopologyAffinityError`` and its controller makes another, which a NUMA-blind scheduler sends to the same
+node.
 What the zones have left is the cache's own count (``scheduler.cache.numa_store``: the published figures lag behind
 the pods just bound), less what the pods placed earlier in the same what-if take (a gang's members, in order).
 
 Two reasons: zones too full now (an eviction or a pod leaving may clear it), and zones too small for the pod ever
 (only another node can hold it: the never-fits sentence says so). A node without an object, or with policy ``none``
 or ``best-effort``, is never refused; a cluster without objects pays one test of an empty dict per pod.
+
+A third, for what the replay got wrong: a node whose kubelet refused a pod of the same owner lately
+(``TopologyAffinityError``, ``scheduler.cache.kubelet_refusals``) is refused to the owner's next pods for a while,
+object or not, so that the replacement its controller makes tries another node instead of the same refusal again.
 
 The score keeps zones whole as FGD keeps GPUs whole. The scheduler picks only the node: inside it the kubelet picks the
 zones (the narrowest that hold the pod, the lowest numbered first), so each node is scored on the zones the replay gives
@@ -84,11 +88,19 @@ TOO_SMALL = Reason(
     texts=lambda snapshot, pod, slots: _refusals(snapshot, pod, slots, ever=True),
     never=NeverFits(change=_too_small),
 )
+#: The node's kubelet refused a pod of the same owner lately: its next pods try other nodes for a while (no event
+#: clears it: the unschedulable pool's own timeout tries the pod again, after the memory's time is up).
+KUBELET_REFUSED = Reason(
+    -16,
+    "node(s) whose kubelet refused a pod of the same owner (TopologyAffinityError)",
+    eviction_helps=False,
+    wakes=frozenset(),
+)
 
 
 class Numa:
     name = "numa"
-    reasons = (FULL, TOO_SMALL)
+    reasons = (FULL, TOO_SMALL, KUBELET_REFUSED)
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
@@ -98,10 +110,15 @@ class Numa:
 
     def filter(self, state: CycleState, reasons: I8) -> None:
         snapshot = state.snapshot
+        pod = state.pod
+        if pod.owner:
+            for node in snapshot.kubelet_refusals.nodes(pod.owner):
+                slot = snapshot.slot_of(node)
+                if slot is not None and slot < reasons.shape[0] and reasons[slot] == layout.FIT:
+                    reasons[slot] = KUBELET_REFUSED.code
         store = snapshot.numa
         if not store.nodes:
             return
-        pod = state.pod
         for node, zones in store.nodes.items():
             if topology_manager.policy_for(zones, pod.numa) not in numa.ENFORCED or not zones.zones:
                 continue

@@ -616,6 +616,53 @@ async def test_kube_schedulers_pods_hold_their_gpus_in_no_queue_and_are_never_ev
     assert fake.requests("POST", "/eviction") == [] and fake.requests("DELETE", "/pods/theirs") == []
 
 
+async def test_the_replacement_of_a_pod_the_kubelet_refused_for_its_numa_zones_goes_to_another_node(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    # The kubelets run single-numa-node and no agent publishes their zones: nothing told the scheduler that web-1
+    # could not be aligned on gpu-0, until its kubelet refused it.
+    def replica(name: str, *, node_name: str = "", scheduler: str = "gpusched", owner: str = "web") -> dict[str, Any]:
+        raw = pod(name, 4, node_name=node_name, scheduler=scheduler)
+        raw["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner, "uid": f"uid-{owner}", "controller": True}
+        ]
+        return raw
+
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0"))
+    operator.node_event(node("gpu-1"))
+    operator.listed()
+    operator.pod_event(replica("web-1"))
+    await eventually(lambda: "web-1" in bound(fake))
+    assert bound(fake)["web-1"]["target"]["name"] == "gpu-0"  # the first node by name: both are empty
+    refused = replica("web-1", node_name="gpu-0")
+    refused["status"] = {
+        "phase": "Failed",
+        "reason": "TopologyAffinityError",
+        "message": "Pod was rejected: Resources cannot be allocated with Topology locality",
+    }
+    operator.pod_event(refused)
+    operator.pod_event(replica("web-2"))  # its ReplicaSet's replacement
+    await eventually(lambda: "web-2" in bound(fake))
+    assert bound(fake)["web-2"]["target"]["name"] == "gpu-1"
+    await flushed(operator)
+    (told,) = events(fake, "KubeletRefusedPod")
+    assert told["involvedObject"]["kind"] == "Node" and told["involvedObject"]["name"] == "gpu-0"
+    assert told["message"].startswith("the kubelet refused pod default/web-1 (TopologyAffinityError)"), told
+    # The same failed pod seen again (a relist) is no news; another owner's pod may still use gpu-0.
+    operator.pod_event(refused)
+    operator.pod_event(pod("other", 4))
+    await eventually(lambda: "other" in bound(fake))
+    assert bound(fake)["other"]["target"]["name"] == "gpu-0"
+    # kube-scheduler's pods are kube-scheduler's to place elsewhere: nothing remembered, nothing told.
+    theirs = replica("theirs", node_name="gpu-1", scheduler="default-scheduler", owner="api")
+    theirs["status"] = refused["status"]
+    operator.pod_event(theirs)
+    assert operator.cache.kubelet_refusals.nodes("uid-api") == []
+    await flushed(operator)
+    assert len(events(fake, "KubeletRefusedPod")) == 1
+
+
 async def test_a_pod_of_ours_the_kubelet_refused_frees_its_gpus_and_is_not_bound_again(
     fake: FakeApiServer, operator: Operator
 ) -> None:

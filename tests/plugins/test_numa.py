@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -78,6 +79,29 @@ def test_restricted_admits_what_needs_two_zones_and_best_effort_refuses_nothing(
 def test_nodes_without_an_object_keep_todays_rules() -> None:
     c = cluster(zones("a-0", [2, 3]), plain=["z-0"])
     assert c.place(objects.pod("train", gpus=4))[0] == "z-0"
+
+
+def owned(name: str, owner: str, *, gpus: int) -> dict[str, Any]:
+    """A pod of ReplicaSet ``owner`` (its uid is its name here)."""
+    raw = objects.pod(name, gpus=gpus)
+    raw["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner, "uid": owner, "controller": True}
+    ]
+    return raw
+
+
+def test_a_node_whose_kubelet_refused_a_pod_of_the_owner_is_kept_from_its_next_pods_and_says_why() -> None:
+    # No object on either node: the kubelet enforces a policy nobody published, and refused web-1 on a-0.
+    c = cluster(plain=["a-0", "b-0"])
+    c.cache.kubelet_refusals.refused(owner="web", node="a-0")
+    assert c.place(owned("web-2", "web", gpus=8))[0] == "b-0"  # a-0 comes first by name, and is empty
+    result = c.schedule(owned("web-3", "web", gpus=8))
+    assert result.decision is None
+    message = result.status.message
+    assert "1 node(s) whose kubelet refused a pod of the same owner (TopologyAffinityError)" in message, message
+    assert "1 Insufficient nvidia.com/gpu" in message and capacity.NEVER not in message, message
+    # Another owner's pod is not kept off: its shape may well fit where web's did not.
+    assert c.place(owned("api-1", "api", gpus=8))[0] == "a-0"
 
 
 def test_a_pod_asking_for_single_numa_node_is_kept_to_it_where_the_kubelet_enforces_nothing() -> None:

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from scheduler.api.devices.gputopo import GpuTopology
     from scheduler.api.objects.pod import PodRequest
 
+#: ``status.reason`` of a pod the kubelet refused because its Topology Manager could not align it.
+TOPOLOGY_AFFINITY_ERROR = "TopologyAffinityError"
 #: Resources of the memory manager (``hugepages-*`` too).
 MEMORY = resources.MEMORY
 _HUGEPAGES = "hugepages-"

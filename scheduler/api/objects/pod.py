@@ -72,6 +72,8 @@ class PodRequest:
     scheduler_name: str = SCHEDULER_NAME
     node_name: str = ""
     phase: str = "Pending"
+    #: ``status.reason``: why its node failed it (``TopologyAffinityError``, ``OutOfcpu``...), "" otherwise.
+    status_reason: str = ""
     deleting: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
@@ -467,6 +469,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         node_name=str(spec.get("nodeName") or ""),
         phase=str(status.get("phase") or "Pending"),
+        status_reason=str(status.get("reason") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
         labels=labels,
         annotations=annotations,

@@ -35,6 +35,7 @@ from scheduler.api.crds import podgroup as api_podgroup
 from scheduler.api.crds import queue as api_queue
 from scheduler.api.crds import reservation as api_reservation
 from scheduler.api.crds import topology as api_topology
+from scheduler.api.devices import topology_manager
 from scheduler.api.objects import affinity as api_affinity
 from scheduler.api.objects import node as api_node
 from scheduler.api.objects import pdb as api_pdb
@@ -204,6 +205,8 @@ class PodFeed:
             # (scheduler.api.devices.extended_resources).
             pod = dra_gpus.extended_gpu_request(self.cache.devices, pod)
         if pod.terminal:
+            if pod.status_reason == topology_manager.TOPOLOGY_AFFINITY_ERROR:
+                self._kubelet_refused(pod)
             self.ungrouped.pop(key, None)
             self._pod_gone(key, finished=pod.phase)
             return
@@ -282,6 +285,24 @@ class PodFeed:
         if self.ready and held:
             self.loop.cluster_event(ClusterEvent.POD_DELETED)
             self._wake()
+
+    def _kubelet_refused(self, pod: PodRequest) -> None:
+        """The kubelet refused ``pod`` for its NUMA zones: if it is ours, the other pods of its owner (the replacement
+        its controller makes) keep off that node for a while (``scheduler.cache.kubelet_refusals``), and the node's
+        Events say so."""
+        refusals = self.cache.kubelet_refusals
+        if pod.scheduler_name != self.scheduler_name or not pod.owner or not pod.node_name:
+            return  # another scheduler places its pods; nothing makes another of a bare pod
+        if not refusals.refused(owner=pod.owner, node=pod.node_name, at=pod.started):
+            return  # known already (a relist, another pod of the owner), or long over
+        owner = pod.owner_kind or "owner"
+        message = (
+            f"the kubelet refused pod {pod.key} ({pod.status_reason}): the other pods of its {owner} keep off this "
+            f"node for {refusals.ttl_s:.0f} s from the refusal"
+        )
+        log.warning("kubelet refused a pod", pod=pod.key, node=pod.node_name, reason=pod.status_reason)
+        if self._leading():
+            self.recorder.emit(obj=f"node {pod.node_name}", kind="Warning", reason="KubeletRefusedPod", message=message)
 
     def _unreadable_pod(self, key: str, uid: str, exc: InvalidObject) -> None:
         """A pod of ours that cannot be read waits with a condition saying why (an Event alone expires)."""
