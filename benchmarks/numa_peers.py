@@ -297,6 +297,18 @@ class Binding:
 
 
 @dataclass(slots=True)
+class Played:
+    """What a scheduler did with the stream."""
+
+    #: In the order they were seen (a poll's new ones in creation order).
+    bindings: list[Binding]
+    #: Pods left unbound at the end -> the scheduler's message on each ("" if it wrote none).
+    unbound: dict[str, str]
+    #: Pods neither bound nor marked unschedulable within the wait.
+    unanswered: int
+
+
+@dataclass(slots=True)
 class Outcome:
     case: str
     policy: str
@@ -366,11 +378,17 @@ def missed(w: Workload, bindings: Sequence[Binding], policy: str) -> list[str]:
     return out
 
 
-def judge(w: Workload, bindings: Sequence[Binding], *, case: str, policy: str) -> Outcome:
-    """Replay ``bindings`` (in binding order) with the oracle on the zones as published."""
+def judge(w: Workload, played: Played, *, case: str, policy: str) -> Outcome:
+    """Replay the bindings (in binding order) with the oracle on the zones as published."""
     shapes = {p.name: p for p in w.stream}
     nodes = kubelets(w, policy)
+    bindings = played.bindings
     out = Outcome(case, policy, pods=len(w.stream), bound=len(bindings), missed=missed(w, bindings, policy))
+    out.unanswered = played.unanswered
+    out.unbound = {
+        name: f"{shapes[name].gpus} GPUs {shapes[name].cpus} CPUs: {message}"
+        for name, message in played.unbound.items()
+    }
     for b in bindings:
         shape = shapes[b.pod]
         verdict = numa_oracle.admit(oracle_pod(shape), nodes[b.node])
@@ -396,18 +414,6 @@ def _unschedulable(pod: Mapping[str, Any]) -> str | None:
         if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
             return str(c.get("message") or "")
     return None
-
-
-@dataclass(slots=True)
-class Played:
-    """What a scheduler did with the stream."""
-
-    #: In the order they were seen (a poll's new ones in creation order).
-    bindings: list[Binding]
-    #: Pods left unbound at the end -> the scheduler's message on each ("" if it wrote none).
-    unbound: dict[str, str]
-    #: Pods neither bound nor marked unschedulable within the wait.
-    unanswered: int
 
 
 def play(
@@ -542,13 +548,8 @@ def run_case(case: str, policy: str, args: argparse.Namespace) -> Outcome | str:
                 settle=args.settle,
             )
             seconds = time.monotonic() - started
-    out = judge(w, played.bindings, case=case, policy=policy)
-    out.unanswered, out.seconds = played.unanswered, seconds
-    shapes = {p.name: p for p in w.stream}
-    out.unbound = {
-        name: f"{shapes[name].gpus} GPUs {shapes[name].cpus} CPUs: {message}"
-        for name, message in played.unbound.items()
-    }
+    out = judge(w, played, case=case, policy=policy)
+    out.seconds = seconds
     return out
 
 

