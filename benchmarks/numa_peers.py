@@ -12,8 +12,9 @@ Each case gets a fresh local control plane (tests/e2e/localcluster.py, kwok node
   ``gpusched.io/gpu-topology`` annotation says), the zones fragmented by pods already running there (bound by
   name, Guaranteed, each inside one zone, their GPU indices annotated), one pattern of :data:`FRAGMENTS` a node;
 - one NodeResourceTopology object a node (``topology.node.k8s.io/v1alpha2``, the CRD from its Go module), its
-  ``available`` net of those pods, published once before the scheduler starts and never again: no agent runs, as
-  kwok leaves it, so a scheduler must count the pods it binds itself;
+  ``available`` net of those pods and the agents' podset fingerprint of them (:func:`pod_fingerprint`), published
+  once before the scheduler starts and never again: no agent runs, as kwok leaves it, so a scheduler must count
+  the pods it binds itself;
 - a stream of ``--pods`` Guaranteed pods of whole CPUs, the shapes of :data:`SHAPES` in turn (1 to 6 GPUs, one
   CPU-only pod; the 6-GPU pods fit no zone, so only ``restricted`` can admit them), created one at a time: each
   after the previous one was bound or marked unschedulable, so that every scheduler decides the same pods in the
@@ -23,12 +24,15 @@ Cases: ``gpusched`` (``gpusched run`` as the e2e suite runs it, default profile)
 (scheduler-plugins' kube-scheduler with NodeResourceTopologyMatch, scoring LeastNUMANodes, its default cache that
 reads the objects as published) and ``nrt-overreserve`` (the same plugin scoring MostAllocated, with the
 overreserve cache that counts the pods it reserved until the objects are resynced, ``cacheResyncPeriodSeconds``
-``--resync``). The peer is tests/e2e/build-peers.sh's ``sp-scheduler`` (scheduler-plugins v0.34.7); a case that
-cannot run says why. Each case runs once per ``--policies`` entry.
+``--resync``; the stream starts two resync periods after it is up, since it trusts no node running pods of
+another scheduler until a resync has matched the object's fingerprint). The peer is tests/e2e/build-peers.sh's
+``sp-scheduler`` (scheduler-plugins v0.34.7); a case that cannot run says why. Each case runs once per
+``--policies`` entry.
 
-Per case: pods bound; of them, those the kubelet would refuse; and for gpusched, whose ``gpusched.io/gpu-ids``
-annotation names the GPUs it picked, how many pods got exactly the GPUs of the zone(s) the kubelet would take them
-from.
+Per case: pods bound; of them, those the kubelet would refuse; pods left unbound that some node's kubelet would
+have admitted when their turn came (``missed``); for gpusched, whose ``gpusched.io/gpu-ids`` annotation names the
+GPUs it picked, how many pods got exactly the GPUs of the zone(s) the kubelet would take them from. Beside them, a
+reference: the pods the kubelet's rules admit when each goes to the first node that admits it, on the true zones.
 
     .venv/bin/python -m benchmarks.numa_peers [--nodes 16 --pods 48] [--cases gpusched,nrt-leastnuma]
                                               [--policies single-numa-node,restricted] [--json FILE]
