@@ -57,6 +57,8 @@ if complete && [ -z "${GPUSCHED_FORCE_BUILD:-}" ]; then
   echo "$OUT"
   exit 0
 fi
+# GPUSCHED_PEERS_NO_BUILD=1: only say where a complete cache is (a test that must not wait for a build).
+[ -z "${GPUSCHED_PEERS_NO_BUILD:-}" ] || die "not built yet: $OUT (run tests/e2e/build-peers.sh)"
 
 mkdir -p "$CACHE_ROOT"
 exec 9>"$CACHE_ROOT/.peers.lock"

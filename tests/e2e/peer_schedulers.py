@@ -1,4 +1,5 @@
-"""The peer schedulers gpusched's throughput is measured against: Volcano and scheduler-plugins' Coscheduling.
+"""The peer schedulers gpusched is measured against: Volcano and scheduler-plugins' Coscheduling (throughput), and
+scheduler-plugins' NodeResourceTopologyMatch (NUMA, benchmarks/numa_peers.py).
 
 benchmarks/e2e_throughput.py runs each on a LocalCluster of the same shape as its other cases. This module
 holds what differs per peer, so that the benchmark's loop stays one loop:
@@ -50,6 +51,9 @@ COSCHEDULING_SCHEDULER_NAME = "scheduler-plugins-scheduler"
 COSCHEDULING_GROUP = "scheduling.x-k8s.io"
 COSCHEDULING_VERSION = "v1alpha1"
 COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+#: The name the scheduler-plugins scheduler answers to when it runs NodeResourceTopologyMatch
+#: (benchmarks/numa_peers.py).
+NRT_SCHEDULER_NAME = "topo-aware-scheduler"
 
 #: Volcano's scheduler configuration as its documentation gives the default: the three actions of a plain
 #: install and the default plugins in their two tiers. Written out so that the benchmark says what it ran.
@@ -162,6 +166,15 @@ def binaries() -> Path:
     the first time)."""
     out = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True).stdout
     return Path(out.strip().splitlines()[-1])
+
+
+def cached_binaries() -> tuple[Path | None, str]:
+    """The peers' directory if tests/e2e/build-peers.sh has built it already (None otherwise), and why not."""
+    env = {**os.environ, "GPUSCHED_PEERS_NO_BUILD": "1"}
+    proc = subprocess.run(["bash", str(BUILD_SCRIPT)], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None, (proc.stderr.strip().splitlines() or ["tests/e2e/build-peers.sh failed"])[-1]
+    return Path(proc.stdout.strip().splitlines()[-1]), ""
 
 
 def crd_files(bin_dir: Path, peer: str) -> list[Path]:
@@ -278,15 +291,51 @@ def volcano_processes(
 
 def coscheduling_process(cluster: LocalCluster, bin_dir: Path, *, qps: float, burst: int) -> PeerProcess:
     """The scheduler-plugins scheduler from :func:`coscheduling_config`, serving health on a free port."""
+    return sp_scheduler_process(cluster, bin_dir, coscheduling_config(cluster.kubeconfig, qps=qps, burst=burst))
+
+
+def nrt_config(kubeconfig: str | os.PathLike[str], *, scoring: str, resync_seconds: int | None) -> dict[str, Any]:
+    """The scheduler-plugins scheduler's KubeSchedulerConfiguration for NodeResourceTopologyMatch (its documented
+    setup: the plugin at every extension point it implements), scoring by ``scoring`` (``LeastNUMANodes``,
+    ``MostAllocated``...); with ``resync_seconds``, ``cacheResyncPeriodSeconds``: the overreserve cache, which
+    counts the pods it reserved on a node until the node's object is resynced, instead of reading the objects as
+    published."""
+    args: dict[str, Any] = {"scoringStrategy": {"type": scoring}}
+    if resync_seconds is not None:
+        args["cacheResyncPeriodSeconds"] = int(resync_seconds)
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "profiles": [
+            {
+                "schedulerName": NRT_SCHEDULER_NAME,
+                "plugins": {"multiPoint": {"enabled": [{"name": "NodeResourceTopologyMatch"}]}},
+                "pluginConfig": [{"name": "NodeResourceTopologyMatch", "args": args}],
+            }
+        ],
+    }
+
+
+def nrt_process(cluster: LocalCluster, bin_dir: Path, *, scoring: str, resync_seconds: int | None) -> PeerProcess:
+    """The scheduler-plugins scheduler from :func:`nrt_config`, serving health on a free port."""
+    return sp_scheduler_process(
+        cluster, bin_dir, nrt_config(cluster.kubeconfig, scoring=scoring, resync_seconds=resync_seconds)
+    )
+
+
+def sp_scheduler_process(cluster: LocalCluster, bin_dir: Path, config: Mapping[str, Any]) -> PeerProcess:
+    """The scheduler-plugins scheduler started with ``config`` (a KubeSchedulerConfiguration)."""
     assert cluster.workdir is not None
-    config = cluster.workdir / "coscheduling-config.yaml"
-    config.write_text(json.dumps(coscheduling_config(cluster.kubeconfig, qps=qps, burst=burst), indent=2))
+    path = cluster.workdir / "sp-scheduler-config.yaml"
+    path.write_text(json.dumps(config, indent=2))
     port = free_port()
     return PeerProcess(
         "sp-scheduler",
         [
             str(bin_dir / "sp-scheduler"),
-            f"--config={config}",
+            f"--config={path}",
             f"--authentication-kubeconfig={cluster.kubeconfig}",
             f"--authorization-kubeconfig={cluster.kubeconfig}",
             "--bind-address=127.0.0.1",
