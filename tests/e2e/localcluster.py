@@ -180,11 +180,21 @@ def cached_older_apiserver() -> Path | None:
 # small utilities
 
 
+#: Ports :func:`free_port` has handed out in this process: the kernel may give a port just closed to the next
+#: ``bind(0)`` (etcd and kube-apiserver once got the same one, and the apiserver failed with "address already in
+#: use"), so none is handed out twice.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago and that this process has not handed out before."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def wait_for(
