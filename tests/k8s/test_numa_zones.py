@@ -15,17 +15,17 @@ def test_objects_feed_the_store_and_changes_wake_the_waiting_pods() -> None:
     woken: list[str] = []
     problems: list[tuple[str, str, InvalidObject]] = []
     watches = numa_zones.ZoneWatches(
-        store, on_change=lambda: woken.append("woken"), invalid=lambda *problem: problems.append(problem)
+        store, on_change=lambda node: woken.append(node or "all"), invalid=lambda *problem: problems.append(problem)
     )
     assert not store.listed  # until the informer has listed them all
     watches.event(nrt("gpu-0", attributes=[{"name": "topologyManagerPolicy", "value": "single-numa-node"}]))
     watches.part_listed(numa_zones.KINDS[0])
-    assert store.listed and store.nodes["gpu-0"].enforced and woken == ["woken"]
+    assert store.listed and store.nodes["gpu-0"].enforced and woken == ["all"]
     same = nrt("gpu-0", attributes=[{"name": "topologyManagerPolicy", "value": "single-numa-node"}])
     watches.event(same)
-    assert woken == ["woken"]  # published again unchanged: nothing to wake
+    assert woken == ["all"]  # published again unchanged: nothing to wake
     watches.event(nrt("gpu-0", attributes=[{"name": "topologyManagerPolicy", "value": "strict"}]))
-    assert "gpu-0" not in store.nodes and woken == ["woken", "woken"]
+    assert "gpu-0" not in store.nodes and woken == ["all", "gpu-0"]
     assert problems and problems[0][2].field == "attributes[topologyManagerPolicy]"
     watches.event(nrt("gpu-1"))
     watches.event({"metadata": {"name": "gpu-1"}}, deleted=True)

@@ -362,10 +362,14 @@ class PodFeed:
             self.loop.cluster_event(ClusterEvent.NODE_ADDED if old is None else ClusterEvent.NODE_UPDATED)
             self._wake()
 
-    def zones_changed(self) -> None:
-        """A node's NUMA zones were published again (``scheduler.k8s.feeds.numa_zones``): what its kubelet freed may
-        let a
-        waiting pod in, as a node update may."""
+    def zones_changed(self, node: str | None) -> None:
+        """Node ``node``'s NUMA zones were published again (None: any node's; ``scheduler.k8s.feeds.numa_zones``):
+        what its kubelet freed may let a waiting pod in, as a node update may. The node counts as changed, so that
+        what was found on its old zones (a victim search that found none) is not recalled."""
+        slots = range(self.cache.arrays.slots) if node is None else [self.cache.slot_of(node)]
+        for slot in slots:
+            if slot is not None:
+                self.cache.arrays.touch(slot)
         self.loop.cluster_event(ClusterEvent.NODE_UPDATED)
 
     def devices_changed(self, claims: set[str]) -> None:

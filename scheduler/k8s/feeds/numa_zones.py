@@ -24,13 +24,14 @@ from scheduler.k8s.feeds.informer import Informer
 KINDS = (api_numa.PLURAL,)
 
 
-class ZoneWatches(informer.StoreWatches[NumaStore, Callable[[], None]]):
-    """Feeds the zone store from the NodeResourceTopology informer."""
+class ZoneWatches(informer.StoreWatches[NumaStore, Callable[[str | None], None]]):
+    """Feeds the zone store from the NodeResourceTopology informer; ``on_change`` is told the node whose zones changed
+    (None: any node's, once all are listed)."""
 
     kinds = KINDS
 
     def __init__(
-        self, store: NumaStore, *, on_change: Callable[[], None], invalid: Callable[[str, str, InvalidObject], None]
+        self, store: NumaStore, *, on_change: Callable[[str | None], None], invalid: Callable[[str, str, InvalidObject], None]
     ) -> None:
         super().__init__(store, on_change=on_change, invalid=invalid)
         self.kind = informer.StoredKind(
@@ -56,10 +57,10 @@ class ZoneWatches(informer.StoreWatches[NumaStore, Callable[[], None]]):
 
     def fed(self, kind: informer.StoredKind, key: str, changed: bool, error: InvalidObject | None) -> None:
         if changed and self.store.listed:
-            self._on_change()
+            self._on_change(key)
 
     def all_listed(self) -> None:
-        self._on_change()
+        self._on_change(None)
 
 
 def informers(client: Client, watches: ZoneWatches) -> dict[str, Informer]:
