@@ -31,7 +31,11 @@ class ZoneWatches(informer.StoreWatches[NumaStore, Callable[[str | None], None]]
     kinds = KINDS
 
     def __init__(
-        self, store: NumaStore, *, on_change: Callable[[str | None], None], invalid: Callable[[str, str, InvalidObject], None]
+        self,
+        store: NumaStore,
+        *,
+        on_change: Callable[[str | None], None],
+        invalid: Callable[[str, str, InvalidObject], None],
     ) -> None:
         super().__init__(store, on_change=on_change, invalid=invalid)
         self.kind = informer.StoredKind(
