@@ -66,8 +66,8 @@ def default_zones(node: NodeSpec) -> int:
 
 
 def _split(total: int, count: int, *, unit: int = 1) -> list[int]:
-    """``total`` in ``count`` near-equal parts of whole ``unit`` s, the remainder to the first parts (what is
-    below one unit goes to the first)."""
+    """``total`` in ``count`` near-equal parts, each a whole number of ``unit``: the units left over go one each to
+    the first parts, and what is less than a unit to the first."""
     units, below = divmod(total, unit)
     base, extra = divmod(units, count)
     parts = [(base + (1 if i < extra else 0)) * unit for i in range(count)]
@@ -133,8 +133,6 @@ class Kubelets:
     zones: dict[str, api_numa.NodeZones]
     #: Node -> what each zone has left.
     left: dict[str, list[dict[str, int]]] = field(default_factory=dict)
-    #: Pod key -> (node, what it took of each zone).
-    taken: dict[str, tuple[str, tuple[Mapping[str, int], ...]]] = field(default_factory=dict)
     refusals: list[Refusal] = field(default_factory=list)
 
     @classmethod
@@ -156,7 +154,6 @@ class Kubelets:
         for i, taken in enumerate(admission.taken):
             for name, amount in taken.items():
                 left[i][name] -= amount
-        self.taken[pod.key] = (node, admission.taken)
         return None
 
 
