@@ -3,7 +3,8 @@
 With no arguments it runs the built-in synthetic cluster and workload; ``--nodes``/``--pods`` read the Alibaba
 GPU trace format. ``--tune RATIO --seeds A-B`` follows the FGD paper's protocol; ``--replay`` uses the trace's
 creation and deletion times instead; ``--churn LOAD`` runs the trace's pods at an offered GPU load, leaving after
-their durations (``scheduler.sim.churn``).
+their durations (``scheduler.sim.churn``). ``--numa POLICY`` gives the nodes NUMA zones and runs each policy
+NUMA-aware and NUMA-blind, counting the pods the kubelet would refuse (``scheduler.sim.numa``).
 """
 
 from __future__ import annotations
