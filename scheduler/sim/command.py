@@ -3,7 +3,8 @@
 With no arguments it runs the built-in synthetic cluster and workload; ``--nodes``/``--pods`` read the Alibaba
 GPU trace format. ``--tune RATIO --seeds A-B`` follows the FGD paper's protocol; ``--replay`` uses the trace's
 creation and deletion times instead; ``--churn LOAD`` runs the trace's pods at an offered GPU load, leaving after
-their durations (``scheduler.sim.churn``).
+their durations (``scheduler.sim.churn``). ``--numa POLICY`` gives the nodes NUMA zones and runs each policy
+NUMA-aware and NUMA-blind, counting the pods the kubelet would refuse (``scheduler.sim.numa``).
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from typing import Any
 import numpy as np
 
 from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.devices import numa as api_numa
 from scheduler.cache.state import Cache
 from scheduler.framework import typical
+from scheduler.framework.profile import ProfileConfig
 from scheduler.sim import (
     bound,
     churn,
@@ -41,6 +44,7 @@ from scheduler.sim import (
     trace,
 )
 from scheduler.sim import dashboard as sim_dashboard
+from scheduler.sim import numa as sim_numa
 from scheduler.sim import topology as sim_topology
 from scheduler.sim.trace import NodeSpec, PodSpec
 
@@ -56,7 +60,7 @@ PLOT_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "tif", "tiff", 
 
 #: Options (by their dest) that each mode reads; any other one given is refused, not ignored.
 _APPLIES = {
-    "compare": {"nodes", "pods", "policy", "tune", "seeds", "json", "plot", "dashboard"},
+    "compare": {"nodes", "pods", "policy", "tune", "seeds", "json", "plot", "dashboard", "numa"},
     "replay": {"nodes", "pods", "policy", "replay", "json", "plot"},
     "churn": {
         "nodes",
@@ -94,6 +98,7 @@ _ONLY = {
     "jobs": "only --scenario gangs reads it",
     "runtime_estimate": "only --churn reads it",
     "runtime_missing": "only --churn reads it",
+    "numa": "only a comparison of placements (--tune) reads it",
 }
 
 
@@ -150,6 +155,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--runtime-missing",
         metavar="SHARE",
         help="with --churn: this share of the pods (0..1) declares no run time (default 0)",
+    )
+    parser.add_argument(
+        "--numa",
+        metavar="POLICY",
+        help=(
+            f"give the nodes NUMA zones under this Topology Manager policy ({', '.join(sim_numa.POLICIES)}; "
+            "default none: no zones) and run each policy NUMA-aware and NUMA-blind, counting the pods the kubelet "
+            "would refuse (docs/simulator.md)"
+        ),
     )
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument(
@@ -220,6 +234,8 @@ def check(args: argparse.Namespace) -> None:
         churn.declared(args.runtime_estimate, args.runtime_missing)
     if args.arrivals is not None and args.arrivals < 1:
         raise InvalidObject(f"{args.arrivals} is not a count of pods", obj="gpusched simulate", field="--arrivals")
+    if args.numa is not None:
+        sim_numa.parse_policy(args.numa)
     if args.json:
         check_output(args.json, "--json")
     if getattr(args, "dashboard", None):
@@ -327,9 +343,12 @@ def compare_tune(
     progress: Progress,
     *,
     ends: dict[str, tuple[Cache, list[typical.Shape]]] | None = None,
+    numa: api_numa.Policy | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every policy on every seed's inflated workload; ``ends`` gets each policy's cluster at the end of the first
-    seed (with the typical pods), for the dashboard."""
+    seed (with the typical pods), for the dashboard. With ``numa`` (a Topology Manager policy) the nodes have NUMA
+    zones and each policy runs NUMA-aware under its name and NUMA-blind as ``NAME numa-blind``
+    (``scheduler.sim.numa``), each result with its ``numa`` counts of pods the kubelet refused."""
     shapes = typical.typical_shapes([p.shape for p in pods])
     capacity = float(sum(n.gpus for n in nodes)) * 1000.0
     if capacity <= 0:
@@ -341,18 +360,29 @@ def compare_tune(
     results: dict[str, dict[str, Any]] = {}
     # Every policy meets the same workload and node order for a seed: made once per seed, not per policy.
     inputs = {seed: (protocol.inflate(pods, capacity, ratio, seed), protocol.tie_order(nodes, seed)) for seed in seeds}
-    for name in names:
+    # (name in the results, policy, how its profile is changed: None, or NUMA-aware / NUMA-blind).
+    runs: list[tuple[str, str, Callable[[ProfileConfig], ProfileConfig] | None]] = [(n, n, None) for n in names]
+    if numa is not None:
+        runs = [
+            variant
+            for name in names
+            for variant in ((name, name, sim_numa.aware), (sim_numa.blind_name(name), name, sim_numa.blind))
+        ]
+    for name, policy, variant in runs:
         per_seed: list[dict[str, Any]] = []
         curves = []
         for seed in seeds:
             workload, seed_nodes = inputs[seed]
             label = f"{name} seed {seed}"
+            config = policies.build(policy, shapes=shapes, seed=seed)
+            kubelets = None if numa is None else sim_numa.Kubelets.of(seed_nodes, numa)
             run = engine.run_arrivals(
                 seed_nodes,
                 workload,
-                policies.build(name, shapes=shapes, seed=seed),
+                config if variant is None else variant(config),
                 shapes=shapes,
                 progress=progress.runner(label, len(workload)),
+                numa=kubelets,
             )
             progress.done(label, run.wall_s)
             curve = protocol.alloc_curve(run.arrived, run.allocated, capacity, percents)
@@ -370,6 +400,8 @@ def compare_tune(
                     "wall": run.wall_s,
                 }
             )
+            if kubelets is not None:
+                per_seed[-1]["numa"] = sim_numa.summary(kubelets.refusals, capacity)
         mean_curve = {str(x): float(np.mean([c.get(x, math.nan) for c in curves])) for x in percents}
         std_curve = {str(x): float(np.std([c.get(x, math.nan) for c in curves])) for x in percents}
         results[name] = {
@@ -385,6 +417,8 @@ def compare_tune(
             "per_seed_alloc_at": {key: [c.get(top, math.nan) for c in curves]},
             "curve": mean_curve,
         }
+        if numa is not None:
+            results[name]["numa"] = sim_numa.mean_summary([s["numa"] for s in per_seed])
     report.versus(results)
     return results
 
@@ -566,13 +600,19 @@ def run(args: argparse.Namespace) -> int:
         print(report.replay_table(results))
         payload: dict[str, Any] = {"mode": "replay", "results": results}
     else:
-        results = compare_tune(nodes, pods, names, tune, seeds, progress, ends=ends)
+        numa = sim_numa.parse_policy(args.numa) if args.numa else api_numa.Policy.NONE
+        zoned = None if numa == api_numa.Policy.NONE else numa
+        results = compare_tune(nodes, pods, names, tune, seeds, progress, ends=ends, numa=zoned)
         bounds = tune_bounds(nodes, pods, tune, seeds, progress)
         report.headroom(results, bounds)
         key = str(round(tune * 100))
         print(f"{source}: {len(pods)} pods inflated to {tune:g} x GPU capacity, seeds {_span(seeds)}")
         print(report.table(results, key, bounds))
         payload = {"mode": "tune", "ratio": tune, "seeds": seeds, "bound": bounds, "results": results}
+        if zoned is not None:
+            print()
+            print(sim_numa.table(results, names, key, zoned, nodes))
+            payload["numa"] = sim_numa.described(zoned, nodes)
     print(f"total {time.perf_counter() - started:.1f}s")
     if args.json:
         _write_json(args.json, payload)

@@ -1,5 +1,6 @@
 """A simulated cluster driving the real core: pods arrive one at a time (and, in replays, leave); the binder
-confirms every binding at once. Records what the metrics need after every pod."""
+confirms every binding at once, or, on nodes with NUMA zones (``--numa``), as their kubelets admit it
+(``scheduler.sim.numa``). Records what the metrics need after every pod."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
 from scheduler.kernels import fgd as fgd_kernel
 from scheduler.kernels import layout
+from scheduler.sim import numa as sim_numa
 from scheduler.sim.trace import NodeSpec, PodSpec
 
 F64 = npt.NDArray[np.float64]
@@ -40,13 +42,27 @@ class SimCluster:
     cache: Cache
     scheduler: Scheduler
     gpu_capacity: float
+    #: The binder that replays the kubelets' NUMA admission (None: every binding succeeds).
+    kubelets: sim_numa.KubeletBinder | None = None
 
     @classmethod
-    def build(cls, nodes: Sequence[NodeSpec], config: ProfileConfig) -> SimCluster:
-        binder = InstantBinder()
-        scheduler = root.build_scheduler(config, binder=binder, nodes=[node.info() for node in nodes])
-        binder.confirm = scheduler.bound
-        return cls(scheduler.cache, scheduler, float(sum(n.gpus for n in nodes)) * layout.WHOLE)
+    def build(
+        cls, nodes: Sequence[NodeSpec], config: ProfileConfig, *, numa: sim_numa.Kubelets | None = None
+    ) -> SimCluster:
+        """The cluster of ``nodes`` scheduled with ``config``; with ``numa``, the nodes have its zones (in the
+        cache, for the filter) and its kubelets admit the bindings."""
+        capacity = float(sum(n.gpus for n in nodes)) * layout.WHOLE
+        if numa is None:
+            binder = InstantBinder()
+            scheduler = root.build_scheduler(config, binder=binder, nodes=[node.info() for node in nodes])
+            binder.confirm = scheduler.bound
+            return cls(scheduler.cache, scheduler, capacity)
+        kubelets = sim_numa.KubeletBinder(numa)
+        scheduler = root.build_scheduler(config, binder=kubelets, nodes=[node.info() for node in nodes])
+        kubelets.confirm, kubelets.fail = scheduler.bound, scheduler.bind_failed
+        for zones in numa.zones.values():
+            scheduler.cache.numa.upsert(zones, now=0.0)
+        return cls(scheduler.cache, scheduler, capacity, kubelets)
 
 
 def cluster_fragmentation(cache: Cache, shapes: Sequence[typical.Shape]) -> float:
@@ -70,6 +86,8 @@ class ArrivalRun:
     frag_at: dict[int, float] = field(default_factory=dict)
     wall_s: float = 0.0
     cache: Cache | None = None
+    #: Per pod, whether its node's kubelet refused it (``--numa``; all False without).
+    refused: npt.NDArray[np.bool_] | None = None
 
 
 def run_arrivals(
@@ -80,13 +98,17 @@ def run_arrivals(
     shapes: Sequence[typical.Shape],
     frag_points: Sequence[int] = (90,),
     progress: Callable[[int], None] | None = None,
+    numa: sim_numa.Kubelets | None = None,
 ) -> ArrivalRun:
-    """Schedule ``pods`` in order on a fresh cluster; pods that fit nowhere fail and stay failed."""
-    sim = SimCluster.build(nodes, config)
+    """Schedule ``pods`` in order on a fresh cluster; pods that fit nowhere fail and stay failed, and so do pods
+    the kubelet refuses (``numa``: the nodes' zones and kubelets)."""
+    sim = SimCluster.build(nodes, config, numa=numa)
+    kubelets = sim.kubelets
     count = len(pods)
     arrived = np.zeros(count)
     allocated = np.zeros(count)
     placed = np.zeros(count, dtype=bool)
+    refused = np.zeros(count, dtype=bool)
     frag_at: dict[int, float] = {}
     pending_points = sorted(frag_points)
     total_arrived = 0.0
@@ -95,8 +117,13 @@ def run_arrivals(
     start = time.perf_counter()
     for i, spec in enumerate(pods):
         total_arrived += spec.gpu_total
-        result = schedule(spec.request(f"{spec.name}#{i}"))
-        if result.decision is not None:
+        request = spec.request(f"{spec.name}#{i}")
+        if kubelets is not None:
+            request = sim_numa.ask(request)
+        result = schedule(request)
+        if result.decision is not None and kubelets is not None and kubelets.refused:
+            refused[i] = True
+        elif result.decision is not None:
             total_alloc += spec.gpu_total
             placed[i] = True
         arrived[i] = total_arrived
@@ -106,4 +133,4 @@ def run_arrivals(
         if progress is not None and i % 500 == 0:
             progress(i)
     wall = time.perf_counter() - start
-    return ArrivalRun(arrived, allocated, placed, sim.gpu_capacity, frag_at, wall, sim.cache)
+    return ArrivalRun(arrived, allocated, placed, sim.gpu_capacity, frag_at, wall, sim.cache, refused)

@@ -87,8 +87,10 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str, bounds: Mapp
     """One row per policy: allocation at 100% and RATIO arrived (mean ± std), fragmentation at 90%, and more;
     then the optimum's bound when ``bounds`` has it (or why not); then what each column means, and why a cell says
     n/a where one does."""
+    # Wider only for longer names (a NUMA-blind run's).
+    width = max([16, *(len(name) + 2 for name in results)])
     head = (
-        f"{'policy':<16}{'alloc@100%':>12}{'alloc@' + ratio_key + '%':>18}{'frag@90%':>10}{'failed':>9}"
+        f"{'policy':<{width}}{'alloc@100%':>12}{'alloc@' + ratio_key + '%':>18}{'frag@90%':>10}{'failed':>9}"
         f"{'free nodes':>12}{'stranded':>10}{'decisions/s':>13}{'wall s':>9}"
     )
     compared = any("versus" in r for r in results.values())
@@ -106,7 +108,7 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str, bounds: Mapp
         missing |= {p for p, v in (("100", at100), (ratio_key, at_ratio), ("90", frag)) if not math.isfinite(v)}
         spread = f" ±{std:>4.2f}" if math.isfinite(std) else " " * 6
         lines.append(
-            f"{name:<16}{_pct(at100, 12)}{_pct(at_ratio, 12)}{spread}{_pct(frag, 10)}{r['failed_pods']:>9.0f}"
+            f"{name:<{width}}{_pct(at100, 12)}{_pct(at_ratio, 12)}{spread}{_pct(frag, 10)}{r['failed_pods']:>9.0f}"
             f"{r['fully_free_gpu_nodes']:>12.0f}{r['stranded_nodes']:>10.0f}{r['decisions_per_s']:>13.0f}"
             f"{r['wall_s']:>9.2f}"
             + (_versus_cells(name, r) if compared else "")
@@ -123,7 +125,7 @@ def table(results: Mapping[str, Mapping[str, Any]], ratio_key: str, bounds: Mapp
                 for p, v in zip(("100", ratio_key), cells, strict=True)
                 if p in bounds["at"] and not math.isfinite(v)
             }
-            lines.append(f"{label:<16}{_pct(cells[0], 12)}{_pct(cells[1], 12)}")
+            lines.append(f"{label:<{width}}{_pct(cells[0], 12)}{_pct(cells[1], 12)}")
     lines += [
         "",
         "alloc@X%     GPU allocated (% of the cluster's GPU-milli) once the arriving pods asked for X% of it; mean",

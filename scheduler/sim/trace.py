@@ -1,6 +1,7 @@
 """Loaders for the Alibaba GPU cluster trace format (cluster-trace-gpu-v2023, "openb").
 
-Nodes: ``sn,cpu_milli,memory_mib,gpu,model``. Pods: ``name,cpu_milli,memory_mib,num_gpu,gpu_milli`` and
+Nodes: ``sn,cpu_milli,memory_mib,gpu,model`` and optionally ``numa_zones`` (the node's NUMA zones, read only by
+``gpusched simulate --numa``: ``scheduler.sim.numa``). Pods: ``name,cpu_milli,memory_mib,num_gpu,gpu_milli`` and
 optionally ``gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time``. A bad row is an
 :class:`InvalidObject` naming the file, the line and the column.
 """
@@ -21,6 +22,8 @@ from scheduler.api.objects.pod import PodRequest
 #: Pods per node: the trace does not limit them (the FGD simulator allows 1001).
 PODS_PER_NODE = 1001
 NAMESPACE = "trace"
+#: The most NUMA zones a node may have (the ``numa_zones`` column): the kubelet's Topology Manager handles no more.
+MAX_NUMA_ZONES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +33,8 @@ class NodeSpec:
     memory_mib: int
     gpus: int
     model: str = ""
+    #: NUMA zones (the nodes CSV's ``numa_zones``; None: not given, ``scheduler.sim.numa.default_zones``).
+    numa_zones: int | None = None
 
     def info(self) -> NodeInfo:
         return NodeInfo(
@@ -143,7 +148,12 @@ def load_nodes(path: str | Path) -> list[NodeSpec]:
         names.add(name)
         gpus = _int(row, "gpu", where, high=64)
         model = (row["model"] or "").strip()
-        nodes.append(NodeSpec(name, _int(row, "cpu_milli", where), _int(row, "memory_mib", where), gpus, model))
+        zones = (
+            _int(row, "numa_zones", where, low=1, high=MAX_NUMA_ZONES)
+            if (row.get("numa_zones") or "").strip()
+            else None
+        )
+        nodes.append(NodeSpec(name, _int(row, "cpu_milli", where), _int(row, "memory_mib", where), gpus, model, zones))
     if not nodes:
         raise InvalidObject("no nodes", obj=f"file {path}")
     return nodes
