@@ -34,12 +34,13 @@ cannot place).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.api.devices import topology_manager
-from scheduler.api.devices.numa import NodeZones
+from scheduler.api.devices.numa import NodeZones, Policy
 from scheduler.api.objects.pod import PodRequest
 
 
@@ -56,6 +57,8 @@ class NumaStore:
         self.clock = clock
         #: Node name -> its zones as last published.
         self.nodes: dict[str, NodeZones] = {}
+        #: Node name -> the policy its Koordinator label gives its pods (kept for zones that come later).
+        self._labels: dict[str, Policy] = {}
         #: Node name -> pod key -> the zones predicted for the pod, while the node's object does not show it (by node:
         #: a node's figures are read once per node and cycle, and must not walk every other node's pods).
         self._predicted: dict[str, dict[str, _Predicted]] = {}
@@ -70,11 +73,27 @@ class NumaStore:
         #: once per what-if and candidate node; the answer holds until the object or the node's pods change).
         self._shown: dict[str, tuple[NodeZones, tuple[str, ...], dict[str, tuple[Mapping[str, int], ...]]]] = {}
 
+    def labelled(self, node: str, policy: Policy | None) -> None:
+        """Node ``node``'s Koordinator label gives its pods ``policy`` (None: it has no label, or is gone): kept with
+        its zones (:attr:`NodeZones.label_policy`), whenever they come."""
+        if policy is None:
+            self._labels.pop(node, None)
+        else:
+            self._labels[node] = policy
+        zones = self.nodes.get(node)
+        if zones is not None and zones.label_policy != policy:
+            self.nodes[node] = dataclasses.replace(zones, label_policy=policy)
+
+    def published(self, node: str) -> NodeZones | None:
+        """Node ``node``'s zones as its object publishes them (without its label's policy)."""
+        zones = self.nodes.get(node)
+        return None if zones is None else dataclasses.replace(zones, label_policy=None)
+
     def upsert(self, zones: NodeZones, *, now: float | None = None) -> None:
         """The node's object was published (created or updated) at ``now`` (default: the clock's now): pods running
         before that are in it."""
         now = self.clock() if now is None else now
-        self.nodes[zones.node] = zones
+        self.nodes[zones.node] = dataclasses.replace(zones, label_policy=self._labels.get(zones.node))
         on_node = self._predicted.get(zones.node, {})
         for key, p in list(on_node.items()):
             if p.running_since is not None and p.running_since <= now:

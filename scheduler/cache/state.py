@@ -185,6 +185,7 @@ class Cache:
 
     def upsert_node(self, info: api_node.NodeInfo) -> int:
         """Add a node or take its new state; its pods stay counted. Returns its slot."""
+        self.numa.labelled(info.name, info.numa_policy)
         slot = self._slot.get(info.name)
         if slot is None:
             slot = self._free_slots.pop() if self._free_slots else len(self.names)
@@ -263,6 +264,7 @@ class Cache:
 
     def remove_node(self, name: str) -> None:
         """Forget a node. Its pods are kept waiting: if the node comes back they count again."""
+        self.numa.labelled(name, None)
         slot = self._slot.pop(name, None)
         if slot is None:
             return

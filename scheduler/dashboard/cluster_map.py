@@ -16,6 +16,7 @@ import numpy as np
 
 from scheduler.api.basics import quantity, resources
 from scheduler.api.crds import topology as api_topology
+from scheduler.api.devices import numa
 from scheduler.api.devices.gputopo import Link
 from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Cache, NodeEntry
@@ -184,7 +185,10 @@ def _with_zones(cache: Cache, node: NodeView) -> NodeView:
         )
         for zone, free in zip(zones.zones, left, strict=True)
     )
-    return dataclasses.replace(node, zones=shown, numa_policy=f"{zones.policy} ({zones.scope} scope)")
+    policy = f"{zones.policy} ({zones.scope} scope)"
+    if zones.policy == numa.Policy.NONE and zones.label_policy not in (None, numa.Policy.NONE):
+        policy = f"{zones.label_policy} (the node's label, kept by gpusched)"
+    return dataclasses.replace(node, zones=shown, numa_policy=policy)
 
 
 def _cliques(cache: Cache, slot: int, count: int) -> list[int]:

@@ -12,6 +12,7 @@ import pytest
 
 from scheduler.api.crds import podgroup as api_podgroup
 from scheduler.api.devices import numa
+from scheduler.api.objects import node as api_node
 from scheduler.api.objects import pod as api_pod
 from scheduler.core import capacity, gang
 from scheduler.framework import profile
@@ -109,6 +110,31 @@ def test_a_pod_asking_for_single_numa_node_is_kept_to_it_where_the_kubelet_enfor
     c = cluster(zones("a-0", [2, 3], policy=numa.Policy.NONE), zones("b-0", [0, 4], policy=numa.Policy.NONE))
     assert c.place(objects.pod("asks", gpus=4, annotations=spec))[0] == "b-0"
     assert c.place(objects.pod("plain", gpus=4))[0] == "a-0"  # without the ask: the first node with room
+
+
+def test_a_nodes_koordinator_label_gives_its_pods_a_policy_below_the_kubelets_and_the_pods_own() -> None:
+    label = {numa.KOORDINATOR_NODE_POLICY: "SingleNUMANode"}
+    c = Cluster(
+        [objects.node(name, gpus=8, labels=label) for name in ("a-0", "b-0", "c-0")],
+        config=profile.parse({"plugins": ["fit", "gpu", "numa"], "tieBreak": "first"}),
+    )
+    # a-0's kubelet enforces nothing: its label's rule holds; c-0's kubelet says best-effort, which wins over it.
+    for z in (zones("a-0", [2, 3], policy=numa.Policy.NONE), zones("c-0", [2, 3], policy=numa.Policy.BEST_EFFORT)):
+        c.cache.numa.upsert(z, now=0.0)
+    c.cache.numa.upsert(zones("b-0", [0, 4], policy=numa.Policy.NONE), now=0.0)
+    assert c.place(objects.pod("labelled", gpus=4))[0] == "b-0"
+    result = c.schedule(objects.pod("next", gpus=4))
+    assert result.decision is not None and result.decision.node == "c-0"
+    # The pod's own ask wins over the label: asking for no rule, it may span a-0's zones.
+    spec = {numa.KOORDINATOR_POD_SPEC: '{"numaTopologyPolicy": "None"}'}
+    assert c.place(objects.pod("spans", gpus=4, annotations=spec))[0] == "a-0"
+
+
+def test_an_unreadable_koordinator_label_is_reported_and_the_node_keeps_no_rule_of_its_own() -> None:
+    info = api_node.parse_node(objects.node("a-0", gpus=8, labels={numa.KOORDINATOR_NODE_POLICY: "OneSocket"}))
+    assert info.numa_policy is None
+    (problem,) = info.problems
+    assert problem.field == f"metadata.labels[{numa.KOORDINATOR_NODE_POLICY}]" and "OneSocket" in str(problem)
 
 
 def test_zones_too_small_for_the_pod_never_fit_and_say_so() -> None:

@@ -15,7 +15,9 @@ which is the bit it has in an affinity mask (:mod:`scheduler.api.devices.topolog
 
 A pod may ask for a policy its node's kubelet does not enforce with Koordinator's annotation
 :data:`KOORDINATOR_POD_SPEC` (``{"numaTopologyPolicy": "SingleNUMANode"}``, read into :class:`PodAsk`); the
-NodeResourceTopology's own policy wins where both are there. Koordinator's node label is not read.
+NodeResourceTopology's own policy wins where both are there. A node's label :data:`KOORDINATOR_NODE_POLICY` (the same
+names) gives its pods a policy its kubelet does not enforce, below the pod's annotation and the kubelet's own policy
+(the kubelet's wins, as Koordinator has it; then the pod's, which asks for itself).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ KIND = "NodeResourceTopology"
 
 #: Koordinator's pod annotation asking for a NUMA policy.
 KOORDINATOR_POD_SPEC = "scheduling.koordinator.sh/numa-topology-spec"
+#: Koordinator's node label giving a node's pods a NUMA policy (``SingleNUMANode``, ``Restricted``...).
+KOORDINATOR_NODE_POLICY = "node.koordinator.sh/numa-topology-policy"
 
 
 class Policy(enum.StrEnum):
@@ -105,6 +109,9 @@ class NodeZones:
     policy: Policy = Policy.NONE
     scope: Scope = Scope.CONTAINER
     zones: tuple[Zone, ...] = ()
+    #: The policy the node's Koordinator label gives its pods (:data:`KOORDINATOR_NODE_POLICY`), kept by the
+    #: scheduler where its kubelet enforces none; None: no label.
+    label_policy: Policy | None = None
 
     @property
     def enforced(self) -> bool:

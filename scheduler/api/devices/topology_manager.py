@@ -276,11 +276,13 @@ def admit(
 
 def policy_for(node: numa.NodeZones, ask: numa.PodAsk) -> numa.Policy:
     """The rule ``node`` applies to a pod of ``ask``: its kubelet's (the NodeResourceTopology's), or where that is
-    ``none``, the one the pod asks for itself (Koordinator's annotation: a rule the kubelet does not enforce, kept by
-    the scheduler)."""
-    if node.policy != numa.Policy.NONE or ask.policy is None:
+    ``none``, the one the pod asks for itself (Koordinator's annotation), or else the node's Koordinator label's: rules
+    the kubelet does not enforce, kept by the scheduler."""
+    if node.policy != numa.Policy.NONE:
         return node.policy
-    return ask.policy
+    if ask.policy is not None:
+        return ask.policy
+    return node.label_policy or node.policy
 
 
 def admit_pod(

@@ -29,6 +29,7 @@ from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.basics.resources import ResourceList
 from scheduler.api.devices import gputopo, nvidia_gpus
 from scheduler.api.devices import hami as api_hami
+from scheduler.api.devices import numa as api_numa
 from scheduler.api.objects import selectors
 
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
@@ -55,6 +56,8 @@ class NodeInfo:
     #: The MIG profile (``1g.5gb``) of the devices the node's device plugin publishes as ``nvidia.com/gpu`` (the
     #: single MIG strategy): its GPU slots are those devices; empty: its slots are GPUs.
     mig_profile: str = ""
+    #: The NUMA policy Koordinator's node label gives its pods (``scheduler.api.devices.numa``); None: no label.
+    numa_policy: api_numa.Policy | None = None
 
     @property
     def mig_milli(self) -> int:
@@ -92,6 +95,15 @@ def parse_node(raw: Mapping[str, object]) -> NodeInfo:
             )
             gpu_memory = 0
     gpu_model = labels.get(LABEL_GPU_PRODUCT, "")
+    numa_policy: api_numa.Policy | None = None
+    raw_policy = labels.get(api_numa.KOORDINATOR_NODE_POLICY)
+    if raw_policy is not None:
+        try:
+            numa_policy = api_numa.koordinator_policy(
+                raw_policy, obj=obj, field=f"metadata.labels[{api_numa.KOORDINATOR_NODE_POLICY}]"
+            )
+        except InvalidObject as err:
+            problems.append(err)  # the node is used, without a NUMA rule of its own
     hami_devices: tuple[api_hami.Device, ...] = ()
     if api_hami.REGISTER in annotations:
         gpus, gpu_memory, gpu_model, hami_devices = _hami(
@@ -110,6 +122,7 @@ def parse_node(raw: Mapping[str, object]) -> NodeInfo:
         problems=tuple(problems),
         hami_devices=hami_devices,
         mig_profile="" if hami_devices else nvidia_gpus.single_strategy_profile(labels),
+        numa_policy=numa_policy,
     )
 
 

@@ -49,7 +49,7 @@ class ZoneWatches(informer.StoreWatches[NumaStore, Callable[[str | None], None]]
         self.event = self.events(self.kind)
 
     def _upsert(self, zones: api_numa.NodeZones) -> bool:
-        changed = self.store.nodes.get(zones.node) != zones
+        changed = self.store.published(zones.node) != zones
         self.store.upsert(zones)  # even unchanged: a newer publication shows the pods that ran before it
         return changed
 
