@@ -10,6 +10,7 @@ import pytest
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.crds.queue import QueueSpec, QueueTree, parse_queue
 from scheduler.api.objects import pod as api_pod
+from scheduler.core import explanation
 from scheduler.core.holds import Kind
 from scheduler.core.loop import SchedulingLoop
 from scheduler.framework import profile
@@ -154,3 +155,27 @@ def test_the_profile_and_the_queue_refuse_bad_backfill_settings_naming_the_field
     child = parse_queue({"metadata": {"name": "team"}, "spec": {"parent": "org"}})
     tree, problems = QueueTree.build([parent, child])
     assert not problems and tree.hold_after_s("team") == 120.0
+
+
+def test_explain_tells_the_held_job_its_room_and_the_others_whether_they_may_use_it() -> None:
+    cluster, loop, clock, _ = _loop()
+    _busy(cluster, loop)
+    big, quick, unknown = _pod("big", 8, deadline=3600), _pod("quick", 2, deadline=600), _pod("unknown", 2)
+    loop.pod_pending(big)
+    loop.run_until_idle()
+    clock.now = 40.0
+    live = explanation.Live(
+        loop=loop,
+        pending={p.key: p for p in (big, quick, unknown)},
+        units=explanation.Units(amounts=lambda amounts: str(dict(amounts)), share=str),
+    )
+    assert "backfill: holding 8 GPUs on node n0 for this job; expected start in 60s" in explanation.explain_pod(
+        live, big.key
+    )
+    said = explanation.explain_pod(live, quick.key)
+    assert (
+        "node n0 held for default/big, expected to start in 60s; this job may not use it: its run time ends later"
+        in said
+    )
+    said = explanation.explain_pod(live, unknown.key)
+    assert "this job may not use it: it declares no run time" in said
