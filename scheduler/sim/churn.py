@@ -50,7 +50,7 @@ from scheduler.api.objects import run_time as api_run_time
 from scheduler.api.objects.pod import PodRequest
 from scheduler.core.actions import registry
 from scheduler.core.consolidation.moves import Moves
-from scheduler.core.holds import Kind, union
+from scheduler.core.holds import Hold, Kind, union
 from scheduler.framework import typical
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import BackfillConfig, ConsolidationConfig, ProfileConfig
@@ -333,6 +333,7 @@ class ChurnSimulation(jobsim.JobSimulation):
         self.held_idle_now = 0.0
         self.held_idle_area = 0.0
         self.ever_held: set[str] = set()
+        self.held_at_step: list[Hold] = []
         self.held_starts = 0
         self.backfilled = 0
         self.last = 0.0
@@ -386,8 +387,11 @@ class ChurnSimulation(jobsim.JobSimulation):
         if key in self.ever_held:
             self.held_starts += 1
         slot = self.cache.slot_of(decision.node)
+        # Against the holds kept when the step began (a binding is told after the step's later cycles, which may
+        # have held the node it took since).
         if slot is not None and any(
-            h.job != key and slot < h.slots.shape[0] and h.slots[slot] for h in self.loop.holds.of_kind(Kind.HEAD)
+            h.job != key and slot < h.slots.shape[0] and h.slots[slot] and self.loop.holds.get(Kind.HEAD, h.job)
+            for h in self.held_at_step
         ):
             self.backfilled += 1
         name = decision.pod.name
@@ -400,7 +404,7 @@ class ChurnSimulation(jobsim.JobSimulation):
 
     def stepped(self, *, bound: int) -> None:
         self.free_now = self._free_whole_node_gpus()
-        held = self.loop.holds.of_kind(Kind.HEAD)
+        held = self.held_at_step = self.loop.holds.of_kind(Kind.HEAD)
         self.ever_held.update(h.job for h in held)
         mask = union([h.slots for h in held])
         if mask is None:
