@@ -79,6 +79,42 @@ def bar(base: dict[str, Any], other: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+#: Issue 43's bar for ``fgd+backfill`` against fgd: the p95 wait of 8-GPU pods at most this share of fgd's (with run
+#: times overestimated 2-5 times: :data:`BACKFILL_WAIT_SHARE_OVER`), the time-weighted allocation within this many
+#: points, the 1-GPU p95 wait at most this share above fgd's.
+BACKFILL_WAIT_SHARE = 0.5
+BACKFILL_WAIT_SHARE_OVER = 0.6
+BACKFILL_ALLOC_POINTS = 1.0
+BACKFILL_SMALL_SHARE = 1.2
+
+
+def backfill_bar(base: dict[str, Any], other: dict[str, Any], *, share: float) -> str:
+    """Issue 43's conditions for a policy with backfill against fgd's ``base`` (``share``: of fgd's 8-GPU p95 wait),
+    each with its figures, and backfill's own: held starts, held room left idle per start, pods backfilled."""
+
+    def p95(r: dict[str, Any], cls: str) -> float:
+        return float(r["waits"].get(cls, {}).get("p95", math.nan))
+
+    big, big_base = p95(other, "8"), p95(base, "8")
+    small, small_base = p95(other, "1"), p95(base, "1")
+    alloc, alloc_base = other["time_weighted_alloc"], base["time_weighted_alloc"]
+    never = other["waits"].get("8", {}).get("count", 0)
+    parts = [
+        f"8-GPU p95 wait {big:.0f}s vs fgd {big_base:.0f}s ({'ok' if big <= share * big_base else 'NOT met'}: at most"
+        f" {share:.0%})",
+        f"alloc {alloc:.2f}% vs fgd {alloc_base:.2f}%"
+        f" ({'ok' if alloc >= alloc_base - BACKFILL_ALLOC_POINTS else 'NOT met'}:"
+        f" within {BACKFILL_ALLOC_POINTS:g} point)",
+        f"1-GPU p95 wait {small:.0f}s vs fgd {small_base:.0f}s"
+        f" ({'ok' if small <= BACKFILL_SMALL_SHARE * small_base + 1e-9 else 'NOT met'}: at most"
+        f" {BACKFILL_SMALL_SHARE - 1:.0%} above)",
+        f"never placed {other['never_placed']:.1f} vs fgd {base['never_placed']:.1f} (of {never:.0f} 8-GPU arrivals)",
+        f"held jobs started {other.get('held_starts', 0):.1f}, held GPU-s idle per start"
+        f" {other.get('held_idle_gpu_s_per_start', math.nan):.0f}, pods backfilled {other.get('backfilled', 0):.1f}",
+    ]
+    return "; ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lists", default="default,multigpu40", help="pod lists by their suffix")
@@ -94,19 +130,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repack", action="store_true", help="the offline re-pack of fgd's final state instead")
     parser.add_argument("--repair", action="store_true", help="with --repack: also the move-frugal repair")
     parser.add_argument("--consolidation", metavar="MAP", help="the consolidate action's knobs (a profile's map)")
+    parser.add_argument(
+        "--runtime-estimate",
+        metavar="F|LOW-HIGH",
+        help="each pod declares its run time times a factor drawn from LOW-HIGH (1: exact), as gpusched simulate's",
+    )
+    parser.add_argument("--runtime-missing", metavar="SHARE", help="the share of the pods that declare no run time")
+    parser.add_argument(
+        "--backfill", metavar="MAP", help="the backfill action's knobs (a profile's map: {heldJobsPerQueue: 3})"
+    )
     args = parser.parse_args(argv)
     if args.combine:
         for name, results in combine([json.loads(Path(f).read_text()) for f in args.combine.split(",")]).items():
             print(f"\n{name}: {args.combine}")
             report(results, list(results))
         return 0
-    knobs = None
-    if args.consolidation:
-        try:
-            knobs = profile.consolidation(yaml.safe_load(args.consolidation), "--consolidation")
-        except (InvalidObject, yaml.YAMLError) as error:
-            print(error, file=sys.stderr)
-            return 2
+    try:
+        knobs = (
+            profile.consolidation(yaml.safe_load(args.consolidation), "--consolidation") if args.consolidation else None
+        )
+        backfill = profile.backfill(yaml.safe_load(args.backfill), "--backfill") if args.backfill else None
+        declared = churn.declared(args.runtime_estimate, args.runtime_missing)
+    except (InvalidObject, yaml.YAMLError) as error:
+        print(error, file=sys.stderr)
+        return 2
     if not harness.TRACE.is_dir():
         print(f"skipped: the trace is not in {harness.TRACE} (`gpusched trace` downloads it)", file=sys.stderr)
         return 2
@@ -132,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         "arrivals": args.arrivals,
         "load_average": os.getloadavg()[0],
         "consolidation": args.consolidation or "",
+        "runtimes": declared.describe() if declared is not None else "none declared",
+        "backfill": args.backfill or "",
         "lists": {},
     }
     if args.repack:
@@ -166,21 +215,33 @@ def main(argv: list[str] | None = None) -> int:
             arrivals=count,
             progress=progress,
             consolidation=knobs,
+            declared=declared,
+            backfill=backfill,
         )
-        print(f"\n{name}{note}: {count} arrivals, seeds {args.seeds}, {time.perf_counter() - started:.0f}s")
-        report(results, names)
+        said = f", {declared.describe()}" if declared is not None else ""
+        print(f"\n{name}{note}: {count} arrivals, seeds {args.seeds}{said}, {time.perf_counter() - started:.0f}s")
+        over = declared is not None and declared.high > 1
+        report(results, names, share=BACKFILL_WAIT_SHARE_OVER if over else BACKFILL_WAIT_SHARE)
         payload["lists"][name] = results
     write(args.json, payload)
     return 0
 
 
-def report(results: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> None:
+def report(
+    results: dict[str, dict[str, dict[str, Any]]], names: list[str], *, share: float = BACKFILL_WAIT_SHARE
+) -> None:
+    """The table, and each policy's bar against fgd (``share``: of fgd's 8-GPU p95 wait, a backfilling policy's)."""
     print(churn.table(results))
     if "fgd" in results:
         for other in (n for n in names if n != "fgd"):
             for load, r in results[other].items():
                 if load in results["fgd"]:
-                    print(f"{other} at load {load}: {bar(results['fgd'][load], r)}")
+                    said = (
+                        backfill_bar(results["fgd"][load], r, share=share)
+                        if "backfill" in other
+                        else bar(results["fgd"][load], r)
+                    )
+                    print(f"{other} at load {load}: {said}")
 
 
 def combine(payloads: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:

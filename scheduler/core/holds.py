@@ -50,6 +50,13 @@ it is
   key, added as they come) are confined within it (:attr:`Hold.only`, as a move plan's); every other job leaves it
   all alone, whatever its priority, and every other job's victim search leaves it out (``kept``); a user's searches
   only inside it.
+- ``HEAD``: the head of a queue's line, held by the ``backfill`` action (``scheduler.core.actions.backfill``):
+  the nodes that free soonest for a job that fits nowhere, with its expected start (:attr:`Hold.expected_start`,
+  from the running pods' declared run times). Another job may use them only if its own declared run time ends by
+  then (its ``ends``, :meth:`Holds.context`); a job that declares none never does. An expected start that came
+  while its job still waits (a soft estimate overrun), or that is unknown, is reckoned again before each cycle by
+  whoever made the hold (:meth:`Holds.when_overrun`). Victim searches leave them out, as the reservation against
+  starvation.
 
 Releasing: :meth:`Holds.release` is "job ``key`` is placed or gone" (every hold for it whose kind ends with its
 job, :attr:`Kind.ends_with_job`; a nomination lapses); a move plan's hold ends with its plan, released by its
@@ -60,13 +67,14 @@ Adding a kind (as issue 43's ``Reservation``, room held ahead of the pods that w
 :meth:`Holds.hold`\\ ``(kind=Kind.RESERVATION, job=<the reservation's key>, slots=..., until=<expiry>)`` and
 released with :meth:`Holds.release`\\ ``(key, kind=Kind.RESERVATION)``; its expiry told to whoever publishes its
 status through :meth:`Holds.when_expired`. Who may use it is the one rule in :meth:`Holds._binds` (its users, as a
-move plan's, through :attr:`Hold.only`; backfill would add there that a job whose run ends before the hold's
-expected start may use it); how the victim searches count it, in :meth:`Holds.in_search` (``kept`` leaves it out).
+move plan's, through :attr:`Hold.only`; a head-of-queue hold's, that a job whose run ends by its expected start may
+use it); how the victim searches count it, in :meth:`Holds.in_search` (``kept`` leaves it out).
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -89,6 +97,7 @@ class Kind(enum.Enum):
     MOVE_PLAN = "move plan"
     STARVATION = "starvation"
     RESERVATION = "reservation"
+    HEAD = "head of queue"
 
     @property
     def ends_with_job(self) -> bool:
@@ -121,6 +130,10 @@ def reservation_of(hold: Hold) -> str:
 
 #: The kinds whose users are confined within them (:attr:`Hold.only`) and that everyone else leaves alone.
 CONFINING = (Kind.MOVE_PLAN, Kind.RESERVATION)
+
+#: The kinds every victim search for another job leaves out (their nodes are not free room for anyone's arithmetic).
+KEPT = (Kind.STARVATION, Kind.HEAD)
+
 #: The kinds a job's placement or departure releases.
 _ENDS_WITH_JOB = tuple(k for k in Kind if k.ends_with_job)
 
@@ -149,6 +162,8 @@ class Hold:
     only: Mapping[str, np.ndarray] = field(default_factory=dict)
     #: A released nomination, kept only as the node written on its pod (it holds and counts nothing).
     lapsed: bool = False
+    #: When its job is expected to start on the slots (a head-of-queue hold; inf: a pod there declares no run time).
+    expected_start: float | None = None
 
     def expired(self, now: float) -> bool:
         return self.until is not None and now >= self.until
@@ -166,6 +181,8 @@ class Holds:
         self._holds: dict[tuple[Kind, str], Hold] = {}
         #: Per kind, who is told when a hold of it expires.
         self._told: dict[Kind, Callable[[Hold], None]] = {}
+        #: Per kind, who reckons an expected start again once it has come while its job still waits.
+        self._reckon: dict[Kind, Callable[[Hold], float]] = {}
 
     # --- making and ending holds ---------------------------------------------------------------------------------
 
@@ -184,6 +201,7 @@ class Holds:
         request: np.ndarray | None = None,
         queue: str = "",
         only: Mapping[str, np.ndarray] | None = None,
+        expected_start: float | None = None,
     ) -> Hold:
         """Hold ``slots`` for ``job`` (of ``priority``) until ``until`` (None: until released), made ``made`` (now
         if None); it replaces ``job``'s hold of ``kind`` where that was. The other fields as :class:`Hold`'s."""
@@ -200,6 +218,7 @@ class Holds:
             request,
             queue,
             {} if only is None else only,
+            expected_start=expected_start,
         )
         self._holds[(kind, job)] = hold
         return hold
@@ -236,6 +255,24 @@ class Holds:
         """Tell ``told`` of every hold of ``kind`` that expires (its maker ends what the hold was for)."""
         self._told[kind] = told
 
+    def when_overrun(self, kind: Kind, reckon: Callable[[Hold], float]) -> None:
+        """Ask ``reckon`` for the new expected start of a hold of ``kind`` whose expected start has come while its
+        job still waits (a run time overrun), or is unknown (inf: a pod there declares no run time): it is reckoned
+        again before each cycle's context until its job starts."""
+        self._reckon[kind] = reckon
+
+    def _overrun(self) -> None:
+        now = self.clock()
+        for key, hold in list(self._holds.items()):
+            reckon = self._reckon.get(hold.kind)
+            start = hold.expected_start
+            if reckon is not None and start is not None and (start <= now or start == math.inf):
+                self._holds[key] = replace(hold, expected_start=reckon(hold))
+
+    def get(self, kind: Kind, job: str) -> Hold | None:
+        """Job ``job``'s hold of ``kind``, if any."""
+        return self._holds.get((kind, job))
+
     # --- what is held --------------------------------------------------------------------------------------------
 
     def of_kind(self, kind: Kind) -> list[Hold]:
@@ -252,19 +289,24 @@ class Holds:
         """Whether any hold is kept (lapsed nominations included): without, no cycle has anything to respect."""
         return bool(self._holds)
 
-    def context(self, key: str, *, priority: int) -> Context:
+    def context(self, key: str, *, priority: int, ends: float | None = None) -> Context:
         """What job ``key``'s cycles (at ``priority``) must respect: the node slots it may not use
         (``Context.reserved``, by the rules of the module notes), and the single pods nominated for others that it
-        counts (``Context.nominated``, :meth:`nominated_pods`). Expired holds are dropped first."""
+        counts (``Context.nominated``, :meth:`nominated_pods`). ``ends``: when the job would end if it started now,
+        by its declared run time (None: it declares none). Expired holds are dropped first, overrun expected starts
+        reckoned again."""
         self.expire()
+        self._overrun()
         own = self._whole(key)
         slots = self.cache.arrays.slots
-        masks = [mask for hold in self._holds.values() if (mask := self._binds(hold, key, own, slots)) is not None]
+        masks = [
+            mask for hold in self._holds.values() if (mask := self._binds(hold, key, own, slots, ends)) is not None
+        ]
         return Context(reserved=union(masks), nominated=tuple(self.nominated_pods(key, priority)))
 
-    def _binds(self, hold: Hold, key: str, own: Hold | None, slots: int) -> np.ndarray | None:
+    def _binds(self, hold: Hold, key: str, own: Hold | None, slots: int, ends: float | None) -> np.ndarray | None:
         """The node slots ``hold`` keeps job ``key`` off (None: none); ``own``: the whole nodes ``key`` holds for its
-        own preemption, if any."""
+        own preemption, if any; ``ends``: when ``key`` would end if started now (None: it declares no run time)."""
         if hold.kind is Kind.NOMINATION:
             return None  # counted on its node by its requests (``Context.nominated``), not held whole
         if hold.kind is Kind.RESERVATION and hold.job == key:
@@ -273,6 +315,8 @@ class Holds:
             allowed = hold.only.get(key)
             return ~sized(allowed, slots) if allowed is not None else sized(hold.slots, slots)
         if hold.job == key:
+            return None
+        if hold.kind is Kind.HEAD and backfills(ends, hold):
             return None
         if hold.kind in WHOLE_NODES and own is not None and hold.priority <= own.priority:
             return None
@@ -294,7 +338,7 @@ class Holds:
         their room only what its own victims free is the job's, the rest is freed for their holders (None: none)."""
         others = self._others_whole(key)
         masks = [hold.slots for hold in others if hold.priority > priority]
-        masks += [hold.slots for hold in self.of_kind(Kind.STARVATION) if hold.job != key]
+        masks += [hold.slots for kind in KEPT for hold in self.of_kind(kind) if hold.job != key]
         slots = self.cache.arrays.slots
         for hold in self.of_kind(Kind.RESERVATION):
             if hold.job == key:
@@ -451,6 +495,12 @@ class Holds:
         mask = np.zeros(a.slots, dtype=bool)
         mask[take] = True
         self.hold(kind=Kind.STARVATION, job=attempt.key, slots=mask, priority=attempt.priority, queue=attempt.queue)
+
+
+def backfills(ends: float | None, hold: Hold) -> bool:
+    """Whether a job that would end at ``ends`` if started now (None: it declares no run time) may use the room of
+    head-of-queue ``hold``: only if it is gone by the held job's expected start."""
+    return ends is not None and hold.expected_start is not None and ends <= hold.expected_start
 
 
 def union(masks: list[np.ndarray]) -> np.ndarray | None:

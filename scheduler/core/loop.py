@@ -435,8 +435,19 @@ class SchedulingLoop:
         priority = queued[0].priority if queued is not None else 0
         if queued is not None and queued[1] is not None:
             priority = max(priority, queued[1].priority)  # a member tried alone, as its queue item is ranked
-        held = self.holds.context(key, priority=priority)
+        held = self.holds.context(key, priority=priority, ends=self._ends(queued))
         return Context(pending=self, reserved=held.reserved, nominated=held.nominated)
+
+    def _ends(self, queued: tuple[Job, PodRequest | None] | None) -> float | None:
+        """When the queued pods would end if they started now, by their declared run times (the longest of them);
+        None when one declares none (it may not backfill room held for another job: ``scheduler.core.holds``)."""
+        if queued is None:
+            return None
+        job, alone = queued
+        pods = [alone] if alone is not None else list(job.pending.values())
+        if not pods or any(p.run_time is None for p in pods):
+            return None
+        return self.clock() + max(p.run_time.seconds for p in pods if p.run_time is not None)
 
     @property
     def version(self) -> int:

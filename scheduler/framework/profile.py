@@ -16,6 +16,8 @@ A profile file looks like::
     actions: [allocate, reclaim, preempt]   # what a job taken from the queue goes through, in this order
     consolidation:                          # the consolidate action's knobs (docs/consolidation.md)
       maxPodsPerPlan: 4
+    backfill:                               # the backfill action's knobs (docs/backfill.md)
+      holdAfterSeconds: 0
 
 Anything left out takes the packaged default (``default-profile.yaml``). Errors name the file and field.
 """
@@ -68,6 +70,17 @@ class ConsolidationConfig:
     step_timeout_s: float = 120.0
 
 
+@dataclass(frozen=True, slots=True)
+class BackfillConfig:
+    """The backfill action's knobs (``backfill:`` in a profile; docs/backfill.md)."""
+
+    #: How long the head of a queue's line waits without room before nodes are held for it (seconds; a Queue's
+    #: ``spec.backfill.holdAfterSeconds`` sets its own).
+    hold_after_s: float = 0.0
+    #: How many jobs of one queue hold room at once (1: the head of its line only, EASY backfill).
+    held_jobs_per_queue: int = 1
+
+
 #: ``planCost``: what a plan may spend. The GPU-milli its moved pods hold fewer than the job asks, and its moved
 #: pods fewer than the whole GPUs the job asks (``FewerGPUsAndPods``: a job of one GPU or less moves nothing), or
 #: than two for a job of one GPU or less (``FewerGPUsAndPodsOrOne``: it may move one pod smaller than itself); the
@@ -105,6 +118,7 @@ class ProfileConfig:
     #: like the plugins': it checks the names and their order when the profile is built).
     actions: tuple[str, ...] = DEFAULT_ACTIONS
     consolidation: ConsolidationConfig = ConsolidationConfig()
+    backfill: BackfillConfig = BackfillConfig()
 
 
 def default_text() -> str:
@@ -115,7 +129,7 @@ def parse(raw: object, *, source: str = "profile") -> ProfileConfig:
     """Validate a profile dict (from YAML); unknown keys and bad values are errors naming the field."""
     if not isinstance(raw, Mapping):
         raise InvalidObject("a profile must be a map", obj=source)
-    known = {"name", "tieBreak", "seed", "plugins", "actions", "consolidation"}
+    known = {"name", "tieBreak", "seed", "plugins", "actions", "consolidation", "backfill"}
     for key in raw:
         if key not in known:
             raise InvalidObject(f"unknown key (expected one of {sorted(known)})", obj=source, field=str(key))
@@ -164,6 +178,7 @@ def parse(raw: object, *, source: str = "profile") -> ProfileConfig:
         plugins=tuple(plugins),
         actions=actions,
         consolidation=consolidation(raw.get("consolidation") or {}, source),
+        backfill=backfill(raw.get("backfill") or {}, source),
     )
 
 
@@ -191,6 +206,27 @@ def consolidation(raw: object, source: str) -> ConsolidationConfig:
             raise InvalidObject(f"{value!r} is not a whole number >= {low}", obj=source, field=f"consolidation.{key}")
         values[attribute] = value
     return ConsolidationConfig(**values)
+
+
+def backfill(raw: object, source: str) -> BackfillConfig:
+    """``backfill:`` (``source``: where it came from, for errors): ``holdAfterSeconds`` a number of seconds >= 0,
+    ``heldJobsPerQueue`` a whole number >= 1; unknown keys are errors."""
+    if not isinstance(raw, Mapping):
+        raise InvalidObject("must be a map with holdAfterSeconds, heldJobsPerQueue", obj=source, field="backfill")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        where = f"backfill.{key}"
+        if key == "holdAfterSeconds":
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+                raise InvalidObject(f"{value!r} is not a number of seconds >= 0", obj=source, field=where)
+            values["hold_after_s"] = float(value)
+        elif key == "heldJobsPerQueue":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidObject(f"{value!r} is not a whole number >= 1", obj=source, field=where)
+            values["held_jobs_per_queue"] = value
+        else:
+            raise InvalidObject("unknown key (expected holdAfterSeconds, heldJobsPerQueue)", obj=source, field=where)
+    return BackfillConfig(**values)
 
 
 def _actions(raw: object, source: str) -> tuple[str, ...]:

@@ -29,7 +29,9 @@ option no pod declares one, as before.
 Reported per run (:class:`ChurnRun`): time-weighted GPU allocation over the window; wait (placement minus arrival)
 p50 / p95 / p99 by request class, a pod still waiting at the end counting its wait so far (a lower bound: it is
 also counted in ``never_placed``); moves (pods evicted to make room, each moved pod placed again) per 100 placed
-pods; the time-weighted GPUs on 8-GPU nodes with nothing placed on them (room for the next 8-GPU job).
+pods; the time-weighted GPUs on 8-GPU nodes with nothing placed on them (room for the next 8-GPU job); with the
+``backfill`` action, the GPU-seconds held for the head of the line and left idle per start of a held job, and the pods
+that backfilled held room.
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ from scheduler.api.objects import run_time as api_run_time
 from scheduler.api.objects.pod import PodRequest
 from scheduler.core.actions import registry
 from scheduler.core.consolidation.moves import Moves
+from scheduler.core.holds import Hold, Kind, union
 from scheduler.framework import typical
 from scheduler.framework.interface import Decision
-from scheduler.framework.profile import ConsolidationConfig, ProfileConfig
+from scheduler.framework.profile import BackfillConfig, ConsolidationConfig, ProfileConfig
 from scheduler.kernels import layout
 from scheduler.sim import jobsim, policies, protocol, trace
 from scheduler.sim.trace import NodeSpec, PodSpec
@@ -288,6 +291,11 @@ class ChurnRun:
     #: remembered "no plan" spared.
     searches: dict[str, int] = dataclasses.field(default_factory=dict)
     searches_recalled: int = 0
+    #: Backfill (``fgd+backfill``): the jobs that started on room held for them, the GPU-seconds of held room left
+    #: idle per such start, and the pods placed on room held for another job (their run time ends in time).
+    held_starts: int = 0
+    held_idle_gpu_s_per_start: float = 0.0
+    backfilled: int = 0
 
 
 class ChurnSimulation(jobsim.JobSimulation):
@@ -321,6 +329,13 @@ class ChurnSimulation(jobsim.JobSimulation):
         self.area = 0.0
         self.free_area = 0.0
         self.free_now = self._free_whole_node_gpus()
+        #: Backfill's figures: held room idle now (GPUs) and over the window (GPU-seconds), the jobs ever held.
+        self.held_idle_now = 0.0
+        self.held_idle_area = 0.0
+        self.ever_held: set[str] = set()
+        self.held_at_step: list[Hold] = []
+        self.held_starts = 0
+        self.backfilled = 0
         self.last = 0.0
         a = self.cache.arrays
         self._whole_nodes = a.gpu_count == WHOLE_NODE_GPUS
@@ -337,6 +352,7 @@ class ChurnSimulation(jobsim.JobSimulation):
         if end > self.last:
             self.area += self.running * (end - self.last)
             self.free_area += self.free_now * (end - self.last)
+            self.held_idle_area += self.held_idle_now * (end - self.last)
             self.last = end
 
     def arrived(self, name: str) -> None:
@@ -367,6 +383,17 @@ class ChurnSimulation(jobsim.JobSimulation):
         self.moves += 1
 
     def placed(self, decision: Decision) -> None:
+        key = decision.pod.key
+        if key in self.ever_held:
+            self.held_starts += 1
+        slot = self.cache.slot_of(decision.node)
+        # Against the holds kept when the step began (a binding is told after the step's later cycles, which may
+        # have held the node it took since).
+        if slot is not None and any(
+            h.job != key and slot < h.slots.shape[0] and h.slots[slot] and self.loop.holds.get(Kind.HEAD, h.job)
+            for h in self.held_at_step
+        ):
+            self.backfilled += 1
         name = decision.pod.name
         self.first_placed.setdefault(self.origin.get(name, name), self.now)
         self.ends[name] = self.now + self.left[name]
@@ -377,6 +404,15 @@ class ChurnSimulation(jobsim.JobSimulation):
 
     def stepped(self, *, bound: int) -> None:
         self.free_now = self._free_whole_node_gpus()
+        held = self.held_at_step = self.loop.holds.of_kind(Kind.HEAD)
+        self.ever_held.update(h.job for h in held)
+        mask = union([h.slots for h in held])
+        if mask is None:
+            self.held_idle_now = 0.0
+            return
+        a = self.cache.arrays
+        size = min(mask.shape[0], a.slots)
+        self.held_idle_now = float((a.gpu_free[:size][mask[:size]] >= layout.WHOLE).sum())
 
     def finished(self) -> bool:
         return self.now >= self.horizon
@@ -415,6 +451,9 @@ class ChurnSimulation(jobsim.JobSimulation):
             events=self.log.count,
             searches=dict(moves.verdicts) if moves is not None else {},
             searches_recalled=moves.memo.recalled if moves is not None else 0,
+            held_starts=self.held_starts,
+            held_idle_gpu_s_per_start=self.held_idle_area / self.held_starts if self.held_starts else math.nan,
+            backfilled=self.backfilled,
         )
 
 
@@ -453,6 +492,8 @@ def mean_of(runs: Sequence[ChurnRun]) -> dict[str, object]:
         "free_whole_node_gpus",
         "cycles",
         "wall_s",
+        "held_starts",
+        "backfilled",
     )
     out: dict[str, object] = {key: float(np.mean([getattr(r, key) for r in runs])) for key in scalar}
     out["waits"] = waits
@@ -463,6 +504,11 @@ def mean_of(runs: Sequence[ChurnRun]) -> dict[str, object]:
         for v in sorted({*(k for r in runs for k in r.searches)})
     }
     out["searches_recalled"] = float(np.mean([r.searches_recalled for r in runs]))
+    out["held_idle_gpu_s_per_start"] = (
+        float(np.nanmean([r.held_idle_gpu_s_per_start for r in runs]))
+        if any(math.isfinite(r.held_idle_gpu_s_per_start) for r in runs)
+        else math.nan
+    )
     return out
 
 
@@ -511,14 +557,20 @@ def table(results: Mapping[str, Mapping[str, Mapping[str, object]]]) -> str:
 
 
 def profile(
-    name: str, *, shapes: Sequence[typical.Shape], seed: int, consolidation: ConsolidationConfig | None = None
+    name: str,
+    *,
+    shapes: Sequence[typical.Shape],
+    seed: int,
+    consolidation: ConsolidationConfig | None = None,
+    backfill: BackfillConfig | None = None,
 ) -> ProfileConfig:
     """A policy of the simulator (``fgd``) and the session's actions after ``allocate`` each named after a ``+``
     (``fgd+consolidate``); ``+defrag`` adds background defragmentation (``scheduler.core.consolidation.defrag``, every
     :data:`DEFRAG_EVERY_S` simulated seconds, within the profile's default pods an hour) to ``consolidate``. Without
     any, the pod that does not fit only waits. (One queue at one priority gives reclaim and preempt nothing to do,
     and the run has no evictor for them.) ``consolidation``: the consolidate action's knobs (default: the packaged
-    profile's)."""
+    profile's); ``backfill``: the backfill action's (``fgd+backfill``: the head of the line holds the nodes that free
+    soonest, and pods whose declared run time ends in time use them meanwhile; default: the packaged profile's)."""
     base, *extra = name.split("+")
     policies.parse_names(base)
     defrag = "defrag" in extra
@@ -542,7 +594,11 @@ def profile(
     if defrag:
         consolidation = dataclasses.replace(consolidation, defragment_every_s=DEFRAG_EVERY_S)
     return dataclasses.replace(
-        config, name=name, actions=tuple(a for a in registry.ACTIONS if a in actions), consolidation=consolidation
+        config,
+        name=name,
+        actions=tuple(a for a in registry.ACTIONS if a in actions),
+        consolidation=consolidation,
+        backfill=backfill or config.backfill,
     )
 
 
@@ -558,10 +614,12 @@ def compare(
     progress: Callable[[str, ChurnRun], None] | None = None,
     consolidation: ConsolidationConfig | None = None,
     declared: Declared | None = None,
+    backfill: BackfillConfig | None = None,
 ) -> dict[str, dict[str, dict[str, object]]]:
     """Every policy at every load, the mean over ``seeds``; a seed gives every policy the same arrivals, durations
     and node order. ``durations_from``: where a list without times draws its durations (see :func:`workload`);
-    ``consolidation``: the knobs of the policies that consolidate (default: the packaged profile's); ``declared``:
+    ``consolidation``: the knobs of the policies that consolidate (default: the packaged profile's), ``backfill``: of
+    those that backfill; ``declared``:
     how the pods declare their run times (None: they declare none)."""
     for name in names:
         profile(name, shapes=[], seed=0)  # a bad name is refused before any run
@@ -583,7 +641,7 @@ def compare(
                 run_pods = declare(run_pods, declared, seed=seed)
             seed_nodes = protocol.tie_order(nodes, seed)
             for name in names:
-                config = profile(name, shapes=shapes, seed=seed, consolidation=consolidation)
+                config = profile(name, shapes=shapes, seed=seed, consolidation=consolidation, backfill=backfill)
                 result = run(seed_nodes, run_pods, config)
                 runs[name].append(result)
                 if progress is not None:

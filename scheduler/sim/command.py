@@ -110,7 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="A,B,...",
         help=(
             f"comma-separated policies among {', '.join(policies.POLICIES)} "
-            "(default: all of them; default only with --scenario gangs or tenants)"
+            "(default: all of them; default only with --scenario gangs or tenants); with --churn, session actions "
+            "after a +: fgd+consolidate, fgd+backfill (holds for the head of the line, docs/backfill.md)"
         ),
     )
     parser.add_argument(

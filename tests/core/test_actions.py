@@ -65,7 +65,8 @@ def test_every_action_a_profile_may_name_is_built_in_the_profiles_order() -> Non
 @pytest.mark.parametrize(
     ("names", "field", "message"),
     [
-        (["allocate", "backfill"], "actions[1]", r"unknown action 'backfill' \(known: allocate, consolidate"),
+        (["allocate", "defrag"], "actions[1]", r"unknown action 'defrag' \(known: allocate, consolidate"),
+        (["allocate", "backfill", "preempt"], "actions[2]", "'preempt' cannot run after 'backfill'"),
         (["reclaim", "allocate"], "actions[0]", "the first action must be 'allocate'"),
         (["allocate", "reclaim", "consolidate"], "actions[2]", "'consolidate' cannot run after 'reclaim'"),
         (["allocate", "preempt", "reclaim"], "actions[2]", "least disruptive first"),

@@ -278,8 +278,8 @@ def test_a_pod_declares_its_run_time_as_the_operator_reads_a_deadline() -> None:
     assert sim.requests["b"].run_time is None
 
 
-def test_declared_run_times_change_no_figure_while_nothing_reads_them() -> None:
-    # Holds and backfill (issue 43) will read them; until then a run with them is the run without them.
+def test_declared_run_times_change_no_figure_of_a_policy_without_backfill() -> None:
+    # Only the backfill action reads them: without it a run with them is the run without them.
     load = _many(120)
     config = churn.profile("fgd+consolidate", shapes=[], seed=0)
     nodes = [NODE, NodeSpec("n2", 64000, 262144, 8, "V100M32")]
@@ -307,3 +307,24 @@ def test_the_command_line_declares_run_times_and_refuses_bad_ones(
         assert option in capsys.readouterr().err
     assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods), "--runtime-missing", "0.1"]) == 2
     assert "--runtime-missing: does not apply" in capsys.readouterr().err
+
+
+def test_backfill_holds_a_node_for_the_8_gpu_pod_and_lets_only_work_that_ends_in_time_use_it() -> None:
+    # n1 runs a (6 GPUs) until 10, n2 b (8 GPUs) until 100. big (8) arrives at 1: with backfill it holds n1 from
+    # 1 to 10; q (2 GPUs, ends at 7) backfills there, s (2 GPUs from 8, ends at 28) may not, so big starts at 10.
+    # fgd gives s n1's free GPUs and big waits for it until 28.
+    nodes = [NODE, NodeSpec("n2", 64000, 262144, 8, "V100M32")]
+    arrivals = [
+        Arrival("a", _pod("a", 6), 0.0, 10.0, deadline=10),
+        Arrival("b", _pod("b", 8), 0.5, 100.0, deadline=100),
+        Arrival("big", _pod("big", 8), 1.0, 50.0, deadline=50),
+        Arrival("q", _pod("q", 2), 2.0, 5.0, deadline=5),
+        Arrival("s", _pod("s", 2), 8.0, 20.0, deadline=20),
+    ]
+    fgd, backfill = (_run(nodes, arrivals, 40.0, policy) for policy in ("fgd", "fgd+backfill"))
+    # The 8-GPU waits are b's (0) and big's: their p99 is 0.99 x big's wait.
+    assert fgd.waits["8"]["p99"] / 0.99 == pytest.approx(27.0)
+    assert backfill.waits["8"]["p99"] / 0.99 == pytest.approx(9.0)
+    assert (backfill.held_starts, backfill.backfilled) == (1, 1)
+    assert backfill.waits["2"]["p50"] > fgd.waits["2"]["p50"]  # s waited for big: the price of the hold
+    assert (fgd.held_starts, fgd.backfilled) == (0, 0)

@@ -101,6 +101,9 @@ class QueueSpec:
     preempt_min_runtime_s: float | None = None
     reclaim_min_runtime_s: float | None = None
     move_min_runtime_s: float | None = None
+    #: How long the head of its line waits without room before the backfill action holds nodes for it
+    #: (``spec.backfill.holdAfterSeconds``); None: as its parent says (the profile's at the top).
+    hold_after_s: float | None = None
 
     def ceiling(self) -> ResourceList:
         """The most the queue may hold of each resource it bounds: the lowest of its limit, its guarantee plus
@@ -176,6 +179,10 @@ def parse_queue(raw: Mapping[str, object]) -> QueueSpec:
     )
     reclaim_min = _seconds(preemption.get("reclaimMinRuntimeSeconds"), obj, "spec.preemption.reclaimMinRuntimeSeconds")
     move_min = _seconds(consolidation.get("moveMinRuntimeSeconds"), obj, "spec.consolidation.moveMinRuntimeSeconds")
+    backfill = spec.get("backfill") or {}
+    if not isinstance(backfill, Mapping):
+        raise InvalidObject("must be a map with holdAfterSeconds", obj=obj, field="spec.backfill")
+    hold_after = _seconds(backfill.get("holdAfterSeconds"), obj, "spec.backfill.holdAfterSeconds")
     half_life = spec.get("usageHalfLifeSeconds", DEFAULT_HALF_LIFE_S)
     if isinstance(half_life, bool) or not isinstance(half_life, int | float) or not 0 <= half_life < math.inf:
         raise InvalidObject(
@@ -199,6 +206,7 @@ def parse_queue(raw: Mapping[str, object]) -> QueueSpec:
         preempt_min_runtime_s=preempt_min,
         reclaim_min_runtime_s=reclaim_min,
         move_min_runtime_s=move_min,
+        hold_after_s=hold_after,
     )
 
 
@@ -431,6 +439,17 @@ class QueueTree:
             if value is not None:
                 return value
         return 0.0
+
+    def hold_after_s(self, name: str) -> float | None:
+        """How long the head of leaf ``name``'s line waits before room is held for it: the queue's own
+        ``spec.backfill.holdAfterSeconds``, else its nearest ancestor's, else None (the profile's)."""
+        if name not in self._specs:
+            return None
+        for queue in (name, *self.ancestors(name)):
+            value = self._specs[queue].hold_after_s
+            if value is not None:
+                return value
+        return None
 
     def guaranteed(self, name: str) -> ResourceList:
         """The queue's guarantee as it holds in the tree: its own where it names a resource, else the sum of

@@ -10,7 +10,9 @@ members of a gang together, or one gang member alone), lets the queue gate admit
   nobody's work lost (each moved pod's controller recreates it on the target held for it);
 - ``reclaim`` (:mod:`.reclaim`): across queues, take back what other queues borrowed beyond their guarantee, when
   the job stays within its own queue's guarantee;
-- ``preempt`` (:mod:`.preempt`): within the job's queue, evict work of lower priority.
+- ``preempt`` (:mod:`.preempt`): within the job's queue, evict work of lower priority;
+- ``backfill`` (:mod:`.backfill`, not in the default profile): hold for the head of the queue's line the nodes that
+  free soonest, with its expected start; other work uses that room only if its declared run time ends by then.
 
 Each action is one module behind one small interface, :class:`Action`: given the attempt, the cycle's snapshot and
 a :class:`~scheduler.core.statement.Statement`, it tries on what-ifs of the snapshot (checkpoints it rolls back) and
@@ -35,10 +37,9 @@ work of its own when it is time (``background``), leadership lost. The loop (``s
 through these: it builds the profile's actions from the registry and calls each state's hooks once. ``gpusched
 explain`` asks each action what it would do for a job (:meth:`Action.explain`).
 
-Adding an action (``backfill``: place work that fits in the room held for a waiting job while it drains) takes two
-files:
+Adding an action takes two files (``backfill`` was added so):
 
-1. its module here, ``backfill.py``: a subclass of :class:`Action` with ``name = "backfill"``, built from a
+1. its module here: a subclass of :class:`Action` with its ``name``, built from a
    :class:`Setting` (``__init__(self, setting)``), whose ``run`` records its steps on the statement and returns an
    :class:`Outcome`; if it keeps state between cycles, a subclass of :class:`State` overriding the hooks it needs,
    made with ``setting.state(...)`` and listed in the action's ``states``; if it can say more to ``gpusched

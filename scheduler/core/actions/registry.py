@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from scheduler.api.basics.errors import InvalidObject
-from scheduler.core.actions import Action, Setting, allocate, consolidate, preempt, reclaim
+from scheduler.core.actions import Action, Setting, allocate, backfill, consolidate, preempt, reclaim
 from scheduler.framework.profile import ProfileConfig
 
 Factory = Callable[[Setting], Action]
@@ -17,6 +17,7 @@ ACTIONS: dict[str, Factory] = {
     "consolidate": consolidate.Consolidate,
     "reclaim": reclaim.Reclaim,
     "preempt": preempt.Preempt,
+    "backfill": backfill.Backfill,
 }
 
 #: The action every profile names first: it places the job (the others only make room).
