@@ -67,6 +67,9 @@ def test_the_head_of_the_line_holds_the_node_that_frees_soonest_and_is_told_when
     assert hold is not None and hold.expected_start == 100.0
     assert [cluster.cache.names[s] for s in hold.slots.nonzero()[0]] == ["n0"]
     assert "holding 8 GPUs on node n0 for this job; expected start in 90s" in events.messages("pod default/big")
+    # Its FailedScheduling message (and so its PodScheduled condition) says so too.
+    told = [m for o, r, m in events.seen if o == "pod default/big" and r == "FailedScheduling"]
+    assert told and told[-1].endswith(". Holding 8 GPUs on node n0 for this job; expected start in 90s"), told
     clock.now = 100.0
     _finish(cluster, loop, "short")
     assert _where(cluster)["big"] == "n0"

@@ -33,7 +33,7 @@ import numpy as np
 from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Cache, PodEntry, Snapshot
 from scheduler.core import capacity, registry
-from scheduler.core.actions import NOTHING, WAITS, Action, Asked, Outcome, Setting
+from scheduler.core.actions import NOTHING, Action, Asked, Outcome, Setting, Verdict
 from scheduler.core.holds import KEPT, Hold, Kind, sized, union
 from scheduler.core.jobs import Attempt
 from scheduler.core.statement import Statement
@@ -57,9 +57,13 @@ class Backfill(Action):
         need = whole_gpus(attempt.members)
         if need is None or sum(need) < 2:
             return NOTHING
-        if setting.holds.get(Kind.HEAD, attempt.key) is not None:
-            return WAITS  # its nodes drain for it; their expected start is reckoned again when it is overrun
         now = setting.clock()
+        own = setting.holds.get(Kind.HEAD, attempt.key)
+        if own is not None:  # its nodes drain for it; their expected start is reckoned again when it is overrun
+            return Outcome(
+                Verdict.WAITS,
+                said=_said(holding(setting.scheduler.cache, own.slots, own.expected_start, now, gpus=sum(need))),
+            )
         first = attempt.item.first_attempt
         after = setting.tenancy.tree.hold_after_s(attempt.queue)
         if first is None or now - first < (self.config.hold_after_s if after is None else after):
@@ -84,7 +88,7 @@ class Backfill(Action):
         statement.hold(hold)
         message = holding(setting.scheduler.cache, mask, start, now, gpus=sum(need))
         statement.tell(lambda: setting.events.emit(obj=obj, kind="Normal", reason="HoldingRoom", message=message))
-        return WAITS
+        return Outcome(Verdict.WAITS, said=_said(message))
 
     def explain(self, asked: Asked) -> list[str]:
         """The room held for the job, if any, and the room held for others it may or may not use."""
@@ -204,6 +208,11 @@ def node_names(cache: Cache, mask: np.ndarray) -> str:
 def holding(cache: Cache, mask: np.ndarray, start: float | None, now: float, *, gpus: int) -> str:
     """What the job holding ``mask`` is told."""
     return f"holding {gpus} GPUs on {node_names(cache, mask)} for this job; expected start {_in(start, now)}"
+
+
+def _said(told: str) -> str:
+    """What the job's FailedScheduling message and PodScheduled (or gang Scheduled) condition end with."""
+    return told[:1].upper() + told[1:]
 
 
 def _in(start: float | None, now: float) -> str:
