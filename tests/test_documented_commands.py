@@ -60,8 +60,8 @@ def _commands(text: str) -> Iterator[tuple[int, str, str]]:
 
 
 def _inline(text: str) -> Iterator[tuple[int, str, str]]:
-    """The same from inline code (`...`, which may wrap onto the next line)."""
-    for span in re.finditer(r"(?<!`)`([^`]+)`(?!`)", text):
+    """The same from inline code (`...`, which may wrap onto the next line but not cross a paragraph)."""
+    for span in re.finditer(r"(?<!`)`((?:[^`\n]|\n(?!\s*\n))+)`(?!`)", text):
         number = text.count("\n", 0, span.start()) + 1
         joined = " ".join(span.group(1).split())
         for found in _COMMAND.finditer(joined):
@@ -100,3 +100,8 @@ def test_each_documented_option_is_in_the_help(where: str, command: str, option:
     assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", help_text(command)), (
         f"{where}: `gpusched {command} {option}` is documented but `gpusched {command} --help` does not list it"
     )
+
+
+def test_the_reader_joins_continuations_and_stops_at_the_shell_command_s_end() -> None:
+    text = "```\n.venv/bin/gpusched simulate --seeds 1-2 \\\n    --json x.json | tee out  # --not-an-option\n```\n"
+    assert [(c, _OPTION.findall(rest)) for _, c, rest in _commands(text)] == [("simulate", ["--seeds", "--json"])]
