@@ -25,6 +25,7 @@ import numpy as np
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.devices import numa as api_numa
 from scheduler.cache.state import Cache
+from scheduler.core.actions import registry
 from scheduler.framework import typical
 from scheduler.framework.profile import ProfileConfig
 from scheduler.sim import (
@@ -96,10 +97,17 @@ _WHY_NOT = {
 #: Options one mode alone reads, and what to say when another mode is given them.
 _ONLY = {
     "jobs": "only --scenario gangs reads it",
+    "arrivals": "only --churn reads it",
+    "durations": "only --churn reads it",
     "runtime_estimate": "only --churn reads it",
     "runtime_missing": "only --churn reads it",
     "numa": "only a comparison of placements (--tune) reads it",
 }
+
+
+#: The actions a churn policy may name after a + (``fgd+consolidate``): the registry's, after allocate.
+_AFTER_ALLOCATE = tuple(name for name in registry.ACTIONS if name != registry.FIRST)
+_SECONDS = scenario_runs.SECONDS_PER_SEED
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,8 +118,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="A,B,...",
         help=(
             f"comma-separated policies among {', '.join(policies.POLICIES)} "
-            "(default: all of them; default only with --scenario gangs or tenants); with --churn, session actions "
-            "after a +: fgd+consolidate, fgd+backfill (holds for the head of the line, docs/backfill.md)"
+            "(default: all of them; default only with --scenario gangs or tenants); with --churn, a policy may name "
+            f"the session's actions after allocate, each after a + ({', '.join(_AFTER_ALLOCATE)}; defrag after "
+            "consolidate): fgd+consolidate, fgd+consolidate+defrag, fgd+backfill (holds for the head of the line, "
+            "docs/backfill.md)"
         ),
     )
     parser.add_argument(
@@ -182,10 +192,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=SCENARIOS,
         help=(
             "a built-in scenario instead of a placement comparison: gangs (distributed jobs, seconds a seed), "
-            "elastic (the gang jobs in two queues, rigid against elastic, about a minute a seed), "
+            f"elastic (the gang jobs in two queues, rigid against elastic, about {_SECONDS['elastic']} s a seed), "
             "segments (a 64-worker job on NVL72-shaped racks with and without segments, a second a seed), "
-            "tenants (queues, about 100 s a seed), topology (gangs with required and preferred levels, with "
-            "topology and with it ignored, about 30 s a seed)"
+            f"tenants (queues, about {_SECONDS['tenants']} s a seed), topology (gangs with required and preferred "
+            f"levels, with topology and with it ignored, about {_SECONDS['topology']} s a seed)"
         ),
     )
     parser.add_argument(

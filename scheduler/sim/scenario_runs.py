@@ -21,8 +21,9 @@ from scheduler.sim import (
 )
 from scheduler.sim import topology as sim_topology
 
-#: Seconds a seed of a scenario takes on the project's 2-core machine, for the progress line.
-SECONDS_PER_SEED = {"tenants": 100, "topology": 30, "elastic": 60}
+#: Seconds a seed of a scenario takes on the project's 2-core machine, for the progress line and the help (the
+#: tenants scenario's measurement is in docs/queues.md, "The tenants scenario").
+SECONDS_PER_SEED = {"tenants": 70, "topology": 30, "elastic": 60}
 
 
 def _seed_started(quiet: bool, scenario: str, name: str, seed: int, step: int, steps: int) -> None:

@@ -242,6 +242,24 @@ def test_an_option_the_mode_does_not_read_is_refused(
     assert f"gpusched simulate field {named}: does not apply to " in err
 
 
+@pytest.mark.parametrize("flags", [["--arrivals", "5"], ["--durations", "d.csv"], ["--replay", "--arrivals", "5"]])
+def test_a_churn_option_without_churn_says_only_churn_reads_it(
+    flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _simulate(*flags) == 2
+    err = _one_line(capsys.readouterr().err)
+    assert f"field {flags[-2]}: does not apply to " in err
+    assert "(only --churn reads it)" in err
+
+
+def test_the_policy_help_names_every_action_a_churn_policy_can_add(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["simulate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for action in ("consolidate", "reclaim", "preempt", "backfill", "fgd+consolidate", "fgd+backfill"):
+        assert action in help_text
+
+
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
@@ -303,7 +321,7 @@ def test_the_tenants_scenario_says_when_each_seed_starts(
     monkeypatch.setattr(tenants, "run", fake_run)
     assert cli.main(["simulate", "--scenario", "tenants", "--seeds", "55-57"]) == 0
     out, err = capsys.readouterr()
-    assert "tenants: default seed 55 (1 of 3) running, about 100 s" in err
+    assert "tenants: default seed 55 (1 of 3) running, about 70 s" in err
     assert "tenants: default seed 57 (3 of 3) running" in err
     assert "in 56 jobs a seed" in out  # the mean of 55, 56, 57: a count, not 56.0000
     assert "(means over 3 seeds)" in out
