@@ -159,10 +159,10 @@ def trend(
     now = samples[-1]
     ceiling = max([top(s) for s in samples] + [1.0])
     start, end = samples[0].at, now.at
-    span = max(end - start, 1.0)
+    span = end - start
 
     def point(s: view.Sample) -> str:
-        px = CHART_WIDTH * (s.at - start) / span if len(samples) > 1 else CHART_WIDTH
+        px = CHART_WIDTH * (s.at - start) / span if span > 0 else CHART_WIDTH
         py = CHART_HEIGHT - 2 - (CHART_HEIGHT - 4) * min(value(s), ceiling) / ceiling
         return f"{px:.1f},{py:.1f}"
 
@@ -184,7 +184,9 @@ def trend(
 
 
 def _ceiling_text(name: str, ceiling: float) -> str:
-    return f"{ceiling:.0f} pods" if name == "waiting" else gpus(ceiling)
+    if name == "waiting":
+        return "1 pod" if ceiling == 1 else f"{ceiling:.0f} pods"
+    return gpus(ceiling)
 
 
 def trends(samples: Sequence[view.Sample]) -> str:
