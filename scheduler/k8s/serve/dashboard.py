@@ -155,7 +155,7 @@ class OperatorSource:
                     (c.message for c in job.conditions.values() if c.status == "False" and c.message), ""
                 ) or _said(op, job.pending)
                 progress = (len(job.placed), job.exists, group.min_member)
-                waiting = [pod for key in job.pending if (pod := op.pending.get(key)) is not None]
+                waiting = list(job.pending.values())
             else:
                 pod = alone if alone is not None else next(iter(job.pending.values()), None)
                 if pod is None:
@@ -178,7 +178,7 @@ class OperatorSource:
                     exist=progress[1],
                     min_member=progress[2],
                     gpus=max((_gpus(pod) for pod in waiting), default=0.0),
-                    waited_s=max((now - pod.created for pod in waiting if pod.created), default=0.0),
+                    waited_s=max((max(0.0, now - pod.created) for pod in waiting if pod.created), default=0.0),
                 )
             )
         return out
@@ -286,7 +286,8 @@ async def serve(
 
 async def _sampler(source: OperatorSource) -> None:
     """Offer the history a sample every ``history.EVERY_S`` seconds for as long as the pages are served; a failed
-    sample is logged and the next one tried (the charts then show a gap, nothing else stops)."""
+    sample is logged and the next one tried a minute later (the charts' line spans the missing one; nothing else
+    stops)."""
     while True:
         try:
             source.sample()
