@@ -170,7 +170,7 @@ def trend(
     first = points.split(" ", 1)[0].split(",")[0]
     area = f"{first},{CHART_HEIGHT} {points} {CHART_WIDTH},{CHART_HEIGHT}"
     last_x, last_y = point(now).split(",")
-    over = f"the last {duration(end - start)}" if len(samples) > 1 else "just started: one point a minute"
+    over = f"the last {duration(span)}" if span >= 1 else "just started: one point a minute"
     return (
         f'<figure class=trend data-chart="{e(name)}" data-now="{value(now):g}" data-points={len(samples)}>'
         f"<figcaption><b>{e(title)}</b> <span class=now>{e(shown(now))}</span></figcaption>"

@@ -125,6 +125,15 @@ async def test_the_history_keeps_a_sample_a_minute_and_the_map_page_charts_it(
         await running.close()
 
 
+def test_no_sample_before_the_first_listing_is_in(leader: Operator) -> None:
+    unlisted = leader
+    unlisted.node_event(node("gpu-a", gpus=4))
+    source = dashboard.OperatorSource(unlisted)
+    assert not source.sample() and source.history()[:-1] == []
+    unlisted.listed()
+    assert source.sample() and [s.gpus for s in source.history()] == [4, 4]
+
+
 async def test_the_served_dashboard_samples_until_it_closes(operator: Operator) -> None:
     args = argparse.Namespace(dashboard_port=0, dashboard_auth="none", dashboard_token_file=None)
     running = await dashboard.serve(args, operator, host="127.0.0.1")

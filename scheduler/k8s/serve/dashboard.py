@@ -34,6 +34,8 @@ from scheduler.k8s.serve.dashboard_access import KubernetesAccess
 
 log = structlog.get_logger(__name__)
 
+#: Seconds between two looks whether the first listing is in, before the history's first sample.
+LISTING_POLL_S = 1.0
 #: Seconds after which the pages re-render even when no pod or node changed (the reasons pods wait move on).
 REASONS_REFRESH_S = 5.0
 
@@ -79,8 +81,9 @@ class OperatorSource:
         return history.sample(self.cluster_map(), pods_waiting=len(self.operator.pending), at=self.operator.clock())
 
     def sample(self) -> bool:
-        """Keep the present in the history when the last sample is a minute old (whether it was kept)."""
-        return self.kept.offer(self.operator.clock(), self._now)
+        """Keep the present in the history when the last sample is a minute old (whether it was kept); nothing before
+        the first listing is in (an empty cache is no picture of the cluster)."""
+        return self.operator.ready and self.kept.offer(self.operator.clock(), self._now)
 
     def history(self) -> list[view.Sample]:
         return [*self.kept.samples(), self._now()]
@@ -285,12 +288,13 @@ async def serve(
 
 
 async def _sampler(source: OperatorSource) -> None:
-    """Offer the history a sample every ``history.EVERY_S`` seconds for as long as the pages are served; a failed
-    sample is logged and the next one tried a minute later (the charts' line spans the missing one; nothing else
-    stops)."""
+    """Offer the history a sample every ``history.EVERY_S`` seconds for as long as the pages are served, the first
+    as soon as the first listing is in; a failed sample is logged and the next one tried a minute later (the charts'
+    line spans the missing one; nothing else stops)."""
     while True:
+        wait = history.EVERY_S if source.operator.ready else LISTING_POLL_S
         try:
             source.sample()
         except Exception:  # the dashboard never stops the scheduler
             log.exception("dashboard history sample failed")
-        await asyncio.sleep(history.EVERY_S)
+        await asyncio.sleep(wait)
