@@ -106,6 +106,9 @@ class CacheSource:
     def leadership(self) -> view.Leadership:
         return view.Leadership(leading=True)
 
+    def history(self) -> list[view.Sample]:
+        return []
+
     def place(self, index: int) -> None:
         node = f"node-{(index * 7919) % len(self.cache.nodes):05d}"
         self.cache.upsert_pod(gpu_pod(f"late-{index}", node, gpus=1, queue="late"))

@@ -18,7 +18,7 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from scheduler.dashboard import view
+from scheduler.dashboard import charts, view
 
 #: Past this many nodes (after the filter) the map aggregates.
 NODES_SHOWN = 400
@@ -57,6 +57,11 @@ th{background:#eceff1}
 pre{background:#fff;border:1px solid #ddd;padding:8px;white-space:pre-wrap}
 .standby{background:#fff3e0;border:1px solid #ffb74d;padding:8px}
 #live{font-size:11px;color:#b0bec5}
+.trends{display:flex;gap:14px;flex-wrap:wrap;margin:4px 0 8px}
+.trend{margin:0}.trend figcaption{font-size:12px}.trend .span{font-size:10px;color:#607d8b}
+.qtext{font-size:11px;color:#455a64}
+.swatch{display:inline-block;width:12px;height:10px;vertical-align:middle;margin-right:3px}
+#waits{margin-bottom:10px}#waits caption{text-align:left;padding:2px 0}
 """
 
 LIVE_SCRIPT = """
@@ -135,9 +140,16 @@ def label_filter(nodes: Iterable[view.NodeView], selector: str) -> list[view.Nod
 
 
 def cluster_map(
-    cluster: view.ClusterMap, viewer: view.Redacted, *, label: str = "", within: str = "", static: bool = False
+    cluster: view.ClusterMap,
+    viewer: view.Redacted,
+    *,
+    label: str = "",
+    within: str = "",
+    static: bool = False,
+    samples: Sequence[view.Sample] = (),
 ) -> str:
-    """The map's ``<main>``. ``within`` narrows to one aggregated row (``LEVEL=VALUE`` or ``#FIRST-LAST``)."""
+    """The map's ``<main>``. ``within`` narrows to one aggregated row (``LEVEL=VALUE`` or ``#FIRST-LAST``);
+    ``samples`` (the last hours, the present last) head it as small charts of the whole cluster."""
     nodes = label_filter(cluster.nodes, label) if label else list(cluster.nodes)
     nodes = _within(nodes, cluster.levels, within)
     counts = Counter(cell.state for node in nodes for cell in node.cells)
@@ -176,7 +188,7 @@ def cluster_map(
         body = _aggregated(nodes, cluster.levels, label, static)
     else:
         body = _detailed(nodes, cluster.levels, viewer)
-    return form + summary + legend + body
+    return charts.trends(samples) + form + summary + legend + body
 
 
 def _within(nodes: list[view.NodeView], levels: Sequence[str], within: str) -> list[view.NodeView]:
@@ -317,12 +329,15 @@ def _amounts(value: object) -> str:
 
 
 def queues(rows: Sequence[view.QueueRow]) -> str:
+    """The queues with their GPUs as bars against guarantee and limit (:func:`charts.queue_bar`), the amounts as
+    their status writes them, and the shares in percent (a ``data-status`` attribute keeps the status's text)."""
     if not rows:
         return "<p>No queues: every pod counts against the implied queue <i>default</i>.</p>"
     head = "".join(
         f"<th>{e(h)}</th>"
         for h in (
             "queue",
+            "GPUs: held, guarantee, limit",
             "weight",
             "guarantee",
             "limit",
@@ -333,18 +348,23 @@ def queues(rows: Sequence[view.QueueRow]) -> str:
             "waiting pods (gangs)",
         )
     )
-    out = [f"<table id=queues><tr>{head}</tr>"]
+    scale = charts.queue_scale(rows)
+    out = [charts.QUEUE_LEGEND, f"<table id=queues><tr>{head}</tr>"]
     for row in rows:
         s = row.status
         indent = "&nbsp;" * 4 * row.depth
         swatch = f'<i class="cell whole" style="display:inline-block;{_cell_style(view.WHOLE, row.name)}"></i> '
+        bar = "-" if row.gpus is None else charts.queue_bar(row.gpus, colour=queue_colour(row.name), scale=scale)
         fields = "".join(f'<td data-field="{key}">{_amounts(s.get(key))}</td>' for key, _ in _QUEUE_COLUMNS)
+        shares = "".join(
+            f'<td data-field={key} data-status="{e(s.get(key, ""))}">{e(charts.share(s.get(key, "-")))}</td>'
+            for key in ("fairShare", "dominantShare", "rankShare")
+        )
         out.append(
-            f'<tr data-queue="{e(row.name)}"><td>{indent}{swatch}{e(row.name)}</td><td>{row.weight:g}</td>'
+            f'<tr data-queue="{e(row.name)}"><td>{indent}{swatch}{e(row.name)}</td><td data-field=bar>{bar}</td>'
+            f"<td>{row.weight:g}</td>"
             f"<td data-field=guarantee>{_amounts(row.guarantee)}</td><td data-field=limit>{_amounts(row.limit)}</td>"
-            f"{fields}<td data-field=fairShare>{e(s.get('fairShare', '-'))}</td>"
-            f"<td data-field=dominantShare>{e(s.get('dominantShare', '-'))}</td>"
-            f"<td data-field=rankShare>{e(s.get('rankShare', '-'))}</td>"
+            f"{fields}{shares}"
             f"<td data-field=pending>{e(s.get('pendingPods', 0))} ({e(s.get('pendingGangs', 0))})</td></tr>"
         )
     out.append("</table>")
@@ -362,11 +382,13 @@ def waiting(jobs: Sequence[view.WaitingJob], viewer: view.Redacted, *, static: b
         + (f"; {hidden} more in namespaces you may not list" if hidden else "")
         + "</p>"
     ]
+    if jobs:  # counts by class name no job: the hidden ones count too
+        out.append(charts.waits(jobs))
     if not shown:
         return "".join(out)
     out.append(
         "<table id=waiting><tr><th>#</th><th>job</th><th>kind</th><th>queue</th><th>where</th>"
-        "<th>position in its queue</th><th>gang</th><th>why it waits</th></tr>"
+        "<th>position in its queue</th><th>gang</th><th>waiting for</th><th>why it waits</th></tr>"
     )
     for index, job in enumerate(shown, start=1):
         name = f"{job.namespace}/{job.name}"
@@ -376,6 +398,7 @@ def waiting(jobs: Sequence[view.WaitingJob], viewer: view.Redacted, *, static: b
         out.append(
             f'<tr data-job="{e(job.key)}"><td>{index}</td><td>{link}</td><td>{e(job.kind)}</td><td>{e(job.queue)}</td>'
             f"<td>{e(job.where)}</td><td data-field=position>{position}</td><td data-field=gang>{e(gang)}</td>"
+            f"<td data-field=waited>{charts.duration(job.waited_s) if job.waited_s else '-'}</td>"
             f"<td data-field=reason>{e(job.reason or '-')}</td></tr>"
         )
     out.append("</table>")

@@ -15,10 +15,11 @@ come while nothing changed cost a comparison, not a rendering of the cluster.
 
 from __future__ import annotations
 
+import asyncio
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -33,8 +34,13 @@ VERSION_HEADER = "X-Dashboard-Version"
 class Running:
     runner: web.AppRunner
     port: int
+    #: Tasks that live as long as the pages (the history's sampler), cancelled when they close.
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.runner.cleanup()
 
 
@@ -90,7 +96,11 @@ def app(source: view.Source, access: dashboard_access.Access | None = None) -> w
         if path == "/":
             cluster = memo.get("map", version, source.cluster_map)
             body = pages.cluster_map(
-                cluster, viewer, label=request.query.get("label", ""), within=request.query.get("within", "")
+                cluster,
+                viewer,
+                label=request.query.get("label", ""),
+                within=request.query.get("within", ""),
+                samples=memo.get("history", version, source.history),
             )
             title = "cluster map"
         elif path == "/queues":

@@ -8,8 +8,8 @@ viewer who may not list a namespace sees none of its names (:class:`Redacted`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 #: A GPU cell's states, as the map colours them.
@@ -78,6 +78,23 @@ class ClusterMap:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueGpus:
+    """A queue's GPUs in GPUs (a shared GPU as its fraction), for the bar of the Queues page."""
+
+    #: What the queue (a parent: its subtree) holds.
+    allocated: float
+    #: Its guarantee (0: none) and limit (None: none).
+    guarantee: float
+    limit: float | None
+    #: What it holds beyond its guarantee.
+    borrowed: float
+    #: Its idle guarantee that other queues may use (the part its ``lending`` keeps for itself left out).
+    lendable: float = 0.0
+    #: The part of ``lendable`` other queues use now (:func:`with_lent`).
+    lent: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class QueueRow:
     """One queue, its amounts as the Queue's ``status`` shows them."""
 
@@ -89,6 +106,44 @@ class QueueRow:
     limit: Mapping[str, str]
     #: The Queue's status body (``allocated``, ``borrowed``, ``fairShare``, ``decayedUsage``, ...).
     status: Mapping[str, object]
+    #: Its GPUs as numbers (None: not known, no bar drawn).
+    gpus: QueueGpus | None = None
+
+
+def with_lent(rows: Sequence[QueueRow], *, capacity: float) -> list[QueueRow]:
+    """``rows`` with each queue's ``lent`` GPUs: what its siblings borrow beyond the room nobody is guaranteed.
+
+    Among the children of one parent (the roots: of the cluster's ``capacity`` GPUs), what they borrow comes first
+    from the room no sibling is guaranteed (the parent's holding, or the cluster's capacity, less the siblings'
+    guarantees); only the rest is lent, out of the siblings' lendable idle guarantees, in proportion to them. The
+    scheduler does not record who lent to whom (a queue's borrowing is against its own guarantee), so this is the
+    page's reading of the queues' numbers, not a figure of the Queue's status.
+    """
+    held = {row.name: row.gpus for row in rows if row.gpus is not None}
+    lent: dict[str, float] = {}
+    families: dict[str, list[str]] = {}
+    for row in rows:
+        if row.gpus is not None:
+            families.setdefault(row.parent, []).append(row.name)
+    for parent, children in families.items():
+        if parent:
+            above = held.get(parent)
+            room = above.allocated if above is not None else 0.0
+        else:
+            room = capacity
+        free = max(0.0, room - sum(held[c].guarantee for c in children))
+        owed = max(0.0, sum(held[c].borrowed for c in children) - free)
+        lendable = sum(held[c].lendable for c in children)
+        if owed <= 0 or lendable <= 0:
+            continue
+        for child in children:
+            lent[child] = min(held[child].lendable, owed * held[child].lendable / lendable)
+    out = []
+    for row in rows:
+        if row.gpus is not None and row.name in lent:
+            row = replace(row, gpus=replace(row.gpus, lent=lent[row.name]))
+        out.append(row)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +166,24 @@ class WaitingJob:
     placed: int = 0
     exist: int = 0
     min_member: int = 0
+    #: GPUs each pod asks for (a gang: each member; a shared GPU as its fraction), and seconds since the job's
+    #: oldest waiting pod was created (0: not known).
+    gpus: float = 0.0
+    waited_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The cluster at one moment, for the small charts over the last hours (:mod:`scheduler.dashboard.history`)."""
+
+    #: Unix seconds.
+    at: float
+    #: GPUs present, and held (in GPUs, a shared GPU's fraction counted).
+    gpus: int
+    allocated: float
+    #: Idle GPUs the typical pods cannot use (the FGD measure, summed over the nodes).
+    fragmented: float
+    pods_waiting: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +235,10 @@ class Source(Protocol):
     def job(self, kind: str, namespace: str, name: str) -> JobPage | None: ...
 
     def leadership(self) -> Leadership: ...
+
+    def history(self) -> Sequence[Sample]:
+        """The samples kept, oldest first, and the present as the last one."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.dashboard import charts
 from tests.e2e import kube as kube_mod
 from tests.e2e.browser import Browser, chromium
 from tests.e2e.kube import APIError, Scenario
@@ -105,6 +106,24 @@ def _queue_cell(browser: Browser, queue: str, field: str) -> str:
     )
 
 
+def _queue_attribute(browser: Browser, queue: str, field: str, attribute: str) -> str:
+    return str(
+        browser.evaluate(
+            f'document.querySelector(\'tr[data-queue="{queue}"] td[data-field="{field}"]\')'
+            f".getAttribute('{attribute}')"
+        )
+    )
+
+
+def _chart(browser: Browser, name: str) -> tuple[str, str]:
+    """A chart of the map page: the present value it draws, and its caption."""
+    figure = f"#trends figure[data-chart={name}]"
+    return (
+        str(browser.evaluate(f"document.querySelector('{figure}').dataset.now")),
+        str(browser.evaluate(f"document.querySelector('{figure} figcaption').innerText")),
+    )
+
+
 def _answers(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as answer:
@@ -123,7 +142,11 @@ def test_the_dashboard_in_a_browser(sched: Scenario) -> None:
     names = [f"db-{i}" for i in range(3)]
     sched.add_nodes([kube_mod.gpu_node(name, rack=f"r{i % 2}", block="b1") for i, name in enumerate(names)])
     queue = f"{ns}-a"
-    sched.create_queue(kube_mod.queue(queue, guaranteed={"nvidia.com/gpu": "8"}, limit={"nvidia.com/gpu": "20"}))
+    sched.create_queue(kube_mod.queue(queue, guaranteed={"nvidia.com/gpu": "4"}, limit={"nvidia.com/gpu": "20"}))
+    # Every other GPU is guaranteed to a second queue (it lends them while idle): what the first holds beyond its 4
+    # is borrowed from it.
+    lender = f"{ns}-b"
+    sched.create_queue(kube_mod.queue(lender, guaranteed={"nvidia.com/gpu": "20"}))
     port = free_port()
     replica = sched.gpusched()
     replica.extra_args += [f"--dashboard-port={port}", "--dashboard-auth=kubernetes"]
@@ -152,6 +175,13 @@ def test_the_dashboard_in_a_browser(sched: Scenario) -> None:
         assert _count(browser, names, "whole") == 4
         headings = browser.evaluate("[...document.querySelectorAll('.domain')].map(d => d.innerText)")
         assert sorted(headings) == ["block=b1 / rack=r0", "block=b1 / rack=r1"], headings
+        # The charts of the last hours head the map, the present as their last point: 4 of 24 GPUs held.
+        drawn = browser.evaluate("[...document.querySelectorAll('#trends figure')].map(f => f.dataset.chart)")
+        assert drawn == ["allocated", "fragmented", "waiting"], drawn
+        assert _chart(browser, "allocated") == ("4", "GPUs allocated 4 GPUs of 24 (17%)")
+        assert _chart(browser, "waiting")[0] == "0"
+        # The scheduler's sampler kept the start, the present is the last point.
+        assert int(browser.evaluate("document.querySelector('#trends figure').dataset.points")) == 2
         browser.screenshot(shots / "dashboard-map.png")
 
         # A binding shows up live: the same page, never reloaded, within the polling interval.
@@ -161,6 +191,7 @@ def test_the_dashboard_in_a_browser(sched: Scenario) -> None:
         bound_at = time.monotonic()
         browser.wait_for(lambda: _count(browser, names, "whole") == 6, timeout=10, what="6 whole GPUs on the map")
         shown_after = time.monotonic() - bound_at
+        assert _chart(browser, "allocated") == ("6", "GPUs allocated 6 GPUs of 24 (25%)")  # the chart moved too
         assert browser.evaluate("window.__notReloaded === true")
 
         # The queue's numbers are its status, as kubectl shows it.
@@ -175,8 +206,19 @@ def test_the_dashboard_in_a_browser(sched: Scenario) -> None:
         browser.wait_js(f"!!document.querySelector('tr[data-queue=\"{queue}\"]')")
         for field in ("allocated", "borrowed", "guaranteedInUse"):
             assert _queue_cell(browser, queue, field) == (_as_text(status.get(field) or {}) or "-"), field
-        assert _queue_cell(browser, queue, "fairShare") == status["fairShare"]
-        assert _queue_cell(browser, queue, "guarantee") == "nvidia.com/gpu 8"
+        # Shares in percent, the status's own text beside them; the GPUs as a bar against guarantee and limit.
+        assert _queue_attribute(browser, queue, "fairShare", "data-status") == status["fairShare"]
+        assert _queue_cell(browser, queue, "fairShare") == charts.share(status["fairShare"])
+        assert _queue_cell(browser, queue, "guarantee") == "nvidia.com/gpu 4"
+        assert (_queue_cell(browser, queue, "bar").strip(), _queue_cell(browser, lender, "bar").strip()) == (
+            "6 GPUs held, 150% of its guarantee of 4 GPUs, 2 GPUs borrowed, limit 20 GPUs",
+            "0 GPUs held, 0% of its guarantee of 20 GPUs, 2 GPUs lent, no limit",
+        )
+        bar = f'tr[data-queue="{queue}"] svg.qbar'
+        assert browser.evaluate(f"document.querySelector('{bar}').getBoundingClientRect().width") == 300
+        # One scale, 20 GPUs to the bar: 4 within the guarantee are 60 pixels, the 2 borrowed the next 30.
+        assert browser.evaluate(f"document.querySelector('{bar} .within').getAttribute('width')") == "60.0"
+        assert browser.evaluate(f"document.querySelector('{bar} .borrowed').getAttribute('width')") == "30.0"
         browser.screenshot(shots / "dashboard-queues.png")
 
         # A gang that cannot fit waits with its reason and its progress.
@@ -194,6 +236,8 @@ def test_the_dashboard_in_a_browser(sched: Scenario) -> None:
             "0/3 placed, 3 exist"
         )
         reason = browser.evaluate(f"document.querySelector('{row} td[data-field=reason]').innerText")
+        # Its members ask 8 GPUs each: it waits in that class.
+        assert browser.evaluate("document.querySelector('#waits tr[data-class=\"8 GPUs\"]').dataset.jobs") == "1"
         browser.screenshot(shots / "dashboard-waiting.png")
         browser.goto(f"{base}/job/podgroup/{ns}/train")
         explained = browser.wait_js("(document.getElementById('explain') || {}).innerText")

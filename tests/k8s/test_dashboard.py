@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -78,6 +79,68 @@ def test_the_queues_are_their_status_as_kubectl_shows_it(operator: Operator) -> 
     assert rows["team-a"].status == k8s_status.queue_status(statuses["team-a"])
     assert rows["team-a"].status["allocated"]["nvidia.com/gpu"] == "3.5"  # type: ignore[index]
     assert rows["ml"].guarantee == {"nvidia.com/gpu": "4"} and rows["team-a"].limit == {"nvidia.com/gpu": "3"}
+
+
+def test_a_queues_gpus_are_its_status_numbers_with_what_it_may_lend(operator: Operator) -> None:
+    rows = {row.name: row for row in dashboard.OperatorSource(operator).queues()}
+    team, ml = rows["team-a"].gpus, rows["ml"].gpus
+    assert team is not None and ml is not None
+    # team-a holds a pod of 3 GPUs and half a shared GPU under its limit of 3; ml (its parent) guarantees 4.
+    assert (team.allocated, team.guarantee, team.limit) == (3.5, 0, 3)
+    assert (ml.allocated, ml.guarantee, ml.limit, ml.borrowed, ml.lendable, ml.lent) == (3.5, 4, None, 0, 0.5, 0)
+
+
+def test_waiting_work_says_the_gpus_each_pod_asks_and_how_long_it_waited(operator: Operator) -> None:
+    created = pod("solo", 8)["metadata"]["creationTimestamp"]
+    start = datetime.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+    operator.clock = lambda: start + 720
+    by_key = {job.key: job for job in dashboard.OperatorSource(operator).waiting()}
+    assert (by_key["pod/default/solo"].gpus, by_key["pod/default/solo"].waited_s) == (8, 720)
+    assert (by_key["podgroup/default/train"].gpus, by_key["podgroup/default/train"].waited_s) == (4, 720)
+
+
+async def test_the_history_keeps_a_sample_a_minute_and_the_map_page_charts_it(
+    operator: Operator, http: aiohttp.ClientSession
+) -> None:
+    now = [1_000_000.0]
+    operator.clock = lambda: now[0]
+    source = dashboard.OperatorSource(operator)
+    assert source.sample() and not source.sample()  # the second within the minute is dropped
+    operator.pod_event(pod("more", 1, node_name="gpu-b", labels={QUEUE: "team-a"}))
+    now[0] += 60
+    assert source.sample()
+    kept = source.history()
+    assert [(s.at - 1_000_000, s.gpus, s.allocated, s.pods_waiting) for s in kept] == [
+        (0, 6, 3.5, 3),
+        (60, 6, 4.5, 3),
+        (60, 6, 4.5, 3),  # the present, last
+    ]
+    running = await server.serve(source, port=0, host="127.0.0.1")
+    try:
+        async with http.get(f"http://127.0.0.1:{running.port}/") as answer:
+            text = await answer.text()
+        assert '<figure class=trend data-chart="allocated" data-now="4.5" data-points=3>' in text
+        assert "4.5 GPUs of 6 (75%)" in text and "the last 1 min" in text
+    finally:
+        await running.close()
+
+
+def test_no_sample_before_the_first_listing_is_in(leader: Operator) -> None:
+    unlisted = leader
+    unlisted.node_event(node("gpu-a", gpus=4))
+    source = dashboard.OperatorSource(unlisted)
+    assert not source.sample() and source.history()[:-1] == []
+    unlisted.listed()
+    assert source.sample() and [s.gpus for s in source.history()] == [4, 4]
+
+
+async def test_the_served_dashboard_samples_until_it_closes(operator: Operator) -> None:
+    args = argparse.Namespace(dashboard_port=0, dashboard_auth="none", dashboard_token_file=None)
+    running = await dashboard.serve(args, operator, host="127.0.0.1")
+    assert running is not None
+    sampler = running.tasks[0]
+    await running.close()
+    assert sampler.cancelled()
 
 
 def test_waiting_work_in_order_with_its_reason_and_the_gangs_progress(operator: Operator) -> None:

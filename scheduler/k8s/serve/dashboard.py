@@ -15,17 +15,27 @@ the leader publishes on its Lease (``gpusched.io/dashboard-url``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 from collections.abc import Callable, Iterable
 
+import structlog
+
+from scheduler.api.basics import resources
+from scheduler.api.objects.pod import PodRequest
+from scheduler.core import tenancy
 from scheduler.core.jobs import Job
 from scheduler.dashboard import access as dashboard_access
-from scheduler.dashboard import cluster_map, server, view
+from scheduler.dashboard import cluster_map, history, server, view
 from scheduler.framework import typical
 from scheduler.k8s import status as k8s_status
 from scheduler.k8s.operator import Operator
 from scheduler.k8s.serve import dashboard_options, explain
 from scheduler.k8s.serve.dashboard_access import KubernetesAccess
 
+log = structlog.get_logger(__name__)
+
+#: Seconds between two looks whether the first listing is in, before the history's first sample.
+LISTING_POLL_S = 1.0
 #: Seconds after which the pages re-render even when no pod or node changed (the reasons pods wait move on).
 REASONS_REFRESH_S = 5.0
 
@@ -46,6 +56,9 @@ class OperatorSource:
         self.observer = observer
         self.maps = cluster_map.MapBuilder(operator.cache)
         self._namespaces: tuple[str, frozenset[str]] = ("", frozenset())
+        #: The last hours, one sample a minute (:meth:`sample`, called by :func:`serve`'s sampler).
+        self.kept = history.History()
+        self._map: tuple[str, view.ClusterMap] | None = None
 
     def version(self) -> str:
         op = self.operator
@@ -59,7 +72,21 @@ class OperatorSource:
         return view.Leadership(leading=self.operator.leading, leader=holder, leader_url=url, observer=self.observer)
 
     def cluster_map(self) -> view.ClusterMap:
-        return self.maps.build(queue_of=self.operator.loop.queue_of, shapes=self._shapes())
+        version = self.version()
+        if self._map is None or self._map[0] != version:  # the page and the history's present share one reading
+            self._map = (version, self.maps.build(queue_of=self.operator.loop.queue_of, shapes=self._shapes()))
+        return self._map[1]
+
+    def _now(self) -> view.Sample:
+        return history.sample(self.cluster_map(), pods_waiting=len(self.operator.pending), at=self.operator.clock())
+
+    def sample(self) -> bool:
+        """Keep the present in the history when the last sample is a minute old (whether it was kept); nothing before
+        the first listing is in (an empty cache is no picture of the cluster)."""
+        return self.operator.ready and self.kept.offer(self.operator.clock(), self._now)
+
+    def history(self) -> list[view.Sample]:
+        return [*self.kept.samples(), self._now()]
 
     def _shapes(self) -> list[typical.Shape]:
         """The typical pods the profile's fgd plugin measures against (learnt from the cluster's pods), else the
@@ -74,6 +101,7 @@ class OperatorSource:
         loop = self.operator.loop
         tree = loop.tenancy.tree
         statuses = loop.queue_statuses()
+        gpu = resources.GPU
         rows = []
         depth: dict[str, int] = {}
         for name in tree:
@@ -89,14 +117,28 @@ class OperatorSource:
                     guarantee=k8s_status.quantities(spec.guaranteed),
                     limit=k8s_status.quantities(spec.limit),
                     status=k8s_status.queue_status(status) if status is not None else {},
+                    gpus=None
+                    if status is None
+                    else view.QueueGpus(
+                        allocated=status.allocated.get(gpu, 0.0),
+                        guarantee=float(spec.guaranteed.get(gpu, 0)),
+                        limit=status.gpu_limit,
+                        borrowed=status.borrowed.get(gpu, 0.0),
+                        lendable=_lendable(
+                            float(spec.guaranteed.get(gpu, 0)),
+                            float(spec.unlendable().get(gpu, 0)),
+                            status.allocated.get(gpu, 0.0),
+                        ),
+                    ),
                 )
             )
-        return rows
+        return view.with_lent(rows, capacity=loop.tenancy.capacity().get(gpu, 0.0))
 
     def waiting(self) -> list[view.WaitingJob]:
         op = self.operator
         loop = op.loop
         loop.sort_pending()  # the order the next cycle reads
+        now = op.clock()
         positions: dict[str, int] = {}
         out = []
         for key, where in loop.queue.pending():
@@ -116,6 +158,7 @@ class OperatorSource:
                     (c.message for c in job.conditions.values() if c.status == "False" and c.message), ""
                 ) or _said(op, job.pending)
                 progress = (len(job.placed), job.exists, group.min_member)
+                waiting = list(job.pending.values())
             else:
                 pod = alone if alone is not None else next(iter(job.pending.values()), None)
                 if pod is None:
@@ -123,6 +166,7 @@ class OperatorSource:
                 kind, namespace, name = "pod", pod.namespace, pod.name
                 reason = op.conditions.said.get(pod.key, "")
                 progress = (0, 0, 0)
+                waiting = [pod]
             out.append(
                 view.WaitingJob(
                     key=f"{kind}/{namespace}/{name}",
@@ -136,6 +180,8 @@ class OperatorSource:
                     placed=progress[0],
                     exist=progress[1],
                     min_member=progress[2],
+                    gpus=max((_gpus(pod) for pod in waiting), default=0.0),
+                    waited_s=max((max(0.0, now - pod.created) for pod in waiting if pod.created), default=0.0),
                 )
             )
         return out
@@ -192,6 +238,16 @@ class OperatorSource:
         return self._namespaces[1]
 
 
+def _gpus(pod: PodRequest) -> float:
+    """The GPUs a pod asks for as its queue counts them (a shared GPU as its fraction)."""
+    return tenancy.request_of(pod).get(resources.GPU, 0.0)
+
+
+def _lendable(guarantee: float, kept: float, allocated: float) -> float:
+    """A queue's idle guarantee that other queues may use: the idle part beyond what its lending keeps."""
+    return max(0.0, (guarantee - allocated) - max(0.0, kept - allocated))
+
+
 def _said(operator: Operator, pods: Iterable[str]) -> str:
     return next((operator.conditions.said[key] for key in pods if key in operator.conditions.said), "")
 
@@ -226,4 +282,19 @@ async def serve(
     if not dashboard_options.wanted(args):
         return None
     source = OperatorSource(operator, leader=leader, observer=observer)
-    return await server.serve(source, port=args.dashboard_port, host=host, access=access_of(args, operator, source))
+    running = await server.serve(source, port=args.dashboard_port, host=host, access=access_of(args, operator, source))
+    running.tasks.append(asyncio.create_task(_sampler(source), name="dashboard-history"))
+    return running
+
+
+async def _sampler(source: OperatorSource) -> None:
+    """Offer the history a sample every ``history.EVERY_S`` seconds for as long as the pages are served, the first
+    as soon as the first listing is in; a failed sample is logged and the next one tried a minute later (the charts'
+    line spans the missing one; nothing else stops)."""
+    while True:
+        wait = history.EVERY_S if source.operator.ready else LISTING_POLL_S
+        try:
+            source.sample()
+        except Exception:  # the dashboard never stops the scheduler
+            log.exception("dashboard history sample failed")
+        await asyncio.sleep(wait)
