@@ -177,10 +177,11 @@ _MODULE_COMMANDS = {
         fill_help=True,
     ),
     "simulate": _Command(
-        "compare placement policies on a simulated cluster, side by side",
+        "compare placement policies, or your own configs on a snapshot of your cluster, side by side",
         "Run placement policies on a cluster and workload (built in, or the Alibaba GPU trace: see gpusched "
-        "trace) through the scheduler's own core, and print a table; or run a built-in scenario (--scenario). "
-        "See docs/simulator.md.",
+        "trace) through the scheduler's own core, and print a table; or run a built-in scenario (--scenario); or "
+        "compare your own config files (--config) and Queues (--queues) on your cluster as exported by gpusched "
+        "snapshot (--snapshot). See docs/simulator.md.",
         "scheduler.sim.command:add_arguments",
         "scheduler.cli:simulate",
     ),

@@ -186,7 +186,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hash-names",
         action="store_true",
-        help="replace the names of nodes, pods, namespaces and PodGroups by salted hashes (labels are kept)",
+        help="replace the names of nodes, pods, namespaces and PodGroups by salted hashes, wherever they are named "
+        "(other label values and the Queues are kept)",
     )
     parser.add_argument("--kubeconfig", help="a kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
     parser.add_argument("--context", help="a context of the kubeconfig")

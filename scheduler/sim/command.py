@@ -194,7 +194,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         action="append",
         metavar="FILE",
-        help="with --snapshot: an operator config file (gpusched run --config; its profile and reservations); give "
+        help="with --snapshot: an operator config file (gpusched run --config; its profile is what runs); give "
         "it once per config to compare, e.g. the current one and a candidate (default: the built-in config)",
     )
     parser.add_argument(

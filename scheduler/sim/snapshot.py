@@ -3,7 +3,7 @@
 ``gpusched snapshot`` writes the cluster's nodes, pods, PodGroups and Queues (``DIR/snapshot.json``, as the API
 server returned them; ``scheduler.k8s.snapshot``). Here they are read with the operator's own parsers, so a node's
 labels and taints and a pod's affinity, priority, queue and gang mean what they mean to ``gpusched run``. For each
-config (the operator's config file, ``gpusched run --config``: its profile and its reservations), a fresh core is
+config (the operator's config file, ``gpusched run --config``: its profile, and its reservations), a fresh core is
 built on the snapshot's nodes; the pods on nodes take their places (ours charged to their queues, another
 scheduler's holding their nodes); then the pending pods of ``gpusched`` reach the loop, as the first listing after a
 restart hands them over, and the loop runs until it has nothing left to do (preempting and consolidating where the
