@@ -6,8 +6,9 @@ labels and taints and a pod's affinity, priority, queue and gang mean what they 
 config (the operator's config file, ``gpusched run --config``: its profile, and its reservations), a fresh core is
 built on the snapshot's nodes; the pods on nodes take their places (ours charged to their queues, another
 scheduler's holding their nodes); then the pending pods of ``gpusched`` reach the loop, as the first listing after a
-restart hands them over, and the loop runs until it has nothing left to do (preempting and consolidating where the
-profile's actions say so; an evicted pod is taken out and counted, not recreated). What each config did is the
+restart hands them over, and the loop runs until it has nothing left to do, its backoff waits passing on a simulated
+clock (preempting and consolidating where the profile's actions say so; an evicted pod is taken out and counted, not
+recreated). What each config did is the
 comparison: pods and GPUs placed, by queue, what stays pending, what was evicted, GPU allocation after.
 
 The queues are the snapshot's, or the Queue objects of ``--queues`` files (YAML, the Queue CRD) instead: the same
@@ -266,6 +267,8 @@ def run(snapshot: Snapshot, settings: Settings, queues: Sequence[QueueSpec]) -> 
     """What ``settings`` does with the snapshot's pending pods (see the module's note)."""
     sim = SnapshotRun(snapshot, settings, queues)
     sim.step()
+    # Then the backoff wake-ups, on the simulated clock: a preemptor waits out its backoff for its victims' room.
+    sim.run()
     group_queue = {g.key: g.queue for g in snapshot.groups}
 
     def queue_of(pod: PodRequest) -> str:

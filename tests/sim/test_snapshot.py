@@ -166,3 +166,45 @@ def test_a_file_that_is_not_a_snapshot_is_refused(tmp_path: Path) -> None:
     (tmp_path / snapshot.FILE_NAME).write_text('{"nodes": []}')
     with pytest.raises(InvalidObject, match="not a snapshot"):
         snapshot.load(tmp_path)
+
+
+def test_a_higher_priority_pod_preempts_and_the_eviction_is_counted(tmp_path: Path) -> None:
+    """The default profile preempts: a full node's low-priority pod gives way to a pending one of higher priority."""
+    urgent = _pod("urgent", 4, queue="team-a", created="2026-01-01T00:05:00Z")
+    urgent["spec"]["priority"] = 1000
+    document = {
+        "format": snapshot.FORMAT,
+        "nodes": [_node("node-a", 4)],
+        "pods": [_pod("batch", 4, queue="team-a", node="node-a"), urgent],
+    }
+    (tmp_path / snapshot.FILE_NAME).write_text(json.dumps(document))
+    (tmp_path / "q.yaml").write_text(QUEUES)
+    from scheduler.k8s import config as k8s_config
+
+    default = snapshot.settings_of("default.yaml", k8s_config.load(None))
+    result = snapshot.run(snapshot.load(tmp_path), default, snapshot.load_queues([tmp_path / "q.yaml"]))
+    assert result["placed"] == ["ml/urgent"]
+    assert (result["evicted_pods"], result["evicted_gpus"]) == (1, 4.0)
+    assert result["gpu_allocation"] == pytest.approx(100.0)
+
+
+def test_refusals_name_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = write_snapshot(tmp_path / "snap")
+    assert cli.main(["simulate", "--snapshot", str(folder), "--policy", "fgd"]) == 2
+    assert "--policy: does not apply to --snapshot" in capsys.readouterr().err
+    assert cli.main(["simulate", "--snapshot", str(tmp_path / "missing")]) == 2
+    assert "gpusched snapshot --out DIR writes one" in capsys.readouterr().err
+    assert cli.main(["simulate", "--snapshot", str(folder), "--config", str(tmp_path / "none.yaml")]) == 2
+    assert "none.yaml" in capsys.readouterr().err
+
+
+def test_an_unreadable_pod_is_left_out_and_named(tmp_path: Path) -> None:
+    bad = _pod("bad", 1, queue="team-a")
+    bad["spec"]["priority"] = "high"
+    folder = write_snapshot(tmp_path / "snap")
+    document = json.loads((folder / snapshot.FILE_NAME).read_text())
+    document["pods"].append(bad)
+    (folder / snapshot.FILE_NAME).write_text(json.dumps(document))
+    taken = snapshot.load(folder)
+    assert [p.name for p in taken.pending] == ["small", "large"]
+    assert "left out pod ml/bad" in snapshot.describe(taken) and "spec.priority" in snapshot.describe(taken)
