@@ -9,8 +9,9 @@ pod's affinity, tolerations, priority, queue and gang all reach the simulator as
 
 With ``--hash-names`` the names of nodes, pods, namespaces and PodGroups become ``node-``/``pod-``/``ns-``/
 ``group-`` and a hash, everywhere they are named (a pod's ``spec.nodeName``, the node's hostname label, the pod's
-PodGroup label); the salt is drawn for each export and not written, so two exports cannot be matched by name and a
-guessable name cannot be found again by hashing it. Label and annotation values other than those are kept:
+PodGroup label, a node named in a pod's node selector or node affinity, the namespaces of its pod affinity terms);
+the salt is drawn for each export and not written, so two exports cannot be matched by name and a guessable name
+cannot be found again by hashing it. Label and annotation values other than those are kept:
 scheduling reads them (node selectors, queues).
 
 Only ``scheduler.k8s`` talks to the API server, so the export lives here and writes plain JSON; the simulator
@@ -100,12 +101,39 @@ def pod(raw: Mapping[str, Any], names: Names) -> dict[str, Any]:
     spec = dict(raw.get("spec") or {})
     if spec.get("nodeName"):
         spec["nodeName"] = names("node", str(spec["nodeName"]))
+    if names.hashed:
+        spec = _named_references(spec, names)
     status = raw.get("status") or {}
     return {
         "metadata": meta,
         "spec": spec,
         "status": {key: status[key] for key in _POD_STATUS_KEYS if key in status},
     }
+
+
+def _named_references(spec: dict[str, Any], names: Names) -> dict[str, Any]:
+    """A pod's spec with the names it refers to hashed as the objects' own are: a node selected by its hostname label
+    or by ``metadata.name`` (node affinity), and the namespaces of pod (anti-)affinity terms."""
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, Mapping) and LABEL_HOSTNAME in selector:
+        spec["nodeSelector"] = {**selector, LABEL_HOSTNAME: names("node", str(selector[LABEL_HOSTNAME]))}
+    if isinstance(spec.get("affinity"), Mapping):
+        spec["affinity"] = _walk(spec["affinity"], names)
+    return spec
+
+
+def _walk(value: Any, names: Names) -> Any:
+    """``value`` (a part of an affinity) with node names and namespaces hashed wherever a term names them."""
+    if isinstance(value, list):
+        return [_walk(item, names) for item in value]
+    if not isinstance(value, Mapping):
+        return value
+    out = {key: _walk(item, names) for key, item in value.items()}
+    if isinstance(out.get("namespaces"), list):
+        out["namespaces"] = [names("ns", str(ns)) for ns in out["namespaces"]]
+    if out.get("key") in (LABEL_HOSTNAME, "metadata.name") and isinstance(out.get("values"), list):
+        out["values"] = [names("node", str(v)) for v in out["values"]]
+    return out
 
 
 def podgroup(raw: Mapping[str, Any], names: Names) -> dict[str, Any]:

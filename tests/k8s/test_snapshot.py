@@ -76,3 +76,25 @@ def test_hashed_names_are_hashed_everywhere_they_are_named(tmp_path: Path) -> No
 def test_two_exports_do_not_share_hashes() -> None:
     first, second = k8s_snapshot.Names(hashed=True), k8s_snapshot.Names(hashed=True)
     assert first("node", "a") == first("node", "a") != second("node", "a")
+
+
+def test_a_pods_references_to_nodes_and_namespaces_are_hashed_as_the_names_are() -> None:
+    pending = _pod("trainer-1", phase="Pending")
+    pending["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-node-7", "zone": "a"}
+    term = {"labelSelector": {"matchLabels": {"app": "x"}}, "namespaces": ["secret-project"], "topologyKey": "zone"}
+    node_term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-node-7"]}]}
+    pending["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": term}]
+        },
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [node_term]}},
+    }
+    doc = k8s_snapshot.document(nodes=[NODE], pods=[pending], names=k8s_snapshot.Names(hashed=True), taken="now")
+    node_name, spec = doc["nodes"][0]["metadata"]["name"], doc["pods"][0]["spec"]
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": node_name, "zone": "a"}
+    affinity = spec["affinity"]
+    required = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [node_name]
+    anti = affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert anti["namespaces"] == [doc["pods"][0]["metadata"]["namespace"]]
+    assert "secret-project" not in json.dumps(doc) and "gpu-node-7" not in json.dumps(doc)
