@@ -37,7 +37,7 @@ placement leaves to the pods that come after it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -119,16 +119,16 @@ class Numa:
         store = snapshot.numa
         if not store.nodes:
             return
+        replay = topology_manager.PodReplay(pod)
         for node, zones in store.nodes.items():
-            if topology_manager.policy_for(zones, pod.numa) not in numa.ENFORCED or not zones.zones:
+            if replay.policy(zones) not in numa.ENFORCED or not zones.zones:
                 continue
             slot = snapshot.slot_of(node)
             if slot is None or slot >= reasons.shape[0] or reasons[slot] != layout.FIT:
                 continue
-            if topology_manager.admit_pod(zones, pod, available=snapshot.numa_available(node)).admitted:
+            if replay.admit(zones, available=snapshot.numa_free(node)).admitted:
                 continue
-            empty = [z.capacity for z in zones.zones]
-            ever = topology_manager.admit_pod(zones, pod, available=empty).admitted
+            ever = replay.admit(zones, available=[z.capacity for z in zones.zones]).admitted
             reasons[slot] = FULL.code if ever else TOO_SMALL.code
 
     def score(self, state: CycleState, nodes: I64, out: F64) -> bool:
@@ -140,12 +140,13 @@ class Numa:
         names = snapshot.names
         scores = np.full(nodes.shape[0], NEUTRAL)
         said = False
+        replay = topology_manager.PodReplay(pod)
         for at, slot in enumerate(nodes.tolist()):
             node = names[slot] if slot < len(names) else None
             zones = store.nodes.get(node) if node is not None else None
             if zones is None or not zones.zones:
                 continue
-            kept = zone_keeping(zones, pod, available=snapshot.numa_available(zones.node))
+            kept = zone_keeping(zones, pod, available=snapshot.numa_free(zones.node), replay=replay)
             if kept is not None:
                 scores[at] = kept
                 said = True
@@ -167,20 +168,27 @@ def _fragments(free: int, sizes: range) -> int:
     return sum(free % size for size in sizes)
 
 
-def zone_keeping(zones: numa.NodeZones, pod: PodRequest, *, available: list[dict[str, int]] | None) -> float | None:
+def zone_keeping(
+    zones: numa.NodeZones,
+    pod: PodRequest,
+    *,
+    available: Sequence[Mapping[str, int]] | None,
+    replay: topology_manager.PodReplay | None = None,
+) -> float | None:
     """The score (0..100, :data:`NEUTRAL` for a placement that changes nothing) of placing ``pod`` on the node of
     ``zones`` with ``available`` left in each zone (see the module's notes); None: no rule there, or nothing of the
-    pod is aligned (it takes nothing of a zone)."""
-    policy = topology_manager.policy_for(zones, pod.numa)
+    pod is aligned (it takes nothing of a zone). ``replay``: the pod's, when the caller scores it on many nodes."""
+    replay = replay if replay is not None else topology_manager.PodReplay(pod)
+    policy = replay.policy(zones)
     if policy == numa.Policy.NONE:
         return None
     left = available if available is not None else [dict(z.available) for z in zones.zones]
-    taken = topology_manager.admit_pod(zones, pod, available=left).taken
+    taken = replay.admit(zones, available=left).taken
     if not any(taken):
         return None
     if policy == numa.Policy.BEST_EFFORT:
         strict = numa.NodeZones(zones.node, numa.Policy.RESTRICTED, zones.scope, zones.zones)
-        if not topology_manager.admit_pod(strict, pod, available=left).admitted:
+        if not replay.admit(strict, available=left).admitted:
             return 0.0  # the kubelet admits it spread over more zones than it needs
     per_resource: list[float] = []
     for name in sorted({name for t in taken for name in t}):
