@@ -37,7 +37,7 @@ placement leaves to the pods that come after it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,6 +104,10 @@ class Numa:
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
+        #: Node -> its zones and free amounts as the filter last read them (the very objects: the store makes new ones
+        #: when the node changes), and the reason code it gave each pod shape there: the same shape on an unchanged
+        #: node gets the same answer, without a replay.
+        self._judged: dict[str, tuple[numa.NodeZones, Sequence[Mapping[str, int]], dict[Hashable, int]]] = {}
 
     def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
         return framework_reasons.wakes(self.reasons, reason)
@@ -120,16 +124,47 @@ class Numa:
         if not store.nodes:
             return
         replay = topology_manager.PodReplay(pod)
-        for node, zones in store.nodes.items():
-            if replay.policy(zones) not in numa.ENFORCED or not zones.zones:
+        # Inside a what-if the free amounts are counted afresh for each node: nothing to remember them by.
+        remember = not snapshot.what_if_pods
+        names = snapshot.names
+        for slot in np.flatnonzero(reasons == layout.FIT).tolist():
+            name = names[slot] if slot < len(names) else None
+            zones = store.nodes.get(name) if name is not None else None
+            if zones is None or not zones.zones or replay.policy(zones) not in numa.ENFORCED:
                 continue
-            slot = snapshot.slot_of(node)
-            if slot is None or slot >= reasons.shape[0] or reasons[slot] != layout.FIT:
-                continue
-            if replay.admit(zones, available=snapshot.numa_free(node)).admitted:
-                continue
-            ever = replay.admit(zones, available=[z.capacity for z in zones.zones]).admitted
-            reasons[slot] = FULL.code if ever else TOO_SMALL.code
+            code = self._judge(zones, snapshot.numa_free(zones.node), replay, remember=remember)
+            if code != layout.FIT:
+                reasons[slot] = code
+
+    def _judge(
+        self,
+        zones: numa.NodeZones,
+        free: Sequence[Mapping[str, int]] | None,
+        replay: topology_manager.PodReplay,
+        *,
+        remember: bool,
+    ) -> int:
+        """The filter's code for the pod of ``replay`` on the node of ``zones`` with ``free`` left."""
+        known: dict[Hashable, int] | None = None
+        shape: Hashable = None
+        if remember and free is not None:
+            memo = self._judged.get(zones.node)
+            if memo is None or memo[0] is not zones or memo[1] is not free:
+                memo = (zones, free, {})
+                self._judged[zones.node] = memo
+            known, shape = memo[2], replay.shape(zones)
+            code = known.get(shape)
+            if code is not None:
+                return code
+        if replay.admit(zones, available=free).admitted:
+            code = layout.FIT
+        elif replay.admit(zones, available=[z.capacity for z in zones.zones]).admitted:
+            code = FULL.code
+        else:
+            code = TOO_SMALL.code
+        if known is not None:
+            known[shape] = code
+        return code
 
     def score(self, state: CycleState, nodes: I64, out: F64) -> bool:
         snapshot = state.snapshot

@@ -408,6 +408,12 @@ class PodReplay:
         """:func:`policy_for` this pod on ``node``."""
         return policy_for(node, self._ask)
 
+    def shape(self, node: numa.NodeZones) -> tuple[numa.Policy, Asks, tuple[bool, ...]]:
+        """All of this pod that its admission on ``node`` depends on (with the zones' figures): pods of the same shape
+        get the same answer on the same zones."""
+        asks, consumes, _ = self._asks(node.scope)
+        return policy_for(node, self._ask), asks, consumes
+
     def admit(self, node: numa.NodeZones, *, available: Sequence[Mapping[str, int]] | None = None) -> Admission:
         """:func:`admit_pod` of this pod on ``node``."""
         policy = policy_for(node, self._ask)
