@@ -98,6 +98,10 @@ KUBELET_REFUSED = Reason(
 )
 
 
+#: How many pod shapes the filter remembers its answer for on one unchanged node.
+_SHAPES_KEPT = 256
+
+
 class Numa:
     name = "numa"
     reasons = (FULL, TOO_SMALL, KUBELET_REFUSED)
@@ -163,6 +167,8 @@ class Numa:
         else:
             code = TOO_SMALL.code
         if known is not None:
+            if len(known) >= _SHAPES_KEPT:
+                known.clear()  # a node whose object never changes (frozen) meets every shape: keep the memo small
             known[shape] = code
         return code
 
