@@ -72,6 +72,9 @@ class NumaStore:
         #: Node name -> the zones and pod keys :meth:`shown` replayed last, and its answer (a victim search asks
         #: once per what-if and candidate node; the answer holds until the object or the node's pods change).
         self._shown: dict[str, tuple[NodeZones, tuple[str, ...], dict[str, tuple[Mapping[str, int], ...]]]] = {}
+        #: Node name -> the zones :meth:`free` counted on, and its answer (a filter reads every node for each pod; the
+        #: answer holds until the object, a prediction or a pod that left changes: each such change drops it).
+        self._free: dict[str, tuple[NodeZones, tuple[Mapping[str, int], ...]]] = {}
 
     def labelled(self, node: str, policy: Policy | None) -> None:
         """Node ``node``'s Koordinator label gives its pods ``policy`` (None: it has no label, or is gone): kept with
@@ -93,6 +96,7 @@ class NumaStore:
         """The node's object was published (created or updated) at ``now`` (default: the clock's now): pods running
         before that are in it."""
         now = self.clock() if now is None else now
+        self._free.pop(zones.node, None)
         self.nodes[zones.node] = dataclasses.replace(zones, label_policy=self._labels.get(zones.node))
         on_node = self._predicted.get(zones.node, {})
         for key, p in list(on_node.items()):
@@ -108,6 +112,7 @@ class NumaStore:
         """The node's object is gone: the node has no NUMA rule any more (its kubelet's policy is not known)."""
         self.nodes.pop(node, None)
         self._shown.pop(node, None)
+        self._free.pop(node, None)
         self._left.pop(node, None)
         for key in self._predicted.pop(node, {}):
             del self._node_of[key]
@@ -117,6 +122,7 @@ class NumaStore:
         if node in self.nodes and any(taken):
             self.gone(pod_key)
             self._predicted.setdefault(node, {})[pod_key] = _Predicted(tuple(dict(t) for t in taken))
+            self._free.pop(node, None)
             self._node_of[pod_key] = node
 
     def pod_placed(self, pod: PodRequest, node: str) -> None:
@@ -148,6 +154,7 @@ class NumaStore:
         """Pod ``pod_key`` left, or its binding failed: if the object did not show it yet, it never will."""
         node = self._node_of.pop(pod_key, None)
         if node is not None:
+            self._free.pop(node, None)
             on_node = self._predicted[node]
             del on_node[pod_key]
             if not on_node:
@@ -165,6 +172,7 @@ class NumaStore:
         taken = self.shown(node, [p for p in on_node if self.predicted(p.key) is None]).get(pod.key)
         if taken:
             self._left.setdefault(node, {})[pod.key] = (self.clock(), taken)
+            self._free.pop(node, None)
 
     def predicted(self, pod_key: str) -> tuple[Mapping[str, int], ...] | None:
         """What pod ``pod_key`` is counted as taking of each zone of its node, while the object does not show it."""
@@ -174,15 +182,24 @@ class NumaStore:
     def available(self, node: str) -> list[dict[str, int]] | None:
         """What each zone of ``node`` has left: the published figures less the pods they do not show yet (never
         below zero); None for a node without zones."""
+        free = self.free(node)
+        return None if free is None else [dict(f) for f in free]
+
+    def free(self, node: str) -> tuple[Mapping[str, int], ...] | None:
+        """:meth:`available`, counted once until the node's figures change (read it, never change it)."""
         zones = self.nodes.get(node)
         if zones is None:
             return None
+        memo = self._free.get(node)
+        if memo is not None and memo[0] is zones:
+            return memo[1]
         left = self._published(zones)
         for p in self._predicted.get(node, {}).values():
             for i, taken in enumerate(p.taken[: len(left)]):
                 for name, amount in taken.items():
                     left[i][name] = max(0, left[i].get(name, 0) - amount)
-        return left
+        self._free[node] = (zones, tuple(left))
+        return self._free[node][1]
 
     def shown(self, node: str, pods: Sequence[PodRequest]) -> dict[str, tuple[Mapping[str, int], ...]]:
         """What each of ``pods`` (pods on ``node`` that the store has no prediction for: the object shows them)

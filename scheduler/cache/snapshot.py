@@ -372,6 +372,13 @@ class Snapshot:
                     zone[name] = max(0, zone.get(name, 0) - sign * amount)
         return left
 
+    def numa_free(self, node: str) -> Sequence[Mapping[str, int]] | None:
+        """:meth:`numa_available` to read only (never change it): outside what-ifs the store's count as it keeps it,
+        without a copy per node and pod."""
+        if not self._what_if:
+            return self._cache.numa.free(node)
+        return self.numa_available(node)
+
     def _numa_shown(self, node: str, slot: int) -> dict[str, tuple[Mapping[str, int], ...]]:
         """``NumaStore.shown`` for the pods the cache holds on ``node`` (slot ``slot``) without a prediction."""
         store = self._cache.numa

@@ -37,7 +37,7 @@ placement leaves to the pods that come after it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -98,12 +98,20 @@ KUBELET_REFUSED = Reason(
 )
 
 
+#: How many pod shapes the filter remembers its answer for on one unchanged node.
+_SHAPES_KEPT = 256
+
+
 class Numa:
     name = "numa"
     reasons = (FULL, TOO_SMALL, KUBELET_REFUSED)
 
     def __init__(self, args: Mapping[str, Any]) -> None:
         plugin_args.check_keys(self.name, args, ())
+        #: Node -> its zones and free amounts as the filter last read them (the very objects: the store makes new ones
+        #: when the node changes), and the reason code it gave each pod shape there: the same shape on an unchanged
+        #: node gets the same answer, without a replay.
+        self._judged: dict[str, tuple[numa.NodeZones, Sequence[Mapping[str, int]], dict[Hashable, int]]] = {}
 
     def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
         return framework_reasons.wakes(self.reasons, reason)
@@ -119,17 +127,50 @@ class Numa:
         store = snapshot.numa
         if not store.nodes:
             return
-        for node, zones in store.nodes.items():
-            if topology_manager.policy_for(zones, pod.numa) not in numa.ENFORCED or not zones.zones:
+        replay = topology_manager.PodReplay(pod)
+        # Inside a what-if the free amounts are counted afresh for each node: nothing to remember them by.
+        remember = not snapshot.what_if_pods
+        names = snapshot.names
+        for slot in np.flatnonzero(reasons == layout.FIT).tolist():
+            name = names[slot] if slot < len(names) else None
+            zones = store.nodes.get(name) if name is not None else None
+            if zones is None or not zones.zones or replay.policy(zones) not in numa.ENFORCED:
                 continue
-            slot = snapshot.slot_of(node)
-            if slot is None or slot >= reasons.shape[0] or reasons[slot] != layout.FIT:
-                continue
-            if topology_manager.admit_pod(zones, pod, available=snapshot.numa_available(node)).admitted:
-                continue
-            empty = [z.capacity for z in zones.zones]
-            ever = topology_manager.admit_pod(zones, pod, available=empty).admitted
-            reasons[slot] = FULL.code if ever else TOO_SMALL.code
+            code = self._judge(zones, snapshot.numa_free(zones.node), replay, remember=remember)
+            if code != layout.FIT:
+                reasons[slot] = code
+
+    def _judge(
+        self,
+        zones: numa.NodeZones,
+        free: Sequence[Mapping[str, int]] | None,
+        replay: topology_manager.PodReplay,
+        *,
+        remember: bool,
+    ) -> int:
+        """The filter's code for the pod of ``replay`` on the node of ``zones`` with ``free`` left."""
+        known: dict[Hashable, int] | None = None
+        shape: Hashable = None
+        if remember and free is not None:
+            memo = self._judged.get(zones.node)
+            if memo is None or memo[0] is not zones or memo[1] is not free:
+                memo = (zones, free, {})
+                self._judged[zones.node] = memo
+            known, shape = memo[2], replay.shape(zones)
+            code = known.get(shape)
+            if code is not None:
+                return code
+        if replay.admit(zones, available=free).admitted:
+            code = layout.FIT
+        elif replay.admit(zones, available=[z.capacity for z in zones.zones]).admitted:
+            code = FULL.code
+        else:
+            code = TOO_SMALL.code
+        if known is not None:
+            if len(known) >= _SHAPES_KEPT:
+                known.clear()  # a node whose object never changes (frozen) meets every shape: keep the memo small
+            known[shape] = code
+        return code
 
     def score(self, state: CycleState, nodes: I64, out: F64) -> bool:
         snapshot = state.snapshot
@@ -140,12 +181,13 @@ class Numa:
         names = snapshot.names
         scores = np.full(nodes.shape[0], NEUTRAL)
         said = False
+        replay = topology_manager.PodReplay(pod)
         for at, slot in enumerate(nodes.tolist()):
             node = names[slot] if slot < len(names) else None
             zones = store.nodes.get(node) if node is not None else None
             if zones is None or not zones.zones:
                 continue
-            kept = zone_keeping(zones, pod, available=snapshot.numa_available(zones.node))
+            kept = zone_keeping(zones, pod, available=snapshot.numa_free(zones.node), replay=replay)
             if kept is not None:
                 scores[at] = kept
                 said = True
@@ -167,20 +209,27 @@ def _fragments(free: int, sizes: range) -> int:
     return sum(free % size for size in sizes)
 
 
-def zone_keeping(zones: numa.NodeZones, pod: PodRequest, *, available: list[dict[str, int]] | None) -> float | None:
+def zone_keeping(
+    zones: numa.NodeZones,
+    pod: PodRequest,
+    *,
+    available: Sequence[Mapping[str, int]] | None,
+    replay: topology_manager.PodReplay | None = None,
+) -> float | None:
     """The score (0..100, :data:`NEUTRAL` for a placement that changes nothing) of placing ``pod`` on the node of
     ``zones`` with ``available`` left in each zone (see the module's notes); None: no rule there, or nothing of the
-    pod is aligned (it takes nothing of a zone)."""
-    policy = topology_manager.policy_for(zones, pod.numa)
+    pod is aligned (it takes nothing of a zone). ``replay``: the pod's, when the caller scores it on many nodes."""
+    replay = replay if replay is not None else topology_manager.PodReplay(pod)
+    policy = replay.policy(zones)
     if policy == numa.Policy.NONE:
         return None
     left = available if available is not None else [dict(z.available) for z in zones.zones]
-    taken = topology_manager.admit_pod(zones, pod, available=left).taken
+    taken = replay.admit(zones, available=left).taken
     if not any(taken):
         return None
     if policy == numa.Policy.BEST_EFFORT:
         strict = numa.NodeZones(zones.node, numa.Policy.RESTRICTED, zones.scope, zones.zones)
-        if not topology_manager.admit_pod(strict, pod, available=left).admitted:
+        if not replay.admit(strict, available=left).admitted:
             return 0.0  # the kubelet admits it spread over more zones than it needs
     per_resource: list[float] = []
     for name in sorted({name for t in taken for name in t}):

@@ -136,3 +136,57 @@ def test_a_zones_gpus_come_from_the_gpu_topology_else_in_zone_order() -> None:
     partial = gputopo.GpuTopology.of([gputopo.Gpu(i, numa=-1 if i == 0 else 1) for i in range(4)])
     assert admission.zone_gpus(node, partial, 4) == [[0, 1], [2, 3]]
     assert admission.zone_gpus(node, None, 4) == [[0, 1], [2, 3]]
+
+
+_AMOUNTS = {GPU: 8, "cpu": 32_000, "memory": 8 * GIB, "rdma/ib": 2}
+_requests = st.dictionaries(st.sampled_from(sorted(_AMOUNTS)), st.integers(0, 8), max_size=len(_AMOUNTS)).map(
+    lambda r: {name: amount * _AMOUNTS[name] // 8 + (name == "cpu") * (amount % 2) * 500 for name, amount in r.items()}
+)
+_zone = st.tuples(_requests, _requests)  # capacity, and what of it is free (min of the two)
+
+
+@given(
+    policy=st.sampled_from(list(numa.Policy)),
+    scope=st.sampled_from(list(numa.Scope)),
+    zones=st.lists(_zone, min_size=1, max_size=4),
+    containers=st.lists(_requests, min_size=1, max_size=3),
+    init_containers=st.lists(_requests, max_size=2),
+    guaranteed=st.booleans(),
+)
+def test_the_remembered_answer_is_the_replay_on_the_whole_zones(
+    policy: numa.Policy,
+    scope: numa.Scope,
+    zones: list[tuple[dict[str, int], dict[str, int]]],
+    containers: list[dict[str, int]],
+    init_containers: list[dict[str, int]],
+    guaranteed: bool,
+) -> None:
+    # Zones list other resources too (pods, hugepages): the memo reads only what the pod asks for, and must not
+    # answer otherwise than the replay on everything; each case is asked twice, the second answer from the memo.
+    made = tuple(
+        numa.Zone(
+            f"node-{i}",
+            i,
+            {**capacity, "hugepages-2Mi": GIB},
+            {**capacity, "hugepages-2Mi": GIB},
+            {**{name: min(free.get(name, 0), amount) for name, amount in capacity.items()}, "pods": 110},
+        )
+        for i, (capacity, free) in enumerate(zones)
+    )
+    node_zones = numa.NodeZones("gpu-0", policy, scope, made)
+
+    def admit(*, available: list[Mapping[str, int]] | None = None, memo: bool = True) -> admission.Admission:
+        return admission.admit(
+            node_zones,
+            containers=containers,
+            init_containers=init_containers,
+            guaranteed=guaranteed,
+            available=available,
+            memo=memo,
+        )
+
+    plain = admit(memo=False)
+    for _ in range(2):
+        assert admit() == plain
+    empty = [z.capacity for z in made]
+    assert admit(available=empty) == admit(available=empty, memo=False)

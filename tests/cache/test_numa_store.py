@@ -76,3 +76,26 @@ def test_a_pod_the_object_shows_gives_its_zone_back_when_it_leaves_until_an_upda
     assert store.available("gpu-0") == [{GPU: 4}, {GPU: 2}]
     store.upsert(zones([4, 2]), now=160.0)
     assert store.available("gpu-0") == [{GPU: 4}, {GPU: 2}]  # counted once
+
+
+def test_each_change_of_a_node_shows_in_the_next_read_of_it() -> None:
+    # The figures are counted once and kept until the node changes: every read after a change sees it.
+    store = NumaStore()
+    store.upsert(zones([4, 4]), now=0.0)
+    assert store.available("gpu-0") == [{GPU: 4}, {GPU: 4}]
+    store.placed("ml/a", "gpu-0", [{GPU: 3}, {}])
+    assert store.available("gpu-0") == [{GPU: 1}, {GPU: 4}]
+    store.placed("ml/b", "gpu-0", [{}, {GPU: 2}])
+    assert store.free("gpu-0") == ({GPU: 1}, {GPU: 2})
+    store.gone("ml/a")
+    assert store.available("gpu-0") == [{GPU: 4}, {GPU: 2}]
+    store.labelled("gpu-0", numa.Policy.RESTRICTED)
+    store.upsert(zones([3, 4]), now=1.0)  # shows neither pod yet (ml/b does not run)
+    assert store.available("gpu-0") == [{GPU: 3}, {GPU: 2}]
+    # What a caller does with its copy is its own.
+    copy = store.available("gpu-0")
+    assert copy is not None
+    copy[0][GPU] = 0
+    assert store.available("gpu-0") == [{GPU: 3}, {GPU: 2}]
+    store.remove("gpu-0")
+    assert store.available("gpu-0") is None and store.free("gpu-0") is None

@@ -221,3 +221,19 @@ def test_the_gpus_chosen_follow_the_numa_nodes_the_gpu_topology_annotation_gives
     )
     c.cache.numa.upsert(zones("a-0", [0, 4]), now=0.0)
     assert c.place(objects.pod("two", gpus=2)) == ("a-0", (1, 3))
+
+
+def test_pods_of_one_shape_see_each_change_of_the_zones() -> None:
+    # The filter remembers its answer per node and pod shape until the node's zones change: each pod placed changes
+    # them, so the same 4-GPU pod fills zone 0, then zone 1, then finds no zone, then one again once one is free.
+    c = Cluster(
+        [objects.node("a-0", gpus=12)],  # GPUs outside the zones (the node has room): only the zones refuse
+        config=profile.parse({"plugins": ["fit", "gpu", "numa"], "tieBreak": "first"}),
+    )
+    c.cache.numa.upsert(zones("a-0", [4, 4]), now=0.0)
+    assert [c.place(objects.pod(f"p{i}", gpus=4))[0] for i in range(2)] == ["a-0", "a-0"]
+    assert c.cache.numa.available("a-0") == [{GPU: 0, "cpu": 32_000}, {GPU: 0, "cpu": 32_000}]
+    result = c.schedule(objects.pod("p2", gpus=4))
+    assert result.decision is None and "no NUMA zone has 4 nvidia.com/gpu" in result.status.message
+    c.cache.numa.gone("default/p0")
+    assert c.place(objects.pod("p2", gpus=4))[0] == "a-0"

@@ -36,10 +36,17 @@ its node's zones (``scheduler.cache.numa_store``), the ``numa`` filter to refuse
 Scope ``container``: init containers are each judged on the zones as they are (they run before the others and
 their CPUs are handed on), then the app containers one after another, each taking from what the previous left.
 Scope ``pod``: the pod's effective requests judged once.
+
+Cost. The ``numa`` filter asks this for every node with room, for every pod, so answers are remembered: the answer is
+a function of the policy, the pod's aligned asks and the zones' capacity and free amounts of only the resources
+asked, and a cluster's nodes repeat few such states, its pods few shapes (:func:`admit`'s ``memo``;
+:class:`PodReplay` reads a pod once for many nodes). The replay without the memo stays, as the reference it is tested
+against.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -177,17 +184,14 @@ def merge(per_resource: Iterable[list[Hint] | None], zones: int, policy: numa.Po
     return best if best is not None else Merged(everything, False)
 
 
-def _best(ask: Mapping[str, int], node: numa.NodeZones, available: list[dict[str, int]]) -> Merged:
+def _best(
+    ask: Mapping[str, int], policy: numa.Policy, capacity: Sequence[Mapping[str, int]], available: list[dict[str, int]]
+) -> Merged:
     names = sorted(ask)
     per_resource = [
-        hints(
-            ask[name],
-            [z.capacity.get(name, 0) for z in node.zones],
-            [a.get(name, 0) for a in available],
-        )
-        for name in names
+        hints(ask[name], [c.get(name, 0) for c in capacity], [a.get(name, 0) for a in available]) for name in names
     ]
-    return merge(per_resource, len(node.zones), node.policy)
+    return merge(per_resource, len(capacity), policy)
 
 
 def _take(ask: Mapping[str, int], mask: int, available: list[dict[str, int]], taken: list[dict[str, int]]) -> None:
@@ -211,10 +215,11 @@ def _amount(name: str, amount: int) -> str:
     return f"{quantity.text(name, amount)} {name}"
 
 
-def _refusal(ask: Mapping[str, int], node: numa.NodeZones, available: list[dict[str, int]]) -> str:
+def _refusal(
+    ask: Mapping[str, int], policy: numa.Policy, capacity: Sequence[Mapping[str, int]], available: list[dict[str, int]]
+) -> str:
     """Why the kubelet refuses ``ask``, naming only what its zones list (what no zone lists, no provider places)."""
-    policy = node.policy
-    ask = {name: amount for name, amount in ask.items() if any(z.capacity.get(name) for z in node.zones)}
+    ask = {name: amount for name, amount in ask.items() if any(c.get(name) for c in capacity)}
     asked = ", ".join(_amount(name, amount) for name, amount in sorted(ask.items()))
     if policy == numa.Policy.SINGLE_NUMA_NODE:
         for name, amount in sorted(ask.items()):
@@ -222,6 +227,107 @@ def _refusal(ask: Mapping[str, int], node: numa.NodeZones, available: list[dict[
                 return f"no NUMA zone has {_amount(name, amount)} ({policy})"
         return f"no NUMA zone has {asked} together ({policy})"
     return f"no NUMA zones hold {asked} in as few zones as they need ({policy})"
+
+
+#: A pod's aligned requests, one ask per container judged (or one for the pod), each as (resource, amount) pairs.
+Asks = tuple[tuple[tuple[str, int], ...], ...]
+
+
+def _aligned_asks(
+    scope: numa.Scope,
+    *,
+    containers: Sequence[Mapping[str, int]],
+    init_containers: Sequence[Mapping[str, int]],
+    pod: Mapping[str, int] | None,
+    guaranteed: bool,
+) -> tuple[Asks, tuple[bool, ...]]:
+    """What the Topology Manager judges of a pod under ``scope``, in order, and whether each ask takes from the zones
+    (an init container's does not: it hands its resources on)."""
+    every = list(init_containers) + list(containers)
+    whole_cpus = all(c.get(resources.CPU, 0) % 1000 == 0 for c in every)
+
+    def aligned_part(requests: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+        return tuple(
+            (name, amount)
+            for name, amount in requests.items()
+            if amount > 0 and aligned(name, guaranteed=guaranteed, whole_cpus=whole_cpus)
+        )
+
+    if scope == numa.Scope.POD:
+        if pod is None:
+            total: dict[str, int] = {}
+            for c in containers:
+                resources.add(total, c)
+            for c in init_containers:
+                resources.maximum(total, c)
+            pod = total
+        return (aligned_part(pod),), (True,)
+    asks = tuple(aligned_part(c) for c in init_containers) + tuple(aligned_part(c) for c in containers)
+    return asks, (False,) * len(init_containers) + (True,) * len(containers)
+
+
+def _judge(
+    policy: numa.Policy,
+    capacity: Sequence[Mapping[str, int]],
+    left: list[dict[str, int]],
+    asks: Asks,
+    consumes: tuple[bool, ...],
+) -> Admission:
+    """The admission of ``asks`` on zones of ``capacity`` with ``left`` free (taken from as the asks consume)."""
+    taken: list[dict[str, int]] = [{} for _ in capacity]
+    for pairs, consume in zip(asks, consumes, strict=True):
+        if not pairs:
+            continue
+        ask = dict(pairs)
+        best = _best(ask, policy, capacity, left)
+        if not best.preferred and policy != numa.Policy.BEST_EFFORT:
+            return Admission(False, tuple(taken), _refusal(ask, policy, capacity, left))
+        if consume:
+            _take(ask, best.mask, left, taken)
+    return Admission(True, tuple(taken))
+
+
+def _names(asks: Asks) -> tuple[str, ...]:
+    return tuple(sorted({name for pairs in asks for name, _ in pairs}))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _judged(
+    policy: numa.Policy,
+    names: tuple[str, ...],
+    capacity: tuple[tuple[int, ...], ...],
+    available: tuple[tuple[int, ...], ...],
+    asks: Asks,
+    consumes: tuple[bool, ...],
+) -> Admission:
+    """:func:`_judge` on the zones' amounts of only the resources the asks name (``names``), remembered: nothing else
+    of the zones enters the answer, and a cluster's nodes repeat few such states and its pods few shapes."""
+    return _judge(
+        policy,
+        [dict(zip(names, c, strict=True)) for c in capacity],
+        [dict(zip(names, a, strict=True)) for a in available],
+        asks,
+        consumes,
+    )
+
+
+def _remembered(
+    policy: numa.Policy,
+    zones: Sequence[numa.Zone],
+    free: Sequence[Mapping[str, int]],
+    asks: Asks,
+    consumes: tuple[bool, ...],
+    names: tuple[str, ...],
+) -> Admission:
+    """:func:`_judged` on ``zones`` with ``free`` left, read for the resources ``names`` only."""
+    return _judged(
+        policy,
+        names,
+        tuple(tuple(z.capacity.get(name, 0) for name in names) for z in zones),
+        tuple(tuple(a.get(name, 0) for name in names) for a in free),
+        asks,
+        consumes,
+    )
 
 
 def admit(
@@ -232,46 +338,24 @@ def admit(
     pod: Mapping[str, int] | None = None,
     guaranteed: bool,
     available: Sequence[Mapping[str, int]] | None = None,
+    memo: bool = True,
 ) -> Admission:
     """Whether ``node``'s kubelet admits a pod of these containers' requests (scheduler units), and what it takes of
     each zone. ``pod``: its effective requests (scope ``pod``; by default the containers' sum and the init
     containers' peak). ``available``: what each zone has left (by default what the object publishes; the caller
-    passes its own accounting when the object lags)."""
-    left = [dict(a) for a in (available if available is not None else [z.available for z in node.zones])]
-    taken: list[dict[str, int]] = [{} for _ in node.zones]
+    passes its own accounting when the object lags). ``memo``: answer from (and remember in) a memo of the answers
+    already given for the same policy, asks, and zones' amounts of the resources asked; the answer's ``taken`` may
+    then be shared (read it, never change it). Without it the replay runs on the zones' whole figures: the
+    reference the memo is tested against."""
+    free = available if available is not None else [z.available for z in node.zones]
     if node.policy == numa.Policy.NONE or not node.zones:
-        return Admission(True, tuple(taken))
-    every = list(init_containers) + list(containers)
-    whole_cpus = all(c.get(resources.CPU, 0) % 1000 == 0 for c in every)
-
-    def aligned_part(requests: Mapping[str, int]) -> dict[str, int]:
-        return {
-            name: amount
-            for name, amount in requests.items()
-            if amount > 0 and aligned(name, guaranteed=guaranteed, whole_cpus=whole_cpus)
-        }
-
-    if node.scope == numa.Scope.POD:
-        if pod is None:
-            total: dict[str, int] = {}
-            for c in containers:
-                resources.add(total, c)
-            for c in init_containers:
-                resources.maximum(total, c)
-            pod = total
-        asks, consumes = [aligned_part(pod)], [True]
-    else:
-        asks = [aligned_part(c) for c in init_containers] + [aligned_part(c) for c in containers]
-        consumes = [False] * len(init_containers) + [True] * len(containers)
-    for ask, consume in zip(asks, consumes, strict=True):
-        if not ask:
-            continue
-        best = _best(ask, node, left)
-        if not best.preferred and node.policy != numa.Policy.BEST_EFFORT:
-            return Admission(False, tuple(taken), _refusal(ask, node, left))
-        if consume:
-            _take(ask, best.mask, left, taken)
-    return Admission(True, tuple(taken))
+        return Admission(True, tuple({} for _ in node.zones))
+    asks, consumes = _aligned_asks(
+        node.scope, containers=containers, init_containers=init_containers, pod=pod, guaranteed=guaranteed
+    )
+    if not memo:
+        return _judge(node.policy, [z.capacity for z in node.zones], [dict(a) for a in free], asks, consumes)
+    return _remembered(node.policy, node.zones, free, asks, consumes, _names(asks))
 
 
 def policy_for(node: numa.NodeZones, ask: numa.PodAsk) -> numa.Policy:
@@ -285,28 +369,66 @@ def policy_for(node: numa.NodeZones, ask: numa.PodAsk) -> numa.Policy:
     return node.label_policy or node.policy
 
 
+class PodReplay:
+    """:func:`admit_pod` for one pod on many nodes (a filter's, a score's): the pod's requests are read once, and
+    what the Topology Manager judges of them once per scope, so that each node costs only its zones' amounts of the
+    resources asked and a look in the memo (:func:`admit`)."""
+
+    __slots__ = ("_ask", "_by_scope", "_containers", "_init_containers")
+
+    def __init__(self, pod: PodRequest) -> None:
+        ask = pod.numa
+        self._ask = ask
+        containers: list[Mapping[str, int]] = [dict(c) for c in ask.containers]
+        if ask.one_container:
+            # Its one container's requests are the pod's: its resources and its device plugin's GPUs.
+            own = {name: amount for name, amount in pod.resources.items() if name != resources.PODS}
+            if pod.gpu.whole and not pod.resource_claims:
+                own[resources.GPU] = pod.gpu.count
+            containers = [own]
+        self._containers = containers
+        self._init_containers = [dict(c) for c in ask.init_containers]
+        self._by_scope: dict[numa.Scope, tuple[Asks, tuple[bool, ...], tuple[str, ...]]] = {}
+
+    def _asks(self, scope: numa.Scope) -> tuple[Asks, tuple[bool, ...], tuple[str, ...]]:
+        found = self._by_scope.get(scope)
+        if found is None:
+            asks, consumes = _aligned_asks(
+                scope,
+                containers=self._containers,
+                init_containers=self._init_containers,
+                pod=None,
+                guaranteed=self._ask.guaranteed,
+            )
+            found = asks, consumes, _names(asks)
+            self._by_scope[scope] = found
+        return found
+
+    def policy(self, node: numa.NodeZones) -> numa.Policy:
+        """:func:`policy_for` this pod on ``node``."""
+        return policy_for(node, self._ask)
+
+    def shape(self, node: numa.NodeZones) -> tuple[numa.Policy, Asks, tuple[bool, ...]]:
+        """All of this pod that its admission on ``node`` depends on (with the zones' figures): pods of the same shape
+        get the same answer on the same zones."""
+        asks, consumes, _ = self._asks(node.scope)
+        return policy_for(node, self._ask), asks, consumes
+
+    def admit(self, node: numa.NodeZones, *, available: Sequence[Mapping[str, int]] | None = None) -> Admission:
+        """:func:`admit_pod` of this pod on ``node``."""
+        policy = policy_for(node, self._ask)
+        if policy == numa.Policy.NONE or not node.zones:
+            return Admission(True, tuple({} for _ in node.zones))
+        asks, consumes, names = self._asks(node.scope)
+        free = available if available is not None else [z.available for z in node.zones]
+        return _remembered(policy, node.zones, free, asks, consumes, names)
+
+
 def admit_pod(
     node: numa.NodeZones, pod: PodRequest, *, available: Sequence[Mapping[str, int]] | None = None
 ) -> Admission:
     """:func:`admit` for ``pod`` as :class:`scheduler.api.devices.numa.PodAsk` reads it, under :func:`policy_for`."""
-    ask = pod.numa
-    policy = policy_for(node, ask)
-    if policy != node.policy:
-        node = numa.NodeZones(node.node, policy, node.scope, node.zones)
-    containers: list[Mapping[str, int]] = [dict(c) for c in ask.containers]
-    if ask.one_container:
-        # Its one container's requests are the pod's: its resources and its device plugin's GPUs.
-        own = {name: amount for name, amount in pod.resources.items() if name != resources.PODS}
-        if pod.gpu.whole and not pod.resource_claims:
-            own[resources.GPU] = pod.gpu.count
-        containers = [own]
-    return admit(
-        node,
-        containers=containers,
-        init_containers=[dict(c) for c in ask.init_containers],
-        guaranteed=ask.guaranteed,
-        available=available,
-    )
+    return PodReplay(pod).admit(node, available=available)
 
 
 def zone_gpus(node: numa.NodeZones, topology: GpuTopology | None, count: int) -> list[list[int]]:
