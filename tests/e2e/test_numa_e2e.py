@@ -282,14 +282,15 @@ def test_the_replacement_of_a_pod_the_kubelet_refused_goes_to_another_node_and_s
     sched.kube.request(
         "PATCH", f"{replica_sets}/web", {"spec": {"replicas": 3}}, content_type="application/merge-patch+json"
     )
-    waiting = kube_mod.wait_until(
-        lambda: next(
-            (p for p in sched.pods("app=web") if not kube_mod.node_of(p) and kube_mod.phase_of(p) == "Pending"), None
-        ),
-        timeout=60,
-        what="a third replica waiting",
-        describe=sched.describe,
-    )
+
+    def third_waiting() -> dict[str, Any] | None:
+        # Both new replicas start Pending without a node: the one left waiting is known only once the other is bound.
+        new = [p for p in sched.pods("app=web") if p["metadata"]["name"] not in {name, replacement["metadata"]["name"]}]
+        bound = [p for p in new if kube_mod.node_of(p)]
+        unbound = [p for p in new if not kube_mod.node_of(p) and kube_mod.phase_of(p) == "Pending"]
+        return unbound[0] if len(new) == 2 and len(bound) == 1 and len(unbound) == 1 else None
+
+    waiting = kube_mod.wait_until(third_waiting, timeout=60, what="a third replica waiting", describe=sched.describe)
     message = _failed_scheduling(sched, waiting["metadata"]["name"])
     assert "1 node(s) whose kubelet refused a pod of the same owner (TopologyAffinityError)" in message, message
 
