@@ -180,8 +180,9 @@ def test_the_dashboard_in_a_browser(sched: Scenario) -> None:
         assert drawn == ["allocated", "fragmented", "waiting"], drawn
         assert _chart(browser, "allocated") == ("4", "GPUs allocated 4 GPUs of 24 (17%)")
         assert _chart(browser, "waiting")[0] == "0"
-        # The scheduler's sampler kept the start, the present is the last point.
-        assert int(browser.evaluate("document.querySelector('#trends figure').dataset.points")) == 2
+        # The scheduler's sampler keeps the start (within a second of its first full listing, which the page may
+        # come before: it re-renders within 5 s), the present is the last point.
+        browser.wait_js("document.querySelector('#trends figure').dataset.points == '2'", timeout=15)
         browser.screenshot(shots / "dashboard-map.png")
 
         # A binding shows up live: the same page, never reloaded, within the polling interval.
