@@ -26,7 +26,13 @@ def test_every_request_shape_binds_and_runs(sched: Scenario) -> None:
         ]
     )
     sched.start_gpusched()
+    # The pod that needs the A100 comes first. Arriving last it may find the only A100 node full: gpusched packs
+    # (FGD, the first node by name among equals, and shapes-a100-0 sorts first), and whether gpu-4 then takes that
+    # node's last four GPUs or an empty H100 depends on whether shared-half was placed before it (four whole GPUs
+    # left is a perfect fit, five is not). A CI run saw that order; no scheduler that packs without knowing the
+    # pods still to come keeps room for them.
     shapes = {
+        "model-a100": kube_mod.pod("model-a100", gpus=2, gpu_model="A100"),
         "cpu-only": kube_mod.pod("cpu-only", cpu="2", memory="4Gi"),
         "gpu-1": kube_mod.pod("gpu-1", gpus=1),
         "gpu-2": kube_mod.pod("gpu-2", gpus=2),
@@ -35,7 +41,6 @@ def test_every_request_shape_binds_and_runs(sched: Scenario) -> None:
         "shared-half": kube_mod.pod("shared-half", gpu_milli=500, gpu_memory="20Gi"),
         "shared-quarter-a": kube_mod.pod("shared-quarter-a", gpu_milli=250),
         "shared-quarter-b": kube_mod.pod("shared-quarter-b", gpu_milli=250),
-        "model-a100": kube_mod.pod("model-a100", gpus=2, gpu_model="A100"),
     }
     for manifest in shapes.values():
         sched.create_pod(manifest)

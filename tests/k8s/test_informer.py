@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 
 import pytest
 
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
-from scheduler.k8s.feeds.informer import Informer
+from scheduler.k8s.feeds.informer import Informer, _status_message
 from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import FakeApiServer, eventually
 from tests.k8s.test_operator import node, pod
@@ -86,3 +87,15 @@ async def test_a_watch_cut_off_resumes_after_the_last_event_it_fed(
     await fake.pod_watch.put(("CUT", None))
     await eventually(lambda: len(fake.watch_versions) == 2)
     assert fake.watch_versions == ["100", "107"]
+
+
+def test_a_refused_watch_says_the_whole_status_message() -> None:
+    # The operator reads which right is missing from the message's end; 200 bytes of the body cut it before the verb.
+    message = (
+        'noderesourcetopologies.topology.node.k8s.io is forbidden: User "system:serviceaccount:gpusched-system:'
+        'gpusched" cannot watch resource "noderesourcetopologies" in API group "topology.node.k8s.io" at the '
+        "cluster scope"
+    )
+    body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": 403})
+    assert _status_message(body.encode()) == message
+    assert _status_message(b"<html>bad gateway</html>") == "b'<html>bad gateway</html>'"

@@ -158,8 +158,9 @@ class Informer:
             if response.status == 410:
                 raise Gone()
             if response.status != 200:
-                body = await response.read()
-                raise aiohttp.ClientError(f"watch {self.kind}: HTTP {response.status} {body[:200]!r}")
+                raise aiohttp.ClientError(
+                    f"watch {self.kind}: HTTP {response.status} {_status_message(await response.read())}"
+                )
             buffer = b""
             async for chunk in response.content.iter_any():
                 buffer += chunk
@@ -307,3 +308,15 @@ def informers(client: Client, lists: Lists, *, on_listed: Callable[[str], None])
         kind: Informer(client, kind=kind, list_method=method, on_event=on_event, known=known, on_listed=on_listed)
         for kind, (method, on_event, known) in lists.items()
     }
+
+
+def _status_message(body: bytes) -> str:
+    """What a refused watch's answer says: its Status message whole (an operator reads which right is missing from
+    it: "... cannot watch resource ... in API group ..."), else the start of the body."""
+    try:
+        status = json.loads(body)
+    except ValueError:
+        status = None
+    if isinstance(status, Mapping) and isinstance(status.get("message"), str):
+        return str(status["message"])
+    return repr(body[:200])
