@@ -332,7 +332,11 @@ async def _supervise(
             lambda: device_claims.informers(client, devices),
             lambda why: device_claims.switch_off(devices, why=why),
         ),
-        "numa zones": (discovery.NUMA, lambda: numa_zones.informers(client, zones), lambda why: None),
+        "numa zones": (
+            discovery.NUMA,
+            lambda: numa_zones.informers(client, zones),
+            lambda why: numa_zones.switch_off(zones, why=why),
+        ),
     }
     for name, (api, loops, off) in optional.items():
         watched = discovery.watch_if_served(client, api, loops, off=off, metrics=operator.metrics)

@@ -36,3 +36,13 @@ def test_an_unreadable_object_can_be_told_in_an_event() -> None:
     # The feed reports an unreadable object as an Event on it: the object must be one an Event can name.
     ref = events.parse_object("noderesourcetopology gpu-0")
     assert (ref.api_version, ref.kind, ref.namespace) == ("topology.node.k8s.io/v1alpha2", "NodeResourceTopology", "")
+
+
+def test_a_cluster_without_the_api_has_nothing_to_wait_for() -> None:
+    # Discovery says the CRD is not served: no listing will come, so pods the kubelet would align must not wait for one.
+    store = NumaStore()
+    woken: list[str] = []
+    watches = numa_zones.ZoneWatches(store, on_change=lambda node: woken.append(node or "all"), invalid=print)
+    assert not store.listed
+    numa_zones.switch_off(watches, why="topology.node.k8s.io/v1alpha2 is not served")
+    assert store.listed and not store.nodes and woken == ["all"]

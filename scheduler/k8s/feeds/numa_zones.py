@@ -67,6 +67,13 @@ class ZoneWatches(informer.StoreWatches[NumaStore, Callable[[str | None], None]]
         self._on_change(None)
 
 
+def switch_off(watches: ZoneWatches, *, why: str) -> None:
+    """The cluster does not serve the API (``scheduler.k8s.feeds.discovery``): no node has zones, and nothing is
+    waited for (pods that the kubelet would align wait for the first listing only where it will come)."""
+    watches.store.listed = True
+    watches.all_listed()
+
+
 def informers(client: Client, watches: ZoneWatches) -> dict[str, Informer]:
     """The list-then-watch loop of NodeResourceTopology objects, feeding ``watches``."""
     method = functools.partial(
