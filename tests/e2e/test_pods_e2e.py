@@ -26,24 +26,28 @@ def test_every_request_shape_binds_and_runs(sched: Scenario) -> None:
         ]
     )
     sched.start_gpusched()
-    # The pod that needs the A100 comes first. Arriving last it may find the only A100 node full: gpusched packs
-    # (FGD, the first node by name among equals, and shapes-a100-0 sorts first), and whether gpu-4 then takes that
-    # node's last four GPUs or an empty H100 depends on whether shared-half was placed before it (four whole GPUs
-    # left is a perfect fit, five is not). A CI run saw that order; no scheduler that packs without knowing the
-    # pods still to come keeps room for them.
+    # The pod that needs the A100, then the 8-GPU pod, each bound before the next comes; then the rest at once. Had
+    # they all come at once, the answer would depend on the order gpusched happens to see them in: it packs (FGD,
+    # the first node by name among equals: shapes-a100-0 sorts first), so pods arriving first may fill the only A100
+    # node, or put gpu-2 and gpu-4 on the two H100s and leave no node whole for gpu-8 (CI runs saw both). No scheduler
+    # that packs without knowing the pods still to come keeps room for them; the shapes are what is tested here.
     shapes = {
         "model-a100": kube_mod.pod("model-a100", gpus=2, gpu_model="A100"),
+        "gpu-8": kube_mod.pod("gpu-8", gpus=8),
         "cpu-only": kube_mod.pod("cpu-only", cpu="2", memory="4Gi"),
         "gpu-1": kube_mod.pod("gpu-1", gpus=1),
         "gpu-2": kube_mod.pod("gpu-2", gpus=2),
         "gpu-4": kube_mod.pod("gpu-4", gpus=4),
-        "gpu-8": kube_mod.pod("gpu-8", gpus=8),
         "shared-half": kube_mod.pod("shared-half", gpu_milli=500, gpu_memory="20Gi"),
         "shared-quarter-a": kube_mod.pod("shared-quarter-a", gpu_milli=250),
         "shared-quarter-b": kube_mod.pod("shared-quarter-b", gpu_milli=250),
     }
-    for manifest in shapes.values():
-        sched.create_pod(manifest)
+    for first in ("model-a100", "gpu-8"):
+        sched.create_pod(shapes[first])
+        sched.wait_bound([first], timeout=60)
+    for name, manifest in shapes.items():
+        if name not in ("model-a100", "gpu-8"):
+            sched.create_pod(manifest)
 
     pods = {p["metadata"]["name"]: p for p in sched.wait_bound(shapes, timeout=90)}
 
