@@ -17,6 +17,8 @@ def test_objects_feed_the_store_and_changes_wake_the_waiting_pods() -> None:
     watches = numa_zones.ZoneWatches(
         store, on_change=lambda node: woken.append(node or "all"), invalid=lambda *problem: problems.append(problem)
     )
+    assert store.listed  # nothing to wait for until a process that watches expects a listing
+    watches.expect()
     assert not store.listed  # until the informer has listed them all
     watches.event(nrt("gpu-0", attributes=[{"name": "topologyManagerPolicy", "value": "single-numa-node"}]))
     watches.part_listed(numa_zones.KINDS[0])
@@ -43,6 +45,6 @@ def test_a_cluster_without_the_api_has_nothing_to_wait_for() -> None:
     store = NumaStore()
     woken: list[str] = []
     watches = numa_zones.ZoneWatches(store, on_change=lambda node: woken.append(node or "all"), invalid=print)
-    assert not store.listed
+    watches.expect()
     numa_zones.switch_off(watches, why="topology.node.k8s.io/v1alpha2 is not served")
     assert store.listed and not store.nodes and woken == ["all"]

@@ -47,6 +47,14 @@ class ZoneWatches(informer.StoreWatches[NumaStore, Callable[[str | None], None]]
             store.nodes,
         )
         self.event = self.events(self.kind)
+        # No rule anywhere until a process that will watch says so (:meth:`expect`): an operator fed by hand (the
+        # unit tests) has no zones to wait for.
+        store.listed = True
+
+    def expect(self) -> None:
+        """A listing will come, or discovery will say the API is not served (:func:`switch_off`): until then, pods
+        the kubelet would align wait (the ``numa`` plugin's pre-filter) instead of being placed blind to the zones."""
+        self.store.listed = False
 
     def _upsert(self, zones: api_numa.NodeZones) -> bool:
         changed = self.store.published(zones.node) != zones
