@@ -14,6 +14,11 @@ the salt is drawn for each export and not written, so two exports cannot be matc
 cannot be found again by hashing it. Label and annotation values other than those are kept:
 scheduling reads them (node selectors, queues).
 
+A cluster shared by several teams, or a test's share of a shared control plane, is exported in part:
+``--node-selector`` keeps the nodes of a label selector, ``--namespace`` the pending pods (and PodGroups) of some
+namespaces. Whatever runs on a kept node is kept, whatever its namespace: it holds the node's room, and without it the
+simulator would place pods where there is none. A pod on a node that is not kept is dropped, as is its room.
+
 Only ``scheduler.k8s`` talks to the API server, so the export lives here and writes plain JSON; the simulator
 never imports this module.
 """
@@ -28,7 +33,7 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +162,21 @@ def holds_resources(raw: Mapping[str, Any]) -> bool:
     return str((raw.get("status") or {}).get("phase") or "Pending") not in ("Succeeded", "Failed")
 
 
+def _namespace(raw: Mapping[str, Any]) -> str:
+    return str((raw.get("metadata") or {}).get("namespace") or "default")
+
+
+def kept(raw: Mapping[str, Any], *, nodes: Collection[str], namespaces: Collection[str]) -> bool:
+    """Whether the export keeps a pod: it holds or waits for resources, and it is on one of ``nodes`` (whatever its
+    namespace: it holds that node's room), or pending in one of ``namespaces`` (empty: in any)."""
+    if not holds_resources(raw):
+        return False
+    on = (raw.get("spec") or {}).get("nodeName")
+    if on:
+        return str(on) in nodes
+    return not namespaces or _namespace(raw) in namespaces
+
+
 def document(
     *,
     nodes: Sequence[Mapping[str, Any]],
@@ -165,21 +185,32 @@ def document(
     queues: Sequence[Mapping[str, Any]] = (),
     names: Names,
     taken: str,
+    node_selector: str = "",
+    namespaces: Collection[str] = (),
 ) -> dict[str, Any]:
-    """The snapshot file's content from the objects as the API server listed them."""
+    """The snapshot file's content from the objects as the API server listed them: ``nodes`` (those of
+    ``node_selector``, which is only recorded here), the pods :func:`kept`, the PodGroups of their namespaces."""
+    node_names = {str((n.get("metadata") or {}).get("name") or "") for n in nodes}
+    pods = [p for p in pods if kept(p, nodes=node_names, namespaces=namespaces)]
+    spaces = {_namespace(p) for p in pods}
     return {
         "format": FORMAT,
         "taken": taken,
         "hashedNames": names.hashed,
+        # A selector may name nodes (kubernetes.io/hostname in (...)): with names hashed it is not written.
+        "selection": {
+            "nodeSelector": None if names.hashed else node_selector or None,
+            "namespaces": sorted(names("ns", ns) for ns in namespaces),
+        },
         "nodes": [node(n, names) for n in nodes],
-        "pods": [pod(p, names) for p in pods if holds_resources(p)],
-        "podGroups": [podgroup(g, names) for g in podgroups],
+        "pods": [pod(p, names) for p in pods],
+        "podGroups": [podgroup(g, names) for g in podgroups if _namespace(g) in spaces],
         "queues": [queue(q) for q in queues],
     }
 
 
-async def _list(client: k8s_client.Client, what: str, method: Callable[..., Any], *args: Any) -> list[Any]:
-    answer = await client.call(method, *args)
+async def _list(client: k8s_client.Client, what: str, method: Callable[..., Any], **query: Any) -> list[Any]:
+    answer = await client.call(method, **query)
     if not answer.ok:
         raise InvalidObject(f"cannot list {what}: {answer.message}", obj="gpusched snapshot")
     return list(answer.body.get("items") or [])
@@ -195,18 +226,32 @@ async def _custom(client: k8s_client.Client, group: str, version: str, plural: s
     return list(answer.body.get("items") or [])
 
 
-async def take(settings: k8s_client.ClientSettings, *, names: Names) -> dict[str, Any]:
+async def take(
+    settings: k8s_client.ClientSettings, *, names: Names, node_selector: str = "", namespaces: Collection[str] = ()
+) -> dict[str, Any]:
     """List the cluster and make the snapshot (see :func:`document`)."""
     client = await k8s_client.connect(settings)
     try:
-        nodes = await _list(client, "nodes", client.core.list_node)
+        if node_selector:
+            nodes = await _list(client, "nodes", client.core.list_node, label_selector=node_selector)
+        else:
+            nodes = await _list(client, "nodes", client.core.list_node)
         pods = await _list(client, "pods", client.core.list_pod_for_all_namespaces)
         groups = await _custom(client, api_podgroup.GROUP, api_podgroup.VERSION, api_podgroup.PLURAL)
         queues = await _custom(client, api_queue.GROUP, api_queue.VERSION, api_queue.PLURAL)
     finally:
         await client.close()
     taken = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return document(nodes=nodes, pods=pods, podgroups=groups, queues=queues, names=names, taken=taken)
+    return document(
+        nodes=nodes,
+        pods=pods,
+        podgroups=groups,
+        queues=queues,
+        names=names,
+        taken=taken,
+        node_selector=node_selector,
+        namespaces=namespaces,
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -216,6 +261,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace the names of nodes, pods, namespaces and PodGroups by salted hashes, wherever they are named "
         "(other label values and the Queues are kept)",
+    )
+    parser.add_argument(
+        "--node-selector",
+        default="",
+        metavar="SELECTOR",
+        help="only the nodes of this label selector (as kubectl get nodes -l takes it, e.g. pool=a100); pods on "
+        "other nodes are left out, whatever runs on these is kept (it holds their room)",
+    )
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="only the pending pods and PodGroups of this namespace (repeatable; default: all namespaces); pods "
+        "running on the exported nodes are kept whatever their namespace",
     )
     parser.add_argument("--kubeconfig", help="a kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
     parser.add_argument("--context", help="a context of the kubeconfig")
@@ -233,7 +293,18 @@ def main(args: argparse.Namespace) -> int:
         qps=0,
         timeout=args.timeout,
     )
-    snapshot = asyncio.run(take(settings, names=Names(hashed=args.hash_names)))
+    snapshot = asyncio.run(
+        take(
+            settings,
+            names=Names(hashed=args.hash_names),
+            node_selector=args.node_selector,
+            namespaces=frozenset(args.namespace),
+        )
+    )
+    if not snapshot["nodes"]:
+        # Nothing to simulate on; said now, not when the simulator reads an empty file.
+        where = f"no node matches {args.node_selector!r}" if args.node_selector else "the cluster has no nodes"
+        raise InvalidObject(where, obj="gpusched snapshot", field="--node-selector" if args.node_selector else "")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / FILE_NAME).write_text(json.dumps(snapshot, indent=1, sort_keys=True) + "\n")
@@ -243,6 +314,8 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"wrote {folder / FILE_NAME}: {len(snapshot['nodes'])} nodes, {len(snapshot['pods']) - pending} pods on nodes, "
         f"{pending} pending, {len(snapshot['podGroups'])} PodGroups, {len(snapshot['queues'])} Queues"
+        + (f" (nodes matching {args.node_selector})" if args.node_selector else "")
+        + (f" (pending pods of {', '.join(sorted(args.namespace))})" if args.namespace else "")
         + (" (names hashed)" if snapshot["hashedNames"] else "")
     )
     print(f"try: gpusched simulate --snapshot {folder} --config CURRENT.yaml --config CANDIDATE.yaml")

@@ -98,3 +98,46 @@ def test_a_pods_references_to_nodes_and_namespaces_are_hashed_as_the_names_are()
     anti = affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
     assert anti["namespaces"] == [doc["pods"][0]["metadata"]["namespace"]]
     assert "secret-project" not in json.dumps(doc) and "gpu-node-7" not in json.dumps(doc)
+
+
+def test_a_selection_keeps_what_runs_on_its_nodes_and_what_waits_in_its_namespaces() -> None:
+    """--node-selector and --namespace: a pod on a node left out is dropped; one of another namespace on a kept node
+    stays (it holds the node's room); pending pods of other namespaces are dropped, with their PodGroups."""
+    other = {**NODE, "metadata": {"name": "cpu-node-1", "labels": {"zone": "b"}}}
+    elsewhere = _pod("on-a-node-left-out", node="cpu-node-1")
+    neighbour = _pod("neighbour", node="gpu-node-7")
+    neighbour["metadata"]["namespace"] = "another-team"
+    waiting = _pod("waiting-elsewhere", phase="Pending")
+    waiting["metadata"]["namespace"] = "another-team"
+    groups = [
+        {"metadata": {"name": "trainer", "namespace": "secret-project"}, "spec": {"minMember": 2}},
+        {"metadata": {"name": "trainer", "namespace": "third-team"}, "spec": {"minMember": 2}},
+    ]
+    pods = [*PODS, elsewhere, neighbour, waiting]
+    doc = k8s_snapshot.document(
+        nodes=[NODE],  # the API server answered the selector zone=a with this node alone (not cpu-node-1)
+        pods=pods,
+        podgroups=groups,
+        names=k8s_snapshot.Names(hashed=False),
+        taken="now",
+        node_selector="zone=a",
+        namespaces={"secret-project"},
+    )
+    assert [p["metadata"]["name"] for p in doc["pods"]] == ["trainer-0", "trainer-1", "neighbour"]
+    assert [g["metadata"]["namespace"] for g in doc["podGroups"]] == ["secret-project"]
+    assert doc["selection"] == {"nodeSelector": "zone=a", "namespaces": ["secret-project"]}
+    whole = k8s_snapshot.document(nodes=[NODE, other], pods=pods, names=k8s_snapshot.Names(hashed=False), taken="now")
+    assert len(whole["pods"]) == 5 and whole["selection"] == {"nodeSelector": None, "namespaces": []}
+
+
+def test_a_selection_names_no_namespace_or_selector_when_names_are_hashed() -> None:
+    doc = k8s_snapshot.document(
+        nodes=[NODE],
+        pods=PODS,
+        names=k8s_snapshot.Names(hashed=True),
+        taken="now",
+        node_selector="kubernetes.io/hostname=gpu-node-7",
+        namespaces={"secret-project"},
+    )
+    assert "secret-project" not in json.dumps(doc) and "gpu-node-7" not in json.dumps(doc)
+    assert doc["selection"]["namespaces"] == [doc["pods"][0]["metadata"]["namespace"]]
