@@ -37,6 +37,7 @@ from scheduler.api.objects.node import NodeInfo
 from scheduler.api.objects.pod import PodRequest
 from scheduler.framework.interface import Decision
 from scheduler.framework.profile import ProfileConfig
+from scheduler.plugins import fit, node_rules
 from scheduler.sim import jobsim
 
 FORMAT = "gpusched-snapshot/v1"
@@ -80,6 +81,8 @@ class Snapshot:
     #: Pending pods of other schedulers (not simulated), and objects that could not be read (name: why).
     others_pending: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
+    #: What part of the cluster was exported (``gpusched snapshot --node-selector/--namespace``); empty: all of it.
+    selection: str = ""
 
     @property
     def gpus(self) -> int:
@@ -170,6 +173,11 @@ def load(folder: str | Path, *, scheduler_name: str = api_pod.SCHEDULER_NAME) ->
     groups = _parsed(raw, "podGroups", path, "podgroup", _podgroup, skipped)
     queues = _parsed(raw, "queues", path, "queue", api_queue.parse_queue, skipped)
     pending.sort(key=lambda p: (p.created, p.key))
+    given = raw.get("selection")
+    chosen: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    selection = [f"nodes matching {chosen['nodeSelector']}"] if chosen.get("nodeSelector") else []
+    if chosen.get("namespaces"):
+        selection.append(f"pending pods of {', '.join(map(str, chosen['namespaces']))}")
     return Snapshot(
         source=str(path),
         taken=str(raw.get("taken") or ""),
@@ -180,6 +188,7 @@ def load(folder: str | Path, *, scheduler_name: str = api_pod.SCHEDULER_NAME) ->
         queues=queues,
         others_pending=others,
         skipped=skipped,
+        selection="; ".join(selection),
     )
 
 
@@ -319,9 +328,35 @@ def describe(snapshot: Snapshot) -> str:
     )
     if snapshot.others_pending:
         line += f" ({snapshot.others_pending} pending for other schedulers, not simulated)"
+    if snapshot.selection:
+        line += f"\n  exported: {snapshot.selection}"
+    passing = _passing_taints(snapshot.nodes)
+    if passing:
+        counts = ", ".join(f"{key} on {count}" for key, count in sorted(passing.items()))
+        line += (
+            f"\n  nodes out for a while when taken ({counts}): the node lifecycle controller or the cloud provider "
+            "sets and clears these taints; pods that do not tolerate them are not placed there (if the condition "
+            "has passed, take the snapshot again)"
+        )
     for what, why in sorted(snapshot.skipped.items()):
         line += f"\n  left out {what}: {why}"
     return line
+
+
+def _passing(key: str) -> bool:
+    # A cordoned node (node.kubernetes.io/unschedulable) is out on purpose, not for a while.
+    return key.startswith(fit.PASSING_TAINTS) and key != node_rules.UNSCHEDULABLE_TAINT.key
+
+
+def _passing_taints(nodes: Iterable[NodeInfo]) -> dict[str, int]:
+    """How many nodes carry each taint that keeps pods off for a while only (``fit.PASSING_TAINTS``: not ready,
+    unreachable, not yet initialised...): a snapshot taken then sees those nodes out, which is worth saying, as a
+    node just added is tainted not-ready for a moment after it is Ready."""
+    counts: dict[str, int] = {}
+    for node in nodes:
+        for key in {t.key for t in node.taints if t.effect != "PreferNoSchedule" and _passing(t.key)}:
+            counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def table(results: Mapping[str, Mapping[str, Any]]) -> str:
