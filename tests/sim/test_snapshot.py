@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from scheduler import cli
 from scheduler.api.basics.errors import InvalidObject
@@ -218,13 +219,16 @@ def _with(folder: Path, *, nodes: list[dict[str, Any]] = [], pods: list[dict[str
     return folder
 
 
-def _spread_and_binpack(tmp_path: Path, taken: snapshot.Snapshot) -> dict[str, dict[str, Any]]:
+def _spread_and_binpack(
+    tmp_path: Path, taken: snapshot.Snapshot, *, own_queues: bool = False
+) -> dict[str, dict[str, Any]]:
+    """Both configs with QUEUES (``own_queues``: with the snapshot's Queues)."""
     (tmp_path / "q.yaml").write_text(QUEUES)
     configs = [
         snapshot.Settings("spread", _profile(tmp_path, SPREAD)),
         snapshot.Settings("binpack", _profile(tmp_path, BINPACK)),
     ]
-    return snapshot.compare(taken, configs, snapshot.load_queues([tmp_path / "q.yaml"]))
+    return snapshot.compare(taken, configs, None if own_queues else snapshot.load_queues([tmp_path / "q.yaml"]))
 
 
 def test_nodes_taken_while_not_ready_place_nothing_and_the_first_line_says_why(tmp_path: Path) -> None:
@@ -246,8 +250,9 @@ def test_nodes_taken_while_not_ready_place_nothing_and_the_first_line_says_why(t
 
 def test_the_rest_of_a_whole_cluster_leaves_the_comparison_of_its_pods_as_it_was(tmp_path: Path) -> None:
     """A whole-cluster export holds other teams' nodes and pods: a tainted node, a full node of another scheduler's
-    pods, a pod bound to a node that is gone, pending pods of unknown queues and of other schedulers. Pinned to
-    their own nodes, the test's pods are placed as in a snapshot of their own."""
+    pods, a pod bound to a node that is gone, pending pods of unknown queues and of other schedulers, other teams'
+    Queues (one guaranteed more GPUs than the cluster has, one whose parent is gone). Pinned to their own nodes, the
+    test's pods are placed as in a snapshot of their own."""
     alone = _spread_and_binpack(tmp_path / "alone", snapshot.load(write_snapshot(tmp_path / "alone")))
     tainted = _node("tainted", 8)
     tainted["spec"]["taints"] = [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]
@@ -270,11 +275,17 @@ def test_the_rest_of_a_whole_cluster_leaves_the_comparison_of_its_pods_as_it_was
     for node in document["nodes"]:
         if node["metadata"]["name"] in ("node-a", "node-b"):
             node["metadata"]["labels"]["pool"] = "mine"
+    document["queues"] = [
+        *yaml.safe_load_all(QUEUES),
+        {"kind": "Queue", "metadata": {"name": "big"}, "spec": {"guaranteed": {"nvidia.com/gpu": "100"}}},
+        {"kind": "Queue", "metadata": {"name": "orphan"}, "spec": {"parent": "deleted-queue"}},
+    ]
     (folder / snapshot.FILE_NAME).write_text(json.dumps(document))
     taken = snapshot.load(folder)
     assert taken.others_pending == 1 and "pod ml/gone" in taken.skipped
-    whole = _spread_and_binpack(tmp_path / "whole", taken)
-    for config in ("spread", "binpack"):
-        assert whole[config]["queues"]["team-a"] == alone[config]["queues"]["team-a"]
-        mine = [key for key in whole[config]["placed"] if key in ("ml/small", "ml/large")]
-        assert mine == alone[config]["placed"]
+    for own_queues in (False, True):
+        whole = _spread_and_binpack(tmp_path / "whole", taken, own_queues=own_queues)
+        for config in ("spread", "binpack"):
+            assert whole[config]["queues"]["team-a"] == alone[config]["queues"]["team-a"]
+            mine = [key for key in whole[config]["placed"] if key in ("ml/small", "ml/large")]
+            assert mine == alone[config]["placed"]
