@@ -1,4 +1,4 @@
-"""The ``gpusched`` command: ``run`` (the operator), ``dashboard``, ``explain``, ``simulate``, ``trace``,
+"""The ``gpusched`` command: ``run`` (the operator), ``dashboard``, ``explain``, ``simulate``, ``snapshot``, ``trace``,
 ``bench kernels``, ``node-topology``.
 
 Each command imports what it needs when it runs: ``gpusched run`` starts in a cluster after every restart, and
@@ -134,6 +134,15 @@ class _Command:
         return int(_function(self.entry)(args))
 
 
+def simulate(args: argparse.Namespace) -> int:
+    """``gpusched simulate``, given the operator's config loader for ``--config`` (the simulator and the operator's
+    package do not import each other; this module composes them)."""
+    from scheduler.k8s import config as k8s_config
+    from scheduler.sim import command
+
+    return command.run(args, load_config=k8s_config.load)
+
+
 def _function(where: str) -> Callable[..., Any]:
     module, _, name = where.partition(":")
     function: Callable[..., Any] = getattr(importlib.import_module(module), name)
@@ -168,12 +177,22 @@ _MODULE_COMMANDS = {
         fill_help=True,
     ),
     "simulate": _Command(
-        "compare placement policies on a simulated cluster, side by side",
+        "compare placement policies, or your own configs on a snapshot of your cluster, side by side",
         "Run placement policies on a cluster and workload (built in, or the Alibaba GPU trace: see gpusched "
-        "trace) through the scheduler's own core, and print a table; or run a built-in scenario (--scenario). "
-        "See docs/simulator.md.",
+        "trace) through the scheduler's own core, and print a table; or run a built-in scenario (--scenario); or "
+        "compare your own config files (--config) and Queues (--queues) on your cluster as exported by gpusched "
+        "snapshot (--snapshot). See docs/simulator.md.",
         "scheduler.sim.command:add_arguments",
-        "scheduler.sim.command:run",
+        "scheduler.cli:simulate",
+    ),
+    "snapshot": _Command(
+        "export a live cluster's nodes, pods, PodGroups and Queues for gpusched simulate --snapshot",
+        "List the nodes, the running and pending pods, the PodGroups and the Queues of the cluster of a kubeconfig "
+        "and write them to DIR/snapshot.json, names hashed on request (--hash-names); then compare configs on it: "
+        "gpusched simulate --snapshot DIR --config current.yaml --config candidate.yaml. Reads only. "
+        "See docs/simulator.md.",
+        "scheduler.k8s.snapshot:add_arguments",
+        "scheduler.k8s.snapshot:main",
     ),
     "trace": _Command(
         "download the public Alibaba GPU trace for gpusched simulate",

@@ -4,7 +4,9 @@ With no arguments it runs the built-in synthetic cluster and workload; ``--nodes
 GPU trace format. ``--tune RATIO --seeds A-B`` follows the FGD paper's protocol; ``--replay`` uses the trace's
 creation and deletion times instead; ``--churn LOAD`` runs the trace's pods at an offered GPU load, leaving after
 their durations (``scheduler.sim.churn``). ``--numa POLICY`` gives the nodes NUMA zones and runs each policy
-NUMA-aware and NUMA-blind, counting the pods the kubelet would refuse (``scheduler.sim.numa``).
+NUMA-aware and NUMA-blind, counting the pods the kubelet would refuse (``scheduler.sim.numa``). ``--snapshot DIR``
+runs the operator's config files (``--config``, one or more) on a cluster exported by ``gpusched snapshot``, with the
+Queue objects of ``--queues`` (``scheduler.sim.snapshot``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from scheduler.sim import (
     report,
     scenario_runs,
     segments,
+    snapshot,
     synthetic,
     tenants,
     trace,
@@ -80,8 +83,9 @@ _APPLIES = {
     "segments": {"seeds", "json"},
     "tenants": {"policy", "seeds", "json"},
     "topology": {"seeds", "json"},
+    "snapshot": {"snapshot", "config", "queues", "json"},
 }
-_WHERE = {"replay": "--replay", "churn": "--churn"}
+_WHERE = {"replay": "--replay", "churn": "--churn", "snapshot": "--snapshot"}
 _WHY_NOT = {
     "compare": "it applies only to a scenario",  # only --jobs can be out of place here
     "replay": "a replay uses the trace's own times, once",
@@ -91,6 +95,7 @@ _WHY_NOT = {
     "segments": "the segments scenario has its own NVL72-shaped cluster and job",
     "tenants": "the tenants scenario has its own cluster and workload",
     "topology": "the topology scenario runs the default profile on its own labelled cluster, with topology on and off",
+    "snapshot": "a snapshot's run compares the config files of --config on the snapshot's own nodes and pods",
 }
 
 
@@ -102,6 +107,8 @@ _ONLY = {
     "runtime_estimate": "only --churn reads it",
     "runtime_missing": "only --churn reads it",
     "numa": "only a comparison of placements (--tune) reads it",
+    "config": "only --snapshot reads it",
+    "queues": "only --snapshot reads it",
 }
 
 
@@ -188,6 +195,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument(
+        "--snapshot",
+        metavar="DIR",
+        help="a cluster exported by gpusched snapshot: run each --config on its nodes and pending pods and compare "
+        "what they place",
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        metavar="FILE",
+        help="with --snapshot: an operator config file (gpusched run --config; its profile is what runs); give "
+        "it once per config to compare, e.g. the current one and a candidate (default: the built-in config)",
+    )
+    parser.add_argument(
+        "--queues",
+        action="append",
+        metavar="FILE",
+        help="with --snapshot: YAML files of Queue objects used instead of the snapshot's own queues (repeatable)",
+    )
+    parser.add_argument(
         "--scenario",
         choices=SCENARIOS,
         help=(
@@ -209,6 +235,8 @@ def mode(args: argparse.Namespace) -> str:
     """What the command line asks for: ``compare`` (the FGD protocol), ``replay``, or a scenario's name."""
     if args.scenario:
         return str(args.scenario)
+    if getattr(args, "snapshot", None):
+        return "snapshot"
     if args.churn is not None:
         return "churn"
     return "replay" if args.replay else "compare"
@@ -218,7 +246,9 @@ def check(args: argparse.Namespace) -> None:
     """Refuse what cannot work before any long work starts: options the mode does not read, numbers out of
     range, output files that cannot be written."""
     chosen = mode(args)
-    given = {dest for dest in set().union(*_APPLIES.values(), {"jobs"}) if getattr(args, dest) not in (None, False)}
+    given = {
+        dest for dest in set().union(*_APPLIES.values(), {"jobs"}) if getattr(args, dest, None) not in (None, False)
+    }
     for dest in sorted(given - _APPLIES[chosen]):
         where = f"--scenario {chosen}" if args.scenario else _WHERE.get(chosen, "a comparison")
         why = _ONLY.get(dest, _WHY_NOT[chosen])
@@ -229,6 +259,12 @@ def check(args: argparse.Namespace) -> None:
         raise InvalidObject("--churn needs a trace (--nodes and --pods)", obj="gpusched simulate", field="--churn")
     if chosen in ("compare", "replay", "churn") and bool(args.nodes) != bool(args.pods):
         raise InvalidObject("--nodes and --pods go together", obj="gpusched simulate", field="--nodes")
+    if chosen == "snapshot" and not Path(args.snapshot).exists():
+        raise InvalidObject(
+            f"no folder {args.snapshot} (gpusched snapshot --out DIR writes one)",
+            obj="gpusched simulate",
+            field="--snapshot",
+        )
     for dest in ("nodes", "pods", "jobs", "durations"):
         raw = getattr(args, dest)
         if raw and not Path(raw).is_file():
@@ -532,9 +568,39 @@ def _write_json(path: str, payload: dict[str, Any]) -> None:
     print(f"wrote {path} (the results as JSON)")
 
 
-def run(args: argparse.Namespace) -> int:
+def run_snapshot(args: argparse.Namespace, load_config: Callable[[str | None], snapshot.OperatorSettings]) -> int:
+    """``--snapshot``: each ``--config`` on the exported cluster (``scheduler.sim.snapshot``)."""
+    configs = [snapshot.settings_of(path, load_config(path)) for path in args.config or []]
+    if not configs:
+        configs = [snapshot.Settings("built-in", load_config(None).profile)]
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        configs = [dataclasses.replace(c, name=path) for c, path in zip(configs, args.config, strict=True)]
+    queues = snapshot.load_queues(args.queues) if args.queues else None
+    taken = snapshot.load(args.snapshot)
+    results = snapshot.compare(taken, configs, queues)
+    print(snapshot.describe(taken))
+    print(
+        f"queues: {'from ' + ', '.join(args.queues) if args.queues else 'the snapshot' + chr(39) + 's own'} "
+        f"({len(taken.queues if queues is None else queues)})"
+    )
+    print(snapshot.table(results))
+    if args.json:
+        _write_json(args.json, {"mode": "snapshot", "snapshot": taken.source, "results": results})
+    return 0
+
+
+def run(
+    args: argparse.Namespace, *, load_config: Callable[[str | None], snapshot.OperatorSettings] | None = None
+) -> int:
+    """The command; ``load_config`` reads the operator's config file (``scheduler.k8s.config.load``: the command
+    line passes it, as the simulator does not import the operator's package)."""
     check(args)
     chosen = mode(args)
+    if chosen == "snapshot":
+        if load_config is None:
+            raise InvalidObject("--snapshot needs the operator's config loader", obj="gpusched simulate")
+        return run_snapshot(args, load_config)
     if chosen == "topology":
         seeds = parse_seeds(TOPOLOGY_SEEDS if args.seeds is None else args.seeds)
         started = time.perf_counter()

@@ -144,20 +144,6 @@ def _pods(job: Job) -> list[PodRequest]:
     ]
 
 
-class _Evictor:
-    """Collects the pods the loop preempts; the run removes them and resubmits their jobs."""
-
-    def __init__(self) -> None:
-        self.pods: list[PodRequest] = []
-
-    def evict(self, pods: list[PodRequest], reason: str) -> None:
-        self.pods.extend(pods)
-
-    def nominate(self, pod: PodRequest, node: str) -> None:
-        # A simulated pod has no status to show it in; the run places it wherever its next cycle finds room.
-        return None
-
-
 @dataclass
 class GangRun:
     partial_gangs: int
@@ -191,7 +177,7 @@ class GangSimulation(jobsim.JobSimulation):
         queues: Sequence[QueueSpec] = (),
         reserve_after_s: float | None = None,
     ) -> None:
-        self.evictor = _Evictor()
+        self.evictor = jobsim.Evictions()
         super().__init__((n.info() for n in nodes), config, evictor=self.evictor, reserve_after_s=reserve_after_s)
         if queues:
             self.loop.queues_changed(list(queues))

@@ -48,6 +48,21 @@ class Binder:
         self.bound.append(decision)
 
 
+class Evictions:
+    """The simulators' side of the evictor port: collects the pods the loop preempts; the scenario takes them out
+    (and resubmits their jobs, or counts them)."""
+
+    def __init__(self) -> None:
+        self.pods: list[PodRequest] = []
+
+    def evict(self, pods: list[PodRequest], reason: str) -> None:
+        self.pods.extend(pods)
+
+    def nominate(self, pod: PodRequest, node: str) -> None:
+        # A simulated pod has no status to show it in; the run places it wherever its next cycle finds room.
+        return None
+
+
 class Mover:
     """The simulator's side of consolidation's port: collects the pods a plan moves; :meth:`JobSimulation.step`
     takes them out (they leave at once, as an accepted eviction) and submits each controller's new pod."""
