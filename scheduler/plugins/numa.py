@@ -47,7 +47,7 @@ from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.framework import args as plugin_args
 from scheduler.framework import reasons as framework_reasons
-from scheduler.framework.interface import F64, I8, I64, ROOM_FREED, ClusterEvent, Code, CycleState, Status
+from scheduler.framework.interface import F64, I8, I64, ROOM_FREED, ClusterEvent, CycleState
 from scheduler.framework.reasons import NeverFits, Reason
 from scheduler.kernels import layout
 
@@ -115,15 +115,6 @@ class Numa:
 
     def wakes(self, reason: int) -> frozenset[ClusterEvent] | None:
         return framework_reasons.wakes(self.reasons, reason)
-
-    def pre_filter(self, state: CycleState) -> Status:
-        """A pod the kubelet would align waits until the NodeResourceTopology objects are listed (the operator's
-        watch, where the cluster serves them): placed before, it would be placed blind to the zones, and the zones
-        of what it took guessed afterwards. Readiness does not wait for this optional listing; a CI run under load
-        bound 12 of the 24 pods of test_numa_peers_e2e, the first ones' GPUs named outside the kubelet's zone."""
-        if state.snapshot.numa.listed or not topology_manager.PodReplay(state.pod).aligns_anything():
-            return Status.success()
-        return Status(Code.ERROR, "NodeResourceTopology objects are not listed yet", self.name)
 
     def filter(self, state: CycleState, reasons: I8) -> None:
         snapshot = state.snapshot

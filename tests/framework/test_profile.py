@@ -51,7 +51,7 @@ def test_the_default_profile_loads_and_builds() -> None:
         "numa",
         "topology",
     ]
-    assert [p.name for p in fw.pre_filters] == ["volumes", "dra", "numa", "topology"]
+    assert [p.name for p in fw.pre_filters] == ["volumes", "dra", "topology"]
     assert [(s[0].name, s[1]) for s in fw.scorers] == [
         ("node_rules", 50.0),
         ("interpod", 100.0),

@@ -14,6 +14,7 @@ from scheduler.api.objects import pod as api_pod
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import operator as operator_module
+from scheduler.k8s.feeds import numa_zones
 from scheduler.k8s.operator import Operator
 from scheduler.k8s.ports import adapter as adapter_module
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
@@ -107,6 +108,23 @@ async def test_no_decision_before_the_first_full_listing(fake: FakeApiServer, op
     # kube-scheduler's wording: Kubernetes' own e2e tests match Scheduled Events on it.
     gpus = binding["metadata"]["annotations"]["gpusched.io/gpu-ids"]
     assert events(fake, "Scheduled")[0]["message"] == f"Successfully assigned default/train to gpu-0 (GPUs {gpus})"
+
+
+async def test_readiness_waits_for_the_numa_zones_where_they_are_expected(
+    fake: FakeApiServer, operator: Operator
+) -> None:
+    # gpusched run expects the NodeResourceTopology listing: a pod placed before it would be placed blind to the zones.
+    operator.set_leading(True)
+    operator.feed.zones.expect()
+    operator.node_event(node("gpu-0"))
+    operator.pod_event(pod("train", 2))
+    for part in ("nodes", "pods", "custom resources", "services", "poddisruptionbudgets"):
+        operator.part_listed(part)
+    await settled(operator)
+    assert not operator.ready and bound(fake) == {}
+    operator.feed.zones.part_listed(numa_zones.KINDS[0])  # listed (none published here)
+    assert operator.ready
+    await eventually(lambda: "train" in bound(fake))
 
 
 async def test_readiness_waits_for_the_disruption_budgets_and_services_too(

@@ -82,18 +82,6 @@ def test_nodes_without_an_object_keep_todays_rules() -> None:
     assert c.place(objects.pod("train", gpus=4))[0] == "z-0"
 
 
-def test_a_gpu_pod_waits_for_the_zones_listing_and_a_pod_that_aligns_nothing_does_not() -> None:
-    # The operator's watch has not listed the objects yet: placed now, the pod would be placed blind to the zones.
-    c = cluster(zones("a-0", [2, 3]), zones("b-0", [0, 4]))
-    c.cache.numa.listed = False
-    waiting = c.schedule(objects.pod("train", gpus=4))
-    assert waiting.decision is None and waiting.status.code == Code.ERROR
-    assert "NodeResourceTopology objects are not listed yet" in waiting.status.message
-    assert c.schedule(objects.pod("web", cpu="500m")).decision is not None  # nothing of it is aligned
-    c.cache.numa.listed = True
-    assert c.place(objects.pod("train", gpus=4))[0] == "b-0"
-
-
 def owned(name: str, owner: str, *, gpus: int) -> dict[str, Any]:
     """A pod of ReplicaSet ``owner`` (its uid is its name here)."""
     raw = objects.pod(name, gpus=gpus)

@@ -404,12 +404,6 @@ class PodReplay:
             self._by_scope[scope] = found
         return found
 
-    def aligns_anything(self) -> bool:
-        """Whether a Topology Manager would place any of this pod's resources by zone (devices, or a Guaranteed
-        pod's whole CPUs and memory): a pod without any is admitted under every policy."""
-        asks, _, _ = self._asks(numa.Scope.CONTAINER)
-        return any(asks)
-
     def policy(self, node: numa.NodeZones) -> numa.Policy:
         """:func:`policy_for` this pod on ``node``."""
         return policy_for(node, self._ask)

@@ -9,7 +9,8 @@ every authenticated client may read), once: where the cluster does not serve it,
 feature is switched off (:data:`DRA`: a pod with ResourceClaims waits, told why, instead of being placed without its
 devices), one log line names what is off and why, and the gauge ``gpusched_api_available{group_version}`` says 0 (1
 where served). The other watches start meanwhile: an API server that does not answer holds up only this look, and
-readiness never waited for an optional kind.
+readiness waits for no optional kind but the NUMA zones, which it waits for until they are listed or discovery
+says they are not served (a pod placed before them would be placed blind to them: ``scheduler.k8s.feeds.feed``).
 
 Invariants:
 
@@ -134,8 +135,8 @@ async def watch_if_served(
 ) -> None:
     """Ask once whether the cluster serves ``api``; then run ``informers()`` until cancelled, or, when it does not,
     call ``off(why)``, say so in one log line and wait until cancelled (a task of ``gpusched run`` that ends stops
-    the process). The gauge says which. The other watches do not wait for this look: readiness never did wait for
-    an optional kind."""
+    the process). The gauge says which. The other watches do not wait for this look; readiness waits for it only for
+    the NUMA zones."""
     available = await served(client, api)
     if metrics is not None:
         metrics.api_available.labels(group_version=api.group_version).set(1.0 if available else 0.0)

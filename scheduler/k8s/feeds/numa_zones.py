@@ -3,9 +3,9 @@ NFD's topology-updater or the resource-topology-exporter) watched into the cache
 (``scheduler.cache.numa_store``), for the ``numa`` filter.
 
 The CRD is not Kubernetes' own: where the cluster does not serve it (no agent installed), nothing is watched and no
-node has a NUMA rule (``scheduler.k8s.feeds.discovery``: asked once at start, one log line). An object that cannot be
-read
-is reported (an Event naming the field) and its node is left without a NUMA rule until it can be. Every change of a
+node has a NUMA rule (``scheduler.k8s.feeds.discovery``: asked once at start, one log line); where it does, the cache is
+not ready before their first listing. An object that cannot be read is reported (an Event naming the field) and its
+node is left without a NUMA rule until it can be. Every change of a
 node's zones wakes the pods that wait for room (as a node update does): its agent publishes what the kubelet freed.
 """
 
@@ -52,8 +52,8 @@ class ZoneWatches(informer.StoreWatches[NumaStore, Callable[[str | None], None]]
         store.listed = True
 
     def expect(self) -> None:
-        """A listing will come, or discovery will say the API is not served (:func:`switch_off`): until then, pods
-        the kubelet would align wait (the ``numa`` plugin's pre-filter) instead of being placed blind to the zones."""
+        """A listing will come, or discovery will say the API is not served (:func:`switch_off`): until then the
+        cache is not ready (``scheduler.k8s.feeds.feed``), so that no pod is placed blind to the zones."""
         self.store.listed = False
 
     def _upsert(self, zones: api_numa.NodeZones) -> bool:
@@ -76,8 +76,8 @@ class ZoneWatches(informer.StoreWatches[NumaStore, Callable[[str | None], None]]
 
 
 def switch_off(watches: ZoneWatches, *, why: str) -> None:
-    """The cluster does not serve the API (``scheduler.k8s.feeds.discovery``): no node has zones, and nothing is
-    waited for (pods that the kubelet would align wait for the first listing only where it will come)."""
+    """The cluster does not serve the API (``scheduler.k8s.feeds.discovery``): no node has zones, and readiness
+    waits for no listing of them."""
     watches.store.listed = True
     watches.all_listed()
 
