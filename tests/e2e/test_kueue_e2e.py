@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +164,7 @@ class Queues:
     """examples/kueue/queues.yaml made for one scenario: its flavor, ClusterQueue and LocalQueue; deleted at the
     end (cluster-scoped objects outlive the namespace)."""
 
-    def __init__(self, s: Scenario, *, gpus: int) -> None:
+    def __init__(self, s: Scenario, *, gpus: int, topology: str = "") -> None:
         self.s = s
         docs = {d["kind"]: d for d in yaml.safe_load_all((EXAMPLES / "queues.yaml").read_text()) if d}
         self.flavor_name = f"{s.name[:40]}-h100"
@@ -173,6 +173,8 @@ class Queues:
         flavor = copy.deepcopy(docs["ResourceFlavor"])
         flavor["metadata"]["name"] = self.flavor_name
         flavor["spec"]["nodeLabels"] = {POOL_LABEL: s.name}
+        if topology:
+            flavor["spec"]["topologyName"] = topology
         cq = copy.deepcopy(docs["ClusterQueue"])
         cq["metadata"]["name"] = self.cluster_queue
         for group in cq["spec"]["resourceGroups"]:
@@ -400,3 +402,84 @@ def test_a_pod_kueue_holds_is_counted_as_waiting_for_admission_and_never_bound(
         sched.wait_bound([waiting["metadata"]["name"]], timeout=90)
     finally:
         queues.delete()
+
+
+class GateOrder(kube_mod.BindOrder):
+    """A :class:`~tests.e2e.kube.BindOrder` that also keeps the scheduling gates each pod was first seen with."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        super().__init__(kube, namespace)
+        self.first_gates: dict[str, list[str]] = {}
+
+    def _record(self, pod: Mapping[str, Any]) -> None:
+        super()._record(pod)
+        name = str((pod.get("metadata") or {}).get("name") or "")
+        gates = [str(g.get("name")) for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+        with self._lock:
+            self.first_gates.setdefault(name, gates)
+
+
+def test_with_topology_aware_scheduling_every_pod_lands_in_the_domain_kueue_assigned(
+    sched: Scenario, running_kueue: Path
+) -> None:
+    # Two blocks of two 4-GPU nodes in the flavor, and nodes outside it. The Job asks Kueue for one block
+    # (kueue.x-k8s.io/podset-required-topology): Kueue assigns it, creates the pods gated (kueue.x-k8s.io/topology)
+    # and its ungater writes each pod's domain into its nodeSelector; gpusched binds no pod before that, and every
+    # pod where its domain says.
+    prefix = sched.name[:40]
+    block = "e2e.gpusched.io/kueue-block"
+    nodes = [
+        kube_mod.gpu_node(f"{prefix}-b{b}n{i}", gpus=4, labels={POOL_LABEL: sched.name, block: f"{prefix}-b{b}"})
+        for b in range(2)
+        for i in range(2)
+    ]
+    sched.add_nodes([*nodes, kube_mod.gpu_node(f"{prefix}-x0")])
+    topology_name = f"{prefix}-blocks"
+    sched.kube.request(
+        "POST",
+        f"{KUEUE_API}/topologies",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Topology",
+            "metadata": {"name": topology_name},
+            "spec": {"levels": [{"nodeLabel": block}, {"nodeLabel": "kubernetes.io/hostname"}]},
+        },
+    )
+    queues = Queues(sched, gpus=16, topology=topology_name)
+    order = GateOrder(sched.kube, sched.namespace)
+    order.start()
+    try:
+        sched.start_gpusched()
+        job = _job("in-a-block")
+        job["spec"]["template"].setdefault("metadata", {})["annotations"] = {
+            "kueue.x-k8s.io/podset-required-topology": block
+        }
+        sched.kube.request("POST", JOBS.format(ns=sched.namespace), job)
+        kube_mod.wait_until(
+            lambda: _job_done(sched, "in-a-block"),
+            timeout=120,
+            what="the Job complete",
+            describe=lambda: f"{[wl.get('status') for wl in queues.workloads()]}\n{sched.describe()}",
+        )
+        pods = _pods_of(sched, "in-a-block")
+        labels_of = {n["metadata"]["name"]: n["metadata"]["labels"] for n in nodes}
+        assert len(pods) == 4 and all(node_of(p) in labels_of for p in pods), kube_mod.summary(pods)
+        for p in pods:
+            selector = p["spec"]["nodeSelector"]
+            # Kueue's domain (the block, or the node inside it) is in the pod's nodeSelector, and the pod is there.
+            assert {block, "kubernetes.io/hostname"} & set(selector), selector
+            assert all(labels_of[node_of(p)].get(k) == v for k, v in selector.items()), (node_of(p), selector)
+        assert len({labels_of[node_of(p)][block] for p in pods}) == 1, kube_mod.summary(pods)
+        # Each pod was created gated and bound only once Kueue had ungated it: gpusched never tried a gated pod (the
+        # API server refuses such a binding: it would show in gpusched's log).
+        assert all("kueue.x-k8s.io/topology" in order.first_gates[p["metadata"]["name"]] for p in pods), (
+            order.first_gates
+        )
+        assert not [line for line in sched.schedulers[0].log_tail(400).splitlines() if "schedulingGates" in line]
+        piecemeal = order.piecemeal([p["metadata"]["name"] for p in pods])
+        assert piecemeal is None, piecemeal
+    finally:
+        order.stop()
+        queues.delete()
+        with contextlib.suppress(APIError):
+            sched.kube.request("DELETE", f"{KUEUE_API}/topologies/{topology_name}")
