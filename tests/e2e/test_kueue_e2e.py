@@ -394,6 +394,33 @@ def test_a_pod_kueue_holds_is_counted_as_waiting_for_admission_and_never_bound(
             what="gpusched counting one pod held by Kueue",
         )
         assert 'gpusched_pending_pods{queue="default"} 0.0' in replica.metrics()
+        # `gpusched explain` says Kueue holds it, and in which queue, as a user who may read the pod.
+        reader = sched.account_kubeconfig(
+            "pod-reader", rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+        )
+        explained = subprocess.run(
+            [
+                *kube_mod.gpusched_command(),
+                "explain",
+                waiting["metadata"]["name"],
+                "-n",
+                sched.namespace,
+                "--url",
+                f"http://127.0.0.1:{replica.health_port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "KUBECONFIG": str(reader)},
+        )
+        assert explained.returncode == 0, explained.stderr
+        print(f"\n[e2e] $ gpusched explain {waiting['metadata']['name']} -n {sched.namespace}\n{explained.stdout}")
+        assert (
+            explained.stdout.splitlines()[1]
+            .strip()
+            .startswith(f"waits for admission: Kueue holds it (LocalQueue {sched.namespace}/{queues.local_queue})")
+        ), explained.stdout
         sched.stays_unbound([waiting["metadata"]["name"]], 5)
 
         # The bound one leaves; Kueue lets the other in, and gpusched binds it.
