@@ -12,6 +12,10 @@ The queues are examples/kueue/queues.yaml and the Jobs examples/kueue/job.yaml, 
 (cluster-scoped objects carry the scenario's name) and the flavor's ``nodeLabels`` pointed at the scenario's pool of
 nodes; beside the pool, nodes outside the flavor with room to spare, where a pod ignoring its flavor would go. kwok
 completes a Job's pods as soon as they run, which is what lets the held Job in.
+
+Two tests bring control planes of their own: MultiKueue's worker (a second local control plane, with its own Kueue
+and gpusched, beside the suite's as the manager), and the measurement beside kube-scheduler (``side_by_side``'s
+control plane with the stock kube-scheduler).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import yaml
 from tests.e2e import kube as kube_mod
 from tests.e2e import side_by_side, webhooks
 from tests.e2e.kube import Kube, Scenario, node_of
-from tests.e2e.localcluster import APIError, free_port
+from tests.e2e.localcluster import APIError, LocalCluster, free_port
 from tests.e2e.skips import made_by, skip_or_fail
 
 pytestmark = pytest.mark.e2e
@@ -172,7 +176,7 @@ class Queues:
     """examples/kueue/queues.yaml made for one scenario: its flavor, ClusterQueue and LocalQueue; deleted at the
     end (cluster-scoped objects outlive the namespace)."""
 
-    def __init__(self, s: Scenario, *, gpus: int, topology: str = "") -> None:
+    def __init__(self, s: Scenario, *, gpus: int, topology: str = "", admission_check: str = "") -> None:
         self.s = s
         docs = {d["kind"]: d for d in yaml.safe_load_all((EXAMPLES / "queues.yaml").read_text()) if d}
         self.flavor_name = f"{s.name[:40]}-h100"
@@ -191,6 +195,8 @@ class Queues:
                 for r in f["resources"]:
                     if r["name"] == "nvidia.com/gpu":
                         r["nominalQuota"] = gpus
+        if admission_check:
+            cq["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": admission_check}]}
         lq = copy.deepcopy(docs["LocalQueue"])
         lq["spec"]["clusterQueue"] = self.cluster_queue
         self.made: list[tuple[str, str]] = []
@@ -608,3 +614,115 @@ def test_admission_to_last_bind_beside_kube_scheduler(tmp_path: Path, gpusched_m
             f" last member created to last bound {ms([b - c for b, c in zip(seconds, made[scheduler], strict=True)])}"
         )
     assert all(len(v) == 16 for v in figures.values()), figures
+
+
+def test_multikueue_dispatches_a_job_to_a_worker_where_gpusched_places_it_and_its_status_comes_back(
+    sched: Scenario, running_kueue: Path, tmp_path: Path
+) -> None:
+    """MultiKueue with two local control planes: the suite's is the manager (Kueue only, no node), a second one on
+    loopback is the worker (Kueue, kwok nodes and gpusched as shipped). A Job submitted on the manager is admitted
+    there through the MultiKueue admission check, copied to the worker as it is, admitted again by the worker's
+    Kueue, placed whole by gpusched on the worker's flavor nodes, and its completion shows on the manager's Job."""
+    manager = sched.kube
+    name = sched.name[:40]
+    with LocalCluster(verbose=False) as cluster:
+        wk = Kube.of_local(cluster)
+        wk.apply_crds()
+        wk.ensure_namespace(kube_mod.SYSTEM_NAMESPACE)
+        wk.ensure_namespace(sched.namespace)
+        worker = Scenario(kube=wk, name=sched.name, namespace=sched.namespace, workdir=tmp_path)
+        made: list[str] = []
+        try:
+            with kueue_running(wk):
+                pool = _pool(worker, nodes=2, gpus=8, spare=1)
+                worker_queues = Queues(worker, gpus=16)
+                worker.start_gpusched()
+                # The manager: the worker's kubeconfig in a Secret of Kueue's namespace, the MultiKueue objects, and
+                # a ClusterQueue whose admission check is MultiKueue's.
+                kubeconfig = wk.kubectl("config", "view", "--raw", "--flatten", "--minify").stdout
+                for path, body in (
+                    (
+                        "/api/v1/namespaces/kueue-system/secrets",
+                        {"metadata": {"name": f"{name}-worker"}, "stringData": {"kubeconfig": kubeconfig}},
+                    ),
+                    (
+                        f"{KUEUE_API}/multikueueclusters",
+                        {
+                            "metadata": {"name": f"{name}-worker"},
+                            "spec": {
+                                "clusterSource": {
+                                    "kubeConfig": {"locationType": "Secret", "location": f"{name}-worker"}
+                                }
+                            },
+                        },
+                    ),
+                    (
+                        f"{KUEUE_API}/multikueueconfigs",
+                        {"metadata": {"name": f"{name}-mk"}, "spec": {"clusters": [f"{name}-worker"]}},
+                    ),
+                    (
+                        f"{KUEUE_API}/admissionchecks",
+                        {
+                            "metadata": {"name": f"{name}-mk"},
+                            "spec": {
+                                "controllerName": "kueue.x-k8s.io/multikueue",
+                                "parameters": {
+                                    "apiGroup": "kueue.x-k8s.io",
+                                    "kind": "MultiKueueConfig",
+                                    "name": f"{name}-mk",
+                                },
+                            },
+                        },
+                    ),
+                ):
+                    kind = {"secrets": "Secret", "multikueueclusters": "MultiKueueCluster"}.get(
+                        path.rsplit("/", 1)[1], "MultiKueueConfig" if "configs" in path else "AdmissionCheck"
+                    )
+                    api_version = "v1" if kind == "Secret" else "kueue.x-k8s.io/v1beta2"
+                    manager.request("POST", path, {"apiVersion": api_version, "kind": kind, **body})
+                    made.append(f"{path}/{body['metadata']['name']}")
+                manager_queues = Queues(sched, gpus=16, admission_check=f"{name}-mk")
+                try:
+                    kube_mod.wait_until(
+                        lambda: _condition(manager.request("GET", made[1]), "Active"),
+                        timeout=60,
+                        what="the MultiKueueCluster Active (the manager's Kueue reaching the worker)",
+                        describe=lambda: str(manager.request("GET", made[1]).get("status")),
+                    )
+                    # The worker's pods, as its watch saw them: MultiKueue deletes the worker's copy of the Job (and
+                    # so its pods) once the manager's is finished.
+                    order = kube_mod.BindOrder(wk, sched.namespace).start()
+                    manager.request("POST", JOBS.format(ns=sched.namespace), _job("dispatched"))
+
+                    def done_on_manager() -> dict[str, Any] | None:
+                        got = manager.request("GET", f"{JOBS.format(ns=sched.namespace)}/dispatched")
+                        return got if _condition(got, "Complete") else None
+
+                    kube_mod.wait_until(
+                        done_on_manager,
+                        timeout=180,
+                        what="the Job complete on the manager (its status copied back from the worker)",
+                        describe=lambda: (
+                            f"manager workloads: {[w.get('status') for w in manager_queues.workloads()]}"
+                            f"\nworker workloads: {[w.get('status') for w in worker_queues.workloads()]}"
+                            f"\n{worker.describe()}"
+                        ),
+                    )
+                    mine = manager.request("GET", f"{JOBS.format(ns=sched.namespace)}/dispatched")
+                    assert mine["spec"].get("managedBy") == "kueue.x-k8s.io/multikueue", mine["spec"].get("managedBy")
+                    assert sched.pods() == [], kube_mod.summary(sched.pods())  # nothing ran on the manager
+                    order.stop()
+                    seen = order.snapshot().values()
+                    assert len(seen) == 4 and all(len(h["nodes"]) == 1 and h["nodes"] <= pool for h in seen), seen
+                    members = [h["name"].split("/")[1] for h in seen]
+                    assert all(m.startswith("dispatched-") for m in members), members
+                    piecemeal = order.piecemeal(members)
+                    assert piecemeal is None, piecemeal
+                finally:
+                    manager_queues.delete()
+                    worker_queues.delete()
+        finally:
+            for path in reversed(made):
+                with contextlib.suppress(APIError):
+                    manager.request("DELETE", path)
+            worker.cleanup()
