@@ -29,6 +29,7 @@ import numpy as np
 
 from scheduler.api.crds.podgroup import PodGroup
 from scheduler.api.crds.topology import TopologyConstraint
+from scheduler.api.objects import admission
 from scheduler.api.objects import pod as api_pod
 from scheduler.cache.state import Cache
 from scheduler.core import actions, capacity, gang, holds, reason_texts, registry, session
@@ -72,6 +73,8 @@ class Live:
     said: Mapping[str, str] = field(default_factory=dict)
     #: Queues that are not in use, and why.
     queue_problems: Mapping[str, str] = field(default_factory=dict)
+    #: Pods held by scheduling gates (Kueue's, for one): never tried, they wait for admission.
+    gated: Mapping[str, admission.Gated] = field(default_factory=dict)
 
     @property
     def scheduler(self) -> Scheduler:
@@ -94,6 +97,9 @@ def explain_pod(live: Live, key: str) -> str:
         unreadable = live.unreadable.get(key)
         if unreadable is not None:
             return "\n".join([*lines, f"  cannot be read: {unreadable[1]}"])
+        held_back = live.gated.get(key)
+        if held_back is not None:
+            return "\n".join([*lines, f"  {held_back.text()}"])
         raise NotFound(f"pod {key} is not a pending pod of gpusched (schedulerName: gpusched) that it knows")
     said = live.said.get(key)
     if said:

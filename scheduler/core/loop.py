@@ -193,6 +193,10 @@ class SchedulingLoop:
             self._enqueue(job)  # below its maxMember again: a waiting member may take the place
         elif not job.pending:
             self.queue.remove(job.key)
+            if not job.placed:
+                # Every member gone and the PodGroup still there (Kueue evicted the workload: its Job suspended,
+                # its pods deleted): whatever was held for the gang goes with them.
+                self._job_gone(job.key)
         job.refresh_phase(self.clock())
 
     def group_upsert(self, group: PodGroup) -> None:

@@ -64,6 +64,20 @@ def test_non_indexed_job_needs_one_member_unless_annotated() -> None:
     assert group_pod(pod("w", ref("batch/v1", "Job", "work")), [job]).gang.min_member == 3  # type: ignore[union-attr]
 
 
+def test_a_job_kueue_admitted_is_one_gang_of_all_its_pods() -> None:
+    # A plain Job's workers are interchangeable (one is enough to start), but once Kueue admits the Job it has
+    # reserved quota for all four: started piecemeal, the Job would hold that quota with pods that cannot run.
+    job = obj(
+        "batch/v1", "Job", "train", {"parallelism": 4, "completions": 4}, labels={"kueue.x-k8s.io/queue-name": "q"}
+    )
+    admitted = pod("train-x", ref("batch/v1", "Job", "train"), labels={"kueue.x-k8s.io/podset": "main"})
+    gang = group_pod(admitted, [job]).gang
+    assert gang is not None and (gang.name, gang.min_member, gang.max_member) == ("job-train", 4, 4)
+    job["metadata"]["annotations"] = {"gpusched.io/job-min-parallelism": "2"}
+    gang = group_pod(admitted, [job]).gang
+    assert gang is not None and (gang.min_member, gang.max_member) == (2, 4)
+
+
 def test_indexed_job_with_fewer_completions_than_parallelism() -> None:
     job = obj("batch/v1", "Job", "j", {"completionMode": "Indexed", "parallelism": 8, "completions": 2})
     assert group_pod(pod("p", ref("batch/v1", "Job", "j")), [job]).gang.min_member == 2  # type: ignore[union-attr]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from scheduler.api.basics.errors import InvalidObject
+from scheduler.api.crds.podgroup import PodGroup
 from scheduler.api.crds.queue import QueueSpec, QueueTree, parse_queue
 from scheduler.api.objects import pod as api_pod
 from scheduler.core import explanation
@@ -34,6 +35,9 @@ def _pod(name: str, gpus: int, runtime: str | None = None, *, deadline: int | No
     if deadline is not None:
         raw["spec"]["activeDeadlineSeconds"] = deadline
     return api_pod.parse_pod(raw)
+
+
+_RUNTIME = {"gpusched.io/expected-runtime": "1h"}
 
 
 def _where(cluster: Cluster) -> dict[str, str]:
@@ -182,3 +186,25 @@ def test_explain_tells_the_held_job_its_room_and_the_others_whether_they_may_use
     )
     said = explanation.explain_pod(live, unknown.key)
     assert "this job may not use it: it declares no run time" in said
+
+
+def test_a_gang_whose_members_are_all_deleted_holds_nothing_any_more() -> None:
+    # Kueue evicts an admitted Job by suspending it: the Job controller deletes every pod, the PodGroup stays (the
+    # Job owns it). The room held for the gang must go with its members, not wait for the hold to expire.
+    cluster, loop, clock, _ = _loop()
+    _busy(cluster, loop)
+    clock.now = 10.0
+    loop.group_upsert(PodGroup("default", "train", min_member=2))
+    labels = {"gpusched.io/pod-group": "train"}
+    members = [
+        api_pod.parse_pod(objects.pod(f"train-{i}", gpus=4, labels=labels, annotations=_RUNTIME)) for i in range(2)
+    ]
+    for member in members:
+        loop.pod_pending(member)
+    loop.run_until_idle()
+    gang = loop.jobs.gang_key("default/train")
+    assert loop.holds.get(Kind.HEAD, gang) is not None
+    for member in members:
+        loop.pod_gone(member.key)
+    assert loop.holds.get(Kind.HEAD, gang) is None
+    assert not loop.holds.of_kind(Kind.HEAD)

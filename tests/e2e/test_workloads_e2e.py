@@ -13,7 +13,6 @@ collector of the controller-manager deletes the PodGroup with its workload.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -155,20 +154,7 @@ def running_controllers(kube: Kube) -> Iterator[list[Path]]:
         print(f"\n{_log_tails(logs)}", file=sys.stderr)
         raise
     finally:
-        webhooks.unregister(kube, registered)
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            kube.local.untrack_process(proc.pid)
-        if os.environ.get("GPUSCHED_E2E_KEEP") != "1":
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print(f"\n[e2e] keeping the workload controllers' logs and certificates in {tmp}")
+        webhooks.stop_controllers(kube, procs, registered, tmp=tmp, what="the workload controllers")
 
 
 @pytest.fixture

@@ -21,7 +21,10 @@ import base64
 import http.client
 import ipaddress
 import json
+import os
+import shutil
 import ssl
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -159,3 +162,26 @@ def unregister(kube: Kube, configs: list[dict[str, Any]]) -> None:
         except APIError as exc:
             if exc.status != 404:
                 raise
+
+
+def stop_controllers(
+    kube: Kube, procs: list[subprocess.Popen[bytes]], registered: list[dict[str, Any]], *, tmp: Path, what: str
+) -> None:
+    """Unregister the controllers' webhook configurations first (with no server behind them they would refuse every
+    object they select), then stop the controllers and remove their directory ``tmp`` (kept, and said so, under
+    ``GPUSCHED_E2E_KEEP=1``)."""
+    unregister(kube, registered)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if kube.local is not None:
+            kube.local.untrack_process(proc.pid)
+    if os.environ.get("GPUSCHED_E2E_KEEP") != "1":
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        print(f"\n[e2e] keeping {what}'s logs and certificates in {tmp}")

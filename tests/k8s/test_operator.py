@@ -17,6 +17,7 @@ from scheduler.k8s import operator as operator_module
 from scheduler.k8s.feeds import numa_zones
 from scheduler.k8s.operator import Operator
 from scheduler.k8s.ports import adapter as adapter_module
+from scheduler.k8s.serve import explain
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
 
 GPU = "nvidia.com/gpu"
@@ -220,9 +221,15 @@ async def test_a_gated_pod_is_left_alone_until_its_gates_are_removed(fake: FakeA
     assert "gated" not in bound(fake)
     assert [e for e in fake.events.values() if e["involvedObject"]["name"] == "gated"] == []
     assert fake.requests("PATCH", "/pods/gated/status") == []
+    # Counted and told as waiting for admission, not as unschedulable.
+    told = explain.answer(operator, "gated")
+    assert "waits for admission: held by its scheduling gates" in told and "example.com/wait" in told
+    operator.metrics.refresh_state(operator.loop, operator.pending, gated=operator.feed.gated.values())
+    assert 'gpusched_pending_gated_pods{held_by="other"} 1.0' in operator.metrics.exposition().decode()
     del gated["spec"]["schedulingGates"]
     operator.pod_event(gated)
     await eventually(lambda: "gated" in bound(fake))
+    assert "default/gated" not in operator.feed.gated
 
 
 def test_the_services_that_select_a_pending_pod_reach_its_default_spreading(operator: Operator) -> None:

@@ -18,6 +18,10 @@ objects it read. Invariants:
 - the opt-out annotation ``gpusched.io/gang: "false"`` on the workload leaves its pods single;
 - ``gpusched.io/min-member`` on the workload overrides the derived ``minMember`` (on a Job,
   ``gpusched.io/job-min-parallelism`` says the same, as Kueue's ``kueue.x-k8s.io/job-min-parallelism`` does);
+- a workload Kueue admitted (its pods carry ``kueue.x-k8s.io/podset``, ``scheduler.api.objects.admission``) is one
+  gang of every pod it runs at once, ``minMember`` = ``maxMember``, unless one of those annotations says otherwise:
+  Kueue reserved quota for all of them (with partial admission it lowers the Job's ``parallelism`` first), and a
+  workload started piecemeal would hold that quota while waiting for the rest;
 - the gang's ``maxMember`` is what the workload runs at once (a Job's parallelism, a JobSet's pods, a
   LeaderWorkerSet group's size, a PyTorchJob's ``elasticPolicy.maxReplicas``...): a ``minMember`` below it makes the
   gang elastic (placed at ``minMember``, grown as room appears, its surplus preempted first);
@@ -36,6 +40,7 @@ from typing import Any
 
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.crds import podgroup as api_podgroup
+from scheduler.api.objects import admission
 from scheduler.api.objects import pod as api_pod
 
 #: On a workload: ``"false"`` leaves its pods single (no PodGroup is made).
@@ -395,6 +400,8 @@ def group_pod(pod: Obj, chain: Sequence[Obj], *, namespace_queue: str = "") -> G
     if kind.kind == "Job" and annotations.get(ANNOTATION_JOB_MIN_PARALLELISM) is not None:
         key = ANNOTATION_JOB_MIN_PARALLELISM
     raw = annotations.get(key)
+    if raw is None and admission.kueue_admitted(pod_labels):
+        min_member = max_member
     if raw is not None:
         override = int(str(raw)) if str(raw).strip().isdigit() else 0
         if override >= 1:

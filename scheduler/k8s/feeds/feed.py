@@ -18,6 +18,9 @@ methods take raw objects as the informers and kopf's handlers deliver them (``sc
 - Per-pod state has one owner: the pods waiting for a node, when each was first seen, the unreadable ones, the
   ones whose owners are being read and every object's uid live here; a pod that leaves is dropped here and told to
   every other holder of per-pod state (``on_pod_gone``: the conditions writer, the status publisher, the binder).
+- A pod of ours with scheduling gates (Kueue's, say) is never queued: it is only remembered in ``gated``, waiting
+  for admission, until the update that removes its last gate brings it into the queue
+  (``scheduler.api.objects.admission``).
 """
 
 from __future__ import annotations
@@ -36,11 +39,11 @@ from scheduler.api.crds import queue as api_queue
 from scheduler.api.crds import reservation as api_reservation
 from scheduler.api.crds import topology as api_topology
 from scheduler.api.devices import topology_manager
+from scheduler.api.objects import admission, workloads
 from scheduler.api.objects import affinity as api_affinity
 from scheduler.api.objects import node as api_node
 from scheduler.api.objects import pdb as api_pdb
 from scheduler.api.objects import pod as api_pod
-from scheduler.api.objects import workloads
 from scheduler.api.objects.pod import PodRequest
 from scheduler.cache import dra_gpus
 from scheduler.core.hints import ClusterEvent
@@ -105,6 +108,9 @@ class PodFeed:
         self.compat_podgroups: dict[str, api_podgroup.PodGroup] = {}
         #: Pods of ours whose spec could not be read: key -> (uid, why), told in their PodScheduled condition.
         self.unreadable_pods: dict[str, tuple[str, str]] = {}
+        #: Pods of ours held by scheduling gates (waiting for admission: Kueue's, for one), never tried: key -> who
+        #: holds them.
+        self.gated: dict[str, admission.Gated] = {}
         #: Nodes whose ``gpusched.io/gpu-topology`` was refused, with the message last told.
         self._node_problems: dict[str, str] = {}
         #: Claims, volumes, classes and CSINodes into the cache (``scheduler.k8s.ports.volume_binding``).
@@ -179,11 +185,15 @@ class PodFeed:
             return
         spec = body.get("spec")
         spec = spec if isinstance(spec, Mapping) else {}
-        if spec.get("schedulingGates") and not spec.get("nodeName"):
+        held = admission.gated(body)
+        if held is not None:
             # kube-scheduler's SchedulingGates: a gated pod is neither scheduled nor told anything (the API server
             # has set PodScheduled=False/SchedulingGated); gates can only be removed, and the update that removes
-            # the last one brings it here again, into the queue.
+            # the last one brings it here again, into the queue. Ours is remembered as waiting for admission.
+            if (spec.get("schedulerName") or "default-scheduler") == self.scheduler_name:
+                self.gated[key] = held
             return
+        self.gated.pop(key, None)
         try:
             if spec.get("nodeName"):
                 # A bound pod counts on its node whatever its annotations say now (scheduler.api.objects.pod).
@@ -276,6 +286,7 @@ class PodFeed:
 
     def _pod_gone(self, key: str, *, finished: str = "") -> None:
         self.pending.pop(key, None)
+        self.gated.pop(key, None)
         self.unreadable_pods.pop(key, None)
         self.first_seen.pop(key, None)
         self.uids.pop(f"pod {key}", None)

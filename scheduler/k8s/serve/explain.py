@@ -107,6 +107,7 @@ def answer(operator: Operator, target: str, namespace: str = "default") -> str:
         unreadable=operator.unreadable_pods,
         said=operator.conditions.said,
         queue_problems=operator.queue_problems,
+        gated=operator.feed.gated,
     )
     try:
         if asked.kind == "podgroup":

@@ -100,6 +100,7 @@ def metrics_app(operator: Operator) -> web.Application:
                 operator.loop,
                 operator.pending,
                 node_problems=operator.cache.gpu_topology_problems,
+                gated=operator.feed.gated.values(),
                 now=operator.clock(),
             )
         response = web.Response(body=operator.metrics.exposition())

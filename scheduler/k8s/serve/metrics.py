@@ -47,6 +47,7 @@ from prometheus_client.metrics_core import Metric
 
 from scheduler.api.basics import resources
 from scheduler.api.devices.gputopo import ANNOTATION as GPU_TOPOLOGY
+from scheduler.api.objects.admission import Gated
 from scheduler.api.objects.pod import PodRequest
 from scheduler.core.extension_points import Framework
 from scheduler.core.loop import SchedulingLoop
@@ -92,6 +93,7 @@ STATE_GAUGES = (
     "gpusched_pending_gangs",
     "gpusched_pending_jobs",
     "gpusched_pending_oldest_seconds",
+    "gpusched_pending_gated_pods",
     "gpusched_queue_allocated",
     "gpusched_queue_guaranteed",
     "gpusched_queue_limit",
@@ -213,6 +215,13 @@ class Metrics:
             "How long the longest-waiting pending pod of each queue has existed (from its creationTimestamp): what the"
             " pods-waiting alert watches, since a histogram of waits sees a pod only once it is bound.",
             ["queue"],
+            registry=None,
+        )
+        self.pending_gated = Gauge(
+            "gpusched_pending_gated_pods",
+            "Pods of gpusched held back by scheduling gates, waiting for admission (never tried, not unschedulable),"
+            " by who holds them: kueue (Kueue's gates) or other.",
+            ["held_by"],
             registry=None,
         )
         self.pending_jobs = Gauge(
@@ -387,11 +396,13 @@ class Metrics:
         pending: Mapping[str, PodRequest],
         *,
         node_problems: Collection[str] = (),
+        gated: Collection[Gated] = (),
         now: float | None = None,
     ) -> None:
         """Recompute the state gauges from the pods waiting for a node (``pending``), the loop and the cache;
-        ``node_problems`` names the nodes whose ``gpusched.io/gpu-topology`` was refused; ``now`` (Unix seconds,
-        default the wall clock) is what pending pods' ages are measured against."""
+        ``node_problems`` names the nodes whose ``gpusched.io/gpu-topology`` was refused; ``gated`` are the pods held
+        by scheduling gates; ``now`` (Unix seconds, default the wall clock) is what pending pods' ages are measured
+        against."""
         now = time.time() if now is None else now
         tree = loop.tenancy.tree
         for queue in {DEFAULT_QUEUE, "unknown", *tree} - self._preemptions_zeroed:
@@ -415,6 +426,9 @@ class Metrics:
         self._set(self.pending_pods, {(q,): float(pods[q]) for q in self._queues})
         self._set(self.pending_gangs, {(q,): float(gangs[q]) for q in self._queues})
         self._set(self.pending_oldest, {(q,): max(0.0, age) for q, age in oldest.items()})
+        held: Tally[str] = Tally("kueue" if g.by_kueue else "other" for g in gated)
+        for by in ("kueue", "other"):
+            self.pending_gated.labels(by).set(float(held.get(by, 0)))
         states: Tally[str] = Tally(where for _, where in loop.queue.pending())
         for state in ("active", "backoff", "unschedulable", "in-flight"):
             self.pending_jobs.labels(state).set(float(states.get(state, 0)))
