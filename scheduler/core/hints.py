@@ -49,6 +49,8 @@ class _Need:
     gpus: int
     milli: float
     memory: float
+    #: Equal for equal needs.
+    key: tuple[bytes, int, float, float]
 
 
 @dataclass(slots=True)
@@ -70,6 +72,8 @@ class Hints:
         self.events: dict[str, frozenset[ClusterEvent]] = {}
         #: The waiting jobs that found no room for some member when they last failed.
         self.short: dict[str, _Short] = {}
+        #: Whether some node has room for each need asked about at one cluster generation.
+        self._anywhere: tuple[int, dict[tuple[bytes, int, float, float], bool]] = (-1, {})
 
     def failed(
         self,
@@ -89,11 +93,19 @@ class Hints:
         self.short.pop(key, None)
         if evicts_below == math.inf:
             return  # it may take any pod's room: free room is not what it waits for
-        arrays = self.cache.arrays
-        everywhere = np.arange(arrays.slots)
-        lacking = [n for n in _distinct(_need(self.cache, p) for p in pods) if not _room(self.cache, everywhere, n)]
+        now = _generation(self.cache)
+        if self._anywhere[0] != now:
+            self._anywhere = (now, {})  # what holds at one generation holds until the cluster changes
+        known = self._anywhere[1]
+        lacking = []
+        for need in _distinct(_need(self.cache, p) for p in pods):
+            found = known.get(need.key)
+            if found is None:
+                found = known[need.key] = _room(self.cache, None, need)
+            if not found:
+                lacking.append(need)
         if lacking:
-            self.short[key] = _Short(lacking, _generation(self.cache), evicts_below)
+            self.short[key] = _Short(lacking, now, evicts_below)
 
     def forget(self, key: str) -> None:
         self.needs.pop(key, None)
@@ -111,6 +123,9 @@ class Hints:
         free = int((arrays.gpu_free[arrays.base_reason == layout.FIT] >= layout.WHOLE).sum()) if deletion else 0
         now = _generation(self.cache)
         lowest = self.cache.lowest_priority
+        # Per event: the nodes changed since each generation asked about, and what they have room for (waiting
+        # jobs are mostly of a few shapes, and all that this hint kept waiting wait since the same event).
+        seen = _Seen(self.cache)
 
         def helps(item: QueueItem) -> bool:
             events = self.events.get(item.key)
@@ -121,21 +136,39 @@ class Hints:
             if self.needs.get(item.key, 0) > free or still_gated(item):
                 return False
             short = self.short.get(item.key)
-            return short is None or self._room_came(item.key, short, now, lowest)
+            return short is None or self._room_came(item.key, short, now, lowest, seen)
 
         return helps
 
-    def _room_came(self, key: str, short: _Short, now: int, lowest: float) -> bool:
+    def _room_came(self, key: str, short: _Short, now: int, lowest: float, seen: _Seen) -> bool:
         """Whether every member that found no room may find it now, on a node changed since; if not, the job waits
         on from now (the nodes changed up to now have no room for those members either)."""
         if lowest < short.evicts_below:
             return True  # a pod it may take runs (or ran) somewhere: taking it may make the room
-        changed = np.flatnonzero(self.cache.arrays.gen[: self.cache.arrays.slots] > short.since)
-        lacking = [n for n in short.needs if not _room(self.cache, changed, n)]
+        lacking = [n for n in short.needs if not seen.room(short.since, n)]
         if not lacking:
             return True
         self.short[key] = _Short(lacking, now, short.evicts_below)
         return False
+
+
+class _Seen:
+    """What one event's checks found: the nodes changed since a generation, and whether they have room for a need."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+        self._changed: dict[int, np.ndarray] = {}
+        self._room: dict[tuple[int, tuple[bytes, int, float, float]], bool] = {}
+
+    def room(self, since: int, need: _Need) -> bool:
+        found = self._room.get((since, need.key))
+        if found is None:
+            changed = self._changed.get(since)
+            if changed is None:
+                a = self.cache.arrays
+                changed = self._changed[since] = np.flatnonzero(a.gen[: a.slots] > since)
+            found = self._room[(since, need.key)] = _room(self.cache, changed, need)
+        return found
 
 
 def _generation(cache: Cache) -> int:
@@ -145,37 +178,38 @@ def _generation(cache: Cache) -> int:
 
 def _need(cache: Cache, pod: PodRequest) -> _Need:
     gpu = pod.gpu
-    return _Need(cache.request_vector(pod), gpu.count, float(gpu.milli), float(gpu.memory))
+    request = cache.request_vector(pod)
+    key = (request.tobytes(), gpu.count, float(gpu.milli), float(gpu.memory))
+    return _Need(request, gpu.count, float(gpu.milli), float(gpu.memory), key)
 
 
 def _distinct(needs: Iterable[_Need]) -> list[_Need]:
     """The needs apart from repeats (a gang's members are mostly alike)."""
-    seen: dict[tuple[bytes, int, float, float], _Need] = {}
-    for n in needs:
-        seen.setdefault((n.request.tobytes(), n.gpus, n.milli, n.memory), n)
-    return list(seen.values())
+    return list({n.key: n for n in needs}.values())
 
 
-def _room(cache: Cache, slots: np.ndarray, need: _Need) -> bool:
-    """Whether one of the nodes ``slots`` has the free room ``need`` asks (a cordoned node counts: a pod may
-    tolerate the cordon)."""
-    if slots.shape[0] == 0:
-        return False
+def _room(cache: Cache, slots: np.ndarray | None, need: _Need) -> bool:
+    """Whether one of the nodes ``slots`` (None: of all) has the free room ``need`` asks (a cordoned node counts: a
+    pod may tolerate the cordon)."""
     a = cache.arrays
+    rows = slice(None) if slots is None else slots
+    count = a.slots if slots is None else slots.shape[0]
+    if count == 0:
+        return False
     columns = a.cap.shape[1]
     request = need.request
     if request.shape[0] < columns:
         request = np.concatenate([request, np.zeros(columns - request.shape[0])])
-    present = np.where(a.base_reason[slots] == layout.ABSENT, layout.ABSENT, layout.FIT).astype(np.int8)
-    out = np.empty(slots.shape[0], dtype=np.int8)
+    present = np.where(a.base_reason[rows] == layout.ABSENT, layout.ABSENT, layout.FIT).astype(np.int8)
+    out = np.empty(count, dtype=np.int8)
     fit_kernel.fit(
-        a.cap[slots],
-        a.used[slots],
+        a.cap[rows],
+        a.used[rows],
         request[:columns],
-        a.gpu_free[slots],
-        a.gpu_mem_free[slots],
-        a.gpu_count[slots],
-        a.node_model[slots],
+        a.gpu_free[rows],
+        a.gpu_mem_free[rows],
+        a.gpu_count[rows],
+        a.node_model[rows],
         _ANY_MODEL,
         True,
         need.gpus,
