@@ -283,6 +283,15 @@ class Search:
         their pods would free for the job's largest member (``scheduler.core.consolidation.room``), and what-ifs are
         run on
         at most ``candidate_nodes`` of them, fewest moves first."""
+        if self.limits.plan_cost == "FewerGPUsAndPods" and _milli(self.members) // layout.WHOLE <= 1:
+            # Every set moves at least one pod, and this rule moves fewer pods than the whole GPUs the job asks: no
+            # set is within it (a churn run's searches for pods of one GPU or less tried every node's sets first).
+            return Found(
+                None,
+                "no set of movable pods may move for it: each would move as many GPUs or pods as the job asks GPUs,"
+                " or more (a job of one GPU or less moves nothing under planCost FewerGPUsAndPods)",
+                verdict=IMPOSSIBLE,
+            )
         a = self.snapshot.arrays
         _, anywhere = gang.free_gpus(a, self.context)
         if _gpus(self.members) > int(anywhere.sum()):
