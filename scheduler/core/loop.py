@@ -328,6 +328,16 @@ class SchedulingLoop:
         may_help = self.hints.may_help(event, self.gate.still_gated)
         self.queue.move_all_to_active(event, may_help)
 
+    def pods_changed(self, pod_keys: set[str], event: ClusterEvent | str) -> None:
+        """What only the pods ``pod_keys`` use changed (their ResourceClaims): their jobs, not others, may fit now."""
+        keys = set(pod_keys)
+        for pod_key in pod_keys:
+            job = self.jobs.of_pod(pod_key)
+            if job is not None:
+                keys.add(job.key)
+        if keys:
+            self.queue.move_all_to_active(event, lambda item: item.key in keys)
+
     def bind_failed(self, pod: PodRequest, reason: str, *, backoff_s: float = 0.0) -> None:
         """A binding failed: release the pod's place (its reservation in the cache, its queue's usage, its job's
         member) and retry it alone (a gang keeps the others), not before ``backoff_s`` seconds."""
