@@ -124,6 +124,9 @@ class Result:
     missed: dict[str, int] = field(default_factory=dict)
     #: Every counted claim: name, profile, arrival, creation and bind (None: never), seconds of the stream.
     claims: list[tuple[str, str, float, float | None, float | None]] = field(default_factory=list)
+    #: gpusched only: its scheduling attempts by result at the run's end (``gpusched_schedule_attempts_total``),
+    #: each one a pod taken off the queue, so the unschedulable ones count the wake-ups that placed nothing.
+    attempts: dict[str, int] = field(default_factory=dict)
 
     @property
     def pods_per_s(self) -> float:
@@ -372,6 +375,7 @@ def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> 
             return missing
     else:
         options = harness.kube_scheduler(1000, 2000)
+    attempts: dict[str, int] = {}
     with LocalCluster(verbose=False, **options) as cluster:
         replica: kube.Gpusched | None = None
         start: Any = cluster.start_scheduler
@@ -396,9 +400,24 @@ def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> 
             )
         finally:
             if replica is not None:
+                attempts = _attempts(replica)
                 replica.stop()
-    result.load, result.seed = load, seed
+    result.load, result.seed, result.attempts = load, seed, attempts
     return result
+
+
+def _attempts(replica: kube.Gpusched) -> dict[str, int]:
+    """gpusched's scheduling attempts by result, from its /metrics (empty if it does not answer)."""
+    try:
+        text = replica.metrics()
+    except OSError:
+        return {}
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith('gpusched_schedule_attempts_total{result="'):
+            labels, value = line.rsplit(" ", 1)
+            found[labels.split('"')[1]] = int(float(value))
+    return found
 
 
 def table(results: list[Result]) -> str:
@@ -544,7 +563,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"({outcome.compute_at_end} slices at the end), "
                     f"over-consumed {outcome.over_consumed} {outcome.problems}, not placed {outcome.missed}, "
                     f"driver lag {outcome.driver_lag:.2f} s, "
-                    f"mean wait {_mean_waits(outcome)}",
+                    f"mean wait {_mean_waits(outcome)}"
+                    + (f", attempts {outcome.attempts}" if outcome.attempts else ""),
                     file=sys.stderr,
                     flush=True,
                 )

@@ -82,6 +82,9 @@ class DeviceStore:
         self.version = 0
         #: Grows at every change of a class or a slice (what devices exist and what they match), not of a claim.
         self.devices_version = 0
+        #: Grows whenever a claim stops holding a device or a share of one (deallocated, deleted, its assumed
+        #: allocation dropped): only then may a claim's change make room for another pod (the queueing hints).
+        self.releases = 0
         #: claim key -> the allocation assumed for it, and the pod key it was made for.
         self.assumed: dict[str, tuple[ClaimAllocation, str]] = {}
         #: pod key -> the claims of its decision (allocated, or reserved only), until its binding completes or fails.
@@ -235,9 +238,12 @@ class DeviceStore:
         allocation = self.allocation_of(key)
         results = allocation.devices if allocation is not None else ()
         now = tuple(d.key for d in results if not d.admin_access and not d.share_id)
-        for device, consumed in self._shares.pop(key, ()):
+        held_shares = self._shares.pop(key, ())
+        for device, consumed in held_shares:
             count_capacity(self._consumed, device, consumed, -1)
         shares = tuple((d.key, d.consumed) for d in results if d.share_id)
+        if not set(self._holds.get(key, ())) <= set(now) or not set(held_shares) <= set(shares):
+            self.releases += 1
         if shares:
             self._shares[key] = shares
         for device, consumed in shares:

@@ -17,6 +17,7 @@ annotation is reported in :attr:`Cache.gpu_topology_problems` and the node's GPU
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -139,6 +140,9 @@ class Cache:
         #: devices (NVIDIA's device plugin under the single MIG strategy, ``NodeInfo.mig_profile``); the others are
         #: not listed (a slot of theirs is a whole GPU).
         self.mig_slots: dict[int, int] = {}
+        #: The lowest priority of any pod ever placed (inf before the first): no pod below it runs, so no
+        #: preemption for a job at or under it has a victim (the queueing hints, ``scheduler.core.hints``).
+        self.lowest_priority: float = math.inf
 
     # --- columns and models ------------------------------------------------------------------------------------
 
@@ -446,6 +450,7 @@ class Cache:
         self.arrays.apply(placement)
         entry = PodEntry(pod, placement, assumed)
         self._pods[pod.key] = entry
+        self.lowest_priority = min(self.lowest_priority, pod.priority)
         if not assumed and pod.gpu.count:
             count = int(self.arrays.gpu_count[slot])
             if len([g for g in pod.gpu_ids if g < count]) != pod.gpu.count:

@@ -90,7 +90,7 @@ class SchedulingLoop:
         self.jobs = Jobs()
         self.gate = gate.Gate(self.tenancy, fair_share=fair_share_gate)
         self.holds = Holds(scheduler.cache, self.tenancy, clock=clock, reserve_after_s=reserve_after_s)
-        self.hints = Hints()
+        self.hints = Hints(scheduler.cache)
         #: Reservations: room held ahead of their owners' pods (``scheduler.core.reservations``).
         self.reservations = Reservations(scheduler, self.holds, self.tenancy, events=events, clock=clock)
         #: What the actions are built from; the ports (``evictor``, ``mover``) may be set later.
@@ -329,8 +329,18 @@ class SchedulingLoop:
         queueing hints (``scheduler.core.hints``) say which waiting jobs it may help."""
         event = ClusterEvent(event)
         self.reservations.place_pending()  # room may have come for a Reservation too
-        may_help = self.hints.may_help(event, self.scheduler.cache.arrays, self.gate.still_gated)
+        may_help = self.hints.may_help(event, self.gate.still_gated)
         self.queue.move_all_to_active(event, may_help)
+
+    def pods_changed(self, pod_keys: set[str], event: ClusterEvent | str) -> None:
+        """What only the pods ``pod_keys`` use changed (their ResourceClaims): their jobs, not others, may fit now."""
+        keys = set(pod_keys)
+        for pod_key in pod_keys:
+            job = self.jobs.of_pod(pod_key)
+            if job is not None:
+                keys.add(job.key)
+        if keys:
+            self.queue.move_all_to_active(event, lambda item: item.key in keys)
 
     def bind_failed(self, pod: PodRequest, reason: str, *, backoff_s: float = 0.0) -> None:
         """A binding failed: release the pod's place (its reservation in the cache, its queue's usage, its job's

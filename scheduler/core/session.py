@@ -15,6 +15,7 @@ demand, and the unschedulable pool.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from scheduler.api.objects.pod import PodRequest
@@ -63,6 +64,9 @@ class Session:
         self.holds = holds
         self.hints = hints
         self.actions = list(actions)
+        #: Whether the profile refuses nodes for want of free room (the ``fit`` filter): only then is a job that
+        #: found none woken by the deletions that free some (``scheduler.core.hints``).
+        self.room_filtered = any(f.name == "fit" for f in scheduler.framework.filters)
         self.context = context
         self.placed = placed
         self.enqueue = enqueue
@@ -77,7 +81,7 @@ class Session:
         if over:
             self._not_placed(attempt, reason, over)
             # Like a job without room: a deletion that leaves fewer free GPUs than it needs cannot let it start.
-            self.hints.failed(item.key, members, gate.WAKES)
+            self.hints.failed(item.key, members, gate.WAKES, evicts_below=self._evicts_below(attempt))
             self.queue.requeue_unschedulable(item, over)
             return
         allocate, *make_room = self.actions
@@ -92,7 +96,9 @@ class Session:
                 self.queue.requeue_error(item, status.message)
                 return
             # Not tried at all (an object it names does not exist yet): no backoff, no room made for it.
-            self.hints.failed(item.key, members, self.scheduler.wakes(outcome.diagnosis))
+            self.hints.failed(
+                item.key, members, self.scheduler.wakes(outcome.diagnosis), evicts_below=self._evicts_below(attempt)
+            )
             self.queue.requeue_gated(item, status.message)
             return
         said = ""
@@ -113,9 +119,19 @@ class Session:
         message = _with_post_filter(status.message, outcome.diagnosis, said)
         message = self._held_for_reservations(attempt.key, outcome.diagnosis, message)
         self._not_placed(attempt, self._reason(attempt, status), message)
-        self.hints.failed(item.key, members, self.scheduler.wakes(outcome.diagnosis))
+        self.hints.failed(
+            item.key, members, self.scheduler.wakes(outcome.diagnosis), evicts_below=self._evicts_below(attempt)
+        )
         self.gate.starve(item.key, item.queue, requests_of(members))
         self.queue.requeue_unschedulable(item, message)
+
+    def _evicts_below(self, attempt: Attempt) -> float:
+        """Below which priority the make-room actions may take running pods' room for ``attempt`` (the queueing
+        hints: room freed by a deletion is what it waits for only when none may); ``inf`` without the ``fit``
+        filter (nothing else refuses a node for want of free room)."""
+        if not self.room_filtered:
+            return math.inf
+        return max((action.evicts_below(attempt) for action in self.actions[1:]), default=-math.inf)
 
     def act(self, action: Action, attempt: Attempt) -> Outcome:
         """Run ``action`` on the cycle's snapshot; commit what it decided if it placed the job or makes room for it,

@@ -238,6 +238,8 @@ class SchedulingQueue:
         self._unschedulable: dict[str, None] = {}
         self._in_flight: dict[str, None] = {}
         self._events = 0
+        #: Items that left the pool on a cluster event, since the start (what the queueing hints let through).
+        self.woken = 0
 
     # -- what comes in --------------------------------------------------------------------------------------------
 
@@ -321,6 +323,7 @@ class SchedulingQueue:
         for key in keys:
             del self._unschedulable[key]
             self._wake(self._entries[key], now)
+        self.woken += len(keys)
         return len(keys)
 
     # -- the scheduling loop ----------------------------------------------------------------------------------------

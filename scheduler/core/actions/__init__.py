@@ -54,6 +54,7 @@ tests go in ``tests/core/test_actions.py`` or a file of its own, and its user-fa
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -203,6 +204,12 @@ class Action:
         """Try ``attempt`` on what-ifs of ``snapshot``; record on ``statement`` what it decides (the session commits
         it when the job is placed or waits, and discards it otherwise); say what it did."""
         raise NotImplementedError
+
+    def evicts_below(self, attempt: Attempt) -> float:
+        """The priority below which it may take running pods' room for ``attempt`` (evict or move them), for the
+        queueing hints: while such a pod runs, a deletion that leaves no free room for the job may still let this
+        action make it. ``inf`` (any pod's, the default: moving pods takes any priority), ``-inf`` (none)."""
+        return math.inf
 
     def explain(self, asked: Asked) -> list[str]:
         """What it is doing, or would do now, for the job ``asked`` is about (``gpusched explain``), as lines; none

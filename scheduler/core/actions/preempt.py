@@ -16,11 +16,12 @@ priority, so the surplus does not come back by preemption.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 
 import numpy as np
 
-from scheduler.api.objects.pod import PodRequest
+from scheduler.api.objects.pod import PREEMPT_NEVER, PodRequest
 from scheduler.cache.state import Snapshot
 from scheduler.core import min_runtime
 from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting, Verdict
@@ -106,6 +107,15 @@ class Preempt(Action):
             message = f"preempting {len(victims)} job(s) or surplus member(s) of queue {queue!r}"
         self.preemptor.make_room(attempt, victims, statement, reason=reason, event="Preempting", message=message)
         return WAITS
+
+    def evicts_below(self, attempt: Attempt) -> float:
+        """Work of lower priority (a whole gang takes an elastic gang's surplus at its own priority too); none without
+        an evictor or for a pod that never preempts."""
+        if self.preemptor.evictor is None:
+            return -math.inf
+        if attempt.job.group is None and attempt.members[0].preemption_policy == PREEMPT_NEVER:
+            return -math.inf
+        return attempt.priority + 1 if attempt.whole_gang else attempt.priority
 
     def _own(self, attempt: Attempt, placed: reclaim.Placements) -> np.ndarray:
         """Per candidate of ``placed``, whether single pod ``attempt`` may evict it: work of its queue of lower

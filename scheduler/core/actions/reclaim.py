@@ -11,6 +11,8 @@ they free is nominated for the job, and every victim is evicted, as one statemen
 
 from __future__ import annotations
 
+import math
+
 from scheduler.cache.state import Snapshot
 from scheduler.core import min_runtime
 from scheduler.core.actions import NOTHING, WAITS, Action, Outcome, Setting
@@ -28,6 +30,10 @@ class Reclaim(Action):
         self.preemptor = setting.state(Preemptor, lambda: Preemptor(setting))
         self.states = (self.preemptor,)
         self.tenancy = setting.tenancy
+
+    def evicts_below(self, attempt: Attempt) -> float:
+        """Another queue's work of any priority; none with one queue (nobody borrows from another)."""
+        return math.inf if len(self.tenancy.tree.leaves()) > 1 else -math.inf
 
     def run(self, attempt: Attempt, snapshot: Snapshot, statement: Statement) -> Outcome:
         search = self.preemptor.search(attempt)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from scheduler.api.objects.pod import PodRequest
 from scheduler.cache.state import PodEntry, Snapshot
@@ -146,6 +147,31 @@ def _kind(entry: PodEntry, snapshot: Snapshot) -> tuple[Any, ...]:
 def _kinds(entries: Sequence[PodEntry], snapshot: Snapshot) -> tuple[tuple[Any, ...], ...]:
     """What a set of one node's pods is, up to interchangeable pods (:func:`_kind`)."""
     return tuple(sorted(_kind(e, snapshot) for e in entries))
+
+
+def _combinations(n: int, size: int) -> npt.NDArray[np.int64]:
+    """Every set of ``size`` of ``n`` indices, one per row, in the order of ``itertools.combinations``."""
+    if size == 1:
+        return np.arange(n, dtype=np.int64).reshape(n, 1)
+    if size == 2:
+        return np.stack(np.triu_indices(n, 1), axis=1).astype(np.int64)
+    return np.array(list(itertools.combinations(range(n), size)), dtype=np.int64).reshape(-1, size)
+
+
+def _first_of_each_kind(sets: npt.NDArray[np.int64], kinds: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The rows of ``sets`` (indices of pods whose kinds are ``kinds``) that are the first of their kind (the same
+    kinds in any order), in their order."""
+    if sets.shape[0] <= 1:
+        return sets
+    chosen = np.sort(kinds[sets], axis=1)
+    base = int(kinds.max()) + 1
+    if base ** sets.shape[1] < 2**62:  # each set's kinds as one number (digits in base ``base``): a faster unique
+        codes = chosen @ (base ** np.arange(sets.shape[1], dtype=np.int64))
+        _, first = np.unique(codes, return_index=True)
+    else:
+        _, first = np.unique(chosen, axis=0, return_index=True)
+    first.sort()
+    return sets[first]
 
 
 def _cheapest_first(found: tuple[int, int, tuple[PodEntry, ...]]) -> tuple[int, int, list[str]]:
@@ -257,6 +283,15 @@ class Search:
         their pods would free for the job's largest member (``scheduler.core.consolidation.room``), and what-ifs are
         run on
         at most ``candidate_nodes`` of them, fewest moves first."""
+        if self.limits.plan_cost == "FewerGPUsAndPods" and _milli(self.members) // layout.WHOLE <= 1:
+            # Every set moves at least one pod, and this rule moves fewer pods than the whole GPUs the job asks: no
+            # set is within it (a churn run's searches for pods of one GPU or less tried every node's sets first).
+            return Found(
+                None,
+                "no set of movable pods may move for it: each would move as many GPUs or pods as the job asks GPUs,"
+                " or more (a job of one GPU or less moves nothing under planCost FewerGPUsAndPods)",
+                verdict=IMPOSSIBLE,
+            )
         a = self.snapshot.arrays
         _, anywhere = gang.free_gpus(a, self.context)
         if _gpus(self.members) > int(anywhere.sum()):
@@ -330,19 +365,20 @@ class Search:
     def _on_node(self, candidate: move_room.Candidate, best: Plan | None) -> Plan | None:
         """The cheapest set of the candidate node's movable pods whose moves let the job fit."""
         entries, room, slot = candidate.entries, self.room, candidate.slot
-        seen: set[tuple[tuple[Any, ...], ...]] = set()
+        # Each pod's kind read once, as a number: a set's kind is then its numbers sorted (a churn run's searches
+        # spent a fifth of their time making the kinds of every set again from the pods).
+        numbered: dict[tuple[Any, ...], int] = {}
+        kinds = np.array([numbered.setdefault(_kind(e, self.snapshot), len(numbered)) for e in entries], dtype=np.int64)
         sets: list[tuple[int, int, tuple[PodEntry, ...]]] = []
+        held = room.held(entries)
         for size in range(1, min(self.limits.max_pods_per_node, self.limits.max_pods_per_plan, len(entries)) + 1):
-            for chosen in itertools.combinations(entries, size):
-                # Pods of one shape (and the same budgets) are interchangeable here: one set of each kind is tried.
-                kind = _kinds(chosen, self.snapshot)
-                if kind in seen:
-                    continue
-                seen.add(kind)
-                if not room.frees_enough(slot, self.bar_request, self.bar, chosen) or not room.others_hold(
-                    slot, chosen
-                ):
-                    continue
+            # Pods of one shape (and the same budgets) are interchangeable here: one set of each kind is tried, the
+            # first of its kind in the order of itertools.combinations.
+            distinct = _first_of_each_kind(_combinations(len(entries), size), kinds)
+            # The sets' room checked together (what room.frees_enough and room.others_hold say of each).
+            fit = room.sets_free_enough(slot, self.bar_request, self.bar, held, distinct)
+            for row in distinct[fit].tolist():
+                chosen = tuple(entries[i] for i in row)
                 sets.append((size, _gpus([e.pod for e in chosen]), chosen))
         sets.sort(key=_cheapest_first)
         if len(sets) > MAX_SETS_PER_NODE:

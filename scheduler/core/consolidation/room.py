@@ -47,6 +47,16 @@ class Candidate:
     gpus: int
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What some pods of one node hold, one row each: the resource columns compared as quantities, the GPU-milli per
+    device of the node, the whole GPUs."""
+
+    adds: F64
+    devices: F64
+    whole: npt.NDArray[np.int64]
+
+
 @dataclass(slots=True)
 class Ranking:
     candidates: list[Candidate]
@@ -91,7 +101,9 @@ class Room:
     def fits_elsewhere(self, entry: PodEntry) -> bool:
         """Whether the pod of ``entry`` fits on some node other than its own with what is free now."""
         request, pod = entry.placement.request, entry.pod
-        key = (request[self.cols].tobytes(), pod.gpu.count, pod.gpu.milli)
+        # The whole request is the key (its GPU columns follow from the rest): cheaper than taking the columns out,
+        # for a search that reads a few thousand pods.
+        key = (request.tobytes(), pod.gpu.count, pod.gpu.milli)
         hits = self._fits.get(key)
         if hits is None:
             mask = self.usable & (self.free >= request[self.cols] - 1e-9).all(axis=1)
@@ -119,6 +131,41 @@ class Room:
         if gpu.count:
             return bool((devices >= gpu.milli).any())
         return True
+
+    def held(self, entries: Sequence[PodEntry]) -> Held:
+        """What each of ``entries`` holds, for :meth:`sets_free_enough`."""
+        adds = np.stack([e.placement.request[self.cols] for e in entries])
+        devices = np.zeros((len(entries), self.gpu_free.shape[1]))
+        whole = np.zeros(len(entries), dtype=np.int64)
+        for i, entry in enumerate(entries):
+            for device in entry.placement.gpu_ids:
+                devices[i, device] += layout.WHOLE if entry.pod.gpu.whole else entry.placement.gpu_milli
+            if entry.pod.gpu.whole:
+                whole[i] = entry.pod.gpu.count
+        return Held(adds, devices, whole)
+
+    def sets_free_enough(
+        self, slot: int, request: F64, member: PodRequest, held_by: Held, sets: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_]:
+        """Per set of one node's pods (the rows of ``sets``, indices into the pods ``held_by`` was read from, all of
+        one size): whether :meth:`frees_enough` and :meth:`others_hold` both say yes of it, found for all the sets at
+        once (the same sums, added in the same order)."""
+        adds, devices, whole = held_by.adds, held_by.devices, held_by.whole
+        count = sets.shape[0]
+        free = np.tile(self.free[slot], (count, 1))
+        freed = np.tile(self.gpu_free[slot], (count, 1))
+        held = np.zeros(count, dtype=np.int64)
+        for column in range(sets.shape[1]):
+            free += adds[sets[:, column]]
+            freed += devices[sets[:, column]]
+            held += whole[sets[:, column]]
+        ok = (free >= request[self.cols] - 1e-9).all(axis=1) & (held <= self.total_whole - int(self.whole[slot]))
+        gpu = member.gpu
+        if gpu.whole:
+            ok &= (freed >= layout.WHOLE).sum(axis=1) >= gpu.count
+        elif gpu.count:
+            ok &= (freed >= gpu.milli).any(axis=1)
+        return np.asarray(ok, dtype=bool)
 
     def others_hold(self, slot: int, chosen: Sequence[PodEntry]) -> bool:
         """Whether the other nodes have as many free whole GPUs as ``chosen`` (pods of ``slot``) hold."""

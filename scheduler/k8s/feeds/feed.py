@@ -116,7 +116,11 @@ class PodFeed:
         #: Claims, volumes, classes and CSINodes into the cache (``scheduler.k8s.ports.volume_binding``).
         self.volumes = volume_binding.VolumeWatches(cache.volumes, on_change=self.volumes_changed, invalid=self.invalid)
         #: DeviceClasses, ResourceSlices and ResourceClaims into the cache (``scheduler.k8s.ports.device_claims``).
-        self.devices = device_claims.DeviceWatches(cache.devices, on_change=self.devices_changed, invalid=self.invalid)
+        self.devices = device_claims.DeviceWatches(
+            cache.devices, on_change=self.devices_changed, on_claims=self.claims_changed, invalid=self.invalid
+        )
+        #: ``DeviceStore.releases`` when the last device change was taken in.
+        self._releases_seen = cache.devices.releases
         self.zones = numa_zones.ZoneWatches(cache.numa, on_change=self.zones_changed, invalid=self.invalid)
         #: Node name -> the whole GPUs it publishes through DRA, as last given to the cache.
         self._dra_gpus: dict[str, int] = {}
@@ -391,17 +395,27 @@ class PodFeed:
             # test_numa_peers_e2e[single] when the zones came late, the first ones' GPUs outside the kubelet's zone.
             self.listed()
 
-    def devices_changed(self, claims: set[str]) -> None:
+    def claims_changed(self, claims: set[str]) -> None:
+        """ResourceClaims changed, and nothing else of DRA (:meth:`devices_changed`)."""
+        self.devices_changed(claims, devices=False)
+
+    def devices_changed(self, claims: set[str], *, devices: bool = True) -> None:
         """A DeviceClass, ResourceSlice or ResourceClaim changed (``scheduler.k8s.ports.device_claims``; ``claims``: the
-        claims that did): nodes get the GPUs they publish now, pending pods using those claims their GPU count, and
-        the pods waiting for a device may fit now."""
+        claims that did; ``devices``: a class or a slice may have): nodes get the GPUs they publish now, pending pods
+        using those claims their GPU count, and the pods waiting for a device may fit now. When only claims changed
+        and none stopped holding a device (a claim made, allocated, reserved), only the pods using them may: no
+        device was freed for the others (``DeviceStore.releases``), so they are not woken (the queueing hints)."""
         gpus = self.cache.devices.gpu_nodes()
         for name in set(gpus) | set(self._dra_gpus):
             if gpus.get(name, 0) != self._dra_gpus.get(name, 0) and name in self.nodes:
                 self.cache.upsert_node(dra_gpus.with_gpus(self.nodes[name], self.cache.devices))
         self._dra_gpus = gpus
+        released = self.cache.devices.releases != self._releases_seen
+        self._releases_seen = self.cache.devices.releases
+        using: set[str] = set()
         for claim in claims:
             users = self._claim_users.get(claim, set())
+            using |= users
             for key in list(users):
                 pod = self.pending.get(key)
                 if pod is None:
@@ -413,7 +427,10 @@ class PodFeed:
                     if self.ready:
                         self.loop.pod_pending(resolved)
         if self.ready:
-            self.loop.cluster_event(ClusterEvent.DEVICE_CHANGED)
+            if devices or released:
+                self.loop.cluster_event(ClusterEvent.DEVICE_CHANGED)
+            else:
+                self.loop.pods_changed(using, ClusterEvent.DEVICE_CHANGED)
             self._wake()
 
     def _claim_gpus(self, pod: PodRequest) -> PodRequest:

@@ -72,7 +72,7 @@ class Adapter:
         self.volume_binder = volume_binding.VolumeBinder(self.client, feed.volumes)
         #: The DRA PreBind: allocations and reservations written into the claims
         # (``scheduler.k8s.ports.device_claims``).
-        self.claim_writer = device_claims.ClaimWriter(self.client, self.cache.devices, on_change=feed.devices_changed)
+        self.claim_writer = device_claims.ClaimWriter(self.client, self.cache.devices, on_change=feed.claims_changed)
 
     def start(self) -> None:
         """Start the binder (on the running event loop)."""

@@ -76,9 +76,13 @@ class DeviceWatches(informer.StoreWatches[DeviceStore, Callable[[set[str]], None
         store: DeviceStore,
         *,
         on_change: Callable[[set[str]], None],
+        on_claims: Callable[[set[str]], None],
         invalid: Callable[[str, str, InvalidObject], None],
     ) -> None:
+        """``on_change(claims)``: classes or slices changed (or everything was listed), and ``claims``;
+        ``on_claims(claims)``: those claims changed, nothing else."""
         super().__init__(store, on_change=on_change, invalid=invalid)
+        self._on_claims = on_claims
         s = store
         Kind = informer.StoredKind
         self._classes = Kind(
@@ -112,8 +116,10 @@ class DeviceWatches(informer.StoreWatches[DeviceStore, Callable[[set[str]], None
             changed = self.store.unreadable.pop(where, None) is not None or changed
         if changed and self.store.listed:
             # A claim changes its own pods' GPU count; a class may change every pod's (whether it selects GPUs).
-            claims = {key} if kind is self._claims else set(self.store.claims) if kind is self._classes else set()
-            self._on_change(claims)
+            if kind is self._claims:
+                self._on_claims({key})
+            else:
+                self._on_change(set(self.store.claims) if kind is self._classes else set())
 
 
 def switch_off(watches: DeviceWatches, *, why: str) -> None:
