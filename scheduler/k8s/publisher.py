@@ -7,12 +7,12 @@ core's numbers into Kubernetes quantities. Invariants kept here:
 
 - Only the leader writes: :meth:`StatusPublisher.publish` and :meth:`queue_refused` do nothing on a standby (the
   Topology's writer holds its one write until this replica may write).
-- A pod is told why it waits even when no cycle says it: gang members waiting for their siblings to exist, pods
-  whose PodGroup is still missing after :data:`GROUP_GRACE_S` (``kubectl apply`` of a file holding both often
-  delivers the pod first), pods of ours that cannot be read; an Event is written per change of that message, not
-  per publication.
+- A pod is told why it waits even when no cycle says it: gang members waiting for their siblings to exist once
+  the gang has been short for :data:`MEMBERS_GRACE_S`, pods whose PodGroup is still missing after
+  :data:`GROUP_GRACE_S` (``kubectl apply`` of a file holding both often delivers the pod first), pods of ours that
+  cannot be read; an Event is written per change of that message, not per publication.
 - The per-pod state kept here (the message last told, the PodGroupNotFound grace) is dropped when the pod leaves
-  (:meth:`forget_pod`, called by the pod feed).
+  (:meth:`forget_pod`, called by the pod feed); a gang's members grace when it is no longer short of members.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ STATUS_INTERVAL_S = 2.0
 #: Seconds a pod may wait for its PodGroup before ``PodGroupNotFound`` is told: ``kubectl apply`` of a file
 #: holding both often delivers the pod first.
 GROUP_GRACE_S = 5.0
+#: Seconds a gang may be short of members before its members are told so: a Job controller (Kueue unsuspending
+#: a Job) creates the pods of one Job within a second or so, and each condition written on a member meanwhile is a
+#: pod update its controller reacts to while it is still creating the others; kube-scheduler writes nothing there.
+MEMBERS_GRACE_S = 5.0
 
 
 class StatusPublisher:
@@ -67,6 +71,8 @@ class StatusPublisher:
         self._group_missing: dict[str, tuple[float, str]] = {}
         #: The last periodic message told per pod (members waiting for members), so an Event is written per change.
         self._told: dict[str, str] = {}
+        #: Per gang short of members: since when (time.monotonic()) it has been seen short.
+        self._short_since: dict[str, float] = {}
 
     def start(self) -> None:
         self.group_status.start()
@@ -177,9 +183,11 @@ class StatusPublisher:
         unreadable: Mapping[str, tuple[str, str]],
     ) -> None:
         """Conditions (and an Event per change) for the pods the cycles say nothing about: gang members waiting
-        for their siblings to exist, pods whose PodGroup is still missing after :data:`GROUP_GRACE_S`, pods of
-        ours that cannot be read."""
+        for their siblings to exist (after :data:`MEMBERS_GRACE_S`), pods whose PodGroup is still missing after
+        :data:`GROUP_GRACE_S`, pods of ours that cannot be read."""
         told: dict[str, str] = {}
+        now = time.monotonic()
+        short_since: dict[str, float] = {}
         for job in self.loop.jobs.gangs():
             group = job.group
             if group is not None and job.full:
@@ -210,6 +218,9 @@ class StatusPublisher:
                     if said.startswith(f"waiting for gang {group.key}: ") and "members exist; the gang is" in said:
                         self.conditions.unschedulable(member, message)
                 continue
+            since = short_since[group.key] = self._short_since.get(group.key, now)
+            if now - since < MEMBERS_GRACE_S:
+                continue  # its controller is most likely still creating them
             message = (
                 f"waiting for gang {group.key}: {job.exists} of {group.min_member} members exist; "
                 f"the gang is tried once {group.min_member - job.exists} more are created"
@@ -220,7 +231,7 @@ class StatusPublisher:
                 if self._told.get(member.key) != message:
                     self.recorder.emit(obj=f"pod {member.key}", kind="Normal", reason="WaitingForGang", message=message)
         self._told = told
-        now = time.monotonic()
+        self._short_since = short_since
         for key, (since, message) in list(self._group_missing.items()):
             pod = pending.get(key)
             if pod is None or self.loop.job_of(key) is not None or pod.pod_group == "":

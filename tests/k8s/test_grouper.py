@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from scheduler.k8s import publisher as publisher_module
 from scheduler.k8s.operator import Operator
 from tests.k8s.fakeapi import FakeApiServer, eventually, status
 from tests.k8s.test_operator import bound, flushed, node, pod, settled, waiting_for_gang
@@ -73,8 +74,9 @@ def from_api(fake: FakeApiServer, name: str) -> dict[str, Any]:
 
 
 async def test_an_indexed_job_becomes_one_gang_created_once_and_lands_whole(
-    fake: FakeApiServer, operator: Operator
+    fake: FakeApiServer, operator: Operator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(publisher_module, "MEMBERS_GRACE_S", 0.0)  # short members are told at the first round
     fake.custom["jobs"] = [job("ddp", 3)]
     operator.set_leading(True)
     operator.node_event(node("gpu-0", gpus=4))
@@ -184,7 +186,10 @@ async def test_an_owner_read_that_fails_is_retried_and_the_pod_waits_meanwhile(
     assert len(fake.requests("GET", "/jobs/ddp")) == 4
 
 
-async def test_a_scheduler_plugins_podgroup_is_a_gang(fake: FakeApiServer, operator: Operator) -> None:
+async def test_a_scheduler_plugins_podgroup_is_a_gang(
+    fake: FakeApiServer, operator: Operator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(publisher_module, "MEMBERS_GRACE_S", 0.0)  # short members are told at the first round
     operator.set_leading(True)
     operator.node_event(node("gpu-0", gpus=4))
     operator.node_event(node("gpu-1", gpus=4))

@@ -10,10 +10,13 @@ import asyncio
 import contextlib
 from typing import Any
 
+import pytest
+
 from scheduler.api.objects import pod as api_pod
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import operator as operator_module
+from scheduler.k8s import publisher as publisher_module
 from scheduler.k8s.feeds import numa_zones
 from scheduler.k8s.operator import Operator
 from scheduler.k8s.ports import adapter as adapter_module
@@ -433,7 +436,10 @@ async def test_a_refused_binding_is_released_once_and_retried_once(
     assert len(events(fake, "FailedBinding")) == 1
 
 
-async def test_a_gang_is_bound_whole_and_its_status_written(fake: FakeApiServer, operator: Operator) -> None:
+async def test_a_gang_is_bound_whole_and_its_status_written(
+    fake: FakeApiServer, operator: Operator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(publisher_module, "MEMBERS_GRACE_S", 0.0)  # short members are told at the first round
     operator.set_leading(True)
     operator.node_event(node("gpu-0", gpus=4))
     operator.node_event(node("gpu-1", gpus=4))

@@ -17,7 +17,7 @@ from scheduler.k8s import status as k8s_status
 from scheduler.k8s.operator import Operator
 from scheduler.k8s.status import QUEUES, CustomStatusWriter, PodConditionWriter, StatusSettings, quantity, to_json
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
-from tests.k8s.test_operator import node, pod, podgroup
+from tests.k8s.test_operator import flushed, node, pod, podgroup, waiting_for_gang
 
 POD = PodRequest("ns", "p", uid="uid-p")
 T0 = 1_700_000_000.0
@@ -244,13 +244,23 @@ def _pod_condition(fake: FakeApiServer, name: str) -> dict[str, object]:
     return condition
 
 
-async def test_a_gang_member_waiting_for_its_siblings_is_told_so(fake: FakeApiServer, operator: Operator) -> None:
+async def test_a_gang_member_waiting_for_its_siblings_is_told_so_after_a_grace(
+    fake: FakeApiServer, operator: Operator, monkeypatch: pytest.MonkeyPatch
+) -> None:
     operator.set_leading(True)
     operator.node_event(node("gpu-0"))
     operator.podgroup_event(podgroup("train", 4))
     operator.pod_event(pod("train-0", 1, labels={"gpusched.io/pod-group": "train"}))
     operator.pod_event(pod("train-1", 1, labels={"gpusched.io/pod-group": "train"}))
     operator.listed()
+    # While its controller is still creating the others, the members are left alone (kube-scheduler writes nothing
+    # on a pod it has not placed yet either): no condition, no Event.
+    operator.publish_status()
+    await flushed(operator)
+    assert not fake.requests("PATCH", "/pods/train-0/status") and not fake.requests("PATCH", "/pods/train-1/status")
+    assert not waiting_for_gang(fake)
+    monkeypatch.setattr(publisher_module, "MEMBERS_GRACE_S", 0.0)  # the grace over: still short, they are told
+    operator.publish_status()
     await eventually(lambda: bool(fake.requests("PATCH", "/pods/train-1/status")))
     message = _pod_condition(fake, "train-1")["message"]
     assert str(message).startswith("waiting for gang default/train: 2 of 4 members exist")
