@@ -427,6 +427,8 @@ async def test_a_refused_binding_is_released_once_and_retried_once(
     job = operator.loop.job_of("default/refused")
     assert job is not None and "default/refused" in job.pending and "default/refused" not in job.placed
     assert operator.loop.held(job.queue).get("nvidia.com/gpu", 0.0) == 0.0
+    await flushed(operator)
+    assert not events(fake, "Scheduled")  # as kube-scheduler: Scheduled only for a binding that succeeded
     del fake.bind_answers["refused"]
     await eventually(lambda: "default/refused" not in operator.pending, timeout=5)
     await operator.adapter.drain()
@@ -434,6 +436,10 @@ async def test_a_refused_binding_is_released_once_and_retried_once(
     assert released == ["default/refused"]
     await flushed(operator)
     assert len(events(fake, "FailedBinding")) == 1
+    (scheduled,) = events(fake, "Scheduled")
+    assert scheduled["count"] == 1, scheduled
+    (told,) = [s for s in fake.requests("POST", "/events") if s.body["reason"] == "Scheduled"]
+    assert fake.seen.index(told) > fake.seen.index(fake.requests("POST", "/pods/refused/binding")[1])
 
 
 async def test_a_gang_is_bound_whole_and_its_status_written(

@@ -10,6 +10,9 @@ failed, uncertain), so the binder never calls back into the rest of the operator
 - A pod handed to the binder stays assumed until the watch says otherwise (``scheduler.k8s.feeds.feed``): a success
   answer only counts it; an unknown outcome is read back after :data:`RECHECK_S` if the watch has not told.
 - One writer per pod for ``status.nominatedNodeName``: two writes in flight could land in either order.
+- A pod's ``Scheduled`` Event is written once its binding succeeded, as kube-scheduler writes it after its binding
+  cycle: not for a binding that then failed, and not beside the bindings of a gang just placed (five more writes
+  in the moment its members' four bindings wait for the API server).
 - The per-pod state kept here (when its binding started, the nomination being written, the binder's refusals) is
   dropped when the binding ends or the pod leaves (:meth:`Adapter.forget`, told by the feed).
 """
@@ -61,6 +64,8 @@ class Adapter:
         self._nominations: dict[str, tuple[PodRequest, str]] = {}
         #: Pod key -> when its binding started (time.monotonic()), for the bind latency.
         self._bind_started: dict[str, float] = {}
+        #: Pod key -> (kind, message) of its ``Scheduled`` Event, written when its binding succeeds.
+        self._when_bound: dict[str, tuple[str, str]] = {}
 
     def serve(self, loop: SchedulingLoop, feed: PodFeed, publisher: StatusPublisher) -> None:
         """The loop these ports serve (built with them, so it comes after), the feed whose pods they bind and the
@@ -96,6 +101,7 @@ class Adapter:
         """The pod is gone: the binder drops what it remembers of its refusals."""
         if self.binder is not None:
             self.binder.forget(key)
+        self._when_bound.pop(key, None)
 
     # --- the core's ports: Binder, Events, Evictor ---------------------------------------------------------------
 
@@ -124,6 +130,9 @@ class Adapter:
         elif reason == "FailedScheduling":
             self.metrics.schedule_attempts.labels("unschedulable").inc()
         if not self._leading():
+            return
+        if reason == "Scheduled" and word == "pod" and key in self._bind_started:
+            self._when_bound[key] = (kind, message)
             return
         self.recorder.emit(obj=obj, kind=kind, reason=reason, message=message)
         if reason not in ("FailedScheduling", "QueueNotFound", "QueueNotAccepted"):
@@ -235,12 +244,14 @@ class Adapter:
 
     def _on_bound(self, key: str) -> None:
         self._observe_bind(key, "bound")
+        self._tell_scheduled(key)
         first = self.feed.bound(key)
         if first is not None:
             self.metrics.e2e_duration.observe(time.monotonic() - first)
 
     def _on_failed(self, pod: PodRequest, reason: str, retry: bool, backoff: float) -> None:
         self._observe_bind(pod.key, "refused" if retry else "failed")
+        self._when_bound.pop(pod.key, None)  # not scheduled after all: FailedBinding (or the watch) says what was
         if retry:
             self._release(pod, reason, backoff)
         else:
@@ -263,6 +274,7 @@ class Adapter:
 
     def _on_uncertain(self, key: str) -> None:
         self._observe_bind(key, "uncertain")
+        self._tell_scheduled(key)  # most likely bound (the pod stays assumed); a recheck that finds it not says so
         pod = self.cache.pod(key)
         if pod is not None:
             self._recheck_later(pod.pod)
@@ -292,6 +304,11 @@ class Adapter:
         if isinstance(spec, Mapping) and spec.get("nodeName"):
             return  # bound: the watch will confirm it
         self._release(pod, "the binding's outcome was unknown and the pod is still unbound", 0.0)
+
+    def _tell_scheduled(self, key: str) -> None:
+        told = self._when_bound.pop(key, None)
+        if told is not None and self._leading():
+            self.recorder.emit(obj=f"pod {key}", kind=told[0], reason="Scheduled", message=told[1])
 
     def _observe_bind(self, key: str, result: str) -> None:
         self.metrics.binds.labels(result).inc()
