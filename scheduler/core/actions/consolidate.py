@@ -70,7 +70,13 @@ class Consolidate(Action):
             why, verdict = found.why, found.verdict
             if shape is not None:
                 kept = move_memo.answer(
-                    snapshot, cache, why=why, verdict=verdict, epoch=moves.epoch, until=moves.cooldown_ends()
+                    snapshot,
+                    cache,
+                    moves.memo_pods,
+                    why=why,
+                    verdict=verdict,
+                    epoch=moves.epoch,
+                    until=moves.cooldown_ends(),
                 )
                 moves.memo.keep(shape, kept)
         if tried is None or _counts.sub("N", tried.why) != _counts.sub("N", why):
