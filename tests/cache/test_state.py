@@ -186,6 +186,11 @@ def test_a_nodes_pods_version_changes_with_every_change_of_its_pods_and_only_the
     cache.upsert_pod(_bound("p", "a", cpu="2", gpus=1))  # confirmed by the watch
     assert changed() and int(cache.arrays.gen[a]) == gen
     assert not changed()
+    cache.assume(api_pod.parse_pod(objects.pod("q", cpu="1")), "a")
+    assert changed()
+    gen = int(cache.arrays.gen[a])
+    cache.confirm("default/q")  # confirmed by the simulator's binder
+    assert changed() and int(cache.arrays.gen[a]) == gen
     cache.remove_pod("default/p")
     assert changed()
     cache.remove_node("a")

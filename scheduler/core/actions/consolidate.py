@@ -118,6 +118,7 @@ class Consolidate(Action):
             level=level,
             limits=moves.limits,
             pace=moves.pace,
+            held_memo=moves.held_memo,
         ).run(lambda slot: moves.movable_on(slot, priority))
 
     def explain(self, asked: Asked) -> list[str]:

@@ -54,6 +54,7 @@ from scheduler.cache.state import PodEntry
 from scheduler.core import memo, min_runtime
 from scheduler.core.actions import Setting, State
 from scheduler.core.consolidation import no_plans as move_memo
+from scheduler.core.consolidation import room as move_room
 from scheduler.core.consolidation.plan import Pace, Plan
 from scheduler.core.holds import Hold, Kind, sized
 from scheduler.core.ports import Mover
@@ -154,6 +155,8 @@ class Moves(State):
         self.memo = move_memo.memo()
         #: The nodes' pods as those answers read them (copies shared between answers).
         self.memo_pods = move_memo.Pods()
+        #: The GPUs held by each node's movable pods, as the searches' ranking read them (``move_room.rank``).
+        self.held_memo: move_room.HeldMemo = {}
         #: Bumped whenever what may move or what plans hold changes (the memo's answers are then stale).
         self.epoch = 0
         #: Searches run, by verdict (``move_plan.PLAN``, ``IMPOSSIBLE``, ``OUT_OF_REACH``), and each job's last one.
