@@ -103,6 +103,12 @@ class Cache:
         #: Node slot -> its PreferNoSchedule taints (a score, not a filter); slots without them are not listed.
         self.soft_taints: dict[int, tuple[Taint, ...]] = {}
         self._pods: dict[str, PodEntry] = {}
+        #: Node slot -> a number that changes whenever what the pods on it are changes (a pod comes or leaves, its
+        #: object is replaced, an assumed one is confirmed, the node comes or goes), drawn from one counter so that no
+        #: two states of a slot share one: a reader that kept what it found there knows cheaply whether it still holds
+        #: (:meth:`pods_version`; the arrays' generation does not see a pod's object replaced or confirmed).
+        self._pods_version: dict[int, int] = {}
+        self._pods_versions = itertools.count(1)
         #: Bound pods whose devices are a guess (:meth:`_devices_for`: no ``gpusched.io/gpu-ids``, another
         #: scheduler's), given devices again when a pod leaves their over-committed node (:meth:`_guess_again`).
         self._guessed: set[str] = set()
@@ -199,6 +205,7 @@ class Cache:
             self.names[slot] = info.name
             self._slot[info.name] = slot
             self.nodes[slot] = NodeEntry(info)
+            self._pods_changed(slot)
             self._domains = None
             self._name_rank = None
         else:
@@ -273,6 +280,7 @@ class Cache:
         if slot is None:
             return
         entry = self.nodes.pop(slot)
+        self._pods_changed(slot)
         for key, pod_entry in entry.pods.items():
             self._pods.pop(key, None)
             self._guessed.discard(key)
@@ -418,6 +426,7 @@ class Cache:
             if old is not None and old.assumed:
                 self._reindex(old.pod, pod, old.placement.slot)
                 old.pod = pod
+                self._pods_changed(old.placement.slot)
             elif old is not None:
                 self.remove_pod(key)
             return
@@ -433,6 +442,7 @@ class Cache:
             ):
                 self._reindex(old.pod, pod, old.placement.slot)
                 old.pod = pod
+                self._pods_changed(old.placement.slot)
                 self._confirmed(old)  # the watch shows an assumed pod on its node: the binding went through
                 if pod.phase == "Running" and self.numa.nodes:
                     self.numa.pod_running(key)
@@ -456,6 +466,7 @@ class Cache:
             if len([g for g in pod.gpu_ids if g < count]) != pod.gpu.count:
                 self._guessed.add(pod.key)  # the devices are not the pod's own record: a guess
         self.nodes[slot].pods[pod.key] = entry
+        self._pods_changed(slot)
         if pod.host_ports:
             self.ports.add(slot, pod.host_ports)
         if pod.pod_affinity:
@@ -487,6 +498,7 @@ class Cache:
             self.ports.add(entry.placement.slot, entry.pod.host_ports, -1)
         self._unindex(entry.pod, entry.placement.slot)
         self._guessed.discard(key)
+        self._pods_changed(entry.placement.slot)
         if node is not None:
             node.pods.pop(key, None)
             self._guess_again(entry.placement.slot)
@@ -567,6 +579,7 @@ class Cache:
         """The one confirm path: the pod holds its place for good, and the devices allocated for its ResourceClaims
         are the claims' own from now on (the pod leaving no longer frees them; the claims' watch does)."""
         entry.assumed = False
+        self._pods_changed(entry.placement.slot)
         if entry.pod.resource_claims or entry.pod.extended_asks:
             self.devices.confirm(entry.pod.key)
 
@@ -589,6 +602,14 @@ class Cache:
     def pods_on(self, slot: int) -> Mapping[str, PodEntry]:
         node = self.nodes.get(slot)
         return node.pods if node is not None else {}
+
+    def pods_version(self, slot: int) -> int:
+        """What the pods on node ``slot`` are, as a number: the same number, the same pods (the same entries and pod
+        objects, in the same order, assumed or bound alike) as when it was read."""
+        return self._pods_version.get(slot, 0)
+
+    def _pods_changed(self, slot: int) -> None:
+        self._pods_version[slot] = next(self._pods_versions)
 
     # --- snapshots ---------------------------------------------------------------------------------------------
 

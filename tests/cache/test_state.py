@@ -164,6 +164,40 @@ def test_the_api_servers_word_on_an_assumed_pod_does_not_double_count_it() -> No
     assert _free_devices(cache, "a") == [1000.0, 0.0]
 
 
+def test_a_nodes_pods_version_changes_with_every_change_of_its_pods_and_only_then() -> None:
+    """What consolidation's memos hold against: a confirm or a pod's new object changes no array, but may change
+    whether the pod may move."""
+    cache = _cache(objects.node("a", gpus=2), objects.node("b"))
+    a, b = cache.slot_of("a"), cache.slot_of("b")
+    assert a is not None and b is not None
+    seen: list[int] = []
+
+    def changed() -> bool:
+        seen.append(cache.pods_version(a))
+        return len(seen) < 2 or seen[-1] != seen[-2]
+
+    changed()
+    untouched = cache.pods_version(b)
+    cache.assume(api_pod.parse_pod(objects.pod("p", cpu="2", gpus=1)), "a", (1,))
+    assert changed()
+    cache.upsert_pod(api_pod.parse_pod(objects.pod("p", cpu="2", gpus=1, labels={"x": "1"})))  # binding in flight
+    assert changed()
+    gen = int(cache.arrays.gen[a])
+    cache.upsert_pod(_bound("p", "a", cpu="2", gpus=1))  # confirmed by the watch
+    assert changed() and int(cache.arrays.gen[a]) == gen
+    assert not changed()
+    cache.assume(api_pod.parse_pod(objects.pod("q", cpu="1")), "a")
+    assert changed()
+    gen = int(cache.arrays.gen[a])
+    cache.confirm("default/q")  # confirmed by the simulator's binder
+    assert changed() and int(cache.arrays.gen[a]) == gen
+    cache.remove_pod("default/p")
+    assert changed()
+    cache.remove_node("a")
+    assert changed()
+    assert cache.pods_version(b) == untouched
+
+
 def test_the_gpu_ids_annotation_says_which_devices_a_pod_holds() -> None:
     cache = _cache(objects.node("a", gpus=4))
     cache.upsert_pod(_bound("shared", "a", milli=250, annotations={"gpusched.io/gpu-ids": "2"}))

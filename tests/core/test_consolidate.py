@@ -390,14 +390,19 @@ def _ranked(bare: int) -> tuple[World, move_room.Ranking]:
     for j in range(3):
         world.bound(world.pod(f"m-{j}", gpus=2, owner=f"m{j}"), "n1")
     world.bound(world.pod("full", gpus=8), "n2")
-    ranking = move_room.rank(
+    return world, _rank_big(world, per_node=2)
+
+
+def _rank_big(world: World, *, per_node: int, held_memo: move_room.HeldMemo | None = None) -> move_room.Ranking:
+    """The nodes ranked for a 4-GPU pod."""
+    return move_room.rank(
         move_room.Room(world.cluster.cache.snapshot(), EMPTY, EMPTY),
         world.pod("big", gpus=4),
         lambda slot: world.moves.movable_on(slot, 0),
-        per_node=2,
+        per_node=per_node,
         enough=64,
+        held_memo=held_memo,
     )
-    return world, ranking
 
 
 def test_nodes_are_ranked_by_what_moves_free_for_the_job_not_by_what_is_free() -> None:
@@ -408,6 +413,22 @@ def test_nodes_are_ranked_by_what_moves_free_for_the_job_not_by_what_is_free() -
     world.step()
     assert world.cluster.cache.pod("default/big") is not None and world.made == 1
     assert world.used() == [7, 8, 8]
+
+
+def test_a_ranking_that_keeps_what_nodes_hold_between_searches_ranks_as_a_fresh_one() -> None:
+    world, _ = _ranked(0)
+    memo: move_room.HeldMemo = {}
+
+    def ranked(held_memo: move_room.HeldMemo | None) -> list[tuple[int, int, int]]:
+        return [(c.slot, c.moves, c.gpus) for c in _rank_big(world, per_node=1, held_memo=held_memo).candidates]
+
+    assert ranked(memo) == ranked(memo) == ranked(None) == [(1, 1, 2)]
+    # n1's 2-GPU pods give way to 1-GPU ones: moving one of them no longer frees 4 GPUs there.
+    for j in range(3):
+        world.cluster.cache.remove_pod(f"default/m-{j}")
+    for j in range(6):
+        world.bound(world.pod(f"s-{j}", owner=f"s{j}"), "n1")
+    assert ranked(memo) == ranked(None) == []
 
 
 def test_pods_that_fit_on_no_other_node_are_left_out_before_any_what_if() -> None:

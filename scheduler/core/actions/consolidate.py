@@ -70,7 +70,13 @@ class Consolidate(Action):
             why, verdict = found.why, found.verdict
             if shape is not None:
                 kept = move_memo.answer(
-                    snapshot, cache, why=why, verdict=verdict, epoch=moves.epoch, until=moves.cooldown_ends()
+                    snapshot,
+                    cache,
+                    moves.memo_pods,
+                    why=why,
+                    verdict=verdict,
+                    epoch=moves.epoch,
+                    until=moves.cooldown_ends(),
                 )
                 moves.memo.keep(shape, kept)
         if tried is None or _counts.sub("N", tried.why) != _counts.sub("N", why):
@@ -112,6 +118,7 @@ class Consolidate(Action):
             level=level,
             limits=moves.limits,
             pace=moves.pace,
+            held_memo=moves.held_memo,
         ).run(lambda slot: moves.movable_on(slot, priority))
 
     def explain(self, asked: Asked) -> list[str]:

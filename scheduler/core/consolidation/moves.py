@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,6 +54,7 @@ from scheduler.cache.state import PodEntry
 from scheduler.core import memo, min_runtime
 from scheduler.core.actions import Setting, State
 from scheduler.core.consolidation import no_plans as move_memo
+from scheduler.core.consolidation import room as move_room
 from scheduler.core.consolidation.plan import Pace, Plan
 from scheduler.core.holds import Hold, Kind, sized
 from scheduler.core.ports import Mover
@@ -152,13 +153,18 @@ class Moves(State):
         self.no_plan: memo.Memo[str, NoPlan, tuple[int, float]] = memo.Memo(_no_plan_holds, limit=_NO_PLANS_KEPT)
         #: "No plan" answers by job shape, until something that could change them happens.
         self.memo = move_memo.memo()
+        #: The nodes' pods as those answers read them (copies shared between answers).
+        self.memo_pods = move_memo.Pods()
+        #: The GPUs held by each node's movable pods, as the searches' ranking read them (``move_room.rank``).
+        self.held_memo: move_room.HeldMemo = {}
         #: Bumped whenever what may move or what plans hold changes (the memo's answers are then stale).
         self.epoch = 0
         #: Searches run, by verdict (``move_plan.PLAN``, ``IMPOSSIBLE``, ``OUT_OF_REACH``), and each job's last one.
         self.verdicts: dict[str, int] = {}
         self.last_verdict: dict[str, str] = {}
-        #: (node slot, priority) -> (epoch, valid until, the node's pods then, the movable ones among them).
-        self._movable: dict[tuple[int, int], tuple[int, float, tuple[Any, ...], list[PodEntry]]] = {}
+        #: (node slot, priority) -> (epoch, valid until, the node's pods then (``Cache.pods_version``), the movable
+        #: ones among them).
+        self._movable: dict[tuple[int, int], tuple[int, float, int, list[PodEntry]]] = {}
         #: When pods found too young to move (their queue's minimum run time) may move: "no plan" answers end then.
         self.young_until: set[float] = set()
         #: Budget key -> how many times a status of it was seen (a stepped plan's next step waits for a new one).
@@ -215,11 +221,11 @@ class Moves(State):
         per node and priority while the node's pods are the same ones (bound or assumed alike), consolidation's
         state has not moved (:attr:`epoch`) and no cooldown has ended: a search reads every node."""
         now, cache = self.clock(), self.scheduler.cache
-        on = cache.pods_on(slot)
-        seen = tuple((e, e.pod, e.assumed) for e in on.values())
+        seen = cache.pods_version(slot)
         kept = self._movable.get((slot, priority))
-        if kept is not None and kept[0] == self.epoch and now < kept[1] and _same(kept[2], seen):
+        if kept is not None and kept[0] == self.epoch and now < kept[1] and kept[2] == seen:
             return kept[3]
+        on = cache.pods_on(slot)
         out = []
         valid = self.cooldown_ends()
         for entry in on.values():
@@ -581,8 +587,3 @@ class Moves(State):
             return f"moving pods for it: {plan.plan.describe()}"
         last = self.no_plan.last(key)
         return last.why if last is not None else ""
-
-
-def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """Whether two nodes' (entry, pod, assumed) lists name the same objects in the same state."""
-    return len(a) == len(b) and all(x[0] is y[0] and x[1] is y[1] and x[2] == y[2] for x, y in zip(a, b, strict=True))

@@ -19,7 +19,7 @@ carried out at once).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,8 +44,10 @@ class Answer:
     cap: npt.NDArray[np.float64]
     base_reason: npt.NDArray[np.int8]
     node_model: npt.NDArray[np.int64]
-    pods: list[dict[str, PodEntry]]
-    nodes: list[object]
+    #: Per node slot with a node, its pods (slots without are left out: no pods).
+    pods: dict[int, Mapping[str, PodEntry]]
+    #: Per node slot with a node, the node's object.
+    nodes: dict[int, object]
     epoch: int
     until: float
 
@@ -86,8 +88,29 @@ class Present(NamedTuple):
     now: float
 
 
-def answer(snapshot: Snapshot, cache: Cache, *, why: str, verdict: str, epoch: int, until: float) -> Answer:
-    """A "no plan" found on ``snapshot``, to keep until ``until`` at the latest, with what it read."""
+class Pods:
+    """Copies of the nodes' pods for the answers, shared by the answers that read a node with the same pods (a
+    search runs at every cycle a job waits; between two of them few nodes' pods change)."""
+
+    def __init__(self) -> None:
+        #: Node slot -> (``Cache.pods_version`` then, a copy of its pods).
+        self._copies: dict[int, tuple[int, Mapping[str, PodEntry]]] = {}
+
+    def of(self, cache: Cache) -> dict[int, Mapping[str, PodEntry]]:
+        """The pods of every node now (copies, which the cache's later changes leave alone)."""
+        copies, out = self._copies, {}
+        for slot, node in cache.nodes.items():
+            version = cache.pods_version(slot)
+            kept = copies.get(slot)
+            if kept is None or kept[0] != version:
+                kept = copies[slot] = (version, dict(node.pods))
+            out[slot] = kept[1]
+        return out
+
+
+def answer(snapshot: Snapshot, cache: Cache, pods: Pods, *, why: str, verdict: str, epoch: int, until: float) -> Answer:
+    """A "no plan" found on ``snapshot``, to keep until ``until`` at the latest, with what it read (the nodes' pods
+    copied through ``pods``)."""
     a = snapshot.arrays
     return Answer(
         why,
@@ -96,8 +119,8 @@ def answer(snapshot: Snapshot, cache: Cache, *, why: str, verdict: str, epoch: i
         a.cap.copy(),
         a.base_reason.copy(),
         a.node_model.copy(),
-        [dict(cache.pods_on(slot)) for slot in range(a.slots)],
-        [_node(cache, slot) for slot in range(a.slots)],
+        pods.of(cache),
+        {slot: node.info for slot, node in cache.nodes.items()},
         epoch,
         until,
     )
@@ -115,11 +138,11 @@ def holds(answer: Answer, present: Present) -> bool:
             not np.array_equal(a.cap[slot], answer.cap[slot])
             or a.base_reason[slot] != answer.base_reason[slot]
             or a.node_model[slot] != answer.node_model[slot]
-            or _node(cache, slot) is not answer.nodes[slot]
+            or _node(cache, slot) is not answer.nodes.get(slot)
         ):
             return False
         now_on = cache.pods_on(slot)
-        if any(now_on.get(key) is not entry for key, entry in answer.pods[slot].items()):
+        if any(now_on.get(key) is not entry for key, entry in answer.pods.get(slot, {}).items()):
             return False
     return True
 

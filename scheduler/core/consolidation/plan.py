@@ -225,12 +225,14 @@ class Search:
         pace: Callable[[Sequence[PodRequest]], Pace | None],
         confine: np.ndarray | None = None,
         barred: np.ndarray | None = None,
+        held_memo: move_room.HeldMemo | None = None,
     ) -> None:
         """``pace``: how evicting a set of pods may go within the PodDisruptionBudgets (None: not at all);
         ``confine``: the only node slots the job may go to (None: any); the moved pods are not confined.
         ``barred``: node slots no moved pod may go to (besides the node it leaves; the job may go there):
         background defragmentation bars the whole nodes and those pods left by a move whose cooldown runs
-        (``Moves.barred_targets``), so that its plan undoes no earlier one."""
+        (``Moves.barred_targets``), so that its plan undoes no earlier one. ``held_memo``: what the ranking of the
+        nodes keeps between searches (``move_room.rank``)."""
         self.scheduler = scheduler
         self.snapshot = snapshot
         self.members = list(members)
@@ -250,6 +252,7 @@ class Search:
         self.level = level
         self.limits = limits
         self.pace = pace
+        self.held_memo = held_memo
         self.job_context = context
         if confine is not None:
             held = np.ones(snapshot.slots, dtype=bool)
@@ -313,6 +316,7 @@ class Search:
             per_node=self.limits.max_pods_per_node,
             per_whole_node=self.limits.max_pods_per_whole_node,
             enough=RANKED_PER_CANDIDATE * self.limits.candidate_nodes,
+            held_memo=self.held_memo,
         )
         self.ranking = ranking
         if not ranking.movable_nodes:

@@ -57,6 +57,11 @@ class Held:
     whole: npt.NDArray[np.int64]
 
 
+#: Node slot -> (a list of its movable pods, the GPUs each of them holds, sorted): kept between searches, and read
+#: while ``movable_on`` gives the same list (the same object: its memo holds).
+HeldMemo = dict[int, tuple[list[PodEntry], list[int]]]
+
+
 @dataclass(slots=True)
 class Ranking:
     candidates: list[Candidate]
@@ -181,11 +186,12 @@ def rank(
     per_node: int,
     per_whole_node: int = 0,
     enough: int,
+    held_memo: HeldMemo | None = None,
 ) -> Ranking:
     """The nodes that could hold ``member`` after moves, fewest moves first (see the module notes). Nodes are read
     fewest GPUs short of the member first, until ``enough`` of them could hold it (a large cluster's search does
     not read every pod). On a node of which ``member`` asks most (:func:`needs_most_of`) up to ``per_whole_node``
-    pods may move, if more than ``per_node``."""
+    pods may move, if more than ``per_node``. ``held_memo``: the GPUs held on each node, kept between searches."""
     snapshot = room.snapshot
     a = snapshot.arrays
     request = snapshot.request_vector(member)
@@ -210,7 +216,13 @@ def rank(
             budget = max(per_node, per_whole_node)
         if member.gpu.whole:
             # No set within the budget frees more devices than its ``budget`` largest pods hold.
-            held = sorted(e.pod.gpu.count if e.pod.gpu.whole else min(e.pod.gpu.count, 1) for e in entries)
+            known = held_memo.get(slot) if held_memo is not None else None
+            if known is not None and known[0] is entries:
+                held = known[1]
+            else:
+                held = sorted(e.pod.gpu.count if e.pod.gpu.whole else min(e.pod.gpu.count, 1) for e in entries)
+                if held_memo is not None:
+                    held_memo[slot] = (entries, held)
             if int(room.whole[slot]) + sum(held[-budget:]) < member.gpu.count:
                 out.no_room += 1
                 continue
