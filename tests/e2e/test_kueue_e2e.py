@@ -460,6 +460,46 @@ class GateOrder(kube_mod.BindOrder):
             self.first_gates.setdefault(name, gates)
 
 
+BLOCK = "e2e.gpusched.io/kueue-block"
+
+
+def _blocks(s: Scenario, *, blocks: int) -> tuple[list[dict[str, Any]], Queues]:
+    """``blocks`` blocks (node label ``BLOCK``) of two 4-GPU nodes in the flavor and one 8-GPU node outside it, a
+    Kueue Topology of blocks and hosts (named after the scenario), the queues with the flavor's ``topologyName``:
+    the flavor's nodes and the queues (:func:`_delete_blocks` at the end)."""
+    prefix = s.name[:40]
+    nodes = [
+        kube_mod.gpu_node(f"{prefix}-b{b}n{i}", gpus=4, labels={POOL_LABEL: s.name, BLOCK: f"{prefix}-b{b}"})
+        for b in range(blocks)
+        for i in range(2)
+    ]
+    s.add_nodes([*nodes, kube_mod.gpu_node(f"{prefix}-x0")])
+    topology = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": f"{prefix}-blocks"},
+        "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": "kubernetes.io/hostname"}]},
+    }
+    s.kube.request("POST", f"{KUEUE_API}/topologies", topology)
+    return nodes, Queues(s, gpus=16, topology=f"{prefix}-blocks")
+
+
+def _delete_blocks(queues: Queues) -> None:
+    """The queues and the Topology :func:`_blocks` made (cluster-scoped: they outlive the namespace)."""
+    queues.delete()
+    with contextlib.suppress(APIError):
+        queues.s.kube.request("DELETE", f"{KUEUE_API}/topologies/{queues.s.name[:40]}-blocks")
+
+
+def _job_in_a_block(name: str, *, pods: int = 4, gpus: int = 2) -> dict[str, Any]:
+    """:func:`_job` asking Kueue for one block of ``BLOCK`` (``kueue.x-k8s.io/podset-required-topology``)."""
+    job = _job(name, pods=pods, gpus=gpus)
+    job["spec"]["template"].setdefault("metadata", {})["annotations"] = {
+        "kueue.x-k8s.io/podset-required-topology": BLOCK
+    }
+    return job
+
+
 def test_with_topology_aware_scheduling_every_pod_lands_in_the_domain_kueue_assigned(
     sched: Scenario, running_kueue: Path
 ) -> None:
@@ -467,34 +507,13 @@ def test_with_topology_aware_scheduling_every_pod_lands_in_the_domain_kueue_assi
     # (kueue.x-k8s.io/podset-required-topology): Kueue assigns it, creates the pods gated (kueue.x-k8s.io/topology)
     # and its ungater writes each pod's domain into its nodeSelector; gpusched binds no pod before that, and every
     # pod where its domain says.
-    prefix = sched.name[:40]
-    block = "e2e.gpusched.io/kueue-block"
-    nodes = [
-        kube_mod.gpu_node(f"{prefix}-b{b}n{i}", gpus=4, labels={POOL_LABEL: sched.name, block: f"{prefix}-b{b}"})
-        for b in range(2)
-        for i in range(2)
-    ]
-    sched.add_nodes([*nodes, kube_mod.gpu_node(f"{prefix}-x0")])
-    topology_name = f"{prefix}-blocks"
-    sched.kube.request(
-        "POST",
-        f"{KUEUE_API}/topologies",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "Topology",
-            "metadata": {"name": topology_name},
-            "spec": {"levels": [{"nodeLabel": block}, {"nodeLabel": "kubernetes.io/hostname"}]},
-        },
-    )
-    queues = Queues(sched, gpus=16, topology=topology_name)
+    block = BLOCK
+    nodes, queues = _blocks(sched, blocks=2)
     order = GateOrder(sched.kube, sched.namespace)
     order.start()
     try:
         sched.start_gpusched()
-        job = _job("in-a-block")
-        job["spec"]["template"].setdefault("metadata", {})["annotations"] = {
-            "kueue.x-k8s.io/podset-required-topology": block
-        }
+        job = _job_in_a_block("in-a-block")
         sched.kube.request("POST", JOBS.format(ns=sched.namespace), job)
         kube_mod.wait_until(
             lambda: _job_done(sched, "in-a-block"),
@@ -521,9 +540,73 @@ def test_with_topology_aware_scheduling_every_pod_lands_in_the_domain_kueue_assi
         assert piecemeal is None, piecemeal
     finally:
         order.stop()
-        queues.delete()
-        with contextlib.suppress(APIError):
-            sched.kube.request("DELETE", f"{KUEUE_API}/topologies/{topology_name}")
+        _delete_blocks(queues)
+
+
+def test_with_topology_aware_scheduling_a_domain_full_in_gpuscheds_eyes_binds_no_pod_and_says_why(
+    sched: Scenario, running_kueue: Path
+) -> None:
+    # Kueue and gpusched disagree: Kueue counts the GPUs pods request (nvidia.com/gpu), gpusched also the shares of
+    # GPUs its shared pods hold (gpusched.io/gpu-milli, no nvidia.com/gpu). One block of two 4-GPU nodes in the
+    # flavor, every GPU of it held at 600/1000 by a shared pod placed by gpusched (no queue-name: Kueue ignores
+    # them), and a node outside the flavor with room. Kueue sees the block's 8 GPUs free and admits a Job of
+    # 2 x 2 GPUs into it; gpusched binds none of its pods, each says why, and none goes outside its domain.
+    nodes, queues = _blocks(sched, blocks=1)
+    try:
+        sched.start_gpusched()
+        # 600 thousandths each: no two fit one GPU, so the eight take one GPU each, all eight of the block.
+        shared = [f"shared-{i}" for i in range(8)]
+        for name in shared:
+            sched.create_pod(kube_mod.pod(name, gpu_milli=600, node_selector={POOL_LABEL: sched.name}))
+        held = sched.wait_bound(shared)
+        gpus_held = {(node_of(p), p["metadata"]["annotations"].get(kube_mod.ANNOTATION_GPU_IDS)) for p in held}
+        assert len(gpus_held) == 8, kube_mod.summary(held)
+
+        job = _job_in_a_block("no-room", pods=2, gpus=2)
+        sched.kube.request("POST", JOBS.format(ns=sched.namespace), job)
+
+        def ungated() -> list[dict[str, Any]] | None:
+            pods = _pods_of(sched, "no-room")
+            done = len(pods) == 2 and all(not p["spec"].get("schedulingGates") for p in pods)
+            return pods if done else None
+
+        pods = kube_mod.wait_until(
+            ungated,
+            timeout=60,
+            what="Kueue admitting the Job into the block and ungating its two pods",
+            describe=lambda: f"{[wl.get('status') for wl in queues.workloads()]}\n{sched.describe()}",
+        )
+        (wl,) = queues.workloads()
+        assert _condition(wl, "Admitted"), wl.get("status")
+        members = [p["metadata"]["name"] for p in pods]
+        for name in members:
+            event = sched.wait_event(name, "FailedScheduling")
+            # "waiting for gang NS/job-no-room: 0 of 2 members placed; member M of 2 fits nowhere: 0/3 nodes are
+            # available: 2 node(s) didn't match Pod's node affinity/selector, 1 Insufficient nvidia.com/gpu."
+            said = event["message"]
+            assert "0 of 2 members placed" in said and "fits nowhere: 0/3 nodes are available" in said, said
+            assert "Insufficient nvidia.com/gpu" in said, said
+            scheduled = kube_mod.condition(sched.pod(name), "PodScheduled")
+            assert scheduled is not None and scheduled["status"] == "False", scheduled
+            assert "Insufficient nvidia.com/gpu" in scheduled.get("message", ""), scheduled
+            # Kueue's domain (the block, or a node of it) is in the pod's nodeSelector: only the block's nodes match.
+            selector = sched.pod(name)["spec"]["nodeSelector"]
+            matching = {n["metadata"]["name"] for n in nodes if selector.items() <= n["metadata"]["labels"].items()}
+            assert matching and {BLOCK, "kubernetes.io/hostname"} & set(selector), selector
+            print(f"\n[e2e] {name}: {said}")
+        sched.stays_unbound(members, 5)  # the node outside the flavor has 8 free GPUs: none goes there
+
+        # The shared pods leave: the Job's pods bind inside the block, where Kueue put them.
+        for name in shared:
+            sched.delete_pod(name)
+        kube_mod.wait_until(
+            lambda: _job_done(sched, "no-room"), timeout=90, what="the Job complete", describe=sched.describe
+        )
+        labels_of = {n["metadata"]["name"]: n["metadata"]["labels"] for n in nodes}
+        for p in _pods_of(sched, "no-room"):
+            assert p["spec"]["nodeSelector"].items() <= labels_of[node_of(p)].items(), (node_of(p), p["spec"])
+    finally:
+        _delete_blocks(queues)
 
 
 class Stopwatch(kube_mod.PodWatcher):
