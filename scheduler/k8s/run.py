@@ -236,7 +236,7 @@ async def _serve(
         # What the imports and the warm-up made (about a million objects: modules, numba's compiled kernels, the
         # generated API models) lives as long as the process: kept out of the collector's full passes, which else
         # walk it each time the listings' pods have grown the heap by a quarter. Decoding and parsing 10,000 pods
-        # took 0.43 s of CPU instead of 0.72 s (docs/performance.md, start-up).
+        # took 0.35 s of CPU instead of 0.55 s (benchmarks/listing_gc.py; docs/performance.md, start-up).
         gc.freeze()
         identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
         operator = Operator(client, config, identity=identity, scheduler_name=args.scheduler_name)
@@ -344,7 +344,7 @@ async def _supervise(
         "numa zones": (
             discovery.NUMA,
             lambda: numa_zones.informers(client, zones),
-            lambda why: numa_zones.switch_off(zones, why=why),
+            lambda why: numa_zones.switch_off(zones),
         ),
     }
     for name, (api, loops, off) in optional.items():

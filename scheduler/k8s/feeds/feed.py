@@ -133,6 +133,13 @@ class PodFeed:
         """One of :data:`LISTINGS` has delivered its first full listing; the last one makes the cache ready, with the
         NUMA zones listed where a listing of them is expected (:meth:`zones_changed`)."""
         self._listed.add(part)
+        self._ready_if_listed()
+
+    def _ready_if_listed(self) -> None:
+        """Let the loop in once every listing of :data:`LISTINGS` is in and the NUMA zones are listed where a listing
+        of them is expected: a pod placed before them would be placed blind to the zones, and the zones of what it
+        took guessed afterwards; kube-scheduler too waits for every informer it reads (a CI run under load bound 12
+        of the 24 pods of test_numa_peers_e2e[single] when the zones came late)."""
         if self._listed >= LISTINGS and self.cache.numa.listed:
             self.listed()
 
@@ -189,12 +196,13 @@ class PodFeed:
             return
         spec = body.get("spec")
         spec = spec if isinstance(spec, Mapping) else {}
+        ours = (spec.get("schedulerName") or "default-scheduler") == self.scheduler_name
         held = admission.gated(body)
         if held is not None:
             # kube-scheduler's SchedulingGates: a gated pod is neither scheduled nor told anything (the API server
             # has set PodScheduled=False/SchedulingGated); gates can only be removed, and the update that removes
             # the last one brings it here again, into the queue. Ours is remembered as waiting for admission.
-            if (spec.get("schedulerName") or "default-scheduler") == self.scheduler_name:
+            if ours:
                 self.gated[key] = held
             return
         self.gated.pop(key, None)
@@ -207,7 +215,6 @@ class PodFeed:
             else:
                 pod = api_pod.parse_pod(body, scheduler_name=self.scheduler_name)
         except InvalidObject as exc:
-            ours = (spec.get("schedulerName") or "default-scheduler") == self.scheduler_name
             self.invalid("pod", key, exc, report=ours or bool(spec.get("nodeName")))
             if ours and not spec.get("nodeName"):
                 self._unreadable_pod(key, str(meta.get("uid") or ""), exc)
@@ -388,12 +395,8 @@ class PodFeed:
             if slot is not None:
                 self.cache.arrays.touch(slot)
         self.loop.cluster_event(ClusterEvent.NODE_UPDATED)
-        if node is None and not self.ready and self._listed >= LISTINGS:
-            # The zones were the last listing in (or discovery said there are none): a pod placed before them would
-            # be placed blind to the zones, and the zones of what it took guessed afterwards; kube-scheduler too
-            # waits for every informer it reads. A CI run under load bound 12 of the 24 pods of
-            # test_numa_peers_e2e[single] when the zones came late, the first ones' GPUs outside the kubelet's zone.
-            self.listed()
+        if node is None:
+            self._ready_if_listed()  # the zones may be the last listing in (or discovery said there are none)
 
     def claims_changed(self, claims: set[str]) -> None:
         """ResourceClaims changed, and nothing else of DRA (:meth:`devices_changed`)."""

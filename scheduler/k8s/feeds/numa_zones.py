@@ -5,8 +5,8 @@ NFD's topology-updater or the resource-topology-exporter) watched into the cache
 The CRD is not Kubernetes' own: where the cluster does not serve it (no agent installed), nothing is watched and no
 node has a NUMA rule (``scheduler.k8s.feeds.discovery``: asked once at start, one log line); where it does, the cache is
 not ready before their first listing. An object that cannot be read is reported (an Event naming the field) and its
-node is left without a NUMA rule until it can be. Every change of a
-node's zones wakes the pods that wait for room (as a node update does): its agent publishes what the kubelet freed.
+node is left without a NUMA rule until it can be. Every change of a node's zones wakes the pods that wait for room
+(as a node update does): its agent publishes what the kubelet freed.
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ class ZoneWatches(informer.StoreWatches[NumaStore, Callable[[str | None], None]]
         self._on_change(None)
 
 
-def switch_off(watches: ZoneWatches, *, why: str) -> None:
-    """The cluster does not serve the API (``scheduler.k8s.feeds.discovery``): no node has zones, and readiness
-    waits for no listing of them."""
+def switch_off(watches: ZoneWatches) -> None:
+    """The cluster does not serve the API (``scheduler.k8s.feeds.discovery``, which logs why): no node has zones, and
+    readiness waits for no listing of them."""
     watches.store.listed = True
     watches.all_listed()
 
