@@ -244,9 +244,10 @@ class Cache:
         return slot
 
     def _rebuild(self, slot: int) -> None:
-        """Recompute a node's row from its info and the pods on it."""
+        """Recompute a node's row from its info and the pods on it (their placements may change: a new version)."""
         a = self.arrays
         entry = self.nodes[slot]
+        self._pods_changed(slot)
         info = entry.info
         a.touch(slot)
         a.cap[slot] = 0.0

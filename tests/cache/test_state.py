@@ -191,6 +191,10 @@ def test_a_nodes_pods_version_changes_with_every_change_of_its_pods_and_only_the
     gen = int(cache.arrays.gen[a])
     cache.confirm("default/q")  # confirmed by the simulator's binder
     assert changed() and int(cache.arrays.gen[a]) == gen
+    cache.upsert_node(api_node.parse_node(objects.node("a", gpus=2)))  # the same node again: nothing changes
+    assert not changed()
+    cache.upsert_node(api_node.parse_node(objects.node("a", gpus=4)))  # its pods' placements are made again
+    assert changed()
     cache.remove_pod("default/p")
     assert changed()
     cache.remove_node("a")
