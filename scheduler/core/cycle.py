@@ -163,10 +163,12 @@ class Scheduler:
         self.binder.bind(result.decision)
         return result
 
-    def place(self, pod: PodRequest, snapshot: Snapshot, context: Context = EMPTY) -> Result:
+    def place(self, pod: PodRequest, snapshot: Snapshot, context: Context = EMPTY, *, explain: bool = True) -> Result:
         """Filter, score, pick and reserve on ``snapshot`` without touching the cache (what-ifs use this).
 
         ``context``: what the cycle is told from outside (the plugins read it as the cycle state's ``context``).
+        ``explain``: a pod that fits nowhere gets the count of nodes per reason (a what-if that reads only whether it
+        fits does without: a move plan's search places thousands of pods that do not).
         """
         filtered = self.filter(pod, snapshot, context)
         state, reasons = filtered.state, filtered.reasons
@@ -176,6 +178,8 @@ class Scheduler:
         feasible = np.flatnonzero(reasons == layout.FIT).astype(np.int64)
         state.feasible = feasible
         if feasible.shape[0] == 0:
+            if not explain:
+                return Result(Status(Code.UNSCHEDULABLE, "no node fits", "filter"), state=state, reasons=reasons)
             diagnosis = diagnose(reasons, snapshot, pod, state.request)
             status = Status(Code.UNSCHEDULABLE, diagnosis.message(), "filter")
             return Result(status, diagnosis=diagnosis, state=state, reasons=reasons)

@@ -180,10 +180,11 @@ def _balance_refresh(size, weights, u_blk, inv_blk, st, stale):
     # in place of the reciprocals; every lane is computed, so that the loops vectorise, and the stale ones kept.
     # The reciprocal is the NumPy twin's 1/c, so utilisations (and the thresholds compared with them) agree bit
     # for bit.
-    w_sum = np.zeros(_CHUNK)
-    mean_b = np.zeros(_CHUNK)
-    free_sq = np.zeros(_CHUNK)
-    dims = np.zeros(_CHUNK)
+    sums = np.zeros((4, _CHUNK))  # one allocation for the four sums
+    w_sum = sums[0]
+    mean_b = sums[1]
+    free_sq = sums[2]
+    dims = sums[3]
     for r in range(inv_blk.shape[0]):
         w = weights[r]
         for j in range(size):
@@ -200,12 +201,15 @@ def _balance_refresh(size, weights, u_blk, inv_blk, st, stale):
             free_sq[j] += wr * fb * fb
             dims[j] += 1.0 if iv != 0.0 else 0.0
     for j in range(size):
+        # Selects, not a branch per node: the loop vectorises (the divisions with it).
         some = dims[j] > 0.0
-        if stale[j]:
-            st[_INV_W, j] = 1.0 / w_sum[j] if some else 0.0
-            st[_MEAN_B, j] = mean_b[j] / w_sum[j] if some else 0.0
-            st[_FREE_SQ, j] = free_sq[j]
-            st[_DIMS, j] = dims[j]
+        fresh = stale[j]
+        inv_w = 1.0 / w_sum[j] if some else 0.0
+        mean = mean_b[j] / w_sum[j] if some else 0.0
+        st[_INV_W, j] = inv_w if fresh else st[_INV_W, j]
+        st[_MEAN_B, j] = mean if fresh else st[_MEAN_B, j]
+        st[_FREE_SQ, j] = free_sq[j] if fresh else st[_FREE_SQ, j]
+        st[_DIMS, j] = dims[j] if fresh else st[_DIMS, j]
 
 
 def _balance(
@@ -235,22 +239,28 @@ def _balance(
         u_blk = np.empty((n_res, _CHUNK))
         inv_blk = np.empty((n_res, _CHUNK))
         st = np.empty((_STATS, _CHUNK))
-        device_memory = np.zeros(_CHUNK)
+        # The per-node columns of the pass in one allocation rather than seven (an allocation costs as much as
+        # a few nodes' arithmetic).
+        columns = np.zeros((7, _CHUNK))
+        device_memory = columns[0]
         stale = np.zeros(_CHUNK, dtype=np.bool_)
         n_stale = 0
-        # Gather the chunk's rows into columns; a node that changed since it was cached brings its capacities.
+        # Gather the chunk's rows into columns; a node that changed since it was cached brings its capacities
+        # instead of what was cached of it (not read: a cold pass would read as much again for nothing).
         for j in range(size):
             n = nodes[first + j]
             for r in range(n_res):
                 u_blk[r, j] = used[n, r]
-                inv_blk[r, j] = inv[n, r]
-            for s in range(_STATS):
-                st[s, j] = stats[n, s]
             if seen[n] != gen[n]:
                 stale[j] = True
                 n_stale += 1
                 for r in range(n_res):
                     inv_blk[r, j] = cap[n, r]
+            else:
+                for r in range(n_res):
+                    inv_blk[r, j] = inv[n, r]
+                for s in range(_STATS):
+                    st[s, j] = stats[n, s]
         if n_stale > 0:
             _balance_refresh(size, weights, u_blk, inv_blk, st, stale)
             for j in range(size):
@@ -264,12 +274,13 @@ def _balance(
         if whole > 0.0:  # a whole-GPU pod takes all of its devices' memory
             for j in range(size):
                 device_memory[j] = whole * gpu_mem_each[nodes[first + j]]
-        s_q = np.zeros(_CHUNK)
-        dot = np.zeros(_CHUNK)
-        s_qq = np.zeros(_CHUNK)
-        lows = np.zeros(_CHUNK)
-        max_after = np.zeros(_CHUNK)
-        headroom = np.ones(_CHUNK)
+        s_q = columns[1]
+        dot = columns[2]
+        s_qq = columns[3]
+        lows = columns[4]
+        max_after = columns[5]
+        headroom = columns[6]
+        headroom[:] = 1.0
         for r in range(n_res):
             w = weights[r]
             rq = req[r]

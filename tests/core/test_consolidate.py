@@ -393,7 +393,13 @@ def _ranked(bare: int) -> tuple[World, move_room.Ranking]:
     return world, _rank_big(world, per_node=2)
 
 
-def _rank_big(world: World, *, per_node: int, held_memo: move_room.HeldMemo | None = None) -> move_room.Ranking:
+def _rank_big(
+    world: World,
+    *,
+    per_node: int,
+    held_memo: move_room.HeldMemo | None = None,
+    reads: move_room.Reads | None = None,
+) -> move_room.Ranking:
     """The nodes ranked for a 4-GPU pod."""
     return move_room.rank(
         move_room.Room(world.cluster.cache.snapshot(), EMPTY, EMPTY),
@@ -402,6 +408,8 @@ def _rank_big(world: World, *, per_node: int, held_memo: move_room.HeldMemo | No
         per_node=per_node,
         enough=64,
         held_memo=held_memo,
+        reads=reads,
+        movable_known=lambda slots: world.moves.movable_known(slots, 0),
     )
 
 
@@ -429,6 +437,29 @@ def test_a_ranking_that_keeps_what_nodes_hold_between_searches_ranks_as_a_fresh_
     for j in range(6):
         world.bound(world.pod(f"s-{j}", owner=f"s{j}"), "n1")
     assert ranked(memo) == ranked(None) == []
+
+
+def test_a_ranking_that_keeps_its_reads_of_the_nodes_between_searches_ranks_as_a_fresh_one() -> None:
+    world, _ = _ranked(0)
+    reads = move_room.Reads()
+
+    def ranked(kept: move_room.Reads | None) -> tuple[list[tuple[int, int, int]], int, int, int]:
+        found = _rank_big(world, per_node=1, reads=kept)
+        return [(c.slot, c.moves, c.gpus) for c in found.candidates], found.no_room, found.stranded, found.movable_nodes
+
+    assert ranked(reads) == ranked(reads) == ranked(None) == ([(1, 1, 2)], 0, 0, 1)
+    # n0 fills up, n1 does not change: its 2-GPU pods now fit nowhere else, and the ranking says so.
+    for j in range(7):
+        world.bound(world.pod(f"fill-{j}"), "n0")
+    assert ranked(reads) == ranked(None) == ([], 1, 3, 1)
+    # n0 frees room again; then one of n1's pods leaves (n1's own row changes).
+    world.cluster.cache.remove_pod("default/fill-0")
+    world.cluster.cache.remove_pod("default/fill-1")
+    assert ranked(reads) == ranked(None) == ([(1, 1, 2)], 0, 0, 1)
+    world.cluster.cache.remove_pod("default/m-0")
+    assert ranked(reads) == ranked(None) == ([(1, 1, 2)], 0, 0, 1)
+    world.cluster.cache.remove_pod("default/m-1")
+    assert ranked(reads) == ranked(None)
 
 
 def test_pods_that_fit_on_no_other_node_are_left_out_before_any_what_if() -> None:

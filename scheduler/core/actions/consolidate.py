@@ -55,6 +55,7 @@ class Consolidate(Action):
             priority=attempt.priority,
             level=attempt.level,
             context=attempt.context,
+            kinds=moves.kinds_of(attempt.key, attempt.members),
         )
         cache = self.scheduler.cache
         recalled = moves.memo.recall(shape, move_memo.Present(snapshot, cache, moves.epoch, moves.clock()))
@@ -118,8 +119,8 @@ class Consolidate(Action):
             level=level,
             limits=moves.limits,
             pace=moves.pace,
-            held_memo=moves.held_memo,
-        ).run(lambda slot: moves.movable_on(slot, priority))
+            memo=moves.search_memo,
+        ).run(lambda slot: moves.movable_on(slot, priority), lambda slots: moves.movable_known(slots, priority))
 
     def explain(self, asked: Asked) -> list[str]:
         """The plan being carried out for the job, the one it would carry out now, or why none exists (its own

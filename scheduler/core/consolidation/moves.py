@@ -42,7 +42,7 @@ that room: the job it is for needs it now (barring it there was measured: longer
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -54,7 +54,7 @@ from scheduler.cache.state import PodEntry
 from scheduler.core import memo, min_runtime
 from scheduler.core.actions import Setting, State
 from scheduler.core.consolidation import no_plans as move_memo
-from scheduler.core.consolidation import room as move_room
+from scheduler.core.consolidation import plan as move_plan
 from scheduler.core.consolidation.plan import Pace, Plan
 from scheduler.core.holds import Hold, Kind, sized
 from scheduler.core.ports import Mover
@@ -76,6 +76,11 @@ class NoPlan(NamedTuple):
     why: str
     #: When the earliest cooldown ends (a pod may move again): it holds until then at the latest.
     until: float
+
+
+def _same_objects(these: Sequence[object], those: Sequence[object]) -> bool:
+    """Whether two sequences hold the same objects (not equal ones), in the same order."""
+    return len(these) == len(those) and all(a is b for a, b in zip(these, those, strict=True))
 
 
 def _no_plan_holds(answer: NoPlan, present: tuple[int, float]) -> bool:
@@ -155,8 +160,10 @@ class Moves(State):
         self.memo = move_memo.memo()
         #: The nodes' pods as those answers read them (copies shared between answers).
         self.memo_pods = move_memo.Pods()
-        #: The GPUs held by each node's movable pods, as the searches' ranking read them (``move_room.rank``).
-        self.held_memo: move_room.HeldMemo = {}
+        #: What the searches keep between them (the ranking's reads of the nodes, per job shape: ``move_plan.Memo``).
+        self.search_memo = move_plan.Memo()
+        #: Job key -> (its members when last asked, what of each the memo's answers depend on): made once per job.
+        self.member_kinds: dict[str, tuple[tuple[PodRequest, ...], list[Hashable | None]]] = {}
         #: Bumped whenever what may move or what plans hold changes (the memo's answers are then stale).
         self.epoch = 0
         #: Searches run, by verdict (``move_plan.PLAN``, ``IMPOSSIBLE``, ``OUT_OF_REACH``), and each job's last one.
@@ -219,7 +226,8 @@ class Moves(State):
     def movable_on(self, slot: int, priority: int) -> list[PodEntry]:
         """The running pods of node ``slot`` that may move for a job of ``priority`` (see the module notes). Kept
         per node and priority while the node's pods are the same ones (bound or assumed alike), consolidation's
-        state has not moved (:attr:`epoch`) and no cooldown has ended: a search reads every node."""
+        state has not moved (:attr:`epoch`) and no cooldown has ended: a search reads every node. Read again and found
+        the same, it is the same list (the searches keep what they found per list: ``room.Reads``)."""
         now, cache = self.clock(), self.scheduler.cache
         seen = cache.pods_version(slot)
         kept = self._movable.get((slot, priority))
@@ -237,8 +245,31 @@ class Moves(State):
                     self.young_until.add(until)
                 continue
             out.append(entry)
+        if kept is not None and _same_objects(kept[3], out):
+            out = kept[3]  # the same pods: the same list, so that what searches kept of the node holds
         self._movable[(slot, priority)] = (self.epoch, valid, seen, out)
         return out
+
+    def movable_known(self, slots: Sequence[int], priority: int) -> list[list[PodEntry] | None]:
+        """Per node slot of ``slots``, what :meth:`movable_on` gives for ``priority`` if what it kept of the node
+        still holds (the same list object), None where it would read the node again: a search asks this of every node
+        it ranks at once, and reads again only the others."""
+        now, epoch, version, movable = self.clock(), self.epoch, self.scheduler.cache.pods_version, self._movable
+        out: list[list[PodEntry] | None] = []
+        for slot in slots:
+            kept = movable.get((slot, priority))
+            held = kept is not None and kept[0] == epoch and now < kept[1] and kept[2] == version(slot)
+            out.append(kept[3] if held and kept is not None else None)
+        return out
+
+    def kinds_of(self, key: str, members: Sequence[PodRequest]) -> list[Hashable | None]:
+        """``no_plans.kinds_of(members)`` for job ``key``, made again only when its members are other objects."""
+        kept = self.member_kinds.get(key)
+        if kept is not None and _same_objects(kept[0], members):
+            return kept[1]
+        kinds = move_memo.kinds_of(members)
+        self.member_kinds[key] = (tuple(members), kinds)
+        return kinds
 
     def why_not(self, pod: PodRequest, priority: int, now: float) -> str:
         """Why ``pod`` may not move for a job of ``priority``; "" if it may."""
@@ -534,6 +565,7 @@ class Moves(State):
         self.leaving.pop(key, None)
         self.cooled.pop(key, None)
         self.last_verdict.pop(key, None)
+        self.member_kinds.pop(key, None)
         if key in self.plans:
             self.abandon(key, "the job left")
             return

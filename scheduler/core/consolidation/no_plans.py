@@ -56,18 +56,31 @@ class Answer:
 _KEPT = ("reserved", "pending")
 
 
+def kinds_of(members: Sequence[PodRequest]) -> list[Hashable | None]:
+    """What of each member a search's answer depends on (:func:`shape`; None where a field cannot be a key)."""
+    # Who the pod is does not matter to its fit (the owner and Services only weigh soft spreading).
+    return [core_memo.pod_shape(dataclasses.replace(p, owner="", service_labels=())) for p in members]
+
+
 def shape(
-    members: Sequence[PodRequest], *, whole_gang: bool, priority: int, level: int | None, context: Context
+    members: Sequence[PodRequest],
+    *,
+    whole_gang: bool,
+    priority: int,
+    level: int | None,
+    context: Context,
+    kinds: Sequence[Hashable | None] | None = None,
 ) -> Hashable | None:
     """What a search's answer depends on of the job; None if its context holds more than held nodes and the
-    pending demand (which FGD's score looks ahead at: it orders nodes, it rules none out): not kept."""
+    pending demand (which FGD's score looks ahead at: it orders nodes, it rules none out): not kept.
+    ``kinds``: :func:`kinds_of` ``members``, if known."""
     for told in dataclasses.fields(context):
         value = getattr(context, told.name)
         if told.name not in _KEPT and value is not None and not (isinstance(value, tuple) and not value):
             return None
     held = context.reserved
-    # Who the pod is does not matter to its fit (the owner and Services only weigh soft spreading).
-    kinds = [core_memo.pod_shape(dataclasses.replace(p, owner="", service_labels=())) for p in members]
+    if kinds is None:
+        kinds = kinds_of(members)
     if any(kind is None for kind in kinds):
         return None
     return (

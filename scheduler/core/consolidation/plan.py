@@ -30,14 +30,20 @@ Two rules shape what a plan may spend:
 The PodDisruptionBudgets decide how a set's evictions may go (:class:`Pace`, the caller's answer): all at once;
 one at a time (a budget allows fewer of its pods at once than the set moves, but each eviction alone: the plan is
 carried out in steps, in the order of its moves); or not at all (the set is left out).
+
+A job waits through many cycles and searches at each one the cluster changed: what a search read that rests on one
+node alone is kept for the next search of the same shape (:class:`Memo`): the ranking's reads of the nodes
+(``room.Read``) and, per candidate node, its sets of pods that free enough there. Each is read again only where
+what it rests on changed, so a search spends its time on the what-ifs and on the nodes that changed; its answer is
+the one a search from scratch gives.
 """
 
 from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -63,6 +69,11 @@ MAX_ATTEMPTS = 128
 RANKED_PER_CANDIDATE = 4
 #: A search's verdicts (:attr:`Found.verdict`).
 PLAN, IMPOSSIBLE, OUT_OF_REACH = "plan", "impossible", "out of reach"
+#: Job shapes whose searches' reads are kept at most (the one searched longest ago goes first).
+MAX_SHAPES_KEPT = 32
+
+#: A set of one node's pods as a search tries it: its size, the whole GPUs it holds, the pods.
+TriedSet = tuple[int, int, tuple[PodEntry, ...]]
 
 
 class Pace(enum.Enum):
@@ -174,7 +185,7 @@ def _first_of_each_kind(sets: npt.NDArray[np.int64], kinds: npt.NDArray[np.int64
     return sets[first]
 
 
-def _cheapest_first(found: tuple[int, int, tuple[PodEntry, ...]]) -> tuple[int, int, list[str]]:
+def _cheapest_first(found: TriedSet) -> tuple[int, int, list[str]]:
     """The order one node's sets are tried in: fewest pods, then fewest whole GPUs, then by the pods' keys."""
     size, gpus, chosen = found
     return (size, gpus, [e.pod.key for e in chosen])
@@ -209,6 +220,46 @@ def buys_more_than_it_costs(
     return len(moved) < pods
 
 
+@dataclass(slots=True)
+class NodeSets:
+    """The sets of a candidate node's pods that free enough there for the member (``room.sets_free_enough``), one of
+    each kind, cheapest first, found for ``candidate`` (the same object while the ranking's read of the node holds:
+    its pods, its row of the arrays)."""
+
+    candidate: move_room.Candidate
+    sets: list[TriedSet]
+    #: The kinds of the pods that would empty the node (:meth:`Search._emptying`), once asked.
+    emptied_kinds: tuple[tuple[Any, ...], ...] | None = None
+
+
+@dataclass(slots=True)
+class Kept:
+    """What the searches for one job shape keep between them (see the module notes)."""
+
+    reads: move_room.Reads = field(default_factory=move_room.Reads)
+    #: Node slot -> its sets, as the last search that tried the node found them.
+    sets: dict[int, NodeSets] = field(default_factory=dict)
+
+
+class Memo:
+    """What searches keep between them: the GPUs held on each node (``room.HeldMemo``) and, per job shape (what its
+    members ask, the budgets), the reads of a :class:`Kept`; for the :data:`MAX_SHAPES_KEPT` shapes searched last."""
+
+    def __init__(self) -> None:
+        self.held: move_room.HeldMemo = {}
+        self._shapes: dict[Hashable, Kept] = {}
+
+    def of(self, shape: Hashable) -> Kept:
+        """What the searches for ``shape`` kept (made empty the first time)."""
+        kept = self._shapes.pop(shape, None)
+        if kept is None:
+            kept = Kept()
+            while len(self._shapes) >= MAX_SHAPES_KEPT:
+                del self._shapes[next(iter(self._shapes))]
+        self._shapes[shape] = kept  # the last searched last
+        return kept
+
+
 class Search:
     """One search for one job on one snapshot (see the module notes)."""
 
@@ -225,14 +276,14 @@ class Search:
         pace: Callable[[Sequence[PodRequest]], Pace | None],
         confine: np.ndarray | None = None,
         barred: np.ndarray | None = None,
-        held_memo: move_room.HeldMemo | None = None,
+        memo: Memo | None = None,
     ) -> None:
         """``pace``: how evicting a set of pods may go within the PodDisruptionBudgets (None: not at all);
         ``confine``: the only node slots the job may go to (None: any); the moved pods are not confined.
         ``barred``: node slots no moved pod may go to (besides the node it leaves; the job may go there):
         background defragmentation bars the whole nodes and those pods left by a move whose cooldown runs
-        (``Moves.barred_targets``), so that its plan undoes no earlier one. ``held_memo``: what the ranking of the
-        nodes keeps between searches (``move_room.rank``)."""
+        (``Moves.barred_targets``), so that its plan undoes no earlier one. ``memo``: what searches keep between
+        them (:class:`Memo`)."""
         self.scheduler = scheduler
         self.snapshot = snapshot
         self.members = list(members)
@@ -252,7 +303,9 @@ class Search:
         self.level = level
         self.limits = limits
         self.pace = pace
-        self.held_memo = held_memo
+        self.memo = memo
+        #: What the searches for this job's shape kept (None without a memo).
+        self.kept: Kept | None = None
         self.job_context = context
         if confine is not None:
             held = np.ones(snapshot.slots, dtype=bool)
@@ -277,15 +330,24 @@ class Search:
         self.bar: PodRequest
         self.bar_request: np.ndarray
 
-    def run(self, movable_on: Callable[[int], list[PodEntry]]) -> Found:
-        found = self._run(movable_on)
+    def run(
+        self,
+        movable_on: Callable[[int], list[PodEntry]],
+        movable_known: Callable[[Sequence[int]], list[list[PodEntry] | None]] | None = None,
+    ) -> Found:
+        """Search; ``movable_on(slot)`` gives the pods of a node that may move; ``movable_known(slots)`` what it
+        would give of each node without reading it again (None where it would; see ``room.rank``). The nodes are
+        ranked by what moving their pods would free for the job's largest member
+        (``scheduler.core.consolidation.room``), and what-ifs are run on at most ``candidate_nodes`` of them, fewest
+        moves first."""
+        found = self._run(movable_on, movable_known)
         return replace(found, attempts=self.attempts)
 
-    def _run(self, movable_on: Callable[[int], list[PodEntry]]) -> Found:
-        """Search; ``movable_on(slot)`` gives the pods of a node that may move. The nodes are ranked by what moving
-        their pods would free for the job's largest member (``scheduler.core.consolidation.room``), and what-ifs are
-        run on
-        at most ``candidate_nodes`` of them, fewest moves first."""
+    def _run(
+        self,
+        movable_on: Callable[[int], list[PodEntry]],
+        movable_known: Callable[[Sequence[int]], list[list[PodEntry] | None]] | None,
+    ) -> Found:
         if self.limits.plan_cost == "FewerGPUsAndPods" and _milli(self.members) // layout.WHOLE <= 1:
             # Every set moves at least one pod, and this rule moves fewer pods than the whole GPUs the job asks: no
             # set is within it (a churn run's searches for pods of one GPU or less tried every node's sets first).
@@ -309,6 +371,21 @@ class Search:
         # A set of one node must free room for a member there: the job's only one, or a gang's smallest.
         self.bar = largest if len(self.members) == 1 else min(self.members, key=lambda p: (p.gpu.count, p.key))
         self.bar_request = self.snapshot.request_vector(self.bar)
+        if self.memo is not None:
+            limits = self.limits
+            self.kept = self.memo.of(
+                (
+                    self.snapshot.request_vector(largest).tobytes(),
+                    largest.gpu,
+                    self.bar_request.tobytes(),
+                    self.bar.gpu,
+                    a.cap.shape,
+                    a.gpu_free.shape,
+                    limits.max_pods_per_node,
+                    limits.max_pods_per_whole_node,
+                    limits.max_pods_per_plan,
+                )
+            )
         ranking = move_room.rank(
             room,
             largest,
@@ -316,7 +393,9 @@ class Search:
             per_node=self.limits.max_pods_per_node,
             per_whole_node=self.limits.max_pods_per_whole_node,
             enough=RANKED_PER_CANDIDATE * self.limits.candidate_nodes,
-            held_memo=self.held_memo,
+            held_memo=self.memo.held if self.memo is not None else None,
+            reads=self.kept.reads if self.kept is not None else None,
+            movable_known=movable_known,
         )
         self.ranking = ranking
         if not ranking.movable_nodes:
@@ -368,30 +447,20 @@ class Search:
 
     def _on_node(self, candidate: move_room.Candidate, best: Plan | None) -> Plan | None:
         """The cheapest set of the candidate node's movable pods whose moves let the job fit."""
-        entries, room, slot = candidate.entries, self.room, candidate.slot
-        # Each pod's kind read once, as a number: a set's kind is then its numbers sorted (a churn run's searches
-        # spent a fifth of their time making the kinds of every set again from the pods).
-        numbered: dict[tuple[Any, ...], int] = {}
-        kinds = np.array([numbered.setdefault(_kind(e, self.snapshot), len(numbered)) for e in entries], dtype=np.int64)
-        sets: list[tuple[int, int, tuple[PodEntry, ...]]] = []
-        held = room.held(entries)
-        for size in range(1, min(self.limits.max_pods_per_node, self.limits.max_pods_per_plan, len(entries)) + 1):
-            # Pods of one shape (and the same budgets) are interchangeable here: one set of each kind is tried, the
-            # first of its kind in the order of itertools.combinations.
-            distinct = _first_of_each_kind(_combinations(len(entries), size), kinds)
-            # The sets' room checked together (what room.frees_enough and room.others_hold say of each).
-            fit = room.sets_free_enough(slot, self.bar_request, self.bar, held, distinct)
-            for row in distinct[fit].tolist():
-                chosen = tuple(entries[i] for i in row)
-                sets.append((size, _gpus([e.pod for e in chosen]), chosen))
-        sets.sort(key=_cheapest_first)
+        room, slot = self.room, candidate.slot
+        found_sets = self._sets(candidate)
+        # The other nodes must have room for the whole GPUs a set holds (``room.others_hold``).
+        sets = [found for found in found_sets.sets if room.others_hold_gpus(slot, found[1])]
         if len(sets) > MAX_SETS_PER_NODE:
             self.cut = True
         trial = sets[:MAX_SETS_PER_NODE]
         emptied = self._emptying(candidate)
-        if emptied is not None and _kinds(emptied, self.snapshot) not in {_kinds(c, self.snapshot) for *_, c in trial}:
-            trial.append((len(emptied), _gpus([e.pod for e in emptied]), emptied))
-            trial.sort(key=_cheapest_first)
+        if emptied is not None:
+            if found_sets.emptied_kinds is None:
+                found_sets.emptied_kinds = _kinds(emptied, self.snapshot)
+            if found_sets.emptied_kinds not in {_kinds(c, self.snapshot) for *_, c in trial}:
+                trial.append((len(emptied), _gpus([e.pod for e in emptied]), emptied))
+                trial.sort(key=_cheapest_first)
         found: Plan | None = None
         for size, gpus, chosen in trial:
             if found is not None and (size, gpus) > (len(found.moves), found.gpus):
@@ -404,6 +473,36 @@ class Search:
             plan = self.attempt(chosen, whole_node=chosen is emptied)
             if plan is not None and (found is None or plan.cost() < found.cost()):
                 found = plan
+        return found
+
+    def _sets(self, candidate: move_room.Candidate) -> NodeSets:
+        """The sets of the candidate node's pods within the per-node budget that free enough there for the member,
+        one of each kind, cheapest first (kept for the next search while the node's read holds; not on a cluster
+        with NUMA zones, where a pod's kind is also the zones it takes)."""
+        kept = self.kept if not self.snapshot.numa.nodes else None
+        known = kept.sets.get(candidate.slot) if kept is not None else None
+        if known is not None and known.candidate is candidate:
+            return known
+        entries, slot = candidate.entries, candidate.slot
+        # Each pod's kind read once, as a number: a set's kind is then its numbers sorted (a churn run's searches
+        # spent a fifth of their time making the kinds of every set again from the pods).
+        numbered: dict[tuple[Any, ...], int] = {}
+        kinds = np.array([numbered.setdefault(_kind(e, self.snapshot), len(numbered)) for e in entries], dtype=np.int64)
+        sets: list[TriedSet] = []
+        held = self.room.held(entries)
+        for size in range(1, min(self.limits.max_pods_per_node, self.limits.max_pods_per_plan, len(entries)) + 1):
+            # Pods of one shape (and the same budgets) are interchangeable here: one set of each kind is tried, the
+            # first of its kind in the order of itertools.combinations.
+            distinct = _first_of_each_kind(_combinations(len(entries), size), kinds)
+            # The sets' room checked together (what room.frees_enough says of each).
+            fit = self.room.sets_free_enough(slot, self.bar_request, self.bar, held, distinct)
+            for row in distinct[fit].tolist():
+                chosen = tuple(entries[i] for i in row)
+                sets.append((size, _gpus([e.pod for e in chosen]), chosen))
+        sets.sort(key=_cheapest_first)
+        found = NodeSets(candidate, sets)
+        if kept is not None:
+            kept.sets[slot] = found
         return found
 
     def _emptying(self, candidate: move_room.Candidate) -> tuple[PodEntry, ...] | None:
@@ -473,7 +572,7 @@ class Search:
                     size = min(held.shape[0], away.shape[0])
                     away[:size] |= held[:size]
                 again = replace(entry.pod, node_name="", gpu_ids=(), phase="Pending")
-                result = scheduler.place(again, snapshot, replace(self.move_context, reserved=away))
+                result = scheduler.place(again, snapshot, replace(self.move_context, reserved=away), explain=False)
                 if result.decision is None:
                     return None
                 target = scheduler.cache.slot_of(result.decision.node)
@@ -489,7 +588,7 @@ class Search:
         """Place the job on the what-if (kept there); None if it does not fit."""
         snapshot, scheduler = self.snapshot, self.scheduler
         if not self.whole_gang:
-            result = scheduler.place(self.members[0], snapshot, self.job_context)
+            result = scheduler.place(self.members[0], snapshot, self.job_context, explain=False)
             if result.decision is None:
                 return None
             slot = scheduler.cache.slot_of(result.decision.node)
