@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.objects import selectors
 from scheduler.api.objects.selectors import Requirement, Taint, Toleration
 
@@ -66,6 +67,28 @@ def test_only_filtering_taints_must_be_tolerated() -> None:
 def test_tolerations_are_parsed_with_equal_as_default_operator() -> None:
     (toleration,) = selectors.parse_tolerations([{"key": "k", "value": "v"}], obj="pod p")
     assert toleration == Toleration("k", "Equal", "v", "")
+
+
+def test_pods_with_the_same_tolerations_share_one_reading_and_bad_ones_are_still_refused() -> None:
+    defaults = [  # what the API server adds to every pod (DefaultTolerationSeconds)
+        {"key": f"node.kubernetes.io/{k}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+        for k in ("not-ready", "unreachable")
+    ]
+    first = selectors.parse_tolerations(defaults, obj="pod a")
+    assert first == (
+        Toleration("node.kubernetes.io/not-ready", "Exists", "", "NoExecute"),
+        Toleration("node.kubernetes.io/unreachable", "Exists", "", "NoExecute"),
+    )
+    assert selectors.parse_tolerations([dict(t) for t in defaults], obj="pod b") is first
+    other = selectors.parse_tolerations([{**defaults[0], "effect": "NoSchedule"}], obj="pod c")
+    assert other == (Toleration("node.kubernetes.io/not-ready", "Exists", "", "NoSchedule"),)
+    for _ in range(2):  # read once, refused each time, naming the pod and the field
+        with pytest.raises(InvalidObject) as refused:
+            selectors.parse_tolerations([defaults[0], {"key": "k", "operator": "Near"}], obj="pod d")
+        assert refused.value.obj == "pod d" and refused.value.field == "spec.tolerations[1].operator"
+    with pytest.raises(InvalidObject):
+        selectors.parse_tolerations([{"key": ["not", "text"]}, "not a map"], obj="pod e")
+    assert selectors.parse_tolerations(None, obj="pod f") == selectors.parse_tolerations([], obj="pod f") == ()
 
 
 def test_affinity_parsing_keeps_labels_and_fields_apart() -> None:

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import os
 import signal
 import subprocess
@@ -189,6 +190,40 @@ async def test_a_leader_releases_the_lease_and_stops(quiet: QuietFakeApi, monkey
     stop.set()
     assert await asyncio.wait_for(serving, timeout=15) == 0
     assert quiet.leases[LEASE]["spec"]["holderIdentity"] == ""  # handed over, not left to expire
+    assert gc.isenabled()  # off at most while the first listings came in
+
+
+async def test_the_collector_is_off_only_while_the_first_listings_come_in() -> None:
+    listings = [asyncio.Event(), asyncio.Event()]
+    frozen = gc.get_freeze_count()
+    task = asyncio.create_task(run._listing_uncollected(listings, limit=3600))
+    await asyncio.sleep(0)
+    assert not gc.isenabled()
+    listings[0].set()
+    await asyncio.sleep(0)
+    assert not gc.isenabled()  # until the last one is in
+    made = [{"a pod's record": i} for i in range(100)]
+    listings[1].set()
+    await asyncio.wait_for(task, timeout=15)
+    assert gc.isenabled()
+    assert gc.get_freeze_count() >= frozen + len(made)  # what the listings made is frozen, as the imports are
+
+    # Stopped while listing, or a listing that never ends: the collector comes back all the same.
+    task = asyncio.create_task(run._listing_uncollected([asyncio.Event()], limit=3600))
+    await asyncio.sleep(0)
+    assert not gc.isenabled()
+    assert await run._end(task)
+    assert gc.isenabled()
+    await asyncio.wait_for(run._listing_uncollected([asyncio.Event()], limit=0.05), timeout=15)
+    assert gc.isenabled()
+
+    # Whoever turned it off keeps it off.
+    gc.disable()
+    try:
+        await asyncio.wait_for(run._listing_uncollected([asyncio.Event()], limit=3600), timeout=15)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 async def test_a_stop_during_the_warm_up_does_not_wait_for_it(

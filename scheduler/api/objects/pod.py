@@ -17,6 +17,7 @@ A pod's declared run time is read by :mod:`scheduler.api.objects.run_time` (docs
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -458,17 +459,19 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         raise InvalidObject(
             f"{preemption_policy!r} is not PreemptLowerPriority or Never", obj=obj, field="spec.preemptionPolicy"
         )
+    # The texts that thousands of pods repeat (their namespace, scheduler, node, phase) are interned: a listing's
+    # decoder makes a new string for each pod's, which its record would keep (docs/performance.md, start-up).
     return PodRequest(
-        namespace=namespace,
+        namespace=sys.intern(namespace),
         name=name,
         uid=str(meta.get("uid") or ""),
         resources=requested,
         gpu=gpu,
         gpu_per_container=api_hami.gpus_per_container(spec, obj=obj) if gpu.count else (),
         priority=priority,
-        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
-        node_name=str(spec.get("nodeName") or ""),
-        phase=str(status.get("phase") or "Pending"),
+        scheduler_name=sys.intern(str(spec.get("schedulerName") or "default-scheduler")),
+        node_name=sys.intern(str(spec.get("nodeName") or "")),
+        phase=sys.intern(str(status.get("phase") or "Pending")),
         status_reason=str(status.get("reason") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
         labels=labels,
@@ -487,7 +490,7 @@ def parse_pod(raw: Mapping[str, object], *, scheduler_name: str = SCHEDULER_NAME
         owner=api_affinity.controller_of(meta),
         owner_kind=api_affinity.controller_kind_of(meta),
         owner_name=api_affinity.controller_name_of(meta),
-        preemption_policy=str(preemption_policy),
+        preemption_policy=sys.intern(str(preemption_policy)),
         numa=numa_ask,
         run_time=run_time,
         started=fields.unix_time(status.get("startTime")),

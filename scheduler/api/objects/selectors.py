@@ -126,7 +126,36 @@ def parse_node_affinity(spec: Mapping[str, object], *, obj: str) -> tuple[NodeSe
     return tuple(parsed)
 
 
+#: Tolerations already read, by their four fields' text: most pods of a cluster carry the same few lists (the two
+#: that the API server's DefaultTolerationSeconds adds to every pod, a DaemonSet's), and 100,000 running pods read
+#: at a start then share one tuple instead of keeping 100,000 (docs/performance.md, start-up).
+_TOLERATIONS: dict[tuple[tuple[object, ...], ...], tuple[Toleration, ...]] = {}
+#: Different lists remembered at most; past it the memo starts again.
+_TOLERATIONS_KEPT = 4096
+_TEXT = (str, type(None))
+
+
 def parse_tolerations(raw: object, *, obj: str, field: str = "spec.tolerations") -> tuple[Toleration, ...]:
+    if raw is None:
+        return ()
+    seen: tuple[tuple[object, ...], ...] | None = None
+    if isinstance(raw, list) and all(type(item) is dict for item in raw):
+        seen = tuple((item.get("key"), item.get("operator"), item.get("value"), item.get("effect")) for item in raw)
+        if all(isinstance(text, _TEXT) for parts in seen for text in parts):
+            known = _TOLERATIONS.get(seen)
+            if known is not None:
+                return known
+        else:
+            seen = None
+    parsed = _parse_tolerations(raw, obj=obj, field=field)
+    if seen is not None:
+        if len(_TOLERATIONS) >= _TOLERATIONS_KEPT:
+            _TOLERATIONS.clear()
+        _TOLERATIONS[seen] = parsed
+    return parsed
+
+
+def _parse_tolerations(raw: object, *, obj: str, field: str) -> tuple[Toleration, ...]:
     parsed = []
     for where, item in fields.maps(raw, obj=obj, field=field, not_map="expected a toleration"):
         operator = item.get("operator") or "Equal"
