@@ -43,7 +43,8 @@ Reported per case: the load offered in the counted window, claims placed of thos
 4g and 7g claims, the compute slices in use on average over the counted window (of the cluster's), counted pods
 placed per second of it, the counter sets over-consumed in any allocation the API server holds (read every second:
 it must be 0 for both), and the claims placed by the late end. Per case on stderr, and in ``--json``: the claims not
-placed by profile, the mean wait (arrival to bind) by profile, and every counted claim's arrival and bind.
+placed by profile, the mean wait (arrival to bind) by profile, every counted claim's arrival and bind, and for
+gpusched its scheduling attempts by result and the CPU seconds its process spent (start-up included).
 ``benchmarks/mig_packing.py`` replays the same streams without a cluster, as an ideal scheduler would place them.
 
     .venv/bin/python -m benchmarks.mig_stream [--nodes 2] [--claims 120] [--loads 0.8,1.0,1.2] [--seeds 42,43,44]
@@ -127,6 +128,9 @@ class Result:
     #: gpusched only: its scheduling attempts by result at the run's end (``gpusched_schedule_attempts_total``),
     #: each one a pod taken off the queue, so the unschedulable ones count the wake-ups that placed nothing.
     attempts: dict[str, int] = field(default_factory=dict)
+    #: gpusched only: the CPU seconds its process spent from its start to the run's end
+    #: (``process_cpu_seconds_total``), NaN if it did not answer.
+    cpu_s: float = math.nan
 
     @property
     def pods_per_s(self) -> float:
@@ -376,6 +380,7 @@ def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> 
     else:
         options = harness.kube_scheduler(1000, 2000)
     attempts: dict[str, int] = {}
+    cpu_s = math.nan
     with LocalCluster(verbose=False, **options) as cluster:
         replica: kube.Gpusched | None = None
         start: Any = cluster.start_scheduler
@@ -400,24 +405,28 @@ def run_case(case: str, args: argparse.Namespace, *, load: float, seed: int) -> 
             )
         finally:
             if replica is not None:
-                attempts = _attempts(replica)
+                attempts, cpu_s = _attempts(replica)
                 replica.stop()
-    result.load, result.seed, result.attempts = load, seed, attempts
+    result.load, result.seed, result.attempts, result.cpu_s = load, seed, attempts, cpu_s
     return result
 
 
-def _attempts(replica: kube.Gpusched) -> dict[str, int]:
-    """gpusched's scheduling attempts by result, from its /metrics (empty if it does not answer)."""
+def _attempts(replica: kube.Gpusched) -> tuple[dict[str, int], float]:
+    """gpusched's scheduling attempts by result and its CPU seconds, from its /metrics (empty and NaN if it does not
+    answer)."""
     try:
         text = replica.metrics()
     except OSError:
-        return {}
+        return {}, math.nan
     found: dict[str, int] = {}
+    cpu_s = math.nan
     for line in text.splitlines():
         if line.startswith('gpusched_schedule_attempts_total{result="'):
             labels, value = line.rsplit(" ", 1)
             found[labels.split('"')[1]] = int(float(value))
-    return found
+        elif line.startswith("process_cpu_seconds_total "):
+            cpu_s = float(line.split()[1])
+    return found, cpu_s
 
 
 def table(results: list[Result]) -> str:
@@ -564,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"over-consumed {outcome.over_consumed} {outcome.problems}, not placed {outcome.missed}, "
                     f"driver lag {outcome.driver_lag:.2f} s, "
                     f"mean wait {_mean_waits(outcome)}"
-                    + (f", attempts {outcome.attempts}" if outcome.attempts else ""),
+                    + (f", attempts {outcome.attempts}, CPU {outcome.cpu_s:.1f} s" if outcome.attempts else ""),
                     file=sys.stderr,
                     flush=True,
                 )

@@ -17,6 +17,11 @@ without the node's rules). Nodes not changed since hold what they held, so nothi
 room anywhere cannot be placed by ``allocate``. Room is not needed when a make-room action may take running pods'
 for the job (``Action.evicts_below``: consolidation may move any pod, preemption takes lower priorities): such a
 job keeps being woken by every deletion while any pod it may take has been placed (``Cache.lowest_priority``).
+
+A pod's deletion frees no device a ResourceClaim holds (the claim's release, a device change, does), so the DRA
+plugin does not declare it (as kube-scheduler's DynamicResources registers no pod deletion); but a deletion that
+dropped an allocation the cache had assumed for the pod (its claim not written yet: ``DeviceStore.releases``
+moved) is a device change too, and wakes the jobs that wait for one (with the room test above).
 """
 
 from __future__ import annotations
@@ -74,6 +79,8 @@ class Hints:
         self.short: dict[str, _Short] = {}
         #: Whether some node has room for each need asked about at one cluster generation.
         self._anywhere: tuple[int, dict[tuple[bytes, int, float, float], bool]] = (-1, {})
+        #: ``DeviceStore.releases`` at the last event: a deletion that moved it let devices go.
+        self._releases = cache.devices.releases
 
     def failed(
         self,
@@ -118,6 +125,10 @@ class Hints:
         """Which waiting jobs ``event`` may help (None: all of them)."""
         arrays = self.cache.arrays
         deletion = event == ClusterEvent.POD_DELETED and bool(self.needs)
+        releases = self.cache.devices.releases
+        # The pod's devices went with it: the jobs waiting for a device change may fit too.
+        released = event == ClusterEvent.POD_DELETED and releases != self._releases
+        self._releases = releases
         if not deletion and not self.events:
             return None
         free = int((arrays.gpu_free[arrays.base_reason == layout.FIT] >= layout.WHOLE).sum()) if deletion else 0
@@ -129,7 +140,7 @@ class Hints:
 
         def helps(item: QueueItem) -> bool:
             events = self.events.get(item.key)
-            if events is not None and event not in events:
+            if events is not None and event not in events and not (released and ClusterEvent.DEVICE_CHANGED in events):
                 return False
             if not deletion:
                 return True

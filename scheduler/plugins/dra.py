@@ -75,10 +75,13 @@ from scheduler.kernels import layout
 PLAN = "dra.plan"
 #: Filter answers remembered (see ``DynamicResources.filter``); all are forgotten beyond this.
 MEMO_MAX = 200_000
-_WAKES = frozenset(
-    {ClusterEvent.DEVICE_CHANGED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_UPDATED, ClusterEvent.POD_DELETED}
-)
-#: The claims cannot all be allocated from the node's free devices (pods leaving free devices).
+#: Not a pod's deletion, as kube-scheduler's DynamicResources registers none: devices are held by claims, and a pod
+#: that leaves frees its devices only when its claim lets them go (the resourceclaim controller deallocates it, a
+#: claim event, moments later). A pod woken by the deletion was tried while they were still held, refused, and its
+#: backoff grew before the release woke it (on the MIG stream, half the refused attempts). A pod's deletion that
+#: drops an allocation assumed for it counts as a device change (``scheduler.core.hints``).
+_WAKES = frozenset({ClusterEvent.DEVICE_CHANGED, ClusterEvent.NODE_ADDED, ClusterEvent.NODE_UPDATED})
+#: The claims cannot all be allocated from the node's free devices (claims letting devices go free them).
 CANNOT_ALLOCATE = Reason(-8, "cannot allocate all claims", eviction_helps=True, wakes=_WAKES)
 #: An allocated claim's devices are on another node: no eviction here changes that.
 CLAIM_NODE = Reason(

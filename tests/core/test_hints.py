@@ -151,3 +151,91 @@ def test_a_deletion_the_hint_skips_never_lets_the_waiting_pod_fit(
             # Skipped: the pod must not fit anywhere now.
             result = cluster.scheduler.schedule(pod)
             assert result.decision is None, f"skipped a wake-up after deleting {key}, yet it fits"
+
+
+def _written(cluster: DraCluster, name: str, profile: str) -> None:
+    """The claim ``name``'s allocation, as the scheduler's decision made it, is written (the watch shows it)."""
+    decision = next(d for d in cluster.binder.decisions if d.pod.name == f"p-{name}")
+    results = [
+        {"request": d.request, "driver": d.driver, "pool": d.pool, "device": d.device}
+        for c in decision.claims
+        if c.allocation is not None
+        for d in c.allocation.devices
+    ]
+    raw = dra.claim(name, dra.mig_request(profile), allocation={"devices": {"results": results}})
+    raw["metadata"]["resourceVersion"] = "2"
+    cluster.claim(raw)
+
+
+def _released(cluster: DraCluster, loop: SchedulingLoop, name: str) -> None:
+    """The resourceclaim controller deletes the claim of a pod that left: its devices go back, a device change."""
+    cluster.store.remove_claim(f"default/{name}")
+    loop.cluster_event("device changed")
+
+
+def test_a_dra_mig_claim_waits_through_a_deletion_for_its_claims_release() -> None:
+    # As kube-scheduler's DRA plugin registers no pod deletion: the pod that leaves frees its devices only when its
+    # claim lets them go, so the waiting pod is not tried (and refused, and backed off) in between.
+    # Two 3g claims take the H100's eight memory slices and six of its seven compute slices: its share has room for a
+    # 1g claim, its slices none (the DRA plugin alone refuses it).
+    cluster = mig_cluster(gpus=1)
+    loop, _ = _loop(cluster)
+    for name in ("three-a", "three-b"):
+        _add(loop, _claimed(cluster, name, "3g.40gb"))
+        _written(cluster, name, "3g.40gb")
+    _add(loop, _claimed(cluster, "one", "1g.10gb"))
+    assert _waits(loop, "default/p-one")
+    _delete(cluster, loop, "default/p-three-b")
+    assert _waits(loop, "default/p-one")
+    assert cluster.scheduler.schedule(_claimed(cluster, "one", "1g.10gb")).decision is None  # the claim holds them
+    _released(cluster, loop, "three-b")
+    assert not _waits(loop, "default/p-one")
+    loop.run_until_idle()
+    assert _placed(cluster)[-1] == "p-one"
+
+
+_PROFILES = st.sampled_from(["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    running=st.lists(st.tuples(_PROFILES, st.booleans()), min_size=1, max_size=8),
+    waiting=_PROFILES,
+    order=st.randoms(use_true_random=False),
+)
+def test_a_dra_deletion_or_release_the_hint_skips_never_lets_the_waiting_claim_fit(
+    running: list[tuple[str, bool]], waiting: str, order: Any
+) -> None:
+    # MIG claims placed on two H100s, written or only assumed (the binding under way), a claim waiting; then each
+    # running pod deleted in a random order, and its claim released after (a written one) or with it (an assumed
+    # one): whenever the hint keeps the claim waiting, a cycle run then would not place it either.
+    cluster = mig_cluster(gpus=2)
+    loop, _ = _loop(cluster)
+    placed = []
+    for i, (profile, written) in enumerate(running):
+        _add(loop, _claimed(cluster, f"r{i}", profile))
+        if _placed(cluster)[-1:] == [f"p-r{i}"]:
+            if written:
+                _written(cluster, f"r{i}", profile)
+            placed.append((f"r{i}", written))
+    _add(loop, _claimed(cluster, "w", waiting))
+    order.shuffle(placed)
+    steps = []
+    for name, written in placed:
+        steps.append(lambda name=name, written=written: _leave(cluster, loop, name, written=written))
+        if written:
+            steps.append(lambda name=name: _released(cluster, loop, name))
+    for step in steps:
+        if not _waits(loop, "default/p-w"):
+            break
+        step()
+        if _waits(loop, "default/p-w"):
+            result = cluster.scheduler.schedule(cluster.pod(dra.with_claims(objects.pod("p-w"), "w")))
+            assert result.decision is None, "skipped a wake-up, yet the waiting claim fits"
+
+
+def _leave(cluster: DraCluster, loop: SchedulingLoop, name: str, *, written: bool) -> None:
+    """Pod ``p-<name>`` is deleted; an allocation only assumed for it (its claim not written) goes with it."""
+    if not written:
+        cluster.scheduler.bind_failed(f"default/p-{name}")
+    _delete(cluster, loop, f"default/p-{name}")
