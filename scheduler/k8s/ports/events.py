@@ -233,8 +233,11 @@ class EventRecorder(worker.BackgroundWriter):
             while self._inbox:
                 self._take(*self._inbox.popleft())
             delay = self._flush_due()
+            # Not asyncio.wait_for: with a deadline (a count waiting for its next write) it makes a task for each
+            # wait, and in Python 3.11 it swallows a cancel that comes as the wake is set: the worker never ended.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
 
     def _take(self, obj: str, type_: str, reason: str, message: str, at: float) -> None:
         key = (obj, type_, reason, message)
