@@ -101,6 +101,36 @@ async def test_answers_not_exceptions() -> None:
     assert missing.status == 404 and not missing.ok
 
 
+async def test_an_answer_is_read_as_the_json_the_server_sent() -> None:
+    # The decoder (orjson) reads what the API server writes as the standard library's did: text beyond ASCII,
+    # escapes, 64-bit counts, decimals, nulls; an answer that is a list comes as its items.
+    status = {
+        "kind": "Status",
+        "message": 'pod "p\u00e9" is forbidden: \u2264 1 \\ "x"',
+        "details": {"retryAfterSeconds": 2**62, "ratio": 0.25, "causes": None},
+    }
+
+    async def answer(request: web.Request) -> web.Response:
+        if request.match_info["name"] == "list":
+            return web.Response(status=200, body=json.dumps([1, "two"]).encode(), content_type="application/json")
+        return web.Response(status=403, body=json.dumps(status).encode(), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/ns/pods/{name}", answer)
+    server = TestServer(app)
+    await server.start_server()
+    c = client_for(f"http://{server.host}:{server.port}", timeout=2.0)
+    try:
+        refused = await c.call(c.core.read_namespaced_pod, name="p", namespace="ns")
+        listed = await c.call(c.core.read_namespaced_pod, name="list", namespace="ns")
+    finally:
+        await c.close()
+        await server.close()
+    assert refused.status == 403 and refused.body == status
+    assert refused.message == 'pod "p\u00e9" is forbidden: \u2264 1 \\ "x"'
+    assert listed.ok and listed.body == {"items": [1, "two"]}
+
+
 async def test_a_request_waiting_for_its_turn_is_not_timed_out_meanwhile() -> None:
     # Five requests at once, one in flight at a time, each answered in 0.3 s, with a timeout of 0.5 s: the last
     # waits 1.2 s for its turn and is still answered. Timing the wait for a connection made requests that were never
