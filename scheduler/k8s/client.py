@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,6 +142,18 @@ class Answer:
         return f"HTTP {self.status}"
 
 
+#: The writes sent straight through the ApiClient's aiohttp session, by the name of the generated method the caller
+#: gives: (verb, path). One of each per pod bound, so the generated client's work per request (checking every
+#: parameter, serialising headers, path and body through its models, the standard library's JSON encoder) was 7% of
+#: the scheduler's CPU under benchmarks/e2e_throughput.py (docs/performance.md, "CPU per pod"). Callers still name the
+#: generated method, so the scan that keeps the RBAC table complete (tests/k8s/test_rbac.py) sees every call; what is
+#: sent is the same request: verb, path, JSON body, the client's headers and credentials.
+DIRECT: dict[str, tuple[str, str]] = {
+    "create_namespaced_pod_binding": ("POST", "/api/v1/namespaces/{namespace}/pods/{name}/binding"),
+    "create_namespaced_event": ("POST", "/api/v1/namespaces/{namespace}/events"),
+}
+
+
 class Client:
     """An ApiClient plus the limiter and timeout every writer shares; see :meth:`call`."""
 
@@ -167,7 +180,11 @@ class Client:
             await self.limiter.acquire()
             try:
                 async with asyncio.timeout(self.timeout):
-                    response = await method(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
+                    route = DIRECT.get(getattr(method, "__name__", ""))
+                    if route is not None and not args and getattr(method, "__self__", None) is self.core:
+                        response = await self._send(*route, **kwargs)
+                    else:
+                        response = await method(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
                     async with response:
                         raw = await response.read()
                         status = int(response.status)
@@ -175,6 +192,29 @@ class Client:
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 return Answer(status=0, error=f"{type(exc).__name__}: {exc}".rstrip(": "))
         return Answer(status=status, body=_json(raw), retry_after=retry_after)
+
+    async def _send(self, verb: str, path: str, *, body: Any, **names: str) -> Any:
+        """One request of :data:`DIRECT` through the ApiClient's session, as its generated method would send it: the
+        path's names quoted, the JSON body, the ApiClient's headers (its User-Agent) and credentials (a token read
+        afresh where the kubeconfig says so), its proxy and TLS server name; the aiohttp response, not read."""
+        api = self.api
+        url = api.configuration.host + path.format(**{k: urllib.parse.quote(v, safe="") for k, v in names.items()})
+        headers = {**api.default_headers, "Accept": "application/json", "Content-Type": "application/json"}
+        await api.update_params_for_auth(headers, [], ["BearerToken"])
+        if not isinstance(body, Mapping):
+            body = api.sanitize_for_serialization(body)  # a generated model, as the generated method takes it
+        rest = api.rest_client
+        options: dict[str, Any] = {}
+        if rest.proxy:
+            options["proxy"] = rest.proxy
+        if rest.proxy_headers:
+            options["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            options["server_hostname"] = rest.server_hostname
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        return await rest.pool_manager.request(
+            verb, url, headers=headers, data=orjson.dumps(body), timeout=timeout, **options
+        )
 
     async def patch(
         self, method: Callable[..., Awaitable[Any]], /, *args: Any, body: Any, strategic: bool = False, **names: Any
