@@ -5,7 +5,8 @@
 Why not cProfile: it times every call, and the scheduler's hot path is thousands of small calls per pod (the
 generated client's models, the watch's parse), so the profiler's own cost moves the figures it reports; and
 its default clock is the wall's. Here ``setitimer(ITIMER_PROF)`` interrupts the process every :data:`INTERVAL_S`
-seconds of its CPU time (user and system, every thread) and the handler records the main thread's Python stack:
+seconds of its CPU time (user and system, every thread; the kernel rounds that up to its tick, about 4 ms on the
+machine of docs/performance.md) and the handler records the main thread's Python stack:
 a function's share of the samples is its share of the CPU, at a cost of a few percent. Time spent in C (a JSON
 decoder, the TLS layer) is counted to the Python line that called it, which is what one can change. Time in
 another thread is counted to whatever the main thread was running: gpusched runs its work on the event loop's
