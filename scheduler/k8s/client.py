@@ -153,6 +153,10 @@ DIRECT: dict[str, tuple[str, str]] = {
     "create_namespaced_event": ("POST", "/api/v1/namespaces/{namespace}/events"),
 }
 
+#: What a call may name and still go through :data:`DIRECT`; any other argument (``dry_run``, a content type...) goes
+#: through the generated method, which knows what to do with it.
+_DIRECT_ARGS = frozenset({"name", "namespace", "body"})
+
 
 class Client:
     """An ApiClient plus the limiter and timeout every writer shares; see :meth:`call`."""
@@ -181,7 +185,12 @@ class Client:
             try:
                 async with asyncio.timeout(self.timeout):
                     route = DIRECT.get(getattr(method, "__name__", ""))
-                    if route is not None and not args and getattr(method, "__self__", None) is self.core:
+                    if (
+                        route is not None
+                        and not args
+                        and kwargs.keys() <= _DIRECT_ARGS
+                        and getattr(method, "__self__", None) is self.core
+                    ):
                         response = await self._send(*route, **kwargs)
                     else:
                         response = await method(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)

@@ -168,11 +168,14 @@ async def test_a_direct_write_sends_what_its_generated_method_sends() -> None:
             await c.core.create_namespaced_event("ns", event, _preload_content=False),
         ):
             response.release()
+        # An argument the direct path does not send goes through the generated method, which does.
+        dry = await c.call(c.core.create_namespaced_event, namespace="ns", body=event, dry_run="All")
     finally:
         await c.close()
         await server.close()
-    assert [a.status for a in direct] == [201, 201]
-    assert seen[:2] == seen[2:]
+    assert [a.status for a in (*direct, dry)] == [201, 201, 201]
+    assert seen[:2] == seen[2:4]
+    assert seen[4][1] == "/api/v1/namespaces/ns/events?dryRun=All"
     assert seen[0][:2] == ("POST", "/api/v1/namespaces/ns/pods/p:1/binding")
     assert seen[0][2]["Authorization"] == "Bearer t0ken" and seen[0][2]["User-Agent"] == "gpusched-test"
     assert seen[0][3] == {
