@@ -8,6 +8,10 @@ Every call asks the generated client for the raw response (``_preload_content=Fa
 trusted to deserialise every success (``pods/binding`` answers a ``Status`` where it expects a ``Binding``,
 kubernetes-client/python #825), and callers decide by status code anyway. A request that got no answer (timeout,
 connection refused, reset) is status 0: the caller cannot know whether the server applied it.
+
+The two writes of every pod bound (its binding, its ``Scheduled`` Event) skip the generated client's own work and go
+straight through its aiohttp session (:data:`DIRECT`), named by their generated methods all the same; answers and
+watch events are decoded by :func:`loads` (orjson). Both for the CPU each pod costs (docs/performance.md).
 """
 
 from __future__ import annotations
