@@ -468,7 +468,9 @@ def run_case(case: str, args: argparse.Namespace) -> Result | str:
             assert peer_bin is not None
             peer_procs, start, settle = start_peer(cluster, peer_bin, case, peer, args, backlog=backlog)
         elif gpusched_case:
-            replica = harness.gpusched(k, qps=args.gpusched_qps, burst=args.gpusched_burst, workdir=workdir)
+            replica = harness.gpusched(
+                k, qps=args.gpusched_qps, burst=args.gpusched_burst, workdir=workdir, profile_as=case
+            )
             if backlog:
                 start = replica.start
             else:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -164,10 +166,33 @@ def gpusched(
     qps: float | None = None,
     burst: int = 0,
     workdir: Path | None = None,
+    profile_as: str = "",
 ) -> kube.Gpusched:
     """A ``gpusched run`` replica for ``k``'s cluster, not started yet; with ``qps``, it binds 64 pods at a time at
-    that client QPS and ``burst`` (without, at its defaults)."""
+    that client QPS and ``burst`` (without, at its defaults).
+
+    With ``GPUSCHED_BENCH_PROFILE=DIR`` in the environment it runs under ``benchmarks.cpu_profile``, which writes
+    where its CPU went to ``DIR/<profile_as or identity>.stacks`` (and ``.stacks.txt``) when it stops."""
     from tests.e2e import kube as e2e_kube
 
     config = None if qps is None else {"binding": {"concurrency": 64, "qps": qps, "burst": int(burst)}}
-    return e2e_kube.Gpusched(k, identity=identity, workdir=workdir or e2e_kube.scenario_workdir(), config=config)
+    where = workdir or e2e_kube.scenario_workdir()
+    profile_dir = os.environ.get(PROFILE_ENV)
+    if not profile_dir:
+        return e2e_kube.Gpusched(k, identity=identity, workdir=where, config=config)
+    out = Path(profile_dir) / f"{profile_as or identity}.stacks"
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    class Profiled(e2e_kube.Gpusched):
+        """``gpusched run`` as ``python -m benchmarks.cpu_profile OUT scheduler.cli run ...``."""
+
+        @property
+        def argv(self) -> list[str]:
+            run_args = super().argv[len(e2e_kube.gpusched_command()) :]
+            return [sys.executable, "-m", "benchmarks.cpu_profile", str(out), "scheduler.cli", *run_args]
+
+    return Profiled(k, identity=identity, workdir=where, config=config)
+
+
+#: The environment variable that runs the benchmarks' ``gpusched run`` under ``benchmarks.cpu_profile``.
+PROFILE_ENV = "GPUSCHED_BENCH_PROFILE"

@@ -278,6 +278,9 @@ CALLS: tuple[Call, ...] = (
         "Scheduled, FailedScheduling, Preempted... on pods, gangs and objects that cannot be read",
     ),
     Call("events", "CoreV1Api", "patch_namespaced_event", "", "events", ("patch",), "a repeated Event's count"),
+    # --- the client (scheduler.k8s.client): the binder's and the Events writer's creates, sent straight (DIRECT) ---
+    Call("client", "CoreV1Api", "create_namespaced_pod_binding", "", "pods/binding", ("create",), "the binder's bind"),
+    Call("client", "CoreV1Api", "create_namespaced_event", "", "events", ("create",), "the Events writer's new Event"),
     # --- status (scheduler.k8s.status) -----------------------------------------------------------------------------
     Call(
         "status",

@@ -99,7 +99,7 @@ class FakeApiServer:
         self.nodes: list[dict[str, Any]] = []
         self.custom: dict[str, list[dict[str, Any]]] = {}
         #: What a pod watch streams, in order: (type, object); ("ERROR", 410) ends it with 410 Gone, ("CUT", None) cuts
-        #: the connection.
+        #: the connection, ("BYTES", b"...") writes those bytes as they are (events cut or joined as a test says).
         self.pod_watch: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         #: The resourceVersion each pod watch asked to start from, in order.
         self.watch_versions: list[str] = []
@@ -291,6 +291,9 @@ class FakeApiServer:
                 assert request.transport is not None
                 request.transport.close()
                 return response
+            if kind == "BYTES":
+                await response.write(obj)
+                continue
             if kind == "ERROR":
                 obj = {"kind": "Status", "code": obj, "message": "too old resource version"}
             await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")

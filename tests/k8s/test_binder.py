@@ -340,22 +340,22 @@ async def test_on_a_hami_node_the_binding_names_the_chosen_gpus_by_uuid(
 def test_a_shared_gpu_on_a_hami_node_carries_its_share() -> None:
     d = hami_decision(GpuRequest(count=1, milli=300, memory=3000 * 2**20), (1,), (2,))
     body = binder_mod.binding(d, hami_devices=hami_node().hami_devices, now=1716199325.0)
-    annotations = body.metadata.annotations
+    annotations = body["metadata"]["annotations"]
     assert annotations[hami.ALLOCATED] == f"{HAMI_UUIDS[2]},NVIDIA,3000,30:;"
     assert annotations[hami.BIND_TIME] == "1716199325"
 
 
 def test_no_hami_annotations_off_hami_nodes_or_for_pods_the_device_plugin_never_sees() -> None:
     whole = hami_decision(GpuRequest(count=1, milli=1000), (1,), (0,))
-    assert binder_mod.binding(whole).metadata.annotations == {ANNOTATION_GPU_IDS: "0"}
+    assert binder_mod.binding(whole)["metadata"]["annotations"] == {ANNOTATION_GPU_IDS: "0"}
     # A gpu-milli pod without nvidia.com/gpu: the kubelet never calls a device plugin for it.
     milli_only = hami_decision(GpuRequest(count=1, milli=500), (), (0,))
     body = binder_mod.binding(milli_only, hami_devices=hami_node().hami_devices)
-    assert body.metadata.annotations == {ANNOTATION_GPU_IDS: "0"}
+    assert body["metadata"]["annotations"] == {ANNOTATION_GPU_IDS: "0"}
 
 
 def test_gpus_that_cannot_be_dealt_to_containers_bind_without_hami_annotations() -> None:
     # Two GPUs chosen, one asked by the app containers (the other in an init container): HAMi cannot serve it.
     d = hami_decision(GpuRequest(count=2, milli=1000), (1,), (0, 1))
     body = binder_mod.binding(d, hami_devices=hami_node().hami_devices)
-    assert body.metadata.annotations == {ANNOTATION_GPU_IDS: "0,1"}
+    assert body["metadata"]["annotations"] == {ANNOTATION_GPU_IDS: "0,1"}

@@ -262,3 +262,22 @@ async def test_many_different_messages_of_one_reason_are_combined_into_one_event
     recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message="waiting for gang: 0 placed")
     assert await recorder.flush()
     assert len(fake.events) == 4
+
+
+async def test_the_writer_stops_when_cancelled_as_an_event_comes(fake: FakeApiServer, client: k8s.Client) -> None:
+    # A stop (SIGTERM: the recorder's task cancelled) in the same moment as an Event, while a count waits for its
+    # next write: the worker ends. Through asyncio.wait_for, Python 3.11 let the wake win over the cancel, and the
+    # worker went on waiting for work.
+    recorder = EventRecorder(client, settings=EventSettings(instance="gpusched-0", patch_interval=60.0))
+    recorder.start()
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message="no node")
+    assert await recorder.flush()
+    recorder.emit(obj="pod ns/p", kind="Warning", reason="FailedScheduling", message="no node")
+    for _ in range(5):
+        await asyncio.sleep(0)  # the count is taken in; the worker waits up to its write, 60 s away
+    worker = recorder._worker
+    assert worker is not None and len(fake.events) == 1
+    recorder.emit(obj="pod ns/q", kind="Warning", reason="FailedScheduling", message="no node")
+    worker.cancel()
+    done, _ = await asyncio.wait({worker}, timeout=5.0)
+    assert worker in done and worker.cancelled()

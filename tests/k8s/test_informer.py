@@ -89,6 +89,37 @@ async def test_a_watch_cut_off_resumes_after_the_last_event_it_fed(
     assert fake.watch_versions == ["100", "107"]
 
 
+async def test_events_cut_across_writes_or_sent_together_are_each_fed_once(
+    fake: FakeApiServer, fed: tuple[Operator, Informer]
+) -> None:
+    # The API server's chunks need not follow its lines: one event may come in pieces, several in one piece, and the
+    # piece that ends one event may begin the next. Each is fed once, whole, in order.
+    op, informer = fed
+    fake.pods = {f"default/p{i}": pod(f"p{i}", 1) for i in range(4)}
+    await eventually(lambda: informer.listed.is_set())
+    lines = [
+        json.dumps(
+            {
+                "type": "MODIFIED",
+                "object": {
+                    **pod(f"p{i}", 1, node_name="gpu-0"),
+                    "metadata": {**pod(f"p{i}", 1)["metadata"], "resourceVersion": str(101 + i)},
+                },
+            }
+        ).encode()
+        + b"\n"
+        for i in range(4)
+    ]
+    stream = b"".join(lines)
+    first = len(lines[0])
+    # p0 in three pieces (the last one also carrying the start of p1), then p1's rest with p2 and p3 whole.
+    for piece in (stream[:10], stream[10 : first - 1], stream[first - 1 : first + 5], stream[first + 5 :]):
+        await fake.pod_watch.put(("BYTES", piece))
+    await eventually(lambda: not op.pending)
+    assert gpus_used(op) == 4
+    assert informer.stats["events"] == 4 and informer.resource_version == "104"
+
+
 def test_a_refused_watch_says_the_whole_status_message() -> None:
     # The operator reads which right is missing from the message's end; 200 bytes of the body cut it before the verb.
     message = (

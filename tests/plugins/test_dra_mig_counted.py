@@ -154,7 +154,7 @@ def test_a_queues_gpu_limit_counts_mig_shares_and_stops_the_claim_that_would_pas
 def test_a_mig_pods_share_is_in_its_binding_and_read_back_from_it() -> None:
     cluster = mig_cluster(gpus=1)
     decision = _decide(cluster, "c3", dra.mig_request("3g.40gb"))
-    annotations = binder.binding(decision).metadata.annotations
+    annotations = binder.binding(decision)["metadata"]["annotations"]
     assert annotations == {"gpusched.io/gpu-ids": "0", "gpusched.io/gpu-milli": "428"}
     # After a restart the bound pod is read with what it holds: the share of GPU 0.
     bound = api_pod.parse_pod(dra.with_claims(objects.pod("p-c3", node_name="a", annotations=annotations), "c3"))

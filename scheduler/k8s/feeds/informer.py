@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -39,6 +38,7 @@ import aiohttp
 import structlog
 
 from scheduler.api.basics.errors import InvalidObject
+from scheduler.k8s import client as k8s_client
 from scheduler.k8s.client import Answer, Client
 
 log = structlog.get_logger(__name__)
@@ -161,13 +161,22 @@ class Informer:
                 raise aiohttp.ClientError(
                     f"watch {self.kind}: HTTP {response.status} {_status_message(await response.read())}"
                 )
-            buffer = b""
+            # One event per line; a chunk may hold many lines and a line span many chunks. Split once per chunk
+            # (cutting the head off the buffer line by line copied the rest of the chunk for every event).
+            partial: list[bytes] = []
             async for chunk in response.content.iter_any():
-                buffer += chunk
-                while (end := buffer.find(b"\n")) >= 0:
-                    line, buffer = buffer[:end], buffer[end + 1 :]
+                if b"\n" not in chunk:
+                    partial.append(chunk)
+                    continue
+                lines = chunk.split(b"\n")
+                if partial:
+                    lines[0] = b"".join((*partial, lines[0]))
+                    partial.clear()
+                if lines[-1]:
+                    partial.append(lines[-1])
+                for line in lines[:-1]:
                     if line.strip():
-                        version = self._handle(json.loads(line), version)
+                        version = self._handle(k8s_client.loads(line), version)
         return version
 
     def _handle(self, event: Mapping[str, Any], version: str) -> str:
@@ -314,7 +323,7 @@ def _status_message(body: bytes) -> str:
     """What a refused watch's answer says: its Status message whole (an operator reads which right is missing from
     it: "... cannot watch resource ... in API group ..."), else the start of the body."""
     try:
-        status = json.loads(body)
+        status = k8s_client.loads(body)
     except ValueError:
         status = None
     if isinstance(status, Mapping) and isinstance(status.get("message"), str):

@@ -55,7 +55,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
-from kubernetes_asyncio import client as k8s_client
 
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.devices import hami as api_hami
@@ -282,10 +281,12 @@ class Binder:
         return float(min(s.backoff_max, s.backoff_initial * 2 ** min(refusals - 1, 30)))
 
 
-def binding(decision: Decision, *, hami_devices: Sequence[api_hami.Device] = (), now: float | None = None) -> Any:
-    """The V1Binding for a decision: the pod's name and UID, the GPU indices as annotations, the node; and HAMi's
-    annotations when the node's GPUs are ``hami_devices`` and the pod asks for them through ``nvidia.com/gpu``
-    (without, the kubelet never calls the device plugin for it)."""
+def binding(
+    decision: Decision, *, hami_devices: Sequence[api_hami.Device] = (), now: float | None = None
+) -> dict[str, Any]:
+    """The Binding for a decision, as the JSON sent: the pod's name and UID, the GPU indices as annotations, the node;
+    and HAMi's annotations when the node's GPUs are ``hami_devices`` and the pod asks for them through
+    ``nvidia.com/gpu`` (without, the kubelet never calls the device plugin for it)."""
     pod = decision.pod
     annotations = {ANNOTATION_GPU_IDS: _gpu_ids(decision.gpu_ids)} if decision.gpu_ids else None
     if annotations and pod.resource_claims and pod.gpu.shared:
@@ -301,14 +302,14 @@ def binding(decision: Decision, *, hami_devices: Sequence[api_hami.Device] = (),
         else:
             when = time.time() if now is None else now
             annotations.update(api_hami.pod_annotations(decision.node, containers, now=when))
-    return k8s_client.V1Binding(
-        api_version="v1",
-        kind="Binding",
-        metadata=k8s_client.V1ObjectMeta(
-            name=pod.name, namespace=pod.namespace, uid=pod.uid or None, annotations=annotations
-        ),
-        target=k8s_client.V1ObjectReference(api_version="v1", kind="Node", name=decision.node),
-    )
+    # A plain dict, as it is sent: a V1Binding model was serialised again for every pod (1% of the scheduler's CPU).
+    metadata: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace}
+    if pod.uid:
+        metadata["uid"] = pod.uid
+    if annotations:
+        metadata["annotations"] = annotations
+    target = {"apiVersion": "v1", "kind": "Node", "name": decision.node}
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": metadata, "target": target}
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
