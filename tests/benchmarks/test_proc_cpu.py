@@ -66,3 +66,30 @@ def test_the_api_servers_counters_are_summed_by_verb_resource_and_kind() -> None
         ]
     )
     assert throughput.counters(metrics) == {"POST pods/binding": 5003.0, "LIST pods": 12.0, "watch events Pod": 17.0}
+
+
+def test_the_cpu_table_gives_the_schedulers_cpu_to_its_last_event_per_pod_where_every_pod_had_one() -> None:
+    """A scheduler writing its Events behind its bindings spends part of them after the last bind: the table shows
+    its CPU until the last Event as well, and nothing where some pod never got one."""
+
+    def result(case: str, to_events: float) -> e2e_throughput.Result:
+        cpu = {"control plane": 4.0, "scheduler": 2.0, "harness": 0.5, "machine": 6.5}
+        return e2e_throughput.Result(
+            case=case,
+            pods=1000,
+            bound=1000,
+            seconds=4.0,
+            pods_per_s=250.0,
+            p50_s=1.0,
+            p99_s=2.0,
+            cpu=cpu,
+            scheduler_cpu_to_events=to_events,
+        )
+
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in e2e_throughput.cpu_table({"late": result("late", 2.6), "short": result("short", 0.0)}).splitlines()
+        if line.startswith("| late") or line.startswith("| short")
+    }
+    assert rows["late"].rstrip().endswith("| 2.00 | 0.50 | 1.62 | 0.00 | 2.60 |")
+    assert rows["short"].rstrip().endswith("| 0.50 | 1.62 | 0.00 |  |")
