@@ -55,11 +55,10 @@ class Candidate:
 @dataclass(frozen=True, slots=True)
 class Held:
     """What some pods of one node hold, one row each: the resource columns compared as quantities, the GPU-milli per
-    device of the node, the whole GPUs."""
+    device of the node (the whole GPUs a set holds are the search's to count: :meth:`Room.others_hold_gpus`)."""
 
     adds: F64
     devices: F64
-    whole: npt.NDArray[np.int64]
 
 
 #: Node slot -> (a list of its movable pods, the GPUs each of them holds, sorted): kept between searches, and read
@@ -247,13 +246,10 @@ class Room:
         """What each of ``entries`` holds, for :meth:`sets_free_enough`."""
         adds = np.stack([e.placement.request[self.cols] for e in entries])
         devices = np.zeros((len(entries), self.gpu_free.shape[1]))
-        whole = np.zeros(len(entries), dtype=np.int64)
         for i, entry in enumerate(entries):
             for device in entry.placement.gpu_ids:
                 devices[i, device] += layout.WHOLE if entry.pod.gpu.whole else entry.placement.gpu_milli
-            if entry.pod.gpu.whole:
-                whole[i] = entry.pod.gpu.count
-        return Held(adds, devices, whole)
+        return Held(adds, devices)
 
     def sets_free_enough(
         self, slot: int, request: F64, member: PodRequest, held_by: Held, sets: npt.NDArray[np.int64]
