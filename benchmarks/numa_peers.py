@@ -12,9 +12,10 @@ Each case gets a fresh local control plane (tests/e2e/localcluster.py, kwok node
   ``gpusched.io/gpu-topology`` annotation says), the zones fragmented by pods already running there (bound by
   name, Guaranteed, each inside one zone, their GPU indices annotated), one pattern of :data:`FRAGMENTS` a node;
 - one NodeResourceTopology object a node (``topology.node.k8s.io/v1alpha2``, the CRD from its Go module), its
-  ``available`` net of those pods and the agents' podset fingerprint of them (:func:`pod_fingerprint`), published
-  once before the scheduler starts and never again: no agent runs, as kwok leaves it, so a scheduler must count
-  the pods it binds itself;
+  ``available`` net of those pods and the agents' podset fingerprint of them
+  (``scheduler.cache.numa_store.pods_fingerprint``), published once before the scheduler starts and never again: no
+  agent runs, as kwok leaves it, so a scheduler must count the pods it binds itself (and, restarted, tell by the
+  fingerprint that the object already shows the pods running there);
 - a stream of ``--pods`` Guaranteed pods of whole CPUs, the shapes of :data:`SHAPES` in turn (1 to 6 GPUs, one
   CPU-only pod; the 6-GPU pods fit no zone, so only ``restricted`` can admit them), created one at a time: each
   after the previous one was bound or marked unschedulable, so that every scheduler decides the same pods in the
@@ -53,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness, numa_oracle
+from scheduler.api.devices import numa
+from scheduler.cache import numa_store
 
 CASES = ("gpusched", "nrt-leastnuma", "nrt-overreserve")
 NAMESPACE = "numa"
@@ -221,72 +224,11 @@ def nrt_manifest(
         "attributes": [
             {"name": "topologyManagerPolicy", "value": policy},
             {"name": "topologyManagerScope", "value": "container"},
-            {"name": "nodeTopologyPodsFingerprint", "value": pod_fingerprint(pods)},
-            {"name": "nodeTopologyPodsFingerprintMethod", "value": "all"},
+            {"name": numa.FINGERPRINT, "value": numa_store.pods_fingerprint(pods)},
+            {"name": numa.FINGERPRINT_METHOD, "value": numa.FINGERPRINT_ALL},
         ],
         "zones": zones,
     }
-
-
-# --- the podset fingerprint the overreserve cache resyncs by --------------------------------------------------
-
-_P1, _P2, _P3, _P4, _P5 = (
-    0x9E3779B185EBCA87,
-    0xC2B2AE3D27D4EB4F,
-    0x165667B19E3779F9,
-    0x85EBCA77C2B2AE63,
-    0x27D4EB2F165667C5,
-)
-_M = (1 << 64) - 1
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (64 - r))) & _M
-
-
-def _round(acc: int, lane: int) -> int:
-    return (_rotl((acc + lane * _P2) & _M, 31) * _P1) & _M
-
-
-def xxh64(data: bytes, seed: int = 0) -> int:
-    """XXH64 (the hash of github.com/OneOfOne/xxhash, which podfingerprint uses)."""
-    n, i = len(data), 0
-    if n >= 32:
-        v = [(seed + _P1 + _P2) & _M, (seed + _P2) & _M, seed, (seed - _P1) & _M]
-        while i + 32 <= n:
-            v = [_round(v[k], int.from_bytes(data[i + 8 * k : i + 8 * k + 8], "little")) for k in range(4)]
-            i += 32
-        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M
-        for lane in v:
-            h = (((h ^ _round(0, lane)) * _P1) + _P4) & _M
-    else:
-        h = (seed + _P5) & _M
-    h = (h + n) & _M
-    while i + 8 <= n:
-        h ^= _round(0, int.from_bytes(data[i : i + 8], "little"))
-        h = (_rotl(h, 27) * _P1 + _P4) & _M
-        i += 8
-    if i + 4 <= n:
-        h ^= (int.from_bytes(data[i : i + 4], "little") * _P1) & _M
-        h = (_rotl(h, 23) * _P2 + _P3) & _M
-        i += 4
-    for byte in data[i:]:
-        h ^= (byte * _P5) & _M
-        h = (_rotl(h, 11) * _P1) & _M
-    h ^= h >> 33
-    h = (h * _P2) & _M
-    h ^= h >> 29
-    h = (h * _P3) & _M
-    return h ^ (h >> 32)
-
-
-def pod_fingerprint(pods: Sequence[tuple[str, str]]) -> str:
-    """The podset fingerprint (github.com/k8stopologyawareschedwg/podfingerprint v0.2) of (namespace, name) pairs,
-    as the topology agents publish it in ``nodeTopologyPodsFingerprint``: scheduler-plugins' overreserve cache
-    trusts a node's object again only when it matches the pods it sees on the node."""
-    hashes = sorted(xxh64(name.encode(), xxh64(namespace.encode())) for namespace, name in pods)
-    digest = xxh64(b"".join(h.to_bytes(8, "little") for h in hashes))
-    return "pfp0v001" + digest.to_bytes(8, "big").hex()
 
 
 # --- judging -----------------------------------------------------------------------------------------------------

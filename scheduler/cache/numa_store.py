@@ -15,9 +15,14 @@ them free: once the pod is gone from the API server its kubelet has stopped it, 
 zones, while the object can lag a minute behind. Counted used until then, a preemptor whose victims left found its
 zone still full and evicted the pods of the other zone too.
 
-After a restart the count is rebuilt from the pods on the nodes, as they come: each is predicted again and counts
-until the node's next update (the object may already show the pods that ran before it: counted twice for up to one
-round of the agent, on the safe side, never an over-commit).
+After a restart the count is rebuilt from the pods on the nodes, whichever of the pods and the objects come first:
+each pod is predicted again and counts until the node's next update (the object may already show the pods that ran
+before it: counted twice for up to one round of the agent, on the safe side, never an over-commit). Where the agent
+fingerprints the pods it accounts for (``nodeTopologyPodsFingerprint``, method ``all``), the store needs no guess:
+when the pods running on the node (as the cache holds them, :attr:`NumaStore.pods_on`) have the object's fingerprint
+(:func:`pods_fingerprint`), the object shows exactly them, so none of them is counted again and a pod that left is
+shown gone (:meth:`NumaStore._check`). So a node whose object is never published again (no agent runs, as on kwok)
+is still read right after a restart.
 
 Every input enters through its methods: :meth:`NumaStore.upsert` / :meth:`remove` (the objects' watch), and for
 the pods the cache holds (bound and assumed) :meth:`pod_placed`, :meth:`pod_running`, :meth:`pod_left`;
@@ -36,8 +41,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+import xxhash
 
 from scheduler.api.devices import topology_manager
 from scheduler.api.devices.numa import NodeZones, Policy
@@ -52,9 +59,33 @@ class _Predicted:
     running_since: float | None = None
 
 
+def pods_fingerprint(pods: Iterable[tuple[str, str]]) -> str:
+    """The fingerprint of a set of pods, each (namespace, name), as the topology agents publish it in
+    ``nodeTopologyPodsFingerprint`` (github.com/k8stopologyawareschedwg/podfingerprint, ``pfp0v001``): each pod's
+    XXH64 of its name seeded with the XXH64 of its namespace, the hashes sorted, and the XXH64 of them (8 bytes each,
+    little endian), in hexadecimal after the version."""
+    hashes = sorted(
+        xxhash.xxh64_intdigest(name.encode(), seed=xxhash.xxh64_intdigest(namespace.encode()))
+        for namespace, name in pods
+    )
+    return "pfp0v001" + xxhash.xxh64_hexdigest(b"".join(h.to_bytes(8, "little") for h in hashes))
+
+
+def _no_pods(node: str) -> Sequence[PodRequest]:
+    return ()
+
+
 class NumaStore:
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        pods_on: Callable[[str], Sequence[PodRequest]] = _no_pods,
+    ) -> None:
         self.clock = clock
+        #: The pods the cache holds on a node (bound and assumed), by node name: read when a node's zones first come
+        #: (its pods already there are predicted) and to match a published fingerprint.
+        self.pods_on = pods_on
         #: Node name -> its zones as last published.
         self.nodes: dict[str, NodeZones] = {}
         #: Node name -> the policy its Koordinator label gives its pods (kept for zones that come later).
@@ -96,6 +127,7 @@ class NumaStore:
         """The node's object was published (created or updated) at ``now`` (default: the clock's now): pods running
         before that are in it."""
         now = self.clock() if now is None else now
+        first = zones.node not in self.nodes
         self._free.pop(zones.node, None)
         self.nodes[zones.node] = dataclasses.replace(zones, label_policy=self._labels.get(zones.node))
         on_node = self._predicted.get(zones.node, {})
@@ -107,6 +139,12 @@ class NumaStore:
             for key, (since, _) in list(left.items()):
                 if since <= now:
                     del left[key]
+        if first:
+            # The pods the cache found on the node before its zones: predicted as if placed now (the order of the
+            # two listings after a restart must not matter), counted until the next update shows them.
+            for pod in self.pods_on(zones.node):
+                self._predict(pod, zones.node)
+        self._check(zones.node)
 
     def remove(self, node: str) -> None:
         """The node's object is gone: the node has no NUMA rule any more (its kubelet's policy is not known)."""
@@ -128,13 +166,31 @@ class NumaStore:
     def pod_placed(self, pod: PodRequest, node: str) -> None:
         """The cache holds ``pod`` on ``node`` (assumed or bound): counted in the zones the kubelet gives it, as
         predicted on what the zones have left (bound and Running already: shown by the next update)."""
-        zones = self.nodes.get(node)
-        if zones is None:
-            return
-        admitted = topology_manager.admit_pod(zones, pod, available=self.available(node))
+        if node in self.nodes:
+            self._predict(pod, node)
+            if pod.phase == "Running":
+                self._check(node)
+
+    def _predict(self, pod: PodRequest, node: str) -> None:
+        admitted = topology_manager.admit_pod(self.nodes[node], pod, available=self.available(node))
         self.placed(pod.key, node, admitted.taken)
         if pod.phase == "Running":
-            self.pod_running(pod.key)
+            self.running(pod.key, since=self.clock())
+
+    def _check(self, node: str, on_node: Sequence[PodRequest] | None = None) -> None:
+        """If the pods running on ``node`` (of ``on_node``, default: all the cache holds there) have its object's
+        fingerprint, the object shows exactly them: none is counted again, and the pods that left before it are shown
+        gone. Nothing to do (and nothing read) where the object has no fingerprint or the store counts nothing."""
+        zones = self.nodes.get(node)
+        if zones is None or zones.pods_fingerprint is None or not (node in self._predicted or self._left.get(node)):
+            return
+        running = [p for p in (self.pods_on(node) if on_node is None else on_node) if p.phase == "Running"]
+        if pods_fingerprint((p.namespace, p.name) for p in running) != zones.pods_fingerprint:
+            return
+        for pod in running:
+            self.gone(pod.key)
+        if self._left.pop(node, None):
+            self._free.pop(node, None)
 
     def _prediction(self, pod_key: str) -> _Predicted | None:
         node = self._node_of.get(pod_key)
@@ -146,9 +202,11 @@ class NumaStore:
         if p is not None and p.running_since is None:
             p.running_since = since
 
-    def pod_running(self, pod_key: str) -> None:
-        """:meth:`running` since now."""
+    def pod_running(self, pod_key: str, node: str) -> None:
+        """Pod ``pod_key`` on ``node`` runs: :meth:`running` since now, and the pods running there may now be the
+        ones its object's fingerprint shows."""
         self.running(pod_key, since=self.clock())
+        self._check(node)
 
     def gone(self, pod_key: str) -> None:
         """Pod ``pod_key`` left, or its binding failed: if the object did not show it yet, it never will."""
@@ -163,16 +221,16 @@ class NumaStore:
     def pod_left(self, pod: PodRequest, node: str, on_node: Sequence[PodRequest]) -> None:
         """``pod`` left ``node``, where the cache held ``on_node`` (``pod`` among them): a prediction is dropped
         (:meth:`gone`); a pod the object shows gives back the zones :meth:`shown` gives it, from now until an update
-        published after now."""
+        published after now, or until the pods left running have the object's fingerprint (published after it left:
+        the object shows it gone)."""
         if self.predicted(pod.key) is not None:
             self.gone(pod.key)
-            return
-        if node not in self.nodes:
-            return
-        taken = self.shown(node, [p for p in on_node if self.predicted(p.key) is None]).get(pod.key)
-        if taken:
-            self._left.setdefault(node, {})[pod.key] = (self.clock(), taken)
-            self._free.pop(node, None)
+        elif node in self.nodes:
+            taken = self.shown(node, [p for p in on_node if self.predicted(p.key) is None]).get(pod.key)
+            if taken:
+                self._left.setdefault(node, {})[pod.key] = (self.clock(), taken)
+                self._free.pop(node, None)
+        self._check(node, [p for p in on_node if p.key != pod.key])
 
     def predicted(self, pod_key: str) -> tuple[Mapping[str, int], ...] | None:
         """What pod ``pod_key`` is counted as taking of each zone of its node, while the object does not show it."""

@@ -123,7 +123,7 @@ class Cache:
         #: (``scheduler.cache.volume_store``).
         self.volumes = VolumeStore()
         #: The nodes' NUMA zones and what the pods take of them (empty where no NodeResourceTopology is read).
-        self.numa = NumaStore()
+        self.numa = NumaStore(pods_on=self._pods_on)
         #: The nodes whose kubelet refused a pod of an owner (``TopologyAffinityError``), avoided for a while.
         self.kubelet_refusals = KubeletRefusals()
         #: DeviceClasses, ResourceSlices' devices, ResourceClaims, the allocations assumed
@@ -188,6 +188,11 @@ class Cache:
 
     def slot_of(self, name: str) -> int | None:
         return self._slot.get(name)
+
+    def _pods_on(self, name: str) -> list[PodRequest]:
+        """The pods held on node ``name`` (bound and assumed), for the zone store."""
+        slot = self._slot.get(name)
+        return [] if slot is None else [e.pod for e in self.nodes[slot].pods.values()]
 
     @property
     def node_count(self) -> int:
@@ -446,7 +451,7 @@ class Cache:
                 self._pods_changed(old.placement.slot)
                 self._confirmed(old)  # the watch shows an assumed pod on its node: the binding went through
                 if pod.phase == "Running" and self.numa.nodes:
-                    self.numa.pod_running(key)
+                    self.numa.pod_running(key, pod.node_name)
                 return
             if same_node and not gpu_ids:
                 gpu_ids = old.placement.gpu_ids

@@ -199,3 +199,12 @@ def test_one_container_pods_share_their_ask_and_their_requests_are_the_pods() ->
     )
     refused = topology_manager.admit_pod(zones, first)
     assert not refused.admitted and refused.why == "no NUMA zone has 2 nvidia.com/gpu (single-numa-node)"
+
+
+def test_the_pods_fingerprint_is_read_where_it_covers_every_pod() -> None:
+    fingerprint = {"name": numa.FINGERPRINT, "value": "pfp0v001607b76a0e9d3aeb4"}
+    assert numa.parse_node_resource_topology(nrt(attributes=[fingerprint])).pods_fingerprint == fingerprint["value"]
+    # Another method fingerprints only some of the pods (by the agent's own rule): not read.
+    other = [fingerprint, {"name": numa.FINGERPRINT_METHOD, "value": "with-exclusive-resources"}]
+    assert numa.parse_node_resource_topology(nrt(attributes=other)).pods_fingerprint is None
+    assert numa.parse_node_resource_topology(nrt()).pods_fingerprint is None

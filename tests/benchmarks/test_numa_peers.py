@@ -48,13 +48,6 @@ def test_first_fit_admits_a_pod_no_zone_holds_only_under_restricted() -> None:
     assert numa_peers.first_fit(w, "restricted") == 1
 
 
-def test_the_podset_fingerprint_is_the_agents() -> None:
-    # github.com/k8stopologyawareschedwg/podfingerprint v0.2.2, tracing_test.go's pods and signature.
-    pods = [("ns1", "n1"), ("ns1", "n2"), ("ns2", "n1"), ("ns3", "n1"), ("ns3", "n2")]
-    assert numa_peers.pod_fingerprint(pods) == "pfp0v001b92008c14168b3a6"
-    assert numa_peers.pod_fingerprint(list(reversed(pods))) == "pfp0v001b92008c14168b3a6"
-
-
 def test_the_peer_runs_node_resource_topology_match_with_the_cache_asked_for() -> None:
     plain = peer_schedulers.nrt_config("/k", scoring="LeastNUMANodes", resync_seconds=None)
     (profile,) = plain["profiles"]

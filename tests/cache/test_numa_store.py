@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from scheduler.api.devices import numa
 from scheduler.api.objects import pod as api_pod
+from scheduler.cache import numa_store
 from scheduler.cache.numa_store import NumaStore
 from tests.api import objects
 
@@ -99,3 +104,91 @@ def test_each_change_of_a_node_shows_in_the_next_read_of_it() -> None:
     assert store.available("gpu-0") == [{GPU: 3}, {GPU: 2}]
     store.remove("gpu-0")
     assert store.available("gpu-0") is None and store.free("gpu-0") is None
+
+
+def _running(name: str, gpus: int) -> api_pod.PodRequest:
+    return api_pod.parse_pod(objects.pod(name, gpus=gpus, node_name="gpu-0", phase="Running", namespace="ml"))
+
+
+@pytest.mark.parametrize("first", ["zones", "pods"])
+def test_pods_found_before_the_zones_count_as_pods_found_after_them(first: str) -> None:
+    # After a restart the pods and the objects are listed apart: whichever comes first, the pods already running
+    # are counted until the node's next update (the object may show them already: on the safe side).
+    a = _running("a", 1)
+    on_node: list[api_pod.PodRequest] = []
+    store = NumaStore(clock=lambda: 10.0, pods_on=lambda node: on_node if node == "gpu-0" else ())
+    if first == "zones":
+        store.upsert(zones([3, 4]), now=5.0)
+        on_node.append(a)
+        store.pod_placed(a, "gpu-0")
+    else:
+        on_node.append(a)
+        store.upsert(zones([3, 4]), now=5.0)
+    assert store.available("gpu-0") == [{GPU: 2}, {GPU: 4}]
+    store.upsert(zones([3, 4]), now=20.0)  # the agent's next round: it shows a
+    assert store.available("gpu-0") == [{GPU: 3}, {GPU: 4}]
+
+
+@pytest.mark.parametrize("first", ["zones", "pods"])
+def test_an_object_whose_fingerprint_shows_the_pods_running_there_is_read_as_it_is(first: str) -> None:
+    # The agent fingerprints the pods its figures show: the running pods that match it are not counted again,
+    # whichever of the pods and the object came first, though the object is never published again (kwok).
+    a, b = _running("a", 1), _running("b", 2)
+    shows = numa_store.pods_fingerprint([("ml", "a"), ("ml", "b")])
+    published = dataclasses.replace(zones([3, 2]), pods_fingerprint=shows)
+    on_node: list[api_pod.PodRequest] = []
+    store = NumaStore(clock=lambda: 10.0, pods_on=lambda node: on_node if node == "gpu-0" else ())
+    if first == "pods":
+        on_node += [a, b]
+    store.upsert(published, now=5.0)
+    if first == "zones":
+        on_node.append(a)
+        store.pod_placed(a, "gpu-0")
+        assert store.predicted("ml/a") is not None  # a alone is not the object's set: counted still
+        on_node.append(b)
+        store.pod_placed(b, "gpu-0")
+    assert store.predicted("ml/a") is None and store.available("gpu-0") == [{GPU: 3}, {GPU: 2}]
+    # A pod placed since is not in it: counted until an update shows it.
+    c = api_pod.parse_pod(objects.pod("c", gpus=2, node_name="gpu-0", namespace="ml"))
+    on_node.append(c)
+    store.pod_placed(c, "gpu-0")
+    assert store.available("gpu-0") == [{GPU: 1}, {GPU: 2}]
+
+
+def test_a_pod_that_left_is_given_back_until_the_pods_left_have_the_objects_fingerprint() -> None:
+    a, b = _running("a", 2), _running("b", 2)
+    on_node = [a, b]
+    store = NumaStore(clock=lambda: 100.0, pods_on=lambda node: on_node)
+    both = numa_store.pods_fingerprint([("ml", "a"), ("ml", "b")])
+    store.upsert(dataclasses.replace(zones([4, 0]), pods_fingerprint=both), now=0.0)  # a and b fill zone 1
+    assert store.available("gpu-0") == [{GPU: 4}, {GPU: 0}]
+    store.pod_left(a, "gpu-0", [a, b])
+    on_node.remove(a)
+    assert store.available("gpu-0") == [{GPU: 4}, {GPU: 2}]
+    # Published after a left (the clock is not to be trusted: the same instant): its fingerprint says so.
+    only_b = numa_store.pods_fingerprint([("ml", "b")])
+    store.upsert(dataclasses.replace(zones([4, 2]), pods_fingerprint=only_b), now=100.0 - 1e-9)
+    assert store.available("gpu-0") == [{GPU: 4}, {GPU: 2}]  # counted once, not 4
+
+
+def test_the_pods_fingerprint_is_the_agents() -> None:
+    # The podfingerprint library's own compatibility vectors (its testdata, compat-tiny and compat-small).
+    tiny = [("production", "jaeger-dpgjk"), ("production", "nginx-rt684"), ("production", "envoy-g9m22")]
+    assert numa_store.pods_fingerprint(tiny) == "pfp0v001607b76a0e9d3aeb4"
+    assert numa_store.pods_fingerprint(reversed(tiny)) == "pfp0v001607b76a0e9d3aeb4"  # a set: in any order
+    small = [
+        ("analytics", "controller-69dkj"),
+        ("kube-public", "subscriber-tq6v7"),
+        ("kube-public", "transformer-hfbng"),
+        ("kube-public", "validator-c6pn5"),
+        ("kube-system", "proxy-wszrd"),
+        ("middleware", "processor-jkrl4"),
+        ("network", "gateway-vsll5"),
+        ("network", "importer-kzdfr"),
+        ("network", "importer-q5vt9"),
+        ("staging", "prometheus-bwgbn"),
+    ]
+    assert numa_store.pods_fingerprint(small) == "pfp0v001567144e4a561bb5a"
+    # Its tracing_test.go's pods and signature (v0.2.2).
+    pods = [("ns1", "n1"), ("ns1", "n2"), ("ns2", "n1"), ("ns3", "n1"), ("ns3", "n2")]
+    assert numa_store.pods_fingerprint(pods) == "pfp0v001b92008c14168b3a6"

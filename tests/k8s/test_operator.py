@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from scheduler.api.devices import numa
 from scheduler.api.objects import pod as api_pod
+from scheduler.cache import numa_store
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s import operator as operator_module
@@ -21,6 +23,7 @@ from scheduler.k8s.feeds import numa_zones
 from scheduler.k8s.operator import Operator
 from scheduler.k8s.ports import adapter as adapter_module
 from scheduler.k8s.serve import explain
+from tests.api import test_numa
 from tests.k8s.fakeapi import Canned, FakeApiServer, eventually, status
 
 GPU = "nvidia.com/gpu"
@@ -129,6 +132,42 @@ async def test_readiness_waits_for_the_numa_zones_where_they_are_expected(
     operator.feed.zones.part_listed(numa_zones.KINDS[0])  # listed (none published here)
     assert operator.ready
     await eventually(lambda: "train" in bound(fake))
+
+
+@pytest.mark.parametrize("first", ["zones", "pods"])
+async def test_after_a_restart_the_zones_are_read_alike_whichever_listing_comes_first(
+    fake: FakeApiServer, operator: Operator, first: str
+) -> None:
+    # Another scheduler's pod runs on 3 GPUs of zone 0; the node's object, published after it started and never
+    # again (no agent runs: kwok), shows it and fingerprints it. Were it counted again on top of the object, it would
+    # be predicted into zone 1 (zone 0 shows 1 GPU free) and no zone would hold the 4-GPU pod.
+    operator.set_leading(True)
+    operator.feed.zones.expect()
+    operator.node_event(node("gpu-0"))
+    attributes = [
+        {"name": "topologyManagerPolicy", "value": "single-numa-node"},
+        {"name": numa.FINGERPRINT, "value": numa_store.pods_fingerprint([("default", "theirs")])},
+    ]
+    zones = [
+        test_numa.zone(0, gpus=4, cpus=32, memory="256Gi", free_gpus=1),
+        test_numa.zone(1, gpus=4, cpus=32, memory="256Gi"),
+    ]
+    published = test_numa.nrt("gpu-0", zones=zones, attributes=attributes)
+    theirs = pod("theirs", 3, scheduler="default-scheduler", node_name="gpu-0")
+    if first == "zones":
+        operator.feed.zones.event(published)
+        operator.pod_event(theirs)
+    else:
+        operator.pod_event(theirs)
+        operator.feed.zones.event(published)
+    operator.pod_event(pod("four", 4))
+    operator.listed()
+    operator.feed.zones.part_listed(numa_zones.KINDS[0])
+    assert operator.cache.numa.available("gpu-0") == [
+        {"cpu": 30_000, "memory": 256 * 2**30, GPU: 1},
+        {"cpu": 30_000, "memory": 256 * 2**30, GPU: 4},
+    ]
+    await eventually(lambda: "four" in bound(fake))
 
 
 async def test_readiness_waits_for_the_disruption_budgets_and_services_too(

@@ -6,7 +6,10 @@ zones are published as ``NodeResourceTopology`` objects (``topology.node.k8s.io/
 the node, cluster-scoped), by NFD's topology-updater or the resource-topology-exporter: each zone of type ``Node``
 (one NUMA node) lists, per resource, its ``capacity``, ``allocatable`` and ``available`` amounts, and the object's
 ``attributes`` say the kubelet's ``topologyManagerPolicy`` and ``topologyManagerScope`` (older agents write only the
-deprecated ``topologyPolicies``, such as ``SingleNUMANodeContainerLevel``).
+deprecated ``topologyPolicies``, such as ``SingleNUMANodeContainerLevel``). Agents that fingerprint the pods they
+account for also say ``nodeTopologyPodsFingerprint``: a hash of the set of pods (namespace and name) whose resources
+the figures show (the podfingerprint library's ``pfp0v001`` format, ``scheduler.cache.numa_store.pods_fingerprint``;
+read with the method ``all``, every pod running on the node), by which the scheduler knows which pods they show.
 
 Amounts are in scheduler units (milli-CPU, bytes, devices), as :mod:`scheduler.api.basics.resources` reads them. A zone
 is
@@ -41,6 +44,10 @@ KIND = "NodeResourceTopology"
 KOORDINATOR_POD_SPEC = "scheduling.koordinator.sh/numa-topology-spec"
 #: Koordinator's node label giving a node's pods a NUMA policy (``SingleNUMANode``, ``Restricted``...).
 KOORDINATOR_NODE_POLICY = "node.koordinator.sh/numa-topology-policy"
+#: The attributes of the agents that fingerprint the pods their figures show, and the one method the scheduler reads.
+FINGERPRINT = "nodeTopologyPodsFingerprint"
+FINGERPRINT_METHOD = "nodeTopologyPodsFingerprintMethod"
+FINGERPRINT_ALL = "all"
 
 
 class Policy(enum.StrEnum):
@@ -112,6 +119,9 @@ class NodeZones:
     #: The policy the node's Koordinator label gives its pods (:data:`KOORDINATOR_NODE_POLICY`), kept by the
     #: scheduler where its kubelet enforces none; None: no label.
     label_policy: Policy | None = None
+    #: The fingerprint of the pods running on the node that the figures show (:data:`FINGERPRINT`, method ``all``);
+    #: None where the agent publishes none (or fingerprints only some of the pods: another method).
+    pods_fingerprint: str | None = None
 
     @property
     def enforced(self) -> bool:
@@ -188,6 +198,9 @@ def parse_node_resource_topology(raw: Mapping[str, object]) -> NodeZones:
     attributes = _attributes(raw.get("attributes"), obj=obj, where="attributes")
     policy = _attribute(attributes, "topologyManagerPolicy", Policy, policy, word="policy", obj=obj)
     scope = _attribute(attributes, "topologyManagerScope", Scope, scope, word="scope", obj=obj)
+    fingerprint = attributes.get(FINGERPRINT) or None
+    if attributes.get(FINGERPRINT_METHOD, FINGERPRINT_ALL) != FINGERPRINT_ALL:
+        fingerprint = None  # a fingerprint of some of the pods only: which ones is the agent's own rule
     zones = [
         zone
         for i, item in enumerate(fields.sequence(raw.get("zones"), obj=obj, field="zones"))
@@ -197,7 +210,7 @@ def parse_node_resource_topology(raw: Mapping[str, object]) -> NodeZones:
     numbers = [z.number for z in zones]
     if len(set(numbers)) != len(numbers):
         raise InvalidObject(f"two zones share a NUMA node number: {numbers}", obj=obj, field="zones")
-    return NodeZones(node, policy, scope, tuple(zones))
+    return NodeZones(node, policy, scope, tuple(zones), pods_fingerprint=fingerprint)
 
 
 def koordinator_policy(value: str, *, obj: str, field: str) -> Policy:
