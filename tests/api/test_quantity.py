@@ -104,3 +104,25 @@ def test_parse_equals_the_arithmetic_value(mantissa: int, suffix: str) -> None:
 def test_decimals_with_exponents_are_exact(whole: int, digits: str, exponent: int) -> None:
     value = (whole + Fraction(int(digits), 10 ** len(digits))) * Fraction(10) ** exponent
     assert quantity.parse_quantity(f"{whole}.{digits}e{exponent}") == value
+
+
+def test_a_resource_list_read_again_is_counted_alike_and_a_bad_entry_is_refused_every_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Entries are remembered by (name, text): the same text counts in milli-cores for cpu and in units for the rest.
+    monkeypatch.setattr(resources, "_UNITS", {})
+    monkeypatch.setattr(resources, "_UNITS_LIMIT", 3)
+    entries = {"cpu": "1500m", "memory": "1500m", "nvidia.com/gpu": "2"}
+    for _ in range(2):
+        assert resources.parse_resource_list(entries) == {"cpu": 1500, "memory": 2, "nvidia.com/gpu": 2}
+    assert resources.parse_resource_list({"cpu": "1500m", "example.com/nic": "1"}) == {
+        "cpu": 1500,
+        "example.com/nic": 1,
+    }
+    assert len(resources._UNITS) <= 3  # full: emptied before the next one
+    for _ in range(2):
+        with pytest.raises(InvalidObject) as err:
+            resources.parse_resource_list({"cpu": "lots"}, obj="pod default/a", field="requests")
+        assert err.value.field == "requests.cpu"
+    assert resources.amount("cpu", 2) == 2000  # numbers, not texts: parsed, never remembered
+    assert ("cpu", 2) not in resources._UNITS

@@ -26,6 +26,13 @@ MILLI_PER_GPU = 1000
 ResourceList = dict[str, int]
 
 
+#: (resource name, quantity text) -> the amount in scheduler units, for the texts read so far (a cluster's pods repeat
+#: a few entries, ``"cpu": "1"``, ``"memory": "16Gi"``, by the ten thousand); emptied when it holds
+#: :data:`_UNITS_LIMIT`. Only valid entries are kept: a bad one is parsed, and refused, every time.
+_UNITS: dict[tuple[str, str], int] = {}
+_UNITS_LIMIT = 16_384
+
+
 def parse_resource_list(raw: object, *, obj: str = "", field: str = "") -> ResourceList:
     """Parse a Kubernetes resource list (``{"cpu": "500m", "memory": "1Gi"}``) into scheduler units."""
     if raw is None:
@@ -36,9 +43,22 @@ def parse_resource_list(raw: object, *, obj: str = "", field: str = "") -> Resou
     for name, value in raw.items():
         if not isinstance(name, str) or not name:
             raise InvalidObject(f"bad resource name {name!r}", obj=obj, field=field)
-        amount = quantity.parse_quantity(value, obj=obj, field=f"{field}.{name}" if field else name)
-        parsed[name] = quantity.to_milli(amount) if name == CPU else quantity.to_units(amount)
+        parsed[name] = amount(name, value, obj=obj, field=f"{field}.{name}" if field else name)
     return parsed
+
+
+def amount(name: str, value: object, *, obj: str = "", field: str = "") -> int:
+    """One entry of a resource list in scheduler units: milli-cores for ``cpu``, whole units (bytes) else."""
+    known = _UNITS.get((name, value)) if type(value) is str else None
+    if known is not None:
+        return known
+    parsed = quantity.parse_quantity(value, obj=obj, field=field)
+    units = quantity.to_milli(parsed) if name == CPU else quantity.to_units(parsed)
+    if type(value) is str:
+        if len(_UNITS) >= _UNITS_LIMIT:
+            _UNITS.clear()
+        _UNITS[(name, value)] = units
+    return units
 
 
 def container_requests(container: Mapping[str, object], *, obj: str, where: str) -> ResourceList:

@@ -45,7 +45,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scheduler.api.basics import fields, quantity
+from scheduler.api.basics import fields
+from scheduler.api.basics import resources as resources_mod
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.basics.resources import GPU, MILLI_PER_GPU, GpuRequest
 
@@ -319,8 +320,7 @@ class Share:
 def _amount(resources: object, name: str, *, obj: str, field: str) -> int | None:
     if not isinstance(resources, Mapping) or name not in resources:
         return None
-    amount = quantity.parse_quantity(resources[name], obj=obj, field=f"{field}.{name}")
-    value = quantity.to_units(amount)
+    value = resources_mod.amount(name, resources[name], obj=obj, field=f"{field}.{name}")
     if value < 0:
         raise InvalidObject(f"{resources[name]!r} is negative", obj=obj, field=f"{field}.{name}")
     return value
