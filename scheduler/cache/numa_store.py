@@ -177,14 +177,14 @@ class NumaStore:
         if pod.phase == "Running":
             self.running(pod.key, since=self.clock())
 
-    def _check(self, node: str, on_node: Sequence[PodRequest] | None = None) -> None:
-        """If the pods running on ``node`` (of ``on_node``, default: all the cache holds there) have its object's
+    def _check(self, node: str, *, leaving: str = "") -> None:
+        """If the pods running on ``node`` (those the cache holds there, but pod ``leaving``) have its object's
         fingerprint, the object shows exactly them: none is counted again, and the pods that left before it are shown
         gone. Nothing to do (and nothing read) where the object has no fingerprint or the store counts nothing."""
         zones = self.nodes.get(node)
         if zones is None or zones.pods_fingerprint is None or not (node in self._predicted or self._left.get(node)):
             return
-        running = [p for p in (self.pods_on(node) if on_node is None else on_node) if p.phase == "Running"]
+        running = [p for p in self.pods_on(node) if p.phase == "Running" and p.key != leaving]
         if pods_fingerprint((p.namespace, p.name) for p in running) != zones.pods_fingerprint:
             return
         for pod in running:
@@ -230,7 +230,7 @@ class NumaStore:
             if taken:
                 self._left.setdefault(node, {})[pod.key] = (self.clock(), taken)
                 self._free.pop(node, None)
-        self._check(node, [p for p in on_node if p.key != pod.key])
+        self._check(node, leaving=pod.key)
 
     def predicted(self, pod_key: str) -> tuple[Mapping[str, int], ...] | None:
         """What pod ``pod_key`` is counted as taking of each zone of its node, while the object does not show it."""
