@@ -45,7 +45,11 @@ def test_a_reading_splits_control_plane_scheduler_and_harness() -> None:
         pass
     spent = reading.spent()
     assert spent["harness"] >= 0.15
-    assert spent["machine"] >= spent["harness"] - 0.02
+    # The machine's busy time (/proc/stat, ticks charged per core) and a process's (/proc/PID/stat, its own cputime)
+    # are two accountings of the same seconds: they differed by -0.02 to +0.02 s in 15 readings of this loop, one of
+    # which failed the 0.02 s margin this had (0.19 against 0.21). Five ticks of margin; a machine reading that left
+    # this process out would still be 0.2 s short.
+    assert spent["machine"] >= spent["harness"] - 0.05
     assert set(proc_cpu.CONTROL_PLANE) <= set(spent)
     assert spent["control plane"] == pytest.approx(sum(spent[name] for name in proc_cpu.CONTROL_PLANE))
 

@@ -31,7 +31,9 @@ def object_parts(
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     status = (raw.get("status") or {}) if with_status else {}
-    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping) or not isinstance(status, Mapping):
+    if not (type(meta) is dict and type(spec) is dict and type(status) is dict) and not (
+        isinstance(meta, Mapping) and isinstance(spec, Mapping) and isinstance(status, Mapping)
+    ):  # a decoded object's parts are dicts: the ABC checks only for another kind of map
         maps = "metadata, spec and status" if with_status else "metadata and spec"
         raise InvalidObject(f"{maps} must be maps", obj=word)
     namespace = str(meta.get("namespace") or "default") if namespaced else ""

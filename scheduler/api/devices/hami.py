@@ -340,15 +340,22 @@ def _container_amount(container: Mapping[str, object], name: str, *, obj: str, w
 
 
 def gpus_per_container(spec: Mapping[str, object], *, obj: str) -> tuple[int, ...]:
-    """The ``nvidia.com/gpu`` of each container of ``spec.containers``; empty when none asks for any."""
+    """The ``nvidia.com/gpu`` of each container of ``spec.containers`` (from limits, else from requests, as
+    :func:`_container_amount` reads it); empty when none asks for any. Every GPU pod is read so: the field's name is
+    only made for a container that has the resource."""
     containers = spec.get("containers")
-    counts = tuple(
-        (_container_amount(c, GPU, obj=obj, where=f"spec.containers[{i}]") or (0, ""))[0]
-        if isinstance(c, Mapping)
-        else 0
-        for i, c in enumerate(containers if isinstance(containers, list) else ())
-    )
-    return counts if any(counts) else ()
+    counts = []
+    for i, c in enumerate(containers if isinstance(containers, list) else ()):
+        count = 0
+        res = c.get("resources") if type(c) is dict or isinstance(c, Mapping) else None
+        if type(res) is dict or isinstance(res, Mapping):
+            for part in ("limits", "requests"):
+                given = res.get(part)
+                if (type(given) is dict or isinstance(given, Mapping)) and GPU in given:
+                    count = _amount(given, GPU, obj=obj, field=f"spec.containers[{i}].resources.{part}") or 0
+                    break
+        counts.append(count)
+    return tuple(counts) if any(counts) else ()
 
 
 def share_of(spec: Mapping[str, object], *, obj: str) -> Share | None:
