@@ -446,11 +446,13 @@ class Cache:
                 and old.pod.gpu == pod.gpu
                 and (not pod.gpu_ids or tuple(pod.gpu_ids) == old.placement.gpu_ids)
             ):
+                started = pod.phase == "Running" and old.pod.phase != "Running"
                 self._reindex(old.pod, pod, old.placement.slot)
                 old.pod = pod
                 self._pods_changed(old.placement.slot)
                 self._confirmed(old)  # the watch shows an assumed pod on its node: the binding went through
-                if pod.phase == "Running" and self.numa.nodes:
+                if started and self.numa.nodes:
+                    # Once, when it starts: each later update of a running pod changes nothing the zones read.
                     self.numa.pod_running(key, pod.node_name)
                 return
             if same_node and not gpu_ids:
