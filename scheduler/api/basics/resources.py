@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scheduler.api.basics import quantity
+from scheduler.api.basics import fields, quantity
 from scheduler.api.basics.errors import InvalidObject
 
 CPU = "cpu"
@@ -37,7 +37,7 @@ def parse_resource_list(raw: object, *, obj: str = "", field: str = "") -> Resou
     """Parse a Kubernetes resource list (``{"cpu": "500m", "memory": "1Gi"}``) into scheduler units."""
     if raw is None:
         return {}
-    if type(raw) is not dict and not isinstance(raw, Mapping):  # a decoded object is a dict: no ABC check
+    if not fields.is_map(raw):
         raise InvalidObject(f"expected a map of resource names to quantities, got {raw!r}", obj=obj, field=field)
     parsed: ResourceList = {}
     for name, value in raw.items():
@@ -64,7 +64,7 @@ def amount(name: str, value: object, *, obj: str = "", field: str = "") -> int:
 def container_requests(container: Mapping[str, object], *, obj: str, where: str) -> ResourceList:
     """A container's requests, a missing request defaulted to the limit (as Kubernetes does)."""
     res = container.get("resources") or {}
-    if type(res) is not dict and not isinstance(res, Mapping):
+    if not fields.is_map(res):
         raise InvalidObject("expected a map", obj=obj, field=f"{where}.resources")
     requests = parse_resource_list(res.get("requests"), obj=obj, field=f"{where}.resources.requests")
     for name, amount in parse_resource_list(res.get("limits"), obj=obj, field=f"{where}.resources.limits").items():
@@ -99,7 +99,7 @@ def read_containers(
         out = []
         for i, c in enumerate(containers):
             where = f"spec.{part}[{i}]"
-            if type(c) is not dict and not isinstance(c, Mapping):
+            if not fields.is_map(c):
                 raise InvalidObject("expected a container", obj=obj, field=where)
             out.append(ContainerRequests(where, c, container_requests(c, obj=obj, where=where)))
         read.append(tuple(out))

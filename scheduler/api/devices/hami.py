@@ -327,35 +327,29 @@ def _amount(resources: object, name: str, *, obj: str, field: str) -> int | None
 
 
 def _container_amount(container: Mapping[str, object], name: str, *, obj: str, where: str) -> tuple[int, str] | None:
-    """A resource as HAMi reads it, from limits, else from requests; with the field it was found in."""
+    """A resource as HAMi reads it, from limits, else from requests; with the field it was found in (named only
+    where it is found: every GPU pod's containers are read so, most without HAMi's resources)."""
     res = container.get("resources")
-    if not isinstance(res, Mapping):
+    if not fields.is_map(res):
         return None
     for part in ("limits", "requests"):
-        field = f"{where}.resources.{part}"
-        found = _amount(res.get(part), name, obj=obj, field=field)
-        if found is not None:
-            return found, f"{field}.{name}"
+        given = res.get(part)
+        if fields.is_map(given) and name in given:
+            field = f"{where}.resources.{part}"
+            found = _amount(given, name, obj=obj, field=field)
+            if found is not None:
+                return found, f"{field}.{name}"
     return None
 
 
 def gpus_per_container(spec: Mapping[str, object], *, obj: str) -> tuple[int, ...]:
-    """The ``nvidia.com/gpu`` of each container of ``spec.containers`` (from limits, else from requests, as
-    :func:`_container_amount` reads it); empty when none asks for any. Every GPU pod is read so: the field's name is
-    only made for a container that has the resource."""
+    """The ``nvidia.com/gpu`` of each container of ``spec.containers``; empty when none asks for any."""
     containers = spec.get("containers")
-    counts = []
-    for i, c in enumerate(containers if isinstance(containers, list) else ()):
-        count = 0
-        res = c.get("resources") if type(c) is dict or isinstance(c, Mapping) else None
-        if type(res) is dict or isinstance(res, Mapping):
-            for part in ("limits", "requests"):
-                given = res.get(part)
-                if (type(given) is dict or isinstance(given, Mapping)) and GPU in given:
-                    count = _amount(given, GPU, obj=obj, field=f"spec.containers[{i}].resources.{part}") or 0
-                    break
-        counts.append(count)
-    return tuple(counts) if any(counts) else ()
+    counts = tuple(
+        (_container_amount(c, GPU, obj=obj, where=f"spec.containers[{i}]") or (0, ""))[0] if fields.is_map(c) else 0
+        for i, c in enumerate(containers if isinstance(containers, list) else ())
+    )
+    return counts if any(counts) else ()
 
 
 def share_of(spec: Mapping[str, object], *, obj: str) -> Share | None:
