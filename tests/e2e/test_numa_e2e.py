@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from scheduler.api.devices import numa
+from scheduler.cache import numa_store
 from scheduler.core import capacity
 from tests.api import objects as api_objects
 from tests.e2e import kube as kube_mod
@@ -162,6 +164,31 @@ def test_the_own_count_sends_the_next_pod_elsewhere_while_the_object_still_shows
     sched.create_pod(kube_mod.pod("second", gpus=4))
     (second,) = sched.wait_bound(["second"])
     assert kube_mod.node_of(second) == next(n for n in nodes if n != taken)
+
+
+def test_the_pods_an_objects_fingerprint_shows_are_not_counted_again_though_it_is_never_published_again(
+    sched: Scenario, publish: Callable[..., None]
+) -> None:
+    """Another scheduler's pod runs on 3 GPUs of zone 0; the node's object shows it (1 GPU left in zone 0, 4 in zone
+    1) with the fingerprint of the pods it counted, and is never published again (no agent on kwok). gpusched is up
+    before the pod starts, so it sees the zones first and the pod after: counted on top of the object, the pod would
+    go to zone 1 and leave no zone for a 4-GPU pod; matched to the fingerprint, it is not counted again."""
+    node = "numa-fingerprint-0"
+    sched.add_nodes([kube_mod.gpu_node(node, gpus=8, nvlink_groups=2)])  # GPUs 0-3 on zone 0, 4-7 on zone 1
+    body = _nrt(node, [1, 4])
+    fingerprint = numa_store.pods_fingerprint([(sched.namespace, "theirs")])
+    body["attributes"].append({"name": numa.FINGERPRINT, "value": fingerprint})
+    publish(body)
+    sched.start_gpusched()
+    theirs = kube_mod.pod("theirs", gpus=3, scheduler_name="default-scheduler")
+    theirs["spec"]["nodeName"] = node
+    theirs["metadata"].setdefault("annotations", {})[kube_mod.ANNOTATION_GPU_IDS] = "0,1,2"
+    sched.create_pod(theirs)
+    kube_mod.wait_until(lambda: kube_mod.phase_of(sched.pod("theirs")) == "Running", timeout=60, what="theirs Running")
+    sched.create_pod(kube_mod.pod("four", gpus=4, node_selector={"kubernetes.io/hostname": node}))
+    (four,) = sched.wait_bound(["four"])
+    assert kube_mod.node_of(four) == node
+    assert sorted(kube_mod.gpu_ids_of(four)) == [4, 5, 6, 7]  # zone 1's, where the kubelet aligns it
 
 
 def test_a_node_without_an_object_takes_a_pod_no_zone_could_hold(sched: Scenario, publish: Callable[..., None]) -> None:
