@@ -27,6 +27,9 @@ would otherwise compile gpusched's modules at every start, about 0.2 s of CPU th
 The 5,000-node start-up and its peak RSS: ``--nodes 5000 --pods 90000 --no-kwok`` (18 bound pods a node, as
 benchmarks/scale.py has; without kwok, which would spend the two cores making 90,000 pods Running).
 
+``GPUSCHED_BENCH_PROFILE=DIR`` runs each start under ``benchmarks.cpu_profile`` (``DIR/<pod name>.stacks`` and
+``.stacks.txt``: where the process's CPU went until it was stopped, just after the first bind).
+
 Run: ``.venv/bin/python -m benchmarks.startup [--nodes 1000 --pods 10000] [--runs 5]`` (needs the control-plane
 binaries, see tests/e2e).
 """
@@ -223,9 +226,16 @@ def _start_once(
     cluster.request("POST", "/api/v1/namespaces/default/pods", first)
     health = free_port()
     log = open(args.log, "a") if args.log else tempfile.TemporaryFile("w")  # noqa: SIM115
+    argv = [*GPUSCHED, "--kubeconfig", str(cluster.kubeconfig), "--health-port", str(health), "--metrics-port", "0"]
+    profile_dir = os.environ.get(harness.PROFILE_ENV)
+    if profile_dir:
+        # Under benchmarks.cpu_profile (of the same tree), which writes DIR/NAME.stacks when the process stops.
+        out = Path(profile_dir).resolve() / f"{name}.stacks"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "benchmarks.cpu_profile", str(out), *argv[2:]]
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [*GPUSCHED, "--kubeconfig", str(cluster.kubeconfig), "--health-port", str(health), "--metrics-port", "0"],
+        argv,
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=checkout,  # `-m scheduler.cli` imports the package from the working directory first

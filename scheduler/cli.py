@@ -18,6 +18,7 @@ argparse's own errors (an unknown option, a number that is not one) are cut to o
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import sys
@@ -124,6 +125,12 @@ class _Command:
     entry: str
     #: Whether arguments without a help text get the shared ones (``_MISSING_HELP``).
     fill_help: bool = False
+    #: Whether Python's cycle collector is off from the command's imports until the command turns it on again.
+    #: ``gpusched run`` makes about a million objects before its first decision (its imports, the kernels' warm-up)
+    #: that live as long as the process, and freezes them once the kernels are warm (scheduler/k8s/run.py); the
+    #: collector's passes over them meanwhile free nothing and took about a tenth of a second of every start
+    #: (docs/performance.md, start-up).
+    collector_off: bool = False
 
     def add(self, parser: argparse.ArgumentParser) -> None:
         _function(self.arguments)(parser)
@@ -157,6 +164,7 @@ _MODULE_COMMANDS = {
         "scheduler.k8s.run:add_arguments",
         "scheduler.k8s.run:main",
         fill_help=True,
+        collector_off=True,
     ),
     "dashboard": _Command(
         "open the read-only dashboard of a cluster on this machine",
@@ -166,6 +174,7 @@ _MODULE_COMMANDS = {
         "scheduler.k8s.serve.dashboard_options:add_local_arguments",
         "scheduler.k8s.run:main",
         fill_help=True,
+        collector_off=True,
     ),
     "explain": _Command(
         "why a pod or podgroup/NAME is pending, or how queue/NAME stands",
@@ -263,8 +272,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = words[0] if words and not words[0].startswith("-") else None
-    args = build_parser(command).parse_args(words)
+    spec = _MODULE_COMMANDS.get(command or "")
+    collector_off = spec is not None and spec.collector_off and gc.isenabled()
+    if collector_off:
+        gc.disable()
     try:
+        args = build_parser(command).parse_args(words)
+        args.collector_off = collector_off  # for the command to turn it on again once it may
         return int(args.func(args))
     except InvalidObject as exc:
         print(f"gpusched: {exc}", file=sys.stderr)
@@ -272,6 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpusched: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if collector_off:
+            gc.enable()
 
 
 if __name__ == "__main__":

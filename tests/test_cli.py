@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import gc
 import json
 import subprocess
 import sys
@@ -71,6 +73,25 @@ def test_run_refuses_a_config_with_an_unknown_key_before_connecting(
     assert cli.main(["run", "--config", str(bad), "--kubeconfig", str(kubeconfig), "--log-format", "json"]) == 2
     err = capsys.readouterr().err
     assert f"config {bad} field binding.burts: unknown key" in err
+    assert gc.isenabled(), "a run that ended before its kernels were warm left the collector off"
+
+
+def test_run_imports_and_starts_with_the_collector_off_and_is_told_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import scheduler.k8s.run as run
+
+    seen: list[tuple[bool, bool]] = []
+
+    def main(args: argparse.Namespace) -> int:
+        seen.append((gc.isenabled(), args.collector_off))
+        return 0
+
+    monkeypatch.setattr(run, "main", main)
+    assert cli.main(["run", "--kubeconfig", "/nonexistent"]) == 0
+    assert seen == [(False, True)]  # off, and the command knows it turns it on once its kernels are frozen
+    assert gc.isenabled()
+    # Other commands leave it as it is.
+    assert cli.main(["node-topology", "--from-nvidia-smi", str(SAMPLES / "nvlink-pairs-4gpu.txt")]) == 0
+    assert gc.isenabled()
 
 
 def _one_line(err: str) -> str:
