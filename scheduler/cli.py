@@ -125,13 +125,13 @@ class _Command:
     entry: str
     #: Whether arguments without a help text get the shared ones (``_MISSING_HELP``).
     fill_help: bool = False
-    #: Whether Python's cycle collector is off from the command's imports until the command turns it on again.
+    #: Whether Python's collector makes no full pass from the command's imports until the command restores it.
     #: ``gpusched run`` makes most of its objects before its first decision (its imports, the kernels' warm-up), and
-    #: they live as long as the process; it freezes them once the kernels are warm (scheduler/k8s/run.py). The
-    #: collector's passes meanwhile took about a tenth of a second of every start. They would have freed about 84,000
-    #: of the 244,000 tracked objects (short-lived cycles of the imports), which are frozen with the rest instead,
-    #: about 3 MiB (docs/performance.md, start-up).
-    collector_off: bool = False
+    #: they live as long as the process; it freezes them once the kernels are warm (scheduler/k8s/run.py). The full
+    #: passes meanwhile walked all of them again and again and found next to nothing to free. The young passes go on:
+    #: they free the imports' short-lived cycles (about 84,000 objects, which would else be frozen with the rest).
+    #: Imports and warm-up took 0.712 s of CPU so against 0.786 s with every pass (docs/performance.md, start-up).
+    full_passes_deferred: bool = False
 
     def add(self, parser: argparse.ArgumentParser) -> None:
         _function(self.arguments)(parser)
@@ -165,7 +165,7 @@ _MODULE_COMMANDS = {
         "scheduler.k8s.run:add_arguments",
         "scheduler.k8s.run:main",
         fill_help=True,
-        collector_off=True,
+        full_passes_deferred=True,
     ),
     "dashboard": _Command(
         "open the read-only dashboard of a cluster on this machine",
@@ -175,7 +175,7 @@ _MODULE_COMMANDS = {
         "scheduler.k8s.serve.dashboard_options:add_local_arguments",
         "scheduler.k8s.run:main",
         fill_help=True,
-        collector_off=True,
+        full_passes_deferred=True,
     ),
     "explain": _Command(
         "why a pod or podgroup/NAME is pending, or how queue/NAME stands",
@@ -274,12 +274,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = words[0] if words and not words[0].startswith("-") else None
     spec = _MODULE_COMMANDS.get(command or "")
-    collector_off = spec is not None and spec.collector_off and gc.isenabled()
-    if collector_off:
-        gc.disable()
+    restore = _deferring_full_passes() if spec is not None and spec.full_passes_deferred else _nothing
     try:
         args = build_parser(command).parse_args(words)
-        args.collector_off = collector_off  # for the command to turn it on again once it may
+        args.restore_collector = restore  # for the command to call once its long-lived objects are frozen
         return int(args.func(args))
     except InvalidObject as exc:
         print(f"gpusched: {exc}", file=sys.stderr)
@@ -288,8 +286,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("gpusched: interrupted", file=sys.stderr)
         return 130
     finally:
-        if collector_off:
-            gc.enable()
+        restore()
+
+
+def _deferring_full_passes() -> Callable[[], None]:
+    """Keep Python's collector from making a full pass until the returned function is called (any number of times);
+    its young passes go on. Its generation-2 threshold counts the middle passes since the last full one."""
+    thresholds = gc.get_threshold()
+    young, middle, _ = thresholds
+    gc.set_threshold(young, middle, _NEVER)
+
+    def restore() -> None:
+        if gc.get_threshold() == (young, middle, _NEVER):
+            gc.set_threshold(*thresholds)
+
+    return restore
+
+
+def _nothing() -> None:
+    return None
+
+
+#: A generation-2 threshold never reached in a start: a full pass after this many middle ones.
+_NEVER = 1 << 30
 
 
 if __name__ == "__main__":

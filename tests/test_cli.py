@@ -16,6 +16,8 @@ import scheduler
 from scheduler import cli
 
 SAMPLES = Path(__file__).parent / "api" / "data" / "nvidia-smi"
+#: The collector's thresholds as the tests run with them.
+THRESHOLDS = gc.get_threshold()
 
 
 def test_node_topology_prints_the_annotation(capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,25 +75,36 @@ def test_run_refuses_a_config_with_an_unknown_key_before_connecting(
     assert cli.main(["run", "--config", str(bad), "--kubeconfig", str(kubeconfig), "--log-format", "json"]) == 2
     err = capsys.readouterr().err
     assert f"config {bad} field binding.burts: unknown key" in err
-    assert gc.isenabled(), "a run that ended before its kernels were warm left the collector off"
+    assert gc.get_threshold() == THRESHOLDS, "a run that ended before its kernels were warm left full passes off"
 
 
-def test_run_imports_and_starts_with_the_collector_off_and_is_told_so(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_imports_and_starts_without_full_collections_and_is_given_their_restore(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import scheduler.k8s.run as run
 
-    seen: list[tuple[bool, bool]] = []
+    young, middle, _ = THRESHOLDS
+    seen: list[tuple[int, int, int]] = []
 
     def main(args: argparse.Namespace) -> int:
-        seen.append((gc.isenabled(), args.collector_off))
+        assert gc.isenabled()  # the young passes go on
+        seen.append(gc.get_threshold())
+        args.restore_collector()  # as the run does once its kernels are warm and frozen
+        seen.append(gc.get_threshold())
+        gc.set_threshold(5000, 50, 5)  # the command's own choice since then is kept
         return 0
 
     monkeypatch.setattr(run, "main", main)
-    assert cli.main(["run", "--kubeconfig", "/nonexistent"]) == 0
-    assert seen == [(False, True)]  # off, and the command knows it turns it on once its kernels are frozen
-    assert gc.isenabled()
-    # Other commands leave it as it is.
+    try:
+        assert cli.main(["run", "--kubeconfig", "/nonexistent"]) == 0
+        assert seen[0][:2] == (young, middle) and seen[0][2] > 1_000_000
+        assert seen[1] == THRESHOLDS
+        assert gc.get_threshold() == (5000, 50, 5)
+    finally:
+        gc.set_threshold(*THRESHOLDS)
+    # Other commands leave the collector as it is.
     assert cli.main(["node-topology", "--from-nvidia-smi", str(SAMPLES / "nvlink-pairs-4gpu.txt")]) == 0
-    assert gc.isenabled()
+    assert gc.get_threshold() == THRESHOLDS and gc.isenabled()
 
 
 def _one_line(err: str) -> str:

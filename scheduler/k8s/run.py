@@ -239,11 +239,12 @@ async def _serve(
         # generated API models) lives as long as the process: kept out of the collector's full passes, which else
         # walk it each time the listings' pods have grown the heap by a quarter. Decoding and parsing 10,000 pods
         # took 0.35 s of CPU instead of 0.55 s (benchmarks/listing_gc.py; docs/performance.md, start-up). The
-        # command line may have turned the collector off before the imports (scheduler/cli.py, ``collector_off``):
-        # on again now.
+        # command line may have deferred the full passes since the imports (scheduler/cli.py,
+        # ``full_passes_deferred``): they are due again from now.
         gc.freeze()
-        if getattr(args, "collector_off", False):
-            gc.enable()
+        restore_collector: Callable[[], None] | None = getattr(args, "restore_collector", None)
+        if restore_collector is not None:
+            restore_collector()
         identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
         operator = Operator(client, config, identity=identity, scheduler_name=args.scheduler_name)
         await operator.start()

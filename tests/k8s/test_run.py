@@ -185,8 +185,14 @@ async def test_ending_a_task_is_bounded_even_when_it_ignores_cancels() -> None:
 async def test_a_leader_releases_the_lease_and_stops(quiet: QuietFakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
     started = Started(monkeypatch, quiet.url)
     stop = asyncio.Event()
-    serving = asyncio.create_task(run.serve(arguments(), config(), stop=stop))
+    # The command line's restore of the collector's full passes (scheduler/cli.py) is called once, and only once
+    # the kernels are warm and what the imports made is frozen, before the operator is made.
+    restored: list[tuple[int, int]] = []
+    args = arguments(restore_collector=lambda: restored.append((gc.get_freeze_count(), len(started.operators))))
+    gc.unfreeze()
+    serving = asyncio.create_task(run.serve(args, config(), stop=stop))
     await eventually(lambda: bool(started.operators) and started.operators[0].leading)
+    assert len(restored) == 1 and restored[0][0] > 0 and restored[0][1] == 0
     stop.set()
     assert await asyncio.wait_for(serving, timeout=15) == 0
     assert quiet.leases[LEASE]["spec"]["holderIdentity"] == ""  # handed over, not left to expire
