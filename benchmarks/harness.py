@@ -177,21 +177,30 @@ def gpusched(
 
     config = None if qps is None else {"binding": {"concurrency": 64, "qps": qps, "burst": int(burst)}}
     where = workdir or e2e_kube.scenario_workdir()
-    profile_dir = os.environ.get(PROFILE_ENV)
-    if not profile_dir:
+    profiled = profiled_cli(profile_as or identity)
+    if profiled is None:
         return e2e_kube.Gpusched(k, identity=identity, workdir=where, config=config)
-    out = Path(profile_dir) / f"{profile_as or identity}.stacks"
-    out.parent.mkdir(parents=True, exist_ok=True)
 
     class Profiled(e2e_kube.Gpusched):
         """``gpusched run`` as ``python -m benchmarks.cpu_profile OUT scheduler.cli run ...``."""
 
         @property
         def argv(self) -> list[str]:
-            run_args = super().argv[len(e2e_kube.gpusched_command()) :]
-            return [sys.executable, "-m", "benchmarks.cpu_profile", str(out), "scheduler.cli", *run_args]
+            return [*profiled, *super().argv[len(e2e_kube.gpusched_command()) :]]
 
     return Profiled(k, identity=identity, workdir=where, config=config)
+
+
+def profiled_cli(name: str) -> list[str] | None:
+    """With ``GPUSCHED_BENCH_PROFILE=DIR`` in the environment, the command that stands for ``python -m
+    scheduler.cli`` and runs it under ``benchmarks.cpu_profile``, which writes where its CPU went to
+    ``DIR/NAME.stacks`` (and ``.stacks.txt``) when it stops; without, None."""
+    profile_dir = os.environ.get(PROFILE_ENV)
+    if not profile_dir:
+        return None
+    out = Path(profile_dir).resolve() / f"{name}.stacks"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return [sys.executable, "-m", "benchmarks.cpu_profile", str(out), "scheduler.cli"]
 
 
 #: The environment variable that runs the benchmarks' ``gpusched run`` under ``benchmarks.cpu_profile``.

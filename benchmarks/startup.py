@@ -227,12 +227,9 @@ def _start_once(
     health = free_port()
     log = open(args.log, "a") if args.log else tempfile.TemporaryFile("w")  # noqa: SIM115
     argv = [*GPUSCHED, "--kubeconfig", str(cluster.kubeconfig), "--health-port", str(health), "--metrics-port", "0"]
-    profile_dir = os.environ.get(harness.PROFILE_ENV)
-    if profile_dir:
-        # Under benchmarks.cpu_profile (of the same tree), which writes DIR/NAME.stacks when the process stops.
-        out = Path(profile_dir).resolve() / f"{name}.stacks"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "benchmarks.cpu_profile", str(out), *argv[2:]]
+    profiled = harness.profiled_cli(name)  # of the same tree, as the working directory below
+    if profiled is not None:
+        argv = [*profiled, *argv[3:]]
     t0 = time.monotonic()
     proc = subprocess.Popen(
         argv,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +35,18 @@ def test_unknown_names_are_the_parsers_error_naming_them_and_the_choices(capsys:
 
 def test_the_trace_lists_named_are_taken_as_named() -> None:
     assert harness.trace_lists("default, multigpu40") == ["default", "multigpu40"]
+
+
+def test_the_cli_runs_under_the_cpu_profile_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(harness.PROFILE_ENV, raising=False)
+    assert harness.profiled_cli("first") is None
+    monkeypatch.setenv(harness.PROFILE_ENV, str(tmp_path / "stacks"))
+    command = harness.profiled_cli("first")
+    assert command == [
+        sys.executable,
+        "-m",
+        "benchmarks.cpu_profile",
+        str(tmp_path / "stacks" / "first.stacks"),
+        "scheduler.cli",
+    ]
+    assert (tmp_path / "stacks").is_dir()  # made, so that the profile can be written when the process stops
