@@ -13,8 +13,11 @@ another thread is counted to whatever the main thread was running: gpusched runs
 thread.
 
 At exit (a signal's orderly stop included) OUT gets the collapsed stacks (``frame;frame;frame count``, what
-flame graph tools read) and OUT.txt a summary: the functions by own samples (the line the sample fell on) and by
-samples anywhere on the stack. ``GPUSCHED_BENCH_PROFILE=DIR`` makes ``benchmarks.e2e_throughput`` run gpusched
+flame graph tools read), OUT.txt a summary: the functions by own samples (the line the sample fell on) and by
+samples anywhere on the stack, and OUT.timeline.txt the same samples in order of the wall clock, in windows of
+:data:`WINDOW_S` from the process start: how many fell in each and on which of gpusched's functions (the deepest
+frame of ``scheduler/`` on each stack, else the module being imported, else the leaf). That is where a start's time
+goes, step after step. ``GPUSCHED_BENCH_PROFILE=DIR`` makes ``benchmarks.e2e_throughput`` run gpusched
 under this profiler (``DIR/CASE.stacks``).
 """
 
@@ -27,6 +30,7 @@ import runpy
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -34,6 +38,10 @@ from types import FrameType
 INTERVAL_S = 0.001
 #: Rows of each table in the summary.
 TOP = 60
+#: Seconds of wall clock in each row of the timeline.
+WINDOW_S = 0.05
+#: Functions named in each row of the timeline.
+TIMELINE_TOP = 3
 
 
 class Sampler:
@@ -42,6 +50,9 @@ class Sampler:
     def __init__(self) -> None:
         self.stacks: collections.Counter[tuple[str, ...]] = collections.Counter()
         self.samples = 0
+        self.started = time.monotonic()
+        #: (seconds since the start, the sample's label) of each sample, in order.
+        self.timeline: list[tuple[float, str]] = []
 
     def start(self) -> None:
         signal.signal(signal.SIGPROF, self._tick)
@@ -59,8 +70,10 @@ class Sampler:
             names.append(f"{where}:{frame.f_lineno}" if leaf else where)
             leaf = False
             frame = frame.f_back
-        self.stacks[tuple(reversed(names))] += 1
+        stack = tuple(reversed(names))
+        self.stacks[stack] += 1
         self.samples += 1
+        self.timeline.append((time.monotonic() - self.started, _label(stack)))
 
     def write(self, out: Path) -> None:
         out.write_text("".join(f"{';'.join(stack)} {n}\n" for stack, n in self.stacks.most_common()))
@@ -81,6 +94,32 @@ class Sampler:
             lines.append(f"\n== {title}\n")
             lines += [f"{n:7d} {100 * n / total:5.1f}%  {name}\n" for name, n in counter.most_common(TOP)]
         Path(f"{out}.txt").write_text("".join(lines))
+        Path(f"{out}.timeline.txt").write_text("".join(_timeline(self.timeline)))
+
+
+def _label(stack: tuple[str, ...]) -> str:
+    """What a sample was doing, for the timeline: the deepest frame of gpusched's package, else the module being
+    imported, else the leaf."""
+    for name in reversed(stack):
+        if name.startswith("scheduler/") and not name.startswith("scheduler/cli.py"):
+            return name.rsplit(":", 1)[0] if name is stack[-1] else name
+    for name in reversed(stack):
+        if name.endswith(":<module>"):
+            return name
+    return stack[-1].rsplit(":", 1)[0] if stack else "?"
+
+
+def _timeline(samples: list[tuple[float, str]]) -> list[str]:
+    """One line per window of :data:`WINDOW_S` that has samples: its start, its samples, its commonest labels."""
+    windows: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for at, label in samples:
+        windows[int(at / WINDOW_S)][label] += 1
+    lines = [f"samples in each {WINDOW_S * 1000:g} ms of wall clock from the process start, and on what\n"]
+    for index in sorted(windows):
+        counter = windows[index]
+        top = ", ".join(f"{n} {label}" for label, n in counter.most_common(TIMELINE_TOP))
+        lines.append(f"{index * WINDOW_S:7.2f} s {sum(counter.values()):4d}  {top}\n")
+    return lines
 
 
 def _threads() -> list[str]:
