@@ -16,7 +16,8 @@ the leadership flag). The watches call the feed's ``*_event`` methods (the opera
 names). Invariants kept here:
 
 - Scoring never runs in a handler: :meth:`Operator.run` is its own asyncio task, runs at most ``batch`` cycles
-  (or ``batch_seconds``) and then yields to the event loop, so watches and binds progress between batches.
+  (or ``batch_seconds``, :data:`BATCH_S`) and then yields to the event loop, so watches and binds progress between
+  batches.
 - Only the leader decides and writes: cycles, Events, pod conditions and PodGroup/Queue status need
   :attr:`Operator.leading`; a standby keeps the same warm cache and queue. Losing the lease clears ``leading``,
   which every cycle checks, so scheduling stops at once (bindings already sent finish).
@@ -54,6 +55,14 @@ log = structlog.get_logger(__name__)
 USAGE_INTERVAL_S = 10.0
 
 
+#: The longest run of cycles between two yields to the event loop. Each step of a binding (a new connection's
+#: connect and TLS handshake, the request, the answer) and of a watch waits for the next yield, so a backlog adds
+#: up to this much to each: a gang's first bindings came 0.3 to 0.4 s after its placement at 50 ms. At 10 ms, 200
+#: gangs of 8 bound at 355 to 369 pods/s against 319 to 323 (docs/performance.md, Peers); single pods, whose
+#: cycles are short, did not change beyond the machine's noise.
+BATCH_S = 0.01
+
+
 class Operator:
     """Cache, queue and loop for one cluster, with the feed, the adapter and the publisher; see the module notes."""
 
@@ -65,7 +74,7 @@ class Operator:
         identity: str,
         scheduler_name: str = api_pod.SCHEDULER_NAME,
         batch: int = 64,
-        batch_seconds: float = 0.05,
+        batch_seconds: float = BATCH_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
