@@ -15,10 +15,10 @@ thread.
 At exit (a signal's orderly stop included) OUT gets the collapsed stacks (``frame;frame;frame count``, what
 flame graph tools read), OUT.txt a summary: the functions by own samples (the line the sample fell on) and by
 samples anywhere on the stack, and OUT.timeline.txt the same samples in order of the wall clock, in windows of
-:data:`WINDOW_S` from the process start: how many fell in each and on which of gpusched's functions (the deepest
-frame of ``scheduler/`` on each stack, else the module being imported, else the leaf). That is where a start's time
-goes, step after step. ``GPUSCHED_BENCH_PROFILE=DIR`` makes ``benchmarks.e2e_throughput`` run gpusched
-under this profiler (``DIR/CASE.stacks``).
+:data:`WINDOW_S` from the process start: how many fell in each and on what (the deepest frame of ``scheduler/``
+below the event loop, else the module being imported, else the callback the loop ran). That is where a start's
+time goes, step after step. ``GPUSCHED_BENCH_PROFILE=DIR`` makes ``benchmarks.e2e_throughput`` run gpusched under
+this profiler (``DIR/CASE.stacks``).
 """
 
 from __future__ import annotations
@@ -98,15 +98,25 @@ class Sampler:
 
 
 def _label(stack: tuple[str, ...]) -> str:
-    """What a sample was doing, for the timeline: the deepest frame of gpusched's package, else the module being
-    imported, else the leaf."""
-    for name in reversed(stack):
+    """What a sample was doing, for the timeline. Of the frames below the event loop's call of a callback (all of
+    them outside the loop): the deepest of gpusched's package, else the module being imported, else the callback
+    itself (kopf's workers, aiohttp's writes, asyncio's reads), else the leaf."""
+    calls = [i for i, name in enumerate(stack) if name.endswith("asyncio/events.py:_run")]
+    own = stack[calls[-1] + 1 :] if calls else stack
+    for name in reversed(own):
         if name.startswith("scheduler/") and not name.startswith("scheduler/cli.py"):
-            return name.rsplit(":", 1)[0] if name is stack[-1] else name
-    for name in reversed(stack):
+            return _function(name, stack)
+    for name in reversed(own):
         if name.endswith(":<module>"):
             return name
-    return stack[-1].rsplit(":", 1)[0] if stack else "?"
+    if calls and own:
+        return _function(own[0], stack)
+    return _function(stack[-1], stack) if stack else "?"
+
+
+def _function(name: str, stack: tuple[str, ...]) -> str:
+    """``name`` without the line number that the stack's leaf carries."""
+    return name.rsplit(":", 1)[0] if name is stack[-1] else name
 
 
 def _timeline(samples: list[tuple[float, str]]) -> list[str]:

@@ -19,6 +19,16 @@ def test_a_sample_is_labelled_by_its_deepest_frame_of_the_scheduler_else_the_mod
     importing = ("scheduler/cli.py:<module>", "aiohttp/connector.py:<module>", ".11/ssl.py:create_default_context:770")
     assert cpu_profile._label(importing) == "aiohttp/connector.py:<module>"
     assert cpu_profile._label((".11/selectors.py:select:468",)) == ".11/selectors.py:select"
+    # Below the event loop, what it called back: gpusched's frames there, else the callback (not the loop's caller).
+    loop = ("scheduler/k8s/run.py:_run_bounded", ".11/asyncio/base_events.py:_run_once", ".11/asyncio/events.py:_run")
+    assert cpu_profile._label((*loop, "kopf/_core/reactor/queueing.py:worker", "kopf/x.py:y:3")) == (
+        "kopf/_core/reactor/queueing.py:worker"
+    )
+    assert (
+        cpu_profile._label((*loop, "scheduler/k8s/operator.py:run", "numpy/a.py:b:1"))
+        == "scheduler/k8s/operator.py:run"
+    )
+    assert cpu_profile._label((*loop[:2], ".11/selectors.py:select:468")) == "scheduler/k8s/run.py:_run_bounded"
 
 
 def test_the_timeline_has_a_row_per_window_with_samples_in_order() -> None:
