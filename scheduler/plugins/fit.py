@@ -187,9 +187,14 @@ class Fit:
 
     def filter(self, state: CycleState, reasons: I8) -> None:
         pod, snap = state.pod, state.snapshot
-        for slot, taints in snap.taints.items():
-            if taints and reasons[slot] == layout.FIT and not selectors.tolerated(taints, pod.tolerations):
-                reasons[slot] = TAINT.code
+        if snap.taints:
+            # Asked once per distinct set of taints, not once per node: a GPU pool's nodes share theirs (often
+            # ``nvidia.com/gpu:NoSchedule`` on every GPU node), and a loop over them took 0.47 ms a cycle at 1,000.
+            ids, sets = snap.taint_index()
+            refused = np.array([not selectors.tolerated(taints, pod.tolerations) for taints in sets] + [False])
+            size = min(ids.shape[0], reasons.shape[0])  # the last entry of ``refused`` stands for -1: no taints
+            fits = reasons[:size]
+            fits[(fits == layout.FIT) & refused[ids[:size]]] = TAINT.code
         if pod.node_selector or pod.affinity:
             match = snap.select(pod.node_selector, pod.affinity)
             reasons[(reasons == layout.FIT) & ~match] = SELECTOR.code

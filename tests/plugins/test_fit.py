@@ -233,3 +233,25 @@ def test_the_parallel_twin_is_chosen_by_the_nodes_not_by_the_slots(monkeypatch: 
     monkeypatch.setattr(_jit, "PARALLEL_MIN_NODES", 70)
     assert cluster.place(objects.pod("q", cpu="1"))[0] is not None
     assert called == ["serial", "parallel"]
+
+
+def test_nodes_that_share_their_taints_are_each_filtered_by_them() -> None:
+    # The filter asks once per distinct set of taints: nodes of one pool share theirs, and some nodes have none.
+    gpu = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+    dedicated = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    nodes = [objects.node(f"pool-{i}", cpu="4", taints=[gpu]) for i in range(3)]
+    nodes += [objects.node(f"ml-{i}", cpu="4", taints=[gpu, dedicated]) for i in range(2)]
+    soft = {**gpu, "effect": "PreferNoSchedule"}
+    nodes += [objects.node("plain", cpu="4"), objects.node("soft", cpu="4", taints=[soft])]
+    cluster = Cluster(nodes)
+    gpu_only = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert _message(cluster, objects.pod("big", cpu="8", tolerations=gpu_only)).startswith(
+        "0/7 nodes are available: 5 Insufficient cpu, 2 node(s) had untolerated taint {dedicated: ml}."
+    )
+    # kube-scheduler names each node's first taint not tolerated.
+    assert _message(cluster, objects.pod("none", cpu="8")).startswith(
+        "0/7 nodes are available: 5 node(s) had untolerated taint {nvidia.com/gpu: }, 2 Insufficient cpu."
+    )
+    placed = {cluster.place(objects.pod(f"g{i}", cpu="3", tolerations=gpu_only))[0] for i in range(5)}
+    assert placed == {"pool-0", "pool-1", "pool-2", "plain", "soft"}  # never ml-*
+    assert cluster.place(objects.pod("all", cpu="3", tolerations=[{"operator": "Exists"}]))[0].startswith("ml-")
