@@ -58,8 +58,8 @@ USAGE_INTERVAL_S = 10.0
 #: The longest run of cycles between two yields to the event loop. Each step of a binding (a new connection's
 #: connect and TLS handshake, the request, the answer) and of a watch waits for the next yield, so a backlog adds
 #: up to this much to each: a gang's first bindings came 0.3 to 0.4 s after its placement at 50 ms. At 10 ms, 200
-#: gangs of 8 bound at 355 to 369 pods/s against 319 to 323 (docs/performance.md, Peers); single pods, whose
-#: cycles are short, did not change beyond the machine's noise.
+#: gangs of 8 bound at 355 to 369 pods/s against 319 to 323 (docs/performance.md, "The scheduling task's batches");
+#: single pods, whose cycles are short, did not change beyond the machine's noise.
 BATCH_S = 0.01
 
 
