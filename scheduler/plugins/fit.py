@@ -8,7 +8,7 @@ sharing a slot would take two devices.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -65,14 +65,23 @@ def _lasting_taints(snapshot: Snapshot, pod: PodRequest, tainted: Mask) -> Mask:
     lasting = tainted.copy()
     if not tainted.any():
         return lasting
-    ids, sets = snapshot.taint_index()
-    passing_set = np.zeros(len(sets) + 1, dtype=bool)  # the last entry stands for -1: no taint
-    size = min(ids.shape[0], tainted.shape[0])
-    for at in np.flatnonzero(np.bincount(ids[:size][tainted[:size]] + 1, minlength=len(sets) + 1)[1:]).tolist():
-        taint = selectors.untolerated(sets[at], pod.tolerations)
-        passing_set[at] = taint is not None and taint.key.startswith(PASSING_TAINTS)
-    lasting[:size] &= ~passing_set[ids[:size]]
+
+    def passing(taints: tuple[selectors.Taint, ...]) -> bool:
+        taint = selectors.untolerated(taints, pod.tolerations)
+        return taint is not None and taint.key.startswith(PASSING_TAINTS)
+
+    passes = _by_taint_set(snapshot, tainted.shape[0], passing)
+    lasting[: passes.shape[0]] &= ~passes
     return lasting
+
+
+def _by_taint_set(snapshot: Snapshot, size: int, answer: Callable[[tuple[selectors.Taint, ...]], bool]) -> Mask:
+    """Per node slot (the first ``size``), ``answer`` about its set of taints, False for a node without: asked once
+    per distinct set (``Cache.taint_index``), not once per node, since the nodes of a pool share theirs (often
+    ``nvidia.com/gpu:NoSchedule`` on every GPU node; a loop over 1,000 such nodes took 0.47 ms a cycle)."""
+    ids, sets = snapshot.taint_index()
+    answers = np.array([answer(taints) for taints in sets] + [False], dtype=bool)  # the last stands for -1
+    return answers[ids[:size]]
 
 
 def _tolerate(snapshot: Snapshot, pod: PodRequest, nodes: Mask) -> str:
@@ -188,13 +197,11 @@ class Fit:
     def filter(self, state: CycleState, reasons: I8) -> None:
         pod, snap = state.pod, state.snapshot
         if snap.taints:
-            # Asked once per distinct set of taints, not once per node: a GPU pool's nodes share theirs (often
-            # ``nvidia.com/gpu:NoSchedule`` on every GPU node), and a loop over them took 0.47 ms a cycle at 1,000.
-            ids, sets = snap.taint_index()
-            refused = np.array([not selectors.tolerated(taints, pod.tolerations) for taints in sets] + [False])
-            size = min(ids.shape[0], reasons.shape[0])  # the last entry of ``refused`` stands for -1: no taints
-            fits = reasons[:size]
-            fits[(fits == layout.FIT) & refused[ids[:size]]] = TAINT.code
+            refused = _by_taint_set(
+                snap, reasons.shape[0], lambda taints: not selectors.tolerated(taints, pod.tolerations)
+            )
+            fits = reasons[: refused.shape[0]]
+            fits[(fits == layout.FIT) & refused] = TAINT.code
         if pod.node_selector or pod.affinity:
             match = snap.select(pod.node_selector, pod.affinity)
             reasons[(reasons == layout.FIT) & ~match] = SELECTOR.code
