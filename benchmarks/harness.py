@@ -10,6 +10,7 @@ control plane nor its Python dependencies.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import re
@@ -175,6 +176,7 @@ def gpusched(
     where its CPU went to ``DIR/<profile_as or identity>.stacks`` (and ``.stacks.txt``) when it stops."""
     from tests.e2e import kube as e2e_kube
 
+    byte_compile()
     config = None if qps is None else {"binding": {"concurrency": 64, "qps": qps, "burst": int(burst)}}
     where = workdir or e2e_kube.scenario_workdir()
     profiled = profiled_cli(profile_as or identity)
@@ -189,6 +191,22 @@ def gpusched(
             return [*profiled, *super().argv[len(e2e_kube.gpusched_command()) :]]
 
     return Profiled(k, identity=identity, workdir=where, config=config)
+
+
+def byte_compile(checkout: Path | None = None) -> None:
+    """Byte-compile the ``scheduler`` package of ``checkout`` (by default the one this process imports, which the
+    ``gpusched run`` it starts imports too: the same ``sys.path``) into its ``__pycache__``, as the operator image's
+    build does (Dockerfile, ``compileall``). A source checkout under ``PYTHONDONTWRITEBYTECODE=1`` (this machine's
+    setting, and CI's) has none, so each start would compile gpusched's modules again: 0.17 to 0.25 s of CPU that no
+    deployment pays, counted into every figure of CPU per pod. Files already compiled are left as they are."""
+    if checkout is None:
+        import scheduler
+
+        package = Path(scheduler.__file__).resolve().parent
+    else:
+        package = checkout.resolve() / "scheduler"
+    if not compileall.compile_dir(str(package), quiet=1):
+        raise RuntimeError(f"byte-compiling {package} failed")
 
 
 def profiled_cli(name: str) -> list[str] | None:

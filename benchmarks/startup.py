@@ -161,7 +161,7 @@ def main() -> int:
     checkouts: list[Path] = args.checkout or [harness.REPO]
     if args.compileall:
         for checkout in checkouts:
-            subprocess.run([sys.executable, "-m", "compileall", "-q", "scheduler"], cwd=checkout, check=True)
+            harness.byte_compile(checkout)
     cluster_options = {} if args.kwok else harness.without_kubelets(not_ready_taint=True)
     with LocalCluster(bin_dir=args.bin_dir, verbose=False, **cluster_options) as cluster:
         cluster.kubectl("apply", "-f", str(harness.REPO / "crds"))

@@ -50,3 +50,20 @@ def test_the_cli_runs_under_the_cpu_profile_only_when_asked(tmp_path: Path, monk
         "scheduler.cli",
     ]
     assert (tmp_path / "stacks").is_dir()  # made, so that the profile can be written when the process stops
+
+
+def test_a_checkouts_scheduler_package_is_byte_compiled_as_the_image_is_even_where_bytecode_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "scheduler"
+    (package / "core").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "core" / "loop.py").write_text("ANSWER = 42\n")
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    harness.byte_compile(tmp_path)
+    tag = sys.implementation.cache_tag
+    assert (package / "__pycache__" / f"__init__.{tag}.pyc").is_file()
+    assert (package / "core" / "__pycache__" / f"loop.{tag}.pyc").is_file()
+    (package / "core" / "broken.py").write_text("def (:\n")
+    with pytest.raises(RuntimeError, match=r"byte-compiling .*scheduler failed"):
+        harness.byte_compile(tmp_path)
