@@ -149,6 +149,7 @@ class Operator:
         self.held_pods = self.feed.held_pods
         self.budget_keys = self.feed.budget_keys
         self.service_keys = self.feed.service_keys
+        self.podgroup_keys = self.feed.podgroup_keys
         self.pod_event = self.feed.pod_event
         self.node_event = self.feed.node_event
         self.service_event = self.feed.service_event

@@ -332,6 +332,8 @@ async def _supervise(
         },
         on_listed=operator.part_listed,
     )
+    # PodGroups, listed once the CRDs are served (scheduler.k8s.feeds.handlers says why not through kopf).
+    informers[handlers.PODGROUPS] = handlers.podgroup_informer(client, operator)
     # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (scheduler.k8s.ports.volume_binding).
     informers.update(volume_binding.informers(client, operator.feed.volumes))
     collector = asyncio.create_task(

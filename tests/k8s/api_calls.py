@@ -165,16 +165,16 @@ CALLS: tuple[Call, ...] = (
         LIST_WATCH,
         "nodes' NUMA zones and their kubelets' Topology Manager policies (the numa filter), where published",
     ),
-    # --- kopf's watches (scheduler.k8s.feeds.handlers) ----------------------------------------------------------------
     Call(
         "handlers",
-        KOPF,
-        "watch",
+        "CustomObjectsApi",
+        "list_cluster_custom_object",
         "scheduling.gpusched.io",
         "podgroups",
         LIST_WATCH,
         "gangs",
     ),
+    # --- kopf's watches (scheduler.k8s.feeds.handlers) ----------------------------------------------------------------
     Call("handlers", KOPF, "watch", "scheduling.gpusched.io", "queues", LIST_WATCH, "queues and their shares"),
     Call(
         "handlers", KOPF, "watch", "scheduling.gpusched.io", "topologies", LIST_WATCH, "the cluster's topology levels"

@@ -62,7 +62,8 @@ async def cluster() -> Any:
 
 def without_kopf(monkeypatch: pytest.MonkeyPatch) -> None:
     """kopf's watches (tested in tests/k8s/test_handlers.py) replaced by their outcome on a cluster with no PodGroup,
-    Queue or Topology: the custom resources are listed at once."""
+    Queue or Topology: the custom resources are listed at once; the CRDs are served, so the PodGroups' informer lists
+    (none) at once."""
 
     async def watch(operator: Operator, *_: Any, stop_flag: asyncio.Event, started: Any = None, **__: Any) -> None:
         if started is not None:
@@ -70,7 +71,11 @@ def without_kopf(monkeypatch: pytest.MonkeyPatch) -> None:
         operator.part_listed("custom resources")
         await stop_flag.wait()
 
+    async def served(*_: Any, **__: Any) -> None:
+        return None
+
     monkeypatch.setattr(handlers, "watch", watch)
+    monkeypatch.setattr(handlers, "wait_until_served", served)
 
 
 def scheduling_condition(cluster: Cluster, name: str) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ progress or diff-base annotations, no Events of its own."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,8 +16,9 @@ from aiohttp.test_utils import TestServer
 from scheduler.k8s import client as k8s
 from scheduler.k8s import config as k8s_config
 from scheduler.k8s.feeds import handlers
-from scheduler.k8s.operator import Operator
+from scheduler.k8s.operator import LISTINGS, Operator
 from tests.k8s.fakeapi import client_for, eventually
+from tests.k8s.test_operator import podgroup
 
 
 async def test_only_index_and_event_handlers_are_registered(client: k8s.Client) -> None:
@@ -24,8 +26,9 @@ async def test_only_index_and_event_handlers_are_registered(client: k8s.Client) 
     reg = handlers.registry(operator, k8s.ClientSettings())
     watched = {h.selector.any_name for h in reg._watching.get_all_handlers() if h.selector is not None}
     indexed = {h.selector.any_name for h in reg._indexing.get_all_handlers() if h.selector is not None}
-    assert watched == {"podgroups", "queues", "topologies", "reservations", "namespaces"}
-    assert indexed == {"podgroups", "queues", "topologies", "reservations", "namespaces"}
+    # PodGroups have their own informer (handlers.podgroup_informer).
+    assert watched == {"queues", "topologies", "reservations", "namespaces"}
+    assert indexed == {"queues", "topologies", "reservations", "namespaces"}
     # Change handlers (create/update/delete/resume) would persist progress and may add finalizers; daemons
     # and timers would too.
     assert list(reg._changing.get_all_handlers()) == []
@@ -51,9 +54,20 @@ class Discovery:
     def __init__(self) -> None:
         self.served: list[str] | None = None
         self.asked = 0
+        #: The PodGroups listed (their watch never sends anything), and the listings asked for.
+        self.podgroups: list[dict[str, Any]] = []
+        self.listings = 0
         app = web.Application()
         app.router.add_get(f"/apis/{handlers.GROUP}/{handlers.VERSION}", self._resources)
+        app.router.add_get(f"/apis/{handlers.GROUP}/{handlers.VERSION}/podgroups", self._podgroups)
         self.server = TestServer(app)
+
+    async def _podgroups(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") in ("true", "1", "True"):
+            await asyncio.sleep(3600)
+        self.listings += 1
+        listing = {"kind": "PodGroupList", "items": self.podgroups, "metadata": {"resourceVersion": "7"}}
+        return web.json_response(listing)
 
     async def _resources(self, _: web.Request) -> web.Response:
         self.asked += 1
@@ -110,7 +124,35 @@ async def test_watches_start_only_once_every_crd_is_served(
     await asyncio.wait_for(watching, timeout=2)
     assert len(spawned) == 1 and restored == [True]
     indexed = {h.selector.any_name for h in spawned[0]["registry"]._indexing.get_all_handlers() if h.selector}
-    assert indexed == handlers.CRDS | {"namespaces"}  # so the first Namespace event (readiness) waits for them all
+    # So the first Namespace event (readiness) waits for them all; PodGroups have their own informer, below.
+    assert indexed == (handlers.CRDS - {handlers.PODGROUPS}) | {"namespaces"}
+
+
+async def test_podgroups_are_listed_once_every_crd_is_served_and_their_listing_is_a_part_of_readiness(
+    discovery: tuple[Discovery, k8s.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d, client = discovery
+    monkeypatch.setattr(handlers, "SERVED_RETRY_S", 0.01)
+    operator = Operator(client, k8s_config.parse({}), identity="test")
+    parts: list[str] = []
+    operator.part_listed = parts.append
+    d.podgroups = [podgroup("train", 2)]
+    podgroups = handlers.podgroup_informer(client, operator)
+    task = asyncio.create_task(podgroups.run())
+    try:
+        await eventually(lambda: d.asked >= 3)
+        d.served = ["podgroups", "queues", "reservations"]  # the Topology CRD is not established yet
+        asked = d.asked
+        await eventually(lambda: d.asked >= asked + 3)
+        assert d.listings == 0 and parts == []
+        d.served = sorted(handlers.CRDS)
+        await eventually(lambda: podgroups.listed.is_set())
+        assert parts == [handlers.PODGROUPS] and handlers.PODGROUPS in LISTINGS
+        assert operator.podgroup_keys() == ["default/train"] and d.listings == 1
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def test_a_stop_while_waiting_for_the_crds_ends_the_watches(

@@ -20,7 +20,7 @@ from scheduler.k8s import config as k8s_config
 from scheduler.k8s import operator as operator_module
 from scheduler.k8s import publisher as publisher_module
 from scheduler.k8s.feeds import numa_zones
-from scheduler.k8s.operator import Operator
+from scheduler.k8s.operator import LISTINGS, Operator
 from scheduler.k8s.ports import adapter as adapter_module
 from scheduler.k8s.serve import explain
 from tests.api import test_numa
@@ -125,7 +125,7 @@ async def test_readiness_waits_for_the_numa_zones_where_they_are_expected(
     operator.feed.zones.expect()
     operator.node_event(node("gpu-0"))
     operator.pod_event(pod("train", 2))
-    for part in ("nodes", "pods", "custom resources", "services", "poddisruptionbudgets"):
+    for part in LISTINGS:
         operator.part_listed(part)
     await settled(operator)
     assert not operator.ready and bound(fake) == {}
@@ -178,7 +178,7 @@ async def test_readiness_waits_for_the_disruption_budgets_and_services_too(
     operator.set_leading(True)
     operator.node_event(node("gpu-0"))
     operator.pod_event(pod("train", 2))
-    for part in ("nodes", "pods", "custom resources", "services"):
+    for part in LISTINGS - {"poddisruptionbudgets"}:
         operator.part_listed(part)
     await settled(operator)
     assert not operator.ready and operator.loop.job_of("default/train") is None  # not even queued

@@ -57,11 +57,11 @@ from scheduler.k8s.publisher import StatusPublisher
 
 log = structlog.get_logger(__name__)
 
-#: The listings readiness waits for: the informers' (nodes, pods; Services, which the default spread reads, and
-#: PodDisruptionBudgets, which preemption must respect from its first decision) and kopf's (PodGroups and
-#: Queues, see ``scheduler.k8s.feeds.handlers``). The NodeResourceTopology objects too, where ``gpusched run`` expects
-#: them (:meth:`PodFeed.zones_changed`: listed, or not served).
-LISTINGS = frozenset({"nodes", "pods", "services", "poddisruptionbudgets", "custom resources"})
+#: The listings readiness waits for: the informers' (nodes, pods, PodGroups; Services, which the default spread reads,
+#: and PodDisruptionBudgets, which preemption must respect from its first decision) and kopf's (Queues, Reservations
+#: and the Topology, see ``scheduler.k8s.feeds.handlers``). The NodeResourceTopology objects too, where ``gpusched
+#: run`` expects them (:meth:`PodFeed.zones_changed`: listed, or not served).
+LISTINGS = frozenset({"nodes", "pods", "podgroups", "services", "poddisruptionbudgets", "custom resources"})
 
 
 class PodFeed:
@@ -180,6 +180,10 @@ class PodFeed:
     def budget_keys(self) -> list[str]:
         """Keys of the PodDisruptionBudgets the loop holds: what a relist of them reconciles."""
         return list(self.loop.budgets)
+
+    def podgroup_keys(self) -> list[str]:
+        """Keys of the PodGroups held: what a relist of them reconciles."""
+        return list(self.podgroups)
 
     def service_keys(self) -> list[str]:
         """Keys of the Services held: what a relist of them reconciles."""

@@ -1,4 +1,5 @@
-"""The kopf side of the operator: PodGroups, Queues and the Topology, and kopf settings that keep it read-only.
+"""The kopf side of the operator: Queues, the Topology, Reservations and Namespaces, and kopf settings that keep it
+read-only; and the PodGroups' own watch, which waits for the same CRDs.
 
 Only ``@kopf.index`` and ``@kopf.on.event`` handlers are registered: kopf's create/update/resume handlers keep
 their progress and a diff base on the objects (annotations and patches), and finalizers would make the scheduler
@@ -7,12 +8,18 @@ storages that store nothing, no posting of kopf's own log lines as Events, no pe
 ``scheduler.k8s.leader`` decides who schedules), no CRD scanning (so no cluster-wide CRD read).
 
 Pods and nodes are not here: ``scheduler.k8s.feeds.informer`` explains why (kopf's initial listing is quadratic in
-the number of objects).
+the number of objects). PodGroups are not given to kopf either (:func:`podgroup_informer`): there is one a gang, and
+each changes as its members are placed and bound (the scheduler writes its status), so their events come by the
+gang, not by the configuration change. kopf's handling of each (its index, causes and handler invocation) took 5 to 7%
+of the scheduler's CPU in a backlog of 200 gangs of 8 (docs/performance.md); the informer hands the same objects to
+the same method (:meth:`Operator.podgroup_event`). scheduler-plugins' PodGroups, read only for compatibility, stay
+with kopf.
 
 Why index handlers feed the operator: kopf runs them for every object of the initial listing *before* any
 other handler, and holds every ``on.event`` handler, of any resource, until all indexed resources are listed
 and indexed. So the first ``on.event`` call on Namespaces (which every cluster has) is the moment the
-PodGroups, Queues and the Topology of the first full listing are in: :meth:`Operator.part_listed` marks it. The
+Queues, Reservations and the Topology of the first full listing are in: :meth:`Operator.part_listed` marks it
+(the PodGroups' informer marks its own listing). The
 indexes themselves hold nothing (the handlers return None). Deletions reach only ``on.event`` handlers (kopf drops
 deleted objects from indexes without calling them), so those handle ``DELETED``.
 
@@ -23,12 +30,13 @@ index for them, let the first Namespace event through at once: the replica was r
 PodGroup, took the Lease, and the gangs' pods were never bound. So :func:`watch` first asks the API's discovery
 (which every authenticated client may read) until all of :data:`CRDS` are served, and only then starts kopf,
 whose one scan then finds them all, so all of them are indexed before readiness. Until then the replica is not
-ready.
+ready. The PodGroups' informer waits for the same (:class:`_PodGroups`), rather than log a failed listing each second.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -37,14 +45,18 @@ import kopf
 import structlog
 
 from scheduler.k8s import client as k8s_client
+from scheduler.k8s.feeds import informer
 from scheduler.k8s.operator import Operator
 
 log = structlog.get_logger(__name__)
 
 GROUP = "scheduling.gpusched.io"
 VERSION = "v1alpha1"
-#: The custom resources the scheduler reads (all indexed): readiness waits until each is served and listed.
+#: The custom resources the scheduler reads (by kopf's index or :func:`podgroup_informer`): readiness waits until
+#: each is served and listed.
 CRDS = frozenset({"podgroups", "queues", "topologies", "reservations"})
+#: The PodGroups' plural, and their listing's name in ``scheduler.k8s.feeds.feed.LISTINGS``.
+PODGROUPS = "podgroups"
 #: scheduler-plugins' PodGroups, read as gangs when their CRD is served at start (``Operator.compat_podgroup_event``).
 COMPAT_GROUP = "scheduling.x-k8s.io"
 COMPAT_VERSION = "v1alpha1"
@@ -109,7 +121,6 @@ def registry(operator: Operator, client_settings: k8s_client.ClientSettings, *, 
             if type == "DELETED":
                 method(body, deleted=True)
 
-    feed((GROUP, VERSION, "podgroups"), operator.podgroup_event)
     feed((GROUP, VERSION, "queues"), operator.queue_event)
     # Indexed, so that an Available Reservation is held again before the first cycle (a restart, a new leader).
     feed((GROUP, VERSION, "reservations"), operator.reservation_event)
@@ -125,6 +136,27 @@ def registry(operator: Operator, client_settings: k8s_client.ClientSettings, *, 
         operator.part_listed("custom resources")
 
     return reg
+
+
+def podgroup_informer(client: k8s_client.Client, operator: Operator) -> informer.Informer:
+    """The list-then-watch loop of PodGroups (see the module notes), feeding :meth:`Operator.podgroup_event`; it
+    lists once :data:`CRDS` are served, and its first listing is the part ``podgroups`` of the operator's."""
+    return _PodGroups(
+        client,
+        kind=PODGROUPS,
+        list_method=functools.partial(client.custom.list_cluster_custom_object, GROUP, VERSION, PODGROUPS),
+        on_event=operator.podgroup_event,
+        known=operator.podgroup_keys,
+        on_listed=operator.part_listed,
+    )
+
+
+class _PodGroups(informer.Informer):
+    """An informer that starts listing once the CRDs are served, as kopf starts (see the module notes)."""
+
+    async def run(self) -> None:
+        await wait_until_served(self.client)
+        await super().run()
 
 
 async def not_served(client: k8s_client.Client) -> frozenset[str]:

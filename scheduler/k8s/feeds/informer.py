@@ -4,8 +4,9 @@ Why not kopf for these: kopf holds every handler until all indexed objects are i
 toggle per object and a notify-all to every waiting object worker per toggle dropped, so its initial listing is
 quadratic in the number of objects. With 10,000 pods on 1,000 nodes, ``gpusched run`` under kopf had not
 finished warming up after 4 minutes (benchmarks/startup.py); without kopf's index, nothing would say when the
-initial listing is complete, and readiness needs exactly that. PodGroups, Queues and the Topology (tens to
-hundreds of objects) stay with kopf (``scheduler.k8s.feeds.handlers``).
+initial listing is complete, and readiness needs exactly that. PodGroups, one a gang, are listed and watched here
+too (``scheduler.k8s.feeds.handlers`` says why); Queues, Reservations and the Topology (a few to tens of objects)
+stay with kopf.
 
 :class:`Informer` does what client-go's reflector does, on the shared :class:`Client`:
 
