@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -36,3 +38,24 @@ def test_a_request_kopf_retries_is_not_an_error_but_its_last_failure_is(
         ("error", "Request attempt #9/9 failed;"),
         ("error", "some other failure; will ret"),
     ]
+
+
+def test_the_operator_imports_no_rich_and_its_console_log_prints_a_plain_traceback() -> None:
+    # structlog imports rich when it can (half of its import's CPU at every start); gpusched run's logs never use it.
+    code = (
+        "import logging, sys\n"
+        "import scheduler.k8s.run\n"
+        "print('RICH', 'rich' in sys.modules)\n"
+        "from scheduler.k8s import logs\n"
+        "logs.configure('console')\n"
+        "try:\n"
+        "    raise ValueError('the cause')\n"
+        "except ValueError:\n"
+        "    logging.getLogger('gpusched.test').exception('it failed')\n"
+        "import rich\n"
+        "print('IMPORTABLE', rich.__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "RICH False" in done.stdout and "IMPORTABLE rich" in done.stdout
+    assert "it failed" in done.stderr
+    assert "Traceback (most recent call last):" in done.stderr and "ValueError: the cause" in done.stderr
