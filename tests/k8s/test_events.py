@@ -281,3 +281,10 @@ async def test_the_writer_stops_when_cancelled_as_an_event_comes(fake: FakeApiSe
     worker.cancel()
     done, _ = await asyncio.wait({worker}, timeout=5.0)
     assert worker in done and worker.cancelled()
+
+
+def test_a_timestamp_keeps_its_whole_second_before_and_after_the_epoch() -> None:
+    # metav1.Time has no fraction: the second it falls in, as datetime's strftime gave it (now made once a second).
+    assert rfc3339(1_700_000_000.999) == rfc3339(1_700_000_000) == "2023-11-14T22:13:20Z"
+    assert rfc3339(1_700_000_001.0) == "2023-11-14T22:13:21Z"
+    assert rfc3339(-0.5) == "1969-12-31T23:59:59Z"

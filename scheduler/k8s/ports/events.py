@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
+import math
 import socket
 import time
 from collections import OrderedDict, deque
@@ -441,7 +443,14 @@ class EventRecorder(worker.BackgroundWriter):
 
 def rfc3339(seconds: float) -> str:
     """Unix seconds -> ``2024-05-01T12:00:00Z`` (what metav1.Time accepts)."""
-    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339_second(math.floor(seconds))
+
+
+@functools.lru_cache(maxsize=16)
+def _rfc3339_second(second: int) -> str:
+    # Each Event and condition writes one to three of these, mostly of the same second: made once a second, not 3 us
+    # of strftime each time.
+    return datetime.datetime.fromtimestamp(second, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
