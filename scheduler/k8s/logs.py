@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 import structlog
 
@@ -47,7 +47,7 @@ def configure(fmt: Format = "auto", *, level: int = logging.INFO) -> str:
         wrapper_class=structlog.make_filtering_bound_logger(level),
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler(sys.stderr)
     handler.addFilter(RetryIsNotAnError())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
@@ -61,14 +61,18 @@ def configure(fmt: Format = "auto", *, level: int = logging.INFO) -> str:
     return chosen
 
 
+#: The one lock every line to standard error is written under, gpusched's own (:class:`StderrLogger`) and the standard
+#: library's (:class:`_StderrHandler`), so that lines of two threads never mix. Reentrant, as a logging handler's lock
+#: is (a formatter that logs would otherwise deadlock).
+_WRITE_LOCK = threading.RLock()
+
+
 class StderrLogger:
     """structlog's logger for gpusched's own lines: it writes each rendered line to standard error as it is then (one
-    write, under one lock for every logger, so that lines of two threads never mix), with the name it was asked for
+    write, under :data:`_WRITE_LOCK`), with the name it was asked for
     (``structlog.get_logger(__name__)``), which ``add_logger_name`` puts in the line as the standard library's
     loggers' names are. The line is what the standard library's handler wrote before, without the record it made,
     its handler and its formatter's copy of the event."""
-
-    _lock = threading.Lock()
 
     def __init__(self, name: str = "") -> None:
         self.name = name
@@ -79,12 +83,19 @@ class StderrLogger:
         return cls(str(args[0]) if args else "")
 
     def msg(self, message: str) -> None:
-        with self._lock:
+        with _WRITE_LOCK:
             stream = sys.stderr
             stream.write(message + "\n")
             stream.flush()
 
     debug = info = warning = warn = error = critical = exception = fatal = log = msg
+
+
+class _StderrHandler(logging.StreamHandler[TextIO]):
+    """The standard library's lines (kopf, aiohttp, the client), written under :data:`_WRITE_LOCK` too."""
+
+    def createLock(self) -> None:  # noqa: N802 (logging's name)
+        self.lock = _WRITE_LOCK
 
 
 class RetryIsNotAnError(logging.Filter):

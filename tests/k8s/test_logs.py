@@ -59,3 +59,29 @@ def test_the_operator_imports_no_rich_and_its_console_log_prints_a_plain_traceba
     assert "RICH False" in done.stdout and "IMPORTABLE rich" in done.stdout
     assert "it failed" in done.stderr
     assert "Traceback (most recent call last):" in done.stderr and "ValueError: the cause" in done.stderr
+
+
+def test_lines_of_two_threads_through_both_paths_are_written_whole_under_one_lock() -> None:
+    # gpusched's own lines (structlog, StderrLogger) and the standard library's (kopf, aiohttp) share standard error;
+    # a lease thread and the event loop write at once.
+    code = (
+        "import logging, threading\n"
+        "import structlog\n"
+        "from scheduler.k8s import logs\n"
+        "logs.configure('json')\n"
+        "own, theirs = structlog.get_logger('gpusched.own'), logging.getLogger('kopf.theirs')\n"
+        "def write(n):\n"
+        "    for i in range(2000):\n"
+        "        own.info('own line', n=n, i=i, pad='x' * 300)\n"
+        "        theirs.warning('their line %s %s %s', n, i, 'y' * 300)\n"
+        "threads = [threading.Thread(target=write, args=(n,)) for n in range(2)]\n"
+        "[t.start() for t in threads]\n"
+        "[t.join() for t in threads]\n"
+        "assert logging.getLogger().handlers[0].lock is logs._WRITE_LOCK\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = done.stderr.splitlines()
+    assert len(lines) == 8000
+    parsed = [json.loads(line) for line in lines]
+    assert sum(p["event"] == "own line" for p in parsed) == 4000
+    assert sum(p["logger"] == "kopf.theirs" for p in parsed) == 4000
