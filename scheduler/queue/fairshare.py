@@ -315,10 +315,13 @@ def jain_index(values: Iterable[float]) -> float:
     xs = [float(v) for v in values]
     if any(not x >= 0 for x in xs):
         raise ValueError(f"Jain's index is defined for values >= 0, got {xs!r}")
-    squares = math.fsum(x * x for x in xs)
-    if not xs or squares == 0:
+    top = max(xs, default=0.0)
+    if top == 0:
         return 1.0
-    return math.fsum(xs) ** 2 / (len(xs) * squares)
+    # The index does not change with the values' scale; taken on values scaled to at most 1, so that no square
+    # underflows (three equal values of 1e-158 gave 1.0000000059: their squares were subnormal) or overflows.
+    scaled = [x / top for x in xs]
+    return math.fsum(scaled) ** 2 / (len(scaled) * math.fsum(x * x for x in scaled))
 
 
 def within_guarantee(tree: QueueTree, leaf: str, request: Mapping[str, float], *, allocated: ResourceVectors) -> bool:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scheduler.api.crds.queue import QueueSpec, QueueTree
@@ -379,6 +379,8 @@ def test_jain_index_examples() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(0, 1e9), min_size=1, max_size=50))
+@example([9.613133017894459e-159] * 3)  # squares that underflow: 1.0000000059 before the values were scaled
+@example([1e300, 1e300])  # squares that overflow
 def test_jain_index_lies_between_one_over_n_and_one(values: list[float]) -> None:
     index = fairshare.jain_index(values)
     assert 1 / len(values) - 1e-12 <= index <= 1 + 1e-12
