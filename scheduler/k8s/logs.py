@@ -37,7 +37,7 @@ def configure(fmt: Format = "auto", *, level: int = logging.INFO) -> str:
         shared.append(structlog.processors.format_exc_info)
     else:
         # Plain tracebacks whatever is installed (rich or better-exceptions would change them): a terminal's lines are
-        # a log's lines too, and structlog is imported without rich (scheduler.k8s, _import_structlog).
+        # a log's lines too, and structlog is imported without rich (scheduler.k8s.lean_imports, import_structlog).
         renderer = structlog.dev.ConsoleRenderer(
             colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
         )
