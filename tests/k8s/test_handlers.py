@@ -170,3 +170,45 @@ async def test_a_stop_while_waiting_for_the_crds_ends_the_watches(
     await eventually(lambda: d.asked >= 1)
     stop.set()
     await asyncio.wait_for(watching, timeout=1)
+
+
+async def test_the_watch_and_the_informer_share_one_wait_for_the_crds(
+    client: k8s.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # kopf's watch and the PodGroups' informer both wait for the CRDs; one discovery request a retry serves both, and
+    # one of them cancelled leaves the other waiting. When the last leaves, nobody asks any more.
+    looks: list[int] = []
+    serving = False
+
+    async def not_served(_: k8s.Client) -> frozenset[str]:
+        looks.append(len(looks))
+        return frozenset() if serving else handlers.CRDS
+
+    monkeypatch.setattr(handlers, "not_served", not_served)
+    monkeypatch.setattr(handlers, "SERVED_RETRY_S", 0.01)
+    first = asyncio.create_task(handlers.served(client))
+    second = asyncio.create_task(handlers.served(client))
+    await eventually(lambda: len(looks) >= 5)
+    assert len(handlers._SHARED) == 1 and handlers._SHARED[id(client)].waiting == 2
+    first.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    seen = len(looks)
+    await eventually(lambda: len(looks) >= seen + 3)  # still looking, for the second
+    assert not second.done()
+    serving = True
+    await asyncio.wait_for(second, timeout=2)
+    assert handlers._SHARED == {}
+    # Two waiters, both cancelled: the wait ends with them.
+    serving = False
+    waiters = [asyncio.create_task(handlers.served(client)) for _ in range(2)]
+    await eventually(lambda: len(looks) >= seen + 6)
+    poll = handlers._SHARED[id(client)].task
+    for waiter in waiters:
+        waiter.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+    await asyncio.sleep(0)
+    assert poll.cancelled() and handlers._SHARED == {}
+    stopped_at = len(looks)
+    await asyncio.sleep(0.05)
+    assert len(looks) == stopped_at

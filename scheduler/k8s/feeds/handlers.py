@@ -30,7 +30,8 @@ index for them, let the first Namespace event through at once: the replica was r
 PodGroup, took the Lease, and the gangs' pods were never bound. So :func:`watch` first asks the API's discovery
 (which every authenticated client may read) until all of :data:`CRDS` are served, and only then starts kopf,
 whose one scan then finds them all, so all of them are indexed before readiness. Until then the replica is not
-ready. The PodGroups' informer waits for the same (:class:`_PodGroups`), rather than log a failed listing each second.
+ready. The PodGroups' informer waits for the same (:class:`_PodGroups`), rather than log a failed listing each second,
+and the two share one wait (:func:`served`).
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ class _PodGroups(informer.Informer):
     """An informer that starts listing once the CRDs are served, as kopf starts (see the module notes)."""
 
     async def run(self) -> None:
-        await wait_until_served(self.client)
+        await served(self.client)
         await super().run()
 
 
@@ -177,8 +178,10 @@ async def compat_served(client: k8s_client.Client) -> bool:
     return isinstance(resources, list) and any(isinstance(r, dict) and r.get("name") == "podgroups" for r in resources)
 
 
-async def wait_until_served(client: k8s_client.Client, *, retry_s: float = SERVED_RETRY_S) -> None:
-    """Return once every one of :data:`CRDS` is served (see the module notes); log which are not, now and then."""
+async def wait_until_served(client: k8s_client.Client, *, retry_s: float | None = None) -> None:
+    """Return once every one of :data:`CRDS` is served (see the module notes); log which are not, now and then.
+    ``retry_s`` is :data:`SERVED_RETRY_S` unless given."""
+    retry_s = SERVED_RETRY_S if retry_s is None else retry_s
     loop = asyncio.get_running_loop()
     last_log = loop.time() - SERVED_LOG_S
     while missing := await not_served(client):
@@ -190,6 +193,37 @@ async def wait_until_served(client: k8s_client.Client, *, retry_s: float = SERVE
                 missing=sorted(missing),
             )
         await asyncio.sleep(retry_s)
+
+
+class _SharedWait:
+    """One :func:`wait_until_served` of a client and how many await it (see :func:`served`)."""
+
+    __slots__ = ("task", "waiting")
+
+    def __init__(self, client: k8s_client.Client) -> None:
+        self.task: asyncio.Future[None] = asyncio.ensure_future(wait_until_served(client))
+        self.waiting = 0
+
+
+#: The waits in progress, by the client's identity; an entry lives while someone awaits it.
+_SHARED: dict[int, _SharedWait] = {}
+
+
+async def served(client: k8s_client.Client) -> None:
+    """:func:`wait_until_served`, one wait shared by all who await it on the same client: kopf's watch and the
+    PodGroups' informer then make one discovery request a retry and one warning now and then, not two. One who is
+    cancelled leaves the others waiting; the wait itself ends when the last of them leaves."""
+    shared = _SHARED.get(id(client))
+    if shared is None:
+        shared = _SHARED[id(client)] = _SharedWait(client)
+    shared.waiting += 1
+    try:
+        await asyncio.shield(shared.task)
+    finally:
+        shared.waiting -= 1
+        if shared.waiting == 0:
+            del _SHARED[id(client)]
+            shared.task.cancel()
 
 
 async def watch(
@@ -205,16 +239,16 @@ async def watch(
     kopf puts its own SIGINT and SIGTERM handlers on the event loop as it starts (a second signal then raised
     ``InvalidStateError`` in them); ``started()`` is called right after, for the caller to put its own back.
     """
-    served = asyncio.ensure_future(wait_until_served(client))
+    crds = asyncio.ensure_future(served(client))
     stopped = asyncio.ensure_future(stop_flag.wait())
     try:
-        await asyncio.wait({served, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({crds, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        served.cancel()
+        crds.cancel()
         stopped.cancel()
-    if not served.done() or served.cancelled():
+    if not crds.done() or crds.cancelled():
         return  # stopped before the CRDs were served
-    served.result()
+    crds.result()
     compat = await compat_served(client)
     if compat:
         log.info("scheduler-plugins PodGroups are served: read as gangs", group=f"{COMPAT_GROUP}/{COMPAT_VERSION}")
