@@ -126,10 +126,6 @@ class Snapshot:
         """Node slots x Topology levels: each node's domain id at each level (read-only)."""
         return self._cache.domain_ids()
 
-    @property
-    def gpu_topologies(self) -> Mapping[int, GpuTopology]:
-        return MappingProxyType(dict(self._cache.gpu_topologies))
-
     def gpu_topology_index(self) -> tuple[I64, list[GpuTopology]]:
         return self._cache.gpu_topology_index()
 

@@ -347,11 +347,6 @@ class Cache:
         self._domains = index
         self._domain_ids = ids
 
-    @property
-    def gpu_topologies(self) -> Mapping[int, GpuTopology]:
-        """The known GPU topologies by node slot (nodes without an accepted annotation are not listed)."""
-        return self._gpu_topologies.by_slot
-
     def gpu_topology_index(self) -> tuple[I64, list[GpuTopology]]:
         """The known GPU topologies as an array: per slot an index into the returned list of distinct topologies,
         -1 where unknown (read-only; for scoring every node of a cycle without a Python loop over them)."""

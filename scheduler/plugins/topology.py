@@ -50,6 +50,11 @@ from scheduler.kernels import layout
 #: The resolved (required, preferred) levels of a plain pod, kept in the cycle state by the pre-filter.
 LEVELS = "topology.levels"
 _MEMO_LIMIT = 100_000
+#: Nodes of at most this many GPUs are scored from a table of every free-GPU mask (2**8 scores a topology and size).
+_TABLE_BITS = 8
+#: Tables kept (by pod size and set of distinct topologies); a change of either makes a new one.
+_TABLES_KEPT = 16
+_BIT_WEIGHTS = np.left_shift(1, np.arange(_TABLE_BITS)).astype(np.float64)
 
 
 def _required_level(snapshot: Snapshot, pod: PodRequest) -> int | None:
@@ -102,6 +107,9 @@ class Topology:
         #: (id of a GPU topology, free GPUs as a bit mask, k) -> (the topology, score): nodes of one hardware model
         #: share scores. The topology is held so that its id cannot be reused by another while the entry lives.
         self._memo: dict[tuple[int, int, int], tuple[GpuTopology, float]] = {}
+        #: By (pod size, the distinct topologies' ids): those topologies (kept, so that their ids stay theirs),
+        #: each one's mask of its own GPUs, and the scores by (topology, free-GPU mask), NaN until first asked.
+        self._tables: dict[tuple[int, tuple[int, ...]], tuple[list[GpuTopology], I64, F64]] = {}
 
     # --- pre-filter and filter ---------------------------------------------------------------------------------
 
@@ -140,10 +148,11 @@ class Topology:
         out[:] = 0.0
         parts = 0
         k = state.whole_k
-        known = state.snapshot.gpu_topologies
-        if k and known:
-            self._device_scores(state, nodes, k, out)
-            parts += 1
+        if k:
+            index, topologies = state.snapshot.gpu_topology_index()
+            if topologies:
+                self._device_scores(state, nodes, k, out, index, topologies)
+                parts += 1
         levels: tuple[int | None, int | None] | None = state.data.get(LEVELS)
         if levels is not None:
             level = levels[0] if levels[0] is not None else levels[1]
@@ -153,18 +162,35 @@ class Topology:
         if parts > 1:
             out /= parts
 
-    def _device_scores(self, state: CycleState, nodes: I64, k: int, out: F64) -> None:
-        """``out[i]``: the device score of ``nodes[i]`` (left alone for nodes of unknown topology).
+    def _device_scores(
+        self, state: CycleState, nodes: I64, k: int, out: F64, index: I64, topologies: list[GpuTopology]
+    ) -> None:
+        """``out[i]``: the device score of ``nodes[i]`` (left alone for nodes of unknown topology); ``index`` and
+        ``topologies`` are the snapshot's ``gpu_topology_index()``.
 
         One cycle scores every feasible node (a thousand and more) but they hold few distinct (topology, free
-        GPUs) pairs: the free-GPU bit masks are computed for all nodes at once, and a score per distinct pair.
+        GPUs) pairs: the free-GPU bit masks are computed for all nodes at once, and a score per distinct pair,
+        read from a table of every mask where nodes have at most :data:`_TABLE_BITS` GPUs.
         """
         gpu_free = state.snapshot.arrays.gpu_free
         width = gpu_free.shape[1]
-        index, topologies = state.snapshot.gpu_topology_index()
         which = index[nodes] if index.shape[0] >= gpu_free.shape[0] else np.full(nodes.shape[0], -1, np.int64)
         rows = np.flatnonzero(which >= 0)
         if rows.size == 0 or width == 0:
+            return
+        if width <= _TABLE_BITS:
+            kinds = which[rows]
+            free = np.take(gpu_free, nodes[rows], axis=0) >= layout.WHOLE
+            own, table = self._table(topologies, k)
+            # The bits by a product with their weights: exact in floating point at this width, and BLAS's.
+            masks = (free @ _BIT_WEIGHTS[:width]).astype(np.int64) & own[kinds]
+            values = table[kinds, masks]
+            missing = np.flatnonzero(np.isnan(values))
+            if missing.size:
+                for kind, mask in set(zip(kinds[missing].tolist(), masks[missing].tolist(), strict=True)):
+                    table[kind, mask] = self._device_score(topologies[kind], mask, k)
+                values = table[kinds, masks]
+            out[rows] = values
             return
         if width > 62:  # masks no longer fit an int64: one node at a time
             for i in rows.tolist():
@@ -181,6 +207,18 @@ class Topology:
             [self._device_score(topologies[pair >> width], pair & ((1 << width) - 1), k) for pair in pairs.tolist()]
         )
         out[rows] = scores[inverse.reshape(-1)]
+
+    def _table(self, topologies: list[GpuTopology], k: int) -> tuple[I64, F64]:
+        """The scores of every free-GPU mask of each of ``topologies`` for a pod of ``k`` GPUs, filled as asked, and
+        each topology's mask of its own GPUs."""
+        key = (k, tuple(id(topo) for topo in topologies))
+        found = self._tables.get(key)
+        if found is None:
+            if len(self._tables) >= _TABLES_KEPT:
+                self._tables.clear()
+            own = np.array([(1 << len(topo)) - 1 for topo in topologies], dtype=np.int64)
+            found = self._tables[key] = (list(topologies), own, np.full((len(topologies), 1 << _TABLE_BITS), np.nan))
+        return found[1], found[2]
 
     def _device_score(self, topo: GpuTopology, mask: int, k: int) -> float:
         """The score of a node of topology ``topo`` whose free GPUs are the bits of ``mask``, memoised."""

@@ -7,7 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from scheduler.api.devices import gputopo, nvidia_smi
+from scheduler.api.objects import pod as api_pod
+from scheduler.framework.interface import CycleState
+from scheduler.plugins import topology as topology_plugin
 from tests.api import objects
 from tests.core.harness import Cluster
 
@@ -107,3 +112,44 @@ def test_nodes_of_several_models_and_unknown_ones_are_scored_each_by_its_own_top
     bound = [_bound("x", "a", halves), _bound("y", "b", ",".join(str(g) for g in pairs[0]))]
     node, ids = Cluster(nodes, PROFILE, bound=bound).place(objects.pod("q", gpus=2))
     assert node == "b" and topo.link[ids[0], ids[1]] == gputopo.Link.NVLINK
+
+
+def test_every_node_scores_as_its_topology_and_free_gpus_alone_would_make_it() -> None:
+    # The cycle's scores come from a table of free-GPU masks (nodes of up to 8 GPUs) or one score per distinct
+    # (topology, mask) pair (larger nodes): each must be the score of that node taken alone, for every pod size.
+    rng = np.random.default_rng(7)
+    samples = {"nvlink-pairs-4gpu.txt": 4, "pcie-l40s-2numa.txt": 8, "hgx-h100-nvswitch.txt": 8}
+    for wide in (False, True):
+        nodes, bound = [], []
+        for n in range(60):
+            sample = list(samples)[n % 4] if n % 4 < 3 else None
+            gpus = samples[sample] if sample else 8
+            if wide and n == 59:
+                sample, gpus = None, 16  # one node of 16 GPUs: masks wider than the table's
+            nodes.append(_node(f"n{n}", sample, gpus))
+            busy = [g for g in range(gpus) if rng.random() < 0.4]
+            if busy:
+                bound.append(_bound(f"b{n}", f"n{n}", ",".join(map(str, busy))))
+        cluster = Cluster(nodes, PROFILE, bound=bound)
+        snapshot = cluster.cache.snapshot()
+        index, topologies = snapshot.gpu_topology_index()
+        plugin = topology_plugin.Topology({})
+        alone = topology_plugin.Topology({})
+        slots = np.array([cluster.cache.slot_of(f"n{n}") for n in range(60)], dtype=np.int64)
+        for k in (1, 2, 3, 4):
+            pod = api_pod.parse_pod(objects.pod("p", gpus=k))
+            state = CycleState(pod=pod, snapshot=snapshot, request=snapshot.request_vector(pod))
+            out = np.full(slots.shape[0], -1.0)
+            for _ in range(2):  # the second time from the filled table
+                plugin.score(state, slots, out)
+                expected = []
+                for slot in slots.tolist():
+                    topo = snapshot.gpu_topology(slot)
+                    if topo is None:
+                        expected.append(0.0)
+                        continue
+                    free = cluster.free_devices(str(cluster.cache.names[slot]))
+                    mask = sum(1 << g for g, milli in enumerate(free[: len(topo)]) if milli >= 1000)
+                    expected.append(alone._device_score(topo, mask, k))
+                assert out.tolist() == expected, (wide, k)
+        assert index.shape[0] >= len(slots) and len(topologies) == 3
