@@ -109,6 +109,8 @@ class Cache:
         #: (:meth:`pods_version`; the arrays' generation does not see a pod's object replaced or confirmed).
         self._pods_version: dict[int, int] = {}
         self._pods_versions = itertools.count(1)
+        #: Bumped whenever a node is added, changed for scheduling, or removed (:attr:`nodes_version`).
+        self._nodes_version = 0
         #: Bound pods whose devices are a guess (:meth:`_devices_for`: no ``gpusched.io/gpu-ids``, another
         #: scheduler's), given devices again when a pod leaves their over-committed node (:meth:`_guess_again`).
         self._guessed: set[str] = set()
@@ -253,6 +255,7 @@ class Cache:
         a = self.arrays
         entry = self.nodes[slot]
         self._pods_changed(slot)
+        self._nodes_version += 1
         info = entry.info
         a.touch(slot)
         a.cap[slot] = 0.0
@@ -287,6 +290,7 @@ class Cache:
             return
         entry = self.nodes.pop(slot)
         self._pods_changed(slot)
+        self._nodes_version += 1
         for key, pod_entry in entry.pods.items():
             self._pods.pop(key, None)
             self._guessed.discard(key)
@@ -605,6 +609,12 @@ class Cache:
     def pods_on(self, slot: int) -> Mapping[str, PodEntry]:
         node = self.nodes.get(slot)
         return node.pods if node is not None else {}
+
+    @property
+    def nodes_version(self) -> int:
+        """A number that changes whenever a node is added, changed for scheduling or removed: while it stays the same,
+        so do what the nodes offer (the arrays' capacities, GPU counts and presence, the columns, the MIG nodes)."""
+        return self._nodes_version
 
     def pods_version(self, slot: int) -> int:
         """What the pods on node ``slot`` are, as a number: the same number, the same pods (the same entries and pod

@@ -143,6 +143,9 @@ class Tenancy:
         #: The integer sum of ``_outside``.
         self._outside_exact: dict[str, int] = {}
         self._capacity: Vector = {}
+        #: :meth:`capacity` as last computed, and at which (nodes' version, outside pods' version).
+        self._capacity_at: tuple[tuple[int, int], Vector] | None = None
+        self._outside_version = 0
         #: Fair shares for the gate (per demand variant, queue and resource); None when allocation or demand
         #: changed since.
         self._fair: dict[str, dict[str, Vector]] | None = None
@@ -326,6 +329,7 @@ class Tenancy:
         for name, amount in request.items():
             self._outside_exact[name] = self._outside_exact.get(name, 0) + sign * amount
         # The capacity left to the queues moved: shares, ranks and the fair-share gate are recomputed.
+        self._outside_version += 1
         self._stale = True
         self._fair = None
 
@@ -352,7 +356,13 @@ class Tenancy:
     def capacity(self) -> Vector:
         """What the queues share: the present nodes' capacity less what pods of other schedulers hold (never below
         zero); GPUs in GPUs: whole GPUs, and MIG devices as their share of a GPU (the GPU slots of single-strategy
-        nodes, and the mixed strategy's ``nvidia.com/mig-<profile>``), as queues count them."""
+        nodes, and the mixed strategy's ``nvidia.com/mig-<profile>``), as queues count them.
+
+        Computed again only when a node or another scheduler's pod changed since (the queues' ranks ask after every
+        placement, and the sums over every node were most of that)."""
+        at = (self.cache.nodes_version, self._outside_version)
+        if self._capacity_at is not None and self._capacity_at[0] == at:
+            return dict(self._capacity_at[1])
         a = self.cache.arrays
         present = a.base_reason != layout.ABSENT
         gpus = float(a.gpu_count[present].sum())
@@ -370,7 +380,8 @@ class Tenancy:
         for name, amount in self._outside_exact.items():
             if amount and name in capacity:
                 capacity[name] = max(0.0, capacity[name] - _to_float(name, amount))
-        return capacity
+        self._capacity_at = (at, capacity)
+        return dict(capacity)
 
     # --- fair-share gate ---------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import pytest
 
 from scheduler.api.crds.podgroup import PodGroup
 from scheduler.api.crds.queue import QueueSpec
+from scheduler.api.objects import node as api_node
 from scheduler.api.objects import pod as api_pod
 from scheduler.core.loop import SchedulingLoop
 from scheduler.core.preemption.preemptor import Preemptor
@@ -698,3 +699,29 @@ def test_limits_hold_at_every_level_of_the_tree() -> None:
 def _held(vector: dict[str, float]) -> dict[str, float]:
     """The resources a status vector holds some of."""
     return {name: amount for name, amount in vector.items() if amount}
+
+
+def test_the_shared_capacity_follows_every_node_change_and_not_the_placements() -> None:
+    # The capacity the queues share is kept between the ranks asked after each placement; a node added, changed or
+    # removed makes it anew, a pod placed does not.
+    cluster, loop, _, _ = _loop(gpus=8, nodes=2)
+    assert loop.tenancy.capacity()["nvidia.com/gpu"] == 16.0
+    version = cluster.cache.nodes_version
+    loop.pod_pending(_pod("p", 2))
+    loop.run_until_idle()
+    placed = dataclasses.replace(cluster.binder.decisions[0].pod, node_name=cluster.binder.decisions[0].node)
+    cluster.cache.upsert_pod(placed)
+    loop.pod_placed(placed)
+    assert cluster.cache.nodes_version == version and loop.tenancy.capacity()["nvidia.com/gpu"] == 16.0
+    cluster.cache.upsert_node(api_node.parse_node(objects.node("n2", cpu="64", gpus=4)))
+    assert loop.tenancy.capacity()["nvidia.com/gpu"] == 20.0
+    cluster.cache.upsert_node(api_node.parse_node(objects.node("n2", cpu="32", gpus=8)))
+    assert loop.tenancy.capacity()["nvidia.com/gpu"] == 24.0
+    assert loop.tenancy.capacity()["cpu"] == 160_000.0  # millicores
+    version = cluster.cache.nodes_version
+    cluster.cache.upsert_node(api_node.parse_node(objects.node("n2", cpu="32", gpus=8)))  # the same again
+    assert cluster.cache.nodes_version == version
+    cluster.cache.remove_node("n0")
+    assert loop.tenancy.capacity()["nvidia.com/gpu"] == 16.0 and loop.tenancy.capacity()["cpu"] == 96_000.0
+    loop.tenancy.capacity()["cpu"] = 0.0  # a caller's copy: what the queues share is not changed by it
+    assert loop.tenancy.capacity()["cpu"] == 96_000.0
