@@ -142,8 +142,9 @@ class StatusPublisher:
                 if isinstance(held, Mapping):
                     body["held"] = k8s_status.quantities(held)
                 self.reservation_status.update(key, body)
-        statuses = self.loop.queue_statuses()
-        jobs = self._queue_jobs()
+        # Both walk every pending and every placed job: not for a cluster without Queues (there is nothing to write).
+        statuses = self.loop.queue_statuses() if queues else {}
+        jobs = self._queue_jobs() if queues else {}
         for name in queues:
             numbers = statuses.get(name)
             if numbers is None:

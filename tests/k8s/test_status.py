@@ -345,6 +345,28 @@ async def test_an_invalid_queue_gets_a_status_condition(fake: FakeApiServer, ope
     assert team_a()["conditions"][0]["status"] == "True"
 
 
+async def test_without_queues_the_status_walks_no_job(
+    fake: FakeApiServer, operator: Operator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Queues' status counts every pending and placed job, once a second: with no Queue to write it to, nothing
+    # is counted (the pods still get their conditions); with one, it is written.
+    operator.set_leading(True)
+    operator.node_event(node("gpu-0"))
+    operator.pod_event(pod("a", 1))
+    operator.pod_event(pod("big", 9))
+    operator.listed()
+    walked: list[str] = []
+    walk = operator.loop.queue_statuses
+    monkeypatch.setattr(operator.loop, "queue_statuses", lambda: walked.append("statuses") or walk())
+    operator.publish_status()
+    await eventually(lambda: bool(fake.requests("PATCH", "/pods/big/status")))
+    assert walked == []
+    operator.queue_event({"metadata": {"name": "default", "uid": "u"}, "spec": {}})
+    operator.publish_status()
+    await eventually(lambda: bool(fake.requests("PATCH", "/queues/default/status")))
+    assert walked == ["statuses"]
+
+
 async def test_a_bad_gpu_topology_annotation_is_told_on_the_node(fake: FakeApiServer, operator: Operator) -> None:
     operator.set_leading(True)
     bad = node("gpu-0")
