@@ -332,6 +332,27 @@ def test_greedy_finds_the_exact_choice_on_the_sample_nodes(topo: GpuTopology) ->
             assert gputopo.set_tightness(topo, greedy) == gputopo.set_tightness(topo, exact), (free, k)
 
 
+def test_an_answer_is_remembered_per_topology_and_question(monkeypatch: pytest.MonkeyPatch) -> None:
+    computed: list[tuple[int, ...]] = []
+    compute = gputopo._tightest_set
+
+    def counting(topo: GpuTopology, free: Any, k: int, exact_limit: int) -> tuple[int, ...]:
+        computed.append(tuple(free))
+        return compute(topo, free, k, exact_limit)
+
+    monkeypatch.setattr(gputopo, "_tightest_set", counting)
+    monkeypatch.setattr(gputopo, "_TIGHTEST", {})
+    first = gputopo.tightest_set(PCIE, [1, 2, 3, 5, 6, 7], 2)
+    assert gputopo.tightest_set(PCIE, [1, 2, 3, 5, 6, 7], 2) == first and len(computed) == 1
+    # Another question, or the same of another topology (an equal one read again), is computed.
+    gputopo.tightest_set(PCIE, [1, 2, 3, 5, 6, 7], 3)
+    again = nvidia_smi.read(sample("pcie-l40s-2numa.txt"))
+    assert gputopo.tightest_set(again, [1, 2, 3, 5, 6, 7], 2) == first and len(computed) == 3
+    monkeypatch.setattr(gputopo, "_TIGHTEST_KEPT", 3)
+    gputopo.tightest_set(PAIRS, [0, 1], 1)  # a fourth: the memo starts over rather than grow
+    assert len(gputopo._TIGHTEST) == 1
+
+
 # --- the exact choice against a slow twin ----------------------------------------------------------------------
 
 

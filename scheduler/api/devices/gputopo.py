@@ -329,6 +329,12 @@ def set_tightness(topo: GpuTopology, gpus: Sequence[int]) -> SetTightness:
     return SetTightness(*(int(key[0]) for key in keys))
 
 
+#: Answers of :func:`tightest_set` by (topology's id, free GPUs, k, limit): the topology kept with each (so that
+#: its id stays its own) and the set. Nodes of one model ask the same few questions at every placement.
+_TIGHTEST: dict[tuple[int, tuple[int, ...], int, int], tuple[GpuTopology, tuple[int, ...]]] = {}
+_TIGHTEST_KEPT = 4096
+
+
 def tightest_set(topo: GpuTopology, free: Sequence[int], k: int, *, exact_limit: int = EXACT_LIMIT) -> tuple[int, ...]:
     """The ``k`` GPUs among ``free`` for a pod that wants ``k``, in ascending order.
 
@@ -336,8 +342,20 @@ def tightest_set(topo: GpuTopology, free: Sequence[int], k: int, *, exact_limit:
     node), then by :func:`fragmentation_cost` (least first), then by the lowest indices. Exact when there are at
     most ``exact_limit`` candidate sets (always, on nodes of up to 16 GPUs). Above that, greedy: from each free GPU
     grow a set by adding the GPU that keeps it best ranked, then swap one GPU in and one out while that improves
-    it; the best of these sets is returned, which is not proven best.
+    it; the best of these sets is returned, which is not proven best. Remembered (the answer depends on nothing else).
     """
+    key = (id(topo), tuple(free), k, exact_limit)
+    found = _TIGHTEST.get(key)
+    if found is not None and found[0] is topo:
+        return found[1]
+    chosen = _tightest_set(topo, free, k, exact_limit)
+    if len(_TIGHTEST) >= _TIGHTEST_KEPT:
+        _TIGHTEST.clear()
+    _TIGHTEST[key] = (topo, chosen)
+    return chosen
+
+
+def _tightest_set(topo: GpuTopology, free: Sequence[int], k: int, exact_limit: int) -> tuple[int, ...]:
     pool = _free_array(topo, free)
     if not 0 <= k <= len(pool):
         raise ValueError(f"{k} GPUs asked for; {len(pool)} free")
