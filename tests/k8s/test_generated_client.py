@@ -11,7 +11,8 @@ import subprocess
 import sys
 
 
-def _run(code: str) -> dict[str, object]:
+def fresh_interpreter(code: str) -> dict[str, object]:
+    """Run ``code`` in a new interpreter; its last line of output, read as JSON."""
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -29,7 +30,7 @@ def test_the_operator_imports_neither_the_dashboard_nor_the_generated_client_it_
         " 'scheduler.dashboard.pages', 'scheduler.dashboard.cluster_map'))\n"
         "print(json.dumps({'models': len(models), 'apis': apis, 'board': board}))\n"
     )
-    loaded = _run(code)
+    loaded = fresh_interpreter(code)
     assert loaded["board"] == []
     models = loaded["models"]
     assert isinstance(models, int) and models <= 2  # of some 700: kopf's look at V1ObjectMeta and V1OwnerReference
@@ -64,7 +65,7 @@ def test_every_name_is_still_there_and_the_same_as_an_eager_import_gives() -> No
         "    'loader': callable(config.load_kube_config),\n"
         "}))\n"
     )
-    found = _run(code)
+    found = fresh_interpreter(code)
     assert found["same"] is True
     assert found["pod"] == ["V1Pod", "p", "c"]
     assert found["rest"] == "kubernetes_asyncio.client.rest"

@@ -7,18 +7,11 @@ The tests of the whole import run a fresh interpreter: this one has imported aio
 from __future__ import annotations
 
 import importlib
-import json
 import ssl
-import subprocess
 import sys
 
 from scheduler.k8s import lean_imports
-
-
-def _run(code: str) -> dict[str, object]:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+from tests.k8s.test_generated_client import fresh_interpreter
 
 
 def test_the_operator_loads_no_ca_store_urllib3_thread_pool_or_date_parser_until_they_are_used() -> None:
@@ -48,7 +41,7 @@ def test_the_operator_loads_no_ca_store_urllib3_thread_pool_or_date_parser_until
         "    'modules': [type(sys.modules[name]).__name__ for name in deferred],\n"
         "}))\n"
     )
-    found = _run(code)
+    found = fresh_interpreter(code)
     assert found["loaded"] == []
     # Both contexts wait with their uses shadowed on the instance, no CA loaded yet.
     assert found["before"] == [len(lean_imports._CONTEXT_USES)] * 2
