@@ -143,8 +143,8 @@ class Tenancy:
         #: The integer sum of ``_outside``.
         self._outside_exact: dict[str, int] = {}
         self._capacity: Vector = {}
-        #: :meth:`capacity` as last computed, and at which (nodes' version, outside pods' version).
-        self._capacity_at: tuple[tuple[int, int], Vector] | None = None
+        #: :meth:`capacity` as last computed, and at which (nodes' version, columns, outside pods' version).
+        self._capacity_at: tuple[tuple[int, int, int], Vector] | None = None
         self._outside_version = 0
         #: Fair shares for the gate (per demand variant, queue and resource); None when allocation or demand
         #: changed since.
@@ -358,9 +358,10 @@ class Tenancy:
         zero); GPUs in GPUs: whole GPUs, and MIG devices as their share of a GPU (the GPU slots of single-strategy
         nodes, and the mixed strategy's ``nvidia.com/mig-<profile>``), as queues count them.
 
-        Computed again only when a node or another scheduler's pod changed since (the queues' ranks ask after every
-        placement, and the sums over every node were most of that)."""
-        at = (self.cache.nodes_version, self._outside_version)
+        Computed again only when a node, a resource column (a pod may ask for a resource no node has) or another
+        scheduler's pod changed since: the queues' ranks ask after every placement, and the sums over every node were
+        most of that."""
+        at = (self.cache.nodes_version, len(self.cache.columns), self._outside_version)
         if self._capacity_at is not None and self._capacity_at[0] == at:
             return dict(self._capacity_at[1])
         a = self.cache.arrays

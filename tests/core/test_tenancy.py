@@ -725,3 +725,8 @@ def test_the_shared_capacity_follows_every_node_change_and_not_the_placements() 
     assert loop.tenancy.capacity()["nvidia.com/gpu"] == 16.0 and loop.tenancy.capacity()["cpu"] == 96_000.0
     loop.tenancy.capacity()["cpu"] = 0.0  # a caller's copy: what the queues share is not changed by it
     assert loop.tenancy.capacity()["cpu"] == 96_000.0
+    # A pod asking for a resource no node has adds its column: shared, as before, at 0.
+    raw = objects.pod("odd", gpus=0)
+    raw["spec"]["containers"][0]["resources"]["requests"]["example.com/widget"] = "1"
+    cluster.cache.request_vector(api_pod.parse_pod(raw))
+    assert loop.tenancy.capacity()["example.com/widget"] == 0.0
