@@ -142,7 +142,6 @@ class Tenancy:
         self._outside: dict[str, dict[str, int]] = {}
         #: The integer sum of ``_outside``.
         self._outside_exact: dict[str, int] = {}
-        self._capacity: Vector = {}
         #: :meth:`capacity` as last computed, and at which (nodes' version, columns, outside pods' version).
         self._capacity_at: tuple[tuple[int, int, int], Vector] | None = None
         self._outside_version = 0
@@ -493,13 +492,12 @@ class Tenancy:
         """Sort key of a leaf: below its guarantee first, then the hierarchical path of borrowed shares over weight
         (``scheduler.queue.fairshare.leaf_keys``); a name that is not a leaf goes last."""
         if self._stale:
-            self._capacity = self.capacity()
             history = {
                 leaf: (self.history.average(leaf) if self.history.half_life(leaf) > 0 else None)
                 for leaf in self.tree.leaves()
             }
             self._rank = fairshare.leaf_keys(
-                self.tree, allocated=self.allocated, capacity=self._capacity, decayed_usage=history
+                self.tree, allocated=self.allocated, capacity=self.capacity(), decayed_usage=history
             )
             self._stale = False
         return self._rank.get(leaf, (2, [(0.0, 0, leaf)]))
