@@ -32,6 +32,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from scheduler.api.basics.errors import InvalidObject
+from scheduler.k8s import http1
 
 log = structlog.get_logger(__name__)
 
@@ -177,6 +178,8 @@ class Client:
         self.core = k8s_client.CoreV1Api(api)
         self.policy = k8s_client.PolicyV1Api(api)
         self.custom = k8s_client.CustomObjectsApi(api)
+        #: The connections of :data:`DIRECT`'s writes: None until the first, False where a proxy is set.
+        self._pool: http1.Pool | bool | None = None
 
     async def call(self, method: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Answer:
         """Call a generated API method after a token; never raises for an HTTP status or a lost connection.
@@ -195,27 +198,37 @@ class Client:
                         and kwargs.keys() <= _DIRECT_ARGS
                         and getattr(method, "__self__", None) is self.core
                     ):
-                        response = await self._send(*route, **kwargs)
+                        status, raw, retry_after = await self._send(*route, **kwargs)
                     else:
                         response = await method(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
-                    async with response:
-                        raw = await response.read()
-                        status = int(response.status)
-                        retry_after = _seconds(response.headers.get("Retry-After"))
+                        async with response:
+                            raw = await response.read()
+                            status = int(response.status)
+                            retry_after = _seconds(response.headers.get("Retry-After"))
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 return Answer(status=0, error=f"{type(exc).__name__}: {exc}".rstrip(": "))
         return Answer(status=status, body=_json(raw), retry_after=retry_after)
 
-    async def _send(self, verb: str, path: str, *, body: Any, **names: str) -> Any:
-        """One request of :data:`DIRECT` through the ApiClient's session, as its generated method would send it: the
-        path's names quoted, the JSON body, the ApiClient's headers (its User-Agent) and credentials (a token read
-        afresh where the kubeconfig says so), its proxy and TLS server name; the aiohttp response, not read."""
+    async def _send(self, verb: str, path: str, *, body: Any, **names: str) -> tuple[int, bytes, float]:
+        """One request of :data:`DIRECT`, as its generated method would send it: the path's names quoted, the JSON
+        body, the ApiClient's headers (its User-Agent) and credentials (a token read afresh where the kubeconfig says
+        so); sent on the client's own connections (``scheduler.k8s.http1``), or through the ApiClient's aiohttp
+        session, with its proxy, where one is set. Returns the status, the body and the ``Retry-After`` seconds."""
         api = self.api
-        url = api.configuration.host + path.format(**{k: urllib.parse.quote(v, safe="") for k, v in names.items()})
+        quoted = path.format(**{k: urllib.parse.quote(v, safe="") for k, v in names.items()})
         headers = {**api.default_headers, "Accept": "application/json", "Content-Type": "application/json"}
         await api.update_params_for_auth(headers, [], ["BearerToken"])
         if not isinstance(body, Mapping):
             body = api.sanitize_for_serialization(body)  # a generated model, as the generated method takes it
+        data = orjson.dumps(body)
+        if self._pool is None:
+            # Where aiohttp would use a proxy, the writes go through it as every other request does.
+            rest = api.rest_client
+            proxied = rest.proxy or rest.pool_manager.trust_env
+            self._pool = False if proxied else http1.Pool.of(api.configuration, server_hostname=rest.server_hostname)
+        if isinstance(self._pool, http1.Pool):
+            reply = await self._pool.request(verb, quoted, headers=headers, body=data)
+            return reply.status, reply.body, _seconds(reply.retry_after)
         rest = api.rest_client
         options: dict[str, Any] = {}
         if rest.proxy:
@@ -225,9 +238,11 @@ class Client:
         if rest.server_hostname:
             options["server_hostname"] = rest.server_hostname
         timeout = aiohttp.ClientTimeout(total=self.timeout)
-        return await rest.pool_manager.request(
-            verb, url, headers=headers, data=orjson.dumps(body), timeout=timeout, **options
+        response = await rest.pool_manager.request(
+            verb, api.configuration.host + quoted, headers=headers, data=data, timeout=timeout, **options
         )
+        async with response:
+            return int(response.status), await response.read(), _seconds(response.headers.get("Retry-After"))
 
     async def patch(
         self, method: Callable[..., Awaitable[Any]], /, *args: Any, body: Any, strategic: bool = False, **names: Any
@@ -238,6 +253,8 @@ class Client:
         return await self.call(method, *args, body=body, _content_type=f"application/{kind}+json", **names)
 
     async def close(self) -> None:
+        if isinstance(self._pool, http1.Pool):
+            self._pool.close()
         await self.api.close()
 
 

@@ -31,10 +31,11 @@ def client_for(
 ) -> k8s.Client:
     """A :class:`scheduler.k8s.client.Client` for a server that needs no credentials (a fake one), sending
     ``agent`` as its User-Agent when given; gpusched's own clients come from a kubeconfig or the in-cluster files
-    (:func:`scheduler.k8s.client.connect`)."""
+    (:func:`scheduler.k8s.client.connect`), which makes it the same way otherwise."""
     api = k8s_client.ApiClient(configuration=k8s_client.Configuration(host=url))
     if agent:
         api.user_agent = agent
+    k8s._skip_env_lookups(api)  # as connect() does: the hot writes then go out on the client's own connections
     return k8s.Client(api, limiter=limiter, timeout=timeout, in_flight=in_flight)
 
 
