@@ -43,7 +43,6 @@ from scheduler.api.objects import admission, workloads
 from scheduler.api.objects import affinity as api_affinity
 from scheduler.api.objects import node as api_node
 from scheduler.api.objects import pdb as api_pdb
-from scheduler.api.objects import pod as api_pod
 from scheduler.api.objects.pod import PodRequest
 from scheduler.cache import dra_gpus
 from scheduler.core.hints import ClusterEvent
@@ -52,6 +51,7 @@ from scheduler.k8s import status as k8s_status
 from scheduler.k8s.context import OperatorContext
 from scheduler.k8s.feeds import numa_zones
 from scheduler.k8s.feeds.grouper import Grouper
+from scheduler.k8s.feeds.pod_parses import PodParses
 from scheduler.k8s.ports import device_claims, volume_binding
 from scheduler.k8s.publisher import StatusPublisher
 
@@ -111,6 +111,8 @@ class PodFeed:
         #: Pods of ours held by scheduling gates (waiting for admission: Kueue's, for one), never tried: key -> who
         #: holds them.
         self.gated: dict[str, admission.Gated] = {}
+        #: Each pod's last parse, for its next version (a bound pod's come with nothing scheduling reads changed).
+        self.parses = PodParses()
         #: Nodes whose ``gpusched.io/gpu-topology`` was refused, with the message last told.
         self._node_problems: dict[str, str] = {}
         #: Claims, volumes, classes and CSINodes into the cache (``scheduler.k8s.ports.volume_binding``).
@@ -212,12 +214,13 @@ class PodFeed:
         self.gated.pop(key, None)
         try:
             if spec.get("nodeName"):
-                # A bound pod counts on its node whatever its annotations say now (scheduler.api.objects.pod).
-                pod, problems = api_pod.parse_bound_pod(body)
+                # A bound pod counts on its node whatever its annotations say now (scheduler.api.objects.pod). The
+                # thousands of the first listing are not kept for their next versions.
+                pod, problems = self.parses.bound(key, body, keep=self.ready)
                 for problem in problems:
                     self.invalid("pod", key, problem)
             else:
-                pod = api_pod.parse_pod(body, scheduler_name=self.scheduler_name)
+                pod = self.parses.pending(key, body, scheduler_name=self.scheduler_name)
         except InvalidObject as exc:
             self.invalid("pod", key, exc, report=ours or bool(spec.get("nodeName")))
             if ours and not spec.get("nodeName"):
@@ -300,6 +303,7 @@ class PodFeed:
         return self.uids.get(f"{word} {key}", "")
 
     def _pod_gone(self, key: str, *, finished: str = "") -> None:
+        self.parses.forget(key)
         self.pending.pop(key, None)
         self.gated.pop(key, None)
         self.unreadable_pods.pop(key, None)
