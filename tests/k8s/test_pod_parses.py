@@ -26,6 +26,7 @@ def version(base: dict[str, Any], changes: list[tuple[str, Any]]) -> dict[str, A
     where: dict[str, tuple[dict[str, Any], str]] = {
         "node": (spec, "nodeName"),
         "priority": (spec, "priority"),
+        "claims": (spec, "resourceClaims"),
         "phase": (status, "phase"),
         "reason": (status, "reason"),
         "startTime": (status, "startTime"),
@@ -38,11 +39,22 @@ def version(base: dict[str, Any], changes: list[tuple[str, Any]]) -> dict[str, A
         "managedFields": (meta, "managedFields"),
         "milli": (meta["annotations"], "gpusched.io/gpu-milli"),
         "runtime": (meta["annotations"], "gpusched.io/expected-runtime"),
+        "ids": (meta["annotations"], "gpusched.io/gpu-ids"),
+        "kind": (raw, "kind"),
         "team": (meta.setdefault("labels", {}), "team"),
     }
+    asked = spec["containers"][0]["resources"]
     for what, value in changes:
-        if what == "cpu":
-            spec["containers"][0]["resources"]["requests"]["cpu"] = value
+        if what in ("cpu", "fpga", "gpus"):
+            holder, name = {
+                "cpu": (asked["requests"], "cpu"),
+                "fpga": (asked["requests"], "example.com/fpga"),
+                "gpus": (asked.setdefault("limits", {}), "nvidia.com/gpu"),
+            }[what]
+            if value is None:
+                holder.pop(name, None)
+            else:
+                holder[name] = value
             continue
         holder, name = where[what]
         if value is None:
@@ -68,7 +80,12 @@ CHANGES = st.one_of(
     st.tuples(st.just("milli"), st.sampled_from([None, "500", "250", "lots"])),
     st.tuples(st.just("runtime"), st.sampled_from([None, "3600", "an hour"])),
     st.tuples(st.just("team"), st.sampled_from([None, "a", "b"])),
+    st.tuples(st.just("ids"), st.sampled_from([None, "0", "1,2", "one", "1,1"])),
+    st.tuples(st.just("kind"), st.sampled_from([None, "Pod"])),
     st.tuples(st.just("cpu"), st.sampled_from(["1", "2", "a lot"])),
+    st.tuples(st.just("fpga"), st.sampled_from([None, "1"])),
+    st.tuples(st.just("claims"), st.sampled_from([None, [{"name": "gpu", "resourceClaimName": "p-gpu"}]])),
+    st.tuples(st.just("gpus"), st.sampled_from([None, "1", "2"])),
 )
 
 
@@ -106,6 +123,23 @@ def kept(parses: PodParses, raw: dict[str, Any], *, keep: bool) -> tuple[str, ob
     scheduler=OURS,
     versions=[([("node", "gpu-0"), ("runtime", "an hour")], True), ([("node", None)], True)],
 )
+# GPU indices that count a pod's GPUs (an extended resource asked, no GPU by the device plugin), given, then changed.
+@example(
+    scheduler=OURS,
+    versions=[
+        ([("gpus", None), ("fpga", "1"), ("node", "gpu-0")], True),
+        ([("ids", "0")], True),
+        ([("ids", "1,2")], True),
+    ],
+)
+# Indices given to a pod of ours that waits with a claim and GPUs by the device plugin (refused without them).
+@example(
+    scheduler=OURS,
+    versions=[
+        ([("ids", "0"), ("claims", [{"name": "gpu", "resourceClaimName": "p-gpu"}])], True),
+        ([("ids", None)], True),
+    ],
+)
 def test_every_version_reads_as_a_whole_parse_reads_it(
     scheduler: str, versions: list[tuple[list[tuple[str, Any]], bool]]
 ) -> None:
@@ -119,7 +153,8 @@ def test_every_version_reads_as_a_whole_parse_reads_it(
 
 
 def started(base: dict[str, Any], *, node: str, rv: str, running: bool) -> dict[str, Any]:
-    changes: list[tuple[str, Any]] = [("node", node), ("resourceVersion", rv)]
+    # A watch event's version, with its kind; the binding wrote the GPUs' indices.
+    changes: list[tuple[str, Any]] = [("node", node), ("resourceVersion", rv), ("kind", "Pod"), ("ids", "3")]
     if running:
         changes += [
             ("phase", "Running"),
@@ -131,7 +166,8 @@ def started(base: dict[str, Any], *, node: str, rv: str, running: bool) -> dict[
 
 
 def test_a_pod_scheduled_and_started_is_parsed_whole_once() -> None:
-    # Waiting (listed or added), bound by us, then started by the kubelet: one whole parse, two versions read from it.
+    # Waiting (listed: no kind), bound by us (the GPUs' indices written), then started by the kubelet: one whole
+    # parse, two versions read from it.
     waiting = version(objects.pod("p", gpus=1), [("resourceVersion", "1"), ("qosClass", "Burstable")])
     parses = PodParses()
     first = parses.pending("default/p", waiting, scheduler_name=OURS)
@@ -139,6 +175,7 @@ def test_a_pod_scheduled_and_started_is_parsed_whole_once() -> None:
     running, problems = parses.bound("default/p", started(waiting, node="gpu-0", rv="3", running=True))
     assert (parses.parsed, parses.reused) == (1, 2)
     assert (first.node_name, bound.node_name, running.node_name) == ("", "gpu-0", "gpu-0")
+    assert (first.gpu_ids, bound.gpu_ids, bound.annotations["gpusched.io/gpu-ids"]) == ((), (3,), "3")
     assert (running.phase, running.started, problems) == ("Running", 1796637600.0, ())
     # A change the parse reads is read whole.
     relabelled = version(started(waiting, node="gpu-0", rv="4", running=True), [("team", "a")])
@@ -161,12 +198,18 @@ def test_what_is_kept_is_bounded_and_the_first_listings_running_pods_are_not_kep
     assert len(parses) == 1
 
 
-@pytest.mark.parametrize("what", sorted(api_pod._UNREAD_STATUS | api_pod._UNREAD_META))
+UNREAD_TOP = sorted(api_pod._UNREAD_TOP - {"metadata", "spec", "status"})
+
+
+@pytest.mark.parametrize("what", sorted(api_pod._UNREAD_STATUS | api_pod._UNREAD_META) + UNREAD_TOP)
 def test_what_is_left_out_of_the_digest_is_read_by_no_parse(what: str) -> None:
     # Each part left out, set to something else: the whole parse is the same (were one read, it would not be).
     raw = objects.pod("p", gpus=1, node_name="gpu-0")
     raw["status"] = {"phase": "Running"}
     changed = copy.deepcopy(raw)
-    (changed["metadata"] if what in api_pod._UNREAD_META else changed["status"])[what] = [{"x": what}]
+    holder = (
+        changed if what in UNREAD_TOP else changed["metadata"] if what in api_pod._UNREAD_META else changed["status"]
+    )
+    holder[what] = [{"x": what}]
     assert api_pod.parts_read(raw) == api_pod.parts_read(changed)
     assert whole(changed) == whole(raw)

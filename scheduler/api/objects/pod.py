@@ -565,8 +565,9 @@ def parse_bound_pod(raw: Mapping[str, object]) -> tuple[PodRequest, tuple[Invali
 
 
 #: What the kubelet writes of a pod as it starts and runs, and no parse reads: its conditions, its containers'
-#: states, its addresses, its status message. With the metadata's resourceVersion and managedFields, the only parts
-#: of a pod :func:`parts_read` leaves out, besides what :func:`moved` reads afresh.
+#: states, its addresses, its status message. With the metadata's resourceVersion and managedFields, and the kind and
+#: apiVersion (a listing's items come without them, a watch event's with them), the only parts of a pod
+#: :func:`parts_read` leaves out, besides what :func:`moved` reads afresh.
 _UNREAD_STATUS = frozenset(
     {
         "conditions",
@@ -581,23 +582,31 @@ _UNREAD_STATUS = frozenset(
     }
 )
 _UNREAD_META = frozenset({"resourceVersion", "managedFields"})
-#: What a parse reads of a pod that moves as it is scheduled and starts: its node, phase, reason and start time.
+_UNREAD_TOP = frozenset({"kind", "apiVersion", "metadata", "spec", "status"})
+#: What a parse reads of a pod that moves as it is scheduled and starts: its node, phase, reason and start time, and
+#: the GPUs gpusched gave it (its binding writes the ``gpusched.io/gpu-ids`` annotation).
 _MOVING_STATUS = frozenset({"phase", "reason", "startTime"})
 
 
 def parts_read(raw: Mapping[str, object]) -> tuple[object, ...]:
-    """Every part of ``raw`` a parse may read, but its node, phase, reason and start time (:func:`moved`): two
-    versions of one pod with equal parts parse to the same pod but for those four.
+    """Every part of ``raw`` a parse may read, but what moves as the pod is scheduled and starts (:func:`moved`):
+    two versions of one pod with equal parts parse to the same pod but for those.
 
-    Everything is kept but the few parts named in :data:`_UNREAD_STATUS` and :data:`_UNREAD_META`, which change as a
-    pod runs and which no parse reads: a part that a parse comes to read is in here without anyone remembering to
-    add it, unless it is one of those (``tests/api/objects/test_pod_moves.py`` parses each of them changed)."""
+    Everything is kept but the few parts named in :data:`_UNREAD_STATUS`, :data:`_UNREAD_META` and
+    :data:`_UNREAD_TOP`, which change as a pod runs and which no parse reads: a part that a parse comes to read is in
+    here without anyone remembering to add it, unless it is one of those (``tests/k8s/test_pod_parses.py`` parses
+    each of them changed)."""
     meta = raw.get("metadata")
     spec = raw.get("spec")
     status = raw.get("status")
+    if isinstance(meta, Mapping):
+        annotations = meta.get("annotations")
+        meta = {key: value for key, value in meta.items() if key not in _UNREAD_META}
+        if isinstance(annotations, Mapping) and ANNOTATION_GPU_IDS in annotations:
+            meta["annotations"] = {key: value for key, value in annotations.items() if key != ANNOTATION_GPU_IDS}
     return (
-        {key: value for key, value in raw.items() if key not in ("metadata", "spec", "status")},
-        {key: value for key, value in meta.items() if key not in _UNREAD_META} if isinstance(meta, Mapping) else meta,
+        {key: value for key, value in raw.items() if key not in _UNREAD_TOP},
+        meta,
         {key: value for key, value in spec.items() if key != "nodeName"} if isinstance(spec, Mapping) else spec,
         (
             {key: value for key, value in status.items() if key not in _UNREAD_STATUS and key not in _MOVING_STATUS}
@@ -607,11 +616,16 @@ def parts_read(raw: Mapping[str, object]) -> tuple[object, ...]:
     )
 
 
-def moved(pod: PodRequest, raw: Mapping[str, object]) -> PodRequest:
-    """``pod``, parsed from another version of the same pod with equal :func:`parts_read`, as ``raw`` parses: its node,
-    phase, reason and start time read afresh. A pod waiting for a node whose version parsed as ``pod`` parses as it
-    does on a node (what only a pending pod is refused for was refused then); the other way round, a pod on a node
-    never comes back to wait, and a pending pod is parsed whole once it is (``scheduler.k8s.feeds.pod_parses``)."""
+def moved(pod: PodRequest, raw: Mapping[str, object]) -> PodRequest | None:
+    """``pod``, parsed whole (no problem left out) from another version of the same pod with equal
+    :func:`parts_read`, as ``raw`` parses: its node, phase, reason, start time and GPU indices read afresh. None
+    where only a whole parse can tell: GPU indices that change once given, that count the pod's GPUs (a pod asking
+    for them through claims or extended resources only), or that cannot be read.
+
+    A pod waiting for a node whose version parsed as ``pod`` parses as it does on a node (what only a pending pod is
+    refused for was refused then); the other way round, a pod on a node never comes back to wait, and a pending pod is
+    parsed whole once it is (``scheduler.k8s.feeds.pod_parses``)."""
+    meta = raw.get("metadata")
     spec = raw.get("spec")
     status = raw.get("status")
     node = str(spec.get("nodeName") or "") if isinstance(spec, Mapping) else ""
@@ -619,11 +633,24 @@ def moved(pod: PodRequest, raw: Mapping[str, object]) -> PodRequest:
     phase = str(status.get("phase") or "Pending")
     reason = str(status.get("reason") or "")
     started = fields.unix_time(status.get("startTime"))
-    if (node, phase, reason, started) == (pod.node_name, pod.phase, pod.status_reason, pod.started):
-        return pod
-    return dataclasses.replace(
-        pod, node_name=sys.intern(node), phase=sys.intern(phase), status_reason=reason, started=started
-    )
+    changes: dict[str, object] = {}
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    given = annotations.get(ANNOTATION_GPU_IDS) if isinstance(annotations, Mapping) else None
+    if given != pod.annotations.get(ANNOTATION_GPU_IDS):
+        # Indices changed once given, or that would count a pod's GPUs (its claims' or extended resources' when it
+        # asks for none by the device plugin): read whole.
+        counted = (pod.resource_claims or pod.extended_asks) and not pod.gpu.count
+        if pod.gpu_ids or counted or not isinstance(given, str | None):
+            return None
+        try:
+            kept = _str_map(annotations, obj=f"pod {pod.key}", field="metadata.annotations")
+            changes["gpu_ids"] = _gpu_ids(kept, obj=f"pod {pod.key}")
+        except InvalidObject:
+            return None
+        changes["annotations"] = kept
+    if (node, phase, reason, started) != (pod.node_name, pod.phase, pod.status_reason, pod.started):
+        changes.update(node_name=sys.intern(node), phase=sys.intern(phase), status_reason=reason, started=started)
+    return dataclasses.replace(pod, **changes) if changes else pod  # type: ignore[arg-type]
 
 
 def run_time_problems(raw: Mapping[str, object], pod: PodRequest) -> tuple[InvalidObject, ...]:

@@ -4,8 +4,9 @@ that scheduling reads.
 After its binding, a pod's watch events are the kubelet's record of it (its phase, start time, conditions, its
 containers' states): each was parsed whole, 5 to 6% of the scheduler's CPU under a backlog of pods
 (docs/performance.md). :class:`PodParses` keeps the last parse of each pod with a digest of every part a parse reads
-but the four that move (``scheduler.api.objects.pod.parts_read``); a version with the same digest is the kept pod
-with those four read afresh (``pod.moved``), and any other is parsed whole.
+but those that move as it is scheduled and starts (``scheduler.api.objects.pod.parts_read``: its node, phase, reason,
+start time, and the GPU indices its binding wrote); a version with the same digest is the kept pod with those read
+afresh (``pod.moved``), and any other is parsed whole.
 
 What it keeps is bounded (:data:`KEPT`, the pods changed last): a pod scheduled and started sends its versions within
 moments. The pods of the first listing are not kept unless they wait for a node, so that a start among thousands of
@@ -48,8 +49,10 @@ class PodParses:
         parse for the pod's next version."""
         last = self._kept.pop(key, None)
         digest = _digest(raw) if keep or last is not None else None
-        if last is not None and digest is not None and last[0] == digest:
-            pod = api_pod.moved(last[1], raw)
+        # A parse that left problems out kept the pod's annotations without them: only a whole parse reads them again.
+        pod = api_pod.moved(last[1], raw) if last is not None and last[0] == digest and not last[2] else None
+        if pod is not None:
+            assert last is not None
             problems = last[2] if last[2] is not None else api_pod.run_time_problems(raw, pod)
             self.reused += 1
         else:
@@ -63,8 +66,9 @@ class PodParses:
         """A pod waiting for a node, as ``pod.parse_pod`` reads it (which raises as it does); always kept."""
         last = self._kept.pop(key, None)
         digest = _digest(raw)
-        if last is not None and digest is not None and last[0] == digest and last[2] is None:
-            pod = api_pod.moved(last[1], raw)
+        moved = api_pod.moved(last[1], raw) if last is not None and last[0] == digest and last[2] is None else None
+        if moved is not None:
+            pod = moved
             self.reused += 1
         else:
             pod = api_pod.parse_pod(raw, scheduler_name=scheduler_name)
