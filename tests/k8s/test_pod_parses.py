@@ -18,45 +18,40 @@ from tests.api import objects
 OURS = "gpusched"
 
 
+#: Where each change is made: the path to the map that holds the field, and the field.
+WHERE: dict[str, tuple[tuple[str, ...], str]] = {
+    "node": (("spec",), "nodeName"),
+    "priority": (("spec",), "priority"),
+    "claims": (("spec",), "resourceClaims"),
+    "cpu": (("spec", "containers", "0", "resources", "requests"), "cpu"),
+    "fpga": (("spec", "containers", "0", "resources", "requests"), "example.com/fpga"),
+    "gpus": (("spec", "containers", "0", "resources", "limits"), "nvidia.com/gpu"),
+    "phase": (("status",), "phase"),
+    "reason": (("status",), "reason"),
+    "startTime": (("status",), "startTime"),
+    "qosClass": (("status",), "qosClass"),
+    "conditions": (("status",), "conditions"),
+    "containerStatuses": (("status",), "containerStatuses"),
+    "podIP": (("status",), "podIP"),
+    "message": (("status",), "message"),
+    "resourceVersion": (("metadata",), "resourceVersion"),
+    "managedFields": (("metadata",), "managedFields"),
+    "milli": (("metadata", "annotations"), "gpusched.io/gpu-milli"),
+    "runtime": (("metadata", "annotations"), "gpusched.io/expected-runtime"),
+    "ids": (("metadata", "annotations"), "gpusched.io/gpu-ids"),
+    "team": (("metadata", "labels"), "team"),
+    "kind": ((), "kind"),
+}
+
+
 def version(base: dict[str, Any], changes: list[tuple[str, Any]]) -> dict[str, Any]:
     """``base`` with ``changes`` made, each (what, value); value None takes the field away."""
     raw = copy.deepcopy(base)
-    meta, spec = raw["metadata"], raw["spec"]
-    status = raw.setdefault("status", {})
-    where: dict[str, tuple[dict[str, Any], str]] = {
-        "node": (spec, "nodeName"),
-        "priority": (spec, "priority"),
-        "claims": (spec, "resourceClaims"),
-        "phase": (status, "phase"),
-        "reason": (status, "reason"),
-        "startTime": (status, "startTime"),
-        "qosClass": (status, "qosClass"),
-        "conditions": (status, "conditions"),
-        "containerStatuses": (status, "containerStatuses"),
-        "podIP": (status, "podIP"),
-        "message": (status, "message"),
-        "resourceVersion": (meta, "resourceVersion"),
-        "managedFields": (meta, "managedFields"),
-        "milli": (meta["annotations"], "gpusched.io/gpu-milli"),
-        "runtime": (meta["annotations"], "gpusched.io/expected-runtime"),
-        "ids": (meta["annotations"], "gpusched.io/gpu-ids"),
-        "kind": (raw, "kind"),
-        "team": (meta.setdefault("labels", {}), "team"),
-    }
-    asked = spec["containers"][0]["resources"]
     for what, value in changes:
-        if what in ("cpu", "fpga", "gpus"):
-            holder, name = {
-                "cpu": (asked["requests"], "cpu"),
-                "fpga": (asked["requests"], "example.com/fpga"),
-                "gpus": (asked.setdefault("limits", {}), "nvidia.com/gpu"),
-            }[what]
-            if value is None:
-                holder.pop(name, None)
-            else:
-                holder[name] = value
-            continue
-        holder, name = where[what]
+        path, name = WHERE[what]
+        holder: Any = raw
+        for step in path:
+            holder = holder[int(step)] if isinstance(holder, list) else holder.setdefault(step, {})
         if value is None:
             holder.pop(name, None)
         else:
@@ -169,6 +164,7 @@ def test_a_pod_scheduled_and_started_is_parsed_whole_once() -> None:
     # Waiting (listed: no kind), bound by us (the GPUs' indices written), then started by the kubelet: one whole
     # parse, two versions read from it.
     waiting = version(objects.pod("p", gpus=1), [("resourceVersion", "1"), ("qosClass", "Burstable")])
+    del waiting["metadata"]["annotations"]  # none, until the binding writes the GPUs' indices
     parses = PodParses()
     first = parses.pending("default/p", waiting, scheduler_name=OURS)
     bound, _ = parses.bound("default/p", started(waiting, node="gpu-0", rv="2", running=False))

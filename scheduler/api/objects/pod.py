@@ -603,7 +603,13 @@ def parts_read(raw: Mapping[str, object]) -> tuple[object, ...]:
         annotations = meta.get("annotations")
         meta = {key: value for key, value in meta.items() if key not in _UNREAD_META}
         if isinstance(annotations, Mapping) and ANNOTATION_GPU_IDS in annotations:
-            meta["annotations"] = {key: value for key, value in annotations.items() if key != ANNOTATION_GPU_IDS}
+            # As if never written: a pod with no annotation but these has none before its binding (a parse reads no
+            # annotations and empty ones alike).
+            others = {key: value for key, value in annotations.items() if key != ANNOTATION_GPU_IDS}
+            if others:
+                meta["annotations"] = others
+            else:
+                del meta["annotations"]
     return (
         {key: value for key, value in raw.items() if key not in _UNREAD_TOP},
         meta,
