@@ -602,9 +602,9 @@ def parts_read(raw: Mapping[str, object]) -> tuple[object, ...]:
     if isinstance(meta, Mapping):
         annotations = meta.get("annotations")
         meta = {key: value for key, value in meta.items() if key not in _UNREAD_META}
-        if isinstance(annotations, Mapping) and ANNOTATION_GPU_IDS in annotations:
-            # As if never written: a pod with no annotation but these has none before its binding (a parse reads no
-            # annotations and empty ones alike).
+        if isinstance(annotations, Mapping) and (not annotations or ANNOTATION_GPU_IDS in annotations):
+            # The GPU indices as if never written; and no annotations as none at all, as a parse reads them: a pod
+            # with no annotation but those had none, or an empty map, before its binding.
             others = {key: value for key, value in annotations.items() if key != ANNOTATION_GPU_IDS}
             if others:
                 meta["annotations"] = others
