@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+import structlog
 
 from scheduler.k8s import logs
 
@@ -85,3 +86,26 @@ def test_lines_of_two_threads_through_both_paths_are_written_whole_under_one_loc
     parsed = [json.loads(line) for line in lines]
     assert sum(p["event"] == "own line" for p in parsed) == 4000
     assert sum(p["logger"] == "kopf.theirs" for p in parsed) == 4000
+
+
+def test_a_json_line_holds_whatever_it_was_given(restored: None, capfd: pytest.CaptureFixture[str]) -> None:
+    # orjson writes the lines; what it cannot write (an integer beyond 64 bits) is written all the same, an object
+    # that is not JSON as its repr, keys that are not strings as strings.
+    logs.configure("json")
+    log = structlog.get_logger("gpusched.test")
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "<opaque>"
+
+    log.info("bound", pod="ns/p\u00e9", node="gpu-0", gpus=1, queue_s=0.25)
+    log.info("huge", count=2**70, by_index={3: "three"}, thing=Opaque())
+    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line.startswith("{")]
+    assert [line["event"] for line in lines] == ["bound", "huge"]
+    assert (lines[0]["pod"], lines[0]["gpus"], lines[0]["queue_s"], lines[0]["level"]) == (
+        "ns/p\u00e9",
+        1,
+        0.25,
+        "info",
+    )
+    assert (lines[1]["count"], lines[1]["by_index"], lines[1]["thing"]) == (2**70, {"3": "three"}, "<opaque>")
