@@ -77,20 +77,20 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[4]), ssl_context=tls, print
 """
 
 
-def certificate(directory: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1, and its key."""
+def certificate(directory: Path, name: str = "server") -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (its own CA), and its key: ``directory/NAME.crt`` and ``.key``."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "write-cost")])
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
+        .subject_name(subject)
+        .issuer_name(subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -99,7 +99,7 @@ def certificate(directory: Path) -> tuple[Path, Path]:
         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
         .sign(key, hashes.SHA256())
     )
-    cert_path, key_path = directory / "server.crt", directory / "server.key"
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())

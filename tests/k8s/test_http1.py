@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import ipaddress
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from kubernetes_asyncio import client as kc
 
+from benchmarks import write_cost
 from scheduler.k8s import client as k8s
 from scheduler.k8s import http1
 
@@ -38,31 +33,6 @@ async def serving(handler: Handler, *, tls: ssl.SSLContext | None = None) -> Asy
         yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
-
-
-def certificate(tmp_path: Path, name: str) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (its own CA), and its key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
 
 
 async def test_answers_come_whole_on_one_reused_connection() -> None:
@@ -179,8 +149,8 @@ async def test_a_header_that_would_break_the_request_is_refused() -> None:
 
 
 async def test_tls_is_verified_with_the_configurations_ca(tmp_path: Path) -> None:
-    cert, key = certificate(tmp_path, "server")
-    other, _ = certificate(tmp_path, "other")
+    cert, key = write_cost.certificate(tmp_path, "server")
+    other, _ = write_cost.certificate(tmp_path, "other")
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls.load_cert_chain(cert, key)
 
