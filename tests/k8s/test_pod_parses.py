@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.devices import topology_manager
 from scheduler.api.objects import pod as api_pod
+from scheduler.api.objects import pod_versions
 from scheduler.k8s.feeds.pod_parses import PodParses
 from tests.api import objects
 
@@ -194,18 +195,22 @@ def test_what_is_kept_is_bounded_and_the_first_listings_running_pods_are_not_kep
     assert len(parses) == 1
 
 
-UNREAD_TOP = sorted(api_pod._UNREAD_TOP - {"metadata", "spec", "status"})
+UNREAD_TOP = sorted(pod_versions._UNREAD_TOP - {"metadata", "spec", "status"})
 
 
-@pytest.mark.parametrize("what", sorted(api_pod._UNREAD_STATUS | api_pod._UNREAD_META) + UNREAD_TOP)
+@pytest.mark.parametrize("what", sorted(pod_versions._UNREAD_STATUS | pod_versions._UNREAD_META) + UNREAD_TOP)
 def test_what_is_left_out_of_the_digest_is_read_by_no_parse(what: str) -> None:
     # Each part left out, set to something else: the whole parse is the same (were one read, it would not be).
     raw = objects.pod("p", gpus=1, node_name="gpu-0")
     raw["status"] = {"phase": "Running"}
     changed = copy.deepcopy(raw)
     holder = (
-        changed if what in UNREAD_TOP else changed["metadata"] if what in api_pod._UNREAD_META else changed["status"]
+        changed
+        if what in UNREAD_TOP
+        else changed["metadata"]
+        if what in pod_versions._UNREAD_META
+        else changed["status"]
     )
     holder[what] = [{"x": what}]
-    assert api_pod.parts_read(raw) == api_pod.parts_read(changed)
+    assert pod_versions.parts_read(raw) == pod_versions.parts_read(changed)
     assert whole(changed) == whole(raw)

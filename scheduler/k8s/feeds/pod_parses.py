@@ -4,9 +4,9 @@ that scheduling reads.
 After its binding, a pod's watch events are the kubelet's record of it (its phase, start time, conditions, its
 containers' states): each was parsed whole, 5 to 6% of the scheduler's CPU under a backlog of pods
 (docs/performance.md). :class:`PodParses` keeps the last parse of each pod with a digest of every part a parse reads
-but those that move as it is scheduled and starts (``scheduler.api.objects.pod.parts_read``: its node, phase, reason,
-start time, and the GPU indices its binding wrote); a version with the same digest is the kept pod with those read
-afresh (``pod.moved``), and any other is parsed whole.
+but those that move as it is scheduled and starts (``scheduler.api.objects.pod_versions.parts_read``: its node,
+phase, reason, start time, and the GPU indices its binding wrote); a version with the same digest is the kept pod
+with those read afresh (``pod_versions.moved``), and any other is parsed whole.
 
 What it keeps is bounded (:data:`KEPT`, the pods changed last): a pod scheduled and started sends its versions within
 moments. The pods of the first listing are not kept unless they wait for a node, so that a start among thousands of
@@ -23,6 +23,7 @@ import orjson
 
 from scheduler.api.basics.errors import InvalidObject
 from scheduler.api.objects import pod as api_pod
+from scheduler.api.objects import pod_versions
 from scheduler.api.objects.pod import PodRequest
 
 #: How many pods' parses are kept, the pods seen last.
@@ -50,7 +51,7 @@ class PodParses:
         last = self._kept.pop(key, None)
         digest = _digest(raw) if keep or last is not None else None
         # A parse that left problems out kept the pod's annotations without them: only a whole parse reads them again.
-        pod = api_pod.moved(last[1], raw) if last is not None and last[0] == digest and not last[2] else None
+        pod = pod_versions.moved(last[1], raw) if last is not None and last[0] == digest and not last[2] else None
         if pod is not None:
             assert last is not None
             problems = last[2] if last[2] is not None else api_pod.run_time_problems(raw, pod)
@@ -66,7 +67,7 @@ class PodParses:
         """A pod waiting for a node, as ``pod.parse_pod`` reads it (which raises as it does); always kept."""
         last = self._kept.pop(key, None)
         digest = _digest(raw)
-        moved = api_pod.moved(last[1], raw) if last is not None and last[0] == digest and last[2] is None else None
+        moved = pod_versions.moved(last[1], raw) if last is not None and last[0] == digest and last[2] is None else None
         if moved is not None:
             pod = moved
             self.reused += 1
@@ -92,7 +93,7 @@ class PodParses:
 def _digest(raw: Mapping[str, Any]) -> bytes | None:
     """A digest of what a parse reads of ``raw`` but what moves; None for what cannot be written as JSON."""
     try:
-        data = orjson.dumps(api_pod.parts_read(raw))
+        data = orjson.dumps(pod_versions.parts_read(raw))
     except TypeError:
         return None
     return hashlib.blake2b(data, digest_size=16).digest()
