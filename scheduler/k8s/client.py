@@ -221,15 +221,14 @@ class Client:
         if not isinstance(body, Mapping):
             body = api.sanitize_for_serialization(body)  # a generated model, as the generated method takes it
         data = orjson.dumps(body)
+        rest = api.rest_client
         if self._pool is None:
             # Where aiohttp would use a proxy, the writes go through it as every other request does.
-            rest = api.rest_client
             proxied = rest.proxy or rest.pool_manager.trust_env
             self._pool = False if proxied else http1.Pool.of(api.configuration, server_hostname=rest.server_hostname)
         if isinstance(self._pool, http1.Pool):
             reply = await self._pool.request(verb, quoted, headers=headers, body=data)
             return reply.status, reply.body, _seconds(reply.retry_after)
-        rest = api.rest_client
         options: dict[str, Any] = {}
         if rest.proxy:
             options["proxy"] = rest.proxy
