@@ -634,7 +634,7 @@ class Cache:
         else:
             if snap.arrays._open:
                 raise RuntimeError("a what-if on the previous snapshot is still open")
-            rows = np.flatnonzero(snap.arrays.gen != self.arrays.gen)
+            rows = (snap.arrays.gen != self.arrays.gen).nonzero()[0]
             if rows.size:
                 snap.arrays.copy_rows(self.arrays, rows)
         snap.columns = list(self.columns)

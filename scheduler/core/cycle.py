@@ -175,7 +175,7 @@ class Scheduler:
         if reasons is None:
             return Result(filtered.status, state=state)
         fw = self.framework
-        feasible = np.flatnonzero(reasons == layout.FIT).astype(np.int64)
+        feasible = (reasons == layout.FIT).nonzero()[0].astype(np.int64, copy=False)
         state.feasible = feasible
         if feasible.shape[0] == 0:
             if not explain:
@@ -193,7 +193,7 @@ class Scheduler:
                     normalize(state, out)
                 total += weight * out
         best = total.max()
-        ties = np.flatnonzero(total == best)
+        ties = (total == best).nonzero()[0]
         if ties.shape[0] == 1:
             pick = int(ties[0])
         elif self._random_ties:

@@ -175,7 +175,7 @@ class Topology:
         gpu_free = state.snapshot.arrays.gpu_free
         width = gpu_free.shape[1]
         which = index[nodes] if index.shape[0] >= gpu_free.shape[0] else np.full(nodes.shape[0], -1, np.int64)
-        rows = np.flatnonzero(which >= 0)
+        rows = (which >= 0).nonzero()[0]
         if rows.size == 0 or width == 0:
             return
         if width <= _TABLE_BITS:
@@ -185,7 +185,7 @@ class Topology:
             # The bits by a product with their weights: exact in floating point at this width, and BLAS's.
             masks = (free @ _BIT_WEIGHTS[:width]).astype(np.int64) & own[kinds]
             values = table[kinds, masks]
-            missing = np.flatnonzero(np.isnan(values))
+            missing = np.isnan(values).nonzero()[0]
             if missing.size:
                 for kind, mask in set(zip(kinds[missing].tolist(), masks[missing].tolist(), strict=True)):
                     table[kind, mask] = self._device_score(topologies[kind], mask, k)

@@ -296,6 +296,27 @@ def test_a_snapshot_is_a_copy_and_refreshes_only_the_rows_that_changed(monkeypat
     assert len(copied) == 1  # nothing changed since: nothing copied
 
 
+def test_a_refreshed_snapshot_equals_the_cache_in_every_array() -> None:
+    # One row changed (copied by a plain index) and then two (by a fancy one): every per-slot array of the
+    # snapshot, whichever its name, is the cache's again.
+    cache = _cache(objects.node("a", gpus=8), objects.node("b", gpus=4), objects.node("c"))
+    snap = cache.snapshot()
+
+    def arrays(view: ClusterArrays) -> dict[str, np.ndarray]:
+        return {name: value for name, value in vars(view).items() if isinstance(value, np.ndarray)}
+
+    for change in (
+        lambda: cache.upsert_pod(_bound("p", "b", cpu="4", gpus=2)),
+        lambda: (cache.upsert_pod(_bound("q", "a", gpus=1)), cache.remove_pod("default/p")),
+    ):
+        change()
+        assert cache.snapshot() is snap
+        ours, theirs = arrays(snap.arrays), arrays(cache.arrays)
+        assert ours.keys() == theirs.keys()
+        for name, value in theirs.items():
+            np.testing.assert_array_equal(ours[name], value, err_msg=name)
+
+
 def test_a_snapshot_follows_new_columns_and_nodes() -> None:
     cache = _cache(objects.node("a"))
     cache.snapshot()

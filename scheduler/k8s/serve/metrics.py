@@ -29,6 +29,7 @@ import random
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -137,6 +138,8 @@ class Metrics:
         the operator passes whether it holds the Lease."""
         #: Whether the current cycle's plugin calls are timed (:meth:`cycle_starts`).
         self.timing = True
+        #: Each instrumented framework with its plugins, timed and not (:meth:`instrument`).
+        self._instrumented: list[tuple[Framework, _Instrumented]] = []
         self._plugin_sample = plugin_sample
         self._sampler = random.Random(seed)
         self.registry = CollectorRegistry()
@@ -357,29 +360,45 @@ class Metrics:
     def cycle_starts(self) -> None:
         """A scheduling cycle begins: its plugin calls are timed with the chance :data:`PLUGIN_SAMPLE` (calls
         outside cycles, e.g. explain's what-ifs, go with the last cycle's draw)."""
-        self.timing = self._sampler.random() < self._plugin_sample
+        timing = self._sampler.random() < self._plugin_sample
+        if timing != self.timing:
+            self.timing = timing
+            for framework, plugins in self._instrumented:
+                plugins.put(framework, timed=timing)
 
     def instrument(self, framework: Framework) -> None:
         """Time the plugin calls of ``framework``'s sampled cycles (:meth:`cycle_starts`) into
-        ``gpusched_plugin_duration_seconds`` (the plugins are wrapped in place; the framework works as before)."""
-        framework.pre_filters[:] = [_Timed(p, self) for p in framework.pre_filters]
-        framework.filters[:] = [_Timed(p, self) for p in framework.filters]
-        framework.reservers[:] = [_Timed(p, self) for p in framework.reservers]
-        framework.scorers[:] = [
-            (
-                _Timed(plugin, self),
-                weight,
-                None if normalize is None else self._timer(_plugin_name(plugin), "normalize", normalize),
-            )
-            for plugin, weight, normalize in framework.scorers
-        ]
+        ``gpusched_plugin_duration_seconds``. The framework's lists hold the timed plugins in a sampled cycle and the
+        plugins themselves in the others (swapped in place when the draw changes: a cycle not sampled pays nothing);
+        either way the framework works as before."""
+        plugins = _Instrumented(
+            plain=(
+                list(framework.pre_filters),
+                list(framework.filters),
+                list(framework.reservers),
+                list(framework.scorers),
+            ),
+            timed=(
+                [_Timed(p, self) for p in framework.pre_filters],
+                [_Timed(p, self) for p in framework.filters],
+                [_Timed(p, self) for p in framework.reservers],
+                [
+                    (
+                        _Timed(plugin, self),
+                        weight,
+                        None if normalize is None else self._timer(_plugin_name(plugin), "normalize", normalize),
+                    )
+                    for plugin, weight, normalize in framework.scorers
+                ],
+            ),
+        )
+        self._instrumented.append((framework, plugins))
+        plugins.put(framework, timed=self.timing)
 
     def _timer(self, plugin: str, point: str, method: Callable[..., Any]) -> Callable[..., Any]:
         histogram = self.plugin_duration.labels(plugin, point)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if not self.timing:
-                return method(*args, **kwargs)
             started = time.perf_counter()
             try:
                 return method(*args, **kwargs)
@@ -499,6 +518,22 @@ class Metrics:
         for labels, value in values.items():
             gauge.labels(*labels).set(value)
         self._labelled[name] = set(values)
+
+
+@dataclass(frozen=True)
+class _Instrumented:
+    """A framework's plugin lists (pre-filters, filters, reservers, scorers), as they are and timed."""
+
+    plain: tuple[list[Any], list[Any], list[Any], list[Any]]
+    timed: tuple[list[Any], list[Any], list[Any], list[Any]]
+
+    def put(self, framework: Framework, *, timed: bool) -> None:
+        """Fill ``framework``'s lists, in place, with the timed plugins or with the plugins themselves."""
+        pre_filters, filters, reservers, scorers = self.timed if timed else self.plain
+        framework.pre_filters[:] = pre_filters
+        framework.filters[:] = filters
+        framework.reservers[:] = reservers
+        framework.scorers[:] = scorers
 
 
 class _Timed:
