@@ -35,7 +35,6 @@ from scheduler.api.objects.pod import PodRequest
 from scheduler.api.objects.selectors import Taint
 from scheduler.cache import arrays as arrays_mod
 from scheduler.cache.arrays import ClusterArrays, Placement
-from scheduler.cache.departed import Departed
 from scheduler.cache.device_store import DeviceStore
 from scheduler.cache.gpu_topologies import GpuTopologies
 from scheduler.cache.kubelet_refusals import KubeletRefusals
@@ -132,8 +131,6 @@ class Cache:
         #: DeviceClasses, ResourceSlices' devices, ResourceClaims, the allocations assumed
         #: (``scheduler.cache.device_store``).
         self.devices = DeviceStore()
-        #: The GPUs of departed pods that their claims still hold.
-        self.departed = Departed()
         self._waiting: dict[str, dict[str, PodRequest]] = {}
         #: Per node slot, the node's place in name order (None when nodes came or went since): ties between equal
         #: scores go to the first node by name, whatever order the nodes were seen in (a restart sees them in
@@ -284,9 +281,6 @@ class Cache:
             pod_entry.placement = self._placement(pod_entry.pod, slot, gpu_ids)
             a.apply(pod_entry.placement)
             entry.pods[key] = pod_entry
-        self.departed.drop_slot(slot, info.gpus)
-        for held in self.departed.on_slot(slot):
-            a.apply(held)
 
     def remove_node(self, name: str) -> None:
         """Forget a node. Its pods are kept waiting: if the node comes back they count again."""
@@ -306,7 +300,6 @@ class Cache:
             if not pod_entry.assumed:
                 self._waiting.setdefault(name, {})[key] = pod_entry.pod
         self.names[slot] = None
-        self.departed.drop_slot(slot)
         self._domains = None
         self._name_rank = None
         self._gpu_topologies.forget(slot, name)
@@ -429,7 +422,7 @@ class Cache:
         key = pod.key
         old = self._pods.get(key)
         if pod.terminal:
-            self.remove_pod(key, departed=True)
+            self.remove_pod(key)
             return
         if not pod.node_name:
             # Not bound yet: a pod we assumed keeps its place while its binding is in flight.
@@ -493,9 +486,7 @@ class Cache:
             self.numa.pod_placed(pod, self.nodes[slot].info.name)
         return entry
 
-    def remove_pod(self, key: str, *, departed: bool = False) -> None:
-        """Forget a pod; ``departed``: it left its node (deleted or finished), and the GPUs its claims still hold for
-        it stay taken until they let go (``scheduler.cache.departed``)."""
+    def remove_pod(self, key: str) -> None:
         for waiting in self._waiting.values():
             waiting.pop(key, None)
         entry = self._pods.pop(key, None)
@@ -503,17 +494,13 @@ class Cache:
             return
         if entry.pod.volumes:
             self.volumes.release(key)  # only pods with claims have volume choices held
-        placement = entry.placement
         if entry.pod.resource_claims or entry.pod.extended_asks:
             self.devices.release(key)
-            claims = self.departed.holding(self.devices, entry.pod) if departed else ()
-            if claims:
-                placement = self.departed.hold(placement, claims)
         node = self.nodes.get(entry.placement.slot)
         if self.numa.nodes:
             on_node = [e.pod for e in node.pods.values()] if node is not None else []
             self.numa.pod_left(entry.pod, node.info.name if node is not None else "", on_node)
-        self.arrays.apply(placement, sign=-1.0)
+        self.arrays.apply(entry.placement, sign=-1.0)
         if entry.pod.host_ports:
             self.ports.add(entry.placement.slot, entry.pod.host_ports, -1)
         self._unindex(entry.pod, entry.placement.slot)
@@ -522,13 +509,6 @@ class Cache:
         if node is not None:
             node.pods.pop(key, None)
             self._guess_again(entry.placement.slot)
-
-    def settle_departed(self) -> bool:
-        """Free the GPUs of departed pods whose claims let their devices go (after a claim changed); whether any."""
-        freed = self.departed.settle(self.devices) if len(self.departed) else []
-        for placement in freed:
-            self.arrays.apply(placement, sign=-1.0)
-        return bool(freed)
 
     def _guess_again(self, slot: int) -> None:
         """A pod left node ``slot``: if some of its GPUs are still over-committed, the pods whose devices were

@@ -21,10 +21,7 @@ job keeps being woken by every deletion while any pod it may take has been place
 A pod's deletion frees no device a ResourceClaim holds (the claim's release, a device change, does), so the DRA
 plugin does not declare it (as kube-scheduler's DynamicResources registers no pod deletion); but a deletion that
 dropped an allocation the cache had assumed for the pod (its claim not written yet: ``DeviceStore.releases``
-moved) is a device change too, and wakes the jobs that wait for one (with the room test above). The GPUs the cache
-counted for a departed pod's claims stay taken until the claims let them go (``scheduler.cache.departed``): the
-deletion shows no GPU room the DRA filter would refuse, and the release frees it, told to the loop as the deletion's
-room (a pod deletion event after the device change).
+moved) is a device change too, and wakes the jobs that wait for one (with the room test above).
 """
 
 from __future__ import annotations

@@ -45,37 +45,3 @@ async def test_a_claim_made_for_another_pod_does_not_wake_a_waiting_one_and_a_de
     assert dict(operator.loop.queue.pending()).get("default/w") == "unschedulable"
     _claim(operator, fake, held, deleted=True)  # its device is free now
     await eventually(lambda: "w" in bound(fake), timeout=10)
-
-
-async def test_a_pod_that_leaves_frees_its_gpus_for_a_waiting_pod_when_its_claim_lets_them_go(
-    fake: FakeApiServer, operator: Operator
-) -> None:
-    operator.set_leading(True)
-    operator.node_event(gpu_node("gpu-0"))
-    operator.feed.devices.class_event(dra.gpu_class())
-    operator.feed.devices.slice_event(dra.gpu_slice("gpu-0", 1))
-    held = dra.claim(
-        "r-gpus", dra.request(count=1), owner="r", allocation=dra.allocation("gpu-0", "gpu-0"), reserved_for=("r",)
-    )
-    _claim(operator, fake, held)
-    _claim(operator, fake, dra.claim("w-gpus", dra.request(count=1), owner="w"))
-    for kind in device_claims.KINDS:
-        operator.feed.devices.part_listed(kind)
-    running = dra_pod("r", "r-gpus")
-    running["spec"]["nodeName"] = "gpu-0"
-    running["status"]["phase"] = "Running"
-    running["metadata"]["annotations"] = {"gpusched.io/gpu-ids": "0"}  # as gpusched's binding wrote them
-    operator.pod_event(running)
-    operator.pod_event(dra_pod("w", "w-gpus"))
-    operator.listed()
-    await eventually(lambda: dict(operator.loop.queue.pending()).get("default/w") == "unschedulable")
-    await settled(operator)
-    woken = operator.loop.queue.woken
-    # The running pod is deleted; its claim holds the GPU until the resourceclaim controller deletes it: the waiting
-    # pod is not tried meanwhile (DRA would refuse it, and its backoff would grow).
-    operator.pod_event(running, deleted=True)
-    await settled(operator)
-    assert operator.loop.queue.woken == woken
-    assert dict(operator.loop.queue.pending()).get("default/w") == "unschedulable"
-    _claim(operator, fake, held, deleted=True)
-    await eventually(lambda: "w" in bound(fake), timeout=10)

@@ -310,7 +310,7 @@ class PodFeed:
         self.first_seen.pop(key, None)
         self.uids.pop(f"pod {key}", None)
         held = self.cache.pod(key) is not None
-        self.cache.remove_pod(key, departed=True)
+        self.cache.remove_pod(key)
         for forget in self.on_pod_gone:
             forget(key)
         self.loop.pod_gone(key, finished=finished)
@@ -437,15 +437,11 @@ class PodFeed:
                     self.pending[key] = resolved
                     if self.ready:
                         self.loop.pod_pending(resolved)
-        # A departed pod's GPUs, held while its claims held the devices, are free now: the room its deletion made.
-        freed = self.cache.settle_departed()
         if self.ready:
             if devices or released:
                 self.loop.cluster_event(ClusterEvent.DEVICE_CHANGED)
             else:
                 self.loop.pods_changed(using, ClusterEvent.DEVICE_CHANGED)
-            if freed:
-                self.loop.cluster_event(ClusterEvent.POD_DELETED)
             self._wake()
 
     def _claim_gpus(self, pod: PodRequest) -> PodRequest:
