@@ -9,9 +9,10 @@ trusted to deserialise every success (``pods/binding`` answers a ``Status`` wher
 kubernetes-client/python #825), and callers decide by status code anyway. A request that got no answer (timeout,
 connection refused, reset) is status 0: the caller cannot know whether the server applied it.
 
-The two writes of every pod bound (its binding, its ``Scheduled`` Event) skip the generated client's own work and go
-straight through its aiohttp session (:data:`DIRECT`), named by their generated methods all the same; answers and
-watch events are decoded by :func:`loads` (orjson). Both for the CPU each pod costs (docs/performance.md).
+The writes of every pod bound (its binding, its ``Scheduled`` Event, and a DRA claim's finalizer and allocation before
+the binding) skip the generated client's own work and go straight out on the client's own connections (:data:`DIRECT`),
+named by their generated methods all the same; answers and watch events are decoded by :func:`loads` (orjson). Both
+for the CPU each pod costs (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -153,14 +154,23 @@ class Answer:
 #: the scheduler's CPU under benchmarks/e2e_throughput.py (docs/performance.md, "CPU per pod"). Callers still name the
 #: generated method, so the scan that keeps the RBAC table complete (tests/k8s/test_rbac.py) sees every call; what is
 #: sent is the same request: verb, path, JSON body, the client's headers and credentials.
-DIRECT: dict[str, tuple[str, str]] = {
-    "create_namespaced_pod_binding": ("POST", "/api/v1/namespaces/{namespace}/pods/{name}/binding"),
-    "create_namespaced_event": ("POST", "/api/v1/namespaces/{namespace}/events"),
+DIRECT: dict[tuple[str, str], tuple[str, str]] = {
+    ("CoreV1Api", "create_namespaced_pod_binding"): ("POST", "/api/v1/namespaces/{namespace}/pods/{name}/binding"),
+    ("CoreV1Api", "create_namespaced_event"): ("POST", "/api/v1/namespaces/{namespace}/events"),
+    # A DRA claim's two writes before its pod's binding: the finalizer, then the allocation and reservedFor.
+    ("ResourceV1Api", "patch_namespaced_resource_claim"): (
+        "PATCH",
+        "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}",
+    ),
+    ("ResourceV1Api", "patch_namespaced_resource_claim_status"): (
+        "PATCH",
+        "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}/status",
+    ),
 }
 
-#: What a call may name and still go through :data:`DIRECT`; any other argument (``dry_run``, a content type...) goes
-#: through the generated method, which knows what to do with it.
-_DIRECT_ARGS = frozenset({"name", "namespace", "body"})
+#: What a call may name and still go through :data:`DIRECT`; any other argument (``dry_run``...) goes through the
+#: generated method, which knows what to do with it.
+_DIRECT_ARGS = frozenset({"name", "namespace", "body", "_content_type"})
 
 
 class Client:
@@ -191,12 +201,13 @@ class Client:
             await self.limiter.acquire()
             try:
                 async with asyncio.timeout(self.timeout):
-                    route = DIRECT.get(getattr(method, "__name__", ""))
+                    owner = getattr(method, "__self__", None)
+                    route = DIRECT.get((type(owner).__name__, getattr(method, "__name__", "")))
                     if (
                         route is not None
                         and not args
                         and kwargs.keys() <= _DIRECT_ARGS
-                        and getattr(method, "__self__", None) is self.core
+                        and getattr(owner, "api_client", None) is self.api
                     ):
                         status, raw, retry_after = await self._send(*route, **kwargs)
                     else:
@@ -209,14 +220,17 @@ class Client:
                 return Answer(status=0, error=f"{type(exc).__name__}: {exc}".rstrip(": "))
         return Answer(status=status, body=_json(raw), retry_after=retry_after)
 
-    async def _send(self, verb: str, path: str, *, body: Any, **names: str) -> tuple[int, bytes, float]:
+    async def _send(
+        self, verb: str, path: str, *, body: Any, _content_type: str = "application/json", **names: str
+    ) -> tuple[int, bytes, float]:
         """One request of :data:`DIRECT`, as its generated method would send it: the path's names quoted, the JSON
-        body, the ApiClient's headers (its User-Agent) and credentials (a token read afresh where the kubeconfig says
-        so); sent on the client's own connections (``scheduler.k8s.http1``), or through the ApiClient's aiohttp
-        session, with its proxy, where one is set. Returns the status, the body and the ``Retry-After`` seconds."""
+        body with its content type (a patch's), the ApiClient's headers (its User-Agent) and credentials (a token read
+        afresh where the kubeconfig says so); sent on the client's own connections (``scheduler.k8s.http1``), or
+        through the ApiClient's aiohttp session, with its proxy, where one is set. Returns the status, the body and
+        the ``Retry-After`` seconds."""
         api = self.api
         quoted = path.format(**{k: urllib.parse.quote(v, safe="") for k, v in names.items()})
-        headers = {**api.default_headers, "Accept": "application/json", "Content-Type": "application/json"}
+        headers = {**api.default_headers, "Accept": "application/json", "Content-Type": _content_type}
         await api.update_params_for_auth(headers, [], ["BearerToken"])
         if not isinstance(body, Mapping):
             body = api.sanitize_for_serialization(body)  # a generated model, as the generated method takes it

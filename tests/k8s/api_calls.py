@@ -278,9 +278,27 @@ CALLS: tuple[Call, ...] = (
         "Scheduled, FailedScheduling, Preempted... on pods, gangs and objects that cannot be read",
     ),
     Call("events", "CoreV1Api", "patch_namespaced_event", "", "events", ("patch",), "a repeated Event's count"),
-    # --- the client (scheduler.k8s.client): the binder's and the Events writer's creates, sent straight (DIRECT) ---
+    # --- the client (scheduler.k8s.client): the writes of a pod bound, sent straight (DIRECT) --------------------
     Call("client", "CoreV1Api", "create_namespaced_pod_binding", "", "pods/binding", ("create",), "the binder's bind"),
     Call("client", "CoreV1Api", "create_namespaced_event", "", "events", ("create",), "the Events writer's new Event"),
+    Call(
+        "client",
+        "ResourceV1Api",
+        "patch_namespaced_resource_claim",
+        "resource.k8s.io",
+        "resourceclaims",
+        ("patch",),
+        "the claim writer's finalizer on a claim it allocates",
+    ),
+    Call(
+        "client",
+        "ResourceV1Api",
+        "patch_namespaced_resource_claim_status",
+        "resource.k8s.io",
+        "resourceclaims/status",
+        ("patch",),
+        "the claim writer's allocation and reservedFor",
+    ),
     # --- status (scheduler.k8s.status) -----------------------------------------------------------------------------
     Call(
         "status",

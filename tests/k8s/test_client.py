@@ -7,6 +7,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -148,6 +149,8 @@ async def test_a_direct_write_sends_what_its_generated_method_sends() -> None:
     app = web.Application()
     app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", record)
     app.router.add_post("/api/v1/namespaces/{ns}/events", record)
+    app.router.add_patch("/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}", record)
+    app.router.add_patch("/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}/status", record)
     server = TestServer(app)
     await server.start_server()
     conf = kc.Configuration(host=f"http://{server.host}:{server.port}", api_key={"BearerToken": "t0ken"})
@@ -158,14 +161,35 @@ async def test_a_direct_write_sends_what_its_generated_method_sends() -> None:
     target = kc.V1ObjectReference(api_version="v1", kind="Node", name="gpu-0")
     binding = kc.V1Binding(metadata=kc.V1ObjectMeta(name="p:1", namespace="ns", uid="u1"), target=target)
     event = {"metadata": {"name": "p.1", "namespace": "ns"}, "reason": "Scheduled", "message": "on gpu-0 \u2713"}
+    # A DRA claim's finalizer and its allocation, the merge patches the claim writer sends before the binding.
+    finalizer = {"metadata": {"resourceVersion": "7", "finalizers": ["resource.kubernetes.io/delete-protection"]}}
+    status = {"metadata": {"resourceVersion": "8"}, "status": {"reservedFor": [{"resource": "pods", "name": "p"}]}}
+    resource = kc.ResourceV1Api(api)
+    sent_direct: list[str] = []
+    send = c._send
+
+    async def direct_send(verb: str, path: str, **kwargs: Any) -> tuple[int, bytes, float]:
+        sent_direct.append(f"{verb} {path}")
+        return await send(verb, path, **kwargs)
+
+    c._send = direct_send  # type: ignore[method-assign]
     try:
         direct = [
             await c.call(c.core.create_namespaced_pod_binding, name="p:1", namespace="ns", body=binding),
             await c.call(c.core.create_namespaced_event, namespace="ns", body=event),
+            await c.patch(resource.patch_namespaced_resource_claim, name="c 1", namespace="ns", body=finalizer),
+            await c.patch(resource.patch_namespaced_resource_claim_status, name="c1", namespace="ns", body=status),
         ]
+        merge = "application/merge-patch+json"
         for response in (
             await c.core.create_namespaced_pod_binding("p:1", "ns", binding, _preload_content=False),
             await c.core.create_namespaced_event("ns", event, _preload_content=False),
+            await resource.patch_namespaced_resource_claim(
+                "c 1", "ns", finalizer, _content_type=merge, _preload_content=False
+            ),
+            await resource.patch_namespaced_resource_claim_status(
+                "c1", "ns", status, _content_type=merge, _preload_content=False
+            ),
         ):
             response.release()
         # An argument the direct path does not send goes through the generated method, which does.
@@ -173,9 +197,12 @@ async def test_a_direct_write_sends_what_its_generated_method_sends() -> None:
     finally:
         await c.close()
         await server.close()
-    assert [a.status for a in (*direct, dry)] == [201, 201, 201]
-    assert seen[:2] == seen[2:4]
-    assert seen[4][1] == "/api/v1/namespaces/ns/events?dryRun=All"
+    assert [a.status for a in (*direct, dry)] == [201] * 5
+    assert [verb_path.split()[0] for verb_path in sent_direct] == ["POST", "POST", "PATCH", "PATCH"]
+    assert seen[:4] == seen[4:8]
+    assert seen[2][:2] == ("PATCH", "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c%201")
+    assert seen[3][2]["Content-Type"] == "application/merge-patch+json" and seen[3][3] == status
+    assert seen[8][1] == "/api/v1/namespaces/ns/events?dryRun=All"
     assert seen[0][:2] == ("POST", "/api/v1/namespaces/ns/pods/p:1/binding")
     assert seen[0][2]["Authorization"] == "Bearer t0ken" and seen[0][2]["User-Agent"] == "gpusched-test"
     assert seen[0][3] == {

@@ -171,8 +171,8 @@ def test_no_request_bypasses_the_generated_methods() -> None:
         and not (source == client_py and node.attr == "rest_client")
     ]
     assert raw == []
-    for method, (verb, path) in k8s_client.DIRECT.items():
-        assert Endpoint("CoreV1Api", path, verb) in ENDPOINTS[method], (method, ENDPOINTS[method])
+    for (api, method), (verb, path) in k8s_client.DIRECT.items():
+        assert Endpoint(api, path, verb) in ENDPOINTS[method], (method, ENDPOINTS[method])
 
 
 @pytest.mark.parametrize(
