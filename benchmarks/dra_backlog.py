@@ -18,8 +18,9 @@ The scheduler is held back until every pod exists and kube-controller-manager's 
 each pod's claim from its template and written it into the pod's ``status.resourceClaimStatuses``. Then the
 scheduler is started and the clock starts. Reported per scheduler: seconds from the start to the last pod bound,
 pods/s over them, the first bind, p50 and p99 of start-to-bind per pod (every pod was created before the start,
-so this is each pod's wait in the scheduler; a create-to-bind would add the time the backlog was built), and the
-allocations found valid afterwards. A run ends when every pod is bound or no pod has been bound for ``--idle``
+so this is each pod's wait in the scheduler; a create-to-bind would add the time the backlog was built), the
+scheduler's CPU a pod from its start to the last bind (benchmarks/proc_cpu.py, start-up included), and the allocations
+found valid afterwards. A run ends when every pod is bound or no pod has been bound for ``--idle``
 seconds (a pod no node has room for left pending, with its last FailedScheduling message in the report).
 
 A pod's allocation is valid when each of its claims is allocated, lists the pod in ``status.reservedFor``, has
@@ -51,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import e2e_throughput, harness, scale
+from benchmarks import e2e_throughput, harness, proc_cpu, scale
 from benchmarks.e2e_throughput import Api
 from tests.api import dra_objects
 from tests.e2e import kube
@@ -122,10 +123,17 @@ class Result:
     cycle_mean_ms: float = math.nan
     cycle_p99_ms: float = math.nan
     plugin_seconds: dict[str, float] = field(default_factory=dict)
+    #: CPU seconds of the scheduler's processes from its start to the last bind, start-up included
+    #: (benchmarks/proc_cpu.py: every process this one started, the control plane's left out).
+    scheduler_cpu_s: float = math.nan
 
     @property
     def pods_per_s(self) -> float:
         return self.bound / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_ms_per_pod(self) -> float:
+        return 1000.0 * self.scheduler_cpu_s / self.bound if self.bound else math.nan
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -144,6 +152,7 @@ class Result:
             "cycle_mean_ms": round(self.cycle_mean_ms, 2),
             "cycle_p99_ms": round(self.cycle_p99_ms, 2),
             "plugin_seconds": {k: round(v, 2) for k, v in list(self.plugin_seconds.items())[:8]},
+            "scheduler_cpu_s": round(self.scheduler_cpu_s, 2),
         }
 
 
@@ -310,6 +319,7 @@ async def run_backlog(
         if watch.bound_at:
             raise RuntimeError(f"{len(watch.bound_at)} pods were bound before the scheduler started")
         started = time.monotonic()
+        cpu = proc_cpu.Reading()
         await asyncio.to_thread(start_scheduler)
         deadline = started + timeout
         while len(watch.bound_at) < len(manifests) and time.monotonic() < deadline:
@@ -317,6 +327,7 @@ async def run_backlog(
             # Pods the scheduler finds no room for would otherwise hold the run until the timeout.
             if time.monotonic() - max(watch.bound_at.values(), default=started) > idle:
                 break
+        result.scheduler_cpu_s = cpu.spent().get("scheduler", math.nan)
         watch.stop()
         waits = [at - started for at in watch.bound_at.values()]
         result.bound = len(waits)
@@ -411,7 +422,7 @@ def log_tail(path: Path, lines: int) -> str:
 
 def table(results: Mapping[str, Result | str]) -> str:
     head = ["scheduler", "pods", "bound", "seconds", "pods/s", "first bind (s)", "p50 (s)", "p99 (s)"]
-    head.append("valid allocations")
+    head += ["scheduler CPU ms a pod", "valid allocations"]
     rows: list[list[object]] = []
     for case, r in results.items():
         if isinstance(r, str):
@@ -423,9 +434,10 @@ def table(results: Mapping[str, Result | str]) -> str:
             f"{r.first_bind_s:.2f}",
             f"{r.p50_s:.2f}",
             f"{r.p99_s:.2f}",
+            f"{r.cpu_ms_per_pod:.2f}",
         ]
         rows.append([case, r.pods, r.bound, *figures, f"{r.valid}/{r.pods}"])
-    return harness.markdown_table(head, rows, align="l" + "r" * 8)
+    return harness.markdown_table(head, rows, align="l" + "r" * 9)
 
 
 def main(argv: list[str] | None = None) -> int:
