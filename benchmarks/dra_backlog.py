@@ -19,9 +19,10 @@ each pod's claim from its template and written it into the pod's ``status.resour
 scheduler is started and the clock starts. Reported per scheduler: seconds from the start to the last pod bound,
 pods/s over them, the first bind, p50 and p99 of start-to-bind per pod (every pod was created before the start,
 so this is each pod's wait in the scheduler; a create-to-bind would add the time the backlog was built), the
-scheduler's CPU a pod from its start to the last bind (benchmarks/proc_cpu.py, start-up included), and the allocations
-found valid afterwards. A run ends when every pod is bound or no pod has been bound for ``--idle``
-seconds (a pod no node has room for left pending, with its last FailedScheduling message in the report).
+scheduler's CPU a pod bound from its start to the end of the wait (the last bind; ``--idle`` seconds later when pods
+are left pending; benchmarks/proc_cpu.py, start-up included), and the allocations found valid afterwards. A run ends
+when every pod is bound or no pod has been bound for ``--idle`` seconds (a pod no node has room for left pending,
+with its last FailedScheduling message in the report).
 
 A pod's allocation is valid when each of its claims is allocated, lists the pod in ``status.reservedFor``, has
 exactly the devices its request asks for, all on the pod's node and all in the node's ResourceSlice, none held by
@@ -123,8 +124,9 @@ class Result:
     cycle_mean_ms: float = math.nan
     cycle_p99_ms: float = math.nan
     plugin_seconds: dict[str, float] = field(default_factory=dict)
-    #: CPU seconds of the scheduler's processes from its start to the last bind, start-up included
-    #: (benchmarks/proc_cpu.py: every process this one started, the control plane's left out).
+    #: CPU seconds of the scheduler's processes from its start to the end of the wait for binds (the last bind, or
+    #: ``--idle`` seconds after it when pods are left pending), start-up included (benchmarks/proc_cpu.py: every
+    #: process this one started, the control plane's left out).
     scheduler_cpu_s: float = math.nan
 
     @property

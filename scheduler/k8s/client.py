@@ -148,12 +148,13 @@ class Answer:
         return f"HTTP {self.status}"
 
 
-#: The writes sent straight through the ApiClient's aiohttp session, by the name of the generated method the caller
-#: gives: (verb, path). One of each per pod bound, so the generated client's work per request (checking every
-#: parameter, serialising headers, path and body through its models, the standard library's JSON encoder) was 7% of
-#: the scheduler's CPU under benchmarks/e2e_throughput.py (docs/performance.md, "CPU per pod"). Callers still name the
-#: generated method, so the scan that keeps the RBAC table complete (tests/k8s/test_rbac.py) sees every call; what is
-#: sent is the same request: verb, path, JSON body, the client's headers and credentials.
+#: The writes sent straight out (:meth:`Client._send`), by the generated API class and method the caller gives:
+#: (verb, path). Each is made for every pod bound (a binding, an Event) or every DRA claim allocated (its two
+#: patches), so the generated client's work per request (checking every parameter, serialising headers, path and body
+#: through its models, the standard library's JSON encoder) was 7% of the scheduler's CPU under
+#: benchmarks/e2e_throughput.py (docs/performance.md, "CPU per pod"). Callers still name the generated method, so the
+#: scan that keeps the RBAC table complete (tests/k8s/test_rbac.py) sees every call; what is sent is the same request:
+#: verb, path, JSON body with its content type, the client's headers and credentials.
 DIRECT: dict[tuple[str, str], tuple[str, str]] = {
     ("CoreV1Api", "create_namespaced_pod_binding"): ("POST", "/api/v1/namespaces/{namespace}/pods/{name}/binding"),
     ("CoreV1Api", "create_namespaced_event"): ("POST", "/api/v1/namespaces/{namespace}/events"),
